@@ -1,0 +1,83 @@
+//! Fuzz logic, kept here so it is compiled and run by the normal test suite.
+//!
+//! Each function takes arbitrary bytes, feeds them to one decoder and checks the
+//! decoder's invariants; it must never panic. The cargo-fuzz targets under `fuzz/`
+//! are one-line shims over these, and a unit test replays every committed corpus
+//! file through them on the stable toolchain.
+
+use bytes::Bytes;
+
+use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
+
+/// The frame decoder over a stream cut into chunks: the first byte picks the chunk
+/// size, the second a small maximum frame size (or the default). Checks that the
+/// decoder never yields more bytes than it was given nor a frame over the maximum.
+pub fn frame_stream(data: &[u8]) {
+    let (chunk, max, stream) = match data {
+        [c, m, rest @ ..] => {
+            (usize::from(*c).max(1), if *m == 0 { DEFAULT_MAX_FRAME } else { usize::from(*m) * 4 }, rest)
+        }
+        _ => (1, DEFAULT_MAX_FRAME, data),
+    };
+    let mut dec = FrameDecoder::new(max);
+    let mut yielded = 0usize;
+    'outer: for piece in stream.chunks(chunk) {
+        dec.push(piece);
+        loop {
+            match dec.decode() {
+                Ok(Some(frame)) => {
+                    assert!(frame.len() <= max, "frame over the maximum");
+                    yielded += frame.len() + crate::wire::LEN_PREFIX;
+                    assert!(yielded <= stream.len(), "decoder produced bytes it was not given");
+                    envelope_frame(frame);
+                }
+                Ok(None) => break,
+                Err(_) => break 'outer,
+            }
+        }
+    }
+    let _ = dec.finish();
+}
+
+/// One frame body through the envelope decoder, for every body type on the wire.
+pub fn envelope(data: &[u8]) {
+    envelope_frame(Bytes::copy_from_slice(data));
+}
+
+fn envelope_frame(frame: Bytes) {
+    let len = frame.len();
+    check(decode_envelope::<Hello>(frame.clone()), len);
+    check(decode_envelope::<Goodbye>(frame), len);
+}
+
+fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {
+    if let Ok(env) = res {
+        assert!(env.payload.len() <= len, "payload longer than its frame");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Replays every committed corpus file of every fuzz target through the same
+    /// functions the fuzzers call, so the targets cannot rot on stable.
+    #[test]
+    fn committed_corpora_replay_without_panic() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        let targets =
+            [("frame_decoder", super::frame_stream as fn(&[u8])), ("envelope_decoder", super::envelope as fn(&[u8]))];
+        for (name, run) in targets {
+            let dir = root.join(name);
+            let mut n = 0;
+            for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display())) {
+                let path = entry.unwrap().path();
+                if path.is_file() {
+                    run(&std::fs::read(&path).unwrap());
+                    n += 1;
+                }
+            }
+            assert!(n > 0, "corpus {name} is empty");
+        }
+    }
+}

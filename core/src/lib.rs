@@ -1,0 +1,22 @@
+//! p2pmp-core: every protocol of p2pmp as a pure, sans-IO state machine.
+//!
+//! Nothing in this crate reads a clock, opens a socket, spawns a thread or a task,
+//! or touches a file. Time (`now: Instant`) and randomness (a seed) come in from
+//! the caller; messages and wake-ups go out through `poll_*` methods. The adapters
+//! crate drives these machines over real sockets, and [`sim`] drives them in a
+//! deterministic discrete-event simulation.
+//!
+//! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
+//! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
+//! - [`machine`]: the one shape every protocol machine has.
+//! - [`overlay`]: commands and events both overlays share.
+//! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
+
+pub mod id;
+pub mod machine;
+pub mod overlay;
+pub mod time;
+pub mod wire;
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;

@@ -1,0 +1,100 @@
+//! Timers as a table indexed by an enum, not as tasks.
+//!
+//! A machine keeps one [`TimerTable`] whose keys are its own `enum Timer`;
+//! `poll_timeout` is the table's minimum and `handle_timeout` asks which entries
+//! have expired.
+
+use std::time::Instant;
+
+/// A timer enum usable as a [`TimerTable`] key.
+pub trait TimerKey: Copy + Eq + std::fmt::Debug + 'static {
+    /// Number of variants.
+    const COUNT: usize;
+    /// Every variant, in index order.
+    const ALL: &'static [Self];
+    /// This variant's index, below [`TimerKey::COUNT`].
+    fn index(self) -> usize;
+}
+
+/// One optional deadline per timer key.
+#[derive(Debug, Clone)]
+pub struct TimerTable<K: TimerKey> {
+    deadlines: Vec<Option<Instant>>,
+    _key: std::marker::PhantomData<K>,
+}
+
+impl<K: TimerKey> Default for TimerTable<K> {
+    fn default() -> Self {
+        TimerTable { deadlines: vec![None; K::COUNT], _key: std::marker::PhantomData }
+    }
+}
+
+impl<K: TimerKey> TimerTable<K> {
+    /// Arms (or re-arms) `key` to fire at `at`.
+    pub fn set(&mut self, key: K, at: Instant) {
+        self.deadlines[key.index()] = Some(at);
+    }
+
+    /// Disarms `key`.
+    pub fn clear(&mut self, key: K) {
+        self.deadlines[key.index()] = None;
+    }
+
+    /// When `key` fires, if armed.
+    pub fn get(&self, key: K) -> Option<Instant> {
+        self.deadlines[key.index()]
+    }
+
+    /// The earliest armed deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.deadlines.iter().flatten().min().copied()
+    }
+
+    /// Disarms and returns every key whose deadline is at or before `now`, in index order.
+    pub fn take_expired(&mut self, now: Instant) -> impl Iterator<Item = K> + use<K> {
+        let mut fired = Vec::new();
+        for &k in K::ALL {
+            if self.deadlines[k.index()].is_some_and(|t| t <= now) {
+                self.deadlines[k.index()] = None;
+                fired.push(k);
+            }
+        }
+        fired.into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum T {
+        A,
+        B,
+    }
+    impl TimerKey for T {
+        const COUNT: usize = 2;
+        const ALL: &'static [T] = &[T::A, T::B];
+        fn index(self) -> usize {
+            self as usize
+        }
+    }
+
+    #[test]
+    fn next_is_minimum_and_expired_fire_once() {
+        let t0 = Instant::now();
+        let mut t = TimerTable::<T>::default();
+        assert_eq!(t.next(), None);
+        t.set(T::A, t0 + Duration::from_secs(2));
+        t.set(T::B, t0 + Duration::from_secs(1));
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(t.take_expired(t0).count(), 0);
+        let fired: Vec<_> = t.take_expired(t0 + Duration::from_secs(1)).collect();
+        assert_eq!(fired, vec![T::B]);
+        assert_eq!(t.take_expired(t0 + Duration::from_secs(1)).count(), 0, "fires once");
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(2)));
+        t.clear(T::A);
+        assert_eq!(t.next(), None);
+    }
+}

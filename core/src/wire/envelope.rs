@@ -1,0 +1,138 @@
+//! The envelope every message travels in, and its encoding.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::frame::LEN_PREFIX;
+use super::{PROTOCOL_VERSION, WireError};
+use crate::id::Id;
+use crate::machine::NodeAddr;
+
+/// One message: who sent it, which request it belongs to, a typed body and an
+/// optional raw payload that never passes through serde.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope<B> {
+    /// The sender's protocol version ([`PROTOCOL_VERSION`] on anything decoded).
+    pub version: u16,
+    /// The sender's id (node id or process key).
+    pub sender: Id,
+    /// Where the sender listens.
+    pub sender_addr: NodeAddr,
+    /// Correlates replies with requests; 0 for one-way messages.
+    pub request_id: u64,
+    /// The typed message.
+    pub body: B,
+    /// Raw bytes after the header (MPI data, file chunks), shared zero-copy.
+    pub payload: Bytes,
+}
+
+impl<B> Envelope<B> {
+    /// An envelope at the current protocol version with no payload.
+    pub fn new(sender: Id, sender_addr: NodeAddr, request_id: u64, body: B) -> Self {
+        Envelope { version: PROTOCOL_VERSION, sender, sender_addr, request_id, body, payload: Bytes::new() }
+    }
+
+    /// The same envelope carrying `payload` after its header.
+    pub fn with_payload(mut self, payload: Bytes) -> Self {
+        self.payload = payload;
+        self
+    }
+}
+
+#[derive(Serialize)]
+struct HeaderRef<'a, B> {
+    version: u16,
+    sender: &'a Id,
+    sender_addr: &'a NodeAddr,
+    request_id: u64,
+    body: &'a B,
+}
+
+#[derive(Deserialize)]
+struct HeaderRest<B> {
+    sender: Id,
+    sender_addr: NodeAddr,
+    request_id: u64,
+    body: B,
+}
+
+/// Encodes the length prefix and header into a fresh buffer and returns it with
+/// the payload, so a driver can write both with one vectored write and no copy.
+pub fn encode_frame_parts<B: Serialize>(env: &Envelope<B>, max_frame: usize) -> Result<(BytesMut, Bytes), WireError> {
+    let mut head = BytesMut::with_capacity(64);
+    write_header(env, &mut head)?;
+    let len = head.len() - LEN_PREFIX + env.payload.len();
+    patch_len(&mut head, 0, len, max_frame)?;
+    Ok((head, env.payload.clone()))
+}
+
+/// Appends a whole frame (prefix, header, payload) to `out`. On error `out` is unchanged.
+pub fn encode_frame<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut, max_frame: usize) -> Result<(), WireError> {
+    let start = out.len();
+    let res = write_header(env, out).and_then(|()| {
+        let len = out.len() - start - LEN_PREFIX + env.payload.len();
+        patch_len(out, start, len, max_frame)
+    });
+    match res {
+        Ok(()) => {
+            out.extend_from_slice(&env.payload);
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(), WireError> {
+    out.put_u32(0); // back-patched
+    let header = HeaderRef {
+        version: env.version,
+        sender: &env.sender,
+        sender_addr: &env.sender_addr,
+        request_id: env.request_id,
+        body: &env.body,
+    };
+    let writer = postcard::to_extend(&header, BytesWriter(out))?;
+    let _ = writer;
+    Ok(())
+}
+
+fn patch_len(buf: &mut BytesMut, at: usize, len: usize, max_frame: usize) -> Result<(), WireError> {
+    if len > max_frame || len > u32::MAX as usize {
+        return Err(WireError::FrameTooLarge { len: len as u64, max: max_frame });
+    }
+    buf[at..at + LEN_PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
+}
+
+/// `Extend<u8>` over a borrowed buffer, for postcard's `to_extend`.
+struct BytesWriter<'a>(&'a mut BytesMut);
+
+impl Extend<u8> for BytesWriter<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+/// Decodes one frame (as returned by [`super::FrameDecoder::decode`]) into an
+/// envelope. The version is checked before anything else; the payload is a
+/// zero-copy slice of `frame`.
+pub fn decode_envelope<B: DeserializeOwned>(frame: Bytes) -> Result<Envelope<B>, WireError> {
+    let (version, rest) = postcard::take_from_bytes::<u16>(&frame)?;
+    if version != PROTOCOL_VERSION {
+        return Err(WireError::WrongVersion { got: version, expected: PROTOCOL_VERSION });
+    }
+    let (h, tail) = postcard::take_from_bytes::<HeaderRest<B>>(rest)?;
+    let payload = frame.slice(frame.len() - tail.len()..);
+    Ok(Envelope {
+        version,
+        sender: h.sender,
+        sender_addr: h.sender_addr,
+        request_id: h.request_id,
+        body: h.body,
+        payload,
+    })
+}

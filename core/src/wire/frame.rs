@@ -1,0 +1,80 @@
+//! Length-prefixed framing over a byte stream.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use super::WireError;
+
+/// Bytes of the big-endian length prefix.
+pub const LEN_PREFIX: usize = 4;
+/// Default largest frame (prefix excluded): 16 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 16 << 20;
+
+/// Splits a byte stream into frames. Partial input stays buffered until the rest
+/// arrives; a length prefix over the maximum is rejected before anything is
+/// allocated for it.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: BytesMut,
+    max_frame: usize,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_FRAME)
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder accepting frames of at most `max_frame` bytes.
+    pub fn new(max_frame: usize) -> Self {
+        FrameDecoder { buf: BytesMut::new(), max_frame }
+    }
+
+    /// The largest frame accepted.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The receive buffer, for drivers that read straight into it.
+    pub fn buffer_mut(&mut self) -> &mut BytesMut {
+        &mut self.buf
+    }
+
+    /// Bytes buffered but not yet returned as a frame.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete frame (without its prefix), `Ok(None)` while incomplete.
+    ///
+    /// An error is final: the stream cannot be resynchronised, so the caller drops it.
+    pub fn decode(&mut self) -> Result<Option<Bytes>, WireError> {
+        if self.buf.len() < LEN_PREFIX {
+            return Ok(None);
+        }
+        let mut prefix = [0u8; LEN_PREFIX];
+        prefix.copy_from_slice(&self.buf[..LEN_PREFIX]);
+        let len = u32::from_be_bytes(prefix) as usize;
+        if len > self.max_frame {
+            return Err(WireError::FrameTooLarge { len: len as u64, max: self.max_frame });
+        }
+        let total = LEN_PREFIX + len;
+        if self.buf.len() < total {
+            // Room for the rest of this frame only: bounded by max_frame.
+            self.buf.reserve(total - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(LEN_PREFIX);
+        Ok(Some(self.buf.split_to(len).freeze()))
+    }
+
+    /// Call at end of stream: an error if a frame was cut short.
+    pub fn finish(&self) -> Result<(), WireError> {
+        if self.buf.is_empty() { Ok(()) } else { Err(WireError::Truncated { buffered: self.buf.len() }) }
+    }
+}

@@ -1,0 +1,28 @@
+//! The wire format: one envelope for every message, postcard-encoded, inside
+//! length-prefixed frames.
+//!
+//! ```text
+//! frame    = len:u32-be  header  payload
+//! header   = postcard(version:u16, sender:Id, sender_addr:NodeAddr, request_id:u64, body:B)
+//! payload  = raw bytes up to the end of the frame (MPI data, file chunks); often empty
+//! ```
+//!
+//! Machines never see bytes: they exchange [`Envelope`]s, and only drivers and the
+//! simulator call [`encode_frame`] / [`FrameDecoder`] / [`decode_envelope`].
+//! postcard encodes enum variants by index, so message enums are append-only.
+
+mod envelope;
+mod error;
+mod frame;
+mod msg;
+
+pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts};
+pub use error::WireError;
+pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};
+pub use msg::{Goodbye, Hello};
+
+/// The protocol version every envelope carries; a peer speaking another is refused.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+#[cfg(test)]
+mod tests;

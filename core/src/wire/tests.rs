@@ -1,0 +1,176 @@
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::id::Id;
+use crate::machine::NodeAddr;
+
+/// Encodes then decodes one envelope through the whole frame path.
+pub(crate) fn round_trip<B: Serialize + DeserializeOwned>(env: &Envelope<B>) -> Envelope<B> {
+    let mut buf = BytesMut::new();
+    encode_frame(env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let mut dec = FrameDecoder::default();
+    dec.push(&buf);
+    let frame = dec.decode().unwrap().expect("one whole frame");
+    assert_eq!(dec.buffered(), 0);
+    decode_envelope(frame).unwrap()
+}
+
+fn env<B>(body: B) -> Envelope<B> {
+    Envelope::new(Id::hash("sender"), NodeAddr::loopback(1, 4000), 7, body)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Sample {
+    Small(u8),
+    Text(String),
+    Many(Vec<u64>),
+}
+
+fn arb_addr() -> impl Strategy<Value = NodeAddr> {
+    (any::<u32>(), any::<u16>()).prop_map(|(n, p)| NodeAddr::loopback(n, p))
+}
+
+fn arb_hello() -> impl Strategy<Value = Hello> {
+    (any::<u64>(), arb_addr()).prop_map(|(network_id, listen)| Hello { network_id, listen })
+}
+
+fn arb_goodbye() -> impl Strategy<Value = Goodbye> {
+    prop_oneof![Just(Goodbye::Leaving), Just(Goodbye::ProtocolError), Just(Goodbye::WrongNetwork)]
+}
+
+fn arb_envelope<B: std::fmt::Debug>(body: impl Strategy<Value = B>) -> impl Strategy<Value = Envelope<B>> {
+    (any::<[u8; 20]>(), arb_addr(), any::<u64>(), body, proptest::collection::vec(any::<u8>(), 0..300))
+        .prop_map(|(s, a, r, b, p)| Envelope::new(Id::from_bytes(s), a, r, b).with_payload(Bytes::from(p)))
+}
+
+#[test]
+fn golden_bytes_pin_the_format() {
+    let e = Envelope::new(Id::ZERO, NodeAddr("127.0.0.1:80".parse().unwrap()), 1, Goodbye::WrongNetwork)
+        .with_payload(Bytes::from_static(b"xy"));
+    let mut buf = BytesMut::new();
+    encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let mut want = vec![0, 0, 0, 31, 1]; // len, version 1
+    want.extend([0u8; 20]); // sender
+    want.extend([0, 127, 0, 0, 1, 80]); // SocketAddr::V4, ip, port varint
+    want.extend([1, 2]); // request id, Goodbye variant 2
+    want.extend(b"xy");
+    assert_eq!(&buf[..], &want[..]);
+}
+
+#[test]
+fn payload_is_a_zero_copy_slice_of_the_frame() {
+    let e = env(Sample::Small(3)).with_payload(Bytes::from(vec![9u8; 1000]));
+    let mut buf = BytesMut::new();
+    encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let mut dec = FrameDecoder::default();
+    dec.push(&buf);
+    let frame = dec.decode().unwrap().unwrap();
+    let start = frame.as_ptr() as usize;
+    let got: Envelope<Sample> = decode_envelope(frame.clone()).unwrap();
+    let p = got.payload.as_ptr() as usize;
+    assert!(p >= start && p + got.payload.len() <= start + frame.len(), "payload points into the frame");
+    assert_eq!(got, e);
+}
+
+#[test]
+fn parts_encoding_equals_whole_encoding() {
+    let e = env(Sample::Text("hi".into())).with_payload(Bytes::from_static(b"payload"));
+    let mut whole = BytesMut::new();
+    encode_frame(&e, &mut whole, DEFAULT_MAX_FRAME).unwrap();
+    let (head, payload) = encode_frame_parts(&e, DEFAULT_MAX_FRAME).unwrap();
+    assert_eq!([&head[..], &payload[..]].concat(), &whole[..]);
+}
+
+#[test]
+fn oversized_frames_are_refused_both_ways() {
+    let mut dec = FrameDecoder::new(100);
+    dec.push(&101u32.to_be_bytes());
+    assert_eq!(dec.decode(), Err(WireError::FrameTooLarge { len: 101, max: 100 }));
+
+    // A 1 GiB prefix allocates nothing.
+    let mut dec = FrameDecoder::default();
+    dec.push(&(1u32 << 30).to_be_bytes());
+    assert!(matches!(dec.decode(), Err(WireError::FrameTooLarge { .. })));
+    assert!(dec.buffer_mut().capacity() < 1 << 20);
+
+    let e = env(Sample::Many(vec![0; 10])).with_payload(Bytes::from(vec![0u8; 200]));
+    let mut out = BytesMut::from(&b"keep"[..]);
+    assert!(matches!(encode_frame(&e, &mut out, 100), Err(WireError::FrameTooLarge { .. })));
+    assert_eq!(&out[..], b"keep", "a failed encode leaves the buffer as it was");
+}
+
+#[test]
+fn truncated_stream_is_reported_at_finish() {
+    let mut buf = BytesMut::new();
+    encode_frame(&env(Sample::Small(1)), &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let mut dec = FrameDecoder::default();
+    dec.push(&buf[..buf.len() - 1]);
+    assert_eq!(dec.decode(), Ok(None));
+    assert!(matches!(dec.finish(), Err(WireError::Truncated { .. })));
+}
+
+#[test]
+fn wrong_version_and_malformed_headers_are_typed_errors() {
+    let mut bad = env(Sample::Small(1));
+    bad.version = 9;
+    let mut buf = BytesMut::new();
+    encode_frame(&bad, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let frame = Bytes::copy_from_slice(&buf[LEN_PREFIX..]);
+    assert_eq!(decode_envelope::<Sample>(frame).unwrap_err(), WireError::WrongVersion { got: 9, expected: 1 });
+
+    // Header cut short inside the sender id.
+    let frame = Bytes::from_static(&[1, 0, 0, 0]);
+    assert!(matches!(decode_envelope::<Sample>(frame), Err(WireError::Malformed(_))));
+    // An enum variant index that does not exist.
+    let mut buf = BytesMut::new();
+    encode_frame(&env(Goodbye::Leaving), &mut buf, DEFAULT_MAX_FRAME).unwrap();
+    let last = buf.len() - 1;
+    buf[last] = 99;
+    assert!(matches!(decode_envelope::<Goodbye>(buf.split_off(LEN_PREFIX).freeze()), Err(WireError::Malformed(_))));
+}
+
+proptest! {
+    #[test]
+    fn hello_round_trips(e in arb_envelope(arb_hello())) {
+        prop_assert_eq!(round_trip(&e), e);
+    }
+
+    #[test]
+    fn goodbye_round_trips(e in arb_envelope(arb_goodbye())) {
+        prop_assert_eq!(round_trip(&e), e);
+    }
+
+    #[test]
+    fn any_chunking_decodes_the_same_frames(
+        msgs in proptest::collection::vec(arb_envelope(arb_hello()), 1..8),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let mut stream = BytesMut::new();
+        for m in &msgs {
+            encode_frame(m, &mut stream, DEFAULT_MAX_FRAME).unwrap();
+        }
+        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+        points.push(0);
+        points.push(stream.len());
+        points.sort_unstable();
+        let mut dec = FrameDecoder::default();
+        let mut got = Vec::new();
+        for w in points.windows(2) {
+            dec.push(&stream[w[0]..w[1]]);
+            while let Some(f) = dec.decode().unwrap() {
+                got.push(decode_envelope::<Hello>(f).unwrap());
+            }
+        }
+        dec.finish().unwrap();
+        prop_assert_eq!(got, msgs);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        crate::fuzzing::frame_stream(&data);
+        crate::fuzzing::envelope(&data);
+    }
+}
