@@ -1,5 +1,23 @@
 //! p2pmp-adapters: drives the sans-IO machines of `p2pmp-core` over real TCP.
 //!
-//! Will hold one synchronous `Driver` that owns a machine, its peer connections and
-//! frame codecs, written once, and thin shells for tokio, smol and a raw mio loop
-//! behind the `tokio`, `smol` and `mio` features.
+//! - [`Driver`] is the synchronous pump between one machine and its connections,
+//!   written once and tested without sockets: lazy connects, one connection per
+//!   peer, hellos, framing, bounded send queues, reconnect back-off, and the
+//!   mapping of failures to `handle_send_failed`.
+//! - Shells only wait, move bytes and report `now`: `runtime` (features `tokio`
+//!   and `smol`, one async loop over the small `AsyncRuntime` trait) and
+//!   `mio_loop` (feature `mio`, a readiness poll loop).
+//! - `node` starts any machine on a chosen runtime in its own thread and hands
+//!   back a `NodeHandle` for commands, events and inspection.
+
+mod driver;
+mod peers;
+
+pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
+pub use peers::ConnId;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+#[cfg(test)]
+mod driver_tests;

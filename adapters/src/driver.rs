@@ -1,0 +1,494 @@
+//! The synchronous pump between one [`Machine`] and its TCP connections, written
+//! once for every runtime. It never touches a socket or a clock: shells report
+//! bytes, closures and `now`, and carry out the [`IoRequest`]s it emits.
+//!
+//! Drain contract: every `on_*` input feeds the machine and then drains
+//! `poll_action` to `None` (frames go to the tx queues, events to
+//! [`Driver::poll_event`]); afterwards the shell reads [`Driver::next_deadline`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use p2pmp_core::machine::{Action, Machine, NodeAddr};
+use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, Hello, WireError};
+use tracing::{debug, trace, warn};
+
+use crate::peers::{Backoff, Conn, ConnId, ZERO_COPY_MIN};
+
+/// Largest frame accepted before a connection's hello (a hello is ~60 bytes).
+const HELLO_MAX_FRAME: usize = 1024;
+/// Send failures reported to the machine per input before the rest wait a turn.
+const MAX_FAILURES_PER_INPUT: usize = 256;
+/// Messages a machine may send itself per input before the rest wait a turn.
+const MAX_LOOPBACK: usize = 10_000;
+
+/// Knobs of a [`Driver`].
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Peers whose hello carries another network id are dropped.
+    pub network_id: u64,
+    /// Largest frame sent or accepted (length prefix excluded).
+    pub max_frame: usize,
+    /// Most bytes queued for one connection; a message past it fails to send.
+    pub max_tx_bytes: usize,
+    /// A connection whose hello has not arrived by then is dropped.
+    pub hello_timeout: Duration,
+    /// First reconnect back-off after a failure; doubles per failure.
+    pub backoff_min: Duration,
+    /// Longest reconnect back-off.
+    pub backoff_max: Duration,
+    /// Most simultaneous connections; further inbound ones are refused.
+    pub max_conns: usize,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            network_id: 0,
+            max_frame: DEFAULT_MAX_FRAME,
+            max_tx_bytes: 8 << 20,
+            hello_timeout: Duration::from_secs(5),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            max_conns: 4096,
+        }
+    }
+}
+
+/// Socket work the shell must carry out for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum IoRequest {
+    /// Open a TCP connection to `addr`; answer with [`Driver::on_connected`] or
+    /// [`Driver::on_connect_failed`].
+    Connect { conn: ConnId, addr: SocketAddr },
+    /// Close the socket of `conn` (the driver has already forgotten it).
+    Close { conn: ConnId },
+}
+
+/// Counters, for logs and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub send_failures: u64,
+    pub peers_dropped: u64,
+}
+
+/// Drives one machine over any number of connections. See the module docs.
+pub struct Driver<M: Machine> {
+    machine: M,
+    cfg: DriverConfig,
+    /// Our hello, encoded once; every connection starts with it.
+    hello: Bytes,
+    conns: BTreeMap<ConnId, Conn>,
+    /// The connection messages to a peer's listen address go through.
+    by_peer: BTreeMap<NodeAddr, ConnId>,
+    backoff: BTreeMap<NodeAddr, Backoff>,
+    next_conn: u64,
+    io: VecDeque<IoRequest>,
+    writable: VecDeque<ConnId>,
+    events: VecDeque<M::Event>,
+    loopback: VecDeque<Envelope<M::Body>>,
+    /// Peers to report to `handle_send_failed` once the current drain is over.
+    failed: BTreeSet<NodeAddr>,
+    last_now: Option<Instant>,
+    stats: DriverStats,
+}
+
+impl<M: Machine> fmt::Debug for Driver<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("addr", &self.machine.addr())
+            .field("conns", &self.conns.len())
+            .field("peers", &self.by_peer.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Machine> Driver<M> {
+    /// Takes over `machine` (already constructed) and drains what it queued at birth.
+    pub fn new(machine: M, cfg: DriverConfig, now: Instant) -> Self {
+        let me = machine.addr();
+        let hello = Envelope::new(me.id(), me, 0, Hello { network_id: cfg.network_id, listen: me });
+        let mut head = BytesMut::new();
+        // A hello is a few dozen bytes, far below any frame limit.
+        wire::encode_frame(&hello, &mut head, HELLO_MAX_FRAME).expect("hello fits a frame");
+        let mut d = Driver {
+            machine,
+            cfg,
+            hello: head.freeze(),
+            conns: BTreeMap::new(),
+            by_peer: BTreeMap::new(),
+            backoff: BTreeMap::new(),
+            next_conn: 0,
+            io: VecDeque::new(),
+            writable: VecDeque::new(),
+            events: VecDeque::new(),
+            loopback: VecDeque::new(),
+            failed: BTreeSet::new(),
+            last_now: None,
+            stats: DriverStats::default(),
+        };
+        d.pump(now);
+        d
+    }
+
+    /// The machine, for read-only inspection (state reports, tests).
+    pub fn machine(&self) -> &M {
+        &self.machine
+    }
+
+    /// Where this node listens.
+    pub fn addr(&self) -> NodeAddr {
+        self.machine.addr()
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// Whether `conn` is still known (a shell drops sockets the driver forgot).
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// Number of live connections.
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    // ----- inputs from the shell -------------------------------------------------
+
+    /// A peer connected to us from `remote`. `None`: refused (too many
+    /// connections), the shell closes the socket.
+    pub fn on_accepted(&mut self, now: Instant, remote: SocketAddr) -> Option<ConnId> {
+        if self.conns.len() >= self.cfg.max_conns {
+            warn!(%remote, "refusing connection: {} connections open", self.conns.len());
+            return None;
+        }
+        let conn = self.new_conn(now, None, false);
+        debug!(%conn, %remote, "accepted");
+        self.notify_writable(conn);
+        Some(conn)
+    }
+
+    /// The connection dialed for `conn` is up.
+    pub fn on_connected(&mut self, _now: Instant, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.connected = true;
+            trace!(%conn, peer = ?c.peer, "connected");
+            self.notify_writable(conn);
+        }
+    }
+
+    /// The connection dialed for `conn` could not be opened.
+    pub fn on_connect_failed(&mut self, now: Instant, conn: ConnId, err: &io::Error) {
+        self.drop_conn(now, conn, format_args!("connect failed: {err}"), false);
+        self.pump(now);
+    }
+
+    /// Bytes arrived on `conn`.
+    pub fn on_bytes(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        c.decoder.push(data);
+        loop {
+            let Some(c) = self.conns.get_mut(&conn) else { return };
+            let frame = match c.decoder.decode() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => return self.misbehaved(now, conn, &e),
+            };
+            if !c.hello_seen {
+                if let Err(why) = self.on_hello(conn, frame) {
+                    return self.misbehaved(now, conn, &why);
+                }
+                continue;
+            }
+            match wire::decode_envelope::<M::Body>(frame) {
+                Ok(env) => {
+                    self.stats.frames_in += 1;
+                    self.machine.handle_message(now, env);
+                    self.pump(now);
+                }
+                Err(e) => return self.misbehaved(now, conn, &e),
+            }
+        }
+    }
+
+    /// The peer closed `conn`, or reading or writing it failed.
+    pub fn on_closed(&mut self, now: Instant, conn: ConnId, why: impl fmt::Display) {
+        let Some(c) = self.conns.get(&conn) else { return };
+        let why = match c.decoder.finish() {
+            Err(e) => format!("{why} ({e})"),
+            Ok(()) => why.to_string(),
+        };
+        self.drop_conn(now, conn, format_args!("{why}"), false);
+        self.pump(now);
+    }
+
+    /// Time passed: fires the machine's timers and the hello deadlines.
+    pub fn on_timeout(&mut self, now: Instant) {
+        let late: Vec<ConnId> =
+            self.conns.iter().filter(|(_, c)| !c.hello_seen && c.hello_deadline <= now).map(|(&id, _)| id).collect();
+        let limit = self.cfg.hello_timeout;
+        for conn in late {
+            self.drop_conn(now, conn, format_args!("no hello within {limit:?}"), true);
+        }
+        if self.machine.poll_timeout().is_some_and(|t| t <= now) {
+            self.machine.handle_timeout(now);
+        }
+        self.pump(now);
+    }
+
+    /// The application asks the machine for something.
+    pub fn on_command(&mut self, now: Instant, cmd: M::Command) -> Result<(), M::CmdError> {
+        let res = self.machine.handle_command(now, cmd);
+        self.pump(now);
+        res
+    }
+
+    /// Drains the machine. Every `on_*` already does; calling it again is harmless.
+    pub fn flush(&mut self, now: Instant) {
+        self.pump(now);
+    }
+
+    // ----- outputs to the shell --------------------------------------------------
+
+    /// When [`Driver::on_timeout`] should next be called.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let hello = self.conns.values().filter(|c| !c.hello_seen).map(|c| c.hello_deadline).min();
+        let pending = if self.loopback.is_empty() && self.failed.is_empty() { None } else { self.last_now };
+        [self.machine.poll_timeout(), hello, pending].into_iter().flatten().min()
+    }
+
+    /// The next connect or close the shell must carry out.
+    pub fn poll_io(&mut self) -> Option<IoRequest> {
+        self.io.pop_front()
+    }
+
+    /// A connected connection that has new bytes to send.
+    pub fn poll_writable(&mut self) -> Option<ConnId> {
+        while let Some(conn) = self.writable.pop_front() {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.tx_notified = false;
+                if c.connected && c.tx.waiting() > 0 {
+                    return Some(conn);
+                }
+            }
+        }
+        None
+    }
+
+    /// What the machine reported to the application.
+    pub fn poll_event(&mut self) -> Option<M::Event> {
+        self.events.pop_front()
+    }
+
+    /// Bytes queued for `conn` (zero for unknown connections).
+    pub fn tx_pending(&self, conn: ConnId) -> usize {
+        self.conns.get(&conn).map_or(0, |c| c.tx.queued())
+    }
+
+    /// For readiness-based shells: writes what is queued for `conn` into `w`.
+    /// `Ok(true)` when everything went out, `Ok(false)` when `w` would block; an
+    /// `Err` means the connection is broken (report it with [`Driver::on_closed`]).
+    pub fn write_tx(&mut self, conn: ConnId, w: &mut impl io::Write) -> io::Result<bool> {
+        match self.conns.get_mut(&conn) {
+            Some(c) if c.connected => c.tx.write_to(w),
+            _ => Ok(true),
+        }
+    }
+
+    /// For completion-based shells: hands out every queued chunk of `conn` for
+    /// one vectored write; confirm with [`Driver::on_tx_done`].
+    pub fn take_tx(&mut self, conn: ConnId) -> Vec<Bytes> {
+        match self.conns.get_mut(&conn) {
+            Some(c) if c.connected => c.tx.take(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `n` bytes handed out by [`Driver::take_tx`] were written.
+    pub fn on_tx_done(&mut self, conn: ConnId, n: usize) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.tx.done(n);
+        }
+    }
+
+    // ----- internals -------------------------------------------------------------
+
+    fn new_conn(&mut self, now: Instant, peer: Option<NodeAddr>, outbound: bool) -> ConnId {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let mut c = Conn::new(peer, outbound, now + self.cfg.hello_timeout, HELLO_MAX_FRAME);
+        c.tx.push(&self.hello, Bytes::new());
+        self.conns.insert(conn, c);
+        conn
+    }
+
+    fn notify_writable(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn)
+            && !c.tx_notified
+        {
+            c.tx_notified = true;
+            self.writable.push_back(conn);
+        }
+    }
+
+    /// The first frame of every connection: the peer's hello.
+    fn on_hello(&mut self, conn: ConnId, frame: Bytes) -> Result<(), String> {
+        let env = wire::decode_envelope::<Hello>(frame).map_err(|e| format!("bad hello: {e}"))?;
+        let hello = env.body;
+        if hello.network_id != self.cfg.network_id {
+            return Err(format!("wrong network id {} (ours {})", hello.network_id, self.cfg.network_id));
+        }
+        let max_frame = self.cfg.max_frame;
+        // The caller found `conn` a moment ago.
+        let c = self.conns.get_mut(&conn).expect("conn exists");
+        c.hello_seen = true;
+        c.open_decoder(max_frame);
+        if c.outbound {
+            if c.peer != Some(hello.listen) {
+                debug!(%conn, dialed = ?c.peer, listen = %hello.listen, "peer listens elsewhere than dialed");
+            }
+            if let Some(p) = c.peer {
+                self.backoff.remove(&p);
+            }
+        } else {
+            c.peer = Some(hello.listen);
+            self.by_peer.entry(hello.listen).or_insert(conn);
+        }
+        debug!(%conn, peer = %hello.listen, "hello");
+        Ok(())
+    }
+
+    fn misbehaved(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
+        self.stats.peers_dropped += 1;
+        self.drop_conn(now, conn, format_args!("peer misbehaved: {why}"), true);
+        self.pump(now);
+    }
+
+    /// Forgets `conn`; reports its peer as unreachable if we dialed it or sent through it.
+    fn drop_conn(&mut self, now: Instant, conn: ConnId, why: fmt::Arguments<'_>, close_socket: bool) {
+        let Some(c) = self.conns.remove(&conn) else { return };
+        if close_socket {
+            warn!(%conn, peer = ?c.peer, "dropping connection: {why}");
+        } else {
+            debug!(%conn, peer = ?c.peer, "connection closed: {why}");
+        }
+        self.io.push_back(IoRequest::Close { conn });
+        let Some(peer) = c.peer else { return };
+        if c.outbound && !c.hello_seen {
+            let b = Backoff::next(self.backoff.get(&peer).copied(), now, self.cfg.backoff_min, self.cfg.backoff_max);
+            self.backoff.insert(peer, b);
+        }
+        if self.by_peer.get(&peer) == Some(&conn) {
+            self.by_peer.remove(&peer);
+            // Another connection with the same peer (simultaneous dials) takes over.
+            let other = self.conns.iter().find(|(_, o)| o.peer == Some(peer) && o.hello_seen).map(|(&id, _)| id);
+            match other {
+                Some(o) => {
+                    self.by_peer.insert(peer, o);
+                }
+                None if c.used || c.outbound => {
+                    self.failed.insert(peer);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Drains the machine, then feeds back messages to itself and send failures
+    /// one at a time (draining after each), until quiet or out of budget.
+    fn pump(&mut self, now: Instant) {
+        self.last_now = Some(now);
+        let mut loopback_budget = MAX_LOOPBACK;
+        let mut failure_budget = MAX_FAILURES_PER_INPUT;
+        loop {
+            while let Some(action) = self.machine.poll_action() {
+                match action {
+                    Action::Send { to, msg } => self.send(now, to, msg),
+                    Action::Event(e) => self.events.push_back(e),
+                }
+            }
+            if loopback_budget > 0
+                && let Some(env) = self.loopback.pop_front()
+            {
+                loopback_budget -= 1;
+                self.machine.handle_message(now, env);
+                continue;
+            }
+            if failure_budget > 0
+                && let Some(to) = self.failed.pop_first()
+            {
+                failure_budget -= 1;
+                self.stats.send_failures += 1;
+                self.machine.handle_send_failed(now, to);
+                continue;
+            }
+            break;
+        }
+        if !self.loopback.is_empty() || !self.failed.is_empty() {
+            // Left for the next input: next_deadline reports `now`.
+            debug!(failed = self.failed.len(), loopback = self.loopback.len(), "pump budget spent");
+        }
+    }
+
+    fn send(&mut self, now: Instant, to: NodeAddr, msg: Envelope<M::Body>) {
+        if to == self.machine.addr() {
+            self.loopback.push_back(msg);
+            return;
+        }
+        let conn = match self.by_peer.get(&to) {
+            Some(&c) => c,
+            None => {
+                if self.backoff.get(&to).is_some_and(|b| b.until > now) {
+                    trace!(%to, "in reconnect back-off");
+                    self.failed.insert(to);
+                    return;
+                }
+                let conn = self.new_conn(now, Some(to), true);
+                self.by_peer.insert(to, conn);
+                self.io.push_back(IoRequest::Connect { conn, addr: to.0 });
+                debug!(%conn, %to, "dialing");
+                conn
+            }
+        };
+        // `by_peer` only names live connections.
+        let c = self.conns.get_mut(&conn).expect("by_peer names a live conn");
+        match encode(&msg, self.cfg.max_frame) {
+            Ok((head, payload)) if c.tx.queued() + head.len() + payload.len() <= self.cfg.max_tx_bytes => {
+                c.tx.push(&head, payload);
+                c.used = true;
+                self.stats.frames_out += 1;
+                if c.connected {
+                    self.notify_writable(conn);
+                }
+            }
+            Ok(_) => {
+                warn!(%to, queued = c.tx.queued(), "send queue full, message dropped");
+                self.failed.insert(to);
+            }
+            Err(e) => {
+                warn!(%to, "message not sent: {e}");
+                self.failed.insert(to);
+            }
+        }
+    }
+}
+
+fn encode<B: serde::Serialize>(msg: &Envelope<B>, max_frame: usize) -> Result<(BytesMut, Bytes), WireError> {
+    if msg.payload.len() >= ZERO_COPY_MIN {
+        wire::encode_frame_parts(msg, max_frame)
+    } else {
+        let mut head = BytesMut::with_capacity(64 + msg.payload.len());
+        wire::encode_frame(msg, &mut head, max_frame)?;
+        Ok((head, Bytes::new()))
+    }
+}

@@ -1,0 +1,309 @@
+//! The Driver without sockets: an in-memory network moves bytes between drivers
+//! the way a shell would, on a clock the test advances.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::wire::{self, Envelope, Hello};
+
+use crate::testing::{PingCmd, PingEvent, PingMsg, PingPong};
+use crate::{ConnId, Driver, DriverConfig, IoRequest};
+
+type D = Driver<PingPong>;
+
+/// Drivers joined by in-memory links; `use_take` writes through take_tx/on_tx_done.
+struct Net {
+    now: Instant,
+    nodes: Vec<D>,
+    links: BTreeMap<(usize, ConnId), (usize, ConnId)>,
+    events: Vec<Vec<PingEvent>>,
+    closes: Vec<Vec<ConnId>>,
+    dials: Vec<usize>,
+    use_take: bool,
+    /// Deliver at most this many bytes per on_bytes call.
+    chunk: usize,
+}
+
+fn addr(i: usize) -> NodeAddr {
+    NodeAddr::loopback(i as u32, 7000)
+}
+
+fn cfg() -> DriverConfig {
+    DriverConfig { network_id: 42, ..DriverConfig::default() }
+}
+
+impl Net {
+    fn new(n: usize) -> Self {
+        Self::with(n, cfg())
+    }
+
+    fn with(n: usize, cfg: DriverConfig) -> Self {
+        let now = Instant::now();
+        Net {
+            now,
+            nodes: (0..n).map(|i| Driver::new(PingPong::new(addr(i)), cfg.clone(), now)).collect(),
+            links: BTreeMap::new(),
+            events: vec![Vec::new(); n],
+            closes: vec![Vec::new(); n],
+            dials: vec![0; n],
+            use_take: false,
+            chunk: usize::MAX,
+        }
+    }
+
+    fn index(&self, a: std::net::SocketAddr) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| addr(i).0 == a)
+    }
+
+    /// Moves everything until nothing moves.
+    fn run(&mut self) {
+        for _ in 0..1000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                while let Some(req) = self.nodes[i].poll_io() {
+                    moved = true;
+                    match req {
+                        IoRequest::Connect { conn, addr } => {
+                            self.dials[i] += 1;
+                            match self.index(addr) {
+                                Some(j) => {
+                                    let rc = self.nodes[j].on_accepted(self.now, addr).expect("room");
+                                    self.links.insert((i, conn), (j, rc));
+                                    self.links.insert((j, rc), (i, conn));
+                                    self.nodes[i].on_connected(self.now, conn);
+                                }
+                                None => {
+                                    let e = io::Error::from(io::ErrorKind::ConnectionRefused);
+                                    self.nodes[i].on_connect_failed(self.now, conn, &e);
+                                }
+                            }
+                        }
+                        IoRequest::Close { conn } => {
+                            self.closes[i].push(conn);
+                            if let Some((j, rc)) = self.links.remove(&(i, conn)) {
+                                self.links.remove(&(j, rc));
+                                self.nodes[j].on_closed(self.now, rc, "reset by peer");
+                            }
+                        }
+                    }
+                }
+                while let Some(conn) = self.nodes[i].poll_writable() {
+                    moved = true;
+                    let bytes = if self.use_take {
+                        let chunks = self.nodes[i].take_tx(conn);
+                        let n = chunks.iter().map(Bytes::len).sum();
+                        self.nodes[i].on_tx_done(conn, n);
+                        chunks.concat()
+                    } else {
+                        let mut out = Vec::new();
+                        assert!(self.nodes[i].write_tx(conn, &mut out).unwrap());
+                        out
+                    };
+                    assert_eq!(self.nodes[i].tx_pending(conn), 0);
+                    if let Some(&(j, rc)) = self.links.get(&(i, conn)) {
+                        for piece in bytes.chunks(self.chunk.max(1)) {
+                            self.nodes[j].on_bytes(self.now, rc, piece);
+                        }
+                    }
+                }
+                while let Some(e) = self.nodes[i].poll_event() {
+                    self.events[i].push(e);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("network never went quiet");
+    }
+
+    fn ping(&mut self, from: usize, to: NodeAddr, seq: u64, payload: Bytes) {
+        self.nodes[from].on_command(self.now, PingCmd::Ping { to, seq, payload }).unwrap();
+        self.run();
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        for n in &mut self.nodes {
+            n.on_timeout(self.now);
+        }
+        self.run();
+    }
+
+    /// Opens a raw inbound connection to node `j`, as a stranger would.
+    fn raw_conn(&mut self, j: usize) -> ConnId {
+        let c = self.nodes[j].on_accepted(self.now, "127.9.9.9:1".parse().unwrap()).unwrap();
+        self.run();
+        c
+    }
+}
+
+fn hello_frame(network_id: u64, listen: NodeAddr) -> BytesMut {
+    let mut b = BytesMut::new();
+    let env = Envelope::new(listen.id(), listen, 0, Hello { network_id, listen });
+    wire::encode_frame(&env, &mut b, 1024).unwrap();
+    b
+}
+
+fn pong(from: usize, seq: u64, payload: &Bytes) -> PingEvent {
+    PingEvent::Pong { from: addr(from), seq, payload: payload.clone() }
+}
+
+#[test]
+fn ping_dials_lazily_and_the_reply_rides_the_same_connection() {
+    let mut net = Net::new(2);
+    net.run();
+    assert_eq!(net.dials, [0, 0], "nothing dialed before the first message");
+    let p = Bytes::from_static(b"hi");
+    net.ping(0, addr(1), 1, p.clone());
+    net.ping(0, addr(1), 2, p.clone());
+    assert_eq!(net.events[0], [pong(1, 1, &p), pong(1, 2, &p)]);
+    assert_eq!(net.dials, [1, 0], "the inbound side answers over the inbound connection");
+    assert_eq!((net.nodes[0].conn_count(), net.nodes[1].conn_count()), (1, 1));
+    // And back the other way, with no new connection.
+    net.ping(1, addr(0), 3, p.clone());
+    assert_eq!(net.events[1], [pong(0, 3, &p)]);
+    assert_eq!(net.dials, [1, 0]);
+    assert_eq!(net.nodes[1].stats().frames_in, 3);
+}
+
+#[test]
+fn large_payloads_cross_byte_by_byte_and_through_take_tx() {
+    for use_take in [false, true] {
+        let mut net = Net::new(2);
+        net.use_take = use_take;
+        net.chunk = if use_take { 1 } else { 1000 };
+        let p = Bytes::from((0..100_000u32).map(|i| i as u8).collect::<Vec<_>>());
+        net.ping(0, addr(1), 9, p.clone());
+        assert_eq!(net.events[0], [pong(1, 9, &p)]);
+    }
+}
+
+#[test]
+fn messages_to_itself_loop_back_without_a_connection() {
+    let mut net = Net::new(1);
+    let p = Bytes::from_static(b"me");
+    net.ping(0, addr(0), 5, p.clone());
+    assert_eq!(net.events[0], [pong(0, 5, &p)]);
+    assert_eq!(net.dials, [0]);
+}
+
+#[test]
+fn refused_connects_fail_sends_and_back_off() {
+    let mut net = Net::new(1);
+    let dead = addr(9);
+    net.ping(0, dead, 1, Bytes::new());
+    assert_eq!(net.events[0], [PingEvent::SendFailed(dead)]);
+    assert_eq!(net.dials[0], 1);
+    // Inside the back-off: fails at once, no dial.
+    net.ping(0, dead, 2, Bytes::new());
+    assert_eq!(net.dials[0], 1);
+    assert_eq!(net.events[0].len(), 2);
+    // After it: dials again, and the back-off doubles.
+    net.advance(Duration::from_millis(150));
+    net.ping(0, dead, 3, Bytes::new());
+    assert_eq!(net.dials[0], 2);
+    net.advance(Duration::from_millis(150));
+    net.ping(0, dead, 4, Bytes::new());
+    assert_eq!(net.dials[0], 2, "second back-off is 200 ms");
+    assert_eq!(net.nodes[0].stats().send_failures, 4);
+}
+
+#[test]
+fn a_dropped_connection_is_a_send_failure_and_the_next_send_redials() {
+    let mut net = Net::new(2);
+    net.ping(0, addr(1), 1, Bytes::new());
+    let (&(_, c0), _) = net.links.iter().find(|((i, _), _)| *i == 0).unwrap();
+    net.nodes[0].on_closed(net.now, c0, "connection reset");
+    net.run();
+    assert_eq!(net.events[0].last(), Some(&PingEvent::SendFailed(addr(1))));
+    assert_eq!(net.events[1].last(), Some(&PingEvent::SendFailed(addr(0))), "the peer learns it too");
+    net.ping(0, addr(1), 2, Bytes::new());
+    assert_eq!(net.events[0].last(), Some(&pong(1, 2, &Bytes::new())));
+    assert_eq!(net.dials[0], 2);
+}
+
+#[test]
+fn garbage_and_huge_prefixes_drop_only_that_peer() {
+    let mut net = Net::new(3);
+    net.ping(2, addr(0), 1, Bytes::new());
+    let cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),  // not a frame at all
+        (1u32 << 30).to_be_bytes().to_vec(), // 1 GiB before the hello
+        [hello_frame(42, addr(1)).to_vec(), (1u32 << 30).to_be_bytes().to_vec()].concat(), // ...and after it
+        [hello_frame(42, addr(1)).to_vec(), vec![0, 0, 0, 3, 1, 2, 3]].concat(), // malformed envelope
+        hello_frame(7, addr(1)).to_vec(),    // another network
+    ];
+    for (k, bytes) in cases.iter().enumerate() {
+        let c = net.raw_conn(0);
+        net.nodes[0].on_bytes(net.now, c, bytes);
+        net.run();
+        assert!(!net.nodes[0].is_open(c), "case {k} dropped");
+        assert!(net.closes[0].contains(&c));
+        assert_eq!(net.nodes[0].stats().peers_dropped, k as u64 + 1);
+    }
+    // The healthy peer is still served on its connection.
+    net.ping(2, addr(0), 2, Bytes::new());
+    assert_eq!(net.events[2], [pong(0, 1, &Bytes::new()), pong(0, 2, &Bytes::new())]);
+    assert_eq!(net.dials[2], 1);
+    assert!(net.events[0].is_empty(), "dropped strangers were never peers: {:?}", net.events[0]);
+}
+
+#[test]
+fn a_silent_connection_is_dropped_at_the_hello_deadline() {
+    let mut net = Net::new(1);
+    let c = net.raw_conn(0);
+    let deadline = net.nodes[0].next_deadline().unwrap();
+    assert_eq!(deadline, net.now + cfg().hello_timeout);
+    net.advance(Duration::from_secs(4));
+    assert!(net.nodes[0].is_open(c));
+    net.advance(Duration::from_secs(1));
+    assert!(!net.nodes[0].is_open(c));
+    assert_eq!(net.nodes[0].next_deadline(), None);
+}
+
+#[test]
+fn a_full_send_queue_fails_the_message() {
+    let mut net = Net::with(2, DriverConfig { max_tx_bytes: 1000, ..cfg() });
+    // Queued while the connection is still being opened (run not called).
+    let big = Bytes::from(vec![1u8; 2000]);
+    net.nodes[0].on_command(net.now, PingCmd::Ping { to: addr(1), seq: 1, payload: big }).unwrap();
+    let small = Bytes::from_static(b"ok");
+    net.nodes[0].on_command(net.now, PingCmd::Ping { to: addr(1), seq: 2, payload: small.clone() }).unwrap();
+    net.run();
+    assert_eq!(net.events[0], [PingEvent::SendFailed(addr(1)), pong(1, 2, &small)]);
+}
+
+#[test]
+fn timers_fire_through_next_deadline() {
+    let mut net = Net::new(1);
+    let at = net.now + Duration::from_millis(30);
+    net.nodes[0].on_command(net.now, PingCmd::WakeAt(at)).unwrap();
+    assert_eq!(net.nodes[0].next_deadline(), Some(at));
+    net.advance(Duration::from_millis(10));
+    assert!(net.events[0].is_empty(), "an early on_timeout is a no-op");
+    net.advance(Duration::from_millis(20));
+    assert_eq!(net.events[0], [PingEvent::Woke(at)]);
+}
+
+#[test]
+fn simultaneous_dials_keep_both_connections_usable() {
+    let mut net = Net::new(2);
+    let p = Bytes::new();
+    net.nodes[0].on_command(net.now, PingCmd::Ping { to: addr(1), seq: 1, payload: p.clone() }).unwrap();
+    net.nodes[1].on_command(net.now, PingCmd::Ping { to: addr(0), seq: 2, payload: p.clone() }).unwrap();
+    net.run();
+    assert_eq!(net.dials, [1, 1]);
+    assert_eq!(net.events[0], [pong(1, 1, &p)]);
+    assert_eq!(net.events[1], [pong(0, 2, &p)]);
+    // Losing one of the two connections is no failure: the other takes over.
+    let (&(_, c0), _) = net.links.iter().find(|((i, _), _)| *i == 0).unwrap();
+    net.nodes[0].on_closed(net.now, c0, "reset");
+    net.run();
+    net.ping(0, addr(1), 3, p.clone());
+    assert_eq!(net.events[0].last(), Some(&pong(1, 3, &p)));
+    let _ = PingMsg::Ping { seq: 0 };
+}

@@ -1,0 +1,252 @@
+//! Per-connection state the [`crate::Driver`] keeps: who is at the other end, the
+//! frame decoder of the receive side, and the bounded queue of the send side.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::wire::FrameDecoder;
+
+/// Names one connection for as long as it lives; never reused by a driver.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ConnId(pub u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// Payloads at least this long are queued as their own chunk (zero-copy, written
+/// with a vectored write); shorter frames are coalesced into one buffer.
+pub(crate) const ZERO_COPY_MIN: usize = 16 * 1024;
+/// At most this many slices go into one vectored write.
+const MAX_IOV: usize = 64;
+
+/// The send side of one connection: whole frames, in order, bounded by the driver.
+#[derive(Debug, Default)]
+pub(crate) struct TxQueue {
+    chunks: VecDeque<Bytes>,
+    /// Small frames coalesced since the last seal.
+    acc: BytesMut,
+    /// Bytes queued, handed out but not yet confirmed written included.
+    queued: usize,
+    /// Bytes handed out by [`TxQueue::take`] and not yet confirmed.
+    in_flight: usize,
+}
+
+impl TxQueue {
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Bytes waiting to be handed out or written (in-flight bytes excluded).
+    pub(crate) fn waiting(&self) -> usize {
+        self.queued - self.in_flight
+    }
+
+    /// Appends an encoded frame head and its (possibly empty) payload.
+    pub(crate) fn push(&mut self, head: &[u8], payload: Bytes) {
+        self.queued += head.len() + payload.len();
+        self.acc.extend_from_slice(head);
+        if payload.len() >= ZERO_COPY_MIN {
+            self.seal();
+            self.chunks.push_back(payload);
+        } else {
+            self.acc.extend_from_slice(&payload);
+        }
+    }
+
+    fn seal(&mut self) {
+        if !self.acc.is_empty() {
+            self.chunks.push_back(self.acc.split().freeze());
+        }
+    }
+
+    /// Hands every waiting chunk to an asynchronous writer; confirm with [`TxQueue::done`].
+    pub(crate) fn take(&mut self) -> Vec<Bytes> {
+        self.seal();
+        let out: Vec<Bytes> = self.chunks.drain(..).collect();
+        self.in_flight += out.iter().map(Bytes::len).sum::<usize>();
+        out
+    }
+
+    /// `n` handed-out bytes were written.
+    pub(crate) fn done(&mut self, n: usize) {
+        let n = n.min(self.in_flight);
+        self.in_flight -= n;
+        self.queued -= n;
+    }
+
+    /// Writes waiting chunks to `w` with vectored writes until the queue is empty
+    /// (`Ok(true)`) or `w` would block (`Ok(false)`).
+    pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<bool> {
+        debug_assert_eq!(self.in_flight, 0, "one queue is written one way");
+        self.seal();
+        while !self.chunks.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self.chunks.iter().take(MAX_IOV).map(|c| IoSlice::new(c)).collect();
+            let n = match w.write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.advance(n);
+        }
+        Ok(true)
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        self.queued -= n;
+        while n > 0 {
+            // The writer never reports more bytes than the slices it was given.
+            let front = self.chunks.front_mut().expect("written bytes were queued");
+            if n >= front.len() {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
+
+/// One TCP connection, outbound (dialed to a peer's listen address) or inbound.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// The peer's listen address: known when dialing, learnt from its hello otherwise.
+    pub(crate) peer: Option<NodeAddr>,
+    pub(crate) outbound: bool,
+    /// The TCP connection is up (inbound ones always are).
+    pub(crate) connected: bool,
+    /// The peer's hello arrived and was accepted.
+    pub(crate) hello_seen: bool,
+    /// Dropped if no hello arrives by then.
+    pub(crate) hello_deadline: Instant,
+    pub(crate) decoder: FrameDecoder,
+    pub(crate) tx: TxQueue,
+    /// Queued in the driver's writable list and not yet polled.
+    pub(crate) tx_notified: bool,
+    /// The machine sent something through it (so losing it is worth reporting).
+    pub(crate) used: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(peer: Option<NodeAddr>, outbound: bool, hello_deadline: Instant, hello_max: usize) -> Self {
+        Conn {
+            peer,
+            outbound,
+            connected: !outbound,
+            hello_seen: false,
+            hello_deadline,
+            decoder: FrameDecoder::new(hello_max),
+            tx: TxQueue::default(),
+            tx_notified: false,
+            used: false,
+        }
+    }
+
+    /// After the hello, accept frames up to `max_frame`, keeping what is buffered.
+    pub(crate) fn open_decoder(&mut self, max_frame: usize) {
+        let mut dec = FrameDecoder::new(max_frame);
+        dec.push(self.decoder.buffer_mut());
+        self.decoder = dec;
+    }
+}
+
+/// Reconnect back-off for one peer address: sends fail at once until `until`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub(crate) failures: u32,
+    pub(crate) until: Instant,
+}
+
+impl Backoff {
+    /// The back-off after one more failure: `min * 2^(failures-1)`, capped at `max`.
+    pub(crate) fn next(prev: Option<Backoff>, now: Instant, min: Duration, max: Duration) -> Backoff {
+        let failures = prev.map_or(0, |b| b.failures).saturating_add(1);
+        let wait = min.saturating_mul(1u32 << (failures - 1).min(16)).min(max);
+        Backoff { failures, until: now + wait }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that accepts at most `limit` bytes per call, then blocks after `calls`.
+    struct Trickle {
+        out: Vec<u8>,
+        limit: usize,
+        calls: usize,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.calls == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            self.calls -= 1;
+            let n = buf.len().min(self.limit);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+            self.write(first)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn partial_writes_resume_where_they_stopped() {
+        let mut q = TxQueue::default();
+        q.push(b"head1", Bytes::from_static(b"small"));
+        let big = Bytes::from(vec![7u8; ZERO_COPY_MIN]);
+        q.push(b"head2", big.clone());
+        q.push(b"head3", Bytes::new());
+        let total = q.queued();
+        let mut w = Trickle { out: Vec::new(), limit: 3, calls: 2 };
+        assert!(!q.write_to(&mut w).unwrap(), "would block");
+        assert_eq!(q.queued(), total - 6);
+        w.calls = usize::MAX;
+        w.limit = 1000;
+        assert!(q.write_to(&mut w).unwrap());
+        assert_eq!(q.queued(), 0);
+        let mut want = b"head1smallhead2".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(b"head3");
+        assert_eq!(w.out, want);
+    }
+
+    #[test]
+    fn taken_bytes_count_until_confirmed() {
+        let mut q = TxQueue::default();
+        q.push(b"abc", Bytes::new());
+        let chunks = q.take();
+        assert_eq!(chunks.concat(), b"abc");
+        assert_eq!((q.queued(), q.waiting()), (3, 0));
+        q.push(b"de", Bytes::new());
+        assert_eq!((q.queued(), q.waiting()), (5, 2));
+        q.done(3);
+        assert_eq!((q.queued(), q.waiting()), (2, 2));
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let t = Instant::now();
+        let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
+        let b1 = Backoff::next(None, t, min, max);
+        let b2 = Backoff::next(Some(b1), t, min, max);
+        let b9 = (0..8).fold(b2, |b, _| Backoff::next(Some(b), t, min, max));
+        assert_eq!(b1.until - t, min);
+        assert_eq!(b2.until - t, 2 * min);
+        assert_eq!(b9.until - t, max);
+    }
+}
