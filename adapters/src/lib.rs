@@ -16,6 +16,17 @@ mod peers;
 pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
 pub use peers::ConnId;
 
+#[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
+pub mod node;
+#[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
+pub use node::{NodeHandle, RuntimeKind, spawn_node};
+
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub mod runtime;
+
+#[cfg(feature = "mio")]
+mod mio_loop;
+
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -1,0 +1,239 @@
+//! Runs one machine on a chosen runtime in its own thread, and the handle the
+//! application keeps: commands in, events out, read-only inspection.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use async_channel::{Receiver, Sender};
+use p2pmp_core::machine::Machine;
+
+use crate::{Driver, DriverConfig};
+
+/// Which shell drives the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    Tokio,
+    Smol,
+    Mio,
+}
+
+impl RuntimeKind {
+    /// Every runtime this build has a shell for.
+    pub fn available() -> Vec<RuntimeKind> {
+        let mut v = Vec::new();
+        if cfg!(feature = "tokio") {
+            v.push(RuntimeKind::Tokio);
+        }
+        if cfg!(feature = "smol") {
+            v.push(RuntimeKind::Smol);
+        }
+        if cfg!(feature = "mio") {
+            v.push(RuntimeKind::Mio);
+        }
+        v
+    }
+}
+
+impl fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::Tokio => "tokio",
+            RuntimeKind::Smol => "smol",
+            RuntimeKind::Mio => "mio",
+        })
+    }
+}
+
+impl FromStr for RuntimeKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tokio" => Ok(RuntimeKind::Tokio),
+            "smol" => Ok(RuntimeKind::Smol),
+            "mio" => Ok(RuntimeKind::Mio),
+            _ => Err(format!("unknown runtime {s:?} (tokio, smol or mio)")),
+        }
+    }
+}
+
+/// A read-only look at the driver (and through it the machine), run in its thread.
+pub type Inspector<M> = Box<dyn FnOnce(&Driver<M>) + Send>;
+
+/// What the application sends to a running node.
+pub enum Control<M: Machine> {
+    /// A command, and where its immediate result goes.
+    Command(M::Command, Sender<Result<(), M::CmdError>>),
+    Inspect(Inspector<M>),
+    /// Stop: pending writes get a short grace period, then every socket closes.
+    Shutdown,
+}
+
+impl<M: Machine> fmt::Debug for Control<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Control::Command(..) => "Command",
+            Control::Inspect(_) => "Inspect",
+            Control::Shutdown => "Shutdown",
+        })
+    }
+}
+
+/// Applies one control message; `false` once the node should stop.
+pub(crate) fn apply_control<M: Machine>(driver: &mut Driver<M>, now: Instant, ctrl: Control<M>) -> bool {
+    match ctrl {
+        Control::Command(cmd, reply) => {
+            let res = driver.on_command(now, cmd);
+            let _ = reply.try_send(res);
+            true
+        }
+        Control::Inspect(f) => {
+            f(driver);
+            true
+        }
+        Control::Shutdown => false,
+    }
+}
+
+/// Hands the driver's events to the application (dropped if nobody listens).
+pub(crate) fn forward_events<M: Machine>(driver: &mut Driver<M>, events: &Sender<M::Event>) {
+    while let Some(e) = driver.poll_event() {
+        let _ = events.try_send(e);
+    }
+}
+
+/// The channels a shell runs with.
+pub(crate) struct ShellIo<M: Machine> {
+    pub(crate) ctrl: Receiver<Control<M>>,
+    pub(crate) events: Sender<M::Event>,
+}
+
+/// The node has stopped; the command was not carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped;
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the node has stopped")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+type Wake = Arc<dyn Fn() + Send + Sync>;
+
+/// A running node. Dropping it stops the node.
+pub struct NodeHandle<M: Machine> {
+    addr: SocketAddr,
+    ctrl: Sender<Control<M>>,
+    wake: Wake,
+    events: Receiver<M::Event>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl<M: Machine> fmt::Debug for NodeHandle<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeHandle").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl<M: Machine> NodeHandle<M> {
+    /// The address the node listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn send(&self, c: Control<M>) -> Result<(), Stopped> {
+        self.ctrl.send_blocking(c).map_err(|_| Stopped)?;
+        (self.wake)();
+        Ok(())
+    }
+
+    /// Runs `cmd` on the machine and waits for its immediate result.
+    pub fn command(&self, cmd: M::Command) -> Result<Result<(), M::CmdError>, Stopped> {
+        let (tx, rx) = async_channel::bounded(1);
+        self.send(Control::Command(cmd, tx))?;
+        rx.recv_blocking().map_err(|_| Stopped)
+    }
+
+    /// Runs `f` on the driver in the node's thread and returns what it returns.
+    pub fn inspect<T: Send + 'static>(&self, f: impl FnOnce(&Driver<M>) -> T + Send + 'static) -> Result<T, Stopped> {
+        let (tx, rx) = async_channel::bounded(1);
+        self.send(Control::Inspect(Box::new(move |d| {
+            let _ = tx.try_send(f(d));
+        })))?;
+        rx.recv_blocking().map_err(|_| Stopped)
+    }
+
+    /// The machine's events, in order (`recv_blocking` from plain threads).
+    pub fn events(&self) -> &Receiver<M::Event> {
+        &self.events
+    }
+
+    /// Stops the node and waits for its thread.
+    pub fn shutdown(mut self) -> io::Result<()> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> io::Result<()> {
+        let _ = self.send(Control::Shutdown);
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| Err(io::Error::other("node thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<M: Machine> Drop for NodeHandle<M> {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Starts a node on `runtime` in a new thread, serving `listener`. The machine is
+/// built in that thread by `make(now)`, on the runtime's clock.
+pub fn spawn_node<M, F>(
+    runtime: RuntimeKind,
+    listener: TcpListener,
+    cfg: DriverConfig,
+    make: F,
+) -> io::Result<NodeHandle<M>>
+where
+    M: Machine + 'static,
+    M::Command: Send,
+    M::Event: Send,
+    M::CmdError: Send,
+    F: FnOnce(Instant) -> M + Send + 'static,
+{
+    let addr = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let (ctrl_tx, ctrl_rx) = async_channel::unbounded();
+    let (ev_tx, ev_rx) = async_channel::unbounded();
+    let io = ShellIo { ctrl: ctrl_rx, events: ev_tx };
+    let name = format!("p2pmp-{runtime}-{}", addr.port());
+    let (wake, body): (Wake, Box<dyn FnOnce() -> io::Result<()> + Send>) = match runtime {
+        #[cfg(feature = "tokio")]
+        RuntimeKind::Tokio => (Arc::new(|| {}), Box::new(move || crate::runtime::tokio::run(listener, cfg, make, io))),
+        #[cfg(feature = "smol")]
+        RuntimeKind::Smol => (Arc::new(|| {}), Box::new(move || crate::runtime::smol::run(listener, cfg, make, io))),
+        #[cfg(feature = "mio")]
+        RuntimeKind::Mio => {
+            let poll = mio::Poll::new()?;
+            let waker = Arc::new(mio::Waker::new(poll.registry(), crate::mio_loop::WAKER)?);
+            let wake: Wake = Arc::new(move || {
+                let _ = waker.wake();
+            });
+            (wake, Box::new(move || crate::mio_loop::run(poll, listener, cfg, make, io)))
+        }
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, format!("built without the {other} feature")));
+        }
+    };
+    let thread = std::thread::Builder::new().name(name).spawn(body)?;
+    Ok(NodeHandle { addr, ctrl: ctrl_tx, wake, events: ev_rx, thread: Some(thread) })
+}

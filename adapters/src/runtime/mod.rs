@@ -1,0 +1,309 @@
+//! The async shell, written once for tokio and smol over the small
+//! [`AsyncRuntime`] trait (in the manner of quinn's `Runtime`).
+//!
+//! One loop task owns the [`Driver`]; per connection, a reader task sends the
+//! bytes it reads and a writer task writes the chunks it is handed with vectored
+//! writes and reports back. The loop waits on those reports, the application's
+//! control channel and one timer, reset only when the deadline changes.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::{Future, poll_fn};
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use async_channel::Sender;
+use bytes::{Buf, Bytes};
+use p2pmp_core::machine::Machine;
+use tracing::{debug, warn};
+
+use crate::node::{ShellIo, apply_control, forward_events};
+use crate::{ConnId, Driver, IoRequest};
+
+#[cfg(feature = "smol")]
+pub mod smol;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+
+/// Inputs drained per wake-up before control messages and timers get a turn.
+const INPUT_BUDGET: usize = 256;
+/// Bytes read per read call.
+const READ_BUF: usize = 64 * 1024;
+/// How long a stopping node waits for its writers.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// What the async shell needs from a runtime. Everything else is shared.
+pub trait AsyncRuntime: Clone + Send + Sync + 'static {
+    type Listener: Send + Sync + 'static;
+    type Reader: Send + 'static;
+    type Writer: Send + 'static;
+
+    /// The runtime's clock (tokio's allows paused-time tests).
+    fn now(&self) -> Instant;
+    /// Completes at `at`.
+    fn sleep_until(&self, at: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// Runs `fut` in the background until it ends or the runtime stops.
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static);
+    /// Takes over a bound, non-blocking std listener.
+    fn listener(&self, l: std::net::TcpListener) -> io::Result<Self::Listener>;
+    /// The next inbound connection, split for reading and writing, TCP_NODELAY on.
+    fn accept(l: &Self::Listener) -> impl Future<Output = io::Result<(Self::Reader, Self::Writer, SocketAddr)>> + Send;
+    /// A connection to `addr`, split, TCP_NODELAY on.
+    fn connect(&self, addr: SocketAddr) -> impl Future<Output = io::Result<(Self::Reader, Self::Writer)>> + Send;
+    fn read(r: &mut Self::Reader, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>> + Send;
+    fn write_vectored(w: &mut Self::Writer, bufs: &[IoSlice<'_>]) -> impl Future<Output = io::Result<usize>> + Send;
+}
+
+/// Which of two futures finished first.
+pub(crate) enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Polls `a` then `b`; the first ready wins and the other is dropped.
+pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+    let mut a = pin!(a);
+    let mut b = pin!(b);
+    poll_fn(|cx| {
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(Either::Left(x));
+        }
+        if let Poll::Ready(y) = b.as_mut().poll(cx) {
+            return Poll::Ready(Either::Right(y));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Reports from the connection tasks to the loop.
+enum Input<R: AsyncRuntime> {
+    Accepted(R::Reader, R::Writer, SocketAddr),
+    Connected(ConnId, R::Reader, R::Writer),
+    ConnectFailed(ConnId, io::Error),
+    Data(ConnId, Bytes),
+    Written(ConnId, usize),
+    Closed(ConnId, String),
+}
+
+/// The loop's side of one connection's tasks. Dropping it stops both.
+struct ConnIo {
+    writer: Sender<Vec<Bytes>>,
+    _stop: Sender<()>,
+    busy: bool,
+}
+
+struct Shell<R: AsyncRuntime, M: Machine> {
+    rt: R,
+    driver: Driver<M>,
+    conns: BTreeMap<ConnId, ConnIo>,
+    inputs: Sender<Input<R>>,
+    io: ShellIo<M>,
+}
+
+/// Runs `driver` until the application asks it to stop or drops its handle.
+pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
+    rt: R,
+    listener: std::net::TcpListener,
+    driver: Driver<M>,
+    io: ShellIo<M>,
+) -> io::Result<()> {
+    let listener = rt.listener(listener)?;
+    let (in_tx, in_rx) = async_channel::bounded::<Input<R>>(1024);
+    let accepts = in_tx.clone();
+    rt.spawn(async move {
+        loop {
+            match R::accept(&listener).await {
+                Ok((r, w, remote)) => {
+                    if accepts.send(Input::Accepted(r, w, remote)).await.is_err() {
+                        return;
+                    }
+                }
+                // Out of descriptors and the like: log, and keep serving the others.
+                Err(e) => warn!("accept failed: {e}"),
+            }
+        }
+    });
+    let mut sh = Shell { rt, driver, conns: BTreeMap::new(), inputs: in_tx, io };
+    let mut timer: Option<(Instant, Pin<Box<dyn Future<Output = ()> + Send>>)> = None;
+    let mut linger: Option<Instant> = None;
+    loop {
+        sh.service();
+        if let Some(until) = linger
+            && (sh.conns.values().all(|c| !c.busy) || sh.rt.now() >= until)
+        {
+            return Ok(());
+        }
+        let deadline = [sh.driver.next_deadline(), linger].into_iter().flatten().min();
+        if timer.as_ref().map(|t| t.0) != deadline {
+            timer = deadline.map(|d| (d, sh.rt.sleep_until(d)));
+        }
+        let sleep = async {
+            match timer.as_mut() {
+                Some((_, s)) => s.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        let woke = race(in_rx.recv(), race(sh.io.ctrl.recv(), sleep)).await;
+        let now = sh.rt.now();
+        match woke {
+            Either::Left(Ok(input)) => {
+                sh.input(now, input);
+                for _ in 1..INPUT_BUDGET {
+                    match in_rx.try_recv() {
+                        Ok(input) => sh.input(now, input),
+                        Err(_) => break,
+                    }
+                }
+            }
+            // The loop holds a sender itself, so the channel never closes.
+            Either::Left(Err(_)) => unreachable!("input channel closed"),
+            Either::Right(Either::Left(Ok(ctrl))) => {
+                if !apply_control(&mut sh.driver, now, ctrl) {
+                    linger.get_or_insert(now + LINGER);
+                }
+            }
+            Either::Right(Either::Left(Err(_))) => return Ok(()), // every handle dropped
+            Either::Right(Either::Right(())) => timer = None,
+        }
+        while let Ok(ctrl) = sh.io.ctrl.try_recv() {
+            if !apply_control(&mut sh.driver, now, ctrl) {
+                linger.get_or_insert(now + LINGER);
+            }
+        }
+        if sh.driver.next_deadline().is_some_and(|d| d <= now) {
+            sh.driver.on_timeout(now);
+        }
+    }
+}
+
+impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
+    fn input(&mut self, now: Instant, input: Input<R>) {
+        match input {
+            Input::Accepted(r, w, remote) => {
+                if let Some(conn) = self.driver.on_accepted(now, remote) {
+                    self.start(conn, r, w);
+                }
+            }
+            Input::Connected(conn, r, w) => {
+                if self.driver.is_open(conn) {
+                    self.start(conn, r, w);
+                    self.driver.on_connected(now, conn);
+                }
+            }
+            Input::ConnectFailed(conn, e) => self.driver.on_connect_failed(now, conn, &e),
+            Input::Data(conn, data) => self.driver.on_bytes(now, conn, &data),
+            Input::Written(conn, n) => {
+                self.driver.on_tx_done(conn, n);
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.busy = false;
+                    Self::write(&mut self.driver, conn, c);
+                }
+            }
+            Input::Closed(conn, why) => self.driver.on_closed(now, conn, why),
+        }
+    }
+
+    /// Carries out what the driver asked for and hands its events on.
+    fn service(&mut self) {
+        while let Some(req) = self.driver.poll_io() {
+            match req {
+                IoRequest::Connect { conn, addr } => {
+                    let (rt, inputs) = (self.rt.clone(), self.inputs.clone());
+                    self.rt.spawn(async move {
+                        let input = match rt.connect(addr).await {
+                            Ok((r, w)) => Input::Connected(conn, r, w),
+                            Err(e) => Input::ConnectFailed(conn, e),
+                        };
+                        let _ = inputs.send(input).await;
+                    });
+                }
+                IoRequest::Close { conn } => {
+                    self.conns.remove(&conn);
+                }
+            }
+        }
+        while let Some(conn) = self.driver.poll_writable() {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                Self::write(&mut self.driver, conn, c);
+            }
+        }
+        forward_events(&mut self.driver, &self.io.events);
+    }
+
+    fn write(driver: &mut Driver<M>, conn: ConnId, c: &mut ConnIo) {
+        if c.busy {
+            return; // the rest goes when the writer reports back
+        }
+        let chunks = driver.take_tx(conn);
+        if !chunks.is_empty() {
+            c.busy = true;
+            let _ = c.writer.try_send(chunks);
+        }
+    }
+
+    /// Starts the reader and writer tasks of a connection.
+    fn start(&mut self, conn: ConnId, mut r: R::Reader, mut w: R::Writer) {
+        let (wtx, wrx) = async_channel::unbounded::<Vec<Bytes>>();
+        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+        let inputs = self.inputs.clone();
+        self.rt.spawn(async move {
+            let mut buf = vec![0u8; READ_BUF];
+            loop {
+                let input = match race(R::read(&mut r, &mut buf), stop_rx.recv()).await {
+                    Either::Right(_) => return, // the loop dropped the connection
+                    Either::Left(Ok(0)) => Input::Closed(conn, "closed by peer".into()),
+                    Either::Left(Ok(n)) => Input::Data(conn, Bytes::copy_from_slice(&buf[..n])),
+                    Either::Left(Err(e)) => Input::Closed(conn, format!("read failed: {e}")),
+                };
+                let last = matches!(input, Input::Closed(..));
+                if inputs.send(input).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        let inputs = self.inputs.clone();
+        self.rt.spawn(async move {
+            while let Ok(chunks) = wrx.recv().await {
+                let n = chunks.iter().map(Bytes::len).sum();
+                let input = match write_all::<R>(&mut w, chunks).await {
+                    Ok(()) => Input::Written(conn, n),
+                    Err(e) => Input::Closed(conn, format!("write failed: {e}")),
+                };
+                let last = matches!(input, Input::Closed(..));
+                if inputs.send(input).await.is_err() || last {
+                    return;
+                }
+            }
+            debug!(%conn, "writer done");
+        });
+        self.conns.insert(conn, ConnIo { writer: wtx, _stop: stop_tx, busy: false });
+    }
+}
+
+/// Writes every chunk, as few vectored writes as the socket allows.
+async fn write_all<R: AsyncRuntime>(w: &mut R::Writer, chunks: Vec<Bytes>) -> io::Result<()> {
+    let mut q: VecDeque<Bytes> = chunks.into();
+    while !q.is_empty() {
+        let slices: Vec<IoSlice<'_>> = q.iter().take(64).map(|c| IoSlice::new(c)).collect();
+        let mut n = R::write_vectored(w, &slices).await?;
+        drop(slices);
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            // n never exceeds the bytes offered.
+            let front = q.front_mut().expect("written bytes were queued");
+            if n >= front.len() {
+                n -= front.len();
+                q.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}

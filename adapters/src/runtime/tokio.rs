@@ -1,0 +1,78 @@
+//! The tokio runtime: a current-thread runtime per node, tokio's clock.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Instant;
+
+use p2pmp_core::machine::Machine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::AsyncRuntime;
+use crate::node::ShellIo;
+use crate::{Driver, DriverConfig};
+
+/// [`AsyncRuntime`] over tokio; only valid inside a tokio runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioRuntime;
+
+impl AsyncRuntime for TokioRuntime {
+    type Listener = TcpListener;
+    type Reader = OwnedReadHalf;
+    type Writer = OwnedWriteHalf;
+
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    fn sleep_until(&self, at: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep_until(at.into()))
+    }
+
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        drop(tokio::spawn(fut));
+    }
+
+    fn listener(&self, l: std::net::TcpListener) -> io::Result<TcpListener> {
+        TcpListener::from_std(l)
+    }
+
+    async fn accept(l: &TcpListener) -> io::Result<(OwnedReadHalf, OwnedWriteHalf, SocketAddr)> {
+        let (s, remote) = l.accept().await?;
+        s.set_nodelay(true)?;
+        let (r, w) = s.into_split();
+        Ok((r, w, remote))
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {
+        let s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        Ok(s.into_split())
+    }
+
+    async fn read(r: &mut OwnedReadHalf, buf: &mut [u8]) -> io::Result<usize> {
+        r.read(buf).await
+    }
+
+    async fn write_vectored(w: &mut OwnedWriteHalf, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        w.write_vectored(bufs).await
+    }
+}
+
+/// Runs a node on a fresh current-thread tokio runtime until it is told to stop.
+pub(crate) fn run<M: Machine>(
+    listener: std::net::TcpListener,
+    cfg: DriverConfig,
+    make: impl FnOnce(Instant) -> M,
+    io: ShellIo<M>,
+) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let now = TokioRuntime.now();
+        let driver = Driver::new(make(now), cfg, now);
+        super::run_loop(TokioRuntime, listener, driver, io).await
+    })
+}
