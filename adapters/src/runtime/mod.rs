@@ -34,6 +34,9 @@ const READ_BUF: usize = 64 * 1024;
 /// How long a stopping node waits for its writers.
 const LINGER: Duration = Duration::from_millis(500);
 
+/// A boxed timer future.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// What the async shell needs from a runtime. Everything else is shared.
 pub trait AsyncRuntime: Clone + Send + Sync + 'static {
     type Listener: Send + Sync + 'static;
@@ -43,7 +46,7 @@ pub trait AsyncRuntime: Clone + Send + Sync + 'static {
     /// The runtime's clock (tokio's allows paused-time tests).
     fn now(&self) -> Instant;
     /// Completes at `at`.
-    fn sleep_until(&self, at: Instant) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    fn sleep_until(&self, at: Instant) -> Sleep;
     /// Runs `fut` in the background until it ends or the runtime stops.
     fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static);
     /// Takes over a bound, non-blocking std listener.
@@ -127,7 +130,7 @@ pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
         }
     });
     let mut sh = Shell { rt, driver, conns: BTreeMap::new(), inputs: in_tx, io };
-    let mut timer: Option<(Instant, Pin<Box<dyn Future<Output = ()> + Send>>)> = None;
+    let mut timer: Option<(Instant, Sleep)> = None;
     let mut linger: Option<Instant> = None;
     loop {
         sh.service();
