@@ -1,1 +1,5 @@
-fn main() {}
+//! One overlay node over TCP: `cargo run -p p2pmp-adapters --features app --example node -- --help`.
+
+fn main() -> anyhow::Result<()> {
+    p2pmp_adapters::app::main()
+}

@@ -10,6 +10,8 @@
 //! - `node` starts any machine on a chosen runtime in its own thread and hands
 //!   back a `NodeHandle` for commands, events and inspection.
 
+#[cfg(feature = "app")]
+pub mod app;
 mod driver;
 mod peers;
 

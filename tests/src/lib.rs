@@ -1,4 +1,239 @@
 //! p2pmp-tests: cross-crate integration tests.
 //!
-//! Will hold tests that start real processes on loopback, property tests of
-//! protocol invariants across crates, and fault injection.
+//! This library is the harness of the process tests in `tests/`: [`NodeProc`]
+//! runs the node program (`p2pmp-node`, the node program of p2pmp-adapters) as a
+//! child process on loopback, talks to it through its line protocol, and kills it
+//! when dropped. [`wait_until`] polls a condition against a deadline.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use p2pmp_core::id::Id;
+
+/// Longest wait for one answer line.
+pub const ANSWER: Duration = Duration::from_secs(30);
+
+/// One node program running as a child process.
+#[derive(Debug)]
+pub struct NodeProc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// Where the node listens (its overlay address).
+    pub addr: SocketAddr,
+    /// The runtime it was started with.
+    pub runtime: String,
+}
+
+/// Fields of a `state` line, `key=value` each.
+pub type StateLine = BTreeMap<String, String>;
+
+impl NodeProc {
+    /// Starts `bin` on `runtime`, listening on a free port of 127.0.0.1, joining
+    /// through `bootstrap` (none: a new network), with `extra` flags.
+    pub fn spawn(bin: &Path, runtime: &str, bootstrap: &[SocketAddr], extra: &[&str]) -> NodeProc {
+        let mut cmd = Command::new(bin);
+        cmd.args(["--runtime", runtime, "--listen", "127.0.0.1:0", "--log", "warn"]);
+        if !bootstrap.is_empty() {
+            cmd.arg("--bootstrap");
+            cmd.args(bootstrap.iter().map(ToString::to_string));
+        }
+        cmd.args(extra);
+        let stderr = if std::env::var_os("P2PMP_TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() };
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut node = NodeProc { child, stdin, lines, addr: "0.0.0.0:0".parse().unwrap(), runtime: runtime.into() };
+        let first = node.next_line(Duration::from_secs(20)).expect("the node prints its address");
+        let addr = first.strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+        node.addr = addr.parse().unwrap();
+        node
+    }
+
+    /// The node's overlay id.
+    pub fn id(&self) -> Id {
+        Id::hash(self.addr.to_string())
+    }
+
+    /// The next stdout line that is not an unsolicited event.
+    fn next_line(&mut self, wait: Duration) -> Option<String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with("event ") => continue,
+                Ok(l) => return Some(l),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Sends one command line and returns its answer line.
+    pub fn cmd(&mut self, line: &str) -> String {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").and_then(|()| stdin.flush()).unwrap_or_else(|e| panic!("{}: {e}", self.addr));
+        self.next_line(ANSWER).unwrap_or_else(|| panic!("{} ({}): no answer to {line:?}", self.addr, self.runtime))
+    }
+
+    /// The parsed `state` line.
+    pub fn state(&mut self) -> StateLine {
+        parse_fields(&self.cmd("state"))
+    }
+
+    /// `lookup <key>`: the owner's address, or the error line.
+    pub fn lookup(&mut self, key: &str) -> Result<SocketAddr, String> {
+        let line = self.cmd(&format!("lookup {key}"));
+        let f = parse_fields(&line);
+        f.get("owner").and_then(|o| o.parse().ok()).ok_or(line)
+    }
+
+    /// `query <name>`: the values, or the error line.
+    pub fn query(&mut self, name: &str) -> Result<Vec<String>, String> {
+        let line = self.cmd(&format!("query {name}"));
+        match parse_fields(&line).get("values") {
+            Some(v) if v.is_empty() => Ok(Vec::new()),
+            Some(v) => Ok(v.split(',').map(String::from).collect()),
+            None => Err(line),
+        }
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Splits `word key=value key=value ...` into its fields (an `error=` field runs
+/// to the end of the line).
+pub fn parse_fields(line: &str) -> StateLine {
+    let mut out = BTreeMap::new();
+    let (head, error) = match line.find(" error=") {
+        Some(i) => (&line[..i], Some(&line[i + 7..])),
+        None => (line, None),
+    };
+    for w in head.split_whitespace() {
+        if let Some((k, v)) = w.split_once('=') {
+            out.insert(k.to_string(), v.to_string());
+        }
+    }
+    if let Some(e) = error {
+        out.insert("error".into(), e.to_string());
+    }
+    out
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, panicking with `what` and the
+/// last state after `timeout`.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}: {last}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The owner of `key` among nodes with these addresses: the first id at or after
+/// the key on the ring.
+pub fn owner_of(key: Id, addrs: &[SocketAddr]) -> SocketAddr {
+    let mut ring: Vec<(Id, SocketAddr)> = addrs.iter().map(|a| (Id::hash(a.to_string()), *a)).collect();
+    ring.sort();
+    ring.iter().find(|(id, _)| *id >= key).unwrap_or(&ring[0]).1
+}
+
+/// The successor and predecessor every node should have, by address.
+pub fn expected_neighbours(addrs: &[SocketAddr]) -> BTreeMap<SocketAddr, (SocketAddr, SocketAddr)> {
+    let mut ring: Vec<(Id, SocketAddr)> = addrs.iter().map(|a| (Id::hash(a.to_string()), *a)).collect();
+    ring.sort();
+    let n = ring.len();
+    (0..n).map(|i| (ring[i].1, (ring[(i + 1) % n].1, ring[(i + n - 1) % n].1))).collect()
+}
+
+/// Waits until every node's successor and predecessor are the true ones.
+pub fn wait_for_ring(nodes: &mut [NodeProc], timeout: Duration) {
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    let want = expected_neighbours(&addrs);
+    wait_until("one ring", timeout, || {
+        let mut wrong = Vec::new();
+        for n in nodes.iter_mut() {
+            let s = n.state();
+            let (succ, pred) = want[&n.addr];
+            let first_succ = s.get("succ").and_then(|l| l.split(',').next()).unwrap_or("-").to_string();
+            if first_succ != succ.to_string() || s.get("pred").map(String::as_str) != Some(&pred.to_string()) {
+                wrong.push(format!("{} succ={first_succ} (want {succ}) pred={:?} (want {pred})", n.addr, s.get("pred")));
+            }
+        }
+        if wrong.is_empty() { Ok(()) } else { Err(format!("{} wrong: {}", wrong.len(), wrong.join("; "))) }
+    })
+}
+
+/// Looks up `keys` from every node and checks each answer against the owner
+/// computed from the ids. Retries (the ring may still be settling) until `timeout`.
+pub fn check_lookups(nodes: &mut [NodeProc], keys: &[String], timeout: Duration) {
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    for k in keys {
+        let want = owner_of(Id::hash(k), &addrs);
+        for n in nodes.iter_mut() {
+            wait_until(&format!("lookup {k} from {}", n.addr), timeout, || match n.lookup(k) {
+                Ok(o) if o == want => Ok(()),
+                Ok(o) => Err(format!("owner {o}, want {want}")),
+                Err(line) => Err(line),
+            });
+        }
+    }
+}
+
+/// The flags that make a test network settle fast.
+pub const FAST: &[&str] = &["--stabilize-ms", "100", "--request-timeout-ms", "300", "--lookup-timeout-ms", "3000"];
+
+/// Starts `n` nodes, the first creating the network, each later one joining
+/// through a node started before it; runtimes are taken from `runtimes` in turn.
+pub fn start_network(bin: &Path, runtimes: &[&str], n: usize) -> Vec<NodeProc> {
+    let mut nodes: Vec<NodeProc> = Vec::with_capacity(n);
+    for i in 0..n {
+        let boot: Vec<SocketAddr> = match i {
+            0 => Vec::new(),
+            _ => vec![nodes[0].addr, nodes[(i - 1) / 2].addr],
+        };
+        nodes.push(NodeProc::spawn(bin, runtimes[i % runtimes.len()], &boot, FAST));
+    }
+    nodes
+}
