@@ -159,7 +159,10 @@ fn main() {
         rows.push((rt, ping, lookup));
     }
     println!();
-    println!("requests/s one node serves over loopback ({} clients x window {}, {:.1} s each)", o.clients, o.window, o.secs);
+    println!(
+        "requests/s one node serves over loopback ({} clients x window {}, {:.1} s each)",
+        o.clients, o.window, o.secs
+    );
     println!("| runtime | ping/pong req/s | chord lookup-step req/s |");
     println!("|---|---:|---:|");
     for (rt, p, l) in &rows {

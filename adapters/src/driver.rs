@@ -290,6 +290,11 @@ impl<M: Machine> Driver<M> {
         self.events.pop_front()
     }
 
+    /// Nothing is queued for sending on any connection.
+    pub fn tx_idle(&self) -> bool {
+        self.conns.values().all(|c| c.tx.queued() == 0)
+    }
+
     /// Bytes queued for `conn` (zero for unknown connections).
     pub fn tx_pending(&self, conn: ConnId) -> usize {
         self.conns.get(&conn).map_or(0, |c| c.tx.queued())

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::net::TcpListener as StdListener;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -21,6 +21,8 @@ pub(crate) const WAKER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Bytes read per read call.
 const READ_BUF: usize = 64 * 1024;
+/// How long a stopping node keeps writing what it has queued.
+const LINGER: Duration = Duration::from_millis(500);
 
 fn token(conn: ConnId) -> Token {
     Token(conn.0 as usize + FIRST_CONN)
@@ -56,9 +58,16 @@ pub(crate) fn run<M: Machine>(
     let driver = Driver::new(make(now), cfg, now);
     let mut sh = MioShell { poll, driver, socks: BTreeMap::new(), buf: vec![0; READ_BUF] };
     let mut events = Events::with_capacity(256);
+    let mut linger: Option<Instant> = None;
     loop {
         sh.service(&io);
-        let timeout = sh.driver.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
+        if let Some(until) = linger
+            && (sh.driver.tx_idle() || Instant::now() >= until)
+        {
+            return Ok(());
+        }
+        let deadline = [sh.driver.next_deadline(), linger].into_iter().flatten().min();
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if let Err(e) = sh.poll.poll(&mut events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -77,8 +86,7 @@ pub(crate) fn run<M: Machine>(
             match io.ctrl.try_recv() {
                 Ok(ctrl) => {
                     if !apply_control(&mut sh.driver, now, ctrl) {
-                        sh.linger();
-                        return Ok(());
+                        linger.get_or_insert(now + LINGER);
                     }
                 }
                 Err(async_channel::TryRecvError::Empty) => break,
@@ -201,15 +209,5 @@ impl<M: Machine> MioShell<M> {
             break;
         }
         forward_events(&mut self.driver, &io.events);
-    }
-
-    /// Best effort to get queued bytes out before the sockets close.
-    fn linger(&mut self) {
-        let conns: Vec<ConnId> = self.socks.keys().copied().collect();
-        for conn in conns {
-            if let Some(sock) = self.socks.get_mut(&conn) {
-                let _ = self.driver.write_tx(conn, &mut sock.stream);
-            }
-        }
     }
 }

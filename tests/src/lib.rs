@@ -198,7 +198,11 @@ pub fn wait_for_ring(nodes: &mut [NodeProc], timeout: Duration) {
             let (succ, pred) = want[&n.addr];
             let first_succ = s.get("succ").and_then(|l| l.split(',').next()).unwrap_or("-").to_string();
             if first_succ != succ.to_string() || s.get("pred").map(String::as_str) != Some(&pred.to_string()) {
-                wrong.push(format!("{} succ={first_succ} (want {succ}) pred={:?} (want {pred})", n.addr, s.get("pred")));
+                wrong.push(format!(
+                    "{} succ={first_succ} (want {succ}) pred={:?} (want {pred})",
+                    n.addr,
+                    s.get("pred")
+                ));
             }
         }
         if wrong.is_empty() { Ok(()) } else { Err(format!("{} wrong: {}", wrong.len(), wrong.join("; "))) }

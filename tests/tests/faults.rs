@@ -65,10 +65,8 @@ fn a_graceful_leave_hands_registrations_over() {
     let mut nodes = start_network(BIN.as_ref(), &["mio", "tokio", "smol"], 8);
     wait_for_ring(&mut nodes, SETTLE);
     // A long TTL: no refresh during the test, so only the hand-over can keep it.
-    let name = (0..)
-        .map(|i| format!("file-{i}"))
-        .find(|n| owner_of(Id::hash(n), &addrs(&nodes)) != nodes[0].addr)
-        .unwrap();
+    let name =
+        (0..).map(|i| format!("file-{i}")).find(|n| owner_of(Id::hash(n), &addrs(&nodes)) != nodes[0].addr).unwrap();
     assert!(nodes[0].cmd(&format!("register {name} precious 3600")).starts_with("register ok"));
     expect_values(&mut nodes[1], &name, &["precious"], Duration::from_secs(10));
     // The owner and then each new owner leave in turn: three in all, more than the
@@ -109,11 +107,11 @@ fn closed_by_node(mut s: TcpStream, wait: Duration) -> bool {
 #[test]
 fn garbage_and_huge_length_prefixes_are_dropped() {
     for rt in ["tokio", "smol", "mio"] {
-        let mut a = NodeProc::spawn(BIN.as_ref(), rt, &[], p2pmp_tests::FAST);
-        let mut b = NodeProc::spawn(BIN.as_ref(), "tokio", &[a.addr], p2pmp_tests::FAST);
+        let a = NodeProc::spawn(BIN.as_ref(), rt, &[], p2pmp_tests::FAST);
+        let b = NodeProc::spawn(BIN.as_ref(), "tokio", &[a.addr], p2pmp_tests::FAST);
         let mut pair = [a, b];
         wait_for_ring(&mut pair, SETTLE);
-        [a, b] = pair;
+        let [mut a, mut b] = pair;
         // Garbage, then a 1 GiB length prefix, each on its own connection; a
         // slow garbage sender stays connected meanwhile.
         let mut slow = TcpStream::connect(a.addr).unwrap();

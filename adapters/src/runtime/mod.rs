@@ -135,7 +135,7 @@ pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
     loop {
         sh.service();
         if let Some(until) = linger
-            && (sh.conns.values().all(|c| !c.busy) || sh.rt.now() >= until)
+            && (sh.driver.tx_idle() || sh.rt.now() >= until)
         {
             return Ok(());
         }
