@@ -80,7 +80,8 @@ fn a_graceful_leave_hands_registrations_over() {
         let mut leaving = nodes.remove(i);
         assert_eq!(leaving.cmd("leave"), "leave ok");
         assert!(leaving.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()), "exits after leave");
-        expect_values(&mut nodes[nodes.len() - 1], &name, &["precious"], Duration::from_secs(10));
+        let last = nodes.len() - 1;
+        expect_values(&mut nodes[last], &name, &["precious"], Duration::from_secs(10));
     }
     wait_for_ring(&mut nodes, SETTLE);
     for node in nodes.iter_mut() {

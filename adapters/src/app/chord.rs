@@ -25,7 +25,8 @@ pub(super) fn run(args: &Args, listener: TcpListener, addr: NodeAddr, cfg: Drive
     };
     let bootstrap = args.bootstrap.clone();
     let seed = args.seed.unwrap_or(u64::from(addr.0.port()));
-    let handle = spawn_node(args.runtime, listener, cfg, move |now| ChordNode::new(config, addr, bootstrap, now, seed))?;
+    let handle =
+        spawn_node(args.runtime, listener, cfg, move |now| ChordNode::new(config, addr, bootstrap, now, seed))?;
     repl::serve(handle, state_line)
 }
 

@@ -73,7 +73,12 @@ impl Args {
 /// Parses the command line and runs the node until stdin ends, `quit` or `leave`.
 pub fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(args.log).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_max_level(args.log)
+        .with_target(false)
+        .init();
     run(args)
 }
 
