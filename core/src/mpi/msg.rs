@@ -35,18 +35,20 @@ impl MpiMsg {
     /// The reliability header, for every variant but [`MpiMsg::Ack`].
     pub fn hdr(&self) -> Option<&SeqHdr> {
         match self {
-            MpiMsg::Eager { hdr, .. } | MpiMsg::Rts { hdr, .. } | MpiMsg::Cts { hdr, .. } | MpiMsg::Data { hdr, .. } => {
-                Some(hdr)
-            }
+            MpiMsg::Eager { hdr, .. }
+            | MpiMsg::Rts { hdr, .. }
+            | MpiMsg::Cts { hdr, .. }
+            | MpiMsg::Data { hdr, .. } => Some(hdr),
             MpiMsg::Ack { .. } => None,
         }
     }
 
     pub(crate) fn hdr_mut(&mut self) -> Option<&mut SeqHdr> {
         match self {
-            MpiMsg::Eager { hdr, .. } | MpiMsg::Rts { hdr, .. } | MpiMsg::Cts { hdr, .. } | MpiMsg::Data { hdr, .. } => {
-                Some(hdr)
-            }
+            MpiMsg::Eager { hdr, .. }
+            | MpiMsg::Rts { hdr, .. }
+            | MpiMsg::Cts { hdr, .. }
+            | MpiMsg::Data { hdr, .. } => Some(hdr),
             MpiMsg::Ack { .. } => None,
         }
     }

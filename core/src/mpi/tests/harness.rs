@@ -167,7 +167,8 @@ impl World {
 
     pub(super) fn probe(&mut self, at: usize, p: Pat) {
         let got = self.engines[at].iprobe(p.comm, p.src, p.tag).unwrap();
-        let want = self.model[at].unexpected.iter().map(|&id| self.msgs[id]).find(|m| m.matches(&p)).map(|m| m.status());
+        let want =
+            self.model[at].unexpected.iter().map(|&id| self.msgs[id]).find(|m| m.matches(&p)).map(|m| m.status());
         assert_eq!(got, want, "iprobe at rank {at} for {p:?}");
     }
 

@@ -311,10 +311,18 @@ fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
 fn arb_msg() -> impl Strategy<Value = MpiMsg> {
     prop_oneof![
         (arb_hdr(), any::<u32>(), any::<i32>()).prop_map(|(hdr, comm, tag)| MpiMsg::Eager { hdr, comm, tag }),
-        (arb_hdr(), any::<u32>(), any::<i32>(), any::<u64>())
-            .prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts { hdr, comm, tag, len }),
+        (arb_hdr(), any::<u32>(), any::<i32>(), any::<u64>()).prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts {
+            hdr,
+            comm,
+            tag,
+            len
+        }),
         (arb_hdr(), any::<u64>()).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
-        (arb_hdr(), any::<u64>(), any::<u64>()).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
+        (arb_hdr(), any::<u64>(), any::<u64>()).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data {
+            hdr,
+            rts_seq,
+            offset
+        }),
         (any::<u64>(), any::<u64>()).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
     ]
 }

@@ -46,6 +46,23 @@ fn arb_scenario(breaks: u32) -> impl Strategy<Value = (usize, Vec<Op>)> {
     (2..=4usize).prop_flat_map(move |n| (Just(n), prop::collection::vec(arb_op(n, breaks), 1..120)))
 }
 
+/// Several senders flood rank 0 with eager-sized messages while it rarely posts a
+/// receive: credit runs out, senders fall back to rendezvous, and the receiver's
+/// unexpected buffer must stay within its bound.
+fn arb_flood() -> impl Strategy<Value = (usize, Vec<Op>)> {
+    (2..=4usize).prop_flat_map(|n| {
+        let op = prop_oneof![
+            8 => (1..n, 0..2i32, 0..=128usize).prop_map(|(from, tag, len)| Op::Send { from, to: 0, comm: 0, tag, len }),
+            1 => (prop::option::of(0..n as u32), prop::option::of(0..2i32))
+                .prop_map(|(src, tag)| Op::Recv { at: 0, pat: Pat { comm: 0, src, tag } }),
+            8 => (any::<usize>(), 1..6usize).prop_map(|(pick, k)| Op::Deliver { pick, k }),
+            1 => (0..n, 0..n).prop_map(|(a, b)| Op::Reconnect { a, b }),
+            1 => (0..3u64).prop_map(|ms| Op::Tick { ms }),
+        ];
+        (Just(n), prop::collection::vec(op, 1..150))
+    })
+}
+
 fn run(n: usize, ops: &[Op]) {
     let mut w = World::new(n, tight_config());
     for op in ops {
@@ -77,6 +94,13 @@ proptest! {
     /// The same, with connections breaking (and silently dying) often.
     #[test]
     fn reconnects_lose_and_duplicate_nothing(s in arb_scenario(4)) {
+        run(s.0, &s.1);
+    }
+
+    /// A slow receiver is never flooded: credit bounds its unexpected buffer and
+    /// nothing is dropped.
+    #[test]
+    fn a_slow_receiver_is_never_flooded(s in arb_flood()) {
         run(s.0, &s.1);
     }
 }
