@@ -14,6 +14,7 @@ enum Op {
     Deliver { pick: usize, k: usize },
     Break { a: usize, b: usize },
     Reconnect { a: usize, b: usize },
+    Lose { a: usize, b: usize, k: usize },
     Tick { ms: u64 },
 }
 
@@ -37,13 +38,14 @@ fn arb_op(n: usize, breaks: u32) -> impl Strategy<Value = Op> {
         1 => (r.clone(), any::<usize>()).prop_map(|(at, nth)| Op::Cancel { at, nth }),
         10 => (any::<usize>(), 1..6usize).prop_map(|(pick, k)| Op::Deliver { pick, k }),
         breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Break { a, b }),
-        breaks => (r.clone(), r).prop_map(|(a, b)| Op::Reconnect { a, b }),
+        breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Reconnect { a, b }),
+        breaks / 2 => (r.clone(), r, 1..4usize).prop_map(|(a, b, k)| Op::Lose { a, b, k }),
         1 => (0..3u64).prop_map(|ms| Op::Tick { ms }),
     ]
 }
 
 fn arb_scenario(breaks: u32) -> impl Strategy<Value = (usize, Vec<Op>)> {
-    (2..=4usize).prop_flat_map(move |n| (Just(n), prop::collection::vec(arb_op(n, breaks), 1..120)))
+    (2..=4usize).prop_flat_map(move |n| (Just(n), prop::collection::vec(arb_op(n, breaks), 1..200)))
 }
 
 /// Several senders flood rank 0 with eager-sized messages while it rarely posts a
@@ -74,6 +76,7 @@ fn run(n: usize, ops: &[Op]) {
             Op::Deliver { pick, k } => w.deliver(pick, k),
             Op::Break { a, b } => w.break_link(a, b),
             Op::Reconnect { a, b } => w.reconnect(a, b),
+            Op::Lose { a, b, k } => w.lose(a, b, k),
             Op::Tick { ms } => w.tick(ms),
         }
     }
