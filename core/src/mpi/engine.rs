@@ -11,6 +11,7 @@ use super::queues::{Held, Key, Pattern, PostedQueue, Unexpected, UnexpectedQueue
 use super::rendezvous::Awaiting;
 use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit};
 use crate::time::{TimerKey, TimerTable};
+use crate::wire::Envelope;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Timer {
@@ -254,6 +255,12 @@ impl MpiEngine {
             MpiMsg::Ack { .. } => unreachable!("handled above"),
         }
         self.schedule_ack(now, from);
+    }
+
+    /// [`MpiEngine::handle_message`] for a decoded envelope from rank `from` (the
+    /// driver maps the connection or the envelope's sender to the rank).
+    pub fn handle_envelope(&mut self, now: Instant, from: u32, env: Envelope<MpiMsg>) {
+        self.handle_message(now, from, env.body, env.payload);
     }
 
     /// The connection to `peer` broke. Frames for it wait until

@@ -327,8 +327,52 @@ fn arb_msg() -> impl Strategy<Value = MpiMsg> {
     ]
 }
 
+/// Peer input with small numbers, so that it often hits live sequence numbers and
+/// rendezvous ids.
+fn arb_near_msg() -> impl Strategy<Value = MpiMsg> {
+    let hdr = (0..6u64, 0..6u64, 0..2000u64).prop_map(|(seq, ack, credit)| SeqHdr { seq, ack, credit });
+    prop_oneof![
+        (hdr.clone(), 0..2u32, -1..2i32).prop_map(|(hdr, comm, tag)| MpiMsg::Eager { hdr, comm, tag }),
+        (hdr.clone(), 0..2u32, -1..2i32, 0..300u64).prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts {
+            hdr,
+            comm,
+            tag,
+            len
+        }),
+        (hdr.clone(), 0..6u64).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
+        (hdr, 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
+        (0..6u64, 0..2000u64).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary (even hostile) peer input never panics, never breaks the buffer
+    /// bound, and the engine keeps working for the application afterwards.
+    #[test]
+    fn hostile_peer_input_never_panics(
+        input in proptest::collection::vec((0..4u32, arb_near_msg(), 0..200usize, any::<bool>()), 0..60),
+    ) {
+        let mut e = MpiEngine::new(tight_config(), 0, 3).unwrap();
+        let now = Instant::now();
+        e.irecv(now, 0, ANY_SOURCE, ANY_TAG).unwrap();
+        e.isend(0, 1, 0, Bytes::from(vec![1u8; 300])).unwrap();
+        e.isend(0, 2, 0, Bytes::from(vec![2u8; 10])).unwrap();
+        for (from, msg, len, post) in input {
+            e.handle_message(now, from, msg, Bytes::from(vec![0u8; len]));
+            if post {
+                e.irecv(now, 1, Some(1), ANY_TAG).unwrap();
+            }
+            while e.poll_transmit().is_some() {}
+            while e.poll_completion().is_some() {}
+            prop_assert!(e.unexpected_charged() <= e.unexpected_bound());
+            e.handle_timeout(now + Duration::from_secs(1));
+        }
+        e.handle_reconnected(1).unwrap();
+        while e.poll_transmit().is_some() {}
+        prop_assert!(e.isend(0, 2, 1, Bytes::new()).is_ok());
+    }
 
     #[test]
     fn messages_round_trip_through_the_frame_codec(
@@ -348,4 +392,28 @@ proptest! {
         prop_assert_eq!(&got.payload, &t.payload);
         prop_assert_eq!(got, env);
     }
+}
+
+/// Engine cost of one 8-byte round trip (both sides, no codec). Run with
+/// `cargo test -p p2pmp-core engine_overhead -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing, not a check"]
+fn engine_overhead_ping_pong() {
+    let mut p = Pair::new(MpiConfig::default());
+    let n = 200_000u32;
+    let start = Instant::now();
+    for _ in 0..n {
+        for (a, b) in [(0usize, 1usize), (1, 0)] {
+            let now = p.now;
+            p.e[b].irecv(now, 0, Some(a as u32), Some(1)).unwrap();
+            p.e[a].isend(0, b as u32, 1, Bytes::from_static(b"12345678")).unwrap();
+            while let Some(t) = p.e[a].poll_transmit() {
+                p.e[b].handle_message(now, a as u32, t.msg, t.payload);
+            }
+            while p.e[a].poll_completion().is_some() {}
+            while p.e[b].poll_completion().is_some() {}
+        }
+    }
+    let per = start.elapsed() / n;
+    eprintln!("engine round trip: {per:?} ({} acks)", p.e[0].stats().acks_sent + p.e[1].stats().acks_sent);
 }
