@@ -8,8 +8,8 @@ use super::MpiError;
 /// `eager_window`: a sender starts with the credit it assumes its peer granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpiConfig {
-    /// Largest message sent eagerly, in bytes (default 64 KiB). Larger ones use
-    /// rendezvous.
+    /// Largest message sent eagerly, in bytes (default 64 KiB; at most the wire's
+    /// maximum frame size less 1 KiB). Larger ones use rendezvous.
     pub eager_threshold: usize,
     /// Eager credit each receiver grants each sender, in bytes (default 1 MiB). The
     /// unexpected-message buffer holds at most this much per peer, so at most
@@ -18,8 +18,8 @@ pub struct MpiConfig {
     /// Credit charged per eager message on top of its length (default 64), which
     /// bounds the number of buffered messages as well as their bytes.
     pub eager_msg_overhead: u64,
-    /// Largest rendezvous data chunk per frame, in bytes (default 4 MiB; must stay
-    /// below the wire's maximum frame size). Messages up to this size arrive
+    /// Largest rendezvous data chunk per frame, in bytes (default 4 MiB; at most the
+    /// wire's maximum frame size less 1 KiB). Messages up to this size arrive
     /// zero-copy; larger ones are reassembled with one copy.
     pub data_chunk: usize,
     /// Send a stand-alone acknowledgement after this many unacknowledged frames
@@ -51,6 +51,11 @@ impl MpiConfig {
     pub fn validate(&self) -> Result<(), MpiError> {
         if self.data_chunk == 0 {
             return Err(MpiError::InvalidConfig("data_chunk must be positive"));
+        }
+        // Room for the envelope header within the wire's largest frame.
+        let max_data = crate::wire::DEFAULT_MAX_FRAME - 1024;
+        if self.data_chunk > max_data || self.eager_threshold > max_data {
+            return Err(MpiError::InvalidConfig("eager_threshold and data_chunk must fit in one wire frame"));
         }
         if self.ack_every_msgs == 0 {
             return Err(MpiError::InvalidConfig("ack_every_msgs must be positive"));

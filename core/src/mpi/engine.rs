@@ -299,7 +299,7 @@ impl MpiEngine {
         for t in self.timers.take_expired(now) {
             match t {
                 Timer::Ack => {
-                    for q in std::mem::take(&mut self.ack_later) {
+                    for &q in &self.ack_later {
                         let p = &mut self.peers[q as usize];
                         p.in_ack_later = false;
                         if p.needs_ack() && !p.in_ack_now {
@@ -307,6 +307,7 @@ impl MpiEngine {
                             self.ack_now.push_back(q);
                         }
                     }
+                    self.ack_later.clear();
                 }
             }
         }

@@ -16,6 +16,29 @@
 //! After any input or application call, drain `poll_transmit` and `poll_completion`
 //! to `None`, then read `poll_timeout`.
 //!
+//! ```
+//! use std::time::Instant;
+//! use bytes::Bytes;
+//! use p2pmp_core::mpi::{ANY_TAG, Completion, MpiConfig, MpiEngine};
+//!
+//! let now = Instant::now();
+//! let mut r0 = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
+//! let mut r1 = MpiEngine::new(MpiConfig::default(), 1, 2).unwrap();
+//! let recv = r1.irecv(now, 0, Some(0), ANY_TAG).unwrap();
+//! r0.isend(0, 1, 42, Bytes::from_static(b"hello")).unwrap();
+//! // The driver: encode each Transmit (`into_envelope` + `wire::encode_frame`),
+//! // write it to rank `to`, decode at the other end and hand it in.
+//! while let Some(t) = r0.poll_transmit() {
+//!     r1.handle_message(now, 0, t.msg, t.payload);
+//! }
+//! match r1.poll_completion() {
+//!     Some(Completion::Recv { req, status, data }) => {
+//!         assert_eq!((req, status.source, status.tag, &data[..]), (recv, 0, 42, &b"hello"[..]));
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+//!
 //! # Protocols
 //! - **Matching.** Posted receives and unexpected messages are matched on
 //!   (communicator, source, tag) with [`ANY_SOURCE`] / [`ANY_TAG`]. An arriving message

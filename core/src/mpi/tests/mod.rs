@@ -250,6 +250,8 @@ fn api_misuse_is_a_typed_error() {
     assert_eq!(MpiEngine::new(MpiConfig::default(), 2, 2).unwrap_err(), MpiError::InvalidRank { rank: 2, size: 2 });
     let bad = MpiConfig { data_chunk: 0, ..MpiConfig::default() };
     assert!(matches!(MpiEngine::new(bad, 0, 2), Err(MpiError::InvalidConfig(_))));
+    let bad = MpiConfig { eager_threshold: DEFAULT_MAX_FRAME, ..MpiConfig::default() };
+    assert!(matches!(MpiEngine::new(bad, 0, 2), Err(MpiError::InvalidConfig(_))));
     let mut e = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
     let now = Instant::now();
     assert_eq!(e.isend(0, 2, 0, Bytes::new()), Err(MpiError::InvalidRank { rank: 2, size: 2 }));
