@@ -56,6 +56,18 @@
 //! - **Reliability.** Every message except [`MpiMsg::Ack`] carries a per-peer sequence
 //!   number and a cumulative acknowledgement. After a reconnect exactly the
 //!   unacknowledged messages are resent; duplicates are discarded by sequence number.
+//!
+//! # Limits
+//! - The buffer bound covers eager data. A request to send waiting as unexpected
+//!   holds only its header; their number is bounded by the sender's outstanding
+//!   sends, as MPI progress rules require (they may not wait on credit).
+//! - Receives with wildcards, and receives matching against unexpected messages with
+//!   a wildcard, scan in order (linear in the entries before the match); exact
+//!   matches are a hash lookup.
+//! - Sequence state lives only in memory: a peer restarted without its engine state
+//!   (no checkpoint) cannot rejoin the streams.
+//! - Sends cannot be cancelled, and truncation (a receive buffer shorter than the
+//!   message) is the library's check: the engine delivers the whole message.
 
 mod config;
 mod engine;
