@@ -33,7 +33,12 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let mut o = Opts { secs: 2.0, clients: 2, window: 32, json: concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-rps.json").into() };
+    let mut o = Opts {
+        secs: 2.0,
+        clients: 2,
+        window: 32,
+        json: concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-rps.json").into(),
+    };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
     while i < args.len() {

@@ -21,6 +21,8 @@ pub(crate) const WAKER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Bytes read per read call.
 const READ_BUF: usize = 64 * 1024;
+/// Bytes read from one connection per wake-up before the others get a turn.
+const READ_BUDGET: usize = 1 << 20;
 /// How long a stopping node keeps writing what it has queued.
 const LINGER: Duration = Duration::from_millis(500);
 
@@ -42,6 +44,9 @@ struct MioShell<M: Machine> {
     driver: Driver<M>,
     socks: BTreeMap<ConnId, Sock>,
     buf: Vec<u8>,
+    /// Connections that spent their read budget with bytes left (edge-triggered:
+    /// no new event will come for those bytes).
+    unread: Vec<ConnId>,
 }
 
 /// Runs a node on `poll` until it is told to stop or its handle is dropped.
@@ -56,7 +61,7 @@ pub(crate) fn run<M: Machine>(
     poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
     let now = Instant::now();
     let driver = Driver::new(make(now), cfg, now);
-    let mut sh = MioShell { poll, driver, socks: BTreeMap::new(), buf: vec![0; READ_BUF] };
+    let mut sh = MioShell { poll, driver, socks: BTreeMap::new(), buf: vec![0; READ_BUF], unread: Vec::new() };
     let mut events = Events::with_capacity(256);
     let mut linger: Option<Instant> = None;
     loop {
@@ -67,7 +72,10 @@ pub(crate) fn run<M: Machine>(
             return Ok(());
         }
         let deadline = [sh.driver.next_deadline(), linger].into_iter().flatten().min();
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let mut timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if !sh.unread.is_empty() {
+            timeout = Some(Duration::ZERO);
+        }
         if let Err(e) = sh.poll.poll(&mut events, timeout) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -75,11 +83,19 @@ pub(crate) fn run<M: Machine>(
             return Err(e);
         }
         let now = Instant::now();
+        for conn in std::mem::take(&mut sh.unread) {
+            sh.read(now, conn);
+        }
         for ev in events.iter() {
             match ev.token() {
                 LISTENER => sh.accept(now, &listener),
                 WAKER => {}
-                t => sh.ready(now, conn_of(t), ev.is_readable() || ev.is_read_closed(), ev.is_writable()),
+                t => sh.ready(
+                    now,
+                    conn_of(t),
+                    ev.is_readable() || ev.is_read_closed() || ev.is_error(),
+                    ev.is_writable(),
+                ),
             }
         }
         loop {
@@ -152,13 +168,24 @@ impl<M: Machine> MioShell<M> {
         }
     }
 
-    /// Reads until the socket would block (readiness is edge-triggered).
+    /// Reads until the socket would block (readiness is edge-triggered) or the
+    /// budget is spent; in that case the connection is read again next turn.
     fn read(&mut self, now: Instant, conn: ConnId) {
+        let mut budget = READ_BUDGET;
         loop {
             let Some(sock) = self.socks.get_mut(&conn) else { return };
+            if budget == 0 {
+                if !self.unread.contains(&conn) {
+                    self.unread.push(conn);
+                }
+                return;
+            }
             match sock.stream.read(&mut self.buf) {
                 Ok(0) => return self.driver.on_closed(now, conn, "closed by peer"),
-                Ok(n) => self.driver.on_bytes(now, conn, &self.buf[..n]),
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    self.driver.on_bytes(now, conn, &self.buf[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return self.driver.on_closed(now, conn, format!("read failed: {e}")),

@@ -105,3 +105,21 @@ fn garbage_and_huge_prefixes_drop_only_that_peer() {
         assert_eq!(dropped, 2, "{k}");
     }
 }
+
+#[test]
+fn floods_and_multi_megabyte_frames_get_through() {
+    for k in RuntimeKind::available() {
+        let server = node(k);
+        let client = node(RuntimeKind::Mio);
+        let huge = Bytes::from(vec![5u8; 3 << 20]);
+        ping(&client, server.local_addr(), 0, huge.clone());
+        for seq in 1..=2000 {
+            ping(&client, server.local_addr(), seq, Bytes::from_static(b"f"));
+        }
+        expect_pong(&client, server.local_addr(), 0, &huge);
+        for seq in 1..=2000 {
+            expect_pong(&client, server.local_addr(), seq, &Bytes::from_static(b"f"));
+        }
+        assert_eq!(server.inspect(|d| d.machine().pings_served).unwrap(), 2001, "{k}");
+    }
+}
