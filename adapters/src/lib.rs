@@ -21,7 +21,7 @@ pub use peers::ConnId;
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
 pub mod node;
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
-pub use node::{NodeHandle, RuntimeKind, spawn_node};
+pub use node::{NodeHandle, Remote, RuntimeKind, spawn_node};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub mod runtime;

@@ -126,27 +126,26 @@ impl std::error::Error for Stopped {}
 
 type Wake = Arc<dyn Fn() + Send + Sync>;
 
-/// A running node. Dropping it stops the node.
-pub struct NodeHandle<M: Machine> {
-    addr: SocketAddr,
+/// Sends commands and inspections to a running node from any thread; cloneable.
+/// Fails with [`Stopped`] once the node is gone.
+pub struct Remote<M: Machine> {
     ctrl: Sender<Control<M>>,
     wake: Wake,
-    events: Receiver<M::Event>,
-    thread: Option<JoinHandle<io::Result<()>>>,
 }
 
-impl<M: Machine> fmt::Debug for NodeHandle<M> {
+impl<M: Machine> Clone for Remote<M> {
+    fn clone(&self) -> Self {
+        Remote { ctrl: self.ctrl.clone(), wake: self.wake.clone() }
+    }
+}
+
+impl<M: Machine> fmt::Debug for Remote<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeHandle").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("Remote").finish_non_exhaustive()
     }
 }
 
-impl<M: Machine> NodeHandle<M> {
-    /// The address the node listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
+impl<M: Machine> Remote<M> {
     fn send(&self, c: Control<M>) -> Result<(), Stopped> {
         self.ctrl.send_blocking(c).map_err(|_| Stopped)?;
         (self.wake)();
@@ -168,6 +167,42 @@ impl<M: Machine> NodeHandle<M> {
         })))?;
         rx.recv_blocking().map_err(|_| Stopped)
     }
+}
+
+/// A running node. Dropping it stops the node.
+pub struct NodeHandle<M: Machine> {
+    addr: SocketAddr,
+    remote: Remote<M>,
+    events: Receiver<M::Event>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl<M: Machine> fmt::Debug for NodeHandle<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeHandle").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl<M: Machine> NodeHandle<M> {
+    /// The address the node listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A cloneable sender of commands and inspections.
+    pub fn remote(&self) -> Remote<M> {
+        self.remote.clone()
+    }
+
+    /// Runs `cmd` on the machine and waits for its immediate result.
+    pub fn command(&self, cmd: M::Command) -> Result<Result<(), M::CmdError>, Stopped> {
+        self.remote.command(cmd)
+    }
+
+    /// Runs `f` on the driver in the node's thread and returns what it returns.
+    pub fn inspect<T: Send + 'static>(&self, f: impl FnOnce(&Driver<M>) -> T + Send + 'static) -> Result<T, Stopped> {
+        self.remote.inspect(f)
+    }
 
     /// The machine's events, in order (`recv_blocking` from plain threads).
     pub fn events(&self) -> &Receiver<M::Event> {
@@ -180,7 +215,7 @@ impl<M: Machine> NodeHandle<M> {
     }
 
     fn stop(&mut self) -> io::Result<()> {
-        let _ = self.send(Control::Shutdown);
+        let _ = self.remote.send(Control::Shutdown);
         match self.thread.take() {
             Some(t) => t.join().unwrap_or_else(|_| Err(io::Error::other("node thread panicked"))),
             None => Ok(()),
@@ -235,5 +270,5 @@ where
         }
     };
     let thread = std::thread::Builder::new().name(name).spawn(body)?;
-    Ok(NodeHandle { addr, ctrl: ctrl_tx, wake, events: ev_rx, thread: Some(thread) })
+    Ok(NodeHandle { addr, remote: Remote { ctrl: ctrl_tx, wake }, events: ev_rx, thread: Some(thread) })
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use p2pmp_core::chord::{ChordConfig, ChordNode};
 use p2pmp_core::machine::NodeAddr;
 
+use tracing::info;
+
 use super::Args;
 use super::repl;
 use crate::{Driver, DriverConfig, spawn_node};
