@@ -41,10 +41,15 @@ impl Net {
     }
 
     fn with(n: usize, cfg: DriverConfig) -> Self {
+        Self::with_each(vec![cfg; n])
+    }
+
+    fn with_each(cfgs: Vec<DriverConfig>) -> Self {
         let now = Instant::now();
+        let n = cfgs.len();
         Net {
             now,
-            nodes: (0..n).map(|i| Driver::new(PingPong::new(addr(i)), cfg.clone(), now)).collect(),
+            nodes: cfgs.into_iter().enumerate().map(|(i, c)| Driver::new(PingPong::new(addr(i)), c, now)).collect(),
             links: BTreeMap::new(),
             events: vec![Vec::new(); n],
             closes: vec![Vec::new(); n],
@@ -306,4 +311,14 @@ fn simultaneous_dials_keep_both_connections_usable() {
     net.ping(0, addr(1), 3, p.clone());
     assert_eq!(net.events[0].last(), Some(&pong(1, 3, &p)));
     let _ = PingMsg::Ping { seq: 0 };
+}
+
+#[test]
+fn nodes_of_another_network_cannot_be_reached() {
+    let other = DriverConfig { network_id: 43, ..cfg() };
+    let mut net = Net::with_each(vec![cfg(), other]);
+    net.ping(0, addr(1), 1, Bytes::new());
+    assert_eq!(net.events[0], [PingEvent::SendFailed(addr(1))]);
+    assert!(net.events[1].is_empty(), "the ping was never delivered");
+    assert_eq!(net.nodes[0].conn_count() + net.nodes[1].conn_count(), 0);
 }
