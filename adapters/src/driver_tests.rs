@@ -322,3 +322,27 @@ fn nodes_of_another_network_cannot_be_reached() {
     assert!(net.events[1].is_empty(), "the ping was never delivered");
     assert_eq!(net.nodes[0].conn_count() + net.nodes[1].conn_count(), 0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// However the stream is cut and whichever write path is used, every ping is
+    /// answered once, in order, with its payload intact.
+    #[test]
+    fn any_chunking_delivers_every_pong_in_order(
+        chunk in 1usize..5000,
+        use_take in proptest::bool::ANY,
+        sizes in proptest::collection::vec(0usize..40_000, 1..12),
+    ) {
+        let mut net = Net::new(2);
+        net.chunk = chunk;
+        net.use_take = use_take;
+        let payloads: Vec<Bytes> = sizes.iter().enumerate().map(|(i, &n)| Bytes::from(vec![i as u8; n])).collect();
+        for (seq, p) in payloads.iter().enumerate() {
+            net.nodes[0].on_command(net.now, PingCmd::Ping { to: addr(1), seq: seq as u64, payload: p.clone() }).unwrap();
+        }
+        net.run();
+        let want: Vec<PingEvent> = payloads.iter().enumerate().map(|(s, p)| pong(1, s as u64, p)).collect();
+        proptest::prop_assert_eq!(&net.events[0], &want);
+    }
+}

@@ -76,3 +76,39 @@ pub(crate) fn run<M: Machine>(
         super::run_loop(TokioRuntime, listener, driver, io).await
     })
 }
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::node::ShellIo;
+    use crate::testing::PingPong;
+    use p2pmp_core::machine::NodeAddr;
+
+    /// tokio's clock drives the shell: with time paused, a silent peer is dropped at
+    /// the hello deadline after five virtual seconds, in no real time.
+    #[test]
+    fn the_hello_deadline_runs_on_tokios_clock() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+        let real = std::time::Instant::now();
+        rt.block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.set_nonblocking(true).unwrap();
+            let addr = l.local_addr().unwrap();
+            let (_ctrl_tx, ctrl) = async_channel::unbounded();
+            let (events, _ev_rx) = async_channel::unbounded();
+            let now = TokioRuntime.now();
+            let driver = Driver::new(PingPong::new(NodeAddr(addr)), DriverConfig::default(), now);
+            tokio::spawn(super::super::run_loop(TokioRuntime, l, driver, ShellIo { ctrl, events }));
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let t0 = tokio::time::Instant::now();
+            let mut buf = [0u8; 256];
+            while s.read(&mut buf).await.unwrap() > 0 {} // the node's hello, then its close
+            assert!(t0.elapsed() >= Duration::from_secs(5), "virtual {:?}", t0.elapsed());
+        });
+        assert!(real.elapsed() < Duration::from_secs(3), "real {:?}", real.elapsed());
+    }
+}
