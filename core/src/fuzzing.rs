@@ -47,7 +47,8 @@ pub fn envelope(data: &[u8]) {
 fn envelope_frame(frame: Bytes) {
     let len = frame.len();
     check(decode_envelope::<Hello>(frame.clone()), len);
-    check(decode_envelope::<Goodbye>(frame), len);
+    check(decode_envelope::<Goodbye>(frame.clone()), len);
+    check(decode_envelope::<crate::chord::ChordMsg>(frame.clone()), len);
 }
 
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {
