@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+pub mod check;
 mod finger;
 mod lookup;
 mod msg;
