@@ -32,7 +32,7 @@ impl ChordNode {
     /// one appeared, refresh the list, and notify.
     pub(crate) fn on_predecessor(
         &mut self,
-        _now: Instant,
+        now: Instant,
         from: Peer,
         rid: u64,
         predecessor: Option<Peer>,
@@ -49,6 +49,9 @@ impl ChordNode {
         let mut list = Vec::with_capacity(self.cfg.successors + 1);
         if let Some(x) = predecessor.filter(|x| x.id.in_open(self.me.id, s.id) && x.addr != self.me.addr) {
             list.push(x);
+            // A closer successor appeared: ask it at once, so a node that joined far
+            // from its place walks back at network speed, not one step per period.
+            self.timers.set(Timer::Stabilize, now);
         }
         list.push(s);
         list.extend(successors.into_iter().take(self.cfg.successors));
