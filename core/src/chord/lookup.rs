@@ -60,7 +60,10 @@ impl LookupState {
     fn merge(&mut self, own: Id, asked: Id, new: Vec<Peer>) {
         let key = self.key;
         for p in new {
-            if p.id.in_open(asked, key) && p.id != own && !self.failed.contains(&p.addr) && !self.candidates.contains(&p)
+            if p.id.in_open(asked, key)
+                && p.id != own
+                && !self.failed.contains(&p.addr)
+                && !self.candidates.contains(&p)
             {
                 self.candidates.push(p);
             }
@@ -96,7 +99,7 @@ impl ChordNode {
         };
         let mut state = Box::new(LookupState::new(key, purpose, deadline, Vec::new()));
         match self.local_step(key) {
-            Step::Done { owner } => self.lookup_done(now, state, Ok(owner)),
+            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
             Step::Next { candidates } => {
                 state.merge(self.me.id, self.me.id, candidates);
                 self.ask_next(now, state);
@@ -107,10 +110,10 @@ impl ChordNode {
     /// Asks the best remaining candidate, or gives up.
     pub(crate) fn ask_next(&mut self, now: Instant, mut state: Box<LookupState>) {
         if state.hops >= self.cfg.max_hops {
-            return self.lookup_done(now, state, Err(OverlayError::HopBudget));
+            return self.lookup_done(now, *state, Err(OverlayError::HopBudget));
         }
         if now >= state.deadline {
-            return self.lookup_done(now, state, Err(OverlayError::Timeout));
+            return self.lookup_done(now, *state, Err(OverlayError::Timeout));
         }
         if state.candidates.is_empty() {
             // Fall back on this node's successor list: still preceding the key, still alive.
@@ -121,7 +124,7 @@ impl ChordNode {
                 state.merge(self.me.id, self.me.id, alts);
             }
             if state.candidates.is_empty() {
-                return self.lookup_done(now, state, Err(OverlayError::Timeout));
+                return self.lookup_done(now, *state, Err(OverlayError::Timeout));
             }
         }
         let next = state.candidates.remove(0);
@@ -139,7 +142,7 @@ impl ChordNode {
         let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Hop(_))) else { return };
         let Waiting::Hop(mut state) = p.what else { return };
         match step {
-            Step::Done { owner } => self.lookup_done(now, state, Ok(owner)),
+            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
             Step::Next { candidates } => {
                 if candidates.len() > KEPT_CANDIDATES {
                     self.drop_input();
@@ -161,8 +164,8 @@ impl ChordNode {
         self.ask_next(now, state);
     }
 
-    fn lookup_done(&mut self, now: Instant, state: Box<LookupState>, result: Result<Peer, OverlayError>) {
-        let LookupState { key, purpose, hops, .. } = *state;
+    fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
+        let LookupState { key, purpose, hops, .. } = state;
         match purpose {
             Purpose::User { token } => {
                 let result = result.map(|owner| {

@@ -127,7 +127,8 @@ impl ChordNode {
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
-        let mut list: Vec<Peer> = successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
+        let mut list: Vec<Peer> =
+            successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
         list.extend(self.succs.iter().copied());
         self.set_successor_list(list);
         self.repair_gracefully();

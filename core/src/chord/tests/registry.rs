@@ -135,9 +135,11 @@ fn oversized_names_and_values_are_refused_and_a_left_node_takes_no_commands() {
     let mut net = ring(2, ChordConfig::default());
     let long = "x".repeat(5000);
     let now = net.now;
-    let r = net.nodes[0].handle_command(now, OverlayCommand::Register { name: long.clone(), value: "v".into(), ttl: secs(1) });
+    let r = net.nodes[0]
+        .handle_command(now, OverlayCommand::Register { name: long.clone(), value: "v".into(), ttl: secs(1) });
     assert!(matches!(r, Err(CommandError::TooLarge { what: "name", .. })));
-    let r = net.nodes[0].handle_command(now, OverlayCommand::Register { name: "n".into(), value: long.clone(), ttl: secs(1) });
+    let r = net.nodes[0]
+        .handle_command(now, OverlayCommand::Register { name: "n".into(), value: long.clone(), ttl: secs(1) });
     assert!(matches!(r, Err(CommandError::TooLarge { what: "value", .. })));
     let r = net.nodes[0].handle_command(now, OverlayCommand::Query { token: 1, name: long });
     assert!(matches!(r, Err(CommandError::TooLarge { .. })));
@@ -154,10 +156,11 @@ fn registering_before_joining_stores_once_joined() {
     let b = net.add(vec![addr(0)]);
     register(&mut net, b, "early", "e", secs(30));
     net.command(b, OverlayCommand::Query { token: 7, name: "early".into() });
-    assert!(net.take_events(b).iter().any(|e| matches!(
-        e,
-        OverlayEvent::QueryDone { result: Err(OverlayError::NotConnected), .. }
-    )));
+    assert!(
+        net.take_events(b)
+            .iter()
+            .any(|e| matches!(e, OverlayEvent::QueryDone { result: Err(OverlayError::NotConnected), .. }))
+    );
     net.run_for(secs(3));
     net.revive(0);
     net.run_for(secs(40));

@@ -41,7 +41,10 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
-    prop_oneof![arb_peer().prop_map(|owner| Step::Done { owner }), arb_peers().prop_map(|candidates| Step::Next { candidates })]
+    prop_oneof![
+        arb_peer().prop_map(|owner| Step::Done { owner }),
+        arb_peers().prop_map(|candidates| Step::Next { candidates })
+    ]
 }
 
 fn arb_msg() -> impl Strategy<Value = ChordMsg> {
