@@ -56,6 +56,10 @@ impl LookupState {
         LookupState { key, purpose, hops: 0, deadline, candidates, failed: Vec::new(), fell_back: false }
     }
 
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Adds candidates after `asked` (they must make progress towards the key), best first.
     fn merge(&mut self, own: Id, asked: Id, new: Vec<Peer>) {
         let key = self.key;
@@ -160,7 +164,10 @@ impl ChordNode {
             state.failed.push(to);
         }
         state.candidates.retain(|p| p.addr != to);
-        self.peer_failed(now, to);
+        if now < state.deadline {
+            // Out of time is the lookup's fault, not the hop's.
+            self.peer_failed(now, to);
+        }
         self.ask_next(now, state);
     }
 

@@ -17,6 +17,9 @@ use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
+/// Most peers remembered for a rejoin.
+const MAX_REJOIN: usize = 16;
+
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
@@ -139,6 +142,11 @@ pub struct ChordNode {
     pub(crate) me: Peer,
     /// Contacts to join through, own address removed.
     pub(crate) bootstrap: Vec<NodeAddr>,
+    /// Peers known when every contact seemed lost, tried after the bootstrap list
+    /// (and, by a node without one, to merge back from a ring of one). Usually empty.
+    pub(crate) rejoin: Vec<NodeAddr>,
+    /// Wait before the next merge attempt of a node alone with `rejoin` contacts.
+    pub(crate) merge_backoff: Duration,
     pub(crate) phase: Phase,
     pub(crate) pred: Option<Peer>,
     /// Successor list, nearest first, without this node. Empty while joined: alone.
@@ -166,7 +174,8 @@ pub struct ChordNode {
 impl ChordNode {
     /// A node listening at `addr` (its id is `addr.id()`). With no bootstrap contact
     /// other than itself it creates a ring alone and reports `Joined` at once;
-    /// otherwise it starts joining through `bootstrap`, in order.
+    /// otherwise it starts joining through `bootstrap`, in order. Drain
+    /// [`Machine::poll_action`] after construction as after any input.
     pub fn new(config: ChordConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let first_request = u64::from(rng.random::<u32>()) + 1;
@@ -174,10 +183,13 @@ impl ChordNode {
         bootstrap.retain(|a| *a != addr);
         bootstrap.dedup();
         let backoff = config.join_backoff_min;
+        let config_backoff = backoff;
         let mut node = ChordNode {
             cfg: config,
             me: Peer::from_addr(addr),
             bootstrap,
+            rejoin: Vec::new(),
+            merge_backoff: config_backoff,
             phase: Phase::Joining { contact: 0, backoff, reported: false },
             pred: None,
             succs: Vec::new(),
@@ -290,7 +302,13 @@ impl ChordNode {
     pub(crate) fn request(&mut self, now: Instant, to: NodeAddr, body: ChordMsg, what: Waiting, traffic: Traffic) {
         let id = self.next_request;
         self.next_request = self.next_request.wrapping_add(1).max(1);
-        let deadline = now + self.cfg.request_timeout;
+        let mut deadline = now + self.cfg.request_timeout;
+        // A lookup's or query's own deadline caps the wait for any one answer.
+        match &what {
+            Waiting::Hop(s) => deadline = deadline.min(s.deadline()),
+            Waiting::Query(q) => deadline = deadline.min(q.deadline),
+            _ => {}
+        }
         self.pending.insert(id, Pending { to, deadline, what });
         self.send(to, id, body, traffic);
     }
@@ -353,7 +371,9 @@ impl ChordNode {
                 self.peer_failed(now, p.to);
             }
             Waiting::Query(q) => {
-                self.peer_failed(now, p.to);
+                if now < q.deadline {
+                    self.peer_failed(now, p.to);
+                }
                 self.query_failed(now, *q);
             }
             Waiting::SuccessorList => {}
@@ -379,13 +399,31 @@ impl ChordNode {
         }
     }
 
-    /// Tries the current bootstrap contact, or schedules the next round.
+    /// Looks up this node's own id through `contact`, to join or merge.
+    fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
+        let deadline = now + self.cfg.lookup_timeout;
+        let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(contact)]);
+        self.ask_next(now, Box::new(state));
+    }
+
+    /// Tries the current contact (bootstrap list, then remembered peers), or
+    /// schedules the next round.
     pub(crate) fn join_attempt(&mut self, now: Instant) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else { return };
-        if let Some(&addr) = self.bootstrap.get(contact) {
-            let deadline = now + self.cfg.lookup_timeout;
-            let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(addr)]);
-            self.ask_next(now, Box::new(state));
+        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+            return self.merge_attempt(now);
+        };
+        let n = self.bootstrap.len();
+        let addr = if contact < n { self.bootstrap.get(contact) } else { self.rejoin.get(contact - n) };
+        if let Some(&addr) = addr {
+            return self.join_lookup(now, addr);
+        }
+        if self.bootstrap.is_empty() {
+            // The ring's creator lost everyone it knew: a ring of one again, which
+            // keeps trying to merge back through the peers it remembers.
+            self.merge_backoff = self.cfg.join_backoff_min;
+            self.become_joined(now);
+            let d = self.jitter(self.merge_backoff);
+            self.timers.set(Timer::Join, now + d);
             return;
         }
         // Every contact failed: never create a second ring, report and retry later.
@@ -398,11 +436,36 @@ impl ChordNode {
         self.timers.set(Timer::Join, now + d);
     }
 
-    /// The join lookup ended.
+    /// A node alone with remembered peers asks one of them where it belongs.
+    fn merge_attempt(&mut self, now: Instant) {
+        if !self.joined() || !self.succs.is_empty() || self.rejoin.is_empty() {
+            self.rejoin = Vec::new();
+            return;
+        }
+        let k = self.rng.random_range(0..self.rejoin.len());
+        self.join_lookup(now, self.rejoin[k]);
+        let d = self.jitter(self.merge_backoff);
+        self.merge_backoff = (self.merge_backoff * 2).min(self.cfg.join_backoff_max);
+        self.timers.set(Timer::Join, now + d);
+    }
+
+    /// The join (or merge) lookup ended.
     pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else { return };
+        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+            // A merge attempt of a node alone: found its place in a bigger ring.
+            if let Ok(owner) = result {
+                if owner.addr != self.me.addr && self.joined() && self.succs.is_empty() {
+                    self.set_successor_list(vec![owner]);
+                    self.rejoin = Vec::new();
+                    self.timers.clear(Timer::Join);
+                    self.timers.set(Timer::Stabilize, now);
+                }
+            }
+            return;
+        };
         match result {
             Ok(owner) if owner.addr != self.me.addr => {
+                self.rejoin = Vec::new();
                 self.succs = vec![owner];
                 self.pred = None;
                 self.become_joined(now);
@@ -417,13 +480,24 @@ impl ChordNode {
         }
     }
 
-    /// Every contact is gone: rejoin through the bootstrap list, or stay alone if
-    /// this node has none (it created the ring).
-    pub(crate) fn lost_all(&mut self, now: Instant) {
+    /// Every contact is gone (`last` was the last one): rejoin through the bootstrap
+    /// list and the peers it remembers; a node without a bootstrap list (it created
+    /// the ring) becomes a ring of one if none answers, and keeps trying to merge.
+    pub(crate) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
+        // Remember who we knew: they may only have looked dead (loss, a partition).
+        let candidates = self.succs.iter().chain(self.fingers.runs().iter().map(|(_, p)| p)).chain(self.pred.iter());
+        let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
+        for a in candidates.map(|p| p.addr).chain([last]) {
+            if a != self.me.addr && !self.bootstrap.contains(&a) && !known.contains(&a) {
+                known.push(a);
+            }
+        }
+        known.truncate(MAX_REJOIN);
+        self.rejoin = known;
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();
-        if self.bootstrap.is_empty() {
+        if self.bootstrap.is_empty() && self.rejoin.is_empty() {
             return;
         }
         self.event(OverlayEvent::Disconnected);
@@ -475,7 +549,7 @@ impl ChordNode {
             // Next stand-ins: the nearest finger, then the predecessor.
             match self.fingers.nearest(self.me.id).or(self.pred) {
                 Some(p) => self.succs.push(p),
-                None => return self.lost_all(now),
+                None => return self.lost_all(now, addr),
             }
         }
         if was_succ {

@@ -127,14 +127,18 @@ impl ChordNode {
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
+        if !was_succ {
+            // Not our successor: its list is no business of ours.
+            self.repair_gracefully();
+            return;
+        }
         let mut list: Vec<Peer> =
             successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
         list.extend(self.succs.iter().copied());
         self.set_successor_list(list);
         self.repair_gracefully();
-        match self.succs.first().copied() {
-            Some(s) if was_succ => self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance),
-            _ => {}
+        if let Some(s) = self.succs.first().copied() {
+            self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         }
     }
 

@@ -13,6 +13,7 @@ use crate::wire::Envelope;
 
 mod registry;
 mod ring;
+mod scenario;
 mod wire;
 
 /// How a node is (not) there.
@@ -44,6 +45,9 @@ struct Net {
     events: Vec<(usize, OverlayEvent)>,
     delivered: u64,
     trace: Option<usize>,
+    /// Fraction of messages lost in flight, drawn from `lcg`.
+    loss: f64,
+    lcg: u64,
 }
 
 fn addr(i: usize) -> NodeAddr {
@@ -66,6 +70,8 @@ impl Net {
             events: Vec::new(),
             delivered: 0,
             trace: None,
+            loss: 0.0,
+            lcg: 1,
         }
     }
 
@@ -134,7 +140,7 @@ impl Net {
         let ev = self.evs.remove(&seq).expect("every heap entry has its event");
         match ev {
             Ev::Deliver { to, msg } => {
-                if self.health[to] != Health::Up {
+                if self.health[to] != Health::Up || self.lost() {
                     return true;
                 }
                 self.delivered += 1;
@@ -151,6 +157,14 @@ impl Net {
             }
         }
         true
+    }
+
+    fn lost(&mut self) -> bool {
+        if self.loss == 0.0 {
+            return false;
+        }
+        self.lcg = self.lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.lcg >> 11) as f64 / (1u64 << 53) as f64) < self.loss
     }
 
     fn run_for(&mut self, d: Duration) {
@@ -179,9 +193,16 @@ impl Net {
         (0..self.nodes.len()).filter(|&i| self.health[i] == Health::Up && !self.nodes[i].has_left())
     }
 
-    /// Live, joined nodes sorted by id.
+    /// Live nodes sorted by id: those joined, and those that can join (a contact is up).
     fn ring(&self) -> Vec<Peer> {
-        let mut v: Vec<Peer> = self.up().map(|i| self.nodes[i].me()).collect();
+        let can_join = |i: usize| {
+            let n = &self.nodes[i];
+            n.is_joined()
+                || n.bootstrap.iter().any(|a| {
+                    self.by_addr.get(a).is_some_and(|&j| self.health[j] == Health::Up && self.nodes[j].is_joined())
+                })
+        };
+        let mut v: Vec<Peer> = self.up().filter(|&i| can_join(i)).map(|i| self.nodes[i].me()).collect();
         v.sort();
         v
     }

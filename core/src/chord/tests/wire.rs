@@ -47,7 +47,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn arb_msg() -> impl Strategy<Value = ChordMsg> {
+pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
     prop_oneof![
         arb_id().prop_map(|key| ChordMsg::FindSuccessor { key }),
         arb_step().prop_map(ChordMsg::FindSuccessorReply),
