@@ -166,7 +166,7 @@ impl ChordNode {
         state.candidates.retain(|p| p.addr != to);
         if now < state.deadline {
             // Out of time is the lookup's fault, not the hop's.
-            self.peer_failed(now, to);
+            self.peer_silent(now, to);
         }
         self.ask_next(now, state);
     }

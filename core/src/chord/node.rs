@@ -17,6 +17,8 @@ use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
+/// Consecutive timeouts after which the successor or predecessor counts as failed.
+const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
 const MAX_REJOIN: usize = 16;
 
@@ -160,6 +162,9 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
+    /// Consecutive timeouts of the successor and of the predecessor.
+    pub(crate) succ_strikes: u8,
+    pub(crate) pred_strikes: u8,
     pub(crate) pending: BTreeMap<u64, Pending>,
     pub(crate) next_request: u64,
     pub(crate) timers: TimerTable<Timer>,
@@ -199,6 +204,8 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
+            succ_strikes: 0,
+            pred_strikes: 0,
             pending: BTreeMap::new(),
             next_request: first_request,
             timers: TimerTable::default(),
@@ -364,15 +371,15 @@ impl ChordNode {
             Waiting::Hop(state) => self.hop_failed(now, p.to, state),
             Waiting::Stabilize => {
                 self.stabilize_busy = false;
-                self.peer_failed(now, p.to);
+                self.peer_silent(now, p.to);
             }
             Waiting::PingPredecessor => {
                 self.ping_busy = false;
-                self.peer_failed(now, p.to);
+                self.peer_silent(now, p.to);
             }
             Waiting::Query(q) => {
                 if now < q.deadline {
-                    self.peer_failed(now, p.to);
+                    self.peer_silent(now, p.to);
                 }
                 self.query_failed(now, *q);
             }
@@ -524,6 +531,7 @@ impl ChordNode {
         let mut known = false;
         if self.pred.is_some_and(|p| p.addr == addr) {
             self.pred = None;
+            self.pred_strikes = 0;
             known = true;
         }
         let before = self.succs.len();
@@ -536,7 +544,27 @@ impl ChordNode {
         known || had_finger
     }
 
-    /// A peer did not answer or could not be reached: drop it and repair the successor.
+    /// A request to `addr` timed out. The successor and the predecessor get a second
+    /// chance (a lost message is not a crash: dropping a live successor on one loss
+    /// can split the ring); anyone else is dropped at once.
+    pub(crate) fn peer_silent(&mut self, now: Instant, addr: NodeAddr) {
+        if self.succs.first().is_some_and(|p| p.addr == addr) {
+            self.succ_strikes += 1;
+            if self.succ_strikes < STRIKES {
+                self.timers.set(Timer::Stabilize, now);
+                return;
+            }
+        } else if self.pred.is_some_and(|p| p.addr == addr) {
+            self.pred_strikes += 1;
+            if self.pred_strikes < STRIKES {
+                self.timers.set(Timer::CheckPredecessor, now);
+                return;
+            }
+        }
+        self.peer_failed(now, addr);
+    }
+
+    /// A peer could not be reached (or stayed silent): drop it and repair the successor.
     pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
         if !self.joined() || addr == self.me.addr {
             return;
@@ -546,13 +574,15 @@ impl ChordNode {
             return;
         }
         if self.succs.is_empty() {
-            // Next stand-ins: the nearest finger, then the predecessor.
-            match self.fingers.nearest(self.me.id).or(self.pred) {
+            // The successor list is spent: the nearest finger stands in. Never the
+            // predecessor: a node that joined through us would close a ring of two.
+            match self.fingers.nearest(self.me.id) {
                 Some(p) => self.succs.push(p),
                 None => return self.lost_all(now, addr),
             }
         }
         if was_succ {
+            self.succ_strikes = 0;
             self.set_successor_fingers();
             self.timers.set(Timer::Stabilize, now);
         }
@@ -628,6 +658,7 @@ impl ChordNode {
             ChordMsg::Pong => {
                 if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::PingPredecessor)).is_some() {
                     self.ping_busy = false;
+                    self.pred_strikes = 0;
                 }
             }
             ChordMsg::Register { entry, replicas } => self.on_register(now, entry, replicas),

@@ -46,6 +46,7 @@ impl ChordNode {
         if !self.joined() || s.addr != from.addr {
             return;
         }
+        self.succ_strikes = 0;
         let mut list = Vec::with_capacity(self.cfg.successors + 1);
         if let Some(x) = predecessor.filter(|x| x.id.in_open(self.me.id, s.id) && x.addr != self.me.addr) {
             list.push(x);
@@ -79,6 +80,7 @@ impl ChordNode {
         let changed = out.first() != self.succs.first();
         self.succs = out;
         if changed {
+            self.succ_strikes = 0;
             self.set_successor_fingers();
         }
     }
@@ -96,6 +98,7 @@ impl ChordNode {
             return;
         }
         let old = self.pred.replace(from);
+        self.pred_strikes = 0;
         // Registrations in (old, from] now belong to `from`; we keep copies as its replica.
         let me = self.me.id;
         let entries = match old {
