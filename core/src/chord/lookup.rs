@@ -8,10 +8,9 @@
 
 use std::time::Instant;
 
-use super::finger::last_index_covered;
 use super::msg::{ChordMsg, Peer, Step};
-use super::node::{ChordNode, Timer, Traffic, Waiting};
-use crate::id::{ID_BITS, Id};
+use super::node::{ChordNode, Traffic, Waiting};
+use crate::id::Id;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent, Token};
 
@@ -196,63 +195,6 @@ impl ChordNode {
                 Ok(owner) => self.query_at(now, owner, token, name, attempt, deadline),
                 Err(e) => self.event(OverlayEvent::QueryDone { token, name, result: Err(e) }),
             },
-        }
-    }
-
-    // ---- fix fingers ---------------------------------------------------------------
-
-    pub(crate) fn fix_fingers_tick(&mut self, now: Instant) {
-        let d = self.jitter(self.cfg.fix_fingers_period);
-        self.timers.set(Timer::FixFingers, now + d);
-        if !self.joined() || self.finger_busy {
-            return;
-        }
-        let Some(&succ) = self.succs.first() else { return };
-        self.set_successor_fingers();
-        let Some(covered) = last_index_covered(self.me.id, succ.id) else { return };
-        let index = self.next_finger.max(covered + 1);
-        if index >= ID_BITS {
-            self.pass_done();
-            return;
-        }
-        self.finger_busy = true;
-        self.start_lookup(now, self.me.id.add_pow2(index), Purpose::Finger { index });
-    }
-
-    fn pass_done(&mut self) {
-        self.next_finger = 0;
-        self.fast_fingers = false;
-    }
-
-    /// Finger `index` is `x`, and so is every later finger whose start lies in (me, x].
-    fn finger_done(&mut self, now: Instant, index: u32, result: Result<Peer, OverlayError>) {
-        self.finger_busy = false;
-        if !self.joined() {
-            return;
-        }
-        let x = match result {
-            Ok(x) => x,
-            Err(_) => {
-                // Retry this finger next tick.
-                self.fast_fingers = false;
-                return;
-            }
-        };
-        match last_index_covered(self.me.id, x.id) {
-            Some(hi) if hi >= index => {
-                self.fingers.set_range(index, hi, x);
-                self.next_finger = hi + 1;
-                if self.next_finger >= ID_BITS {
-                    self.pass_done();
-                } else if self.fast_fingers {
-                    self.timers.set(Timer::FixFingers, now);
-                }
-            }
-            _ => {
-                // No node between the start and this one: the fingers from here wrap to us.
-                self.fingers.truncate_from(index);
-                self.pass_done();
-            }
         }
     }
 }

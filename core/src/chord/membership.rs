@@ -102,9 +102,11 @@ impl ChordNode {
                 self.succs = vec![owner];
                 self.pred = None;
                 self.become_joined(now);
-                // Fill the successor list at once rather than one stabilize later.
+                // Fill the successor list at once rather than one stabilize later, and
+                // start from the successor's fingers, which are nearly ours.
                 let body = ChordMsg::GetSuccessorList;
                 self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
+                self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
             }
             _ => {
                 self.phase = Phase::Joining { contact: contact + 1, backoff, reported };

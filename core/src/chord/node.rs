@@ -88,6 +88,10 @@ pub(crate) enum Waiting {
     Query(Box<QueryState>),
     /// A successor list.
     SuccessorList,
+    /// The predecessor of finger `index`'s node, to check the finger still holds.
+    FingerCheck { index: u32, node: Peer },
+    /// The successor's fingers, right after joining.
+    Fingers,
 }
 
 /// One outstanding request.
@@ -383,7 +387,11 @@ impl ChordNode {
                 }
                 self.query_failed(now, *q);
             }
-            Waiting::SuccessorList => {}
+            Waiting::FingerCheck { .. } => {
+                self.finger_busy = false;
+                self.peer_silent(now, p.to);
+            }
+            Waiting::SuccessorList | Waiting::Fingers => {}
         }
     }
 
@@ -409,6 +417,7 @@ impl ChordNode {
                 | ChordMsg::Ping
                 | ChordMsg::Query { .. }
                 | ChordMsg::GetSuccessorList
+                | ChordMsg::GetFingers
         );
         if is_request && (rid == 0 || !self.joined()) {
             return self.drop_input();
@@ -424,7 +433,12 @@ impl ChordNode {
                 self.send(from.addr, rid, body, Traffic::Reply);
             }
             ChordMsg::Predecessor { predecessor, successors } => {
-                self.on_predecessor(now, from, rid, predecessor, successors)
+                let fits = |w: &Waiting| matches!(w, Waiting::Stabilize | Waiting::FingerCheck { .. });
+                match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
+                    Some(Waiting::Stabilize) => self.on_predecessor(now, from, predecessor, successors),
+                    Some(Waiting::FingerCheck { index, node }) => self.on_finger_check(now, index, node, predecessor),
+                    _ => {}
+                }
             }
             ChordMsg::Notify => self.on_notify(now, from),
             ChordMsg::Ping => self.send(from.addr, rid, ChordMsg::Pong, Traffic::Reply),
@@ -446,6 +460,15 @@ impl ChordNode {
             ChordMsg::GetSuccessorList => {
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);
+            }
+            ChordMsg::GetFingers => {
+                let fingers = self.fingers.runs().to_vec();
+                self.send(from.addr, rid, ChordMsg::Fingers { fingers }, Traffic::Reply);
+            }
+            ChordMsg::Fingers { fingers } => {
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Fingers)).is_some() {
+                    self.adopt_fingers(fingers);
+                }
             }
             ChordMsg::SuccessorList { successors } => {
                 if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some()

@@ -34,13 +34,9 @@ impl ChordNode {
         &mut self,
         now: Instant,
         from: Peer,
-        rid: u64,
         predecessor: Option<Peer>,
         successors: Vec<Peer>,
     ) {
-        if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Stabilize)).is_none() {
-            return;
-        }
         self.stabilize_busy = false;
         let Some(&s) = self.succs.first() else { return };
         if !self.joined() || s.addr != from.addr {

@@ -54,6 +54,12 @@ fn addr(i: usize) -> NodeAddr {
     NodeAddr::loopback(i as u32, 4000)
 }
 
+/// The successor of `key` in a sorted ring.
+fn owner_in(ring: &[Peer], key: Id) -> Peer {
+    let at = ring.partition_point(|p| p.id < key);
+    ring[at % ring.len()]
+}
+
 impl Net {
     fn new(cfg: ChordConfig) -> Self {
         Net {
@@ -209,9 +215,7 @@ impl Net {
 
     /// The true owner of `key` among live nodes.
     fn owner(&self, key: Id) -> Peer {
-        let ring = self.ring();
-        let at = ring.partition_point(|p| p.id < key);
-        ring[at % ring.len()]
+        owner_in(&self.ring(), key)
     }
 
     /// Checks successors, predecessors and successor lists against the true ring.
@@ -245,6 +249,7 @@ impl Net {
 
     /// Checks every finger run against the true ring.
     fn finger_errors(&self) -> usize {
+        let ring = self.ring();
         let mut bad = 0;
         for i in self.up() {
             let node = &self.nodes[i];
@@ -252,7 +257,7 @@ impl Net {
             for (k, (from, peer)) in runs.iter().enumerate() {
                 let to = runs.get(k + 1).map_or(160, |r| u32::from(r.0));
                 for f in u32::from(*from)..to {
-                    let want = self.owner(node.id().add_pow2(f));
+                    let want = owner_in(&ring, node.id().add_pow2(f));
                     if want.id == node.id() {
                         break; // past the last real finger: the run may extend, harmlessly
                     }

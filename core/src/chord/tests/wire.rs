@@ -65,6 +65,8 @@ pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
         proptest::collection::vec(arb_entry(), 0..6).prop_map(|entries| ChordMsg::KeyTransfer { entries }),
         Just(ChordMsg::GetSuccessorList),
         arb_peers().prop_map(|successors| ChordMsg::SuccessorList { successors }),
+        Just(ChordMsg::GetFingers),
+        proptest::collection::vec((any::<u8>(), arb_peer()), 0..20).prop_map(|fingers| ChordMsg::Fingers { fingers }),
     ]
 }
 
@@ -100,6 +102,8 @@ fn variant_tags_are_pinned() {
         ChordMsg::KeyTransfer { entries: vec![] },
         ChordMsg::GetSuccessorList,
         ChordMsg::SuccessorList { successors: vec![] },
+        ChordMsg::GetFingers,
+        ChordMsg::Fingers { fingers: vec![] },
     ];
     assert_eq!(msgs.len(), ChordMsg::KINDS);
     for (i, m) in msgs.iter().enumerate() {
