@@ -1,6 +1,6 @@
 //! The Chord node: state, the `Machine` impl, timers, requests, join, failure and leave.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -102,6 +102,40 @@ pub(crate) struct Pending {
     pub(crate) what: Waiting,
 }
 
+/// Outstanding requests by request id, oldest first. A node has a handful at a
+/// time, so a Vec is smaller and faster than a map.
+#[derive(Debug, Default)]
+pub(crate) struct Requests(Vec<(u64, Pending)>);
+
+impl Requests {
+    fn insert(&mut self, id: u64, p: Pending) {
+        self.0.push((id, p));
+    }
+
+    fn get(&self, id: &u64) -> Option<&Pending> {
+        self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<Pending> {
+        let at = self.0.iter().position(|(i, _)| i == id)?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
+        self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    /// The oldest request's id, for tests.
+    #[cfg(test)]
+    pub(crate) fn first_id(&self) -> Option<u64> {
+        self.0.first().map(|(id, _)| *id)
+    }
+}
+
 /// Who a sent message is for, in the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Traffic {
@@ -169,7 +203,7 @@ pub struct ChordNode {
     /// Consecutive timeouts of the successor and of the predecessor.
     pub(crate) succ_strikes: u8,
     pub(crate) pred_strikes: u8,
-    pub(crate) pending: BTreeMap<u64, Pending>,
+    pub(crate) pending: Requests,
     pub(crate) next_request: u64,
     pub(crate) timers: TimerTable<Timer>,
     pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
@@ -210,7 +244,7 @@ impl ChordNode {
             ping_busy: false,
             succ_strikes: 0,
             pred_strikes: 0,
-            pending: BTreeMap::new(),
+            pending: Requests::default(),
             next_request: first_request,
             timers: TimerTable::default(),
             actions: VecDeque::new(),
@@ -343,7 +377,7 @@ impl ChordNode {
     }
 
     fn rearm_requests(&mut self) {
-        match self.pending.values().map(|p| p.deadline).min() {
+        match self.pending.0.iter().map(|(_, p)| p.deadline).min() {
             Some(t) => self.timers.set(Timer::Requests, t),
             None => self.timers.clear(Timer::Requests),
         }
@@ -361,7 +395,7 @@ impl ChordNode {
     }
 
     fn expire_requests(&mut self, now: Instant) {
-        let due: Vec<u64> = self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+        let due = self.pending.ids_where(|p| p.deadline <= now);
         for id in due {
             if let Some(p) = self.pending.remove(&id) {
                 self.request_failed(now, p);
@@ -507,7 +541,7 @@ impl Machine for ChordNode {
         if self.phase == Phase::Left {
             return;
         }
-        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.to == to).map(|(id, _)| *id).collect();
+        let ids = self.pending.ids_where(|p| p.to == to);
         self.peer_failed(now, to);
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {

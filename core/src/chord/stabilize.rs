@@ -83,14 +83,22 @@ impl ChordNode {
 
     /// `from` thinks it might be our predecessor.
     pub(crate) fn on_notify(&mut self, now: Instant, from: Peer) {
-        if !self.joined() || from.id != from.addr.id() {
+        if !self.joined() {
             return self.drop_input();
         }
-        if self.succs.is_empty() {
+        let alone = self.succs.is_empty();
+        let adopt = self.pred != Some(from) && self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
+        if !alone && !adopt {
+            return;
+        }
+        // Checked only on a change: hashing every periodic notify would cost more.
+        if from.id != from.addr.id() {
+            return self.drop_input();
+        }
+        if alone {
             self.set_successor_list(vec![from]);
         }
-        let adopt = self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
-        if !adopt || self.pred == Some(from) {
+        if !adopt {
             return;
         }
         let old = self.pred.replace(from);

@@ -271,8 +271,9 @@ fn bad_peer_input_is_dropped_and_counted() {
         net.nodes[0].handle_message(net.now, env);
         net.after(0);
     }
-    // A notify with a forged id.
-    net.nodes[0].handle_message(net.now, Envelope::new(Id::ZERO, stranger.addr, 0, ChordMsg::Notify));
+    // A notify with a forged id, one that would be adopted as predecessor.
+    let forged = net.nodes[0].id().wrapping_sub(Id::pow2(0));
+    net.nodes[0].handle_message(net.now, Envelope::new(forged, stranger.addr, 0, ChordMsg::Notify));
     net.after(0);
     assert_eq!(net.nodes[0].stats().dropped - before, 7);
     assert_ne!(net.nodes[0].predecessor().map(|p| p.addr), Some(stranger.addr));
@@ -318,7 +319,10 @@ fn ten_thousand_nodes_join_converge_and_answer() {
     let t0 = net.now;
     net.run_for(secs(10));
     let after: u64 = (0..n).map(|i| net.nodes[i].stats().maintenance_sent + net.nodes[i].stats().replies_sent).sum();
-    eprintln!("steady state: {:.2} messages per node per second", (after - before) as f64 / n as f64 / (net.now - t0).as_secs_f64());
+    eprintln!(
+        "steady state: {:.2} messages per node per second",
+        (after - before) as f64 / n as f64 / (net.now - t0).as_secs_f64()
+    );
     for t in 0..n as u64 {
         net.command(t as usize, OverlayCommand::Lookup { token: t, key: Id::hash(t.to_be_bytes()) });
     }
