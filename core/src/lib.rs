@@ -11,12 +11,14 @@
 //! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
 //! - [`machine`]: the one shape every protocol machine has.
 //! - [`overlay`]: commands and events both overlays share.
+//! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine.
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
 
 pub mod chord;
 pub mod id;
 pub mod machine;
+pub mod mpi;
 pub mod overlay;
 pub mod sim;
 pub mod time;

@@ -1,13 +1,23 @@
-//! The finger table, stored compactly.
+//! The finger table, stored compactly, and fix-fingers.
 //!
 //! Finger `i` is the first node succeeding `id + 2^i`. In a ring of N nodes only
 //! about log2 N of the 160 fingers differ, so the table keeps one entry per run of
 //! equal fingers: `(first index of the run, node)`. A node holds ~20 entries, not 160.
+//!
+//! Fix-fingers walks the runs, one per tick. A run `(i, x)` still holds while
+//! `id + 2^i ∈ (pred(x), x]`, which one `GetPredecessor` to `x` checks; only when it
+//! does not (a node joined in between, or `x` is gone) does a lookup run. A lookup
+//! for finger `i` that returns `x` settles every finger up to ⌊log2(x - id)⌋ at once,
+//! so a full pass costs about log2 N checks, not 160 lookups.
 
+use std::time::Instant;
+
+use super::lookup::Purpose;
+use super::msg::{ChordMsg, Peer};
+use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::{ID_BITS, Id};
 use crate::machine::NodeAddr;
-
-use super::msg::Peer;
+use crate::overlay::OverlayError;
 
 /// Runs of equal fingers, sorted by their first index; adjacent runs hold different nodes.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +29,11 @@ impl FingerTable {
     /// Finger `i`, if known.
     pub(crate) fn get(&self, i: u32) -> Option<Peer> {
         self.runs.iter().rev().find(|(from, _)| u32::from(*from) <= i).map(|(_, p)| *p)
+    }
+
+    /// The run holding finger `i`: its first index and node.
+    pub(crate) fn run_at(&self, i: u32) -> Option<(u32, Peer)> {
+        self.runs.iter().rev().find(|(from, _)| u32::from(*from) <= i).map(|(f, p)| (u32::from(*f), *p))
     }
 
     /// The runs, for getters and tests.
@@ -69,6 +84,101 @@ impl FingerTable {
     /// The known finger nearest after `own`, a stand-in successor.
     pub(crate) fn nearest(&self, own: Id) -> Option<Peer> {
         self.runs.iter().map(|(_, p)| *p).filter(|p| p.id != own).min_by_key(|p| own.distance_to(p.id))
+    }
+}
+
+impl ChordNode {
+    /// One fix-fingers step: check the run at the cursor, or look its finger up.
+    pub(crate) fn fix_fingers_tick(&mut self, now: Instant) {
+        let d = self.jitter(self.cfg.fix_fingers_period);
+        self.timers.set(Timer::FixFingers, now + d);
+        if !self.joined() || self.finger_busy {
+            return;
+        }
+        let Some(&succ) = self.succs.first() else { return };
+        self.set_successor_fingers();
+        let Some(covered) = last_index_covered(self.me.id, succ.id) else { return };
+        let index = self.next_finger.max(covered + 1);
+        if index >= ID_BITS {
+            return self.pass_done();
+        }
+        self.finger_busy = true;
+        match self.fingers.run_at(index) {
+            Some((from, node)) if from == index => {
+                let what = Waiting::FingerCheck { index, node };
+                self.request(now, node.addr, ChordMsg::GetPredecessor, what, Traffic::Maintenance);
+            }
+            // Unknown, or inherited from the run below: look it up.
+            _ => self.start_lookup(now, self.me.id.add_pow2(index), Purpose::Finger { index }),
+        }
+    }
+
+    /// `node`'s predecessor came back: the finger holds, or it is looked up.
+    pub(crate) fn on_finger_check(&mut self, now: Instant, index: u32, node: Peer, pred: Option<Peer>) {
+        self.finger_busy = false;
+        if !self.joined() {
+            return;
+        }
+        let start = self.me.id.add_pow2(index);
+        if pred.is_some_and(|p| start.in_half_open(p.id, node.id)) {
+            self.finger_done(now, index, Ok(node));
+        } else {
+            self.finger_busy = true;
+            self.start_lookup(now, start, Purpose::Finger { index });
+        }
+    }
+
+    fn pass_done(&mut self) {
+        self.next_finger = 0;
+        self.fast_fingers = false;
+    }
+
+    /// Finger `index` is `x`, and so is every later finger whose start lies in (me, x].
+    pub(crate) fn finger_done(&mut self, now: Instant, index: u32, result: Result<Peer, OverlayError>) {
+        self.finger_busy = false;
+        if !self.joined() {
+            return;
+        }
+        let Ok(x) = result else {
+            // Retry this finger next tick.
+            self.fast_fingers = false;
+            return;
+        };
+        match last_index_covered(self.me.id, x.id) {
+            Some(hi) if hi >= index => {
+                self.fingers.set_range(index, hi, x);
+                self.next_finger = hi + 1;
+                if self.next_finger >= ID_BITS {
+                    self.pass_done();
+                } else if self.fast_fingers {
+                    self.timers.set(Timer::FixFingers, now);
+                }
+            }
+            _ => {
+                // No node between the start and this one: the fingers from here wrap to us.
+                self.fingers.truncate_from(index);
+                self.pass_done();
+            }
+        }
+    }
+
+    /// Takes the successor's fingers as a first guess of ours; the fast pass after
+    /// joining checks each run.
+    pub(crate) fn adopt_fingers(&mut self, runs: Vec<(u8, Peer)>) {
+        if !self.joined() {
+            return;
+        }
+        for (from, x) in runs.into_iter().take(ID_BITS as usize) {
+            let from = u32::from(from);
+            // Fingers this pass already settled stay.
+            if x.addr == self.me.addr || from >= ID_BITS || from < self.next_finger {
+                continue;
+            }
+            if let Some(hi) = last_index_covered(self.me.id, x.id).filter(|hi| *hi >= from) {
+                self.fingers.set_range(from, hi, x);
+            }
+        }
+        self.set_successor_fingers();
     }
 }
 

@@ -8,10 +8,9 @@
 
 use std::time::Instant;
 
-use super::finger::last_index_covered;
 use super::msg::{ChordMsg, Peer, Step};
-use super::node::{ChordNode, Timer, Traffic, Waiting};
-use crate::id::{ID_BITS, Id};
+use super::node::{ChordNode, Traffic, Waiting};
+use crate::id::Id;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent, Token};
 
@@ -56,11 +55,18 @@ impl LookupState {
         LookupState { key, purpose, hops: 0, deadline, candidates, failed: Vec::new(), fell_back: false }
     }
 
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Adds candidates after `asked` (they must make progress towards the key), best first.
     fn merge(&mut self, own: Id, asked: Id, new: Vec<Peer>) {
         let key = self.key;
         for p in new {
-            if p.id.in_open(asked, key) && p.id != own && !self.failed.contains(&p.addr) && !self.candidates.contains(&p)
+            if p.id.in_open(asked, key)
+                && p.id != own
+                && !self.failed.contains(&p.addr)
+                && !self.candidates.contains(&p)
             {
                 self.candidates.push(p);
             }
@@ -96,7 +102,7 @@ impl ChordNode {
         };
         let mut state = Box::new(LookupState::new(key, purpose, deadline, Vec::new()));
         match self.local_step(key) {
-            Step::Done { owner } => self.lookup_done(now, state, Ok(owner)),
+            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
             Step::Next { candidates } => {
                 state.merge(self.me.id, self.me.id, candidates);
                 self.ask_next(now, state);
@@ -107,10 +113,10 @@ impl ChordNode {
     /// Asks the best remaining candidate, or gives up.
     pub(crate) fn ask_next(&mut self, now: Instant, mut state: Box<LookupState>) {
         if state.hops >= self.cfg.max_hops {
-            return self.lookup_done(now, state, Err(OverlayError::HopBudget));
+            return self.lookup_done(now, *state, Err(OverlayError::HopBudget));
         }
         if now >= state.deadline {
-            return self.lookup_done(now, state, Err(OverlayError::Timeout));
+            return self.lookup_done(now, *state, Err(OverlayError::Timeout));
         }
         if state.candidates.is_empty() {
             // Fall back on this node's successor list: still preceding the key, still alive.
@@ -121,7 +127,7 @@ impl ChordNode {
                 state.merge(self.me.id, self.me.id, alts);
             }
             if state.candidates.is_empty() {
-                return self.lookup_done(now, state, Err(OverlayError::Timeout));
+                return self.lookup_done(now, *state, Err(OverlayError::Timeout));
             }
         }
         let next = state.candidates.remove(0);
@@ -139,7 +145,7 @@ impl ChordNode {
         let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Hop(_))) else { return };
         let Waiting::Hop(mut state) = p.what else { return };
         match step {
-            Step::Done { owner } => self.lookup_done(now, state, Ok(owner)),
+            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
             Step::Next { candidates } => {
                 if candidates.len() > KEPT_CANDIDATES {
                     self.drop_input();
@@ -157,12 +163,15 @@ impl ChordNode {
             state.failed.push(to);
         }
         state.candidates.retain(|p| p.addr != to);
-        self.peer_failed(now, to);
+        if now < state.deadline {
+            // Out of time is the lookup's fault, not the hop's.
+            self.peer_silent(now, to);
+        }
         self.ask_next(now, state);
     }
 
-    fn lookup_done(&mut self, now: Instant, state: Box<LookupState>, result: Result<Peer, OverlayError>) {
-        let LookupState { key, purpose, hops, .. } = *state;
+    fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
+        let LookupState { key, purpose, hops, .. } = state;
         match purpose {
             Purpose::User { token } => {
                 let result = result.map(|owner| {
@@ -186,63 +195,6 @@ impl ChordNode {
                 Ok(owner) => self.query_at(now, owner, token, name, attempt, deadline),
                 Err(e) => self.event(OverlayEvent::QueryDone { token, name, result: Err(e) }),
             },
-        }
-    }
-
-    // ---- fix fingers ---------------------------------------------------------------
-
-    pub(crate) fn fix_fingers_tick(&mut self, now: Instant) {
-        let d = self.jitter(self.cfg.fix_fingers_period);
-        self.timers.set(Timer::FixFingers, now + d);
-        if !self.joined() || self.finger_busy {
-            return;
-        }
-        let Some(&succ) = self.succs.first() else { return };
-        self.set_successor_fingers();
-        let Some(covered) = last_index_covered(self.me.id, succ.id) else { return };
-        let index = self.next_finger.max(covered + 1);
-        if index >= ID_BITS {
-            self.pass_done();
-            return;
-        }
-        self.finger_busy = true;
-        self.start_lookup(now, self.me.id.add_pow2(index), Purpose::Finger { index });
-    }
-
-    fn pass_done(&mut self) {
-        self.next_finger = 0;
-        self.fast_fingers = false;
-    }
-
-    /// Finger `index` is `x`, and so is every later finger whose start lies in (me, x].
-    fn finger_done(&mut self, now: Instant, index: u32, result: Result<Peer, OverlayError>) {
-        self.finger_busy = false;
-        if !self.joined() {
-            return;
-        }
-        let x = match result {
-            Ok(x) => x,
-            Err(_) => {
-                // Retry this finger next tick.
-                self.fast_fingers = false;
-                return;
-            }
-        };
-        match last_index_covered(self.me.id, x.id) {
-            Some(hi) if hi >= index => {
-                self.fingers.set_range(index, hi, x);
-                self.next_finger = hi + 1;
-                if self.next_finger >= ID_BITS {
-                    self.pass_done();
-                } else if self.fast_fingers {
-                    self.timers.set(Timer::FixFingers, now);
-                }
-            }
-            _ => {
-                // No node between the start and this one: the fingers from here wrap to us.
-                self.fingers.truncate_from(index);
-                self.pass_done();
-            }
         }
     }
 }

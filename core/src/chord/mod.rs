@@ -7,7 +7,8 @@
 //! registrations with a TTL, and leaves gracefully.
 //!
 //! - `node`: the machine, its state and the input dispatch.
-//! - `stabilize`: stabilize / notify / check-predecessor, failure repair, leave notices.
+//! - `membership`: join, failure repair, rejoin or merge, graceful leave.
+//! - `stabilize`: stabilize / notify / check-predecessor, leave notices.
 //! - `lookup`: iterative lookups and fix-fingers.
 //! - `finger`: the compact finger table.
 //! - `registry`: stored registrations, refresh, queries, key transfer.
@@ -18,6 +19,7 @@ use std::time::Duration;
 pub mod check;
 mod finger;
 mod lookup;
+mod membership;
 mod msg;
 mod node;
 mod registry;

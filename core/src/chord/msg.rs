@@ -82,11 +82,16 @@ pub enum ChordMsg {
     GetSuccessorList,
     /// Reply to [`ChordMsg::GetSuccessorList`].
     SuccessorList { successors: Vec<Peer> },
+    /// Request: your finger table, please (a node that just joined starts from its
+    /// successor's, which is nearly its own).
+    GetFingers,
+    /// Reply to [`ChordMsg::GetFingers`]: runs of equal fingers as (first index, node).
+    Fingers { fingers: Vec<(u8, Peer)> },
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 15;
+    pub const KINDS: usize = 17;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -106,6 +111,8 @@ impl ChordMsg {
             ChordMsg::KeyTransfer { .. } => 12,
             ChordMsg::GetSuccessorList => 13,
             ChordMsg::SuccessorList { .. } => 14,
+            ChordMsg::GetFingers => 15,
+            ChordMsg::Fingers { .. } => 16,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! The Chord node: state, the `Machine` impl, timers, requests, join, failure and leave.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::ChordConfig;
-use super::finger::{FingerTable, last_index_covered};
+use super::finger::FingerTable;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
 use super::registry::{OwnReg, QueryState, Store};
@@ -16,6 +16,11 @@ use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
+
+/// Consecutive timeouts after which the successor or predecessor counts as failed.
+pub(crate) const STRIKES: u8 = 2;
+/// Most peers remembered for a rejoin.
+pub(crate) const MAX_REJOIN: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +88,10 @@ pub(crate) enum Waiting {
     Query(Box<QueryState>),
     /// A successor list.
     SuccessorList,
+    /// The predecessor of finger `index`'s node, to check the finger still holds.
+    FingerCheck { index: u32, node: Peer },
+    /// The successor's fingers, right after joining.
+    Fingers,
 }
 
 /// One outstanding request.
@@ -91,6 +100,40 @@ pub(crate) struct Pending {
     pub(crate) to: NodeAddr,
     pub(crate) deadline: Instant,
     pub(crate) what: Waiting,
+}
+
+/// Outstanding requests by request id, oldest first. A node has a handful at a
+/// time, so a Vec is smaller and faster than a map.
+#[derive(Debug, Default)]
+pub(crate) struct Requests(Vec<(u64, Pending)>);
+
+impl Requests {
+    fn insert(&mut self, id: u64, p: Pending) {
+        self.0.push((id, p));
+    }
+
+    fn get(&self, id: &u64) -> Option<&Pending> {
+        self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<Pending> {
+        let at = self.0.iter().position(|(i, _)| i == id)?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
+        self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    /// The oldest request's id, for tests.
+    #[cfg(test)]
+    pub(crate) fn first_id(&self) -> Option<u64> {
+        self.0.first().map(|(id, _)| *id)
+    }
 }
 
 /// Who a sent message is for, in the counters.
@@ -139,6 +182,11 @@ pub struct ChordNode {
     pub(crate) me: Peer,
     /// Contacts to join through, own address removed.
     pub(crate) bootstrap: Vec<NodeAddr>,
+    /// Peers known when every contact seemed lost, tried after the bootstrap list
+    /// (and, by a node without one, to merge back from a ring of one). Usually empty.
+    pub(crate) rejoin: Vec<NodeAddr>,
+    /// Wait before the next merge attempt of a node alone with `rejoin` contacts.
+    pub(crate) merge_backoff: Duration,
     pub(crate) phase: Phase,
     pub(crate) pred: Option<Peer>,
     /// Successor list, nearest first, without this node. Empty while joined: alone.
@@ -152,7 +200,10 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
-    pub(crate) pending: BTreeMap<u64, Pending>,
+    /// Consecutive timeouts of the successor and of the predecessor.
+    pub(crate) succ_strikes: u8,
+    pub(crate) pred_strikes: u8,
+    pub(crate) pending: Requests,
     pub(crate) next_request: u64,
     pub(crate) timers: TimerTable<Timer>,
     pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
@@ -166,7 +217,8 @@ pub struct ChordNode {
 impl ChordNode {
     /// A node listening at `addr` (its id is `addr.id()`). With no bootstrap contact
     /// other than itself it creates a ring alone and reports `Joined` at once;
-    /// otherwise it starts joining through `bootstrap`, in order.
+    /// otherwise it starts joining through `bootstrap`, in order. Drain
+    /// [`Machine::poll_action`] after construction as after any input.
     pub fn new(config: ChordConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let first_request = u64::from(rng.random::<u32>()) + 1;
@@ -174,10 +226,13 @@ impl ChordNode {
         bootstrap.retain(|a| *a != addr);
         bootstrap.dedup();
         let backoff = config.join_backoff_min;
+        let config_backoff = backoff;
         let mut node = ChordNode {
             cfg: config,
             me: Peer::from_addr(addr),
             bootstrap,
+            rejoin: Vec::new(),
+            merge_backoff: config_backoff,
             phase: Phase::Joining { contact: 0, backoff, reported: false },
             pred: None,
             succs: Vec::new(),
@@ -187,7 +242,9 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
-            pending: BTreeMap::new(),
+            succ_strikes: 0,
+            pred_strikes: 0,
+            pending: Requests::default(),
             next_request: first_request,
             timers: TimerTable::default(),
             actions: VecDeque::new(),
@@ -290,7 +347,13 @@ impl ChordNode {
     pub(crate) fn request(&mut self, now: Instant, to: NodeAddr, body: ChordMsg, what: Waiting, traffic: Traffic) {
         let id = self.next_request;
         self.next_request = self.next_request.wrapping_add(1).max(1);
-        let deadline = now + self.cfg.request_timeout;
+        let mut deadline = now + self.cfg.request_timeout;
+        // A lookup's or query's own deadline caps the wait for any one answer.
+        match &what {
+            Waiting::Hop(s) => deadline = deadline.min(s.deadline()),
+            Waiting::Query(q) => deadline = deadline.min(q.deadline),
+            _ => {}
+        }
         self.pending.insert(id, Pending { to, deadline, what });
         self.send(to, id, body, traffic);
     }
@@ -314,7 +377,7 @@ impl ChordNode {
     }
 
     fn rearm_requests(&mut self) {
-        match self.pending.values().map(|p| p.deadline).min() {
+        match self.pending.0.iter().map(|(_, p)| p.deadline).min() {
             Some(t) => self.timers.set(Timer::Requests, t),
             None => self.timers.clear(Timer::Requests),
         }
@@ -332,7 +395,7 @@ impl ChordNode {
     }
 
     fn expire_requests(&mut self, now: Instant) {
-        let due: Vec<u64> = self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
+        let due = self.pending.ids_where(|p| p.deadline <= now);
         for id in due {
             if let Some(p) = self.pending.remove(&id) {
                 self.request_failed(now, p);
@@ -346,168 +409,24 @@ impl ChordNode {
             Waiting::Hop(state) => self.hop_failed(now, p.to, state),
             Waiting::Stabilize => {
                 self.stabilize_busy = false;
-                self.peer_failed(now, p.to);
+                self.peer_silent(now, p.to);
             }
             Waiting::PingPredecessor => {
                 self.ping_busy = false;
-                self.peer_failed(now, p.to);
+                self.peer_silent(now, p.to);
             }
             Waiting::Query(q) => {
-                self.peer_failed(now, p.to);
+                if now < q.deadline {
+                    self.peer_silent(now, p.to);
+                }
                 self.query_failed(now, *q);
             }
-            Waiting::SuccessorList => {}
-        }
-    }
-
-    // ---- membership ----------------------------------------------------------------
-
-    /// The node is now part of a ring: through `succ`, or alone.
-    pub(crate) fn become_joined(&mut self, now: Instant) {
-        self.phase = Phase::Joined;
-        self.event(OverlayEvent::Joined);
-        self.next_finger = 0;
-        self.fast_fingers = true;
-        self.set_successor_fingers();
-        self.timers.clear(Timer::Join);
-        self.timers.set(Timer::Stabilize, now);
-        self.timers.set(Timer::FixFingers, now);
-        let d = self.jitter(self.cfg.check_predecessor_period);
-        self.timers.set(Timer::CheckPredecessor, now + d);
-        if !self.own.is_empty() {
-            self.timers.set(Timer::Refresh, now);
-        }
-    }
-
-    /// Tries the current bootstrap contact, or schedules the next round.
-    pub(crate) fn join_attempt(&mut self, now: Instant) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else { return };
-        if let Some(&addr) = self.bootstrap.get(contact) {
-            let deadline = now + self.cfg.lookup_timeout;
-            let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(addr)]);
-            self.ask_next(now, Box::new(state));
-            return;
-        }
-        // Every contact failed: never create a second ring, report and retry later.
-        if !reported {
-            self.event(OverlayEvent::Disconnected);
-        }
-        let next = (backoff * 2).min(self.cfg.join_backoff_max);
-        self.phase = Phase::Joining { contact: 0, backoff: next, reported: true };
-        let d = self.jitter(backoff);
-        self.timers.set(Timer::Join, now + d);
-    }
-
-    /// The join lookup ended.
-    pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else { return };
-        match result {
-            Ok(owner) if owner.addr != self.me.addr => {
-                self.succs = vec![owner];
-                self.pred = None;
-                self.become_joined(now);
-                // Fill the successor list at once rather than one stabilize later.
-                let body = ChordMsg::GetSuccessorList;
-                self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
+            Waiting::FingerCheck { .. } => {
+                self.finger_busy = false;
+                self.peer_silent(now, p.to);
             }
-            _ => {
-                self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
-                self.join_attempt(now);
-            }
+            Waiting::SuccessorList | Waiting::Fingers => {}
         }
-    }
-
-    /// Every contact is gone: rejoin through the bootstrap list, or stay alone if
-    /// this node has none (it created the ring).
-    pub(crate) fn lost_all(&mut self, now: Instant) {
-        self.pred = None;
-        self.succs.clear();
-        self.fingers.clear();
-        if self.bootstrap.is_empty() {
-            return;
-        }
-        self.event(OverlayEvent::Disconnected);
-        self.phase = Phase::Joining { contact: 0, backoff: self.cfg.join_backoff_min, reported: true };
-        for t in [Timer::Stabilize, Timer::FixFingers, Timer::CheckPredecessor, Timer::Refresh] {
-            self.timers.clear(t);
-        }
-        self.finger_busy = false;
-        self.stabilize_busy = false;
-        self.ping_busy = false;
-        self.join_attempt(now);
-    }
-
-    /// Fingers up to the successor's distance are the successor.
-    pub(crate) fn set_successor_fingers(&mut self) {
-        let Some(s) = self.succs.first().copied() else { return };
-        if let Some(hi) = last_index_covered(self.me.id, s.id) {
-            self.fingers.set_range(0, hi, s);
-        }
-    }
-
-    /// Forgets `addr` everywhere without repairing anything. True if it was known.
-    pub(crate) fn forget(&mut self, addr: NodeAddr) -> bool {
-        let mut known = false;
-        if self.pred.is_some_and(|p| p.addr == addr) {
-            self.pred = None;
-            known = true;
-        }
-        let before = self.succs.len();
-        self.succs.retain(|p| p.addr != addr);
-        known |= self.succs.len() != before;
-        let had_finger = self.fingers.runs().iter().any(|(_, p)| p.addr == addr);
-        if had_finger {
-            self.fingers.remove(addr);
-        }
-        known || had_finger
-    }
-
-    /// A peer did not answer or could not be reached: drop it and repair the successor.
-    pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
-        if !self.joined() || addr == self.me.addr {
-            return;
-        }
-        let was_succ = self.succs.first().is_some_and(|p| p.addr == addr);
-        if !self.forget(addr) {
-            return;
-        }
-        if self.succs.is_empty() {
-            // Next stand-ins: the nearest finger, then the predecessor.
-            match self.fingers.nearest(self.me.id).or(self.pred) {
-                Some(p) => self.succs.push(p),
-                None => return self.lost_all(now),
-            }
-        }
-        if was_succ {
-            self.set_successor_fingers();
-            self.timers.set(Timer::Stabilize, now);
-        }
-    }
-
-    /// Graceful leave: neighbours learn each other, registrations go to the successor.
-    fn leave(&mut self, now: Instant) {
-        if self.joined() {
-            if let Some(s) = self.succs.first().copied() {
-                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor: self.pred }, Traffic::Maintenance);
-                let entries = self.take_all_entries(now);
-                if !entries.is_empty() {
-                    self.send(s.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
-                }
-            }
-            if let Some(p) = self.pred {
-                let successors = self.succs.clone();
-                self.send(p.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
-            }
-        }
-        self.phase = Phase::Left;
-        self.timers = TimerTable::default();
-        self.pending.clear();
-        self.own.clear();
-        self.store = Store::default();
-        self.pred = None;
-        self.succs.clear();
-        self.fingers.clear();
-        self.event(OverlayEvent::Left);
     }
 
     fn on_timer(&mut self, now: Instant, t: Timer) {
@@ -532,6 +451,7 @@ impl ChordNode {
                 | ChordMsg::Ping
                 | ChordMsg::Query { .. }
                 | ChordMsg::GetSuccessorList
+                | ChordMsg::GetFingers
         );
         if is_request && (rid == 0 || !self.joined()) {
             return self.drop_input();
@@ -547,13 +467,19 @@ impl ChordNode {
                 self.send(from.addr, rid, body, Traffic::Reply);
             }
             ChordMsg::Predecessor { predecessor, successors } => {
-                self.on_predecessor(now, from, rid, predecessor, successors)
+                let fits = |w: &Waiting| matches!(w, Waiting::Stabilize | Waiting::FingerCheck { .. });
+                match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
+                    Some(Waiting::Stabilize) => self.on_predecessor(now, from, predecessor, successors),
+                    Some(Waiting::FingerCheck { index, node }) => self.on_finger_check(now, index, node, predecessor),
+                    _ => {}
+                }
             }
             ChordMsg::Notify => self.on_notify(now, from),
             ChordMsg::Ping => self.send(from.addr, rid, ChordMsg::Pong, Traffic::Reply),
             ChordMsg::Pong => {
                 if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::PingPredecessor)).is_some() {
                     self.ping_busy = false;
+                    self.pred_strikes = 0;
                 }
             }
             ChordMsg::Register { entry, replicas } => self.on_register(now, entry, replicas),
@@ -568,6 +494,15 @@ impl ChordNode {
             ChordMsg::GetSuccessorList => {
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);
+            }
+            ChordMsg::GetFingers => {
+                let fingers = self.fingers.runs().to_vec();
+                self.send(from.addr, rid, ChordMsg::Fingers { fingers }, Traffic::Reply);
+            }
+            ChordMsg::Fingers { fingers } => {
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Fingers)).is_some() {
+                    self.adopt_fingers(fingers);
+                }
             }
             ChordMsg::SuccessorList { successors } => {
                 if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some()
@@ -606,7 +541,7 @@ impl Machine for ChordNode {
         if self.phase == Phase::Left {
             return;
         }
-        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.to == to).map(|(id, _)| *id).collect();
+        let ids = self.pending.ids_where(|p| p.to == to);
         self.peer_failed(now, to);
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {

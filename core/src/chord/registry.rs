@@ -203,8 +203,9 @@ impl ChordNode {
         }
         if replicas > 0 {
             let n = usize::from(replicas).min(self.succs.len());
-            for s in self.succs[..n].to_vec() {
-                self.send(s.addr, 0, ChordMsg::Register { entry: entry.clone(), replicas: 0 }, Traffic::Maintenance);
+            let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+            for to in targets {
+                self.send(to, 0, ChordMsg::Register { entry: entry.clone(), replicas: 0 }, Traffic::Maintenance);
             }
         }
         self.store_entry(now, entry);

@@ -32,23 +32,23 @@ impl ChordNode {
     /// one appeared, refresh the list, and notify.
     pub(crate) fn on_predecessor(
         &mut self,
-        _now: Instant,
+        now: Instant,
         from: Peer,
-        rid: u64,
         predecessor: Option<Peer>,
         successors: Vec<Peer>,
     ) {
-        if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Stabilize)).is_none() {
-            return;
-        }
         self.stabilize_busy = false;
         let Some(&s) = self.succs.first() else { return };
         if !self.joined() || s.addr != from.addr {
             return;
         }
+        self.succ_strikes = 0;
         let mut list = Vec::with_capacity(self.cfg.successors + 1);
         if let Some(x) = predecessor.filter(|x| x.id.in_open(self.me.id, s.id) && x.addr != self.me.addr) {
             list.push(x);
+            // A closer successor appeared: ask it at once, so a node that joined far
+            // from its place walks back at network speed, not one step per period.
+            self.timers.set(Timer::Stabilize, now);
         }
         list.push(s);
         list.extend(successors.into_iter().take(self.cfg.successors));
@@ -76,23 +76,33 @@ impl ChordNode {
         let changed = out.first() != self.succs.first();
         self.succs = out;
         if changed {
+            self.succ_strikes = 0;
             self.set_successor_fingers();
         }
     }
 
     /// `from` thinks it might be our predecessor.
     pub(crate) fn on_notify(&mut self, now: Instant, from: Peer) {
-        if !self.joined() || from.id != from.addr.id() {
+        if !self.joined() {
             return self.drop_input();
         }
-        if self.succs.is_empty() {
+        let alone = self.succs.is_empty();
+        let adopt = self.pred != Some(from) && self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
+        if !alone && !adopt {
+            return;
+        }
+        // Checked only on a change: hashing every periodic notify would cost more.
+        if from.id != from.addr.id() {
+            return self.drop_input();
+        }
+        if alone {
             self.set_successor_list(vec![from]);
         }
-        let adopt = self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
-        if !adopt || self.pred == Some(from) {
+        if !adopt {
             return;
         }
         let old = self.pred.replace(from);
+        self.pred_strikes = 0;
         // Registrations in (old, from] now belong to `from`; we keep copies as its replica.
         let me = self.me.id;
         let entries = match old {
@@ -124,13 +134,18 @@ impl ChordNode {
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
-        let mut list: Vec<Peer> = successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
+        if !was_succ {
+            // Not our successor: its list is no business of ours.
+            self.repair_gracefully();
+            return;
+        }
+        let mut list: Vec<Peer> =
+            successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
         list.extend(self.succs.iter().copied());
         self.set_successor_list(list);
         self.repair_gracefully();
-        match self.succs.first().copied() {
-            Some(s) if was_succ => self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance),
-            _ => {}
+        if let Some(s) = self.succs.first().copied() {
+            self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         }
     }
 

@@ -1,0 +1,455 @@
+//! The engine: inputs, application calls, outputs, and the eager path.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::flow::Peer;
+use super::msg::{MpiMsg, SeqHdr};
+use super::queues::{Held, Key, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
+use super::rendezvous::Awaiting;
+use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit};
+use crate::time::{TimerKey, TimerTable};
+use crate::wire::Envelope;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// Send the acknowledgements and credit that were held back.
+    Ack,
+}
+
+impl TimerKey for Timer {
+    const COUNT: usize = 1;
+    const ALL: &'static [Timer] = &[Timer::Ack];
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The matching, eager/rendezvous and reliability engine of one MPI process.
+#[derive(Debug)]
+pub struct MpiEngine {
+    pub(super) config: MpiConfig,
+    pub(super) rank: u32,
+    pub(super) size: u32,
+    /// Indexed by rank; our own entry is unused.
+    pub(super) peers: Vec<Peer>,
+    pub(super) posted: PostedQueue,
+    pub(super) unexpected: UnexpectedQueue,
+    /// Matched rendezvous receives waiting for data, by (source, Rts sequence number).
+    pub(super) awaiting: BTreeMap<(u32, u64), Awaiting>,
+    /// Frames to transmit, as (peer, sequence number) into that peer's unacked store.
+    out: VecDeque<(u32, u64)>,
+    /// Peers owed an acknowledgement now / after the ack delay.
+    ack_now: VecDeque<u32>,
+    ack_later: Vec<u32>,
+    pub(super) completions: VecDeque<Completion>,
+    timers: TimerTable<Timer>,
+    next_req: u64,
+    pub(super) stats: MpiStats,
+}
+
+impl MpiEngine {
+    /// The engine of rank `rank` in a world of `size` ranks.
+    pub fn new(config: MpiConfig, rank: u32, size: u32) -> Result<Self, MpiError> {
+        config.validate()?;
+        if rank >= size {
+            return Err(MpiError::InvalidRank { rank, size });
+        }
+        let peers = (0..size).map(|_| Peer::new(&config)).collect();
+        Ok(MpiEngine {
+            config,
+            rank,
+            size,
+            peers,
+            posted: PostedQueue::default(),
+            unexpected: UnexpectedQueue::default(),
+            awaiting: BTreeMap::new(),
+            out: VecDeque::new(),
+            ack_now: VecDeque::new(),
+            ack_later: Vec::new(),
+            completions: VecDeque::new(),
+            timers: TimerTable::default(),
+            next_req: 0,
+            stats: MpiStats::default(),
+        })
+    }
+
+    // ----- getters
+
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MpiConfig {
+        &self.config
+    }
+
+    /// What was sent, resent and refused.
+    pub fn stats(&self) -> &MpiStats {
+        &self.stats
+    }
+
+    /// Receives posted and not yet matched.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// Messages (eager or rendezvous requests) waiting for a receive.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Credit held by peers' eager messages in the unexpected queue (payload bytes
+    /// plus the per-message overhead). Never above [`MpiEngine::unexpected_bound`].
+    /// Messages to self are not counted: the application holds their memory.
+    pub fn unexpected_charged(&self) -> u64 {
+        self.unexpected.charged()
+    }
+
+    /// The most [`MpiEngine::unexpected_charged`] can reach.
+    pub fn unexpected_bound(&self) -> u64 {
+        self.config.eager_window * u64::from(self.size - 1)
+    }
+
+    /// Credit held by `peer`'s eager messages in the unexpected queue (at most
+    /// `eager_window`).
+    pub fn buffered_from(&self, peer: u32) -> u64 {
+        self.peers.get(peer as usize).map_or(0, |p| p.buffered)
+    }
+
+    /// Frames sent to `peer` and not yet acknowledged.
+    pub fn unacked_len(&self, peer: u32) -> usize {
+        self.peers.get(peer as usize).map_or(0, |p| p.unacked.len())
+    }
+
+    /// Rendezvous transfers in progress (sends waiting for Cts, receives waiting
+    /// for data).
+    pub fn rendezvous_in_progress(&self) -> usize {
+        self.awaiting.len() + self.peers.iter().map(|p| p.rdv_out.len()).sum::<usize>()
+    }
+
+    // ----- application calls
+
+    /// Starts sending `data` to rank `dest` on communicator `comm` with `tag`.
+    ///
+    /// An eager send completes at once; a rendezvous send once the receiver
+    /// cleared it and the data was queued for transmission.
+    pub fn isend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
+        self.check_rank(dest)?;
+        if tag < 0 {
+            return Err(MpiError::InvalidTag(tag));
+        }
+        let req = self.new_req();
+        if dest == self.rank {
+            // To self: matched locally, never on the wire, no credit.
+            let key = Key { comm, src: dest, tag };
+            self.arrive_eager(None, key, data, 0);
+            self.completions.push_back(Completion::Send { req });
+            return Ok(req);
+        }
+        let charge = self.config.charge(data.len());
+        let peer = &mut self.peers[dest as usize];
+        if data.len() <= self.config.eager_threshold && charge <= peer.credit_left() {
+            peer.charged += charge;
+            self.stats.eager_sent += 1;
+            self.push_frame(dest, MpiMsg::Eager { hdr: SeqHdr::default(), comm, tag }, data);
+            self.completions.push_back(Completion::Send { req });
+        } else {
+            if data.len() <= self.config.eager_threshold {
+                self.stats.credit_fallbacks += 1;
+            }
+            self.start_rendezvous(req, dest, comm, tag, data);
+        }
+        Ok(req)
+    }
+
+    /// Posts a receive on `comm` from `source` ([`super::ANY_SOURCE`] = `None`) with
+    /// `tag` ([`super::ANY_TAG`] = `None`). It takes the earliest-arrived matching
+    /// message, or waits for the next one.
+    pub fn irecv(
+        &mut self,
+        now: Instant,
+        comm: u32,
+        source: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<RequestId, MpiError> {
+        let pat = self.pattern(comm, source, tag)?;
+        let req = self.new_req();
+        match self.unexpected.take(&pat) {
+            Some(u) => self.consume(now, req, u),
+            None => self.posted.post(pat, req),
+        }
+        Ok(req)
+    }
+
+    /// The status of the earliest-arrived message [`MpiEngine::irecv`] with the same
+    /// arguments would take now, without taking it.
+    pub fn iprobe(&self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Option<Status>, MpiError> {
+        let pat = self.pattern(comm, source, tag)?;
+        Ok(self.unexpected.peek(&pat).map(Unexpected::status))
+    }
+
+    /// Cancels a receive that has not matched yet: true, and a
+    /// [`Completion::Cancelled`] follows. False for anything else (a matched or
+    /// finished receive, a send, an unknown id); that request completes normally.
+    pub fn cancel(&mut self, req: RequestId) -> bool {
+        let done = self.posted.cancel(req);
+        if done {
+            self.completions.push_back(Completion::Cancelled { req });
+        }
+        done
+    }
+
+    // ----- inputs
+
+    /// A frame from rank `from` arrived. Bad input is dropped and counted in
+    /// [`MpiEngine::stats`].
+    pub fn handle_message(&mut self, now: Instant, from: u32, msg: MpiMsg, payload: Bytes) {
+        if from >= self.size || from == self.rank || (!payload.is_empty() && !msg.carries_payload()) {
+            self.stats.bad_input += 1;
+            return;
+        }
+        let p = from as usize;
+        let hdr = match msg {
+            MpiMsg::Ack { ack, credit } => {
+                if !self.peers[p].on_ack(ack, credit) {
+                    self.stats.bad_input += 1;
+                }
+                return;
+            }
+            // Invariant: every other variant is sequenced.
+            _ => *msg.hdr().expect("sequenced message"),
+        };
+        if !self.peers[p].on_ack(hdr.ack, hdr.credit) {
+            self.stats.bad_input += 1;
+        }
+        let peer = &mut self.peers[p];
+        if hdr.seq < peer.recv_next {
+            // A resend of something we have: the peer may have missed our ack.
+            self.stats.duplicates += 1;
+            peer.ack_sent = peer.ack_sent.min(hdr.seq.saturating_sub(1));
+            self.schedule_ack(now, from);
+            return;
+        }
+        if hdr.seq > peer.recv_next {
+            self.stats.future_seq += 1;
+            return;
+        }
+        peer.recv_next += 1;
+        peer.since_ack_msgs += 1;
+        peer.since_ack_bytes += payload.len() as u64;
+        match msg {
+            MpiMsg::Eager { comm, tag, .. } => self.on_eager(now, from, comm, tag, payload),
+            MpiMsg::Rts { hdr, comm, tag, len } => self.on_rts(from, comm, tag, hdr.seq, len),
+            MpiMsg::Cts { rts_seq, .. } => self.on_cts(from, rts_seq),
+            MpiMsg::Data { rts_seq, offset, .. } => self.on_data(from, rts_seq, offset, payload),
+            MpiMsg::Ack { .. } => unreachable!("handled above"),
+        }
+        self.schedule_ack(now, from);
+    }
+
+    /// [`MpiEngine::handle_message`] for a decoded envelope from rank `from` (the
+    /// driver maps the connection or the envelope's sender to the rank).
+    pub fn handle_envelope(&mut self, now: Instant, from: u32, env: Envelope<MpiMsg>) {
+        self.handle_message(now, from, env.body, env.payload);
+    }
+
+    /// The connection to `peer` broke. Frames for it wait until
+    /// [`MpiEngine::handle_reconnected`].
+    pub fn handle_disconnected(&mut self, peer: u32) -> Result<(), MpiError> {
+        self.check_peer(peer)?;
+        self.peers[peer as usize].up = false;
+        self.out.retain(|&(q, _)| q != peer);
+        Ok(())
+    }
+
+    /// A connection to `peer` is (re-)established: tells the peer our state and
+    /// resends every frame it has not acknowledged, oldest first. Harmless when
+    /// nothing was lost.
+    pub fn handle_reconnected(&mut self, peer: u32) -> Result<(), MpiError> {
+        self.check_peer(peer)?;
+        self.out.retain(|&(q, _)| q != peer);
+        let p = &mut self.peers[peer as usize];
+        p.up = true;
+        // Whatever we told the peer may have been lost with the connection.
+        p.ack_sent = 0;
+        p.announced = 0;
+        let before = self.out.len();
+        self.out.extend(p.unacked_seqs().map(|s| (peer, s)));
+        self.stats.resent += (self.out.len() - before) as u64;
+        if !p.in_ack_now {
+            p.in_ack_now = true;
+            self.ack_now.push_back(peer);
+        }
+        Ok(())
+    }
+
+    /// Time passed: sends the acknowledgements that were held back. Spurious calls
+    /// are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for t in self.timers.take_expired(now) {
+            match t {
+                Timer::Ack => {
+                    for &q in &self.ack_later {
+                        let p = &mut self.peers[q as usize];
+                        p.in_ack_later = false;
+                        if p.needs_ack() && !p.in_ack_now {
+                            p.in_ack_now = true;
+                            self.ack_now.push_back(q);
+                        }
+                    }
+                    self.ack_later.clear();
+                }
+            }
+        }
+    }
+
+    // ----- outputs
+
+    /// The next frame to send. Sequenced frames carry the latest acknowledgement and
+    /// credit; stand-alone [`MpiMsg::Ack`]s follow when nothing carried them.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        while let Some((to, seq)) = self.out.pop_front() {
+            if let Some((msg, payload)) = self.peers[to as usize].frame(seq) {
+                return Some(Transmit { to, msg, payload });
+            }
+        }
+        while let Some(to) = self.ack_now.pop_front() {
+            let p = &mut self.peers[to as usize];
+            p.in_ack_now = false;
+            if p.up && p.needs_ack() {
+                let h = p.stamp();
+                self.stats.acks_sent += 1;
+                return Some(Transmit { to, msg: MpiMsg::Ack { ack: h.ack, credit: h.credit }, payload: Bytes::new() });
+            }
+        }
+        None
+    }
+
+    /// The next finished request.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// When [`MpiEngine::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    // ----- internals
+
+    fn new_req(&mut self) -> RequestId {
+        self.next_req += 1;
+        RequestId(self.next_req)
+    }
+
+    fn check_rank(&self, rank: u32) -> Result<(), MpiError> {
+        if rank < self.size { Ok(()) } else { Err(MpiError::InvalidRank { rank, size: self.size }) }
+    }
+
+    fn check_peer(&self, peer: u32) -> Result<(), MpiError> {
+        self.check_rank(peer)?;
+        if peer == self.rank { Err(MpiError::InvalidRank { rank: peer, size: self.size }) } else { Ok(()) }
+    }
+
+    fn pattern(&self, comm: u32, src: Option<u32>, tag: Option<i32>) -> Result<Pattern, MpiError> {
+        if let Some(s) = src {
+            self.check_rank(s)?;
+        }
+        if let Some(t) = tag.filter(|&t| t < 0) {
+            return Err(MpiError::InvalidTag(t));
+        }
+        Ok(Pattern { comm, src, tag })
+    }
+
+    /// Appends a sequenced frame to our stream to `to` and queues it if connected.
+    pub(super) fn push_frame(&mut self, to: u32, msg: MpiMsg, payload: Bytes) {
+        let p = &mut self.peers[to as usize];
+        let seq = p.push(msg, payload);
+        if p.up {
+            self.out.push_back((to, seq));
+        }
+    }
+
+    /// Queues an acknowledgement to `to` if it lacks one: at once if enough is
+    /// pending, else when the ack timer fires (unless a frame carries it first).
+    fn schedule_ack(&mut self, now: Instant, to: u32) {
+        let p = &mut self.peers[to as usize];
+        if !p.needs_ack() {
+            return;
+        }
+        if p.ack_urgent(&self.config) {
+            if !p.in_ack_now {
+                p.in_ack_now = true;
+                self.ack_now.push_back(to);
+            }
+        } else if !p.in_ack_later {
+            p.in_ack_later = true;
+            self.ack_later.push(to);
+            if self.timers.get(Timer::Ack).is_none() {
+                self.timers.set(Timer::Ack, now + self.config.ack_delay);
+            }
+        }
+    }
+
+    /// Gives `charge` of eager credit back to `src` (not to ourselves).
+    fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
+        if src == self.rank || charge == 0 {
+            return;
+        }
+        self.peers[src as usize].granted += charge;
+        if let Some(now) = now {
+            self.schedule_ack(now, src);
+        }
+    }
+
+    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes) {
+        let charge = self.config.charge(data.len());
+        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge);
+    }
+
+    /// A message arrived (in stream order): the earliest-posted matching receive
+    /// takes it, or it waits in the unexpected queue.
+    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64) {
+        if let Some(req) = self.posted.take_match(&key) {
+            self.return_credit(now, key.src, charge);
+            let status = Status { source: key.src, tag: key.tag, count: data.len() };
+            self.completions.push_back(Completion::Recv { req, status, data });
+            return;
+        }
+        if key.src != self.rank {
+            let p = &mut self.peers[key.src as usize];
+            if p.buffered + charge > self.config.eager_window {
+                // The peer overran the credit we granted.
+                self.stats.bad_input += 1;
+                return;
+            }
+            p.buffered += charge;
+        }
+        self.unexpected.push(Unexpected { key, held: Held::Eager { data, charge } });
+    }
+
+    /// A receive `req` took unexpected message `u`.
+    fn consume(&mut self, now: Instant, req: RequestId, u: Unexpected) {
+        let status = u.status();
+        match u.held {
+            Held::Eager { data, charge } => {
+                if u.key.src != self.rank {
+                    self.peers[u.key.src as usize].buffered -= charge;
+                }
+                self.return_credit(Some(now), u.key.src, charge);
+                self.completions.push_back(Completion::Recv { req, status, data });
+            }
+            Held::Rts { rts_seq, len } => self.clear_to_send(req, u.key, rts_seq, len),
+        }
+    }
+}

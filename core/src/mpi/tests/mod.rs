@@ -1,0 +1,421 @@
+//! Unit tests of the MPI engine, wire round trips, and (in `props`) model-based
+//! property tests.
+
+mod harness;
+mod props;
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+
+use super::*;
+use crate::id::Id;
+use crate::wire::{DEFAULT_MAX_FRAME, FrameDecoder, decode_envelope, encode_frame};
+use harness::tight_config;
+
+/// Two engines and a helper that moves every frame until both are quiet.
+struct Pair {
+    e: [MpiEngine; 2],
+    now: Instant,
+    /// Frames moved, per direction.
+    frames: [usize; 2],
+}
+
+impl Pair {
+    fn new(config: MpiConfig) -> Self {
+        let e = [MpiEngine::new(config.clone(), 0, 2).unwrap(), MpiEngine::new(config, 1, 2).unwrap()];
+        Pair { e, now: Instant::now(), frames: [0, 0] }
+    }
+
+    /// Moves frames both ways until none is left (timers not fired).
+    fn pump(&mut self) {
+        loop {
+            let mut moved = false;
+            for a in 0..2 {
+                while let Some(t) = self.e[a].poll_transmit() {
+                    self.frames[a] += 1;
+                    self.e[t.to as usize].handle_message(self.now, a as u32, t.msg, t.payload);
+                    moved = true;
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn completions(&mut self, a: usize) -> Vec<Completion> {
+        std::iter::from_fn(|| self.e[a].poll_completion()).collect()
+    }
+}
+
+fn recv_data(c: &[Completion]) -> Vec<(Status, Bytes)> {
+    c.iter()
+        .filter_map(|c| match c {
+            Completion::Recv { status, data, .. } => Some((*status, data.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn eager_ping_pong_needs_no_standalone_acks() {
+    let mut p = Pair::new(MpiConfig::default());
+    for i in 0..100u8 {
+        let (a, b) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+        p.e[b].irecv(p.now, 0, Some(a as u32), Some(7)).unwrap();
+        p.e[a].isend(0, b as u32, 7, Bytes::from(vec![i; 8])).unwrap();
+        p.pump();
+        let got = recv_data(&p.completions(b));
+        assert_eq!(got, vec![(Status { source: a as u32, tag: 7, count: 8 }, Bytes::from(vec![i; 8]))]);
+        assert!(matches!(p.completions(a)[..], [Completion::Send { .. }]));
+    }
+    assert_eq!(p.frames, [50, 50], "one frame per message, acks and credit piggybacked");
+    assert!(p.e.iter().all(|e| e.stats().acks_sent == 0 && e.stats().eager_sent == 50));
+    assert!(p.e[0].unacked_len(1) <= 1 && p.e[1].unacked_len(0) <= 1);
+}
+
+#[test]
+fn rendezvous_moves_data_after_the_receive_is_posted() {
+    let cfg = MpiConfig { data_chunk: 1000, ..tight_config() };
+    let mut p = Pair::new(cfg);
+    let big = Bytes::from((0..2500u32).map(|i| i as u8).collect::<Vec<_>>());
+    let s = p.e[0].isend(3, 1, 1, big.clone()).unwrap();
+    p.pump();
+    assert_eq!(p.frames[0], 1, "only the Rts before the receive");
+    assert!(p.completions(0).is_empty(), "a rendezvous send waits for the Cts");
+    assert_eq!(p.e[1].iprobe(3, ANY_SOURCE, ANY_TAG).unwrap(), Some(Status { source: 0, tag: 1, count: 2500 }));
+    let r = p.e[1].irecv(p.now, 3, ANY_SOURCE, Some(1)).unwrap();
+    p.pump();
+    assert_eq!(p.frames[0], 4, "Rts + three data chunks");
+    assert_eq!(p.completions(0), vec![Completion::Send { req: s }]);
+    let c = p.completions(1);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].req(), r);
+    assert_eq!(recv_data(&c)[0].1, big);
+    assert_eq!(p.e[0].stats().rendezvous_sent, 1);
+}
+
+#[test]
+fn single_chunk_rendezvous_is_zero_copy() {
+    let mut p = Pair::new(tight_config());
+    let big = Bytes::from(vec![5u8; 90]);
+    let cfg = MpiConfig { eager_threshold: 10, ..tight_config() };
+    p.e = [MpiEngine::new(cfg.clone(), 0, 2).unwrap(), MpiEngine::new(cfg, 1, 2).unwrap()];
+    p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
+    p.e[0].isend(0, 1, 0, big.clone()).unwrap();
+    p.pump();
+    let got = recv_data(&p.completions(1));
+    assert_eq!(got[0].1.as_ptr(), big.as_ptr(), "the receiver gets the sender's buffer in this in-memory pair");
+}
+
+#[test]
+fn wildcards_follow_arrival_and_post_order() {
+    let mut p = Pair::new(MpiConfig::default());
+    for tag in [5, 6, 5] {
+        p.e[0].isend(0, 1, tag, Bytes::from(vec![tag as u8])).unwrap();
+    }
+    p.pump();
+    // A message from self arrives after the three from rank 0.
+    p.e[1].isend(0, 1, 6, Bytes::from_static(b"self")).unwrap();
+    let now = p.now;
+    assert_eq!(p.e[1].iprobe(0, ANY_SOURCE, Some(6)).unwrap().map(|s| s.source), Some(0));
+    p.e[1].irecv(now, 0, Some(1), ANY_TAG).unwrap(); // takes "self"
+    p.e[1].irecv(now, 0, ANY_SOURCE, Some(5)).unwrap(); // first 5
+    p.e[1].irecv(now, 0, ANY_SOURCE, ANY_TAG).unwrap(); // the 6
+    let got: Vec<Bytes> = recv_data(&p.completions(1)).into_iter().map(|(_, d)| d).collect();
+    assert_eq!(got, vec![Bytes::from_static(b"self"), Bytes::from_static(&[5]), Bytes::from_static(&[6])]);
+
+    // Posted order: a wildcard posted before an exact receive matches first.
+    let w = p.e[1].irecv(now, 1, ANY_SOURCE, ANY_TAG).unwrap();
+    let x = p.e[1].irecv(now, 1, Some(0), Some(9)).unwrap();
+    p.e[0].isend(1, 1, 9, Bytes::from_static(b"a")).unwrap();
+    p.e[0].isend(1, 1, 9, Bytes::from_static(b"b")).unwrap();
+    p.pump();
+    let c = p.completions(1);
+    assert_eq!(c.iter().map(Completion::req).collect::<Vec<_>>(), vec![w, x]);
+    assert_eq!(recv_data(&c)[0].1, Bytes::from_static(b"a"));
+    // The leftover tag-5 message is still there.
+    assert_eq!(p.e[1].iprobe(0, Some(0), Some(5)).unwrap().map(|s| s.count), Some(1));
+}
+
+#[test]
+fn out_of_credit_falls_back_to_rendezvous_and_credit_returns() {
+    let mut p = Pair::new(tight_config());
+    // 20 eager-sized messages to a receiver that posts nothing.
+    for i in 0..20u8 {
+        p.e[0].isend(0, 1, 0, Bytes::from(vec![i; 100])).unwrap();
+    }
+    p.pump();
+    let window = p.e[1].config().eager_window;
+    assert!(p.e[1].buffered_from(0) <= window);
+    assert_eq!(p.e[1].unexpected_charged(), 4 * 116, "four messages fit the 512-byte window");
+    assert_eq!(p.e[0].stats().credit_fallbacks, 16);
+    assert_eq!(p.e[1].unexpected_len(), 20, "the rest wait as requests to send");
+    for _ in 0..20 {
+        p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
+        p.pump();
+    }
+    let got = recv_data(&p.completions(1));
+    assert_eq!(got.iter().map(|(_, d)| d[0]).collect::<Vec<_>>(), (0..20).collect::<Vec<u8>>(), "in send order");
+    assert_eq!(p.e[1].unexpected_charged(), 0);
+    // Credit came back: the next small message goes eager again.
+    p.e[1].handle_timeout(p.now + Duration::from_secs(1));
+    p.pump();
+    let before = p.e[0].stats().eager_sent;
+    p.e[0].isend(0, 1, 0, Bytes::from(vec![0; 100])).unwrap();
+    assert_eq!(p.e[0].stats().eager_sent, before + 1);
+}
+
+#[test]
+fn reconnect_resends_exactly_the_unacknowledged() {
+    let mut p = Pair::new(MpiConfig::default());
+    for i in 0..5u8 {
+        p.e[0].isend(0, 1, 0, Bytes::from(vec![i])).unwrap();
+    }
+    // Deliver two, lose the rest with the connection.
+    for _ in 0..2 {
+        let t = p.e[0].poll_transmit().unwrap();
+        p.e[1].handle_message(p.now, 0, t.msg, t.payload);
+    }
+    while p.e[0].poll_transmit().is_some() {}
+    p.e[0].handle_disconnected(1).unwrap();
+    p.e[1].handle_disconnected(0).unwrap();
+    p.e[0].isend(0, 1, 0, Bytes::from(vec![5])).unwrap();
+    assert_eq!(p.e[0].poll_transmit(), None, "nothing goes out while disconnected");
+    p.e[0].handle_reconnected(1).unwrap();
+    p.e[1].handle_reconnected(0).unwrap();
+    p.pump();
+    assert_eq!(p.e[0].stats().resent, 6, "all six were unacknowledged when the connection came back");
+    assert_eq!(p.e[1].stats().duplicates, 2, "the two already delivered are discarded");
+    for _ in 0..6 {
+        p.e[1].irecv(p.now, 0, ANY_SOURCE, ANY_TAG).unwrap();
+    }
+    let got: Vec<u8> = recv_data(&p.completions(1)).iter().map(|(_, d)| d[0]).collect();
+    assert_eq!(got, vec![0, 1, 2, 3, 4, 5]);
+    p.pump();
+    p.e[1].handle_timeout(p.now + Duration::from_secs(1));
+    p.pump();
+    assert_eq!(p.e[0].unacked_len(1), 0);
+}
+
+#[test]
+fn delayed_ack_fires_on_the_timer() {
+    let mut p = Pair::new(MpiConfig::default());
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
+    p.pump();
+    assert_eq!(p.e[0].unacked_len(1), 1);
+    let t = p.e[1].poll_timeout().expect("an ack is pending");
+    assert_eq!(t, p.now + MpiConfig::default().ack_delay);
+    p.e[1].handle_timeout(t - Duration::from_micros(1));
+    assert_eq!(p.e[1].poll_transmit(), None, "not yet");
+    p.e[1].handle_timeout(t);
+    p.pump();
+    assert_eq!(p.e[0].unacked_len(1), 0);
+    assert_eq!(p.e[1].poll_timeout(), None);
+    p.e[1].handle_timeout(t + Duration::from_secs(1));
+    assert_eq!(p.e[1].poll_transmit(), None, "spurious timeouts do nothing");
+}
+
+#[test]
+fn bad_peer_input_is_dropped_and_counted() {
+    let mut e = MpiEngine::new(MpiConfig::default(), 0, 3).unwrap();
+    let now = Instant::now();
+    let hdr = |seq| SeqHdr { seq, ack: 0, credit: 0 };
+    let none = Bytes::new();
+    e.handle_message(now, 7, MpiMsg::Eager { hdr: hdr(1), comm: 0, tag: 0 }, none.clone()); // unknown rank
+    e.handle_message(now, 0, MpiMsg::Eager { hdr: hdr(1), comm: 0, tag: 0 }, none.clone()); // from self
+    e.handle_message(now, 1, MpiMsg::Ack { ack: 5, credit: 0 }, none.clone()); // ack from the future
+    e.handle_message(now, 1, MpiMsg::Cts { hdr: hdr(1), rts_seq: 9 }, none.clone()); // unknown rendezvous
+    e.handle_message(now, 1, MpiMsg::Data { hdr: hdr(2), rts_seq: 9, offset: 0 }, Bytes::from_static(b"z"));
+    e.handle_message(now, 1, MpiMsg::Rts { hdr: hdr(3), comm: 0, tag: 0, len: 4 }, Bytes::from_static(b"z"));
+    assert_eq!(e.stats().bad_input, 6);
+    e.handle_message(now, 1, MpiMsg::Eager { hdr: hdr(9), comm: 0, tag: 0 }, none.clone());
+    assert_eq!(e.stats().future_seq, 1);
+    e.handle_message(now, 1, MpiMsg::Eager { hdr: hdr(1), comm: 0, tag: 0 }, none.clone());
+    assert_eq!(e.stats().duplicates, 1);
+    // A peer ignoring its credit: 1 MiB window, each 64 KiB message costs 64 KiB + 64.
+    let big = Bytes::from(vec![0u8; 64 << 10]);
+    for seq in 3..30 {
+        e.handle_message(now, 2, MpiMsg::Eager { hdr: hdr(seq - 2), comm: 0, tag: 0 }, big.clone());
+    }
+    assert!(e.buffered_from(2) <= e.config().eager_window);
+    assert_eq!(e.stats().bad_input, 6 + 27 - 15);
+    assert_eq!(e.unexpected_len(), 15);
+}
+
+#[test]
+fn api_misuse_is_a_typed_error() {
+    assert_eq!(MpiEngine::new(MpiConfig::default(), 2, 2).unwrap_err(), MpiError::InvalidRank { rank: 2, size: 2 });
+    let bad = MpiConfig { data_chunk: 0, ..MpiConfig::default() };
+    assert!(matches!(MpiEngine::new(bad, 0, 2), Err(MpiError::InvalidConfig(_))));
+    let bad = MpiConfig { eager_threshold: DEFAULT_MAX_FRAME, ..MpiConfig::default() };
+    assert!(matches!(MpiEngine::new(bad, 0, 2), Err(MpiError::InvalidConfig(_))));
+    let mut e = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
+    let now = Instant::now();
+    assert_eq!(e.isend(0, 2, 0, Bytes::new()), Err(MpiError::InvalidRank { rank: 2, size: 2 }));
+    assert_eq!(e.isend(0, 1, -1, Bytes::new()), Err(MpiError::InvalidTag(-1)));
+    assert_eq!(e.irecv(now, 0, Some(5), ANY_TAG), Err(MpiError::InvalidRank { rank: 5, size: 2 }));
+    assert_eq!(e.iprobe(0, ANY_SOURCE, Some(-3)), Err(MpiError::InvalidTag(-3)));
+    assert!(e.handle_reconnected(0).is_err(), "no connection to self");
+    assert!(e.handle_disconnected(9).is_err());
+}
+
+#[test]
+fn cancel_only_unmatched_receives() {
+    let mut p = Pair::new(MpiConfig::default());
+    let now = p.now;
+    let a = p.e[1].irecv(now, 0, ANY_SOURCE, Some(1)).unwrap();
+    let b = p.e[1].irecv(now, 0, Some(0), Some(2)).unwrap();
+    assert!(p.e[1].cancel(b));
+    assert!(!p.e[1].cancel(b), "already cancelled");
+    assert_eq!(p.e[1].posted_len(), 1);
+    p.e[0].isend(0, 1, 2, Bytes::from_static(b"q")).unwrap();
+    p.e[0].isend(0, 1, 1, Bytes::from_static(b"r")).unwrap();
+    p.pump();
+    assert!(!p.e[1].cancel(a), "already matched");
+    let c = p.completions(1);
+    assert_eq!(c[0], Completion::Cancelled { req: b });
+    assert_eq!(c[1].req(), a);
+    assert_eq!(p.e[1].unexpected_len(), 1, "the tag-2 message waits");
+}
+
+#[test]
+fn zero_byte_messages_both_ways() {
+    let cfg = MpiConfig { eager_threshold: 0, ..tight_config() };
+    let mut p = Pair::new(cfg);
+    p.e[0].isend(0, 1, 0, Bytes::new()).unwrap(); // eager: 0 <= threshold
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"1")).unwrap(); // rendezvous
+    p.pump();
+    p.e[1].irecv(p.now, 0, ANY_SOURCE, ANY_TAG).unwrap();
+    p.e[1].irecv(p.now, 0, ANY_SOURCE, ANY_TAG).unwrap();
+    p.pump();
+    let got = recv_data(&p.completions(1));
+    assert_eq!(got.iter().map(|(s, _)| s.count).collect::<Vec<_>>(), vec![0, 1]);
+}
+
+#[test]
+fn golden_bytes_pin_the_messages() {
+    let enc = |m: &MpiMsg| postcard::to_allocvec(m).unwrap();
+    let hdr = SeqHdr { seq: 1, ack: 2, credit: 300 };
+    assert_eq!(enc(&MpiMsg::Eager { hdr, comm: 4, tag: 5 }), [0, 1, 2, 0xac, 0x02, 4, 10]);
+    assert_eq!(enc(&MpiMsg::Rts { hdr, comm: 0, tag: 0, len: 1 }), [1, 1, 2, 0xac, 0x02, 0, 0, 1]);
+    assert_eq!(enc(&MpiMsg::Cts { hdr, rts_seq: 3 }), [2, 1, 2, 0xac, 0x02, 3]);
+    assert_eq!(enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }), [3, 1, 2, 0xac, 0x02, 3, 0]);
+    assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [4, 1, 2]);
+}
+
+fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
+    (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(seq, ack, credit)| SeqHdr { seq, ack, credit })
+}
+
+fn arb_msg() -> impl Strategy<Value = MpiMsg> {
+    prop_oneof![
+        (arb_hdr(), any::<u32>(), any::<i32>()).prop_map(|(hdr, comm, tag)| MpiMsg::Eager { hdr, comm, tag }),
+        (arb_hdr(), any::<u32>(), any::<i32>(), any::<u64>()).prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts {
+            hdr,
+            comm,
+            tag,
+            len
+        }),
+        (arb_hdr(), any::<u64>()).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
+        (arb_hdr(), any::<u64>(), any::<u64>()).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data {
+            hdr,
+            rts_seq,
+            offset
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+    ]
+}
+
+/// Peer input with small numbers, so that it often hits live sequence numbers and
+/// rendezvous ids.
+fn arb_near_msg() -> impl Strategy<Value = MpiMsg> {
+    let hdr = (0..6u64, 0..6u64, 0..2000u64).prop_map(|(seq, ack, credit)| SeqHdr { seq, ack, credit });
+    prop_oneof![
+        (hdr.clone(), 0..2u32, -1..2i32).prop_map(|(hdr, comm, tag)| MpiMsg::Eager { hdr, comm, tag }),
+        (hdr.clone(), 0..2u32, -1..2i32, 0..300u64).prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts {
+            hdr,
+            comm,
+            tag,
+            len
+        }),
+        (hdr.clone(), 0..6u64).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
+        (hdr, 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
+        (0..6u64, 0..2000u64).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary (even hostile) peer input never panics, never breaks the buffer
+    /// bound, and the engine keeps working for the application afterwards.
+    #[test]
+    fn hostile_peer_input_never_panics(
+        input in proptest::collection::vec((0..4u32, arb_near_msg(), 0..200usize, any::<bool>()), 0..60),
+    ) {
+        let mut e = MpiEngine::new(tight_config(), 0, 3).unwrap();
+        let now = Instant::now();
+        e.irecv(now, 0, ANY_SOURCE, ANY_TAG).unwrap();
+        e.isend(0, 1, 0, Bytes::from(vec![1u8; 300])).unwrap();
+        e.isend(0, 2, 0, Bytes::from(vec![2u8; 10])).unwrap();
+        for (from, msg, len, post) in input {
+            e.handle_message(now, from, msg, Bytes::from(vec![0u8; len]));
+            if post {
+                e.irecv(now, 1, Some(1), ANY_TAG).unwrap();
+            }
+            while e.poll_transmit().is_some() {}
+            while e.poll_completion().is_some() {}
+            prop_assert!(e.unexpected_charged() <= e.unexpected_bound());
+            e.handle_timeout(now + Duration::from_secs(1));
+        }
+        e.handle_reconnected(1).unwrap();
+        while e.poll_transmit().is_some() {}
+        prop_assert!(e.isend(0, 2, 1, Bytes::new()).is_ok());
+    }
+
+    #[test]
+    fn messages_round_trip_through_the_frame_codec(
+        to in any::<u32>(),
+        msg in arb_msg(),
+        payload in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let t = Transmit { to, msg, payload: Bytes::from(payload) };
+        let env = t.clone().into_envelope(Id::hash("rank"), crate::machine::NodeAddr::loopback(3, 9000));
+        let mut buf = BytesMut::new();
+        encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        let mut dec = FrameDecoder::default();
+        dec.push(&buf);
+        let frame = dec.decode().unwrap().expect("one frame");
+        let got = decode_envelope::<MpiMsg>(frame).unwrap();
+        prop_assert_eq!(got.body, t.msg);
+        prop_assert_eq!(&got.payload, &t.payload);
+        prop_assert_eq!(got, env);
+    }
+}
+
+/// Engine cost of one 8-byte round trip (both sides, no codec). Run with
+/// `cargo test -p p2pmp-core engine_overhead -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing, not a check"]
+fn engine_overhead_ping_pong() {
+    let mut p = Pair::new(MpiConfig::default());
+    let n = 200_000u32;
+    let start = Instant::now();
+    for _ in 0..n {
+        for (a, b) in [(0usize, 1usize), (1, 0)] {
+            let now = p.now;
+            p.e[b].irecv(now, 0, Some(a as u32), Some(1)).unwrap();
+            p.e[a].isend(0, b as u32, 1, Bytes::from_static(b"12345678")).unwrap();
+            while let Some(t) = p.e[a].poll_transmit() {
+                p.e[b].handle_message(now, a as u32, t.msg, t.payload);
+            }
+            while p.e[a].poll_completion().is_some() {}
+            while p.e[b].poll_completion().is_some() {}
+        }
+    }
+    let per = start.elapsed() / n;
+    eprintln!("engine round trip: {per:?} ({} acks)", p.e[0].stats().acks_sent + p.e[1].stats().acks_sent);
+}
