@@ -20,6 +20,8 @@ usage: cargo bench -p p2pmp-core --bench overlay -- [options]
   --out DIR                where to write the JSON data (default target/bench-results)
   --quiet                  no progress lines on stderr
   -h, --help               this text
+
+Set OVERLAY_DEBUG=1 to print the checker's report while the network converges.
 ";
 
 #[derive(Debug, Clone)]

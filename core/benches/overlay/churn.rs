@@ -193,7 +193,10 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
     for (name, end) in phases {
         println!("  {name:<13} ends at {end:>6.1} virtual s");
     }
-    println!("{:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9}", "t (s)", "live", "issued", "ok", "wrong", "failed", "success", "mean hops");
+    println!(
+        "{:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9}",
+        "t (s)", "live", "issued", "ok", "wrong", "failed", "success", "mean hops"
+    );
     let mut rows = Vec::new();
     let mut total = Bucket::default();
     for (i, b) in run.buckets.iter().enumerate() {
@@ -205,7 +208,14 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         let t = i as f64 * BUCKET_S;
         println!(
             "{:>7.0} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8.2}% {:>9.2}",
-            t, b.live, b.issued, b.ok, b.wrong, b.failed, 100.0 * answered_ok, hops
+            t,
+            b.live,
+            b.issued,
+            b.ok,
+            b.wrong,
+            b.failed,
+            100.0 * answered_ok,
+            hops
         );
         rows.push((t, 100.0 * answered_ok, hops, b.live));
         total.issued += b.issued;
@@ -241,7 +251,8 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         min_bucket,
         series.join(",")
     );
-    let path = std::path::Path::new(&args.out).join(format!("overlay-chord-churn-{}-seed{}.json", args.nodes, args.seed));
+    let path =
+        std::path::Path::new(&args.out).join(format!("overlay-chord-churn-{}-seed{}.json", args.nodes, args.seed));
     std::fs::write(&path, &json).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!("data written to {}", path.display());
     if let Some(p) = &args.plot {

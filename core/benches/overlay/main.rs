@@ -106,7 +106,17 @@ fn print_table(rows: &[Row]) {
     println!();
     println!(
         "{:>7} {:>8} {:>9} {:>10} {:>6} {:>4} {:>4} {:>9} {:>12} {:>10} {:>8}",
-        "nodes", "lookups", "mean hops", "0.5log2 N", "ratio", "p50", "p99", "success", "maint msg/n/s", "converge s", "wall s"
+        "nodes",
+        "lookups",
+        "mean hops",
+        "0.5log2 N",
+        "ratio",
+        "p50",
+        "p99",
+        "success",
+        "maint msg/n/s",
+        "converge s",
+        "wall s"
     );
     for r in rows {
         let (b, l) = (&r.build, &r.lookups);

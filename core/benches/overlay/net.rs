@@ -55,13 +55,17 @@ pub(crate) fn addr(i: usize) -> NodeAddr {
 }
 
 /// A new node joining through one random contact that has already joined.
-pub(crate) fn spawn(sim: &mut Sim<ChordNode>, i: usize, contacts: &[NodeIdx], rng: &mut Pcg64Mcg, seed: u64) -> NodeIdx {
-    let bootstrap = if contacts.is_empty() {
-        Vec::new()
-    } else {
-        vec![sim.addr(contacts[rng.random_range(0..contacts.len())])]
-    };
-    let node = ChordNode::new(ChordConfig::default(), addr(i), bootstrap, sim.now(), seed ^ (i as u64).wrapping_mul(0x9e37));
+pub(crate) fn spawn(
+    sim: &mut Sim<ChordNode>,
+    i: usize,
+    contacts: &[NodeIdx],
+    rng: &mut Pcg64Mcg,
+    seed: u64,
+) -> NodeIdx {
+    let bootstrap =
+        if contacts.is_empty() { Vec::new() } else { vec![sim.addr(contacts[rng.random_range(0..contacts.len())])] };
+    let node =
+        ChordNode::new(ChordConfig::default(), addr(i), bootstrap, sim.now(), seed ^ (i as u64).wrapping_mul(0x9e37));
     sim.add_node(node)
 }
 
@@ -88,7 +92,12 @@ pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNod
         });
         sim.clear_events();
         if progress && (i + 1) % 10_000 == 0 {
-            eprintln!("  joined {}/{n} (virtual {:.0}s, wall {:.1}s)", i + 1, sim.elapsed().as_secs_f64(), wall.elapsed().as_secs_f64());
+            eprintln!(
+                "  joined {}/{n} (virtual {:.0}s, wall {:.1}s)",
+                i + 1,
+                sim.elapsed().as_secs_f64(),
+                wall.elapsed().as_secs_f64()
+            );
         }
     }
     let last_join = sim.elapsed();

@@ -35,12 +35,7 @@ pub(crate) fn hops_vs_n(path: &str, title: &str, points: &[(usize, f64)]) -> Res
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..max_x, 0.0..max_y)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("log2 N (nodes)")
-        .y_desc("hops per lookup")
-        .draw()
-        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc("log2 N (nodes)").y_desc("hops per lookup").draw().map_err(|e| err(&e))?;
     let measured: Vec<(f64, f64)> = points.iter().map(|(n, h)| ((*n as f64).log2(), *h)).collect();
     chart
         .draw_series(LineSeries::new(measured.clone(), BLUE.stroke_width(2)))

@@ -123,11 +123,8 @@ impl RingTruth {
     /// Indices of live nodes in `sim`, in id order (for scenarios that pick
     /// consecutive nodes).
     pub fn in_id_order(sim: &Sim<ChordNode>) -> Vec<NodeIdx> {
-        let mut v: Vec<(Id, NodeIdx)> = sim
-            .alive()
-            .filter(|&i| sim.liveness(i) == Liveness::Alive)
-            .map(|i| (sim.node(i).id(), i))
-            .collect();
+        let mut v: Vec<(Id, NodeIdx)> =
+            sim.alive().filter(|&i| sim.liveness(i) == Liveness::Alive).map(|i| (sim.node(i).id(), i)).collect();
         v.sort_unstable();
         v.into_iter().map(|(_, i)| i).collect()
     }
