@@ -48,6 +48,7 @@ fn envelope_frame(frame: Bytes) {
     let len = frame.len();
     check(decode_envelope::<Hello>(frame.clone()), len);
     check(decode_envelope::<Goodbye>(frame.clone()), len);
+    check(decode_envelope::<crate::chord::ChordMsg>(frame.clone()), len);
     check(decode_envelope::<crate::mpi::MpiMsg>(frame), len);
 }
 

@@ -6,6 +6,7 @@
 //! crate drives these machines over real sockets, and [`sim`] drives them in a
 //! deterministic discrete-event simulation.
 //!
+//! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
 //! - [`machine`]: the one shape every protocol machine has.
@@ -14,6 +15,7 @@
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
 
+pub mod chord;
 pub mod id;
 pub mod machine;
 pub mod mpi;

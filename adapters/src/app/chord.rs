@@ -29,6 +29,22 @@ pub(super) fn run(args: &Args, listener: TcpListener, addr: NodeAddr, cfg: Drive
     let seed = args.seed.unwrap_or(u64::from(addr.0.port()));
     let handle =
         spawn_node(args.runtime, listener, cfg, move |now| ChordNode::new(config, addr, bootstrap, now, seed))?;
+    let remote = handle.remote();
+    std::thread::spawn(move || {
+        // Logs neighbour changes as the node sees them, at the stabilization pace.
+        let mut last = None;
+        while let Ok(seen) = remote.inspect(|d| {
+            let n = d.machine();
+            (n.predecessor().map(|p| p.addr), n.successor().addr)
+        }) {
+            if last != Some(seen) {
+                let pred = seen.0.map_or_else(|| "-".to_string(), |p| p.to_string());
+                info!(%pred, succ = %seen.1, "neighbours");
+                last = Some(seen);
+            }
+            std::thread::sleep(stab);
+        }
+    });
     repl::serve(handle, state_line)
 }
 

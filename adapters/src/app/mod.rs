@@ -12,7 +12,6 @@ use tracing::info;
 
 use crate::{DriverConfig, RuntimeKind};
 
-#[path = "chord_stub.rs"]
 mod chord;
 pub mod repl;
 

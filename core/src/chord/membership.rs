@@ -1,0 +1,244 @@
+//! Membership: joining through the bootstrap list, failure repair, rejoining or
+//! merging back after losing every contact, and the graceful leave.
+
+use std::time::Instant;
+
+use rand::Rng;
+
+use super::finger::last_index_covered;
+use super::lookup::{LookupState, Purpose};
+use super::msg::{ChordMsg, Peer};
+use super::node::{ChordNode, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::registry::Store;
+use crate::machine::NodeAddr;
+use crate::overlay::{OverlayError, OverlayEvent};
+use crate::time::TimerTable;
+
+impl ChordNode {
+    /// The node is now part of a ring: through `succ`, or alone.
+    pub(crate) fn become_joined(&mut self, now: Instant) {
+        self.phase = Phase::Joined;
+        self.event(OverlayEvent::Joined);
+        self.next_finger = 0;
+        self.fast_fingers = true;
+        self.set_successor_fingers();
+        self.timers.clear(Timer::Join);
+        self.timers.set(Timer::Stabilize, now);
+        self.timers.set(Timer::FixFingers, now);
+        let d = self.jitter(self.cfg.check_predecessor_period);
+        self.timers.set(Timer::CheckPredecessor, now + d);
+        if !self.own.is_empty() {
+            self.timers.set(Timer::Refresh, now);
+        }
+    }
+
+    /// Looks up this node's own id through `contact`, to join or merge.
+    fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
+        let deadline = now + self.cfg.lookup_timeout;
+        let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(contact)]);
+        self.ask_next(now, Box::new(state));
+    }
+
+    /// Tries the current contact (bootstrap list, then remembered peers), or
+    /// schedules the next round.
+    pub(crate) fn join_attempt(&mut self, now: Instant) {
+        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+            return self.merge_attempt(now);
+        };
+        let n = self.bootstrap.len();
+        let addr = if contact < n { self.bootstrap.get(contact) } else { self.rejoin.get(contact - n) };
+        if let Some(&addr) = addr {
+            return self.join_lookup(now, addr);
+        }
+        if self.bootstrap.is_empty() {
+            // The ring's creator lost everyone it knew: a ring of one again, which
+            // keeps trying to merge back through the peers it remembers.
+            self.merge_backoff = self.cfg.join_backoff_min;
+            self.become_joined(now);
+            let d = self.jitter(self.merge_backoff);
+            self.timers.set(Timer::Join, now + d);
+            return;
+        }
+        // Every contact failed: never create a second ring, report and retry later.
+        if !reported {
+            self.event(OverlayEvent::Disconnected);
+        }
+        let next = (backoff * 2).min(self.cfg.join_backoff_max);
+        self.phase = Phase::Joining { contact: 0, backoff: next, reported: true };
+        let d = self.jitter(backoff);
+        self.timers.set(Timer::Join, now + d);
+    }
+
+    /// A node alone with remembered peers asks one of them where it belongs.
+    fn merge_attempt(&mut self, now: Instant) {
+        if !self.joined() || !self.succs.is_empty() || self.rejoin.is_empty() {
+            self.rejoin = Vec::new();
+            return;
+        }
+        let k = self.rng.random_range(0..self.rejoin.len());
+        self.join_lookup(now, self.rejoin[k]);
+        let d = self.jitter(self.merge_backoff);
+        self.merge_backoff = (self.merge_backoff * 2).min(self.cfg.join_backoff_max);
+        self.timers.set(Timer::Join, now + d);
+    }
+
+    /// The join (or merge) lookup ended.
+    pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
+        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+            // A merge attempt of a node alone: found its place in a bigger ring.
+            if let Ok(owner) = result {
+                if owner.addr != self.me.addr && self.joined() && self.succs.is_empty() {
+                    self.set_successor_list(vec![owner]);
+                    self.rejoin = Vec::new();
+                    self.timers.clear(Timer::Join);
+                    self.timers.set(Timer::Stabilize, now);
+                }
+            }
+            return;
+        };
+        match result {
+            Ok(owner) if owner.addr != self.me.addr => {
+                self.rejoin = Vec::new();
+                self.succs = vec![owner];
+                self.pred = None;
+                self.become_joined(now);
+                // Fill the successor list at once rather than one stabilize later, and
+                // start from the successor's fingers, which are nearly ours.
+                let body = ChordMsg::GetSuccessorList;
+                self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
+                self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
+            }
+            _ => {
+                self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
+                self.join_attempt(now);
+            }
+        }
+    }
+
+    /// Every contact is gone (`last` was the last one): rejoin through the bootstrap
+    /// list and the peers it remembers; a node without a bootstrap list (it created
+    /// the ring) becomes a ring of one if none answers, and keeps trying to merge.
+    pub(crate) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
+        // Remember who we knew: they may only have looked dead (loss, a partition).
+        let candidates = self.succs.iter().chain(self.fingers.runs().iter().map(|(_, p)| p)).chain(self.pred.iter());
+        let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
+        for a in candidates.map(|p| p.addr).chain([last]) {
+            if a != self.me.addr && !self.bootstrap.contains(&a) && !known.contains(&a) {
+                known.push(a);
+            }
+        }
+        known.truncate(MAX_REJOIN);
+        self.rejoin = known;
+        self.pred = None;
+        self.succs.clear();
+        self.fingers.clear();
+        if self.bootstrap.is_empty() && self.rejoin.is_empty() {
+            return;
+        }
+        self.event(OverlayEvent::Disconnected);
+        self.phase = Phase::Joining { contact: 0, backoff: self.cfg.join_backoff_min, reported: true };
+        for t in [Timer::Stabilize, Timer::FixFingers, Timer::CheckPredecessor, Timer::Refresh] {
+            self.timers.clear(t);
+        }
+        self.finger_busy = false;
+        self.stabilize_busy = false;
+        self.ping_busy = false;
+        self.join_attempt(now);
+    }
+
+    /// Fingers up to the successor's distance are the successor.
+    pub(crate) fn set_successor_fingers(&mut self) {
+        let Some(s) = self.succs.first().copied() else { return };
+        if let Some(hi) = last_index_covered(self.me.id, s.id) {
+            self.fingers.set_range(0, hi, s);
+        }
+    }
+
+    /// Forgets `addr` everywhere without repairing anything. True if it was known.
+    pub(crate) fn forget(&mut self, addr: NodeAddr) -> bool {
+        let mut known = false;
+        if self.pred.is_some_and(|p| p.addr == addr) {
+            self.pred = None;
+            self.pred_strikes = 0;
+            known = true;
+        }
+        let before = self.succs.len();
+        self.succs.retain(|p| p.addr != addr);
+        known |= self.succs.len() != before;
+        let had_finger = self.fingers.runs().iter().any(|(_, p)| p.addr == addr);
+        if had_finger {
+            self.fingers.remove(addr);
+        }
+        known || had_finger
+    }
+
+    /// A request to `addr` timed out. The successor and the predecessor get a second
+    /// chance (a lost message is not a crash: dropping a live successor on one loss
+    /// can split the ring); anyone else is dropped at once.
+    pub(crate) fn peer_silent(&mut self, now: Instant, addr: NodeAddr) {
+        if self.succs.first().is_some_and(|p| p.addr == addr) {
+            self.succ_strikes += 1;
+            if self.succ_strikes < STRIKES {
+                self.timers.set(Timer::Stabilize, now);
+                return;
+            }
+        } else if self.pred.is_some_and(|p| p.addr == addr) {
+            self.pred_strikes += 1;
+            if self.pred_strikes < STRIKES {
+                self.timers.set(Timer::CheckPredecessor, now);
+                return;
+            }
+        }
+        self.peer_failed(now, addr);
+    }
+
+    /// A peer could not be reached (or stayed silent): drop it and repair the successor.
+    pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
+        if !self.joined() || addr == self.me.addr {
+            return;
+        }
+        let was_succ = self.succs.first().is_some_and(|p| p.addr == addr);
+        if !self.forget(addr) {
+            return;
+        }
+        if self.succs.is_empty() {
+            // The successor list is spent: the nearest finger stands in. Never the
+            // predecessor: a node that joined through us would close a ring of two.
+            match self.fingers.nearest(self.me.id) {
+                Some(p) => self.succs.push(p),
+                None => return self.lost_all(now, addr),
+            }
+        }
+        if was_succ {
+            self.succ_strikes = 0;
+            self.set_successor_fingers();
+            self.timers.set(Timer::Stabilize, now);
+        }
+    }
+
+    /// Graceful leave: neighbours learn each other, registrations go to the successor.
+    pub(crate) fn leave(&mut self, now: Instant) {
+        if self.joined() {
+            if let Some(s) = self.succs.first().copied() {
+                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor: self.pred }, Traffic::Maintenance);
+                let entries = self.take_all_entries(now);
+                if !entries.is_empty() {
+                    self.send(s.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                }
+            }
+            if let Some(p) = self.pred {
+                let successors = self.succs.clone();
+                self.send(p.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
+            }
+        }
+        self.phase = Phase::Left;
+        self.timers = TimerTable::default();
+        self.pending.clear();
+        self.own.clear();
+        self.store = Store::default();
+        self.pred = None;
+        self.succs.clear();
+        self.fingers.clear();
+        self.event(OverlayEvent::Left);
+    }
+}

@@ -1,0 +1,118 @@
+//! Chord's wire messages. postcard encodes variants by index: append only, never reorder.
+//!
+//! Requests carry a non-zero `request_id` in their envelope and the reply echoes it;
+//! one-way messages (notify, register, leave notices, key transfer) carry 0. The
+//! sender's id and address always come from the envelope, never from the body.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+use crate::machine::NodeAddr;
+
+/// A node on the ring: its id and where it listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Peer {
+    /// The node id (SHA-1 of `addr`).
+    pub id: Id,
+    /// The node's advertised address.
+    pub addr: NodeAddr,
+}
+
+impl Peer {
+    /// The peer listening at `addr`, with the id that address maps to.
+    pub fn from_addr(addr: NodeAddr) -> Self {
+        Peer { id: addr.id(), addr }
+    }
+}
+
+/// One registration in flight between nodes (replication, key transfer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The registered name; its key is SHA-1(name).
+    pub name: String,
+    /// One value under that name.
+    pub value: String,
+    /// Milliseconds of life left.
+    pub ttl_ms: u64,
+}
+
+/// A hop's answer to [`ChordMsg::FindSuccessor`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    /// The key belongs to `owner` (the answering node itself, or its successor).
+    Done { owner: Peer },
+    /// Ask one of these next, best first: the answering node's fingers that most
+    /// closely precede the key.
+    Next { candidates: Vec<Peer> },
+}
+
+/// Every message Chord nodes exchange.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChordMsg {
+    /// Request: one step of an iterative lookup of `key`.
+    FindSuccessor { key: Id },
+    /// Reply to [`ChordMsg::FindSuccessor`].
+    FindSuccessorReply(Step),
+    /// Request (stabilize): your predecessor and successor list, please.
+    GetPredecessor,
+    /// Reply to [`ChordMsg::GetPredecessor`].
+    Predecessor { predecessor: Option<Peer>, successors: Vec<Peer> },
+    /// One-way: the sender thinks it might be the receiver's predecessor.
+    Notify,
+    /// Request: are you alive?
+    Ping,
+    /// Reply to [`ChordMsg::Ping`].
+    Pong,
+    /// One-way: store `entry`. `replicas` more copies go down the successor list
+    /// (the owner receives `replicas = r - 1`, each replica forwards one less).
+    Register { entry: Entry, replicas: u8 },
+    /// Request: every live value under `name`.
+    Query { name: String },
+    /// Reply to [`ChordMsg::Query`].
+    QueryResult { values: Vec<String> },
+    /// One-way to the leaving node's predecessor: here is my successor list, take
+    /// it in my place.
+    LeavingToPredecessor { successors: Vec<Peer> },
+    /// One-way to the leaving node's successor: here is my predecessor, take it in
+    /// my place.
+    LeavingToSuccessor { predecessor: Option<Peer> },
+    /// One-way: registrations that now belong to (or are replicated at) the receiver.
+    KeyTransfer { entries: Vec<Entry> },
+    /// Request: your successor list, please.
+    GetSuccessorList,
+    /// Reply to [`ChordMsg::GetSuccessorList`].
+    SuccessorList { successors: Vec<Peer> },
+    /// Request: your finger table, please (a node that just joined starts from its
+    /// successor's, which is nearly its own).
+    GetFingers,
+    /// Reply to [`ChordMsg::GetFingers`]: runs of equal fingers as (first index, node).
+    Fingers { fingers: Vec<(u8, Peer)> },
+}
+
+impl ChordMsg {
+    /// Number of variants, for per-kind counters.
+    pub const KINDS: usize = 17;
+
+    /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            ChordMsg::FindSuccessor { .. } => 0,
+            ChordMsg::FindSuccessorReply(_) => 1,
+            ChordMsg::GetPredecessor => 2,
+            ChordMsg::Predecessor { .. } => 3,
+            ChordMsg::Notify => 4,
+            ChordMsg::Ping => 5,
+            ChordMsg::Pong => 6,
+            ChordMsg::Register { .. } => 7,
+            ChordMsg::Query { .. } => 8,
+            ChordMsg::QueryResult { .. } => 9,
+            ChordMsg::LeavingToPredecessor { .. } => 10,
+            ChordMsg::LeavingToSuccessor { .. } => 11,
+            ChordMsg::KeyTransfer { .. } => 12,
+            ChordMsg::GetSuccessorList => 13,
+            ChordMsg::SuccessorList { .. } => 14,
+            ChordMsg::GetFingers => 15,
+            ChordMsg::Fingers { .. } => 16,
+        }
+    }
+}

@@ -1,0 +1,594 @@
+//! The Chord node: state, the `Machine` impl, timers, requests, join, failure and leave.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use super::ChordConfig;
+use super::finger::FingerTable;
+use super::lookup::{LookupState, Purpose};
+use super::msg::{ChordMsg, Peer};
+use super::registry::{OwnReg, QueryState, Store};
+use crate::id::Id;
+use crate::machine::{Action, Machine, NodeAddr};
+use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
+use crate::time::{TimerKey, TimerTable};
+use crate::wire::Envelope;
+
+/// Consecutive timeouts after which the successor or predecessor counts as failed.
+pub(crate) const STRIKES: u8 = 2;
+/// Most peers remembered for a rejoin.
+pub(crate) const MAX_REJOIN: usize = 16;
+
+/// The node's timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// Ask the successor for its predecessor, then notify it.
+    Stabilize,
+    /// Refresh the next finger.
+    FixFingers,
+    /// Ping the predecessor.
+    CheckPredecessor,
+    /// The earliest outstanding request deadline.
+    Requests,
+    /// Re-register this node's own registrations.
+    Refresh,
+    /// Drop expired stored registrations.
+    Expire,
+    /// Next round of join attempts.
+    Join,
+}
+
+impl TimerKey for Timer {
+    const COUNT: usize = 7;
+    const ALL: &'static [Timer] = &[
+        Timer::Stabilize,
+        Timer::FixFingers,
+        Timer::CheckPredecessor,
+        Timer::Requests,
+        Timer::Refresh,
+        Timer::Expire,
+        Timer::Join,
+    ];
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Where the node stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Looking for its place through the bootstrap list.
+    Joining {
+        /// Index of the contact being tried.
+        contact: usize,
+        /// Wait before the next round once every contact failed.
+        backoff: Duration,
+        /// `Disconnected` was already reported for this episode.
+        reported: bool,
+    },
+    /// Part of a ring (possibly alone).
+    Joined,
+    /// Left gracefully; the node is inert.
+    Left,
+}
+
+/// What an outstanding request waits for.
+#[derive(Debug)]
+pub(crate) enum Waiting {
+    /// One hop of a lookup.
+    Hop(Box<LookupState>),
+    /// The successor's predecessor (stabilize).
+    Stabilize,
+    /// The predecessor's pong.
+    PingPredecessor,
+    /// A query's values from the key's owner.
+    Query(Box<QueryState>),
+    /// A successor list.
+    SuccessorList,
+    /// The predecessor of finger `index`'s node, to check the finger still holds.
+    FingerCheck { index: u32, node: Peer },
+    /// The successor's fingers, right after joining.
+    Fingers,
+}
+
+/// One outstanding request.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) to: NodeAddr,
+    pub(crate) deadline: Instant,
+    pub(crate) what: Waiting,
+}
+
+/// Outstanding requests by request id, oldest first. A node has a handful at a
+/// time, so a Vec is smaller and faster than a map.
+#[derive(Debug, Default)]
+pub(crate) struct Requests(Vec<(u64, Pending)>);
+
+impl Requests {
+    fn insert(&mut self, id: u64, p: Pending) {
+        self.0.push((id, p));
+    }
+
+    fn get(&self, id: &u64) -> Option<&Pending> {
+        self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<Pending> {
+        let at = self.0.iter().position(|(i, _)| i == id)?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
+        self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    /// The oldest request's id, for tests.
+    #[cfg(test)]
+    pub(crate) fn first_id(&self) -> Option<u64> {
+        self.0.first().map(|(id, _)| *id)
+    }
+}
+
+/// Who a sent message is for, in the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Traffic {
+    /// Keeping the ring (stabilize, fingers, pings, replication, refreshes, join, leave).
+    Maintenance,
+    /// Serving a command of the application (lookups, queries, first registrations).
+    User,
+    /// Answering a peer's request.
+    Reply,
+}
+
+/// Counters, for benchmarks and checkers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChordStats {
+    /// Messages sent in all.
+    pub sent: u64,
+    /// Messages sent, by [`ChordMsg::kind`].
+    pub sent_by_kind: [u64; ChordMsg::KINDS],
+    /// Messages originated to keep the ring (stabilize, notify, fingers, pings,
+    /// replication, refreshes, join, leave).
+    pub maintenance_sent: u64,
+    /// Messages originated for application commands.
+    pub user_sent: u64,
+    /// Replies to peers' requests.
+    pub replies_sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Messages dropped: nonsensical in the current state, unknown request id, bad content.
+    pub dropped: u64,
+    /// Requests that got no answer in time or could not be sent.
+    pub request_failures: u64,
+    /// Application lookups answered with an owner.
+    pub lookups_ok: u64,
+    /// Application lookups that failed.
+    pub lookups_failed: u64,
+    /// Sum of the hops of the successful application lookups.
+    pub lookup_hops: u64,
+}
+
+/// A Chord node as a sans-IO machine.
+#[derive(Debug)]
+pub struct ChordNode {
+    pub(crate) cfg: ChordConfig,
+    pub(crate) me: Peer,
+    /// Contacts to join through, own address removed.
+    pub(crate) bootstrap: Vec<NodeAddr>,
+    /// Peers known when every contact seemed lost, tried after the bootstrap list
+    /// (and, by a node without one, to merge back from a ring of one). Usually empty.
+    pub(crate) rejoin: Vec<NodeAddr>,
+    /// Wait before the next merge attempt of a node alone with `rejoin` contacts.
+    pub(crate) merge_backoff: Duration,
+    pub(crate) phase: Phase,
+    pub(crate) pred: Option<Peer>,
+    /// Successor list, nearest first, without this node. Empty while joined: alone.
+    pub(crate) succs: Vec<Peer>,
+    pub(crate) fingers: FingerTable,
+    /// Next finger index the fix-fingers pass refreshes.
+    pub(crate) next_finger: u32,
+    /// A finger lookup is in flight.
+    pub(crate) finger_busy: bool,
+    /// The first pass after joining runs its lookups back to back.
+    pub(crate) fast_fingers: bool,
+    pub(crate) stabilize_busy: bool,
+    pub(crate) ping_busy: bool,
+    /// Consecutive timeouts of the successor and of the predecessor.
+    pub(crate) succ_strikes: u8,
+    pub(crate) pred_strikes: u8,
+    pub(crate) pending: Requests,
+    pub(crate) next_request: u64,
+    pub(crate) timers: TimerTable<Timer>,
+    pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
+    pub(crate) store: Store,
+    /// This node's own registrations, refreshed until unregistered.
+    pub(crate) own: Vec<OwnReg>,
+    pub(crate) rng: Pcg64Mcg,
+    pub(crate) stats: ChordStats,
+}
+
+impl ChordNode {
+    /// A node listening at `addr` (its id is `addr.id()`). With no bootstrap contact
+    /// other than itself it creates a ring alone and reports `Joined` at once;
+    /// otherwise it starts joining through `bootstrap`, in order. Drain
+    /// [`Machine::poll_action`] after construction as after any input.
+    pub fn new(config: ChordConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
+        let mut rng = Pcg64Mcg::seed_from_u64(seed);
+        let first_request = u64::from(rng.random::<u32>()) + 1;
+        let mut bootstrap = bootstrap;
+        bootstrap.retain(|a| *a != addr);
+        bootstrap.dedup();
+        let backoff = config.join_backoff_min;
+        let config_backoff = backoff;
+        let mut node = ChordNode {
+            cfg: config,
+            me: Peer::from_addr(addr),
+            bootstrap,
+            rejoin: Vec::new(),
+            merge_backoff: config_backoff,
+            phase: Phase::Joining { contact: 0, backoff, reported: false },
+            pred: None,
+            succs: Vec::new(),
+            fingers: FingerTable::default(),
+            next_finger: 0,
+            finger_busy: false,
+            fast_fingers: false,
+            stabilize_busy: false,
+            ping_busy: false,
+            succ_strikes: 0,
+            pred_strikes: 0,
+            pending: Requests::default(),
+            next_request: first_request,
+            timers: TimerTable::default(),
+            actions: VecDeque::new(),
+            store: Store::default(),
+            own: Vec::new(),
+            rng,
+            stats: ChordStats::default(),
+        };
+        if node.bootstrap.is_empty() {
+            node.become_joined(now);
+        } else {
+            node.join_attempt(now);
+        }
+        node.rearm_requests();
+        node
+    }
+
+    // ---- getters -------------------------------------------------------------------
+
+    /// This node's id.
+    pub fn id(&self) -> Id {
+        self.me.id
+    }
+
+    /// This node as a peer (id and address).
+    pub fn me(&self) -> Peer {
+        self.me
+    }
+
+    /// The successor (this node itself when alone or not joined).
+    pub fn successor(&self) -> Peer {
+        self.succs.first().copied().unwrap_or(self.me)
+    }
+
+    /// The predecessor, if known.
+    pub fn predecessor(&self) -> Option<Peer> {
+        self.pred
+    }
+
+    /// The successor list, nearest first (empty when alone).
+    pub fn successor_list(&self) -> &[Peer] {
+        &self.succs
+    }
+
+    /// The distinct fingers as `(first finger index, node)`, by index.
+    pub fn fingers(&self) -> &[(u8, Peer)] {
+        self.fingers.runs()
+    }
+
+    /// True once the node is part of a ring (and until it leaves or loses every contact).
+    pub fn is_joined(&self) -> bool {
+        self.phase == Phase::Joined
+    }
+
+    /// True after a graceful leave.
+    pub fn has_left(&self) -> bool {
+        self.phase == Phase::Left
+    }
+
+    /// Every value stored here under `name` (replicas included), expired ones too
+    /// until the next sweep; sorted.
+    pub fn stored_values(&self, name: &str) -> Vec<String> {
+        self.store.peek(name)
+    }
+
+    /// Number of values stored here (replicas included).
+    pub fn stored_len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ChordStats {
+        &self.stats
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChordConfig {
+        &self.cfg
+    }
+
+    // ---- plumbing ------------------------------------------------------------------
+
+    pub(crate) fn joined(&self) -> bool {
+        self.phase == Phase::Joined
+    }
+
+    pub(crate) fn send(&mut self, to: NodeAddr, request_id: u64, body: ChordMsg, traffic: Traffic) {
+        self.stats.sent += 1;
+        self.stats.sent_by_kind[body.kind()] += 1;
+        match traffic {
+            Traffic::Maintenance => self.stats.maintenance_sent += 1,
+            Traffic::User => self.stats.user_sent += 1,
+            Traffic::Reply => self.stats.replies_sent += 1,
+        }
+        let msg = Envelope::new(self.me.id, self.me.addr, request_id, body);
+        self.actions.push_back(Action::Send { to, msg });
+    }
+
+    /// Sends a request and remembers what its answer is for.
+    pub(crate) fn request(&mut self, now: Instant, to: NodeAddr, body: ChordMsg, what: Waiting, traffic: Traffic) {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        let mut deadline = now + self.cfg.request_timeout;
+        // A lookup's or query's own deadline caps the wait for any one answer.
+        match &what {
+            Waiting::Hop(s) => deadline = deadline.min(s.deadline()),
+            Waiting::Query(q) => deadline = deadline.min(q.deadline),
+            _ => {}
+        }
+        self.pending.insert(id, Pending { to, deadline, what });
+        self.send(to, id, body, traffic);
+    }
+
+    pub(crate) fn event(&mut self, e: OverlayEvent) {
+        self.actions.push_back(Action::Event(e));
+    }
+
+    pub(crate) fn drop_input(&mut self) {
+        self.stats.dropped += 1;
+    }
+
+    /// `d` scaled by a random factor in [0.9, 1.1], so nodes do not tick in lockstep.
+    pub(crate) fn jitter(&mut self, d: Duration) -> Duration {
+        d.mul_f64(self.rng.random_range(0.9..1.1))
+    }
+
+    /// `now + d`, saturating far in the future instead of overflowing.
+    pub(crate) fn later(now: Instant, d: Duration) -> Instant {
+        now.checked_add(d).unwrap_or(now + Duration::from_secs(365 * 24 * 3600))
+    }
+
+    fn rearm_requests(&mut self) {
+        match self.pending.0.iter().map(|(_, p)| p.deadline).min() {
+            Some(t) => self.timers.set(Timer::Requests, t),
+            None => self.timers.clear(Timer::Requests),
+        }
+    }
+
+    /// Takes the request `id` if it went to `from` and `fits` the reply.
+    pub(crate) fn take_pending(&mut self, id: u64, from: NodeAddr, fits: fn(&Waiting) -> bool) -> Option<Pending> {
+        match self.pending.get(&id) {
+            Some(p) if p.to == from && fits(&p.what) => self.pending.remove(&id),
+            _ => {
+                self.drop_input();
+                None
+            }
+        }
+    }
+
+    fn expire_requests(&mut self, now: Instant) {
+        let due = self.pending.ids_where(|p| p.deadline <= now);
+        for id in due {
+            if let Some(p) = self.pending.remove(&id) {
+                self.request_failed(now, p);
+            }
+        }
+    }
+
+    fn request_failed(&mut self, now: Instant, p: Pending) {
+        self.stats.request_failures += 1;
+        match p.what {
+            Waiting::Hop(state) => self.hop_failed(now, p.to, state),
+            Waiting::Stabilize => {
+                self.stabilize_busy = false;
+                self.peer_silent(now, p.to);
+            }
+            Waiting::PingPredecessor => {
+                self.ping_busy = false;
+                self.peer_silent(now, p.to);
+            }
+            Waiting::Query(q) => {
+                if now < q.deadline {
+                    self.peer_silent(now, p.to);
+                }
+                self.query_failed(now, *q);
+            }
+            Waiting::FingerCheck { .. } => {
+                self.finger_busy = false;
+                self.peer_silent(now, p.to);
+            }
+            Waiting::SuccessorList | Waiting::Fingers => {}
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant, t: Timer) {
+        match t {
+            Timer::Stabilize => self.stabilize_tick(now),
+            Timer::FixFingers => self.fix_fingers_tick(now),
+            Timer::CheckPredecessor => self.check_predecessor_tick(now),
+            Timer::Requests => self.expire_requests(now),
+            Timer::Refresh => self.refresh_tick(now),
+            Timer::Expire => self.expire_tick(now),
+            Timer::Join => self.join_attempt(now),
+        }
+    }
+
+    fn dispatch(&mut self, now: Instant, env: Envelope<ChordMsg>) {
+        let from = Peer { id: env.sender, addr: env.sender_addr };
+        let rid = env.request_id;
+        let is_request = matches!(
+            env.body,
+            ChordMsg::FindSuccessor { .. }
+                | ChordMsg::GetPredecessor
+                | ChordMsg::Ping
+                | ChordMsg::Query { .. }
+                | ChordMsg::GetSuccessorList
+                | ChordMsg::GetFingers
+        );
+        if is_request && (rid == 0 || !self.joined()) {
+            return self.drop_input();
+        }
+        match env.body {
+            ChordMsg::FindSuccessor { key } => {
+                let step = self.local_step(key);
+                self.send(from.addr, rid, ChordMsg::FindSuccessorReply(step), Traffic::Reply);
+            }
+            ChordMsg::FindSuccessorReply(step) => self.on_step(now, from, rid, step),
+            ChordMsg::GetPredecessor => {
+                let body = ChordMsg::Predecessor { predecessor: self.pred, successors: self.succs.clone() };
+                self.send(from.addr, rid, body, Traffic::Reply);
+            }
+            ChordMsg::Predecessor { predecessor, successors } => {
+                let fits = |w: &Waiting| matches!(w, Waiting::Stabilize | Waiting::FingerCheck { .. });
+                match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
+                    Some(Waiting::Stabilize) => self.on_predecessor(now, from, predecessor, successors),
+                    Some(Waiting::FingerCheck { index, node }) => self.on_finger_check(now, index, node, predecessor),
+                    _ => {}
+                }
+            }
+            ChordMsg::Notify => self.on_notify(now, from),
+            ChordMsg::Ping => self.send(from.addr, rid, ChordMsg::Pong, Traffic::Reply),
+            ChordMsg::Pong => {
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::PingPredecessor)).is_some() {
+                    self.ping_busy = false;
+                    self.pred_strikes = 0;
+                }
+            }
+            ChordMsg::Register { entry, replicas } => self.on_register(now, entry, replicas),
+            ChordMsg::Query { name } => {
+                let values = self.store.values(&name, now);
+                self.send(from.addr, rid, ChordMsg::QueryResult { values }, Traffic::Reply);
+            }
+            ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
+            ChordMsg::LeavingToPredecessor { successors } => self.on_leaving_successor(now, from, successors),
+            ChordMsg::LeavingToSuccessor { predecessor } => self.on_leaving_predecessor(now, from, predecessor),
+            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, entries),
+            ChordMsg::GetSuccessorList => {
+                let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
+                self.send(from.addr, rid, body, Traffic::Reply);
+            }
+            ChordMsg::GetFingers => {
+                let fingers = self.fingers.runs().to_vec();
+                self.send(from.addr, rid, ChordMsg::Fingers { fingers }, Traffic::Reply);
+            }
+            ChordMsg::Fingers { fingers } => {
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Fingers)).is_some() {
+                    self.adopt_fingers(fingers);
+                }
+            }
+            ChordMsg::SuccessorList { successors } => {
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some()
+                    && self.joined()
+                    && self.succs.first() == Some(&from)
+                {
+                    let mut list = vec![from];
+                    list.extend(successors.into_iter().take(self.cfg.successors));
+                    self.set_successor_list(list);
+                }
+            }
+        }
+    }
+}
+
+impl Machine for ChordNode {
+    type Body = ChordMsg;
+    type Command = OverlayCommand;
+    type Event = OverlayEvent;
+    type CmdError = CommandError;
+
+    fn addr(&self) -> NodeAddr {
+        self.me.addr
+    }
+
+    fn handle_message(&mut self, now: Instant, msg: Envelope<ChordMsg>) {
+        self.stats.received += 1;
+        if self.phase == Phase::Left || msg.sender_addr == self.me.addr {
+            return self.drop_input();
+        }
+        self.dispatch(now, msg);
+        self.rearm_requests();
+    }
+
+    fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
+        if self.phase == Phase::Left {
+            return;
+        }
+        let ids = self.pending.ids_where(|p| p.to == to);
+        self.peer_failed(now, to);
+        for id in ids {
+            if let Some(p) = self.pending.remove(&id) {
+                self.request_failed(now, p);
+            }
+        }
+        self.rearm_requests();
+    }
+
+    fn handle_command(&mut self, now: Instant, cmd: OverlayCommand) -> Result<(), CommandError> {
+        if self.phase == Phase::Left {
+            return Err(CommandError::Left);
+        }
+        match cmd {
+            OverlayCommand::Lookup { token, key } => {
+                if !self.joined() {
+                    self.stats.lookups_failed += 1;
+                    let result = Err(OverlayError::NotConnected);
+                    self.event(OverlayEvent::LookupDone { token, key, result });
+                } else {
+                    self.start_lookup(now, key, Purpose::User { token });
+                }
+            }
+            OverlayCommand::Register { name, value, ttl } => self.register(now, name, value, ttl)?,
+            OverlayCommand::Unregister { name, value } => self.own.retain(|r| r.name != name || r.value != value),
+            OverlayCommand::Query { token, name } => self.query(now, token, name)?,
+            OverlayCommand::Leave => self.leave(now),
+        }
+        self.rearm_requests();
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Left {
+            return;
+        }
+        for t in self.timers.take_expired(now) {
+            self.on_timer(now, t);
+        }
+        self.rearm_requests();
+    }
+
+    fn poll_action(&mut self) -> Option<Action<ChordMsg, OverlayEvent>> {
+        self.actions.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+}

@@ -1,0 +1,175 @@
+//! Ring maintenance: stabilize, notify, check-predecessor, and leave notices.
+
+use std::time::Instant;
+
+use super::msg::{ChordMsg, Peer};
+use super::node::{ChordNode, Timer, Traffic, Waiting};
+
+impl ChordNode {
+    /// Asks the successor for its predecessor and successor list.
+    pub(crate) fn stabilize_tick(&mut self, now: Instant) {
+        let d = self.jitter(self.cfg.stabilize_period);
+        self.timers.set(Timer::Stabilize, now + d);
+        if !self.joined() || self.stabilize_busy {
+            return;
+        }
+        match self.succs.first().copied() {
+            Some(s) => {
+                self.stabilize_busy = true;
+                self.request(now, s.addr, ChordMsg::GetPredecessor, Waiting::Stabilize, Traffic::Maintenance);
+            }
+            None => {
+                // Alone: whoever notified us is our successor too.
+                if let Some(p) = self.pred {
+                    self.set_successor_list(vec![p]);
+                    self.send(p.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
+                }
+            }
+        }
+    }
+
+    /// The successor told us its predecessor and list: adopt a closer successor if
+    /// one appeared, refresh the list, and notify.
+    pub(crate) fn on_predecessor(
+        &mut self,
+        now: Instant,
+        from: Peer,
+        predecessor: Option<Peer>,
+        successors: Vec<Peer>,
+    ) {
+        self.stabilize_busy = false;
+        let Some(&s) = self.succs.first() else { return };
+        if !self.joined() || s.addr != from.addr {
+            return;
+        }
+        self.succ_strikes = 0;
+        let mut list = Vec::with_capacity(self.cfg.successors + 1);
+        if let Some(x) = predecessor.filter(|x| x.id.in_open(self.me.id, s.id) && x.addr != self.me.addr) {
+            list.push(x);
+            // A closer successor appeared: ask it at once, so a node that joined far
+            // from its place walks back at network speed, not one step per period.
+            self.timers.set(Timer::Stabilize, now);
+        }
+        list.push(s);
+        list.extend(successors.into_iter().take(self.cfg.successors));
+        self.set_successor_list(list);
+        if let Some(&succ) = self.succs.first() {
+            self.send(succ.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
+        }
+    }
+
+    /// Sets the successor list from `list`, nearest first: cut where it comes back
+    /// round to this node, without duplicates, at most r long.
+    pub(crate) fn set_successor_list(&mut self, list: Vec<Peer>) {
+        let mut out: Vec<Peer> = Vec::with_capacity(self.cfg.successors);
+        for p in list {
+            if p.addr == self.me.addr {
+                break;
+            }
+            if !out.iter().any(|q| q.addr == p.addr) {
+                out.push(p);
+            }
+            if out.len() >= self.cfg.successors {
+                break;
+            }
+        }
+        let changed = out.first() != self.succs.first();
+        self.succs = out;
+        if changed {
+            self.succ_strikes = 0;
+            self.set_successor_fingers();
+        }
+    }
+
+    /// `from` thinks it might be our predecessor.
+    pub(crate) fn on_notify(&mut self, now: Instant, from: Peer) {
+        if !self.joined() {
+            return self.drop_input();
+        }
+        let alone = self.succs.is_empty();
+        let adopt = self.pred != Some(from) && self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
+        if !alone && !adopt {
+            return;
+        }
+        // Checked only on a change: hashing every periodic notify would cost more.
+        if from.id != from.addr.id() {
+            return self.drop_input();
+        }
+        if alone {
+            self.set_successor_list(vec![from]);
+        }
+        if !adopt {
+            return;
+        }
+        let old = self.pred.replace(from);
+        self.pred_strikes = 0;
+        // Registrations in (old, from] now belong to `from`; we keep copies as its replica.
+        let me = self.me.id;
+        let entries = match old {
+            Some(o) => self.store.entries(now, |k| k.in_half_open(o.id, from.id)),
+            None => self.store.entries(now, |k| !k.in_half_open(from.id, me)),
+        };
+        if !entries.is_empty() {
+            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+        }
+    }
+
+    /// Pings the predecessor; no answer clears it.
+    pub(crate) fn check_predecessor_tick(&mut self, now: Instant) {
+        let d = self.jitter(self.cfg.check_predecessor_period);
+        self.timers.set(Timer::CheckPredecessor, now + d);
+        if !self.joined() || self.ping_busy {
+            return;
+        }
+        if let Some(p) = self.pred {
+            self.ping_busy = true;
+            self.request(now, p.addr, ChordMsg::Ping, Waiting::PingPredecessor, Traffic::Maintenance);
+        }
+    }
+
+    /// Our successor `from` leaves; its successors take its place.
+    pub(crate) fn on_leaving_successor(&mut self, _now: Instant, from: Peer, successors: Vec<Peer>) {
+        if !self.joined() || from.id != from.addr.id() {
+            return self.drop_input();
+        }
+        let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
+        self.forget(from.addr);
+        if !was_succ {
+            // Not our successor: its list is no business of ours.
+            self.repair_gracefully();
+            return;
+        }
+        let mut list: Vec<Peer> =
+            successors.into_iter().take(self.cfg.successors).filter(|p| p.addr != from.addr).collect();
+        list.extend(self.succs.iter().copied());
+        self.set_successor_list(list);
+        self.repair_gracefully();
+        if let Some(s) = self.succs.first().copied() {
+            self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
+        }
+    }
+
+    /// Our predecessor `from` leaves; its predecessor takes its place.
+    pub(crate) fn on_leaving_predecessor(&mut self, _now: Instant, from: Peer, predecessor: Option<Peer>) {
+        if !self.joined() || from.id != from.addr.id() {
+            return self.drop_input();
+        }
+        let was_pred = self.pred.is_some_and(|p| p.addr == from.addr);
+        self.forget(from.addr);
+        if was_pred {
+            self.pred = predecessor.filter(|p| p.addr != self.me.addr && p.addr != from.addr);
+        }
+        self.repair_gracefully();
+    }
+
+    /// After a neighbour left gracefully: if no successor is left, take the nearest
+    /// finger or the predecessor, else stay alone (the leaver said nobody else is there).
+    fn repair_gracefully(&mut self) {
+        if self.succs.is_empty() {
+            if let Some(p) = self.fingers.nearest(self.me.id).or(self.pred) {
+                self.succs.push(p);
+            }
+        }
+        self.set_successor_fingers();
+    }
+}
