@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use p2pmp_adapters::testing::{PingMsg, PingPong};
 use p2pmp_adapters::{DriverConfig, RuntimeKind, spawn_node};
 use p2pmp_core::chord::{ChordConfig, ChordMsg, ChordNode};
 use p2pmp_core::id::Id;
@@ -22,6 +21,14 @@ use p2pmp_core::machine::{Machine, NodeAddr};
 use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Hello};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+// The adapters' ping/pong test machine, compiled into the bench so a plain
+// `cargo bench` needs no extra feature.
+#[path = "../src/testing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod testing;
+
+use testing::{PingMsg, PingPong};
 
 const NETWORK: u64 = 9;
 

@@ -1,5 +1,5 @@
 //! One overlay node over TCP: `cargo run -p p2pmp-adapters --features app --example node -- --help`.
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     p2pmp_adapters::app::main()
 }

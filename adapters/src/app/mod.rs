@@ -69,8 +69,19 @@ impl Args {
     }
 }
 
-/// Parses the command line and runs the node until stdin ends, `quit` or `leave`.
-pub fn main() -> anyhow::Result<()> {
+/// Parses the command line and runs the node until stdin ends, `quit` or `leave`;
+/// an error is printed on stderr and the exit code is 1.
+pub fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
