@@ -113,7 +113,13 @@ fn client<B: Serialize + DeserializeOwned>(
 }
 
 /// Serves a fresh node built by `make` on `rt` and loads it for `o.secs`.
-fn measure<M, B>(rt: RuntimeKind, o: &Opts, make_node: fn(NodeAddr, Instant) -> M, req: fn(u64) -> B) -> f64
+fn measure<M, B>(
+    rt: RuntimeKind,
+    o: &Opts,
+    (clients, window): (usize, usize),
+    make_node: fn(NodeAddr, Instant) -> M,
+    req: fn(u64) -> B,
+) -> f64
 where
     M: Machine + 'static,
     M::Command: Send,
@@ -127,9 +133,9 @@ where
     let node = spawn_node(rt, l, cfg, move |now| make_node(addr, now)).expect("node");
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..o.clients)
+    let threads: Vec<_> = (0..clients)
         .map(|_| {
-            let (stop, served, w) = (stop.clone(), served.clone(), o.window);
+            let (stop, served, w) = (stop.clone(), served.clone(), window);
             std::thread::spawn(move || client(addr.0, w, req, stop, served))
         })
         .collect();
@@ -166,23 +172,32 @@ fn main() {
     let o = opts();
     let mut rows = Vec::new();
     for rt in RuntimeKind::available() {
-        let ping = measure(rt, &o, ping_node, ping_req);
-        let lookup = measure(rt, &o, chord_node, lookup_req);
-        rows.push((rt, ping, lookup));
+        let load = (o.clients, o.window);
+        let ping = measure(rt, &o, load, ping_node, ping_req);
+        let lookup = measure(rt, &o, load, chord_node, lookup_req);
+        // One client, one request at a time: the round trip through the shell.
+        let rtt_us = 1e6 / measure(rt, &o, (1, 1), ping_node, ping_req);
+        rows.push((rt, ping, lookup, rtt_us));
     }
     println!();
     println!(
         "requests/s one node serves over loopback ({} clients x window {}, {:.1} s each)",
         o.clients, o.window, o.secs
     );
-    println!("| runtime | ping/pong req/s | chord lookup-step req/s |");
-    println!("|---|---:|---:|");
-    for (rt, p, l) in &rows {
-        println!("| {rt} | {p:.0} | {l:.0} |");
+    println!("| runtime | ping/pong req/s | chord lookup-step req/s | ping round trip, 1 in flight (µs) |");
+    println!("|---|---:|---:|---:|");
+    for (rt, p, l, rtt) in &rows {
+        println!("| {rt} | {p:.0} | {l:.0} | {rtt:.1} |");
     }
     let fields: Vec<String> = rows
         .iter()
-        .flat_map(|(rt, p, l)| [format!("\"p2pmp_{rt}_ping_rps\":{p:.0}"), format!("\"p2pmp_{rt}_lookup_rps\":{l:.0}")])
+        .flat_map(|(rt, p, l, rtt)| {
+            [
+                format!("\"p2pmp_{rt}_ping_rps\":{p:.0}"),
+                format!("\"p2pmp_{rt}_lookup_rps\":{l:.0}"),
+                format!("\"p2pmp_{rt}_ping_rtt_us\":{rtt:.1}"),
+            ]
+        })
         .collect();
     let json = format!("{{{}}}", fields.join(","));
     if let Err(e) = std::fs::write(&o.json, format!("{json}\n")) {
