@@ -135,9 +135,12 @@ mod tests {
 
     #[test]
     fn golden_resolve_request() {
-        let e = Envelope::new(Id::ZERO, NodeAddr("127.0.0.1:80".parse().unwrap()), 3, LocalRequest::Resolve {
-            key: Id::MAX,
-        });
+        let e = Envelope::new(
+            Id::ZERO,
+            NodeAddr("127.0.0.1:80".parse().unwrap()),
+            3,
+            LocalRequest::Resolve { key: Id::MAX },
+        );
         let mut buf = bytes::BytesMut::new();
         encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
         let mut want = vec![0, 0, 0, 49, 1]; // len, version 1

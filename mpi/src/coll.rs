@@ -198,7 +198,8 @@ impl World {
         let (p, vr) = (self.size(), self.rel(root));
         let mut mask = 1;
         let (buf, n) = if vr == 0 {
-            let all: &[u8] = bytemuck::cast_slice(send.ok_or_else(|| Error::Invalid("scatter root needs data".into()))?);
+            let all: &[u8] =
+                bytemuck::cast_slice(send.ok_or_else(|| Error::Invalid("scatter root needs data".into()))?);
             if all.len() % p as usize != 0 {
                 return Err(Error::Invalid(format!("scatter of {} bytes over {p} ranks", all.len())));
             }

@@ -58,10 +58,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
     if s.is_empty() || s.len() % 2 != 0 || s.len() > 128 || !s.is_ascii() {
         return Err(format!("want an even number (2..=128) of hex digits, got {s:?}"));
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("{s:?}: {e}")))
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("{s:?}: {e}"))).collect()
 }
 
 #[cfg(test)]

@@ -179,8 +179,9 @@ impl Transport {
                         .register(&mut stream, Token(to as usize), Interest::READABLE | Interest::WRITABLE)
                         .map_err(|e| e.to_string())?;
                     let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: to };
-                    let (head, _) = encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
-                        .map_err(|e| e.to_string())?;
+                    let (head, _) =
+                        encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
+                            .map_err(|e| e.to_string())?;
                     let mut tx = VecDeque::new();
                     tx.push_back(head.freeze());
                     self.out[to as usize].conn = Some(OutConn { stream, tx });

@@ -114,9 +114,7 @@ fn answer(reg: &dyn Registry, req: LocalRequest, owned: &mut Vec<(String, String
             }
         }
         LocalRequest::Resolve { key } => match reg.query(&key.to_string()) {
-            Ok(values) => {
-                LocalReply::Resolved { key, addrs: values.iter().filter_map(|v| v.parse().ok()).collect() }
-            }
+            Ok(values) => LocalReply::Resolved { key, addrs: values.iter().filter_map(|v| v.parse().ok()).collect() },
             Err(error) => LocalReply::Failed { error },
         },
         LocalRequest::Unregister { key, addr } => {
@@ -127,4 +125,3 @@ fn answer(reg: &dyn Registry, req: LocalRequest, owned: &mut Vec<(String, String
         }
     }
 }
-
