@@ -74,15 +74,22 @@ pub struct SpinPolicy {
 }
 
 impl SpinPolicy {
-    /// Spin when every rank can have a core, block early when ranks outnumber cores
-    /// (spinning then steals the CPU the sender needs). `P2PMP_SPIN_US` and
+    /// Spin (at most 100 µs, adapted per wait) when every rank can have a core
+    /// (counting the host's load average as busy cores); block at once when ranks
+    /// outnumber cores (spinning then steals the CPU the
+    /// sender needs). `P2PMP_SPIN_US` and
     /// `P2PMP_YIELDS` override.
     pub fn for_world(size: u32) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        let mut p = if size <= cores {
-            SpinPolicy { spin: Duration::from_micros(200), yields: 50 }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // Other work on the host (the one-minute load average) counts as ranks.
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|l| l.parse::<f64>().ok()))
+            .unwrap_or(0.0);
+        let mut p = if f64::from(size) + load <= cores {
+            SpinPolicy { spin: Duration::from_micros(100), yields: 0 }
         } else {
-            SpinPolicy { spin: Duration::ZERO, yields: 2 }
+            SpinPolicy { spin: Duration::ZERO, yields: 0 }
         };
         if let Some(us) = std::env::var("P2PMP_SPIN_US").ok().and_then(|v| v.parse().ok()) {
             p.spin = Duration::from_micros(us);
@@ -106,6 +113,10 @@ pub struct World {
     size: u32,
     done: HashMap<RequestId, Completion>,
     spin: SpinPolicy,
+    /// The current spin budget, adapted between zero and `spin.spin`: doubled when
+    /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
+    /// host spinning only steals the CPU the sender needs).
+    spin_now: Duration,
     finalized: bool,
 }
 
@@ -133,6 +144,7 @@ impl World {
             size: env.size,
             done: HashMap::new(),
             spin: SpinPolicy::for_world(env.size),
+            spin_now: SpinPolicy::for_world(env.size).spin,
             finalized: false,
         })
     }
@@ -165,6 +177,7 @@ impl World {
     /// The spin-then-block policy of blocking calls.
     pub fn set_spin_policy(&mut self, p: SpinPolicy) {
         self.spin = p;
+        self.spin_now = p.spin;
     }
 
     // ----- point to point
@@ -334,6 +347,7 @@ impl World {
         if done(self) {
             return Ok(());
         }
+        let mut slept = false;
         loop {
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
             let start = Instant::now();
@@ -341,12 +355,16 @@ impl World {
             loop {
                 let got = self.progress_once(Some(Duration::ZERO))?;
                 if done(self) {
+                    if !slept && rounds == 0 {
+                        let grown = (self.spin_now * 2).max(Duration::from_micros(1));
+                        self.spin_now = grown.min(self.spin.spin);
+                    }
                     return Ok(());
                 }
                 if got {
                     continue;
                 }
-                if start.elapsed() < self.spin.spin {
+                if start.elapsed() < self.spin_now {
                     std::hint::spin_loop();
                     continue;
                 }
@@ -356,6 +374,10 @@ impl World {
                     continue;
                 }
                 break;
+            }
+            if !slept {
+                slept = true;
+                self.spin_now /= 2;
             }
             let now = Instant::now();
             let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
