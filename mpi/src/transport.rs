@@ -80,6 +80,8 @@ pub(crate) struct Transport {
     inbound: Vec<Option<InConn>>,
     /// Ranks whose outgoing queue may have bytes to write.
     dirty: Vec<u32>,
+    /// Ready tokens of the last poll (reused, so polling allocates nothing).
+    ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
     pub(crate) closing: bool,
 }
@@ -111,6 +113,7 @@ impl Transport {
             out,
             inbound: Vec::new(),
             dirty: Vec::new(),
+            ready: Vec::with_capacity(256),
             closing: false,
         })
     }
@@ -287,9 +290,10 @@ impl Transport {
             return Ok(false);
         }
         let now = Instant::now();
-        let tokens: Vec<(Token, bool, bool)> =
-            self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())).collect();
-        for (token, readable, writable) in tokens {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
+        for &(token, readable, writable) in &ready {
             if token == LISTENER {
                 self.accept_all()?;
             } else if token.0 >= IN_BASE {
@@ -303,6 +307,7 @@ impl Transport {
                 }
             }
         }
+        self.ready = ready;
         self.flush_dirty(engine, now);
         Ok(true)
     }
