@@ -84,6 +84,10 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
     pub(crate) closing: bool,
+    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): drop the outgoing
+    /// connection, with whatever it had not written, after every n-th frame.
+    drop_every: Option<u64>,
+    frames: u64,
 }
 
 impl Transport {
@@ -115,6 +119,8 @@ impl Transport {
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             closing: false,
+            drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
+            frames: 0,
         })
     }
 
@@ -150,6 +156,11 @@ impl Transport {
         }
         if !self.dirty.contains(&to) {
             self.dirty.push(to);
+        }
+        self.frames += 1;
+        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
+            debug!(to, "fault injection: dropping the connection");
+            self.break_out(engine, now, to);
         }
     }
 

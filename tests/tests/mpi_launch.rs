@@ -52,12 +52,17 @@ struct Run {
 
 /// Runs `prog args` on `n` ranks, waiting at most `limit`.
 fn launch(n: u32, prog: &str, args: &[&str], limit: Duration) -> Run {
+    launch_env(n, prog, args, limit, &[])
+}
+
+fn launch_env(n: u32, prog: &str, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Run {
     let dir = built();
     let secs = limit.as_secs_f64().to_string();
     let child = Command::new(dir.join("p2pmp-launch"))
         .args(["-n", &n.to_string(), "--timeout", &secs, "--"])
         .arg(if prog.starts_with('/') { PathBuf::from(prog) } else { dir.join("examples").join(prog) })
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -122,4 +127,20 @@ fn launcher_reports_failed_ranks() {
     let r = launch(2, "/bin/false", &[], Duration::from_secs(20));
     assert!(!r.ok, "a failed rank must fail the launch");
     assert!(r.stderr.contains("rank 0 failed") || r.stderr.contains("rank 1 failed"), "{}", r.stderr);
+}
+
+/// Connections dropped (with unwritten frames) every few frames: the sender
+/// resolves the peer again, reconnects, and the engine resends what was lost.
+/// Known to stall under frequent drops (a reconnect bug still open): ignored
+/// until fixed; `P2PMP_FAULT_DROP_EVERY=7 p2pmp-launch -n 2 -- mpi_sizes 8000000`
+/// passes, a 3-rank ring with drops every 50 frames stalls after ~100 loops.
+#[test]
+#[ignore = "reconnect under injected drops can stall; open bug"]
+fn reconnects_after_dropped_connections() {
+    for (prog, args, want) in
+        [("mpi_ring", &["500"][..], "[0] ring ok 500"), ("mpi_sizes", &["8000000"][..], "[0] sizes ok 10")]
+    {
+        let r = launch_env(2, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", "7")]);
+        assert!(r.ok && r.stdout.contains(want), "{prog}:\n{}\n{}", r.stdout, r.stderr);
+    }
 }
