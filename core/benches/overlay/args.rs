@@ -17,7 +17,7 @@ usage: cargo bench -p p2pmp-core --bench overlay -- [options]
   --max-nodes N            largest N of --sweep (default 10000)
   --churn                  ramp-up / steady churn / ramp-down experiment instead
   --plot FILE.png          draw mean hops against N (or the churn curve)
-  --out DIR                where to write the JSON data (default target/bench-results)
+  --out DIR                where to write the JSON data (default <workspace>/target/bench-results)
   --quiet                  no progress lines on stderr
   -h, --help               this text
 
@@ -49,7 +49,7 @@ impl Args {
             max_nodes: 10_000,
             churn: false,
             plot: None,
-            out: "target/bench-results".into(),
+            out: concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bench-results").into(),
             quiet: false,
         };
         let mut it = argv.into_iter();
