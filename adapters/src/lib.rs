@@ -9,6 +9,9 @@
 //!   `mio_loop` (feature `mio`, a readiness poll loop).
 //! - `node` starts any machine on a chosen runtime in its own thread and hands
 //!   back a `NodeHandle` for commands, events and inspection.
+//! - `app` (feature `app`, on by default with all three shells) is the node
+//!   program: `cargo run -p p2pmp-adapters --example node -- --help`.
+//! - `testing` (feature `testing`) is a ping/pong machine for tests and benches.
 
 #[cfg(feature = "app")]
 pub mod app;
