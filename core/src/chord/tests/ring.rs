@@ -408,3 +408,22 @@ fn diag_fast_joins() {
         }
     }
 }
+
+#[test]
+fn per_node_state_is_small() {
+    use std::mem::size_of;
+    let net = Net::build(ChordConfig::default(), 64, Duration::from_millis(20));
+    let node = &net.nodes[5];
+    // Rough heap estimate: the successor list, the finger runs, the queues.
+    let heap = node.succs.capacity() * size_of::<Peer>()
+        + node.fingers().len() * size_of::<(u8, Peer)>()
+        + node.actions.capacity() * size_of::<Action<ChordMsg, OverlayEvent>>()
+        + node.bootstrap.capacity() * size_of::<NodeAddr>();
+    eprintln!(
+        "ChordNode {} B inline, ~{heap} B heap; Action {} B; Peer {} B",
+        size_of::<ChordNode>(),
+        size_of::<Action<ChordMsg, OverlayEvent>>(),
+        size_of::<Peer>()
+    );
+    assert!(size_of::<ChordNode>() + heap < 4096);
+}
