@@ -416,7 +416,7 @@ fn per_node_state_is_small() {
     let node = &net.nodes[5];
     // Rough heap estimate: the successor list, the finger runs, the queues.
     let heap = node.succs.capacity() * size_of::<Peer>()
-        + node.fingers().len() * size_of::<(u8, Peer)>()
+        + std::mem::size_of_val(node.fingers())
         + node.actions.capacity() * size_of::<Action<ChordMsg, OverlayEvent>>()
         + node.bootstrap.capacity() * size_of::<NodeAddr>();
     eprintln!(
