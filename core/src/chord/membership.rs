@@ -33,7 +33,7 @@ impl ChordNode {
     }
 
     /// Looks up this node's own id through `contact`, to join or merge.
-    fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
+    pub(crate) fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
         let deadline = now + self.cfg.lookup_timeout;
         let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(contact)]);
         self.ask_next(now, Box::new(state));
@@ -84,7 +84,7 @@ impl ChordNode {
         self.timers.set(Timer::Join, now + d);
     }
 
-    /// The join (or merge) lookup ended.
+    /// The join (or merge, or ring-check) lookup ended.
     pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
         let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
             if let (Ok(owner), true) = (result, self.joined()) {
@@ -111,7 +111,8 @@ impl ChordNode {
         }
     }
 
-    /// A remembered peer's ring says `owner` succeeds this node.
+    /// A remembered peer's ring (or, for a ring check, any far node) says `owner`
+    /// succeeds this node.
     fn merge_step(&mut self, now: Instant, owner: Peer) {
         let succ = self.succs.first().copied();
         if owner.addr == self.me.addr || Some(owner) == succ {
