@@ -49,7 +49,10 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<Hello>(frame.clone()), len);
     check(decode_envelope::<Goodbye>(frame.clone()), len);
     check(decode_envelope::<crate::chord::ChordMsg>(frame.clone()), len);
-    check(decode_envelope::<crate::mpi::MpiMsg>(frame), len);
+    check(decode_envelope::<crate::mpi::MpiMsg>(frame.clone()), len);
+    check(decode_envelope::<crate::local::LocalRequest>(frame.clone()), len);
+    check(decode_envelope::<crate::local::LocalReply>(frame.clone()), len);
+    check(decode_envelope::<crate::local::RankHello>(frame), len);
 }
 
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {

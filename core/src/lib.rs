@@ -9,6 +9,7 @@
 //! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
+//! - [`local`]: the local node protocol (a process and its node) and the rank hello.
 //! - [`machine`]: the one shape every protocol machine has.
 //! - [`overlay`]: commands and events both overlays share.
 //! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine.
@@ -17,6 +18,7 @@
 
 pub mod chord;
 pub mod id;
+pub mod local;
 pub mod machine;
 pub mod mpi;
 pub mod overlay;

@@ -1,5 +1,46 @@
 //! p2pmp-mpi: the MPI library p2pmp applications link.
 //!
-//! Will hold the Rust API (`init`, point-to-point, collectives) over the matching
-//! engine of `p2pmp-core`, its mio data path, the C ABI (`libp2pmpi`, `mpi.h`) and
-//! the checkpoint API.
+//! ```no_run
+//! use p2pmp_mpi::{ANY_SOURCE, Op};
+//!
+//! let mut world = p2pmp_mpi::init()?;
+//! let (rank, size) = (world.rank(), world.size());
+//! if rank == 0 {
+//!     world.send(&[42u64], 1 % size, 7)?;
+//! }
+//! if rank == 1 % size {
+//!     let (v, status) = world.recv::<u64>(ANY_SOURCE, Some(7))?;
+//!     assert_eq!((v[0], status.source), (42, 0));
+//! }
+//! let total = world.allreduce(&[rank as u64], Op::Sum)?;
+//! assert_eq!(total[0], (0..size as u64).sum());
+//! world.finalize()?;
+//! # Ok::<(), p2pmp_mpi::Error>(())
+//! ```
+//!
+//! - [`init`] reads `P2PMP_JOB` (hex job id), `P2PMP_RANK`, `P2PMP_SIZE` and
+//!   `P2PMP_NODE` (the local node's control address), listens on an ephemeral
+//!   loopback port and registers the process key (SHA-1 of job id and rank) with
+//!   the node.
+//! - [`World`]: point-to-point (`send`, `recv`, `isend`, `irecv`, `wait`,
+//!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
+//!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
+//!   [`Pod`] element types (`u8`..`u64`, `i8`..`i64`, `f32`, `f64`) and raw
+//!   [`bytes::Bytes`].
+//! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
+//!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
+//!   TCP (see `transport`) on the calling thread: a blocking call spins briefly on
+//!   non-blocking sockets, yields, then sleeps in `epoll` ([`SpinPolicy`]).
+
+mod coll;
+mod env;
+mod error;
+mod node;
+mod pod;
+mod transport;
+mod world;
+
+pub use env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
+pub use error::{Error, Result};
+pub use pod::{Op, Pod};
+pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

@@ -42,6 +42,7 @@
 
 use std::time::Duration;
 
+pub mod check;
 mod finger;
 mod lookup;
 mod membership;

@@ -1,0 +1,193 @@
+//! Building a converged network and measuring lookups on it.
+
+use std::time::{Duration, Instant};
+
+use p2pmp_core::chord::check::RingTruth;
+use p2pmp_core::chord::{ChordConfig, ChordNode};
+use p2pmp_core::id::Id;
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
+use p2pmp_core::sim::{NetConfig, NodeIdx, Sim, SimConfig};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+/// Longest virtual time a network may take to converge after the last join.
+const CONVERGE_LIMIT: Duration = Duration::from_secs(900);
+/// Quiet window over which maintenance traffic is measured.
+const MAINTENANCE_WINDOW: Duration = Duration::from_secs(20);
+
+pub(crate) struct BuildReport {
+    pub(crate) nodes: usize,
+    pub(crate) seed: u64,
+    pub(crate) converge_virtual_s: f64,
+    pub(crate) maintenance_per_node_s: f64,
+    pub(crate) events: u64,
+    pub(crate) wall_s: f64,
+}
+
+#[derive(Default)]
+pub(crate) struct LookupReport {
+    pub(crate) issued: usize,
+    pub(crate) ok: usize,
+    pub(crate) failed: usize,
+    pub(crate) wrong_owner: usize,
+    pub(crate) mean_hops: f64,
+    pub(crate) p50: u32,
+    pub(crate) p99: u32,
+    pub(crate) max: u32,
+    pub(crate) events: u64,
+    pub(crate) wall_s: f64,
+}
+
+impl LookupReport {
+    pub(crate) fn success_rate(&self) -> f64 {
+        if self.issued == 0 { 1.0 } else { self.ok as f64 / self.issued as f64 }
+    }
+}
+
+pub(crate) fn sim_config(seed: u64) -> SimConfig {
+    SimConfig { seed, net: NetConfig::default(), codec_roundtrip: false }
+}
+
+/// The address of the `i`th simulated node (loopback range; no packet leaves the process).
+pub(crate) fn addr(i: usize) -> NodeAddr {
+    NodeAddr::loopback(i as u32, 4000)
+}
+
+/// A new node joining through one random contact that has already joined.
+pub(crate) fn spawn(
+    sim: &mut Sim<ChordNode>,
+    i: usize,
+    contacts: &[NodeIdx],
+    rng: &mut Pcg64Mcg,
+    seed: u64,
+) -> NodeIdx {
+    let bootstrap =
+        if contacts.is_empty() { Vec::new() } else { vec![sim.addr(contacts[rng.random_range(0..contacts.len())])] };
+    let node =
+        ChordNode::new(ChordConfig::default(), addr(i), bootstrap, sim.now(), seed ^ (i as u64).wrapping_mul(0x9e37));
+    sim.add_node(node)
+}
+
+/// Joins `n` nodes at a steady rate, then runs until every successor, predecessor
+/// and finger is right.
+pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNode>, BuildReport), String> {
+    let wall = Instant::now();
+    let mut sim = Sim::new(sim_config(seed), Instant::now());
+    let mut rng = Pcg64Mcg::seed_from_u64(seed);
+    let rate = (n / 50).clamp(10, 2_000) as u32; // joins per virtual second
+    let gap = Duration::from_secs(1) / rate;
+    let mut joined: Vec<NodeIdx> = Vec::with_capacity(n);
+    let mut waiting: Vec<NodeIdx> = Vec::new();
+    for i in 0..n {
+        let idx = spawn(&mut sim, i, &joined, &mut rng, seed);
+        waiting.push(idx);
+        sim.run_for(gap);
+        waiting.retain(|&w| {
+            let j = sim.node(w).is_joined();
+            if j {
+                joined.push(w);
+            }
+            !j
+        });
+        sim.clear_events();
+        if progress && (i + 1) % 10_000 == 0 {
+            eprintln!(
+                "  joined {}/{n} (virtual {:.0}s, wall {:.1}s)",
+                i + 1,
+                sim.elapsed().as_secs_f64(),
+                wall.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let last_join = sim.elapsed();
+    let step = if n >= 10_000 { Duration::from_secs(5) } else { Duration::from_secs(1) };
+    let mut report = RingTruth::of(&sim).check(&sim, true);
+    while !(report.converged() && report.nodes == n) {
+        if sim.elapsed() - last_join > CONVERGE_LIMIT {
+            return Err(format!("{n} nodes did not converge within {CONVERGE_LIMIT:?} of the last join: {report:?}"));
+        }
+        sim.run_for(step);
+        sim.clear_events();
+        report = RingTruth::of(&sim).check(&sim, true);
+        if std::env::var_os("OVERLAY_DEBUG").is_some() {
+            eprintln!("  t+{:.0}s {report:?}", (sim.elapsed() - last_join).as_secs_f64());
+        }
+    }
+    let converge_virtual_s = (sim.elapsed() - last_join).as_secs_f64();
+    if progress {
+        eprintln!(
+            "  {n} nodes converged {converge_virtual_s:.0} virtual s after the last join (wall {:.1}s)",
+            wall.elapsed().as_secs_f64()
+        );
+    }
+    let before = sim.stats().sent;
+    sim.run_for(MAINTENANCE_WINDOW);
+    sim.clear_events();
+    let maintenance = (sim.stats().sent - before) as f64 / n as f64 / MAINTENANCE_WINDOW.as_secs_f64();
+    let report = BuildReport {
+        nodes: n,
+        seed,
+        converge_virtual_s,
+        maintenance_per_node_s: maintenance,
+        events: sim.stats().events,
+        wall_s: wall.elapsed().as_secs_f64(),
+    };
+    Ok((sim, report))
+}
+
+/// A random 160-bit key.
+pub(crate) fn random_key(rng: &mut Pcg64Mcg) -> Id {
+    let mut b = [0u8; 20];
+    rng.fill(&mut b[..]);
+    Id::from_bytes(b)
+}
+
+/// `count` lookups of random keys from random live nodes, all issued at once;
+/// each answer is judged against the true owner.
+pub(crate) fn lookups(sim: &mut Sim<ChordNode>, count: usize, seed: u64, progress: bool) -> LookupReport {
+    let wall = Instant::now();
+    let events_before = sim.stats().events;
+    let truth = RingTruth::of(sim);
+    let alive: Vec<NodeIdx> = sim.alive().collect();
+    let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x1007_cafe);
+    let mut keys = Vec::with_capacity(count);
+    for token in 0..count {
+        let key = random_key(&mut rng);
+        keys.push(key);
+        let src = alive[rng.random_range(0..alive.len())];
+        sim.command(src, OverlayCommand::Lookup { token: token as u64, key }).expect("a joined node takes lookups");
+    }
+    let mut r = LookupReport { issued: count, ..LookupReport::default() };
+    let mut hops: Vec<u32> = Vec::with_capacity(count);
+    let deadline = sim.now() + Duration::from_secs(120);
+    while r.ok + r.failed + r.wrong_owner < count && sim.now() < deadline {
+        sim.run_for(Duration::from_millis(100));
+        while let Some(e) = sim.poll_event() {
+            if let OverlayEvent::LookupDone { token, result, .. } = e.event {
+                match result {
+                    Ok(res) if res.owner_id == truth.owner(keys[token as usize]).0 => {
+                        r.ok += 1;
+                        hops.push(res.hops);
+                    }
+                    Ok(_) => r.wrong_owner += 1,
+                    Err(_) => r.failed += 1,
+                }
+            }
+        }
+    }
+    r.failed += count - (r.ok + r.failed + r.wrong_owner); // never answered
+    hops.sort_unstable();
+    if !hops.is_empty() {
+        r.mean_hops = hops.iter().map(|&h| f64::from(h)).sum::<f64>() / hops.len() as f64;
+        r.p50 = hops[hops.len() / 2];
+        r.p99 = hops[(hops.len() * 99 / 100).min(hops.len() - 1)];
+        r.max = *hops.last().expect("non-empty");
+    }
+    r.events = sim.stats().events - events_before;
+    r.wall_s = wall.elapsed().as_secs_f64();
+    if progress {
+        eprintln!("  {count} lookups answered in {:.1}s wall", r.wall_s);
+    }
+    r
+}

@@ -1,0 +1,175 @@
+//! The local node protocol: what a process asks the node it runs on, and the hello
+//! that opens every rank-to-rank connection.
+//!
+//! A rank never joins the overlay itself. Over its node's control address
+//! (`P2PMP_NODE`) it sends [`LocalRequest`]s in [`crate::wire::Envelope`]s, one
+//! frame each, and gets one [`LocalReply`] per request with the same
+//! `request_id`. The node maps them onto the overlay: a registration becomes
+//! `OverlayCommand::Register { name: key.to_string(), value: addr, ttl }` (kept
+//! refreshed while the process lives), a resolution `OverlayCommand::Query`.
+//!
+//! postcard encodes variants by index: every enum here is append-only.
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+use crate::machine::NodeAddr;
+
+/// The key a process is registered under: SHA-1 of its job id bytes followed by
+/// its rank as 4 big-endian bytes.
+pub fn process_key(job: &[u8], rank: u32) -> Id {
+    Id::hash_parts([job, &rank.to_be_bytes()[..]])
+}
+
+/// What a process asks its node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalRequest {
+    /// Register process key `key` at `addr` (where the process listens) and keep the
+    /// registration alive until [`LocalRequest::Unregister`] or the connection ends.
+    Register { key: Id, addr: NodeAddr },
+    /// Every address currently registered under `key`, looked up through the overlay.
+    Resolve { key: Id },
+    /// Withdraw the registration of `key` at `addr`.
+    Unregister { key: Id, addr: NodeAddr },
+}
+
+/// Why the node could not do what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// The overlay did not answer in time.
+    #[error("the overlay did not answer in time")]
+    Timeout,
+    /// The node is not connected to an overlay.
+    #[error("the node is not connected to an overlay")]
+    NotConnected,
+    /// The node refused the request (malformed or not allowed).
+    #[error("the node refused the request")]
+    Refused,
+}
+
+/// The node's answer to one [`LocalRequest`] (same envelope `request_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalReply {
+    /// The registration is in place.
+    Registered { key: Id },
+    /// Every live address of `key`; empty when nothing is registered (yet).
+    Resolved { key: Id, addrs: Vec<NodeAddr> },
+    /// The registration is withdrawn.
+    Unregistered { key: Id },
+    /// The request failed.
+    Failed { error: LocalError },
+}
+
+/// The first frame on every connection between two ranks: who connects. The
+/// acceptor checks `job` and `to_rank` and drops the connection on a mismatch (a
+/// stale address may now belong to another process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankHello {
+    /// Job id bytes (as in `P2PMP_JOB`).
+    pub job: Vec<u8>,
+    /// The connecting rank.
+    pub from_rank: u32,
+    /// The rank the connector means to reach.
+    pub to_rank: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+
+    fn round_trip<B>(env: &Envelope<B>) -> Envelope<B>
+    where
+        B: Serialize + serde::de::DeserializeOwned,
+    {
+        let mut buf = bytes::BytesMut::new();
+        encode_frame(env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        let mut dec = FrameDecoder::default();
+        dec.push(&buf);
+        let frame = dec.decode().unwrap().expect("one whole frame");
+        decode_envelope(frame).unwrap()
+    }
+
+    fn arb_id() -> impl Strategy<Value = Id> {
+        any::<[u8; 20]>().prop_map(Id::from_bytes)
+    }
+
+    fn arb_addr() -> impl Strategy<Value = NodeAddr> {
+        (any::<u32>(), any::<u16>()).prop_map(|(n, p)| NodeAddr::loopback(n, p))
+    }
+
+    fn arb_request() -> impl Strategy<Value = LocalRequest> {
+        prop_oneof![
+            (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Register { key, addr }),
+            arb_id().prop_map(|key| LocalRequest::Resolve { key }),
+            (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Unregister { key, addr }),
+        ]
+    }
+
+    fn arb_reply() -> impl Strategy<Value = LocalReply> {
+        prop_oneof![
+            arb_id().prop_map(|key| LocalReply::Registered { key }),
+            (arb_id(), proptest::collection::vec(arb_addr(), 0..5))
+                .prop_map(|(key, addrs)| LocalReply::Resolved { key, addrs }),
+            arb_id().prop_map(|key| LocalReply::Unregistered { key }),
+            prop_oneof![Just(LocalError::Timeout), Just(LocalError::NotConnected), Just(LocalError::Refused)]
+                .prop_map(|error| LocalReply::Failed { error }),
+        ]
+    }
+
+    fn env<B: std::fmt::Debug>(body: impl Strategy<Value = B>) -> impl Strategy<Value = Envelope<B>> {
+        (arb_id(), arb_addr(), any::<u64>(), body).prop_map(|(s, a, r, b)| Envelope::new(s, a, r, b))
+    }
+
+    #[test]
+    fn process_key_is_sha1_of_job_then_rank() {
+        let k = process_key(b"job", 7);
+        assert_eq!(k, Id::hash(b"job\0\0\0\x07"));
+        assert_ne!(k, process_key(b"job", 8));
+        assert_ne!(k, process_key(b"jo", 7));
+    }
+
+    #[test]
+    fn golden_resolve_request() {
+        let e = Envelope::new(
+            Id::ZERO,
+            NodeAddr("127.0.0.1:80".parse().unwrap()),
+            3,
+            LocalRequest::Resolve { key: Id::MAX },
+        );
+        let mut buf = bytes::BytesMut::new();
+        encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        let mut want = vec![0, 0, 0, 49, 1]; // len, version 1
+        want.extend([0u8; 20]);
+        want.extend([0, 127, 0, 0, 1, 80]);
+        want.extend([3, 1]); // request id, variant Resolve
+        want.extend([0xffu8; 20]);
+        assert_eq!(&buf[..], &want[..]);
+    }
+
+    proptest! {
+        #[test]
+        fn requests_round_trip(e in env(arb_request())) {
+            prop_assert_eq!(round_trip(&e), e);
+        }
+
+        #[test]
+        fn replies_round_trip(e in env(arb_reply())) {
+            prop_assert_eq!(round_trip(&e), e);
+        }
+
+        #[test]
+        fn hellos_round_trip(
+            e in env((proptest::collection::vec(any::<u8>(), 0..40), any::<u32>(), any::<u32>())
+                .prop_map(|(job, from_rank, to_rank)| RankHello { job, from_rank, to_rank })),
+            payload in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let e = e.with_payload(Bytes::from(payload));
+            prop_assert_eq!(round_trip(&e), e);
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! `p2pmp-launch -n N [--timeout S] -- prog args...`: runs a local node serving the
+//! local node protocol on 127.0.0.1, starts N ranks of `prog` with the documented
+//! environment (a fresh random job id per run), forwards their output with a rank
+//! prefix, and exits non-zero if any rank failed. Until the daemon exists, tests
+//! and benchmarks start their ranks with it.
+
+mod registry;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use clap::Parser;
+use p2pmp_mpi::{JOB_VAR, NODE_VAR, RANK_VAR, SIZE_VAR, to_hex};
+
+#[derive(Debug, Parser)]
+#[command(name = "p2pmp-launch", about = "Start N ranks of an MPI program on this machine")]
+struct Args {
+    /// Number of ranks.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    n: u32,
+    /// Kill every rank and fail after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Print the job id and node address on stderr.
+    #[arg(long)]
+    verbose: bool,
+    /// The program and its arguments.
+    #[arg(required = true, last = true)]
+    cmd: Vec<String>,
+}
+
+/// 16 random bytes: std's per-process random hash keys, the time and the pid.
+fn job_id() -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    for i in 0..2u64 {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u64(i);
+        h.write_u32(std::process::id());
+        h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        out.extend_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
+fn forward(rank: u32, src: impl std::io::Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(src).lines() {
+            let Ok(line) = line else { break };
+            if to_stderr {
+                let _ = writeln!(std::io::stderr().lock(), "[{rank}] {line}");
+            } else {
+                let _ = writeln!(std::io::stdout().lock(), "[{rank}] {line}");
+            }
+        }
+    })
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    if args.n == 0 {
+        anyhow::bail!("-n must be at least 1");
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding the control address")?;
+    let node = listener.local_addr()?;
+    registry::serve(listener, Arc::new(registry::LocalTable::default()));
+    let job = to_hex(&job_id());
+    if args.verbose {
+        eprintln!("p2pmp-launch: job {job}, node {node}, {} ranks", args.n);
+    }
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut pipes = Vec::new();
+    for rank in 0..args.n {
+        let mut child = Command::new(&args.cmd[0])
+            .args(&args.cmd[1..])
+            .env(JOB_VAR, &job)
+            .env(RANK_VAR, rank.to_string())
+            .env(SIZE_VAR, args.n.to_string())
+            .env(NODE_VAR, node.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting rank {rank}: {}", args.cmd[0]))?;
+        pipes.push(forward(rank, child.stdout.take().expect("piped"), false));
+        pipes.push(forward(rank, child.stderr.take().expect("piped"), true));
+        children.push(Some(child));
+    }
+    let deadline = args.timeout.map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut failed = false;
+    let mut kill_at: Option<Instant> = None;
+    while children.iter().any(Option::is_some) {
+        for (rank, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            if let Some(status) = child.try_wait()? {
+                if !status.success() {
+                    eprintln!("p2pmp-launch: rank {rank} failed: {status}");
+                    failed = true;
+                    // The others would wait for it forever: stop them soon.
+                    kill_at.get_or_insert(Instant::now() + Duration::from_secs(2));
+                }
+                *slot = None;
+            }
+        }
+        let now = Instant::now();
+        let timed_out = deadline.is_some_and(|d| now >= d);
+        if timed_out || kill_at.is_some_and(|k| now >= k) {
+            if timed_out {
+                eprintln!("p2pmp-launch: timeout; killing the ranks still running");
+            }
+            for child in children.iter_mut().flatten() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            failed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for p in pipes {
+        let _ = p.join();
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}

@@ -1,0 +1,300 @@
+//! Collectives on the world communicator, over their own communicator id so they
+//! never match user messages. Every rank must call them in the same order.
+//!
+//! - `barrier`: dissemination, ⌈log2 p⌉ rounds.
+//! - `bcast`, `reduce`, `gather`, `scatter`: binomial trees rooted at `root`.
+//! - `allreduce`: recursive doubling (ranks beyond the largest power of two fold
+//!   into a partner first and get the result back at the end).
+//! - `allgather`: Bruck's algorithm, ⌈log2 p⌉ rounds for any p.
+//! - `alltoall`: pairwise exchange, p - 1 rounds.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{Error, Result};
+use crate::pod::{self, Op, Pod};
+use crate::world::{COMM_COLL, World};
+
+const TAG_BARRIER: i32 = 1;
+const TAG_BCAST: i32 = 2;
+const TAG_REDUCE: i32 = 3;
+const TAG_ALLREDUCE: i32 = 4;
+const TAG_GATHER: i32 = 5;
+const TAG_SCATTER: i32 = 6;
+const TAG_ALLGATHER: i32 = 7;
+const TAG_ALLTOALL: i32 = 8;
+
+fn mismatch(what: &str, got: usize, want: usize) -> Error {
+    Error::Invalid(format!("{what}: got {got} bytes from a peer, expected {want} (buffer sizes differ between ranks)"))
+}
+
+impl World {
+    fn coll_send(&mut self, data: Bytes, to: u32, tag: i32) -> Result<()> {
+        let r = self.isend_on(COMM_COLL, data, to, tag)?;
+        self.wait(r).map(|_| ())
+    }
+
+    fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {
+        let r = self.irecv_on(COMM_COLL, Some(from), Some(tag))?;
+        Ok(self.wait_msg(r)?.data)
+    }
+
+    /// Sends `data` to `to` while receiving from `from`.
+    fn coll_sendrecv(&mut self, data: Bytes, to: u32, from: u32, tag: i32) -> Result<Bytes> {
+        let rr = self.irecv_on(COMM_COLL, Some(from), Some(tag))?;
+        let sr = self.isend_on(COMM_COLL, data, to, tag)?;
+        let got = self.wait_msg(rr)?.data;
+        self.wait(sr)?;
+        Ok(got)
+    }
+
+    /// Rank relative to `root`, and back.
+    fn rel(&self, root: u32) -> u32 {
+        (self.rank() + self.size() - root) % self.size()
+    }
+
+    fn abs(&self, vr: u32, root: u32) -> u32 {
+        (vr + root) % self.size()
+    }
+
+    fn check_root(&self, root: u32) -> Result<()> {
+        if root < self.size() { Ok(()) } else { Err(Error::Invalid(format!("root {root} not below {}", self.size()))) }
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&mut self) -> Result<()> {
+        let (r, p) = (self.rank(), self.size());
+        let mut d = 1;
+        while d < p {
+            self.coll_sendrecv(Bytes::new(), (r + d) % p, (r + p - d) % p, TAG_BARRIER)?;
+            d <<= 1;
+        }
+        Ok(())
+    }
+
+    /// Broadcasts bytes from `root`: its `data` comes back on every rank (ignored
+    /// elsewhere).
+    pub fn bcast_bytes(&mut self, data: Bytes, root: u32) -> Result<Bytes> {
+        self.check_root(root)?;
+        let (p, vr) = (self.size(), self.rel(root));
+        let mut data = data;
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask != 0 {
+                data = self.coll_recv(self.abs(vr - mask, root), TAG_BCAST)?;
+                break;
+            }
+            mask <<= 1;
+        }
+        let mut sends = Vec::new();
+        mask >>= 1;
+        while mask > 0 {
+            if vr + mask < p {
+                sends.push(self.isend_on(COMM_COLL, data.clone(), self.abs(vr + mask, root), TAG_BCAST)?);
+            }
+            mask >>= 1;
+        }
+        self.waitall(sends)?;
+        Ok(data)
+    }
+
+    /// Broadcasts `buf` from `root` into `buf` on every other rank (same length everywhere).
+    pub fn bcast<T: Pod>(&mut self, buf: &mut [T], root: u32) -> Result<()> {
+        let data = if self.rank() == root { pod::to_bytes(buf) } else { Bytes::new() };
+        let got = self.bcast_bytes(data, root)?;
+        if self.rank() != root {
+            pod::copy_into(buf, &got)?;
+        }
+        Ok(())
+    }
+
+    /// Combines every rank's `send` element-wise with `op`; the result on `root`
+    /// (`None` elsewhere).
+    pub fn reduce<T: Pod>(&mut self, send: &[T], op: Op, root: u32) -> Result<Option<Vec<T>>> {
+        self.check_root(root)?;
+        let (p, vr) = (self.size(), self.rel(root));
+        let mut acc = send.to_vec();
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask == 0 {
+                if vr + mask < p {
+                    let x = self.coll_recv(self.abs(vr + mask, root), TAG_REDUCE)?;
+                    combine(&mut acc, &x, op)?;
+                }
+            } else {
+                self.coll_send(pod::to_bytes(&acc), self.abs(vr - mask, root), TAG_REDUCE)?;
+                return Ok(None);
+            }
+            mask <<= 1;
+        }
+        Ok(Some(acc))
+    }
+
+    /// Combines every rank's `send` element-wise with `op`; the result on every rank.
+    pub fn allreduce<T: Pod>(&mut self, send: &[T], op: Op) -> Result<Vec<T>> {
+        let (r, p) = (self.rank(), self.size());
+        let pof2 = if p.is_power_of_two() { p } else { p.next_power_of_two() / 2 };
+        let rem = p - pof2;
+        let mut acc = send.to_vec();
+        if r >= pof2 {
+            // Fold into a partner, then get the result back.
+            self.coll_send(pod::to_bytes(&acc), r - pof2, TAG_ALLREDUCE)?;
+            let x = self.coll_recv(r - pof2, TAG_ALLREDUCE)?;
+            return pod::from_bytes(&x);
+        }
+        if r < rem {
+            let x = self.coll_recv(r + pof2, TAG_ALLREDUCE)?;
+            combine(&mut acc, &x, op)?;
+        }
+        let mut mask = 1;
+        while mask < pof2 {
+            let partner = r ^ mask;
+            let x = self.coll_sendrecv(pod::to_bytes(&acc), partner, partner, TAG_ALLREDUCE)?;
+            combine(&mut acc, &x, op)?;
+            mask <<= 1;
+        }
+        if r < rem {
+            self.coll_send(pod::to_bytes(&acc), r + pof2, TAG_ALLREDUCE)?;
+        }
+        Ok(acc)
+    }
+
+    /// Gathers every rank's `send` (same length everywhere) on `root`, in rank order.
+    pub fn gather<T: Pod>(&mut self, send: &[T], root: u32) -> Result<Option<Vec<T>>> {
+        self.check_root(root)?;
+        let (p, vr) = (self.size(), self.rel(root));
+        let n = std::mem::size_of_val(send);
+        let mut buf = BytesMut::from(bytemuck::cast_slice::<T, u8>(send));
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask == 0 {
+                let child = vr + mask;
+                if child < p {
+                    let x = self.coll_recv(self.abs(child, root), TAG_GATHER)?;
+                    let want = mask.min(p - child) as usize * n;
+                    if x.len() != want {
+                        return Err(mismatch("gather", x.len(), want));
+                    }
+                    buf.extend_from_slice(&x);
+                }
+            } else {
+                self.coll_send(buf.freeze(), self.abs(vr - mask, root), TAG_GATHER)?;
+                return Ok(None);
+            }
+            mask <<= 1;
+        }
+        // Block i (relative rank i) belongs to rank (i + root) % p.
+        let mut out = vec![0u8; buf.len()];
+        for i in 0..p as usize {
+            let a = self.abs(i as u32, root) as usize;
+            out[a * n..(a + 1) * n].copy_from_slice(&buf[i * n..(i + 1) * n]);
+        }
+        pod::from_bytes(&out).map(Some)
+    }
+
+    /// Splits `send` (on `root`: `size` equal blocks in rank order; ignored
+    /// elsewhere) and gives each rank its block.
+    pub fn scatter<T: Pod>(&mut self, send: Option<&[T]>, root: u32) -> Result<Vec<T>> {
+        self.check_root(root)?;
+        let (p, vr) = (self.size(), self.rel(root));
+        let mut mask = 1;
+        let (buf, n) = if vr == 0 {
+            let all: &[u8] =
+                bytemuck::cast_slice(send.ok_or_else(|| Error::Invalid("scatter root needs data".into()))?);
+            if all.len() % p as usize != 0 {
+                return Err(Error::Invalid(format!("scatter of {} bytes over {p} ranks", all.len())));
+            }
+            let n = all.len() / p as usize;
+            let mut b = BytesMut::with_capacity(all.len());
+            for i in 0..p {
+                let a = self.abs(i, root) as usize;
+                b.extend_from_slice(&all[a * n..(a + 1) * n]);
+            }
+            while mask < p {
+                mask <<= 1;
+            }
+            (b.freeze(), n)
+        } else {
+            while vr & mask == 0 {
+                mask <<= 1;
+            }
+            let b = self.coll_recv(self.abs(vr - mask, root), TAG_SCATTER)?;
+            let blocks = mask.min(p - vr) as usize;
+            if b.len() % blocks != 0 {
+                return Err(mismatch("scatter", b.len(), b.len() / blocks * blocks));
+            }
+            let n = b.len() / blocks;
+            (b, n)
+        };
+        let mut sends = Vec::new();
+        mask >>= 1;
+        while mask > 0 {
+            let child = vr + mask;
+            if child < p {
+                let off = (child - vr) as usize * n;
+                let len = mask.min(p - child) as usize * n;
+                sends.push(self.isend_on(COMM_COLL, buf.slice(off..off + len), self.abs(child, root), TAG_SCATTER)?);
+            }
+            mask >>= 1;
+        }
+        self.waitall(sends)?;
+        pod::from_bytes(&buf[..n])
+    }
+
+    /// Every rank's `send` (same length everywhere) on every rank, in rank order.
+    pub fn allgather<T: Pod>(&mut self, send: &[T]) -> Result<Vec<T>> {
+        let (r, p) = (self.rank(), self.size());
+        let n = std::mem::size_of_val(send);
+        let mut buf = BytesMut::from(bytemuck::cast_slice::<T, u8>(send));
+        let mut d = 1;
+        while d < p {
+            let cnt = d.min(p - d) as usize;
+            let out = Bytes::copy_from_slice(&buf[..cnt * n]);
+            let x = self.coll_sendrecv(out, (r + p - d) % p, (r + d) % p, TAG_ALLGATHER)?;
+            if x.len() != cnt * n {
+                return Err(mismatch("allgather", x.len(), cnt * n));
+            }
+            buf.extend_from_slice(&x);
+            d <<= 1;
+        }
+        // Block i belongs to rank (r + i) % p.
+        let mut out = vec![0u8; buf.len()];
+        for i in 0..p as usize {
+            let a = (r as usize + i) % p as usize;
+            out[a * n..(a + 1) * n].copy_from_slice(&buf[i * n..(i + 1) * n]);
+        }
+        pod::from_bytes(&out)
+    }
+
+    /// `send` holds `size` equal blocks; block `j` goes to rank `j`, and the result
+    /// holds the block each rank sent here, in rank order.
+    pub fn alltoall<T: Pod>(&mut self, send: &[T]) -> Result<Vec<T>> {
+        let (r, p) = (self.rank(), self.size());
+        let all: &[u8] = bytemuck::cast_slice(send);
+        if all.len() % p as usize != 0 {
+            return Err(Error::Invalid(format!("alltoall of {} bytes over {p} ranks", all.len())));
+        }
+        let n = all.len() / p as usize;
+        let mut out = vec![0u8; all.len()];
+        let me = r as usize;
+        out[me * n..(me + 1) * n].copy_from_slice(&all[me * n..(me + 1) * n]);
+        for s in 1..p {
+            let (to, from) = (((r + s) % p) as usize, ((r + p - s) % p) as usize);
+            let block = Bytes::copy_from_slice(&all[to * n..(to + 1) * n]);
+            let x = self.coll_sendrecv(block, to as u32, from as u32, TAG_ALLTOALL)?;
+            if x.len() != n {
+                return Err(mismatch("alltoall", x.len(), n));
+            }
+            out[from * n..(from + 1) * n].copy_from_slice(&x);
+        }
+        pod::from_bytes(&out)
+    }
+}
+
+fn combine<T: Pod>(acc: &mut [T], x: &[u8], op: Op) -> Result<()> {
+    let x: Vec<T> = pod::from_bytes(x)?;
+    if x.len() != acc.len() {
+        return Err(mismatch("reduce", std::mem::size_of_val(x.as_slice()), std::mem::size_of_val(acc)));
+    }
+    op.apply(acc, &x);
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The environment the node gives each process it starts (DESIGN "Local node protocol").
+
+use std::net::SocketAddr;
+
+use crate::error::{Error, Result};
+
+/// Job id (hex), rank, size and the local node's control address.
+pub const JOB_VAR: &str = "P2PMP_JOB";
+/// This process's rank.
+pub const RANK_VAR: &str = "P2PMP_RANK";
+/// Number of ranks.
+pub const SIZE_VAR: &str = "P2PMP_SIZE";
+/// The local node's control address (`127.0.0.1:port`).
+pub const NODE_VAR: &str = "P2PMP_NODE";
+
+/// What `init` reads from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnv {
+    /// Job id bytes (decoded from hex).
+    pub job: Vec<u8>,
+    pub rank: u32,
+    pub size: u32,
+    /// The local node's control address.
+    pub node: SocketAddr,
+}
+
+impl RankEnv {
+    /// Reads the four variables of the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the four variables through `get` (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &'static str| {
+            get(name).ok_or_else(|| Error::Env { var: name, problem: "not set (start ranks with p2pmp-launch)".into() })
+        };
+        let bad = |var: &'static str, problem: String| Error::Env { var, problem };
+        let job = parse_hex(&var(JOB_VAR)?).map_err(|p| bad(JOB_VAR, p))?;
+        let rank: u32 = var(RANK_VAR)?.trim().parse().map_err(|e| bad(RANK_VAR, format!("{e}")))?;
+        let size: u32 = var(SIZE_VAR)?.trim().parse().map_err(|e| bad(SIZE_VAR, format!("{e}")))?;
+        if size == 0 || rank >= size {
+            return Err(bad(RANK_VAR, format!("rank {rank} not below size {size}")));
+        }
+        let node = var(NODE_VAR)?.trim().parse().map_err(|e| bad(NODE_VAR, format!("{e} (want ip:port)")))?;
+        Ok(RankEnv { job, rank, size, node })
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes of an even-length hex string of at most 128 digits.
+pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+    let s = s.trim();
+    if s.is_empty() || s.len() % 2 != 0 || s.len() > 128 || !s.is_ascii() {
+        return Err(format!("want an even number (2..=128) of hex digits, got {s:?}"));
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("{s:?}: {e}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_good_environment_and_refuses_bad_ones() {
+        let env = |job: &str, rank: &str, size: &str, node: &str| {
+            let (job, rank, size, node) = (job.to_string(), rank.to_string(), size.to_string(), node.to_string());
+            RankEnv::from_lookup(move |k| match k {
+                JOB_VAR => Some(job.clone()),
+                RANK_VAR => Some(rank.clone()),
+                SIZE_VAR => Some(size.clone()),
+                NODE_VAR => Some(node.clone()),
+                _ => None,
+            })
+        };
+        let ok = env("00ff", "1", "4", "127.0.0.1:9").unwrap();
+        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node: "127.0.0.1:9".parse().unwrap() });
+        assert!(env("0f0", "1", "4", "127.0.0.1:9").is_err());
+        assert!(env("zz", "1", "4", "127.0.0.1:9").is_err());
+        assert!(env("00", "4", "4", "127.0.0.1:9").is_err());
+        assert!(env("00", "0", "4", "nowhere").is_err());
+        assert!(RankEnv::from_lookup(|_| None).is_err());
+        assert_eq!(parse_hex(&to_hex(&[1, 2, 254])).unwrap(), vec![1, 2, 254]);
+    }
+}

@@ -1,0 +1,109 @@
+//! Plain-old-data element types and reduction operations.
+
+use bytes::Bytes;
+
+/// An element type MPI buffers are made of: fixed size, any bit pattern valid,
+/// and the arithmetic the reduction operations need.
+pub trait Pod: bytemuck::Pod + PartialOrd + Send + Sync + 'static {
+    /// `a + b` (wrapping for integers).
+    fn add(a: Self, b: Self) -> Self;
+    /// `a * b` (wrapping for integers).
+    fn mul(a: Self, b: Self) -> Self;
+}
+
+macro_rules! int_pod {
+    ($($t:ty),*) => {$(
+        impl Pod for $t {
+            fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+        }
+    )*};
+}
+int_pod!(u8, u16, u32, u64, i8, i16, i32, i64);
+
+macro_rules! float_pod {
+    ($($t:ty),*) => {$(
+        impl Pod for $t {
+            fn add(a: Self, b: Self) -> Self { a + b }
+            fn mul(a: Self, b: Self) -> Self { a * b }
+        }
+    )*};
+}
+float_pod!(f32, f64);
+
+/// A reduction operation (all are commutative and associative, floats up to rounding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    Sum,
+    Prod,
+    Min,
+    Max,
+}
+
+impl Op {
+    /// Applies the operation element-wise: `acc[i] = acc[i] op x[i]`.
+    pub fn apply<T: Pod>(self, acc: &mut [T], x: &[T]) {
+        debug_assert_eq!(acc.len(), x.len());
+        let f: fn(T, T) -> T = match self {
+            Op::Sum => T::add,
+            Op::Prod => T::mul,
+            Op::Min => |a, b| if b < a { b } else { a },
+            Op::Max => |a, b| if b > a { b } else { a },
+        };
+        for (a, &b) in acc.iter_mut().zip(x) {
+            *a = f(*a, b);
+        }
+    }
+}
+
+/// The bytes of a typed slice, copied once into a shareable buffer.
+pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
+    Bytes::copy_from_slice(bytemuck::cast_slice(data))
+}
+
+/// A typed vector from message bytes (which may be unaligned for `T`).
+pub(crate) fn from_bytes<T: Pod>(data: &[u8]) -> crate::Result<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if size == 0 || data.len() % size != 0 {
+        return Err(crate::Error::Truncated { got: data.len(), want: data.len() / size.max(1) * size });
+    }
+    let mut v = vec![T::zeroed(); data.len() / size];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(data);
+    Ok(v)
+}
+
+/// Copies message bytes into a typed buffer of exactly that size.
+pub(crate) fn copy_into<T: Pod>(buf: &mut [T], data: &[u8]) -> crate::Result<()> {
+    let dst: &mut [u8] = bytemuck::cast_slice_mut(buf);
+    if dst.len() != data.len() {
+        return Err(crate::Error::Truncated { got: data.len(), want: dst.len() });
+    }
+    dst.copy_from_slice(data);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_and_conversions() {
+        let mut a = vec![1i64, 5, -3];
+        Op::Sum.apply(&mut a, &[2, 2, 2]);
+        assert_eq!(a, [3, 7, -1]);
+        Op::Max.apply(&mut a, &[4, 0, 0]);
+        assert_eq!(a, [4, 7, 0]);
+        Op::Min.apply(&mut a, &[5, 1, 9]);
+        assert_eq!(a, [4, 1, 0]);
+        Op::Prod.apply(&mut a, &[2, 3, 4]);
+        assert_eq!(a, [8, 3, 0]);
+        let b = to_bytes(&[1.5f64, -2.0]);
+        assert_eq!(from_bytes::<f64>(&b).unwrap(), [1.5, -2.0]);
+        assert!(from_bytes::<u32>(&b[..7]).is_err());
+        let mut out = [0u16; 2];
+        copy_into(&mut out, &[1, 0, 2, 0]).unwrap();
+        assert_eq!(out, [1, 2]);
+        assert!(copy_into(&mut out, &[1]).is_err());
+    }
+}

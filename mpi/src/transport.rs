@@ -1,0 +1,478 @@
+//! The data path: a minimal mio loop run on the calling thread.
+//!
+//! Each rank listens on an ephemeral loopback port. Connections are one-way and
+//! persistent: frames for rank `r` (data, acknowledgements, clear-to-send) go out
+//! on the connection this rank opened to `r`; frames from `r` arrive on the one
+//! `r` opened to us. A connection starts with a [`RankHello`]; the acceptor checks
+//! it and then hands every frame to the engine as coming from that rank.
+//!
+//! A rank's address comes from the local node (its process key, resolved through
+//! the overlay). When an outgoing connection breaks, the engine is told
+//! (`handle_disconnected`); as soon as it has unacknowledged frames for that rank
+//! the key is resolved again, the connection reopened, and `handle_reconnected`
+//! makes the engine resend exactly what the peer has not acknowledged.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use p2pmp_core::id::Id;
+use p2pmp_core::local::{RankHello, process_key};
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::mpi::{MpiEngine, MpiMsg, Transmit};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame_parts};
+use tracing::{debug, warn};
+
+use crate::error::{Error, Result};
+use crate::node::NodeClient;
+
+const LISTENER: Token = Token(usize::MAX);
+/// Tokens of accepted connections start here; below are outgoing ones, by rank.
+const IN_BASE: usize = 1 << 32;
+/// Largest read per system call; the zero-filled room is sized to it.
+const READ_CHUNK: usize = 256 << 10;
+/// How long a rank with frames waiting may stay unreachable.
+const UNREACHABLE_AFTER: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Our connection to one peer rank, and its reconnect state.
+#[derive(Debug)]
+struct OutPeer {
+    conn: Option<OutConn>,
+    /// Whether the engine believes frames for this rank can be sent.
+    engine_up: bool,
+    retry_at: Instant,
+    backoff: Duration,
+    down_since: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct OutConn {
+    stream: TcpStream,
+    /// Bytes waiting for the socket, in order (header and payload parts).
+    tx: VecDeque<Bytes>,
+}
+
+#[derive(Debug)]
+struct InConn {
+    stream: TcpStream,
+    dec: FrameDecoder,
+    /// Set by the hello.
+    rank: Option<u32>,
+}
+
+/// Sockets, connections and the local node client of one rank.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    poll: Poll,
+    events: Events,
+    listener: TcpListener,
+    pub(crate) addr: NodeAddr,
+    pub(crate) key: Id,
+    job: Vec<u8>,
+    rank: u32,
+    node: NodeClient,
+    out: Vec<OutPeer>,
+    inbound: Vec<Option<InConn>>,
+    /// Ranks whose outgoing queue may have bytes to write.
+    dirty: Vec<u32>,
+    /// Ready tokens of the last poll (reused, so polling allocates nothing).
+    ready: Vec<(Token, bool, bool)>,
+    /// Stop reconnecting (finalize).
+    pub(crate) closing: bool,
+    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): drop the outgoing
+    /// connection, with whatever it had not written, after every n-th frame.
+    drop_every: Option<u64>,
+    frames: u64,
+}
+
+impl Transport {
+    /// Listens on an ephemeral loopback port and registers with the node.
+    pub(crate) fn start(job: Vec<u8>, rank: u32, size: u32, node: SocketAddr) -> Result<Self> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let addr = NodeAddr(listener.local_addr()?);
+        let key = process_key(&job, rank);
+        let mut node = NodeClient::connect(node, key, addr)?;
+        node.register(key)?;
+        let now = Instant::now();
+        let out = (0..size)
+            .map(|_| OutPeer { conn: None, engine_up: true, retry_at: now, backoff: Duration::ZERO, down_since: None })
+            .collect();
+        debug!(rank, %addr, %key, "registered");
+        Ok(Transport {
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            addr,
+            key,
+            job,
+            rank,
+            node,
+            out,
+            inbound: Vec::new(),
+            dirty: Vec::new(),
+            ready: Vec::with_capacity(256),
+            closing: false,
+            drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
+            frames: 0,
+        })
+    }
+
+    /// Moves every frame the engine has into the connections and writes what the
+    /// sockets take.
+    pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+        while let Some(t) = engine.poll_transmit() {
+            self.enqueue(engine, now, t);
+        }
+        self.flush_dirty(engine, now);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, engine: &mut MpiEngine, now: Instant, t: Transmit) {
+        let to = t.to;
+        if self.out[to as usize].conn.is_none() {
+            if !self.out[to as usize].engine_up {
+                return; // the engine keeps it and resends after the reconnect
+            }
+            if let Err(why) = self.connect(to) {
+                debug!(to, %why, "connect failed");
+                self.mark_down(engine, now, to);
+                return;
+            }
+        }
+        let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
+        // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
+        let (head, payload) = encode_frame_parts(&env, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
+        let conn = self.out[to as usize].conn.as_mut().expect("connected above");
+        conn.tx.push_back(head.freeze());
+        if !payload.is_empty() {
+            conn.tx.push_back(payload);
+        }
+        if !self.dirty.contains(&to) {
+            self.dirty.push(to);
+        }
+        self.frames += 1;
+        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
+            debug!(to, "fault injection: dropping the connection");
+            self.break_out(engine, now, to);
+        }
+    }
+
+    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
+        while let Some(to) = self.dirty.pop() {
+            let Some(conn) = self.out[to as usize].conn.as_mut() else { continue };
+            if let Err(e) = write_queue(&mut conn.stream, &mut conn.tx) {
+                debug!(to, %e, "write failed");
+                self.break_out(engine, now, to);
+            }
+        }
+    }
+
+    /// Resolves `to` through the node and opens a connection, hello queued.
+    fn connect(&mut self, to: u32) -> Result<(), String> {
+        let addrs = self.node.resolve(process_key(&self.job, to)).map_err(|e| e.to_string())?;
+        if addrs.is_empty() {
+            return Err("not registered (yet)".into());
+        }
+        // The newest registration is most likely last.
+        let mut last_err = String::new();
+        for a in addrs.iter().rev() {
+            match std::net::TcpStream::connect_timeout(&a.0, Duration::from_secs(2)) {
+                Ok(s) => {
+                    s.set_nodelay(true).map_err(|e| e.to_string())?;
+                    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                    let mut stream = TcpStream::from_std(s);
+                    self.poll
+                        .registry()
+                        .register(&mut stream, Token(to as usize), Interest::READABLE | Interest::WRITABLE)
+                        .map_err(|e| e.to_string())?;
+                    let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: to };
+                    let (head, _) =
+                        encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
+                            .map_err(|e| e.to_string())?;
+                    let mut tx = VecDeque::new();
+                    tx.push_back(head.freeze());
+                    self.out[to as usize].conn = Some(OutConn { stream, tx });
+                    if !self.dirty.contains(&to) {
+                        self.dirty.push(to);
+                    }
+                    debug!(to, addr = %a, "connected");
+                    return Ok(());
+                }
+                Err(e) => last_err = format!("{a}: {e}"),
+            }
+        }
+        Err(last_err)
+    }
+
+    /// The engine stops sending to `to` until a reconnect.
+    fn mark_down(&mut self, engine: &mut MpiEngine, now: Instant, to: u32) {
+        let p = &mut self.out[to as usize];
+        if p.engine_up {
+            p.engine_up = false;
+            // Invariant: `to` is a valid peer rank (it came from the engine).
+            engine.handle_disconnected(to).expect("valid peer");
+        }
+        p.backoff = (p.backoff * 2).clamp(Duration::from_millis(1), MAX_BACKOFF);
+        p.retry_at = now + p.backoff;
+        p.down_since.get_or_insert(now);
+    }
+
+    /// The outgoing connection to `to` broke.
+    fn break_out(&mut self, engine: &mut MpiEngine, now: Instant, to: u32) {
+        if let Some(mut c) = self.out[to as usize].conn.take() {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+        }
+        self.mark_down(engine, now, to);
+        // Try again at once: the peer may have moved already.
+        self.out[to as usize].retry_at = now;
+    }
+
+    /// Reconnects ranks that are down while the engine has frames for them.
+    pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+        if self.closing {
+            return Ok(());
+        }
+        for to in 0..self.out.len() as u32 {
+            let p = &self.out[to as usize];
+            if p.engine_up || p.conn.is_some() || engine.unacked_len(to) == 0 || p.retry_at > now {
+                continue;
+            }
+            match self.connect(to) {
+                Ok(()) => {
+                    let p = &mut self.out[to as usize];
+                    p.engine_up = true;
+                    p.backoff = Duration::ZERO;
+                    p.down_since = None;
+                    engine.handle_reconnected(to).expect("valid peer");
+                    debug!(to, "reconnected");
+                }
+                Err(why) => {
+                    let since = self.out[to as usize].down_since.unwrap_or(now);
+                    if now.duration_since(since) > UNREACHABLE_AFTER {
+                        return Err(Error::Unreachable { rank: to, why });
+                    }
+                    self.mark_down(engine, now, to);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The earliest reconnect attempt due, if any rank waits for one.
+    pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
+        if self.closing {
+            return None;
+        }
+        (0..self.out.len() as u32)
+            .filter(|&to| {
+                let p = &self.out[to as usize];
+                !p.engine_up && p.conn.is_none() && engine.unacked_len(to) > 0
+            })
+            .map(|to| self.out[to as usize].retry_at)
+            .min()
+    }
+
+    /// Whether every outgoing queue is empty (all handed to the kernel).
+    pub(crate) fn tx_empty(&self) -> bool {
+        self.out.iter().all(|p| p.conn.as_ref().is_none_or(|c| c.tx.is_empty()))
+    }
+
+    /// Whether we hold a live outgoing connection to `to`.
+    pub(crate) fn connected(&self, to: u32) -> bool {
+        self.out[to as usize].conn.is_some()
+    }
+
+    /// Waits up to `timeout` for socket readiness and handles what is ready.
+    /// Returns whether anything happened.
+    pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>) -> Result<bool> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(true),
+            Err(e) => return Err(e.into()),
+        }
+        if self.events.is_empty() {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
+        for &(token, readable, writable) in &ready {
+            if token == LISTENER {
+                self.accept_all()?;
+            } else if token.0 >= IN_BASE {
+                self.read_in(engine, now, token.0 - IN_BASE);
+            } else {
+                let to = token.0 as u32;
+                if readable && self.out_closed(to) {
+                    self.break_out(engine, now, to);
+                } else if writable && !self.dirty.contains(&to) {
+                    self.dirty.push(to);
+                }
+            }
+        }
+        self.ready = ready;
+        self.flush_dirty(engine, now);
+        Ok(true)
+    }
+
+    /// Readable on an outgoing connection means the peer closed it (it never
+    /// sends on it) or sent something it should not have.
+    fn out_closed(&mut self, to: u32) -> bool {
+        let Some(c) = self.out[to as usize].conn.as_mut() else { return false };
+        let mut b = [0u8; 64];
+        match c.stream.read(&mut b) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => false,
+            Ok(n) => {
+                if n > 0 {
+                    warn!(to, "peer sent on our outgoing connection; dropping it");
+                }
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    fn accept_all(&mut self) -> Result<()> {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nodelay(true)?;
+                    let slot = match self.inbound.iter().position(Option::is_none) {
+                        Some(i) => i,
+                        None => {
+                            self.inbound.push(None);
+                            self.inbound.len() - 1
+                        }
+                    };
+                    self.poll.registry().register(&mut stream, Token(IN_BASE + slot), Interest::READABLE)?;
+                    self.inbound[slot] = Some(InConn { stream, dec: FrameDecoder::default(), rank: None });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(%e, "accept failed");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Reads everything available on inbound connection `slot` and hands whole
+    /// frames to the engine; closes it at end of stream or on bad input.
+    fn read_in(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return };
+        let keep = loop {
+            match read_some(&mut conn.stream, conn.dec.buffer_mut()) {
+                Ok(0) => break false,
+                Ok(_) => {
+                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
+                        break false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break false,
+            }
+        };
+        if !keep {
+            if let Some(mut c) = self.inbound[slot].take() {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+                debug!(rank = ?c.rank, "inbound connection closed");
+            }
+        }
+    }
+
+    /// Tells the node we are gone (best effort).
+    pub(crate) fn unregister(&mut self) {
+        let _ = self.node.unregister(self.key);
+    }
+}
+
+/// Reads once into the spare room of `buf` (at most [`READ_CHUNK`]).
+fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    buf.reserve(READ_CHUNK.min(64 << 10));
+    let start = buf.len();
+    let room = (buf.capacity() - start).min(READ_CHUNK);
+    buf.resize(start + room, 0);
+    let res = stream.read(&mut buf[start..]);
+    buf.truncate(start + *res.as_ref().unwrap_or(&0));
+    res
+}
+
+/// Hands every whole frame buffered in `conn` to the engine; false to drop the
+/// connection (a bad hello or malformed bytes).
+fn decode_frames(conn: &mut InConn, engine: &mut MpiEngine, now: Instant, job: &[u8], me: u32) -> bool {
+    loop {
+        let frame = match conn.dec.decode() {
+            Ok(Some(f)) => f,
+            Ok(None) => return true,
+            Err(e) => {
+                warn!(%e, "bad frame; dropping the connection");
+                return false;
+            }
+        };
+        match conn.rank {
+            Some(from) => match decode_envelope::<MpiMsg>(frame) {
+                Ok(env) => engine.handle_envelope(now, from, env),
+                Err(e) => {
+                    warn!(from, %e, "bad envelope; dropping the connection");
+                    return false;
+                }
+            },
+            None => match decode_envelope::<RankHello>(frame) {
+                Ok(env)
+                    if env.body.job == job
+                        && env.body.to_rank == me
+                        && env.body.from_rank < engine.size()
+                        && env.body.from_rank != me =>
+                {
+                    conn.rank = Some(env.body.from_rank);
+                }
+                other => {
+                    debug!(?other, "hello refused");
+                    return false;
+                }
+            },
+        }
+    }
+}
+
+/// Writes as much of `tx` as the socket takes, vectored.
+fn write_queue(stream: &mut TcpStream, tx: &mut VecDeque<Bytes>) -> io::Result<()> {
+    const IOV: usize = 32;
+    while !tx.is_empty() {
+        let mut iov = [IoSlice::new(&[]); IOV];
+        let mut k = 0;
+        for b in tx.iter().take(IOV) {
+            iov[k] = IoSlice::new(b);
+            k += 1;
+        }
+        match stream.write_vectored(&iov[..k]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(mut n) => {
+                while n > 0 {
+                    let front = tx.front_mut().expect("wrote no more than queued");
+                    if n >= front.len() {
+                        n -= front.len();
+                        tx.pop_front();
+                    } else {
+                        front.advance(n);
+                        n = 0;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! Chord invariants over random schedules of joins, leaves, crashes and
+//! registrations, run in the deterministic simulator with every message going
+//! through the real codec. The checker (`RingTruth`) has global knowledge; the
+//! nodes learn only from messages.
+//!
+//! `PROPTEST_CASES=2048 cargo test -p p2pmp-tests --test chord_invariants --release`
+//! runs a longer search. A failure prints the whole scenario, seed included, and
+//! proptest stores it under `proptest-regressions/` so it is replayed first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use p2pmp_core::chord::check::RingTruth;
+use p2pmp_core::chord::{ChordConfig, ChordNode};
+use p2pmp_core::id::Id;
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
+use p2pmp_core::sim::{NetConfig, NodeIdx, Sim, SimConfig};
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+/// Quiet time within which the ring must be exact again (stabilize runs every second).
+const QUIET_LIMIT: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(3600);
+/// A registration this old has reached its owner and replicas.
+const SETTLE: Duration = Duration::from_secs(5);
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Join { contact: Index },
+    Leave(Index),
+    Crash(Index),
+    Register { node: Index, name: u8 },
+    Run { ms: u16 },
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => any::<Index>().prop_map(|contact| Op::Join { contact }),
+        1 => any::<Index>().prop_map(Op::Leave),
+        1 => any::<Index>().prop_map(Op::Crash),
+        3 => (any::<Index>(), 0u8..6).prop_map(|(node, name)| Op::Register { node, name }),
+        2 => (1u16..5000).prop_map(|ms| Op::Run { ms }),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    seed: u64,
+    initial: usize,
+    report_failures: bool,
+    ops: Vec<Op>,
+}
+
+fn arb_scenario() -> impl Strategy<Value = Scenario> {
+    (any::<u64>(), 1usize..10, any::<bool>(), proptest::collection::vec(arb_op(), 0..24))
+        .prop_map(|(seed, initial, report_failures, ops)| Scenario { seed, initial, report_failures, ops })
+}
+
+/// A simulated network plus the bookkeeping the checks need.
+struct World {
+    sim: Sim<ChordNode>,
+    spawned: usize,
+    seed: u64,
+    /// Nodes asked to leave, retired once they report `Left`.
+    leaving: BTreeMap<NodeIdx, Instant>,
+    /// Nodes that finished a graceful leave, and when they were asked to.
+    left: BTreeMap<NodeIdx, Instant>,
+    /// name -> (value, registering node, when)
+    registered: BTreeMap<String, BTreeSet<(String, NodeIdx, Instant)>>,
+}
+
+impl World {
+    fn new(seed: u64, report_failures: bool) -> Self {
+        let net = NetConfig { report_failures, ..NetConfig::default() };
+        World {
+            sim: Sim::new(SimConfig { seed, net, codec_roundtrip: true }, Instant::now()),
+            spawned: 0,
+            seed,
+            leaving: BTreeMap::new(),
+            left: BTreeMap::new(),
+            registered: BTreeMap::new(),
+        }
+    }
+
+    fn live(&self) -> Vec<NodeIdx> {
+        self.sim.alive().filter(|i| !self.leaving.contains_key(i)).collect()
+    }
+
+    fn joined(&self) -> Vec<NodeIdx> {
+        self.live().into_iter().filter(|&i| self.sim.node(i).is_joined()).collect()
+    }
+
+    fn spawn(&mut self, contact: Option<NodeIdx>) -> NodeIdx {
+        let i = self.spawned;
+        self.spawned += 1;
+        let bootstrap: Vec<NodeAddr> = contact.map(|c| self.sim.addr(c)).into_iter().collect();
+        let addr = NodeAddr::loopback(i as u32, 7000);
+        let node = ChordNode::new(ChordConfig::default(), addr, bootstrap, self.sim.now(), self.seed ^ i as u64);
+        self.sim.add_node(node)
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        self.sim.run_for(d);
+        self.retire_left();
+    }
+
+    fn retire_left(&mut self) {
+        while let Some(e) = self.sim.poll_event() {
+            if e.event == OverlayEvent::Left {
+                if let Some(asked) = self.leaving.remove(&e.node) {
+                    self.sim.retire(e.node);
+                    self.left.insert(e.node, asked);
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, op: &Op, crashes_left: &mut usize) {
+        match op {
+            Op::Join { contact } => {
+                let joined = self.joined();
+                let c = (!joined.is_empty()).then(|| joined[contact.index(joined.len())]);
+                self.spawn(c);
+            }
+            Op::Leave(k) | Op::Crash(k) => {
+                let live = self.joined();
+                if live.len() <= 2 {
+                    return;
+                }
+                let victim = live[k.index(live.len())];
+                if matches!(op, Op::Leave(_)) {
+                    self.sim.command(victim, OverlayCommand::Leave).expect("a live node can leave");
+                    self.leaving.insert(victim, self.sim.now());
+                } else if *crashes_left > 0 {
+                    *crashes_left -= 1;
+                    self.sim.crash(victim);
+                }
+            }
+            Op::Register { node, name } => {
+                let live = self.joined();
+                if live.is_empty() {
+                    return;
+                }
+                let n = live[node.index(live.len())];
+                let (name, value) = (format!("svc-{name}"), format!("node{n}"));
+                let cmd = OverlayCommand::Register { name: name.clone(), value: value.clone(), ttl: TTL };
+                self.sim.command(n, cmd).expect("register is accepted");
+                self.registered.entry(name).or_default().insert((value, n, self.sim.now()));
+            }
+            Op::Run { ms } => self.run_for(Duration::from_millis(u64::from(*ms))),
+        }
+    }
+
+    /// Runs until every leave finished and the ring is exact, for at most the limit.
+    fn quiesce(&mut self) -> bool {
+        let deadline = self.sim.now() + QUIET_LIMIT;
+        loop {
+            self.run_for(Duration::from_millis(500));
+            let ok = self.leaving.is_empty() && {
+                let truth = RingTruth::of(&self.sim);
+                let live = self.live().len();
+                truth.len() == live && truth.check(&self.sim, false).ring_ok()
+            };
+            if ok {
+                return true;
+            }
+            if self.sim.now() >= deadline {
+                return false;
+            }
+        }
+    }
+
+    /// Every live node looks up its own id, its successor's id and `extra` random keys;
+    /// returns the lookups whose answer is not the true owner.
+    fn wrong_lookups(&mut self, extra: usize) -> Vec<String> {
+        let truth = RingTruth::of(&self.sim);
+        let mut keys = BTreeMap::new();
+        let mut token = 0u64;
+        for n in self.live() {
+            let me = self.sim.node(n).id();
+            let mut ks = vec![me, me.wrapping_add(Id::pow2(0)), truth.successor(me).0];
+            ks.extend((0..extra).map(|j| Id::hash(format!("{}-{n}-{j}", self.seed))));
+            for key in ks {
+                token += 1;
+                keys.insert(token, (n, key));
+                self.sim.command(n, OverlayCommand::Lookup { token, key }).expect("lookup accepted");
+            }
+        }
+        let mut wrong = Vec::new();
+        let deadline = self.sim.now() + Duration::from_secs(30);
+        while !keys.is_empty() && self.sim.now() < deadline {
+            self.sim.run_for(Duration::from_millis(100));
+            while let Some(e) = self.sim.poll_event() {
+                if let OverlayEvent::LookupDone { token, result, .. } = e.event {
+                    let Some((n, key)) = keys.remove(&token) else { continue };
+                    let want = truth.owner(key);
+                    match result {
+                        Ok(r) if r.owner_id == want.0 => {}
+                        other => wrong.push(format!("node {n} key {key}: got {other:?}, owner is {}", want.1)),
+                    }
+                }
+            }
+        }
+        wrong.extend(keys.values().map(|(n, k)| format!("node {n} key {k}: no answer")));
+        wrong
+    }
+
+    /// Queries every registered name from a live node; returns what is missing.
+    fn missing_registrations(&mut self) -> Vec<String> {
+        let live = self.live();
+        let names: Vec<String> = self.registered.keys().cloned().collect();
+        let mut pending = BTreeMap::new();
+        for (t, name) in names.iter().enumerate() {
+            let from = live[t % live.len()];
+            pending.insert(t as u64, name.clone());
+            self.sim.command(from, OverlayCommand::Query { token: t as u64, name: name.clone() }).expect("query");
+        }
+        let mut missing = Vec::new();
+        let deadline = self.sim.now() + Duration::from_secs(30);
+        while !pending.is_empty() && self.sim.now() < deadline {
+            self.sim.run_for(Duration::from_millis(100));
+            while let Some(e) = self.sim.poll_event() {
+                if let OverlayEvent::QueryDone { token, result, .. } = e.event {
+                    let Some(name) = pending.remove(&token) else { continue };
+                    let got: BTreeSet<String> = result.unwrap_or_default().into_iter().collect();
+                    for (value, owner, at) in &self.registered[&name] {
+                        // Alive and refreshing, or stored (a few rounds old) before its
+                        // registrant left gracefully: the leave must hand it over.
+                        let stored_before_leave = self.left.get(owner).is_some_and(|left| *left - *at >= SETTLE);
+                        let must = self.sim.alive().any(|a| a == *owner) || stored_before_leave;
+                        if must && !got.contains(value) {
+                            missing.push(format!("{name}={value} (registered by node {owner})"));
+                        }
+                    }
+                }
+            }
+        }
+        missing.extend(pending.values().map(|n| format!("query {n}: no answer")));
+        missing
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// After a quiet period the ring is exact, every lookup from every node finds the
+    /// true owner, and no registration of a live (or gracefully departed) node is missing.
+    #[test]
+    fn ring_lookups_and_registrations_recover(s in arb_scenario()) {
+        let mut w = World::new(s.seed, s.report_failures);
+        w.spawn(None);
+        for _ in 1..s.initial {
+            w.run_for(Duration::from_millis(300));
+            let joined = w.joined();
+            let c = joined[(s.seed as usize) % joined.len()];
+            w.spawn(Some(c));
+        }
+        let mut crashes_left = ChordConfig::default().successors - 1;
+        for op in &s.ops {
+            w.apply(op, &mut crashes_left);
+        }
+        prop_assert!(w.quiesce(), "ring not exact after {QUIET_LIMIT:?} of quiet: {:?}", RingTruth::of(&w.sim).check(&w.sim, false));
+        let wrong = w.wrong_lookups(3);
+        prop_assert!(wrong.is_empty(), "wrong lookups: {wrong:#?}");
+        let missing = w.missing_registrations();
+        prop_assert!(missing.is_empty(), "missing registrations: {missing:#?}");
+    }
+
+    /// With successor lists of length r, crashing fewer than r consecutive nodes at
+    /// once never disconnects the ring.
+    #[test]
+    fn fewer_than_r_consecutive_crashes_never_disconnect(
+        seed in any::<u64>(),
+        n in 10usize..24,
+        start in any::<Index>(),
+        k in 1usize..8,
+        report_failures in any::<bool>(),
+    ) {
+        let r = ChordConfig::default().successors;
+        prop_assume!(k < r);
+        let mut w = World::new(seed, report_failures);
+        w.spawn(None);
+        for i in 1..n {
+            w.run_for(Duration::from_millis(200));
+            let joined = w.joined();
+            w.spawn(Some(joined[i % joined.len()]));
+        }
+        prop_assert!(w.quiesce(), "initial ring did not converge");
+        // Let successor lists fill up before the crash.
+        w.run_for(Duration::from_secs(10));
+        let order = RingTruth::in_id_order(&w.sim);
+        let first = start.index(order.len());
+        for j in 0..k {
+            w.sim.crash(order[(first + j) % order.len()]);
+        }
+        prop_assert!(w.quiesce(), "ring not repaired after {k} consecutive crashes: {:?}", RingTruth::of(&w.sim).check(&w.sim, false));
+        let wrong = w.wrong_lookups(2);
+        prop_assert!(wrong.is_empty(), "wrong lookups: {wrong:#?}");
+    }
+}

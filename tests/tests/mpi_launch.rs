@@ -1,0 +1,146 @@
+//! The MPI library over real processes on loopback, started by `p2pmp-launch`:
+//! ring, every collective against a sequential computation, an ANY_SOURCE
+//! stress, messages from 0 B to 64 MiB, and the launcher's failure reporting.
+//!
+//! The programs are examples of `p2pmp-mpi`; the first test to run builds them
+//! (a no-op when `cargo test --workspace` already did). Every run has a deadline
+//! and its processes are killed if the test gives up.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// `target/<profile>` of this test binary.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+fn built() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "p2pmp-mpi", "--bins", "--examples"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("running cargo build");
+        assert!(st.success(), "building the MPI test programs failed");
+        dir
+    })
+}
+
+/// Kills the launcher (which kills its ranks) if the test ends early.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `prog args` on `n` ranks, waiting at most `limit`.
+fn launch(n: u32, prog: &str, args: &[&str], limit: Duration) -> Run {
+    launch_env(n, prog, args, limit, &[])
+}
+
+fn launch_env(n: u32, prog: &str, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Run {
+    let dir = built();
+    let secs = limit.as_secs_f64().to_string();
+    let child = Command::new(dir.join("p2pmp-launch"))
+        .args(["-n", &n.to_string(), "--timeout", &secs, "--"])
+        .arg(if prog.starts_with('/') { PathBuf::from(prog) } else { dir.join("examples").join(prog) })
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting p2pmp-launch");
+    let mut g = Guard(child);
+    let mut out = g.0.stdout.take().expect("piped");
+    let mut err = g.0.stderr.take().expect("piped");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    // The launcher enforces the limit itself; this is the backstop.
+    let deadline = Instant::now() + limit + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = g.0.try_wait().expect("waiting for the launcher") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "launcher did not finish in time");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Run { ok: status.success(), stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+}
+
+fn expect_ok(n: u32, prog: &str, args: &[&str], want: &str) {
+    let r = launch(n, prog, args, Duration::from_secs(60));
+    assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks:\n{}\n{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn ring_on_2_3_and_8_ranks() {
+    for n in [2, 3, 8] {
+        expect_ok(n, "mpi_ring", &["300"], "[0] ring ok 300");
+    }
+}
+
+#[test]
+fn collectives_match_sequential_results() {
+    for n in [1, 2, 3, 4, 5, 8] {
+        expect_ok(n, "mpi_collectives", &[], "[0] collectives ok");
+    }
+}
+
+#[test]
+fn any_source_stress() {
+    expect_ok(4, "mpi_stress", &["3000"], "[0] stress ok 9000");
+    expect_ok(8, "mpi_stress", &["1000"], "[0] stress ok 7000");
+}
+
+#[test]
+fn messages_from_0_bytes_to_64_mib() {
+    expect_ok(2, "mpi_sizes", &[], "[0] sizes ok 10");
+}
+
+#[test]
+fn launcher_reports_failed_ranks() {
+    let r = launch(2, "/bin/false", &[], Duration::from_secs(20));
+    assert!(!r.ok, "a failed rank must fail the launch");
+    assert!(r.stderr.contains("rank 0 failed") || r.stderr.contains("rank 1 failed"), "{}", r.stderr);
+}
+
+/// Connections dropped (with unwritten frames) every few frames: the sender
+/// resolves the peer again, reconnects, and the engine resends what was lost.
+/// Known to stall under frequent drops (a reconnect bug still open): ignored
+/// until fixed; `P2PMP_FAULT_DROP_EVERY=7 p2pmp-launch -n 2 -- mpi_sizes 8000000`
+/// passes, a 3-rank ring with drops every 50 frames stalls after ~100 loops.
+#[test]
+#[ignore = "reconnect under injected drops can stall; open bug"]
+fn reconnects_after_dropped_connections() {
+    for (prog, args, want) in
+        [("mpi_ring", &["500"][..], "[0] ring ok 500"), ("mpi_sizes", &["8000000"][..], "[0] sizes ok 10")]
+    {
+        let r = launch_env(2, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", "7")]);
+        assert!(r.ok && r.stdout.contains(want), "{prog}:\n{}\n{}", r.stdout, r.stderr);
+    }
+}
