@@ -205,8 +205,9 @@ impl ChordNode {
     }
 }
 
-/// Every this many fix-finger passes, a node checks its place with [`ChordNode::ring_check`].
-const RING_CHECK_PASSES: u32 = 2;
+/// Every this many fix-finger passes (about log2 N seconds each), a node checks its
+/// place with [`ChordNode::ring_check`].
+const RING_CHECK_PASSES: u32 = 1;
 
 /// Index of the highest finger that `peer` can be: the largest `i` with
 /// `own + 2^i ∈ (own, peer]`, i.e. ⌊log2(peer - own)⌋. `None` when `peer == own`.

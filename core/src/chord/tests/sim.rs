@@ -131,3 +131,24 @@ fn without_failure_reports_crashes_are_found_by_timeouts() {
     let (right, answered) = lookups(&mut sim, "c");
     assert_eq!((right, answered), (20, 20));
 }
+
+/// A node whose only contact leaves before answering cannot join (it must not make
+/// a ring of its own): it reports `Disconnected` and keeps retrying.
+#[test]
+fn a_joiner_whose_only_contact_leaves_first_stays_disconnected() {
+    let net = NetConfig { report_failures: false, ..NetConfig::default() };
+    let mut sim = Sim::new(SimConfig { seed: 0, net, codec_roundtrip: true }, Instant::now());
+    sim.add_node(ChordNode::new(ChordConfig::default(), addr(0), vec![], sim.now(), 0));
+    for i in 1..3 {
+        sim.run_for(Duration::from_millis(300));
+        sim.add_node(ChordNode::new(ChordConfig::default(), addr(i), vec![addr(0)], sim.now(), i as u64));
+    }
+    sim.run_for(Duration::from_millis(58));
+    let joiner = sim.add_node(ChordNode::new(ChordConfig::default(), addr(3), vec![addr(1)], sim.now(), 3));
+    sim.command(1, OverlayCommand::Leave).unwrap();
+    sim.retire(1);
+    sim.run_for(secs(60));
+    assert!(!sim.node(joiner).is_joined());
+    let evs: Vec<_> = std::iter::from_fn(|| sim.poll_event()).filter(|e| e.node == joiner).map(|e| e.event).collect();
+    assert_eq!(evs, vec![OverlayEvent::Disconnected]);
+}
