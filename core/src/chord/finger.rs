@@ -130,13 +130,11 @@ impl ChordNode {
         }
     }
 
+    /// A pass (about log2 N ticks) ends with a ring check.
     fn pass_done(&mut self, now: Instant) {
         self.next_finger = 0;
         self.fast_fingers = false;
-        self.passes = self.passes.wrapping_add(1);
-        if self.passes % RING_CHECK_PASSES == 0 {
-            self.ring_check(now);
-        }
+        self.ring_check(now);
     }
 
     /// Looks this node's own id up through a random finger or bootstrap contact: a
@@ -204,10 +202,6 @@ impl ChordNode {
         self.set_successor_fingers();
     }
 }
-
-/// Every this many fix-finger passes (about log2 N seconds each), a node checks its
-/// place with [`ChordNode::ring_check`].
-const RING_CHECK_PASSES: u32 = 1;
 
 /// Index of the highest finger that `peer` can be: the largest `i` with
 /// `own + 2^i ∈ (own, peer]`, i.e. ⌊log2(peer - own)⌋. `None` when `peer == own`.

@@ -194,8 +194,6 @@ pub struct ChordNode {
     pub(crate) fingers: FingerTable,
     /// Next finger index the fix-fingers pass refreshes.
     pub(crate) next_finger: u32,
-    /// Fix-finger passes completed, to space ring checks.
-    pub(crate) passes: u32,
     /// A finger lookup is in flight.
     pub(crate) finger_busy: bool,
     /// The first pass after joining runs its lookups back to back.
@@ -240,7 +238,6 @@ impl ChordNode {
             succs: Vec::new(),
             fingers: FingerTable::default(),
             next_finger: 0,
-            passes: 0,
             finger_busy: false,
             fast_fingers: false,
             stabilize_busy: false,
