@@ -12,6 +12,8 @@
 
 use std::time::Instant;
 
+use rand::Rng;
+
 use super::lookup::Purpose;
 use super::msg::{ChordMsg, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
@@ -100,7 +102,7 @@ impl ChordNode {
         let Some(covered) = last_index_covered(self.me.id, succ.id) else { return };
         let index = self.next_finger.max(covered + 1);
         if index >= ID_BITS {
-            return self.pass_done();
+            return self.pass_done(now);
         }
         self.finger_busy = true;
         match self.fingers.run_at(index) {
@@ -128,9 +130,28 @@ impl ChordNode {
         }
     }
 
-    fn pass_done(&mut self) {
+    /// A pass (about log2 N ticks) ends with a ring check.
+    fn pass_done(&mut self, now: Instant) {
         self.next_finger = 0;
         self.fast_fingers = false;
+        self.ring_check(now);
+    }
+
+    /// Looks this node's own id up through a random finger or bootstrap contact: a
+    /// view from elsewhere in the ring. If it names a closer successor, or a node that
+    /// should know us, the answer goes through `merge_step`; this is what joins rings
+    /// that loss, partitions or a creator gone alone have split (Chord's stabilize
+    /// alone cannot merge interleaved rings).
+    fn ring_check(&mut self, now: Instant) {
+        let succ = self.succs.first().map(|p| p.addr);
+        let mut contacts: Vec<NodeAddr> = self.fingers.runs().iter().map(|(_, p)| p.addr).collect();
+        contacts.extend(self.bootstrap.iter().copied());
+        contacts.retain(|a| *a != self.me.addr && Some(*a) != succ);
+        if contacts.is_empty() {
+            return;
+        }
+        let k = self.rng.random_range(0..contacts.len());
+        self.join_lookup(now, contacts[k]);
     }
 
     /// Finger `index` is `x`, and so is every later finger whose start lies in (me, x].
@@ -149,7 +170,7 @@ impl ChordNode {
                 self.fingers.set_range(index, hi, x);
                 self.next_finger = hi + 1;
                 if self.next_finger >= ID_BITS {
-                    self.pass_done();
+                    self.pass_done(now);
                 } else if self.fast_fingers {
                     self.timers.set(Timer::FixFingers, now);
                 }
@@ -157,7 +178,7 @@ impl ChordNode {
             _ => {
                 // No node between the start and this one: the fingers from here wrap to us.
                 self.fingers.truncate_from(index);
-                self.pass_done();
+                self.pass_done(now);
             }
         }
     }

@@ -33,7 +33,7 @@ impl ChordNode {
     }
 
     /// Looks up this node's own id through `contact`, to join or merge.
-    fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
+    pub(crate) fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
         let deadline = now + self.cfg.lookup_timeout;
         let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(contact)]);
         self.ask_next(now, Box::new(state));
@@ -63,36 +63,32 @@ impl ChordNode {
         if !reported {
             self.event(OverlayEvent::Disconnected);
         }
-        let next = (backoff * 2).min(self.cfg.join_backoff_max);
+        let next = backoff.saturating_mul(2).min(self.cfg.join_backoff_max);
         self.phase = Phase::Joining { contact: 0, backoff: next, reported: true };
         let d = self.jitter(backoff);
         self.timers.set(Timer::Join, now + d);
     }
 
-    /// A node alone with remembered peers asks one of them where it belongs.
+    /// A creator that fell back to a ring of one asks a remembered peer where it
+    /// belongs, until that peer's ring agrees with its own (others may have joined
+    /// it meanwhile, so being alone again is not the end of it).
     fn merge_attempt(&mut self, now: Instant) {
-        if !self.joined() || !self.succs.is_empty() || self.rejoin.is_empty() {
+        if !self.joined() || self.rejoin.is_empty() {
             self.rejoin = Vec::new();
             return;
         }
         let k = self.rng.random_range(0..self.rejoin.len());
         self.join_lookup(now, self.rejoin[k]);
         let d = self.jitter(self.merge_backoff);
-        self.merge_backoff = (self.merge_backoff * 2).min(self.cfg.join_backoff_max);
+        self.merge_backoff = self.merge_backoff.saturating_mul(2).min(self.cfg.join_backoff_max);
         self.timers.set(Timer::Join, now + d);
     }
 
-    /// The join (or merge) lookup ended.
+    /// The join (or merge, or ring-check) lookup ended.
     pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
         let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
-            // A merge attempt of a node alone: found its place in a bigger ring.
-            if let Ok(owner) = result {
-                if owner.addr != self.me.addr && self.joined() && self.succs.is_empty() {
-                    self.set_successor_list(vec![owner]);
-                    self.rejoin = Vec::new();
-                    self.timers.clear(Timer::Join);
-                    self.timers.set(Timer::Stabilize, now);
-                }
+            if let (Ok(owner), true) = (result, self.joined()) {
+                self.merge_step(now, owner);
             }
             return;
         };
@@ -112,6 +108,26 @@ impl ChordNode {
                 self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
                 self.join_attempt(now);
             }
+        }
+    }
+
+    /// A remembered peer's ring (or, for a ring check, any far node) says `owner`
+    /// succeeds this node.
+    fn merge_step(&mut self, now: Instant, owner: Peer) {
+        let succ = self.succs.first().copied();
+        if owner.addr == self.me.addr || Some(owner) == succ {
+            // That ring is ours: nothing left to merge.
+            self.rejoin = Vec::new();
+            self.timers.clear(Timer::Join);
+        } else if succ.is_none_or(|s| owner.id.in_open(self.me.id, s.id)) {
+            // A closer successor from the other ring: take it, stabilization zips on.
+            let mut list = vec![owner];
+            list.extend(self.succs.iter().copied());
+            self.set_successor_list(list);
+            self.timers.set(Timer::Stabilize, now);
+        } else {
+            // Ours is closer: let the other ring's node learn of us instead.
+            self.send(owner.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         }
     }
 

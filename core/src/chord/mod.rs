@@ -6,13 +6,39 @@
 //! iterative lookups with a hop budget and a deadline, stores replicated
 //! registrations with a TTL, and leaves gracefully.
 //!
-//! - `node`: the machine, its state and the input dispatch.
+//! - `node`: the machine, its state, timers, requests and the input dispatch.
 //! - `membership`: join, failure repair, rejoin or merge, graceful leave.
 //! - `stabilize`: stabilize / notify / check-predecessor, leave notices.
-//! - `lookup`: iterative lookups and fix-fingers.
-//! - `finger`: the compact finger table.
+//! - `lookup`: iterative lookups.
+//! - `finger`: the compact finger table and fix-fingers.
 //! - `registry`: stored registrations, refresh, queries, key transfer.
-//! - `msg`: the wire messages.
+//! - `msg`: the wire messages ([`ChordMsg`]).
+//!
+//! # Lookups and hops
+//! Lookups are iterative: the asking node asks the closest preceding finger it
+//! knows, which answers "my successor (or I) own the key" or with its own closest
+//! preceding fingers; a silent hop is routed around through the next candidate (and
+//! finally the successor list). Hops count the remote nodes asked; a node that finds
+//! the owner in its own table (itself or its successor) answers with 0 hops. Routing
+//! uses fingers only, as in the Chord paper, so the mean is about ½·log2 N.
+//!
+//! # Failures
+//! A send failure drops the peer at once; a timeout drops it too, except the
+//! successor and predecessor, which get a second chance (a lost message is not a
+//! crash). A node whose successor list and fingers are all gone rejoins through its
+//! bootstrap list and the peers it remembers, reporting `Disconnected`; it never
+//! creates a second ring on its own, except the ring's creator (no bootstrap list),
+//! which falls back to a ring of one and keeps asking remembered peers until their
+//! ring and its own agree.
+//!
+//! # Cost
+//! About 1-3 KB per node (fingers are runs of equal entries, ~log2 N of them).
+//! Steady state, a node sends ~3.5 messages a second of its own (stabilize, notify,
+//! half a ping, one finger check) plus as many replies: fix-fingers checks a finger
+//! with one `GetPredecessor` and looks it up only when it moved. A joining node
+//! copies its successor's fingers, and `NewPredecessor` hints make corrections
+//! ripple at network speed, so even thousands of nodes joining at once through one
+//! contact converge in tens of seconds.
 
 use std::time::Duration;
 

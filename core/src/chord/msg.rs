@@ -87,11 +87,15 @@ pub enum ChordMsg {
     GetFingers,
     /// Reply to [`ChordMsg::GetFingers`]: runs of equal fingers as (first index, node).
     Fingers { fingers: Vec<(u8, Peer)> },
+    /// One-way to the sender's former predecessor: the sender adopted `predecessor`,
+    /// which lies between the two, so it is the receiver's better successor (what
+    /// the receiver's next stabilize would learn, a period sooner).
+    NewPredecessor { predecessor: Peer },
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 17;
+    pub const KINDS: usize = 18;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -113,6 +117,7 @@ impl ChordMsg {
             ChordMsg::SuccessorList { .. } => 14,
             ChordMsg::GetFingers => 15,
             ChordMsg::Fingers { .. } => 16,
+            ChordMsg::NewPredecessor { .. } => 17,
         }
     }
 }

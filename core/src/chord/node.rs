@@ -475,6 +475,7 @@ impl ChordNode {
                 }
             }
             ChordMsg::Notify => self.on_notify(now, from),
+            ChordMsg::NewPredecessor { predecessor } => self.on_new_predecessor(now, from, predecessor),
             ChordMsg::Ping => self.send(from.addr, rid, ChordMsg::Pong, Traffic::Reply),
             ChordMsg::Pong => {
                 if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::PingPredecessor)).is_some() {

@@ -103,6 +103,11 @@ impl ChordNode {
         }
         let old = self.pred.replace(from);
         self.pred_strikes = 0;
+        if let Some(o) = old.filter(|o| o.addr != from.addr) {
+            // The old predecessor points past `from`; tell it now rather than at its
+            // next stabilize, so corrections ripple at network speed.
+            self.send(o.addr, 0, ChordMsg::NewPredecessor { predecessor: from }, Traffic::Maintenance);
+        }
         // Registrations in (old, from] now belong to `from`; we keep copies as its replica.
         let me = self.me.id;
         let entries = match old {
@@ -112,6 +117,23 @@ impl ChordNode {
         if !entries.is_empty() {
             self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
         }
+    }
+
+    /// Our successor `from` adopted `p` as predecessor: if `p` lies between us, it is
+    /// our successor now.
+    pub(crate) fn on_new_predecessor(&mut self, now: Instant, from: Peer, p: Peer) {
+        let Some(&s) = self.succs.first() else { return self.drop_input() };
+        if !self.joined() || s.addr != from.addr {
+            return self.drop_input();
+        }
+        if p.addr == self.me.addr || !p.id.in_open(self.me.id, s.id) {
+            return;
+        }
+        let mut list = Vec::with_capacity(self.succs.len() + 1);
+        list.push(p);
+        list.extend(self.succs.iter().copied());
+        self.set_successor_list(list);
+        self.timers.set(Timer::Stabilize, now);
     }
 
     /// Pings the predecessor; no answer clears it.

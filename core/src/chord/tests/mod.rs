@@ -14,6 +14,7 @@ use crate::wire::Envelope;
 mod registry;
 mod ring;
 mod scenario;
+mod sim;
 mod wire;
 
 /// How a node is (not) there.

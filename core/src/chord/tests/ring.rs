@@ -306,7 +306,9 @@ fn ten_thousand_nodes_join_converge_and_answer() {
     let mut net = Net::new(ChordConfig::default());
     net.add(vec![]);
     for i in 1..n {
-        net.add(vec![addr(i % 16)]);
+        // Through one of the first 16 nodes (a node's own address alone would
+        // make it create a ring of its own).
+        net.add(vec![addr(if i < 16 { 0 } else { i % 16 })]);
         if i % 100 == 0 {
             net.run_for(Duration::from_millis(100));
         }
@@ -345,4 +347,83 @@ fn ten_thousand_nodes_join_converge_and_answer() {
         started.elapsed()
     );
     eprintln!("size_of ChordNode = {}", std::mem::size_of::<ChordNode>());
+}
+
+#[test]
+#[ignore]
+fn diag_fast_joins() {
+    let n: usize = std::env::var("DIAG_N").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let seed_n: usize = std::env::var("DIAG_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let gap: u64 = std::env::var("DIAG_GAP_US").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let mut net = Net::new(ChordConfig::default());
+    net.add(vec![]);
+    for i in 1..n {
+        if i < seed_n {
+            net.add(vec![addr(0)]);
+            net.run_for(Duration::from_millis(100));
+            if i == seed_n - 1 {
+                net.converge(secs(60));
+            }
+        } else {
+            net.add(vec![addr(i % seed_n)]);
+            net.run_for(Duration::from_micros(gap));
+        }
+    }
+    for round in 0..30 {
+        net.run_for(secs(10));
+        let ring = net.ring();
+        let joined = (0..n).filter(|&i| net.nodes[i].is_joined()).count();
+        let rank: std::collections::BTreeMap<NodeAddr, usize> =
+            ring.iter().enumerate().map(|(k, p)| (p.addr, k)).collect();
+        let good_succ = ring
+            .iter()
+            .enumerate()
+            .filter(|(k, p)| net.nodes[net.by_addr[&p.addr]].successor() == ring[(k + 1) % n])
+            .count();
+        // cycle from node 0
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cur = net.nodes[0].me();
+        while seen.insert(cur.addr) {
+            cur = net.nodes[net.by_addr[&cur.addr]].successor();
+        }
+        let dist: Vec<usize> = ring
+            .iter()
+            .enumerate()
+            .filter_map(|(k, p)| {
+                let s = net.nodes[net.by_addr[&p.addr]].successor();
+                let d = (rank[&s.addr] + n - k) % n;
+                (d != 1).then_some(d)
+            })
+            .take(10)
+            .collect();
+        eprintln!(
+            "t+{}s joined {joined} good succ {good_succ} cycle from 0: {} first skips {:?} failures {}",
+            (round + 1) * 10,
+            seen.len(),
+            dist,
+            (0..n).map(|i| net.nodes[i].stats().request_failures).sum::<u64>()
+        );
+        if good_succ == n {
+            break;
+        }
+    }
+}
+
+#[test]
+fn per_node_state_is_small() {
+    use std::mem::size_of;
+    let net = Net::build(ChordConfig::default(), 64, Duration::from_millis(20));
+    let node = &net.nodes[5];
+    // Rough heap estimate: the successor list, the finger runs, the queues.
+    let heap = node.succs.capacity() * size_of::<Peer>()
+        + std::mem::size_of_val(node.fingers())
+        + node.actions.capacity() * size_of::<Action<ChordMsg, OverlayEvent>>()
+        + node.bootstrap.capacity() * size_of::<NodeAddr>();
+    eprintln!(
+        "ChordNode {} B inline, ~{heap} B heap; Action {} B; Peer {} B",
+        size_of::<ChordNode>(),
+        size_of::<Action<ChordMsg, OverlayEvent>>(),
+        size_of::<Peer>()
+    );
+    assert!(size_of::<ChordNode>() + heap < 4096);
 }
