@@ -15,12 +15,14 @@ use p2pmp_core::chord::{ChordConfig, ChordNode};
 use p2pmp_core::id::Id;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
-use p2pmp_core::sim::{NetConfig, NodeIdx, Sim, SimConfig};
+use p2pmp_core::sim::{Liveness, NetConfig, NodeIdx, Sim, SimConfig};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
 /// Quiet time within which the ring must be exact again (stabilize runs every second).
 const QUIET_LIMIT: Duration = Duration::from_secs(60);
+/// The shortest quiet period: five stabilization rounds.
+const MIN_QUIET: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(3600);
 /// A registration this old has reached its owner and replicas.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -70,6 +72,8 @@ struct World {
     leaving: BTreeMap<NodeIdx, Instant>,
     /// Nodes that finished a graceful leave, and when they were asked to.
     left: BTreeMap<NodeIdx, Instant>,
+    /// Each node's bootstrap contacts.
+    contacts: BTreeMap<NodeIdx, Vec<NodeIdx>>,
     /// name -> (value, registering node, when)
     registered: BTreeMap<String, BTreeSet<(String, NodeIdx, Instant)>>,
 }
@@ -84,6 +88,7 @@ impl World {
             leaving: BTreeMap::new(),
             left: BTreeMap::new(),
             registered: BTreeMap::new(),
+            contacts: BTreeMap::new(),
         }
     }
 
@@ -101,7 +106,38 @@ impl World {
         let bootstrap: Vec<NodeAddr> = contact.map(|c| self.sim.addr(c)).into_iter().collect();
         let addr = NodeAddr::loopback(i as u32, 7000);
         let node = ChordNode::new(ChordConfig::default(), addr, bootstrap, self.sim.now(), self.seed ^ i as u64);
-        self.sim.add_node(node)
+        let idx = self.sim.add_node(node);
+        self.contacts.insert(idx, contact.into_iter().collect());
+        idx
+    }
+
+    /// Whether every other live node still knows a live successor once `victim` crashes.
+    fn survivable(&self, victim: NodeIdx) -> bool {
+        let victim_addr = self.sim.addr(victim);
+        self.live().into_iter().filter(|&n| n != victim && self.sim.node(n).is_joined()).all(|n| {
+            self.sim.node(n).successor_list().iter().any(|p| {
+                p.addr != victim_addr && self.sim.lookup_addr(p.addr).is_some_and(|i| !self.leaving.contains_key(&i))
+            })
+        })
+    }
+
+    /// A node that never joined and whose every contact is gone cannot join: by
+    /// design it keeps retrying and never creates a second ring. Such a node is
+    /// outside the network, so the scenario takes it away before judging.
+    fn drop_stranded(&mut self) {
+        let stranded: Vec<NodeIdx> = self
+            .live()
+            .into_iter()
+            .filter(|&i| !self.sim.node(i).is_joined())
+            .filter(|i| {
+                let cs = &self.contacts[i];
+                !cs.is_empty()
+                    && cs.iter().all(|c| self.sim.liveness(*c) != Liveness::Alive || self.leaving.contains_key(c))
+            })
+            .collect();
+        for i in stranded {
+            self.sim.crash(i);
+        }
     }
 
     fn run_for(&mut self, d: Duration) {
@@ -127,19 +163,24 @@ impl World {
                 let c = (!joined.is_empty()).then(|| joined[contact.index(joined.len())]);
                 self.spawn(c);
             }
-            Op::Leave(k) | Op::Crash(k) => {
+            Op::Leave(k) => {
                 let live = self.joined();
                 if live.len() <= 2 {
                     return;
                 }
                 let victim = live[k.index(live.len())];
-                if matches!(op, Op::Leave(_)) {
-                    self.sim.command(victim, OverlayCommand::Leave).expect("a live node can leave");
-                    self.leaving.insert(victim, self.sim.now());
-                } else if *crashes_left > 0 {
-                    *crashes_left -= 1;
-                    self.sim.crash(victim);
+                self.sim.command(victim, OverlayCommand::Leave).expect("a live node can leave");
+                self.leaving.insert(victim, self.sim.now());
+            }
+            Op::Crash(k) => {
+                // The tolerance Chord promises (r - 1 crashes) rests on every node knowing
+                // another live successor: crash only nodes whose loss leaves that true.
+                let live: Vec<NodeIdx> = self.joined().into_iter().filter(|&v| self.survivable(v)).collect();
+                if live.len() <= 2 || *crashes_left == 0 {
+                    return;
                 }
+                *crashes_left -= 1;
+                self.sim.crash(live[k.index(live.len())]);
             }
             Op::Register { node, name } => {
                 let live = self.joined();
@@ -158,6 +199,10 @@ impl World {
 
     /// Runs until every leave finished and the ring is exact, for at most the limit.
     fn quiesce(&mut self) -> bool {
+        self.drop_stranded();
+        // A few stabilization rounds at least: a registration that missed its owner
+        // while the ring was moving is retried after one round.
+        self.run_for(MIN_QUIET);
         let deadline = self.sim.now() + QUIET_LIMIT;
         loop {
             self.run_for(Duration::from_millis(500));
@@ -234,7 +279,17 @@ impl World {
                         let stored_before_leave = self.left.get(owner).is_some_and(|left| *left - *at >= SETTLE);
                         let must = self.sim.alive().any(|a| a == *owner) || stored_before_leave;
                         if must && !got.contains(value) {
-                            missing.push(format!("{name}={value} (registered by node {owner})"));
+                            let holders: Vec<NodeIdx> = self
+                                .sim
+                                .alive()
+                                .filter(|&i| self.sim.node(i).stored_values(&name).contains(value))
+                                .collect();
+                            let truth = RingTruth::of(&self.sim);
+                            let owner_addr = truth.owner(Id::hash(&name)).1;
+                            missing.push(format!(
+                                "{name}={value} (registered by node {owner}; true owner {owner_addr:?} = node {:?}; stored at nodes {holders:?})",
+                                self.sim.lookup_addr(owner_addr)
+                            ));
                         }
                     }
                 }

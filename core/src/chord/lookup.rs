@@ -186,11 +186,10 @@ impl ChordNode {
             }
             Purpose::Join => self.join_done(now, result),
             Purpose::Finger { index } => self.finger_done(now, index, result),
-            Purpose::Register { name, value, ttl_ms } => {
-                if let Ok(owner) = result {
-                    self.register_at(now, owner, name, value, ttl_ms);
-                }
-            }
+            Purpose::Register { name, value, ttl_ms } => match result {
+                Ok(owner) => self.register_at(now, owner, name, value, ttl_ms),
+                Err(_) => self.retry_registration(now, &name, &value),
+            },
             Purpose::Query { token, name, attempt, deadline } => match result {
                 Ok(owner) => self.query_at(now, owner, token, name, attempt, deadline),
                 Err(e) => self.event(OverlayEvent::QueryDone { token, name, result: Err(e) }),

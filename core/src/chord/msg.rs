@@ -91,11 +91,14 @@ pub enum ChordMsg {
     /// which lies between the two, so it is the receiver's better successor (what
     /// the receiver's next stabilize would learn, a period sooner).
     NewPredecessor { predecessor: Peer },
+    /// Reply to a [`ChordMsg::Register`] sent as a request (non-zero request id) by
+    /// the registering node: the owner stored it. Replica copies are one-way.
+    Registered,
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 18;
+    pub const KINDS: usize = 19;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -118,6 +121,7 @@ impl ChordMsg {
             ChordMsg::GetFingers => 15,
             ChordMsg::Fingers { .. } => 16,
             ChordMsg::NewPredecessor { .. } => 17,
+            ChordMsg::Registered => 18,
         }
     }
 }

@@ -92,6 +92,8 @@ pub(crate) enum Waiting {
     FingerCheck { index: u32, node: Peer },
     /// The successor's fingers, right after joining.
     Fingers,
+    /// The owner's confirmation that it stored one of our own registrations.
+    Register { name: String, value: String },
 }
 
 /// One outstanding request.
@@ -426,6 +428,10 @@ impl ChordNode {
                 self.peer_silent(now, p.to);
             }
             Waiting::SuccessorList | Waiting::Fingers => {}
+            Waiting::Register { name, value } => {
+                self.peer_silent(now, p.to);
+                self.retry_registration(now, &name, &value);
+            }
         }
     }
 
@@ -483,7 +489,15 @@ impl ChordNode {
                     self.pred_strikes = 0;
                 }
             }
-            ChordMsg::Register { entry, replicas } => self.on_register(now, entry, replicas),
+            ChordMsg::Register { entry, replicas } => {
+                self.on_register(now, entry, replicas);
+                if rid != 0 && self.joined() {
+                    self.send(from.addr, rid, ChordMsg::Registered, Traffic::Reply);
+                }
+            }
+            ChordMsg::Registered => {
+                let _ = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Register { .. }));
+            }
             ChordMsg::Query { name } => {
                 let values = self.store.values(&name, now);
                 self.send(from.addr, rid, ChordMsg::QueryResult { values }, Traffic::Reply);

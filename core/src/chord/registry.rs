@@ -192,7 +192,21 @@ impl ChordNode {
         if owner.addr == self.me.addr {
             self.on_register(now, entry, replicas);
         } else {
-            self.send(owner.addr, 0, ChordMsg::Register { entry, replicas }, Traffic::Maintenance);
+            let what = Waiting::Register { name: entry.name.clone(), value: entry.value.clone() };
+            self.request(now, owner.addr, ChordMsg::Register { entry, replicas }, what, Traffic::Maintenance);
+        }
+    }
+
+    /// A registration did not reach its owner (lookup failed, owner silent): try
+    /// again after a stabilization period, long before the regular refresh.
+    pub(crate) fn retry_registration(&mut self, now: Instant, name: &str, value: &str) {
+        let at = now + self.cfg.stabilize_period;
+        let Some(reg) = self.own.iter_mut().find(|r| r.name == name && r.value == value) else {
+            return; // unregistered meanwhile
+        };
+        reg.next_refresh = reg.next_refresh.min(at);
+        if self.timers.get(Timer::Refresh).is_none_or(|t| t > at) {
+            self.timers.set(Timer::Refresh, at);
         }
     }
 

@@ -67,6 +67,7 @@ pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
         arb_peers().prop_map(|successors| ChordMsg::SuccessorList { successors }),
         Just(ChordMsg::GetFingers),
         arb_peer().prop_map(|predecessor| ChordMsg::NewPredecessor { predecessor }),
+        Just(ChordMsg::Registered),
         proptest::collection::vec((any::<u8>(), arb_peer()), 0..20).prop_map(|fingers| ChordMsg::Fingers { fingers }),
     ]
 }
@@ -106,6 +107,7 @@ fn variant_tags_are_pinned() {
         ChordMsg::GetFingers,
         ChordMsg::Fingers { fingers: vec![] },
         ChordMsg::NewPredecessor { predecessor: Peer::from_addr(addr(1)) },
+        ChordMsg::Registered,
     ];
     assert_eq!(msgs.len(), ChordMsg::KINDS);
     for (i, m) in msgs.iter().enumerate() {
