@@ -322,8 +322,8 @@ impl Builder {
 enum Place {
     BeforeRoot,
     InRoot,
-    /// Inside a known leaf element, collecting its text.
-    InField(Field, String),
+    /// Inside a known leaf element (starting at that offset), collecting its text.
+    InField(Field, String, usize),
     /// Inside an unknown element, skipping until depth returns to 1.
     Skipping(usize),
     AfterRoot,
@@ -383,14 +383,14 @@ impl JobDescription {
                         return err(JobFileErrorKind::NotAJob(Some(String::from_utf8_lossy(name).into_owned())));
                     }
                     Place::InRoot => match Field::from_name(name) {
-                        Some(f) => Place::InField(f, String::new()),
+                        Some(f) => Place::InField(f, String::new(), at),
                         None => {
                             warnings
                                 .push(warn(WarningKind::UnknownElement(String::from_utf8_lossy(name).into_owned())));
                             Place::Skipping(0)
                         }
                     },
-                    Place::InField(f, _) => {
+                    Place::InField(f, ..) => {
                         let inner = String::from_utf8_lossy(name).into_owned();
                         return err(JobFileErrorKind::Nested { outer: f.name(), inner });
                     }
@@ -404,8 +404,8 @@ impl JobDescription {
             if end {
                 place = match place {
                     Place::InRoot => Place::AfterRoot,
-                    Place::InField(f, text) => {
-                        b.set(f, text).map_err(|kind| err_at(at, kind))?;
+                    Place::InField(f, text, start) => {
+                        b.set(f, text).map_err(|kind| err_at(start, kind))?;
                         Place::InRoot
                     }
                     Place::Skipping(0) => Place::InRoot,
@@ -434,7 +434,7 @@ impl JobDescription {
             };
             if let Some(piece) = piece {
                 match &mut place {
-                    Place::InField(_, text) => text.push_str(&piece),
+                    Place::InField(_, text, _) => text.push_str(&piece),
                     Place::InRoot if !piece.trim().is_empty() => {
                         if warnings.last().is_none_or(|w: &JobFileWarning| w.kind != WarningKind::StrayText) {
                             warnings.push(warn(WarningKind::StrayText));

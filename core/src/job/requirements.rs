@@ -497,8 +497,10 @@ mod tests {
                 prop_assert!(Requirement::Tag(t).matches(&r));
             }
             for (k, v) in r.attrs() {
-                prop_assert!(Requirement::Compare { attr: k.clone(), op: Op::Eq, value: v.clone() }.matches(&r));
-                prop_assert!(!Requirement::Compare { attr: k, op: Op::Ne, value: v }.matches(&r));
+                let eq = Requirement::Compare { attr: k.clone(), op: Op::Eq, value: v.clone() };
+                let ne = Requirement::Compare { attr: k, op: Op::Ne, value: v };
+                prop_assert!(eq.matches(&r));
+                prop_assert!(!ne.matches(&r));
             }
         }
 
