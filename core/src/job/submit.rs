@@ -346,3 +346,7 @@ fn per_requirement_counts(
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "submit_tests.rs"]
+mod tests;
