@@ -435,10 +435,12 @@ impl JobDescription {
             if let Some(piece) = piece {
                 match &mut place {
                     Place::InField(_, text, _) => text.push_str(&piece),
-                    Place::InRoot if !piece.trim().is_empty() => {
-                        if warnings.last().is_none_or(|w: &JobFileWarning| w.kind != WarningKind::StrayText) {
-                            warnings.push(warn(WarningKind::StrayText));
-                        }
+                    // One warning per run of stray text (entities split a run into pieces).
+                    Place::InRoot
+                        if !piece.trim().is_empty()
+                            && warnings.last().is_none_or(|w: &JobFileWarning| w.kind != WarningKind::StrayText) =>
+                    {
+                        warnings.push(warn(WarningKind::StrayText));
                     }
                     Place::BeforeRoot | Place::AfterRoot if !piece.trim().is_empty() => {
                         return err(if matches!(place, Place::AfterRoot) {
