@@ -7,12 +7,14 @@
 //! - [`msg`]: [`JobMsg`], what submitters and executors exchange.
 //! - [`submit`]: [`Submission`], one job from resolution to results, and
 //!   [`Submitter`], which makes submission idempotent per request id.
+//! - [`exec`]: [`Execution`], the executor side on every node.
 //!
 //! Identifiers (DESIGN "Identifiers and hashing"): a job id is SHA-1 of (submitter
 //! address, counter, random nonce); a process key is SHA-1 of (job id, rank), see
 //! [`process_key`].
 
 pub mod description;
+pub mod exec;
 pub mod msg;
 pub mod requirements;
 pub mod submit;
@@ -25,9 +27,13 @@ use crate::id::Id;
 use crate::machine::NodeAddr;
 
 pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
+pub use exec::{ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{Submission, SubmitConfig, SubmitError, SubmitEvent, Submitter};
+
+/// Most files one job may stage (job file, executable, input files).
+pub const MAX_STAGED_FILES: u32 = description::MAX_ELEMENTS as u32 + 2;
 
 /// A job's identifier, unique per submission.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
