@@ -27,10 +27,13 @@ use crate::id::Id;
 use crate::machine::NodeAddr;
 
 pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
-pub use exec::{ExecConfig, ExecEvent, Execution};
+pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
-pub use submit::{Submission, SubmitConfig, SubmitError, SubmitEvent, Submitter};
+pub use submit::{
+    Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError, SubmitEvent,
+    Submitter, SubmitterCommand,
+};
 
 /// Most files one job may stage (job file, executable, input files).
 pub const MAX_STAGED_FILES: u32 = description::MAX_ELEMENTS as u32 + 2;

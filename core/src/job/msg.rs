@@ -110,3 +110,73 @@ impl JobMsg {
         matches!(self, JobMsg::Stage { .. } | JobMsg::Output { .. } | JobMsg::OutputFile { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::machine::NodeAddr;
+    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+
+    fn body_bytes(m: &JobMsg) -> Vec<u8> {
+        postcard::to_allocvec(m).unwrap()
+    }
+
+    /// postcard encodes variants by index: these pin the indices and field order.
+    #[test]
+    fn golden_bytes_pin_the_format() {
+        let z = JobId(Id::ZERO);
+        let mut want = vec![0u8]; // Offer
+        want.extend([0u8; 20]); // job
+        want.extend([2, 0, 1, 2]); // ranks [0, 1], size 2
+        want.extend([0u8; 20]); // digest
+        assert_eq!(body_bytes(&JobMsg::Offer { job: z, ranks: vec![0, 1], size: 2, digest: Id::ZERO }), want);
+        let mut want = vec![10u8];
+        want.extend([0u8; 20]);
+        want.extend([3, 1]); // rank 3, code -1 zigzag
+        assert_eq!(body_bytes(&JobMsg::Exit { job: z, rank: 3, code: -1 }), want);
+        let mut want = vec![15u8];
+        want.extend([0u8; 20]);
+        assert_eq!(body_bytes(&JobMsg::Done { job: z }), want);
+        let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
+        assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
+    }
+
+    fn arb_msg() -> impl Strategy<Value = JobMsg> {
+        let job = any::<[u8; 20]>().prop_map(|b| JobId(Id::from_bytes(b)));
+        let id = any::<[u8; 20]>().prop_map(Id::from_bytes);
+        prop_oneof![
+            (job.clone(), proptest::collection::vec(any::<u32>(), 0..4), any::<u32>(), id.clone())
+                .prop_map(|(job, ranks, size, digest)| JobMsg::Offer { job, ranks, size, digest }),
+            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), any::<u64>(), id).prop_map(
+                |(job, file, name, offset, total, digest)| JobMsg::Stage { job, file, name, offset, total, digest }
+            ),
+            (job.clone(), any::<u32>(), any::<bool>(), any::<u64>()).prop_map(|(job, rank, err, offset)| {
+                JobMsg::Output { job, rank, stream: if err { Stream::Stderr } else { Stream::Stdout }, offset }
+            }),
+            (job.clone(), any::<u32>(), any::<i32>()).prop_map(|(job, rank, code)| JobMsg::Exit { job, rank, code }),
+            (job.clone(), proptest::collection::vec((any::<u32>(), any::<i32>()), 0..4)).prop_map(|(job, r)| {
+                JobMsg::StatusReply { job, ranks: r.into_iter().map(|(k, c)| (k, RankState::Exited(c))).collect() }
+            }),
+            job.prop_map(|job| JobMsg::Kill { job }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip_through_frames(m in arb_msg(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let env = Envelope::new(Id::hash("n"), NodeAddr::loopback(2, 7000), 0, m)
+                .with_payload(Bytes::from(payload));
+            let mut buf = BytesMut::new();
+            encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+            let mut dec = FrameDecoder::default();
+            dec.push(&buf);
+            let frame = dec.decode().unwrap().unwrap();
+            let back: Envelope<JobMsg> = decode_envelope(frame).unwrap();
+            prop_assert_eq!(back.body.job(), env.body.job());
+            prop_assert_eq!(back, env);
+        }
+    }
+}
