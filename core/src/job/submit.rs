@@ -108,6 +108,9 @@ pub enum SubmitError {
     /// The job's `<timeout>` passed.
     #[error("the job's timeout passed")]
     Timeout,
+    /// The description asks for no process or more than [`super::description::MAX_PROCESSES`].
+    #[error("a job needs 1 to {max} processes, not {0}", max = super::description::MAX_PROCESSES)]
+    BadProcessCount(u32),
 }
 
 /// How a job ended.

@@ -103,6 +103,9 @@ impl Submission {
         let mut files = vec![Some(("job.xml".to_owned(), xml.clone(), digest(&xml)))];
         files.extend(std::iter::repeat_n(None, 1 + desc.inputfiles.len()));
         let n = desc.processes;
+        let valid = (1..=super::super::description::MAX_PROCESSES).contains(&n);
+        // Nothing is allocated per rank for an invalid count; the job fails below.
+        let ranks = if valid { n } else { 0 };
         let mut s = Submission {
             deadline: desc.timeout.map(|t| now + t),
             config,
@@ -112,8 +115,8 @@ impl Submission {
             queries,
             files,
             nodes: BTreeMap::new(),
-            unplaced: (0..n).collect(),
-            ranks: (0..n).map(|rank| RankInfo { rank, node: None, started: false, exit: None }).collect(),
+            unplaced: (0..ranks).collect(),
+            ranks: (0..ranks).map(|rank| RankInfo { rank, node: None, started: false, exit: None }).collect(),
             per_requirement: Vec::new(),
             closed: 0,
             out_files: BTreeMap::new(),
@@ -121,6 +124,10 @@ impl Submission {
             ignored: 0,
             desc,
         };
+        if !valid {
+            s.fail(SubmitError::BadProcessCount(n));
+            return s;
+        }
         for q in &s.queries {
             let cmd = OverlayCommand::Query { token: q.token, name: q.name.clone() };
             s.actions.push_back(Action::Event(SubmitEvent::Overlay(cmd)));

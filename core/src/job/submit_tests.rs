@@ -397,6 +397,15 @@ fn submitter_retry_with_the_same_request_id_starts_nothing_new() {
 }
 
 #[test]
+fn a_job_without_processes_fails_at_once() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept)]);
+    let mut s = submission(&h, job(0, &["linux"]));
+    h.run(&mut s, 5);
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::BadProcessCount(0))));
+    assert!(h.sent.is_empty());
+}
+
+#[test]
 fn process_keys_follow_design() {
     let j = JobId::derive(addr(0), 1, 2);
     assert_ne!(crate::job::process_key(j, 0), crate::job::process_key(j, 1));
