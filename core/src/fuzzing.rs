@@ -52,12 +52,30 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<crate::mpi::MpiMsg>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalRequest>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalReply>(frame.clone()), len);
-    check(decode_envelope::<crate::local::RankHello>(frame), len);
+    check(decode_envelope::<crate::local::RankHello>(frame.clone()), len);
+    check(decode_envelope::<crate::job::JobMsg>(frame), len);
 }
 
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {
     if let Ok(env) = res {
         assert!(env.payload.len() <= len, "payload longer than its frame");
+    }
+}
+
+/// The `<p2pjob>` parser over arbitrary bytes: it never panics, and whatever it
+/// accepts it writes back ([`crate::job::JobDescription::to_xml`]) as a file that
+/// parses to the same description without warnings.
+pub fn job_file(data: &[u8]) {
+    use crate::job::JobDescription;
+    if let Ok(parsed) = JobDescription::parse(data) {
+        let xml = parsed.job.to_xml();
+        match JobDescription::parse(xml.as_bytes()) {
+            Ok(again) => {
+                assert_eq!(again.job, parsed.job, "round trip changed the job:\n{xml}");
+                assert!(again.warnings.is_empty(), "written file warns: {:?}", again.warnings);
+            }
+            Err(e) => panic!("written file does not parse: {e}\n{xml}"),
+        }
     }
 }
 
@@ -70,8 +88,11 @@ mod tests {
     #[test]
     fn committed_corpora_replay_without_panic() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
-        let targets =
-            [("frame_decoder", super::frame_stream as fn(&[u8])), ("envelope_decoder", super::envelope as fn(&[u8]))];
+        let targets = [
+            ("frame_decoder", super::frame_stream as fn(&[u8])),
+            ("envelope_decoder", super::envelope as fn(&[u8])),
+            ("job_file", super::job_file as fn(&[u8])),
+        ];
         for (name, run) in targets {
             let dir = root.join(name);
             let mut n = 0;

@@ -8,6 +8,7 @@
 //!
 //! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
+//! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
 //! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
 //! - [`local`]: the local node protocol (a process and its node) and the rank hello.
 //! - [`machine`]: the one shape every protocol machine has.
@@ -18,6 +19,7 @@
 
 pub mod chord;
 pub mod id;
+pub mod job;
 pub mod local;
 pub mod machine;
 pub mod mpi;

@@ -1,0 +1,212 @@
+use super::*;
+use proptest::prelude::*;
+
+const CLASSIC: &str = r#"<?xml version="1.0"?>
+<p2pjob>
+  <executable>ring</executable>
+  <arguments>20000</arguments>
+  <inputfile>input1</inputfile>
+  <outputfile>result.txt</outputfile>
+  <processes>8</processes>
+  <requirement>linux</requirement>
+  <requirement>x86_64</requirement>
+</p2pjob>
+"#;
+
+fn err(xml: &str) -> JobFileError {
+    JobDescription::parse(xml.as_bytes()).unwrap_err()
+}
+
+#[test]
+fn classic_file_is_accepted_unchanged() {
+    let p = JobDescription::parse(CLASSIC.as_bytes()).unwrap();
+    assert!(p.warnings.is_empty());
+    let j = p.job;
+    assert_eq!(j.executable, "ring");
+    assert_eq!(j.arguments, ["20000"]);
+    assert_eq!((j.inputfiles, j.outputfiles), (vec!["input1".to_owned()], vec!["result.txt".to_owned()]));
+    assert_eq!(j.processes, 8);
+    assert_eq!(j.requirements, [Requirement::Tag("linux".into()), Requirement::Tag("x86_64".into())]);
+    assert_eq!((j.checkpoint, j.restart, j.timeout), (None, RestartPolicy::Fail, None));
+}
+
+#[test]
+fn extensions_and_entities() {
+    let xml = "<p2pjob><executable>a&amp;b</executable><arguments> -n  3\n x </arguments>\
+        <argument>with space</argument><processes> 2 </processes>\
+        <requirement>mem_mb&gt;=4096</requirement><requirement><![CDATA[cores>=2]]></requirement>\
+        <checkpoint/><restart>restart</restart><timeout>90m</timeout><!-- c --></p2pjob>";
+    let j = JobDescription::parse(xml.as_bytes()).unwrap().job;
+    assert_eq!(j.executable, "a&b");
+    assert_eq!(j.arguments, ["-n", "3", "x", "with space"]);
+    assert_eq!(j.requirements.iter().map(ToString::to_string).collect::<Vec<_>>(), ["mem_mb>=4096", "cores>=2"]);
+    assert_eq!(j.checkpoint, Some(DEFAULT_CHECKPOINT_INTERVAL));
+    assert_eq!(j.restart, RestartPolicy::Restart);
+    assert_eq!(j.timeout, Some(Duration::from_secs(5400)));
+    assert_eq!(JobDescription::parse(j.to_xml().as_bytes()).unwrap().job, j);
+}
+
+#[test]
+fn unknown_elements_warn_with_position() {
+    let xml = "<p2pjob>\n  <executable>x</executable>\n  <colour><deep>red</deep></colour>\n  stray\n\
+        <processes>1</processes><requirement>linux</requirement></p2pjob>";
+    let p = JobDescription::parse(xml.as_bytes()).unwrap();
+    assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+    assert_eq!((p.warnings[0].line, p.warnings[0].column), (3, 3));
+    assert_eq!(p.warnings[0].kind, WarningKind::UnknownElement("colour".into()));
+    assert_eq!(p.warnings[1].kind, WarningKind::StrayText);
+}
+
+#[test]
+fn missing_mandatory_elements_name_the_element() {
+    let e = err("<p2pjob>\n<processes>2</processes><requirement>linux</requirement></p2pjob>");
+    assert_eq!((e.line, e.column, e.kind), (1, 1, JobFileErrorKind::Missing("executable")));
+    let e = err("\n <p2pjob><executable>x</executable><requirement>linux</requirement></p2pjob>");
+    assert_eq!((e.line, e.column, e.kind), (2, 2, JobFileErrorKind::Missing("processes")));
+    let e = err("<p2pjob><executable>x</executable><processes>2</processes></p2pjob>");
+    assert_eq!(e.kind, JobFileErrorKind::Missing("requirement"));
+    assert_eq!(e.to_string(), "line 1, column 1: missing <requirement>");
+}
+
+#[test]
+fn malformed_xml_names_line_and_column() {
+    let e = err("<p2pjob>\n  <executable>x</executabel>\n</p2pjob>");
+    assert!(matches!(e.kind, JobFileErrorKind::Xml(_)), "{e}");
+    assert_eq!(e.line, 2, "{e}");
+    let e = err("<p2pjob>\n  <executable>x</executable>\n  <processes>2");
+    assert!(matches!(e.kind, JobFileErrorKind::Xml(_)), "{e}");
+    let e = err("<p2pjob>\n\n   <processes>many</processes>");
+    assert_eq!((e.line, e.column), (3, 4), "{e}");
+    assert!(matches!(e.kind, JobFileErrorKind::Invalid { element: "processes", .. }));
+    let e = JobDescription::parse(b"<p2pjob>\n\xff").unwrap_err();
+    assert_eq!((e.line, e.column, e.kind), (2, 1, JobFileErrorKind::NotUtf8));
+}
+
+#[test]
+fn structural_errors() {
+    let base = "<executable>x</executable><processes>1</processes><requirement>a</requirement>";
+    assert!(matches!(err("<job/>").kind, JobFileErrorKind::NotAJob(Some(_))));
+    assert!(matches!(err("").kind, JobFileErrorKind::NotAJob(None)));
+    assert!(matches!(err(&format!("<p2pjob>{base}</p2pjob><p2pjob/>")).kind, JobFileErrorKind::TrailingContent));
+    assert!(matches!(
+        err(&format!("<p2pjob>{base}<processes>2</processes></p2pjob>")).kind,
+        JobFileErrorKind::Duplicate("processes")
+    ));
+    assert!(matches!(
+        err(&format!("<p2pjob>{base}<timeout><b/></timeout></p2pjob>")).kind,
+        JobFileErrorKind::Nested { .. }
+    ));
+    assert!(matches!(
+        err(&format!("<p2pjob>{base}<requirement>a b</requirement></p2pjob>")).kind,
+        JobFileErrorKind::Requirement(_)
+    ));
+    assert!(matches!(
+        err(&format!("<p2pjob>{base}<restart>maybe</restart></p2pjob>")).kind,
+        JobFileErrorKind::Invalid { .. }
+    ));
+    assert!(matches!(
+        err(&format!("<p2pjob>{base}<timeout>0</timeout></p2pjob>")).kind,
+        JobFileErrorKind::Invalid { .. }
+    ));
+    assert!(matches!(err(&format!("<p2pjob>{base}&bogus;</p2pjob>")).kind, JobFileErrorKind::Xml(_)));
+}
+
+#[test]
+fn bounds() {
+    let big = format!("<p2pjob>{}</p2pjob>", " ".repeat(MAX_JOB_FILE));
+    assert!(matches!(err(&big).kind, JobFileErrorKind::TooLarge(_)));
+    let e = err("<p2pjob><executable>x</executable><processes>4097</processes></p2pjob>");
+    assert!(matches!(e.kind, JobFileErrorKind::Invalid { element: "processes", .. }));
+    let e = err("<p2pjob><executable>x</executable><processes>0</processes></p2pjob>");
+    assert!(matches!(e.kind, JobFileErrorKind::Invalid { element: "processes", .. }));
+    let many = format!("<p2pjob>{}</p2pjob>", "<x/>".repeat(MAX_ELEMENTS + 1));
+    assert!(matches!(err(&many).kind, JobFileErrorKind::TooMany("elements")));
+    let deep = format!("<p2pjob>{}{}</p2pjob>", "<x>".repeat(MAX_DEPTH + 1), "</x>".repeat(MAX_DEPTH + 1));
+    assert!(matches!(err(&deep).kind, JobFileErrorKind::TooMany(_)));
+}
+
+#[test]
+fn run_builds_a_valid_file() {
+    let j = JobDescription::run("./ring", vec!["20000".into()], 4);
+    let back = JobDescription::parse(j.to_xml().as_bytes()).unwrap().job;
+    assert_eq!(
+        back.requirements,
+        [Requirement::Compare { attr: "slots".into(), op: crate::job::Op::Ge, value: "1".into() }]
+    );
+    assert_eq!((back.executable, back.arguments, back.processes), (j.executable, j.arguments, 4));
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("1500ms"), Some(Duration::from_millis(1500)));
+    assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+    assert_eq!(parse_duration(" 7 "), Some(Duration::from_secs(7)));
+    for bad in ["", "s", "-1", "1.5s", "99999999999999h", "1d"] {
+        assert_eq!(parse_duration(bad), None, "{bad}");
+    }
+}
+
+fn arb_text() -> impl Strategy<Value = String> {
+    // Printable text including XML specials and inner spaces, never blank at the ends.
+    "[a-zA-Z0-9./_<>&'\"-][a-zA-Z0-9./_<>&'\" -]{0,10}[a-zA-Z0-9./_<>&'\"-]|[a-z]"
+}
+
+fn arb_requirement() -> impl Strategy<Value = Requirement> {
+    prop_oneof![
+        "[a-z][a-z0-9_]{0,6}".prop_map(Requirement::Tag),
+        ("[a-z_]{1,6}", proptest::sample::select(crate::job::Op::ALL.to_vec()), "[a-z0-9.]{1,6}")
+            .prop_map(|(attr, op, value)| Requirement::Compare { attr, op, value }),
+    ]
+}
+
+fn arb_job() -> impl Strategy<Value = JobDescription> {
+    (
+        arb_text(),
+        proptest::collection::vec("[^\\x00\\s]{1,6}|[ a-z\\t\\r\\n&<]{0,6}", 0..5),
+        proptest::collection::vec(arb_text(), 0..3),
+        proptest::collection::vec(arb_text(), 0..3),
+        1..=MAX_PROCESSES,
+        proptest::collection::vec(arb_requirement(), 1..4),
+        proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+        any::<bool>(),
+        proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+    )
+        .prop_map(
+            |(executable, arguments, inputfiles, outputfiles, processes, requirements, checkpoint, r, timeout)| {
+                JobDescription {
+                    executable,
+                    arguments,
+                    inputfiles,
+                    outputfiles,
+                    processes,
+                    requirements,
+                    checkpoint,
+                    restart: if r { RestartPolicy::Restart } else { RestartPolicy::Fail },
+                    timeout,
+                }
+            },
+        )
+}
+
+proptest! {
+    #[test]
+    fn xml_round_trip(job in arb_job()) {
+        let xml = job.to_xml();
+        let back = JobDescription::parse(xml.as_bytes()).map_err(|e| TestCaseError::fail(format!("{e}\n{xml}")))?;
+        prop_assert!(back.warnings.is_empty());
+        prop_assert_eq!(back.job, job);
+    }
+
+    #[test]
+    fn any_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        crate::fuzzing::job_file(&data);
+    }
+
+    #[test]
+    fn mutated_classic_files_never_panic(cut in 0..CLASSIC.len(), byte in any::<u8>()) {
+        let mut data = CLASSIC.as_bytes().to_vec();
+        data[cut] = byte;
+        crate::fuzzing::job_file(&data);
+        crate::fuzzing::job_file(&CLASSIC.as_bytes()[..cut]);
+    }
+}

@@ -1,0 +1,516 @@
+//! The executor side of jobs: one sans-IO [`Execution`] per node, for every job the
+//! node runs.
+//!
+//! - **Offer.** Accepted only while enough slots are free (one per rank); the slots
+//!   are reserved at once ([`ExecEvent::SlotsChanged`] tells the daemon to refresh its
+//!   `res:any` registration). A repeated offer for ranks already accepted is answered
+//!   again, never accepted twice.
+//! - **Stage.** Each chunk is written through [`ExecEvent::WriteFile`] while a running
+//!   SHA-1 checks it; a file whose digest does not match (or that has a gap) is
+//!   re-requested with [`JobMsg::Resend`] at [`JobMsg::StageEnd`], and the job is not
+//!   [`JobMsg::Staged`] (so never started) until every file matches. File 0, the job
+//!   file, must also match the offer's digest; it is kept to read the arguments.
+//! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
+//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`); output comes in
+//!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
+//! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
+//!   back, then [`JobMsg::Exit`]; the slot is freed.
+//! - **Kill** stops every rank ([`ExecEvent::KillProcess`]); **Done** or an abandoned
+//!   job (nothing started before [`ExecConfig::start_timeout`], or the submitter
+//!   unreachable) ends in [`ExecEvent::Cleanup`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use sha1::{Digest, Sha1};
+
+use super::description::{JobDescription, MAX_JOB_FILE};
+use super::msg::{JobMsg, RankState, RejectReason, Stream};
+use super::{JobId, MAX_STAGED_FILES};
+use crate::id::Id;
+use crate::machine::{Action, Machine, NodeAddr};
+use crate::wire::Envelope;
+
+/// Tunables of an executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExecConfig {
+    /// Process slots this node offers.
+    pub slots: u32,
+    /// How long an accepted job may wait to be started before it is dropped.
+    pub start_timeout: Duration,
+    /// The control address handed to processes as `P2PMP_NODE`.
+    pub node_control: String,
+    /// Bytes per output-file chunk.
+    pub chunk_size: usize,
+}
+
+impl ExecConfig {
+    /// A configuration with `slots` slots and control address `node_control`.
+    pub fn new(slots: u32, node_control: impl Into<String>) -> Self {
+        ExecConfig {
+            slots,
+            start_timeout: Duration::from_secs(300),
+            node_control: node_control.into(),
+            chunk_size: 256 * 1024,
+        }
+    }
+}
+
+/// What an executor asks its driver to do (all I/O) or reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExecEvent {
+    /// Write `data` at `offset` of staged file `name` in the job's directory
+    /// (`offset` 0 truncates: a resent file starts over).
+    WriteFile { job: JobId, name: String, offset: u64, data: Bytes },
+    /// Start `rank`: run `program` (a file in the job directory) with `args` and `env`.
+    SpawnProcess { job: JobId, rank: u32, program: String, args: Vec<String>, env: Vec<(String, String)> },
+    /// Stop `rank`; its exit comes back through [`Execution::handle_process_exit`].
+    KillProcess { job: JobId, rank: u32 },
+    /// Read output file `name` of `rank`; answer with [`Execution::handle_output_file`].
+    ReadOutputFile { job: JobId, rank: u32, name: String },
+    /// Remove the job's directory.
+    Cleanup { job: JobId },
+    /// Free slots changed: refresh the `res:any` registration.
+    SlotsChanged { free: u32 },
+}
+
+/// An executor input that cannot be carried out (API misuse).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecCmdError {
+    /// No such job or rank here.
+    #[error("no running rank {rank} of job {job}")]
+    Unknown { job: JobId, rank: u32 },
+}
+
+struct Incoming {
+    name: String,
+    total: u64,
+    digest: Id,
+    received: u64,
+    hasher: Sha1,
+    /// Kept only for file 0 (the job file).
+    keep: Option<BytesMut>,
+    /// Complete and matching.
+    ok: bool,
+}
+
+impl fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Incoming")
+            .field("name", &self.name)
+            .field("received", &self.received)
+            .field("ok", &self.ok)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RankRun {
+    Waiting,
+    Running {
+        stdout: u64,
+        stderr: u64,
+    },
+    /// Exited; output files still being read.
+    Collecting(i32),
+    Exited(i32),
+}
+
+#[derive(Debug)]
+struct ExecJob {
+    submitter: NodeAddr,
+    size: u32,
+    digest: Id,
+    ranks: BTreeMap<u32, RankRun>,
+    files: BTreeMap<u32, Incoming>,
+    staged: Option<JobDescription>,
+    deadline: Option<Instant>,
+    /// The submitter asked for a kill: no output files, clean up after the last exit.
+    killed: bool,
+    /// Output files still to read, per rank.
+    pending_reads: BTreeMap<u32, BTreeSet<String>>,
+}
+
+/// A node's executor for every job offered to it.
+#[derive(Debug)]
+pub struct Execution {
+    config: ExecConfig,
+    addr: NodeAddr,
+    free: u32,
+    jobs: BTreeMap<JobId, ExecJob>,
+    actions: VecDeque<Action<JobMsg, ExecEvent>>,
+    ignored: u64,
+}
+
+fn plain_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 255 && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+impl Execution {
+    /// An executor for the node at `addr`.
+    pub fn new(config: ExecConfig, addr: NodeAddr) -> Self {
+        Execution { free: config.slots, config, addr, jobs: BTreeMap::new(), actions: VecDeque::new(), ignored: 0 }
+    }
+
+    /// Free slots right now.
+    pub fn free_slots(&self) -> u32 {
+        self.free
+    }
+
+    /// Messages dropped as unexpected or malformed.
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
+
+    /// Jobs this node holds.
+    pub fn jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs.keys().copied()
+    }
+
+    fn event(&mut self, e: ExecEvent) {
+        self.actions.push_back(Action::Event(e));
+    }
+
+    fn send(&mut self, to: NodeAddr, body: JobMsg, payload: Bytes) {
+        let msg = Envelope::new(self.addr.id(), self.addr, 0, body).with_payload(payload);
+        self.actions.push_back(Action::Send { to, msg });
+    }
+
+    fn release(&mut self, n: u32) {
+        if n > 0 {
+            self.free = (self.free + n).min(self.config.slots);
+            self.event(ExecEvent::SlotsChanged { free: self.free });
+        }
+    }
+
+    /// Drops a job: stops what runs, frees what is reserved, cleans its directory.
+    fn drop_job(&mut self, job: JobId) {
+        let Some(j) = self.jobs.remove(&job) else { return };
+        // Every slot not yet given back is freed now, a killed process's included.
+        let mut freed = 0;
+        for (rank, run) in j.ranks {
+            match run {
+                RankRun::Running { .. } => {
+                    self.event(ExecEvent::KillProcess { job, rank });
+                    freed += 1;
+                }
+                RankRun::Waiting | RankRun::Collecting(_) => freed += 1,
+                RankRun::Exited(_) => {}
+            }
+        }
+        self.release(freed);
+        self.event(ExecEvent::Cleanup { job });
+    }
+
+    fn on_message(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
+        let job = body.job();
+        if let JobMsg::Offer { ranks, size, digest, .. } = body {
+            return self.on_offer(now, from, job, ranks, size, digest);
+        }
+        let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
+        match body {
+            JobMsg::Stage { file, name, offset, total, digest, .. } => {
+                if file >= MAX_STAGED_FILES || !plain_name(&name) || j.staged.is_some() {
+                    return None;
+                }
+                if offset == 0 {
+                    let keep = (file == 0 && total <= MAX_JOB_FILE as u64).then(BytesMut::new);
+                    let inc = Incoming {
+                        name: name.clone(),
+                        total,
+                        digest,
+                        received: 0,
+                        hasher: Sha1::new(),
+                        keep,
+                        ok: false,
+                    };
+                    j.files.insert(file, inc);
+                }
+                let fits = |f: &&mut Incoming| f.received == offset && f.received + payload.len() as u64 <= f.total;
+                let inc = j.files.get_mut(&file).filter(|f| f.name == name).filter(fits)?;
+                inc.hasher.update(&payload);
+                inc.received += payload.len() as u64;
+                if let Some(k) = &mut inc.keep {
+                    k.extend_from_slice(&payload);
+                }
+                if inc.received >= inc.total {
+                    let got = Id::from_bytes(inc.hasher.clone().finalize().into());
+                    inc.ok = inc.received == inc.total && got == inc.digest && (file != 0 || got == j.digest);
+                }
+                let name = inc.name.clone();
+                self.event(ExecEvent::WriteFile { job, name, offset, data: payload });
+            }
+            JobMsg::StageEnd { files, .. } => {
+                if j.staged.is_some() || files > MAX_STAGED_FILES {
+                    return None;
+                }
+                let bad: Vec<u32> = (0..files).filter(|f| !j.files.get(f).is_some_and(|i| i.ok)).collect();
+                if !bad.is_empty() {
+                    for file in bad {
+                        self.send(from, JobMsg::Resend { job, file }, Bytes::new());
+                    }
+                    return Some(());
+                }
+                let xml = j.files.get(&0).and_then(|f| f.keep.as_ref()).map(|b| b.to_vec()).unwrap_or_default();
+                match JobDescription::parse(&xml) {
+                    Ok(p) if p.job.processes == j.size && files >= 2 => {
+                        j.staged = Some(p.job);
+                        self.send(from, JobMsg::Staged { job }, Bytes::new());
+                    }
+                    _ => {
+                        let ranks = j.ranks.keys().copied().collect();
+                        let reason = RejectReason::Other("unusable job file".into());
+                        self.send(from, JobMsg::Reject { job, ranks, reason }, Bytes::new());
+                        self.drop_job(job);
+                    }
+                }
+            }
+            JobMsg::Start { .. } => {
+                let desc = j.staged.clone()?;
+                let program = j.files.get(&1).map(|f| f.name.clone())?;
+                j.deadline = None;
+                let waiting: Vec<u32> =
+                    j.ranks.iter().filter(|(_, r)| **r == RankRun::Waiting).map(|(k, _)| *k).collect();
+                let size = j.size;
+                for rank in &waiting {
+                    j.ranks.insert(*rank, RankRun::Running { stdout: 0, stderr: 0 });
+                }
+                for rank in waiting {
+                    let env = vec![
+                        ("P2PMP_JOB".to_owned(), job.to_string()),
+                        ("P2PMP_RANK".to_owned(), rank.to_string()),
+                        ("P2PMP_SIZE".to_owned(), size.to_string()),
+                        ("P2PMP_NODE".to_owned(), self.config.node_control.clone()),
+                    ];
+                    let (program, args) = (program.clone(), desc.arguments.clone());
+                    self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));
+                    self.send(from, JobMsg::Started { job, rank }, Bytes::new());
+                }
+            }
+            JobMsg::Kill { .. } => {
+                j.killed = true;
+                let running: Vec<u32> =
+                    j.ranks.iter().filter(|(_, r)| matches!(r, RankRun::Running { .. })).map(|(k, _)| *k).collect();
+                let waiting = j.ranks.values().filter(|r| **r == RankRun::Waiting).count() as u32;
+                j.ranks.retain(|_, r| *r != RankRun::Waiting);
+                let empty = j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
+                self.release(waiting);
+                for rank in running {
+                    self.event(ExecEvent::KillProcess { job, rank });
+                }
+                if empty {
+                    self.drop_job(job);
+                }
+            }
+            JobMsg::Status { .. } => {
+                let ranks = j
+                    .ranks
+                    .iter()
+                    .map(|(k, r)| {
+                        let s = match r {
+                            RankRun::Waiting if j.staged.is_some() => RankState::Staged,
+                            RankRun::Waiting => RankState::Staging,
+                            RankRun::Running { .. } | RankRun::Collecting(_) => RankState::Running,
+                            RankRun::Exited(c) => RankState::Exited(*c),
+                        };
+                        (*k, s)
+                    })
+                    .collect();
+                self.send(from, JobMsg::StatusReply { job, ranks }, Bytes::new());
+            }
+            JobMsg::Done { .. } => self.drop_job(job),
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn on_offer(
+        &mut self,
+        now: Instant,
+        from: NodeAddr,
+        job: JobId,
+        ranks: Vec<u32>,
+        size: u32,
+        digest: Id,
+    ) -> Option<()> {
+        let valid = !ranks.is_empty()
+            && size > 0
+            && ranks.iter().all(|r| *r < size)
+            && ranks.windows(2).all(|w| w[0] < w[1])
+            && size <= super::description::MAX_PROCESSES;
+        if !valid {
+            return None;
+        }
+        if let Some(j) = self.jobs.get(&job) {
+            if j.submitter != from || j.digest != digest || j.size != size {
+                return None;
+            }
+            if ranks.iter().all(|r| j.ranks.contains_key(r)) {
+                // A repeated offer: answer again, reserve nothing twice.
+                self.send(from, JobMsg::Accept { job, ranks }, Bytes::new());
+                return Some(());
+            }
+            if ranks.iter().any(|r| j.ranks.contains_key(r)) || j.staged.is_some() {
+                return None;
+            }
+        }
+        let n = ranks.len() as u32;
+        if n > self.free {
+            self.send(from, JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot }, Bytes::new());
+            return Some(());
+        }
+        self.free -= n;
+        let deadline = now + self.config.start_timeout;
+        let j = self.jobs.entry(job).or_insert_with(|| ExecJob {
+            submitter: from,
+            size,
+            digest,
+            ranks: BTreeMap::new(),
+            files: BTreeMap::new(),
+            staged: None,
+            deadline: Some(deadline),
+            killed: false,
+            pending_reads: BTreeMap::new(),
+        });
+        j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
+        self.event(ExecEvent::SlotsChanged { free: self.free });
+        self.send(from, JobMsg::Accept { job, ranks }, Bytes::new());
+        Some(())
+    }
+
+    /// A running rank wrote to stdout or stderr.
+    pub fn handle_process_output(
+        &mut self,
+        job: JobId,
+        rank: u32,
+        stream: Stream,
+        data: Bytes,
+    ) -> Result<(), ExecCmdError> {
+        let j = self.jobs.get_mut(&job).ok_or(ExecCmdError::Unknown { job, rank })?;
+        let Some(RankRun::Running { stdout, stderr }) = j.ranks.get_mut(&rank) else {
+            return Err(ExecCmdError::Unknown { job, rank });
+        };
+        let at = if stream == Stream::Stdout { stdout } else { stderr };
+        let offset = *at;
+        *at += data.len() as u64;
+        let to = j.submitter;
+        self.send(to, JobMsg::Output { job, rank, stream, offset }, data);
+        Ok(())
+    }
+
+    /// A rank's process ended (negative code: killed by that signal), or could not start.
+    pub fn handle_process_exit(&mut self, job: JobId, rank: u32, code: i32) -> Result<(), ExecCmdError> {
+        let j = self.jobs.get_mut(&job).ok_or(ExecCmdError::Unknown { job, rank })?;
+        if !matches!(j.ranks.get(&rank), Some(RankRun::Running { .. })) {
+            return Err(ExecCmdError::Unknown { job, rank });
+        }
+        let names: BTreeSet<String> = match &j.staged {
+            Some(d) if !j.killed => d.outputfiles.iter().cloned().collect(),
+            _ => BTreeSet::new(),
+        };
+        j.ranks.insert(rank, RankRun::Collecting(code));
+        j.pending_reads.insert(rank, names.clone());
+        for name in names {
+            self.event(ExecEvent::ReadOutputFile { job, rank, name });
+        }
+        self.maybe_exit(job, rank);
+        Ok(())
+    }
+
+    /// The driver read (or failed to read) output file `name` of `rank`. A missing file
+    /// is not sent; the rank's exit follows once every file is answered.
+    pub fn handle_output_file(&mut self, job: JobId, rank: u32, name: &str, data: Result<Bytes, String>) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let Some(pending) = j.pending_reads.get_mut(&rank) else { return };
+        if !pending.remove(name) {
+            return;
+        }
+        let to = j.submitter;
+        if let Ok(data) = data {
+            let (total, digest) = (data.len() as u64, Id::from_bytes(Sha1::digest(&data).into()));
+            let chunk = self.config.chunk_size.max(1);
+            let mut offset = 0;
+            loop {
+                let end = (offset + chunk).min(data.len());
+                let msg = JobMsg::OutputFile { job, rank, name: name.to_owned(), offset: offset as u64, total, digest };
+                self.send(to, msg, data.slice(offset..end));
+                offset = end;
+                if offset >= data.len() {
+                    break;
+                }
+            }
+        }
+        self.maybe_exit(job, rank);
+    }
+
+    fn maybe_exit(&mut self, job: JobId, rank: u32) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let Some(RankRun::Collecting(code)) = j.ranks.get(&rank).copied() else { return };
+        if j.pending_reads.get(&rank).is_some_and(|p| !p.is_empty()) {
+            return;
+        }
+        j.pending_reads.remove(&rank);
+        j.ranks.insert(rank, RankRun::Exited(code));
+        let to = j.submitter;
+        let over = j.killed && j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
+        self.send(to, JobMsg::Exit { job, rank, code }, Bytes::new());
+        self.release(1);
+        if over {
+            self.drop_job(job);
+        }
+    }
+}
+
+impl Machine for Execution {
+    type Body = JobMsg;
+    type Command = std::convert::Infallible;
+    type Event = ExecEvent;
+    type CmdError = ExecCmdError;
+
+    fn addr(&self) -> NodeAddr {
+        self.addr
+    }
+
+    fn handle_message(&mut self, now: Instant, msg: Envelope<JobMsg>) {
+        if self.on_message(now, msg.sender_addr, msg.body, msg.payload).is_none() {
+            self.ignored += 1;
+        }
+    }
+
+    fn handle_send_failed(&mut self, _now: Instant, to: NodeAddr) {
+        // The submitter is gone: nobody can receive results, so stop its jobs.
+        let gone: Vec<JobId> = self.jobs.iter().filter(|(_, j)| j.submitter == to).map(|(k, _)| *k).collect();
+        for job in gone {
+            self.drop_job(job);
+        }
+    }
+
+    fn handle_command(&mut self, _now: Instant, cmd: std::convert::Infallible) -> Result<(), ExecCmdError> {
+        match cmd {}
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let stale: Vec<JobId> =
+            self.jobs.iter().filter(|(_, j)| j.deadline.is_some_and(|d| d <= now)).map(|(k, _)| *k).collect();
+        for job in stale {
+            self.drop_job(job);
+        }
+    }
+
+    fn poll_action(&mut self) -> Option<Action<JobMsg, ExecEvent>> {
+        self.actions.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.jobs.values().filter_map(|j| j.deadline).min()
+    }
+}
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;

@@ -1,0 +1,248 @@
+//! The executor alone, then wired to a real [`Submission`].
+
+use super::*;
+use crate::job::submit::{Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
+use crate::job::{ANY_NAME, Resources};
+use crate::overlay::{OverlayCommand, OverlayEvent};
+
+fn addr(i: u32) -> NodeAddr {
+    NodeAddr::loopback(i, 7000)
+}
+
+fn job_id(n: u64) -> JobId {
+    JobId::derive(addr(0), n, 1)
+}
+
+fn env(body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
+    Envelope::new(addr(0).id(), addr(0), 0, body).with_payload(payload)
+}
+
+fn drain(e: &mut Execution) -> (Vec<JobMsg>, Vec<ExecEvent>) {
+    let (mut msgs, mut evs) = (Vec::new(), Vec::new());
+    while let Some(a) = e.poll_action() {
+        match a {
+            Action::Send { msg, .. } => msgs.push(msg.body),
+            Action::Event(ev) => evs.push(ev),
+        }
+    }
+    (msgs, evs)
+}
+
+const XML: &str = "<p2pjob><executable>prog</executable><arguments>a b</arguments>\
+    <outputfile>out.txt</outputfile><processes>2</processes><requirement>linux</requirement></p2pjob>";
+
+/// Offers `ranks` of a two-rank job and stages the job file and a program.
+fn staged(e: &mut Execution, now: Instant, job: JobId, ranks: Vec<u32>, corrupt: bool) -> Vec<JobMsg> {
+    let xml = Bytes::from_static(XML.as_bytes());
+    e.handle_message(now, env(JobMsg::Offer { job, ranks, size: 2, digest: digest(&xml) }, Bytes::new()));
+    let prog = Bytes::from_static(b"#!/bin/sh\necho hi\n");
+    for (file, name, data) in [(0, "job.xml", xml), (1, "prog", prog)] {
+        let (total, d) = (data.len() as u64, digest(&data));
+        let sent = if corrupt && file == 1 { Bytes::from_static(b"#!/bin/sh\necho HI\n") } else { data };
+        let body = JobMsg::Stage { job, file, name: name.into(), offset: 0, total, digest: d };
+        e.handle_message(now, env(body, sent));
+    }
+    e.handle_message(now, env(JobMsg::StageEnd { job, files: 2 }, Bytes::new()));
+    drain(e).0
+}
+
+#[test]
+fn offers_are_accepted_only_while_slots_are_free_and_never_twice() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(1, "127.0.0.1:9000"), addr(5));
+    let j = job_id(1);
+    let offer = |ranks: Vec<u32>| env(JobMsg::Offer { job: j, ranks, size: 2, digest: Id::ZERO }, Bytes::new());
+    e.handle_message(now, offer(vec![0, 1]));
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::Reject { reason: RejectReason::NoSlot, .. }]));
+    e.handle_message(now, offer(vec![0]));
+    let (msgs, evs) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::Accept { .. }]));
+    assert_eq!(evs, [ExecEvent::SlotsChanged { free: 0 }]);
+    e.handle_message(now, offer(vec![0]));
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::Accept { .. }]), "a repeated offer is answered again");
+    assert_eq!(e.free_slots(), 0);
+    e.handle_message(
+        now,
+        env(JobMsg::Offer { job: job_id(2), ranks: vec![0], size: 1, digest: Id::ZERO }, Bytes::new()),
+    );
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::Reject { .. }]));
+    // Nonsense offers are dropped.
+    e.handle_message(
+        now,
+        env(JobMsg::Offer { job: job_id(3), ranks: vec![4], size: 2, digest: Id::ZERO }, Bytes::new()),
+    );
+    assert_eq!(e.ignored(), 1);
+    // Nobody starts it: the reservation is given back.
+    e.handle_timeout(now + Duration::from_secs(301));
+    assert_eq!(drain(&mut e).1, [ExecEvent::SlotsChanged { free: 1 }, ExecEvent::Cleanup { job: j }]);
+}
+
+#[test]
+fn a_corrupt_transfer_is_re_requested_and_never_run() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(2, "127.0.0.1:9000"), addr(5));
+    let j = job_id(1);
+    let msgs = staged(&mut e, now, j, vec![0, 1], true);
+    assert_eq!(msgs.last(), Some(&JobMsg::Resend { job: j, file: 1 }));
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let (msgs, evs) = drain(&mut e);
+    assert!(msgs.is_empty() && !evs.iter().any(|e| matches!(e, ExecEvent::SpawnProcess { .. })));
+    // The resent file is right: staged, then started with the documented environment.
+    let data = Bytes::from_static(b"#!/bin/sh\necho hi\n");
+    let body = JobMsg::Stage {
+        job: j,
+        file: 1,
+        name: "prog".into(),
+        offset: 0,
+        total: data.len() as u64,
+        digest: digest(&data),
+    };
+    e.handle_message(now, env(body, data));
+    e.handle_message(now, env(JobMsg::StageEnd { job: j, files: 2 }, Bytes::new()));
+    assert_eq!(drain(&mut e).0, [JobMsg::Staged { job: j }]);
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let (msgs, evs) = drain(&mut e);
+    assert_eq!(msgs, [JobMsg::Started { job: j, rank: 0 }, JobMsg::Started { job: j, rank: 1 }]);
+    let ExecEvent::SpawnProcess { program, args, env: vars, rank: 1, .. } =
+        &evs[0..2].iter().find(|e| matches!(e, ExecEvent::SpawnProcess { rank: 1, .. })).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!((program.as_str(), args.clone()), ("prog", vec!["a".to_owned(), "b".to_owned()]));
+    let vars: BTreeMap<_, _> = vars.iter().cloned().collect();
+    assert_eq!(vars["P2PMP_JOB"], j.to_string());
+    assert_eq!(
+        (vars["P2PMP_RANK"].as_str(), vars["P2PMP_SIZE"].as_str(), vars["P2PMP_NODE"].as_str()),
+        ("1", "2", "127.0.0.1:9000")
+    );
+    // Start again: nothing starts twice.
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    assert!(!drain(&mut e).1.iter().any(|e| matches!(e, ExecEvent::SpawnProcess { .. })));
+}
+
+#[test]
+fn output_exit_and_output_files_go_back_then_kill_stops_the_rest() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    staged(&mut e, now, j, vec![0, 1], false);
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    drain(&mut e);
+    e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"abc")).unwrap();
+    e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"de")).unwrap();
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::Output { offset: 0, .. }, JobMsg::Output { offset: 3, .. }]));
+    e.handle_process_exit(j, 0, 0).unwrap();
+    let (msgs, evs) = drain(&mut e);
+    assert!(msgs.is_empty(), "the exit waits for the output files");
+    assert_eq!(evs, [ExecEvent::ReadOutputFile { job: j, rank: 0, name: "out.txt".into() }]);
+    e.handle_output_file(j, 0, "out.txt", Ok(Bytes::from_static(b"42")));
+    let (msgs, evs) = drain(&mut e);
+    assert!(
+        matches!(&msgs[..], [JobMsg::OutputFile { total: 2, .. }, JobMsg::Exit { rank: 0, code: 0, .. }]),
+        "{msgs:?}"
+    );
+    assert_eq!(evs, [ExecEvent::SlotsChanged { free: 1 }]);
+    assert!(e.handle_process_exit(j, 0, 0).is_err());
+    e.handle_message(now, env(JobMsg::Kill { job: j }, Bytes::new()));
+    assert_eq!(drain(&mut e).1, [ExecEvent::KillProcess { job: j, rank: 1 }]);
+    e.handle_process_exit(j, 1, -9).unwrap();
+    let (msgs, evs) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::Exit { rank: 1, code: -9, .. }]));
+    assert_eq!(evs, [ExecEvent::SlotsChanged { free: 2 }, ExecEvent::Cleanup { job: j }]);
+    assert_eq!(e.jobs().count(), 0);
+}
+
+#[test]
+fn strangers_and_bad_file_names_are_ignored() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    e.handle_message(now, env(JobMsg::Offer { job: j, ranks: vec![0], size: 1, digest: Id::ZERO }, Bytes::new()));
+    drain(&mut e);
+    let stranger = Envelope::new(addr(9).id(), addr(9), 0, JobMsg::Kill { job: j });
+    e.handle_message(now, stranger);
+    let bad = JobMsg::Stage { job: j, file: 1, name: "../etc/passwd".into(), offset: 0, total: 1, digest: Id::ZERO };
+    e.handle_message(now, env(bad, Bytes::from_static(b"x")));
+    let over = JobMsg::Stage { job: j, file: 1, name: "f".into(), offset: 0, total: 1, digest: Id::ZERO };
+    e.handle_message(now, env(over, Bytes::from_static(b"xx")));
+    assert_eq!(e.ignored(), 3);
+    assert!(drain(&mut e).1.is_empty());
+}
+
+/// A submitter and three executors, with a scripted overlay and instant processes.
+#[test]
+fn submission_and_executors_run_a_job_end_to_end() {
+    let mut now = Instant::now();
+    let slots = [1u32, 2, 1];
+    let mut execs: Vec<Execution> =
+        (0..3).map(|i| Execution::new(ExecConfig::new(slots[i], "ctl"), addr(i as u32 + 1))).collect();
+    let mut regs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (i, s) in slots.iter().enumerate() {
+        let r = Resources {
+            os: "linux".into(),
+            arch: "x86_64".into(),
+            cores: 2,
+            mem_mb: 4096,
+            slots: *s,
+            ..Default::default()
+        };
+        for (name, value) in r.registrations(addr(i as u32 + 1)) {
+            regs.entry(name).or_default().push(value);
+        }
+    }
+    let mut desc = JobDescription::parse(XML.as_bytes()).unwrap().job;
+    desc.processes = 4;
+    let id = job_id(1);
+    let mut sub = Submission::new(SubmitConfig::default(), addr(0), id, desc, now, TOKEN_TAG);
+    let mut outcome = None;
+    let mut files = BTreeMap::new();
+    for _ in 0..100 {
+        let mut moved = false;
+        while let Some(a) = sub.poll_action() {
+            moved = true;
+            match a {
+                Action::Send { to, msg } => {
+                    let i = execs.iter().position(|e| e.addr() == to).unwrap();
+                    execs[i].handle_message(now, msg);
+                }
+                Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
+                    let result = Ok(regs.get(&name).cloned().unwrap_or_default());
+                    assert!(name == ANY_NAME || name.starts_with("res:tag:"));
+                    sub.handle_overlay_event(now, &OverlayEvent::QueryDone { token, name, result });
+                }
+                Action::Event(SubmitEvent::ReadFile { file, .. }) => {
+                    sub.handle_file_read(now, file, Ok(Bytes::from_static(b"ELF")))
+                }
+                Action::Event(SubmitEvent::WriteFile { rank, data, .. }) => {
+                    files.insert(rank, data);
+                }
+                Action::Event(SubmitEvent::Finished { outcome: o, .. }) => outcome = Some(o),
+                Action::Event(_) => {}
+            }
+        }
+        for e in &mut execs {
+            while let Some(a) = e.poll_action() {
+                moved = true;
+                match a {
+                    Action::Send { msg, .. } => sub.handle_message(now, msg),
+                    Action::Event(ExecEvent::SpawnProcess { job, rank, .. }) => {
+                        e.handle_process_output(job, rank, Stream::Stdout, Bytes::from(format!("rank {rank}")))
+                            .unwrap();
+                        e.handle_process_exit(job, rank, rank as i32).unwrap();
+                    }
+                    Action::Event(ExecEvent::ReadOutputFile { job, rank, name }) => {
+                        e.handle_output_file(job, rank, &name, Ok(Bytes::from(format!("out {rank}"))))
+                    }
+                    Action::Event(_) => {}
+                }
+            }
+        }
+        if !moved {
+            now += Duration::from_millis(10);
+        }
+    }
+    assert_eq!(outcome, Some(Outcome::Done { codes: vec![0, 1, 2, 3] }));
+    assert_eq!(files.len(), 4);
+    assert!(execs.iter().all(|e| e.jobs().count() == 0 && e.free_slots() == e.config.slots));
+}

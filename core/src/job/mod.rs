@@ -1,0 +1,68 @@
+//! Jobs: the `<p2pjob>` description, requirement matching, the job protocol and
+//! the submitter-side and executor-side state machines.
+//!
+//! - [`description`]: parse and write job files ([`JobDescription`]).
+//! - [`requirements`]: [`Requirement`], [`Resources`] and the overlay registration
+//!   naming scheme (`res:any`, `res:tag:T`, `res:K=V`).
+//! - [`msg`]: [`JobMsg`], what submitters and executors exchange.
+//! - [`submit`]: [`Submission`], one job from resolution to results, and
+//!   [`Submitter`], which makes submission idempotent per request id.
+//! - [`exec`]: [`Execution`], the executor side on every node.
+//!
+//! Identifiers (DESIGN "Identifiers and hashing"): a job id is SHA-1 of (submitter
+//! address, counter, random nonce); a process key is SHA-1 of (job id, rank), see
+//! [`process_key`].
+
+pub mod description;
+pub mod exec;
+pub mod msg;
+pub mod requirements;
+pub mod submit;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::Id;
+use crate::machine::NodeAddr;
+
+pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
+pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
+pub use msg::{JobMsg, RankState, RejectReason, Stream};
+pub use requirements::{ANY_NAME, Op, Requirement, Resources};
+pub use submit::{
+    Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError, SubmitEvent,
+    Submitter, SubmitterCommand,
+};
+
+/// Most files one job may stage (job file, executable, input files).
+pub const MAX_STAGED_FILES: u32 = description::MAX_ELEMENTS as u32 + 2;
+
+/// A job's identifier, unique per submission.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobId(pub Id);
+
+impl JobId {
+    /// SHA-1 of the submitter's address, its submission counter and a random nonce.
+    pub fn derive(submitter: NodeAddr, counter: u64, nonce: u64) -> Self {
+        let addr = submitter.to_string();
+        JobId(Id::hash_parts([addr.as_bytes(), &counter.to_be_bytes(), &nonce.to_be_bytes()]))
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JobId({})", self.0)
+    }
+}
+
+/// The overlay key a rank registers while it runs: SHA-1 of (job id, rank).
+pub fn process_key(job: JobId, rank: u32) -> Id {
+    Id::hash_parts([job.0.as_bytes().as_slice(), &rank.to_be_bytes()])
+}

@@ -1,0 +1,182 @@
+//! The messages submitters and executors exchange. postcard encodes variants by
+//! index: append only, never reorder. File and output bytes ride as the envelope's
+//! raw payload, never through serde.
+
+use serde::{Deserialize, Serialize};
+
+use super::JobId;
+use crate::id::Id;
+
+/// Which output stream a chunk belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Why an executor turned an offer down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// Not enough free slots for the offered ranks.
+    NoSlot,
+    /// The node does not meet a requirement (its advertisement was stale).
+    Requirements,
+    /// The node is shutting down.
+    Leaving,
+    /// Anything else, in words.
+    Other(String),
+}
+
+/// What an executor knows about one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RankState {
+    /// Accepted, files arriving.
+    Staging,
+    /// Files verified, waiting for the start.
+    Staged,
+    /// Running.
+    Running,
+    /// Exited with this code (negative: killed by a signal).
+    Exited(i32),
+}
+
+/// One job-protocol message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobMsg {
+    /// Submitter -> executor: run `ranks` of a job of `size` ranks; `digest` is the
+    /// SHA-1 of the job file that will be staged as file 0.
+    Offer { job: JobId, ranks: Vec<u32>, size: u32, digest: Id },
+    /// Executor -> submitter: the offer is taken; a slot is reserved per rank.
+    Accept { job: JobId, ranks: Vec<u32> },
+    /// Executor -> submitter: the offer is refused.
+    Reject { job: JobId, ranks: Vec<u32>, reason: RejectReason },
+    /// Submitter -> executor: bytes `offset..offset + payload.len()` of staged file
+    /// `file` (0 = job file, 1 = executable, then the input files), `total` bytes
+    /// long with SHA-1 `digest`.
+    Stage { job: JobId, file: u32, name: String, offset: u64, total: u64, digest: Id },
+    /// Submitter -> executor: every file has been sent (`files` of them).
+    StageEnd { job: JobId, files: u32 },
+    /// Executor -> submitter: file `file` arrived corrupt or incomplete; send it again.
+    Resend { job: JobId, file: u32 },
+    /// Executor -> submitter: every file arrived and matches its digest.
+    Staged { job: JobId },
+    /// Submitter -> executor: start the ranks (every node staged).
+    Start { job: JobId },
+    /// Executor -> submitter: `rank` is running.
+    Started { job: JobId, rank: u32 },
+    /// Executor -> submitter: output of `rank` at `offset` of its `stream`; payload = bytes.
+    Output { job: JobId, rank: u32, stream: Stream, offset: u64 },
+    /// Executor -> submitter: `rank` exited (negative: killed by that signal).
+    Exit { job: JobId, rank: u32, code: i32 },
+    /// Executor -> submitter: bytes of output file `name` of `rank`, like [`JobMsg::Stage`].
+    OutputFile { job: JobId, rank: u32, name: String, offset: u64, total: u64, digest: Id },
+    /// Submitter -> executor: stop every rank of the job.
+    Kill { job: JobId },
+    /// Submitter -> executor: report the ranks' states.
+    Status { job: JobId },
+    /// Executor -> submitter: answer to [`JobMsg::Status`].
+    StatusReply { job: JobId, ranks: Vec<(u32, RankState)> },
+    /// Submitter -> executor: the results are home; clean the job directory.
+    Done { job: JobId },
+}
+
+impl JobMsg {
+    /// The job this message is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            JobMsg::Offer { job, .. }
+            | JobMsg::Accept { job, .. }
+            | JobMsg::Reject { job, .. }
+            | JobMsg::Stage { job, .. }
+            | JobMsg::StageEnd { job, .. }
+            | JobMsg::Resend { job, .. }
+            | JobMsg::Staged { job }
+            | JobMsg::Start { job }
+            | JobMsg::Started { job, .. }
+            | JobMsg::Output { job, .. }
+            | JobMsg::Exit { job, .. }
+            | JobMsg::OutputFile { job, .. }
+            | JobMsg::Kill { job }
+            | JobMsg::Status { job }
+            | JobMsg::StatusReply { job, .. }
+            | JobMsg::Done { job } => *job,
+        }
+    }
+
+    /// Whether this variant carries bytes as payload.
+    pub fn carries_payload(&self) -> bool {
+        matches!(self, JobMsg::Stage { .. } | JobMsg::Output { .. } | JobMsg::OutputFile { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::machine::NodeAddr;
+    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+
+    fn body_bytes(m: &JobMsg) -> Vec<u8> {
+        postcard::to_allocvec(m).unwrap()
+    }
+
+    /// postcard encodes variants by index: these pin the indices and field order.
+    #[test]
+    fn golden_bytes_pin_the_format() {
+        let z = JobId(Id::ZERO);
+        let mut want = vec![0u8]; // Offer
+        want.extend([0u8; 20]); // job
+        want.extend([2, 0, 1, 2]); // ranks [0, 1], size 2
+        want.extend([0u8; 20]); // digest
+        assert_eq!(body_bytes(&JobMsg::Offer { job: z, ranks: vec![0, 1], size: 2, digest: Id::ZERO }), want);
+        let mut want = vec![10u8];
+        want.extend([0u8; 20]);
+        want.extend([3, 1]); // rank 3, code -1 zigzag
+        assert_eq!(body_bytes(&JobMsg::Exit { job: z, rank: 3, code: -1 }), want);
+        let mut want = vec![15u8];
+        want.extend([0u8; 20]);
+        assert_eq!(body_bytes(&JobMsg::Done { job: z }), want);
+        let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
+        assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
+    }
+
+    fn arb_msg() -> impl Strategy<Value = JobMsg> {
+        let job = any::<[u8; 20]>().prop_map(|b| JobId(Id::from_bytes(b)));
+        let id = any::<[u8; 20]>().prop_map(Id::from_bytes);
+        prop_oneof![
+            (job.clone(), proptest::collection::vec(any::<u32>(), 0..4), any::<u32>(), id.clone())
+                .prop_map(|(job, ranks, size, digest)| JobMsg::Offer { job, ranks, size, digest }),
+            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), any::<u64>(), id).prop_map(
+                |(job, file, name, offset, total, digest)| JobMsg::Stage { job, file, name, offset, total, digest }
+            ),
+            (job.clone(), any::<u32>(), any::<bool>(), any::<u64>()).prop_map(|(job, rank, err, offset)| {
+                JobMsg::Output { job, rank, stream: if err { Stream::Stderr } else { Stream::Stdout }, offset }
+            }),
+            (job.clone(), any::<u32>(), any::<i32>()).prop_map(|(job, rank, code)| JobMsg::Exit { job, rank, code }),
+            (job.clone(), proptest::collection::vec((any::<u32>(), any::<i32>()), 0..4)).prop_map(|(job, r)| {
+                JobMsg::StatusReply { job, ranks: r.into_iter().map(|(k, c)| (k, RankState::Exited(c))).collect() }
+            }),
+            job.prop_map(|job| JobMsg::Kill { job }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip_through_frames(m in arb_msg(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let env = Envelope::new(Id::hash("n"), NodeAddr::loopback(2, 7000), 0, m)
+                .with_payload(Bytes::from(payload));
+            let mut buf = BytesMut::new();
+            encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+            let mut dec = FrameDecoder::default();
+            dec.push(&buf);
+            let frame = dec.decode().unwrap().unwrap();
+            let back: Envelope<JobMsg> = decode_envelope(frame).unwrap();
+            prop_assert_eq!(back.body.job(), env.body.job());
+            prop_assert_eq!(back, env);
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! The submitter side of a job: a sans-IO [`Submission`] per job, and the
+//! [`Submitter`] that owns them and makes submitting idempotent.
+//!
+//! # Lifecycle
+//! 1. **Resolve.** Query the overlay for `res:any` and for each requirement's narrowing
+//!    name ([`Requirement::query_name`]); read the executable and input files meanwhile
+//!    ([`SubmitEvent::ReadFile`]). A candidate is a node listed in every narrowing
+//!    answer whose `res:any` line satisfies every requirement, with free slots.
+//! 2. **Offer.** Ranks go, in ascending order, one at a time to the candidate with the
+//!    most free slots left (ties: lowest address), so placement is deterministic and
+//!    spreads load; each node gets one [`JobMsg::Offer`] for its ranks. A reject, an
+//!    unanswered offer ([`SubmitConfig::offer_timeout`]) or a failed send drops the
+//!    node and returns its ranks to the pool. The job fails only when the slots left on
+//!    the remaining candidates are fewer than the unplaced ranks; the error says how
+//!    many nodes matched each requirement.
+//! 3. **Stage.** Each accepting node gets file 0 (the job file), 1 (the executable)
+//!    and the input files in chunks with a SHA-1 per file, then [`JobMsg::StageEnd`]; a
+//!    [`JobMsg::Resend`] resends one file (at most [`SubmitConfig::max_resends`] times).
+//! 4. **Start** once every rank is placed and every node staged; then **collect**
+//!    output, output files (sent before the rank's exit) and exit codes; finish with
+//!    [`Outcome::Done`], [`Outcome::Failed`] or [`Outcome::Killed`].
+//!
+//! Losing a node after it accepted fails the job (restart is not implemented yet).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use sha1::{Digest, Sha1};
+
+use super::msg::{JobMsg, Stream};
+use super::requirements::{ANY_NAME, Requirement, Resources};
+use super::{JobDescription, JobId};
+use crate::id::Id;
+use crate::machine::{Action, Machine, NodeAddr};
+use crate::overlay::{OverlayCommand, OverlayError, OverlayEvent, Token};
+use crate::wire::Envelope;
+
+#[path = "submit_state.rs"]
+mod state;
+
+pub use state::{Submission, SubmissionCommand};
+
+/// Tunables of a submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubmitConfig {
+    /// How long an offer may stay unanswered before the node is dropped.
+    pub offer_timeout: Duration,
+    /// How long a node may take from the end of staging to [`JobMsg::Staged`].
+    pub stage_timeout: Duration,
+    /// How often an overlay query is tried before the job fails.
+    pub query_attempts: u32,
+    /// Bytes per staged chunk.
+    pub chunk_size: usize,
+    /// How often one file may be re-sent to one node.
+    pub max_resends: u32,
+}
+
+impl Default for SubmitConfig {
+    fn default() -> Self {
+        SubmitConfig {
+            offer_timeout: Duration::from_secs(5),
+            stage_timeout: Duration::from_secs(120),
+            query_attempts: 3,
+            chunk_size: 256 * 1024,
+            max_resends: 3,
+        }
+    }
+}
+
+/// Why a job failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// Fewer free slots on matching nodes than ranks to place.
+    #[error(
+        "need {needed} more process slot(s) but only {slots} remain on {nodes} node(s) matching every requirement \
+         ({rejected} node(s) dropped after rejecting or not answering; per requirement: {})",
+        per_requirement.iter().map(|(r, n)| format!("{r}: {n} node(s)")).collect::<Vec<_>>().join(", ")
+    )]
+    NotEnoughCandidates {
+        /// Ranks still unplaced.
+        needed: u32,
+        /// Free slots on the remaining candidates.
+        slots: u64,
+        /// Remaining candidates.
+        nodes: usize,
+        /// Candidates dropped after a reject or timeout.
+        rejected: usize,
+        /// How many nodes matched each requirement on its own.
+        per_requirement: Vec<(String, usize)>,
+    },
+    /// An overlay query kept failing.
+    #[error("overlay query {name:?} failed: {error}")]
+    QueryFailed { name: String, error: OverlayError },
+    /// A file to stage could not be read.
+    #[error("cannot read {path:?}: {reason}")]
+    FileRead { path: String, reason: String },
+    /// A node holding ranks became unreachable or stopped answering.
+    #[error("node {node} holding rank(s) {ranks:?} was lost")]
+    NodeLost { node: NodeAddr, ranks: Vec<u32> },
+    /// A file kept arriving corrupt at a node.
+    #[error("file {file} kept arriving corrupt at {node}")]
+    StagingFailed { node: NodeAddr, file: u32 },
+    /// The job's `<timeout>` passed.
+    #[error("the job's timeout passed")]
+    Timeout,
+    /// The description asks for no process or more than [`super::description::MAX_PROCESSES`].
+    #[error("a job needs 1 to {max} processes, not {0}", max = super::description::MAX_PROCESSES)]
+    BadProcessCount(u32),
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every rank exited; codes by rank.
+    Done { codes: Vec<i32> },
+    /// The job could not run to the end.
+    Failed(SubmitError),
+    /// The user killed it.
+    Killed,
+}
+
+/// Where a submission is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Asking the overlay for candidates.
+    Resolving,
+    /// Offering ranks and staging files.
+    Placing,
+    /// Started; collecting results.
+    Running,
+    /// Over.
+    Finished,
+}
+
+/// One rank as the submitter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankInfo {
+    /// The rank.
+    pub rank: u32,
+    /// The node it was accepted by, if any.
+    pub node: Option<NodeAddr>,
+    /// Whether it reported running.
+    pub started: bool,
+    /// Its exit code, once exited.
+    pub exit: Option<i32>,
+}
+
+/// What a submission reports or asks of its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubmitEvent {
+    /// Forward to the overlay node; answer through `handle_overlay_event`.
+    Overlay(OverlayCommand),
+    /// Read local file `path`; answer through `handle_file_read(job, file, ..)`.
+    ReadFile { job: JobId, file: u32, path: String },
+    /// Every rank has a node.
+    Placed { job: JobId, ranks: Vec<(u32, NodeAddr)> },
+    /// A rank is running.
+    Started { job: JobId, rank: u32, node: NodeAddr },
+    /// Output of a rank.
+    Output { job: JobId, rank: u32, stream: Stream, offset: u64, data: Bytes },
+    /// Write `data` at `offset` of output file `name` of `rank`.
+    WriteFile { job: JobId, rank: u32, name: String, offset: u64, data: Bytes },
+    /// Output file `name` of `rank` is complete; `ok` when its digest matched.
+    OutputFileDone { job: JobId, rank: u32, name: String, ok: bool },
+    /// A rank exited.
+    Exited { job: JobId, rank: u32, code: i32 },
+    /// Answer to a status command.
+    Status { job: JobId, phase: Phase, ranks: Vec<RankInfo> },
+    /// The job is over.
+    Finished { job: JobId, outcome: Outcome },
+}
+
+/// A submitter command that cannot be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitCmdError {
+    /// No job with this id.
+    #[error("no job {0}")]
+    UnknownJob(JobId),
+    /// The request id was used before for a different job description.
+    #[error("request id {0} was already used for another job")]
+    RequestIdReused(u64),
+}
+
+/// Tokens the submitter uses for overlay queries have this bit set, so a driver can
+/// route [`OverlayEvent::QueryDone`]s (see [`Submitter::handle_overlay_event`]).
+pub const TOKEN_TAG: Token = 1 << 63;
+
+/// Every submission of one node, keyed by job id, with idempotent submit.
+#[derive(Debug)]
+pub struct Submitter {
+    addr: NodeAddr,
+    config: SubmitConfig,
+    rng: Pcg64,
+    counter: u64,
+    by_request: BTreeMap<u64, JobId>,
+    jobs: BTreeMap<JobId, Submission>,
+    by_token: BTreeMap<u64, JobId>,
+}
+
+/// What a submitter is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitterCommand {
+    /// Kill a job.
+    Kill(JobId),
+    /// Report a job's status.
+    Status(JobId),
+}
+
+impl Submitter {
+    /// A submitter for the node at `addr`; `rng_seed` feeds the job-id nonces.
+    pub fn new(config: SubmitConfig, addr: NodeAddr, rng_seed: u64) -> Self {
+        Submitter {
+            addr,
+            config,
+            rng: Pcg64::seed_from_u64(rng_seed),
+            counter: 0,
+            by_request: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            by_token: BTreeMap::new(),
+        }
+    }
+
+    /// Submits `job` under the caller's `request_id`. A retry with the same request
+    /// id and description returns the same job id and `false` (nothing new starts).
+    pub fn submit(
+        &mut self,
+        now: Instant,
+        request_id: u64,
+        job: JobDescription,
+    ) -> Result<(JobId, bool), SubmitCmdError> {
+        if let Some(&id) = self.by_request.get(&request_id) {
+            return match self.jobs.get(&id) {
+                Some(s) if s.description() != &job => Err(SubmitCmdError::RequestIdReused(request_id)),
+                _ => Ok((id, false)),
+            };
+        }
+        self.counter += 1;
+        let id = JobId::derive(self.addr, self.counter, self.rng.random());
+        let token_base = TOKEN_TAG | (self.counter << 32);
+        self.by_token.insert(self.counter, id);
+        self.by_request.insert(request_id, id);
+        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, id, job, now, token_base));
+        Ok((id, true))
+    }
+
+    /// The submission of `job`.
+    pub fn get(&self, job: JobId) -> Option<&Submission> {
+        self.jobs.get(&job)
+    }
+
+    /// Every job, in id order.
+    pub fn jobs(&self) -> impl Iterator<Item = &Submission> {
+        self.jobs.values()
+    }
+
+    /// Forgets finished jobs (their request ids too).
+    pub fn forget_finished(&mut self) {
+        self.jobs.retain(|_, s| s.phase() != Phase::Finished);
+        let jobs = &self.jobs;
+        self.by_request.retain(|_, id| jobs.contains_key(id));
+        self.by_token.retain(|_, id| jobs.contains_key(id));
+    }
+
+    /// An overlay event; returns whether it answered one of this submitter's queries.
+    pub fn handle_overlay_event(&mut self, now: Instant, ev: &OverlayEvent) -> bool {
+        let OverlayEvent::QueryDone { token, .. } = ev else { return false };
+        if token & TOKEN_TAG == 0 {
+            return false;
+        }
+        let key = (token & !TOKEN_TAG) >> 32;
+        match self.by_token.get(&key).and_then(|id| self.jobs.get_mut(id)) {
+            Some(s) => s.handle_overlay_event(now, ev),
+            None => false,
+        }
+    }
+
+    /// The driver read (or failed to read) file `file` of `job`.
+    pub fn handle_file_read(&mut self, now: Instant, job: JobId, file: u32, data: Result<Bytes, String>) {
+        if let Some(s) = self.jobs.get_mut(&job) {
+            s.handle_file_read(now, file, data);
+        }
+    }
+}
+
+impl Machine for Submitter {
+    type Body = JobMsg;
+    type Command = SubmitterCommand;
+    type Event = SubmitEvent;
+    type CmdError = SubmitCmdError;
+
+    fn addr(&self) -> NodeAddr {
+        self.addr
+    }
+
+    fn handle_message(&mut self, now: Instant, msg: Envelope<JobMsg>) {
+        if let Some(s) = self.jobs.get_mut(&msg.body.job()) {
+            s.handle_message(now, msg);
+        }
+    }
+
+    fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
+        self.jobs.values_mut().for_each(|s| s.handle_send_failed(now, to));
+    }
+
+    fn handle_command(&mut self, now: Instant, cmd: SubmitterCommand) -> Result<(), SubmitCmdError> {
+        let (id, c) = match cmd {
+            SubmitterCommand::Kill(id) => (id, SubmissionCommand::Kill),
+            SubmitterCommand::Status(id) => (id, SubmissionCommand::Status),
+        };
+        let s = self.jobs.get_mut(&id).ok_or(SubmitCmdError::UnknownJob(id))?;
+        s.handle_command(now, c).map_err(|_| SubmitCmdError::UnknownJob(id))
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.jobs.values_mut().for_each(|s| s.handle_timeout(now));
+    }
+
+    fn poll_action(&mut self) -> Option<Action<JobMsg, SubmitEvent>> {
+        self.jobs.values_mut().find_map(|s| s.poll_action())
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.jobs.values().filter_map(|s| s.poll_timeout()).min()
+    }
+}
+
+/// SHA-1 of `data`, as an [`Id`].
+pub fn digest(data: &[u8]) -> Id {
+    Id::from_bytes(Sha1::digest(data).into())
+}
+
+/// How many nodes satisfied each requirement on its own, for error messages.
+fn per_requirement_counts(
+    reqs: &[Requirement],
+    nodes: &BTreeMap<NodeAddr, Resources>,
+    narrowed: &BTreeMap<String, BTreeSet<NodeAddr>>,
+) -> Vec<(String, usize)> {
+    reqs.iter()
+        .map(|r| {
+            let listed = |a: &NodeAddr| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(a)));
+            (r.to_string(), nodes.iter().filter(|(a, res)| listed(a) && r.matches(res)).count())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "submit_tests.rs"]
+mod tests;

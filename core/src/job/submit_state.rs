@@ -1,0 +1,576 @@
+//! The per-job [`Submission`] machine (see the parent module for its lifecycle).
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::fmt;
+
+use super::*;
+
+/// What the application asks of one submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmissionCommand {
+    /// Stop every rank and finish as [`Outcome::Killed`].
+    Kill,
+    /// Emit a [`SubmitEvent::Status`].
+    Status,
+}
+
+#[derive(Debug)]
+struct Query {
+    name: String,
+    token: Token,
+    attempts: u32,
+    values: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stage {
+    NotSent,
+    Sent { deadline: Instant, resends: BTreeMap<u32, u32> },
+    Staged,
+}
+
+#[derive(Debug)]
+struct Node {
+    slots: u32,
+    accepted: Vec<u32>,
+    offer: Option<(Vec<u32>, Instant)>,
+    /// Rejected or timed out: no more offers.
+    closed: bool,
+    stage: Stage,
+}
+
+impl Node {
+    fn free(&self) -> u32 {
+        let pending = self.offer.as_ref().map_or(0, |(r, _)| r.len());
+        self.slots.saturating_sub(u32::try_from(self.accepted.len() + pending).unwrap_or(u32::MAX))
+    }
+}
+
+struct OutFile {
+    hasher: Sha1,
+    received: u64,
+}
+
+impl fmt::Debug for OutFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutFile").field("received", &self.received).finish_non_exhaustive()
+    }
+}
+
+/// One job on the submitter's side, from resolution to results. Sans-IO: see the
+/// parent module docs; drive it like any [`Machine`], plus
+/// [`Submission::handle_overlay_event`] and [`Submission::handle_file_read`].
+#[derive(Debug)]
+pub struct Submission {
+    config: SubmitConfig,
+    addr: NodeAddr,
+    job: JobId,
+    desc: JobDescription,
+    phase: Phase,
+    queries: Vec<Query>,
+    /// Staged files by number: name, bytes, digest; `None` while being read.
+    files: Vec<Option<(String, Bytes, Id)>>,
+    nodes: BTreeMap<NodeAddr, Node>,
+    unplaced: BTreeSet<u32>,
+    ranks: Vec<RankInfo>,
+    per_requirement: Vec<(String, usize)>,
+    closed: usize,
+    deadline: Option<Instant>,
+    out_files: BTreeMap<(u32, String), OutFile>,
+    actions: VecDeque<Action<JobMsg, SubmitEvent>>,
+    ignored: u64,
+}
+
+impl Submission {
+    /// Starts submitting `desc` as job `job`: emits the overlay queries (tokens from
+    /// `token_base` up) and the file reads.
+    pub fn new(
+        config: SubmitConfig,
+        addr: NodeAddr,
+        job: JobId,
+        desc: JobDescription,
+        now: Instant,
+        token_base: Token,
+    ) -> Self {
+        let mut names: BTreeSet<String> = desc.requirements.iter().filter_map(Requirement::query_name).collect();
+        names.insert(ANY_NAME.to_owned());
+        let queries: Vec<Query> = names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| Query { name, token: token_base + i as u64, attempts: 1, values: None })
+            .collect();
+        let xml = Bytes::from(desc.to_xml());
+        let mut files = vec![Some(("job.xml".to_owned(), xml.clone(), digest(&xml)))];
+        files.extend(std::iter::repeat_n(None, 1 + desc.inputfiles.len()));
+        let n = desc.processes;
+        let valid = (1..=super::super::description::MAX_PROCESSES).contains(&n);
+        // Nothing is allocated per rank for an invalid count; the job fails below.
+        let ranks = if valid { n } else { 0 };
+        let mut s = Submission {
+            deadline: desc.timeout.map(|t| now + t),
+            config,
+            addr,
+            job,
+            phase: Phase::Resolving,
+            queries,
+            files,
+            nodes: BTreeMap::new(),
+            unplaced: (0..ranks).collect(),
+            ranks: (0..ranks).map(|rank| RankInfo { rank, node: None, started: false, exit: None }).collect(),
+            per_requirement: Vec::new(),
+            closed: 0,
+            out_files: BTreeMap::new(),
+            actions: VecDeque::new(),
+            ignored: 0,
+            desc,
+        };
+        if !valid {
+            s.fail(SubmitError::BadProcessCount(n));
+            return s;
+        }
+        for q in &s.queries {
+            let cmd = OverlayCommand::Query { token: q.token, name: q.name.clone() };
+            s.actions.push_back(Action::Event(SubmitEvent::Overlay(cmd)));
+        }
+        let paths: Vec<String> = std::iter::once(&s.desc.executable).chain(&s.desc.inputfiles).cloned().collect();
+        for (i, path) in paths.into_iter().enumerate() {
+            s.event(SubmitEvent::ReadFile { job, file: 1 + i as u32, path });
+        }
+        s
+    }
+
+    /// The job id.
+    pub fn job(&self) -> JobId {
+        self.job
+    }
+
+    /// The job description.
+    pub fn description(&self) -> &JobDescription {
+        &self.desc
+    }
+
+    /// Where the job is.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Every rank's placement and state.
+    pub fn ranks(&self) -> &[RankInfo] {
+        &self.ranks
+    }
+
+    /// Messages dropped as unexpected (wrong sender, wrong phase).
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
+
+    fn event(&mut self, e: SubmitEvent) {
+        self.actions.push_back(Action::Event(e));
+    }
+
+    fn send(&mut self, to: NodeAddr, body: JobMsg, payload: Bytes) {
+        let msg = Envelope::new(self.addr.id(), self.addr, 0, body).with_payload(payload);
+        self.actions.push_back(Action::Send { to, msg });
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        if self.phase == Phase::Finished {
+            return;
+        }
+        if !matches!(outcome, Outcome::Done { .. }) {
+            let holding: Vec<NodeAddr> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| !n.accepted.is_empty() || n.offer.is_some())
+                .map(|(a, _)| *a)
+                .collect();
+            for to in holding {
+                self.send(to, JobMsg::Kill { job: self.job }, Bytes::new());
+            }
+        }
+        self.phase = Phase::Finished;
+        self.event(SubmitEvent::Finished { job: self.job, outcome });
+    }
+
+    fn fail(&mut self, e: SubmitError) {
+        self.finish(Outcome::Failed(e));
+    }
+
+    /// An overlay event; returns whether it answered one of this job's queries.
+    pub fn handle_overlay_event(&mut self, now: Instant, ev: &OverlayEvent) -> bool {
+        let OverlayEvent::QueryDone { token, result, .. } = ev else { return false };
+        let Some(i) = self.queries.iter().position(|q| q.token == *token) else { return false };
+        if self.phase != Phase::Resolving || self.queries[i].values.is_some() {
+            return true;
+        }
+        match result {
+            Ok(values) => self.queries[i].values = Some(values.clone()),
+            Err(error) if self.queries[i].attempts >= self.config.query_attempts => {
+                let name = self.queries[i].name.clone();
+                self.fail(SubmitError::QueryFailed { name, error: *error });
+                return true;
+            }
+            Err(_) => {
+                let q = &mut self.queries[i];
+                q.attempts += 1;
+                let cmd = OverlayCommand::Query { token: q.token, name: q.name.clone() };
+                self.event(SubmitEvent::Overlay(cmd));
+                return true;
+            }
+        }
+        if self.queries.iter().all(|q| q.values.is_some()) {
+            self.resolve(now);
+        }
+        true
+    }
+
+    fn resolve(&mut self, now: Instant) {
+        let mut all: BTreeMap<NodeAddr, Resources> = BTreeMap::new();
+        let mut narrowed: BTreeMap<String, BTreeSet<NodeAddr>> = BTreeMap::new();
+        for q in &self.queries {
+            let values = q.values.as_deref().unwrap_or_default();
+            if q.name == ANY_NAME {
+                for (addr, res) in values.iter().filter_map(|v| Resources::parse_any_value(v).ok()) {
+                    // A node seen twice (a stale registration): trust the fewer slots.
+                    let keep = all.get(&addr).is_none_or(|old| old.slots > res.slots);
+                    if keep {
+                        all.insert(addr, res);
+                    }
+                }
+            } else {
+                narrowed.insert(q.name.clone(), values.iter().filter_map(|v| v.trim().parse().ok()).collect());
+            }
+        }
+        self.per_requirement = per_requirement_counts(&self.desc.requirements, &all, &narrowed);
+        for (addr, res) in all {
+            let listed =
+                |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
+            if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
+                let node =
+                    Node { slots: res.slots, accepted: Vec::new(), offer: None, closed: false, stage: Stage::NotSent };
+                self.nodes.insert(addr, node);
+            }
+        }
+        self.phase = Phase::Placing;
+        self.place(now);
+    }
+
+    /// Offers the unplaced ranks to the open candidates with the most free slots.
+    fn place(&mut self, now: Instant) {
+        if self.phase != Phase::Placing {
+            return;
+        }
+        let open = self.nodes.values().filter(|n| !n.closed);
+        let capacity: u64 = open.map(|n| u64::from(n.free())).sum();
+        if self.unplaced.len() as u64 > capacity {
+            let err = SubmitError::NotEnoughCandidates {
+                needed: self.unplaced.len() as u32,
+                slots: capacity,
+                nodes: self.nodes.values().filter(|n| !n.closed).count(),
+                rejected: self.closed,
+                per_requirement: self.per_requirement.clone(),
+            };
+            self.fail(err);
+            return;
+        }
+        // Max-heap on free slots, ties to the lowest address.
+        let mut heap: BinaryHeap<(u32, std::cmp::Reverse<NodeAddr>)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.closed && n.offer.is_none() && n.free() > 0)
+            .map(|(a, n)| (n.free(), std::cmp::Reverse(*a)))
+            .collect();
+        let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
+        while let Some(&rank) = self.unplaced.first() {
+            let Some((free, std::cmp::Reverse(addr))) = heap.pop() else { break };
+            self.unplaced.remove(&rank);
+            offers.entry(addr).or_default().push(rank);
+            if free > 1 {
+                heap.push((free - 1, std::cmp::Reverse(addr)));
+            }
+        }
+        let digest = self.files[0].as_ref().map(|f| f.2).unwrap_or_default();
+        for (to, ranks) in offers {
+            if let Some(n) = self.nodes.get_mut(&to) {
+                n.offer = Some((ranks.clone(), now + self.config.offer_timeout));
+            }
+            let msg = JobMsg::Offer { job: self.job, ranks, size: self.desc.processes, digest };
+            self.send(to, msg, Bytes::new());
+        }
+        self.try_start(now);
+    }
+
+    /// Drops a node from further offers and puts its pending ranks back.
+    fn close(&mut self, now: Instant, addr: NodeAddr) {
+        let Some(n) = self.nodes.get_mut(&addr) else { return };
+        if let Some((ranks, _)) = n.offer.take() {
+            self.unplaced.extend(ranks);
+        }
+        if !n.closed {
+            n.closed = true;
+            self.closed += 1;
+        }
+        self.place(now);
+    }
+
+    /// The driver read (or failed to read) staged file number `file`.
+    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<Bytes, String>) {
+        let i = file as usize;
+        if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
+            return;
+        }
+        let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
+        match data {
+            Ok(bytes) => {
+                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+                let d = digest(&bytes);
+                self.files[i] = Some((name, bytes, d));
+            }
+            Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
+        }
+        let waiting: Vec<NodeAddr> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.accepted.is_empty() && n.stage == Stage::NotSent)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in waiting {
+            self.stage_node(now, a);
+        }
+    }
+
+    fn send_file(&mut self, to: NodeAddr, file: u32) {
+        let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
+        let total = data.len() as u64;
+        let chunk = self.config.chunk_size.max(1);
+        let mut offset = 0;
+        loop {
+            let end = (offset + chunk).min(data.len());
+            let msg = JobMsg::Stage { job: self.job, file, name: name.clone(), offset: offset as u64, total, digest };
+            self.send(to, msg, data.slice(offset..end));
+            offset = end;
+            if offset >= data.len() {
+                break;
+            }
+        }
+    }
+
+    /// Sends every file to `to` once all are read.
+    fn stage_node(&mut self, now: Instant, to: NodeAddr) {
+        if self.files.iter().any(Option::is_none) {
+            return;
+        }
+        for f in 0..self.files.len() as u32 {
+            self.send_file(to, f);
+        }
+        self.send(to, JobMsg::StageEnd { job: self.job, files: self.files.len() as u32 }, Bytes::new());
+        if let Some(n) = self.nodes.get_mut(&to) {
+            n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new() };
+        }
+    }
+
+    fn try_start(&mut self, _now: Instant) {
+        let ready = self.phase == Phase::Placing
+            && self.unplaced.is_empty()
+            && self.nodes.values().all(|n| n.offer.is_none() && (n.accepted.is_empty() || n.stage == Stage::Staged));
+        if !ready {
+            return;
+        }
+        self.phase = Phase::Running;
+        let placed = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
+        self.event(SubmitEvent::Placed { job: self.job, ranks: placed });
+        let holding: Vec<NodeAddr> =
+            self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
+        for to in holding {
+            self.send(to, JobMsg::Start { job: self.job }, Bytes::new());
+        }
+    }
+
+    fn holds(&self, from: NodeAddr, rank: u32) -> bool {
+        self.ranks.get(rank as usize).is_some_and(|r| r.node == Some(from))
+    }
+
+    fn on_message(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
+        let job = self.job;
+        match body {
+            JobMsg::Accept { ranks, .. } if self.phase == Phase::Placing => {
+                let n = self.nodes.get_mut(&from)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                    return None;
+                }
+                n.offer = None;
+                n.accepted.extend(&ranks);
+                let first = n.stage == Stage::NotSent;
+                for r in ranks {
+                    self.ranks[r as usize].node = Some(from);
+                }
+                if first {
+                    self.stage_node(now, from);
+                }
+                self.place(now);
+            }
+            JobMsg::Reject { ranks, .. } if self.phase == Phase::Placing => {
+                let n = self.nodes.get(&from)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                    return None;
+                }
+                self.close(now, from);
+            }
+            JobMsg::Resend { file, .. } if self.phase == Phase::Placing => {
+                let max = self.config.max_resends;
+                let deadline = now + self.config.stage_timeout;
+                let n = self.nodes.get_mut(&from)?;
+                let Stage::Sent { resends, deadline: d } = &mut n.stage else { return None };
+                if file as usize >= self.files.len() {
+                    return None;
+                }
+                let count = resends.entry(file).or_insert(0);
+                *count += 1;
+                if *count > max {
+                    self.fail(SubmitError::StagingFailed { node: from, file });
+                    return Some(());
+                }
+                *d = deadline;
+                self.send_file(from, file);
+                self.send(from, JobMsg::StageEnd { job, files: self.files.len() as u32 }, Bytes::new());
+            }
+            JobMsg::Staged { .. } if self.phase == Phase::Placing => {
+                let n = self.nodes.get_mut(&from)?;
+                if !matches!(n.stage, Stage::Sent { .. }) {
+                    return None;
+                }
+                n.stage = Stage::Staged;
+                self.try_start(now);
+            }
+            JobMsg::Started { rank, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
+                self.ranks[rank as usize].started = true;
+                self.event(SubmitEvent::Started { job, rank, node: from });
+            }
+            JobMsg::Output { rank, stream, offset, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
+                self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
+            }
+            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. }
+                if self.phase == Phase::Running && self.holds(from, rank) && self.desc.outputfiles.contains(&name) =>
+            {
+                let key = (rank, name.clone());
+                let f = self.out_files.entry(key.clone()).or_insert(OutFile { hasher: Sha1::new(), received: 0 });
+                if offset != f.received {
+                    return None;
+                }
+                f.hasher.update(&payload);
+                f.received += payload.len() as u64;
+                let complete = f.received >= total;
+                self.event(SubmitEvent::WriteFile { job, rank, name: name.clone(), offset, data: payload });
+                if complete {
+                    let f = self.out_files.remove(&key)?;
+                    let ok = f.received == total && Id::from_bytes(f.hasher.finalize().into()) == want;
+                    self.event(SubmitEvent::OutputFileDone { job, rank, name, ok });
+                }
+            }
+            JobMsg::Exit { rank, code, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
+                if self.ranks[rank as usize].exit.is_some() {
+                    return None;
+                }
+                self.ranks[rank as usize].exit = Some(code);
+                self.event(SubmitEvent::Exited { job, rank, code });
+                if self.ranks.iter().all(|r| r.exit.is_some()) {
+                    let holding: Vec<NodeAddr> =
+                        self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
+                    for to in holding {
+                        self.send(to, JobMsg::Done { job }, Bytes::new());
+                    }
+                    let codes = self.ranks.iter().map(|r| r.exit.unwrap_or_default()).collect();
+                    self.finish(Outcome::Done { codes });
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn lost(&mut self, node: NodeAddr) {
+        let ranks: Vec<u32> = self.nodes.get(&node).map(|n| n.accepted.clone()).unwrap_or_default();
+        let ranks: Vec<u32> = ranks.into_iter().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.accepted.clear(); // it cannot be killed or told anything any more
+        }
+        self.fail(SubmitError::NodeLost { node, ranks });
+    }
+}
+
+impl Machine for Submission {
+    type Body = JobMsg;
+    type Command = SubmissionCommand;
+    type Event = SubmitEvent;
+    type CmdError = SubmitCmdError;
+
+    fn addr(&self) -> NodeAddr {
+        self.addr
+    }
+
+    fn handle_message(&mut self, now: Instant, msg: Envelope<JobMsg>) {
+        if msg.body.job() != self.job || self.on_message(now, msg.sender_addr, msg.body, msg.payload).is_none() {
+            self.ignored += 1;
+        }
+    }
+
+    fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
+        let Some(n) = self.nodes.get(&to) else { return };
+        let live = n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none());
+        match self.phase {
+            Phase::Placing | Phase::Running if live => self.lost(to),
+            Phase::Placing if n.offer.is_some() => self.close(now, to),
+            _ => {}
+        }
+    }
+
+    fn handle_command(&mut self, _now: Instant, cmd: SubmissionCommand) -> Result<(), SubmitCmdError> {
+        match cmd {
+            SubmissionCommand::Kill => self.finish(Outcome::Killed),
+            SubmissionCommand::Status => {
+                self.event(SubmitEvent::Status { job: self.job, phase: self.phase, ranks: self.ranks.clone() })
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Finished {
+            return;
+        }
+        if self.deadline.is_some_and(|d| d <= now) {
+            return self.fail(SubmitError::Timeout);
+        }
+        let expired: Vec<NodeAddr> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.offer.as_ref().is_some_and(|(_, d)| *d <= now))
+            .map(|(a, _)| *a)
+            .collect();
+        for a in expired {
+            self.close(now, a);
+        }
+        let stalled =
+            self.nodes.iter().find(|(_, n)| matches!(&n.stage, Stage::Sent { deadline, .. } if *deadline <= now));
+        if let (Phase::Placing, Some((a, _))) = (self.phase, stalled) {
+            let a = *a;
+            self.lost(a);
+        }
+    }
+
+    fn poll_action(&mut self) -> Option<Action<JobMsg, SubmitEvent>> {
+        self.actions.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Finished {
+            return None;
+        }
+        let offers = self.nodes.values().filter_map(|n| n.offer.as_ref().map(|(_, d)| *d));
+        let stages = self.nodes.values().filter_map(|n| match &n.stage {
+            Stage::Sent { deadline, .. } if self.phase == Phase::Placing => Some(*deadline),
+            _ => None,
+        });
+        offers.chain(stages).chain(self.deadline).min()
+    }
+}

@@ -1,0 +1,458 @@
+//! Submission against a scripted overlay and scripted executors.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::*;
+use crate::job::RejectReason;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Behave {
+    Accept,
+    Reject,
+    Silent,
+    /// Asks for file 1 again `n` times before confirming staging.
+    Corrupt(u32),
+}
+
+struct Harness {
+    now: Instant,
+    /// Registrations by name, as the overlay would answer.
+    regs: BTreeMap<String, Vec<String>>,
+    behave: BTreeMap<NodeAddr, Behave>,
+    /// Every message the submission sent, in order.
+    sent: Vec<(NodeAddr, JobMsg, Bytes)>,
+    events: Vec<SubmitEvent>,
+    /// Queries answered with an error this many times first.
+    query_errors: u32,
+    /// Exit code per rank once started (None: no exit yet).
+    exit_code: Option<i32>,
+}
+
+fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
+    Envelope::new(from.id(), from, 0, body).with_payload(payload)
+}
+
+fn addr(i: u32) -> NodeAddr {
+    NodeAddr::loopback(i, 7000)
+}
+
+fn res(slots: u32, mem_mb: u64, tags: &[&str]) -> Resources {
+    Resources {
+        os: "linux".into(),
+        arch: "x86_64".into(),
+        cores: 4,
+        mem_mb,
+        slots,
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        extra: BTreeMap::new(),
+    }
+}
+
+fn job(n: u32, reqs: &[&str]) -> JobDescription {
+    let mut j = JobDescription::run("./ring", vec!["20000".into()], n);
+    j.requirements = reqs.iter().map(|r| r.parse().unwrap()).collect();
+    j.inputfiles = vec!["in/input1".into()];
+    j.outputfiles = vec!["result.txt".into()];
+    j
+}
+
+impl Harness {
+    fn new(nodes: &[(NodeAddr, Resources, Behave)]) -> Self {
+        let mut regs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (a, r, _) in nodes {
+            for (name, value) in r.registrations(*a) {
+                regs.entry(name).or_default().push(value);
+            }
+        }
+        Harness {
+            now: Instant::now(),
+            regs,
+            behave: nodes.iter().map(|(a, _, b)| (*a, *b)).collect(),
+            sent: Vec::new(),
+            events: Vec::new(),
+            query_errors: 0,
+            exit_code: Some(0),
+        }
+    }
+
+    /// Drains the submission, answering overlay queries, file reads and messages,
+    /// until nothing moves; then jumps time to the next timeout, up to `steps` times.
+    fn run(&mut self, s: &mut Submission, steps: usize) {
+        for _ in 0..steps {
+            let mut inbox: Vec<Envelope<JobMsg>> = Vec::new();
+            let mut overlay = Vec::new();
+            let mut reads = Vec::new();
+            while let Some(a) = s.poll_action() {
+                match a {
+                    Action::Send { to, msg } => {
+                        self.sent.push((to, msg.body.clone(), msg.payload.clone()));
+                        inbox.extend(self.executor(to, msg.body));
+                    }
+                    Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
+                        overlay.push((token, name))
+                    }
+                    Action::Event(SubmitEvent::ReadFile { file, path, .. }) => reads.push((file, path)),
+                    Action::Event(e) => self.events.push(e),
+                }
+            }
+            let idle = inbox.is_empty() && overlay.is_empty() && reads.is_empty();
+            for (token, name) in overlay {
+                let result = if self.query_errors > 0 {
+                    self.query_errors -= 1;
+                    Err(OverlayError::Timeout)
+                } else {
+                    Ok(self.regs.get(&name).cloned().unwrap_or_default())
+                };
+                s.handle_overlay_event(self.now, &OverlayEvent::QueryDone { token, name, result });
+            }
+            for (file, path) in reads {
+                s.handle_file_read(self.now, file, Ok(Bytes::from(format!("contents of {path}"))));
+            }
+            for m in inbox {
+                s.handle_message(self.now, m);
+            }
+            if idle {
+                match s.poll_timeout() {
+                    Some(t) => {
+                        self.now = self.now.max(t);
+                        s.handle_timeout(self.now);
+                    }
+                    None => return,
+                }
+            }
+        }
+    }
+
+    /// A scripted executor's answers to one message.
+    fn executor(&mut self, at: NodeAddr, body: JobMsg) -> Vec<Envelope<JobMsg>> {
+        let b = self.behave.get(&at).copied().unwrap_or(Behave::Silent);
+        let r = |body| vec![reply(at, body, Bytes::new())];
+        match (b, body) {
+            (Behave::Silent, _) => vec![],
+            (Behave::Reject, JobMsg::Offer { job, ranks, .. }) => {
+                r(JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot })
+            }
+            (_, JobMsg::Offer { job, ranks, .. }) => r(JobMsg::Accept { job, ranks }),
+            (Behave::Corrupt(n), JobMsg::StageEnd { job, .. }) if n > 0 => {
+                self.behave.insert(at, Behave::Corrupt(n - 1));
+                r(JobMsg::Resend { job, file: 1 })
+            }
+            (_, JobMsg::StageEnd { job, .. }) => r(JobMsg::Staged { job }),
+            (_, JobMsg::Start { job }) => {
+                let ranks: Vec<u32> = self
+                    .sent
+                    .iter()
+                    .filter_map(|(to, m, _)| match m {
+                        JobMsg::Offer { ranks, .. } if *to == at => Some(ranks.clone()),
+                        _ => None,
+                    })
+                    .flatten()
+                    .collect();
+                let mut out = Vec::new();
+                for rank in ranks {
+                    out.push(reply(at, JobMsg::Started { job, rank }, Bytes::new()));
+                    let text = Bytes::from(format!("hello from {rank}\n"));
+                    out.push(reply(at, JobMsg::Output { job, rank, stream: Stream::Stdout, offset: 0 }, text));
+                    let data = Bytes::from(format!("result {rank}"));
+                    let (total, digest) = (data.len() as u64, digest(&data));
+                    let name = "result.txt".to_owned();
+                    let of = JobMsg::OutputFile { job, rank, name, offset: 0, total, digest };
+                    out.push(reply(at, of, data));
+                    if let Some(code) = self.exit_code {
+                        out.push(reply(at, JobMsg::Exit { job, rank, code: code + rank as i32 }, Bytes::new()));
+                    }
+                }
+                out
+            }
+            _ => vec![],
+        }
+    }
+
+    fn outcome(&self) -> Option<&Outcome> {
+        self.events.iter().find_map(|e| match e {
+            SubmitEvent::Finished { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+    }
+
+    fn offers(&self) -> Vec<(NodeAddr, Vec<u32>)> {
+        self.sent
+            .iter()
+            .filter_map(|(to, m, _)| match m {
+                JobMsg::Offer { ranks, .. } => Some((*to, ranks.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn count(&self, pred: impl Fn(&JobMsg) -> bool) -> usize {
+        self.sent.iter().filter(|(_, m, _)| pred(m)).count()
+    }
+}
+
+fn submission(h: &Harness, j: JobDescription) -> Submission {
+    let id = JobId::derive(addr(0), 1, 7);
+    Submission::new(SubmitConfig::default(), addr(0), id, j, h.now, TOKEN_TAG)
+}
+
+#[test]
+fn happy_path_places_on_least_loaded_matching_nodes_and_collects() {
+    let mut h = Harness::new(&[
+        (addr(1), res(1, 8000, &[]), Behave::Accept),
+        (addr(2), res(4, 8000, &[]), Behave::Accept),
+        (addr(3), res(8, 1000, &[]), Behave::Accept), // too little memory
+        (addr(4), res(2, 8000, &[]), Behave::Accept),
+    ]);
+    let mut s = submission(&h, job(5, &["linux", "mem_mb>=4096"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1, 2, 3, 4] }), "{:?}", h.events);
+    // Greedy by most free slots, ties to the lowest address: node 2 (4 free) takes
+    // ranks 0, 1 and (tied with node 4 at 2) 2; node 4 takes 3; all tied at 1, node 1 takes 4.
+    assert_eq!(h.offers(), vec![(addr(1), vec![4]), (addr(2), vec![0, 1, 2]), (addr(4), vec![3])]);
+    assert!(h.offers().iter().all(|(a, _)| *a != addr(3)));
+    // Three files (job file, executable, input) staged to each of the three nodes.
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Stage { .. })), 9);
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })), 3);
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Done { .. })), 3);
+    let outputs = h.events.iter().filter(|e| matches!(e, SubmitEvent::Output { .. })).count();
+    let files_ok = h.events.iter().filter(|e| matches!(e, SubmitEvent::OutputFileDone { ok: true, .. })).count();
+    assert_eq!((outputs, files_ok), (5, 5));
+    let placed = h.events.iter().find_map(|e| match e {
+        SubmitEvent::Placed { ranks, .. } => Some(ranks.clone()),
+        _ => None,
+    });
+    assert_eq!(placed.unwrap().len(), 5);
+    // Staged files carry the digest of their bytes.
+    for (_, m, payload) in &h.sent {
+        if let JobMsg::Stage { digest: d, total, .. } = m {
+            assert_eq!((digest(payload), payload.len() as u64), (*d, *total));
+        }
+    }
+    assert_eq!(s.phase(), Phase::Finished);
+    assert_eq!(s.poll_timeout(), None);
+}
+
+#[test]
+fn rejects_and_silence_move_on_to_the_next_candidate() {
+    let mut h = Harness::new(&[
+        (addr(1), res(1, 8000, &[]), Behave::Reject),
+        (addr(2), res(1, 8000, &[]), Behave::Silent),
+        (addr(3), res(1, 8000, &[]), Behave::Accept),
+        (addr(4), res(1, 8000, &[]), Behave::Accept),
+    ]);
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1] }), "{:?}", h.events);
+    let offers = h.offers();
+    assert_eq!(offers[..2], [(addr(1), vec![0]), (addr(2), vec![1])]);
+    assert!(offers.contains(&(addr(3), vec![0])) && offers.contains(&(addr(4), vec![1])), "{offers:?}");
+    assert!(s.ranks().iter().all(|r| r.node == Some(addr(3)) || r.node == Some(addr(4))));
+}
+
+#[test]
+fn too_few_candidates_fail_with_counts() {
+    let mut h = Harness::new(&[
+        (addr(1), res(1, 8000, &["gpu"]), Behave::Accept),
+        (addr(2), res(1, 2000, &["gpu"]), Behave::Accept),
+        (addr(3), res(1, 8000, &[]), Behave::Accept),
+    ]);
+    let mut s = submission(&h, job(2, &["gpu", "mem_mb>=4096"]));
+    h.run(&mut s, 10);
+    let Some(Outcome::Failed(e @ SubmitError::NotEnoughCandidates { needed, slots, nodes, .. })) = h.outcome() else {
+        panic!("{:?}", h.events)
+    };
+    assert_eq!((*needed, *slots, *nodes), (2, 1, 1));
+    let text = e.to_string();
+    assert!(text.contains("gpu: 2 node(s)") && text.contains("mem_mb>=4096: 2 node(s)"), "{text}");
+    assert!(h.offers().is_empty(), "nothing is offered when the job cannot fit");
+}
+
+#[test]
+fn rejections_that_leave_too_few_fail_and_release_the_accepted() {
+    let mut h =
+        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Reject)]);
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 10);
+    assert!(matches!(h.outcome(), Some(Outcome::Failed(SubmitError::NotEnoughCandidates { rejected: 1, .. }))));
+    assert_eq!(h.sent.iter().filter(|(to, m, _)| *to == addr(1) && matches!(m, JobMsg::Kill { .. })).count(), 1);
+}
+
+#[test]
+fn corrupt_staging_is_resent_then_given_up() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Corrupt(2))]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0] }));
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Stage { file: 1, .. })), 3);
+
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Corrupt(10))]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::StagingFailed { node: addr(1), file: 1 })));
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })), 0, "a corrupt transfer never runs");
+}
+
+#[test]
+fn kill_while_running_stops_every_node() {
+    let mut h =
+        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    s.handle_command(h.now, SubmissionCommand::Kill).unwrap();
+    h.run(&mut s, 5);
+    assert_eq!(h.outcome(), Some(&Outcome::Killed));
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Kill { .. })), 2);
+}
+
+#[test]
+fn losing_a_node_while_running_fails_and_the_timeout_kills() {
+    let nodes = [(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)];
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    s.handle_send_failed(h.now, addr(2));
+    h.run(&mut s, 5);
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::NodeLost { node: addr(2), ranks: vec![1] })));
+    assert_eq!(h.sent.iter().filter(|(to, m, _)| *to == addr(1) && matches!(m, JobMsg::Kill { .. })).count(), 1);
+
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut j = job(2, &["linux"]);
+    j.timeout = Some(Duration::from_secs(30));
+    let mut s = submission(&h, j);
+    let t0 = h.now;
+    h.run(&mut s, 20);
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::Timeout)));
+    assert_eq!(h.now, t0 + Duration::from_secs(30));
+}
+
+#[test]
+fn failing_queries_are_retried_then_fail() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept)]);
+    h.query_errors = 2;
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0] }));
+
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept)]);
+    h.query_errors = 100;
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 20);
+    assert!(matches!(h.outcome(), Some(Outcome::Failed(SubmitError::QueryFailed { .. }))), "{:?}", h.events);
+}
+
+#[test]
+fn unexpected_messages_are_ignored() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Silent)]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 1);
+    let job = s.job();
+    // Accept for ranks never offered, from a stranger, and for another job.
+    s.handle_message(h.now, reply(addr(1), JobMsg::Accept { job, ranks: vec![5] }, Bytes::new()));
+    s.handle_message(h.now, reply(addr(9), JobMsg::Accept { job, ranks: vec![0] }, Bytes::new()));
+    let other = JobId::derive(addr(0), 2, 7);
+    s.handle_message(h.now, reply(addr(1), JobMsg::Exit { job: other, rank: 0, code: 0 }, Bytes::new()));
+    assert_eq!(s.ignored(), 3);
+    assert!(s.ranks().iter().all(|r| r.node.is_none()));
+}
+
+#[test]
+fn submitter_retry_with_the_same_request_id_starts_nothing_new() {
+    let now = Instant::now();
+    let mut sub = Submitter::new(SubmitConfig::default(), addr(0), 42);
+    let (a, fresh) = sub.submit(now, 7, job(1, &["linux"])).unwrap();
+    assert!(fresh);
+    let first: Vec<_> = std::iter::from_fn(|| sub.poll_action()).collect();
+    assert!(!first.is_empty());
+    let (b, fresh) = sub.submit(now, 7, job(1, &["linux"])).unwrap();
+    assert_eq!((a, fresh), (b, false));
+    assert!(sub.poll_action().is_none(), "a retry emits nothing");
+    assert_eq!(sub.submit(now, 7, job(2, &["linux"])), Err(SubmitCmdError::RequestIdReused(7)));
+    let (c, fresh) = sub.submit(now, 8, job(1, &["linux"])).unwrap();
+    assert!(fresh && c != a);
+    // Same seed, same ids: job ids are replayable.
+    let mut again = Submitter::new(SubmitConfig::default(), addr(0), 42);
+    assert_eq!(again.submit(now, 1, job(1, &["linux"])).unwrap().0, a);
+    // Overlay answers are routed by token to the right job.
+    let token = first
+        .iter()
+        .find_map(|a| match a {
+            Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, .. })) => Some(*token),
+            _ => None,
+        })
+        .unwrap();
+    let ev = OverlayEvent::QueryDone { token, name: ANY_NAME.into(), result: Ok(vec![]) };
+    assert!(sub.handle_overlay_event(now, &ev));
+    let foreign = OverlayEvent::QueryDone { token: 3, name: ANY_NAME.into(), result: Ok(vec![]) };
+    assert!(!sub.handle_overlay_event(now, &foreign));
+    assert_eq!(sub.handle_command(now, SubmitterCommand::Kill(a)), Ok(()));
+    assert!(sub.handle_command(now, SubmitterCommand::Kill(JobId::derive(addr(5), 1, 1))).is_err());
+}
+
+#[test]
+fn a_job_without_processes_fails_at_once() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept)]);
+    let mut s = submission(&h, job(0, &["linux"]));
+    h.run(&mut s, 5);
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::BadProcessCount(0))));
+    assert!(h.sent.is_empty());
+}
+
+#[test]
+fn process_keys_follow_design() {
+    let j = JobId::derive(addr(0), 1, 2);
+    assert_ne!(crate::job::process_key(j, 0), crate::job::process_key(j, 1));
+    let mut bytes = j.0.as_bytes().to_vec();
+    bytes.extend(3u32.to_be_bytes());
+    assert_eq!(crate::job::process_key(j, 3), Id::hash(bytes));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Against a reference model: the job runs exactly when the accepting nodes that
+    /// meet every requirement have enough slots, and then every rank sits on such a
+    /// node within its slots.
+    #[test]
+    fn placement_matches_the_reference_model(
+        spec in proptest::collection::vec((0u32..4, prop::bool::ANY, 0u8..4), 1..8),
+        n in 1u32..8,
+    ) {
+        let nodes: Vec<(NodeAddr, Resources, Behave)> = spec
+            .iter()
+            .enumerate()
+            .map(|(i, (slots, gpu, b))| {
+                let tags: &[&str] = if *gpu { &["gpu"] } else { &[] };
+                let behave = match b { 0 => Behave::Reject, 1 => Behave::Silent, _ => Behave::Accept };
+                (addr(i as u32 + 1), res(*slots, 8000, tags), behave)
+            })
+            .collect();
+        let fits = |(_, r, _): &&(NodeAddr, Resources, Behave)| r.tags.contains("gpu");
+        let good: u32 = nodes.iter().filter(fits).filter(|(_, _, b)| *b == Behave::Accept).map(|(_, r, _)| r.slots).sum();
+        let mut h = Harness::new(&nodes);
+        let mut s = submission(&h, job(n, &["gpu", "cores>=2"]));
+        h.run(&mut s, 200);
+        if good >= n {
+            prop_assert_eq!(h.outcome(), Some(&Outcome::Done { codes: (0..n as i32).collect() }));
+            let mut per_node: BTreeMap<NodeAddr, u32> = BTreeMap::new();
+            for r in s.ranks() {
+                *per_node.entry(r.node.unwrap()).or_default() += 1;
+            }
+            for (a, k) in per_node {
+                let (_, r, b) = nodes.iter().find(|(x, _, _)| *x == a).unwrap();
+                prop_assert!(r.tags.contains("gpu") && *b == Behave::Accept && k <= r.slots);
+            }
+        } else {
+            let failed = matches!(h.outcome(), Some(Outcome::Failed(SubmitError::NotEnoughCandidates { .. })));
+            prop_assert!(failed, "{:?}", h.outcome());
+        }
+        prop_assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })) > 0, good >= n);
+    }
+}
