@@ -64,5 +64,5 @@ impl fmt::Debug for JobId {
 
 /// The overlay key a rank registers while it runs: SHA-1 of (job id, rank).
 pub fn process_key(job: JobId, rank: u32) -> Id {
-    Id::hash_parts([job.0.as_bytes().as_slice(), &rank.to_be_bytes()])
+    crate::local::process_key(job.0.as_bytes(), rank)
 }
