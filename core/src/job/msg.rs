@@ -113,12 +113,12 @@ impl JobMsg {
 
 #[cfg(test)]
 mod tests {
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     use super::*;
     use crate::machine::NodeAddr;
-    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+    use crate::wire::{DEFAULT_MAX_FRAME, Envelope};
 
     fn body_bytes(m: &JobMsg) -> Vec<u8> {
         postcard::to_allocvec(m).unwrap()
@@ -169,12 +169,7 @@ mod tests {
         fn messages_round_trip_through_frames(m in arb_msg(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
             let env = Envelope::new(Id::hash("n"), NodeAddr::loopback(2, 7000), 0, m)
                 .with_payload(Bytes::from(payload));
-            let mut buf = BytesMut::new();
-            encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-            let mut dec = FrameDecoder::default();
-            dec.push(&buf);
-            let frame = dec.decode().unwrap().unwrap();
-            let back: Envelope<JobMsg> = decode_envelope(frame).unwrap();
+            let back = crate::wire::round_trip(&env, DEFAULT_MAX_FRAME).unwrap();
             prop_assert_eq!(back.body.job(), env.body.job());
             prop_assert_eq!(back, env);
         }

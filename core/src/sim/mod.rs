@@ -18,8 +18,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-
 pub use net::NetConfig;
 use net::{Fate, Net};
 
@@ -404,12 +402,7 @@ impl<M: Machine> Sim<M> {
 /// # Panics
 /// If a machine emits a message the codec cannot carry: a bug in that machine.
 fn roundtrip<B: serde::Serialize + serde::de::DeserializeOwned>(msg: &Envelope<B>) -> Envelope<B> {
-    let mut buf = BytesMut::new();
-    wire::encode_frame(msg, &mut buf, wire::DEFAULT_MAX_FRAME).expect("machine emitted an unencodable message");
-    let mut dec = wire::FrameDecoder::default();
-    dec.push(&buf);
-    let frame = dec.decode().expect("own frame decodes").expect("own frame is whole");
-    wire::decode_envelope(frame).expect("own envelope decodes")
+    wire::round_trip(msg, wire::DEFAULT_MAX_FRAME).expect("a machine emitted a message the codec cannot carry")
 }
 
 #[cfg(test)]

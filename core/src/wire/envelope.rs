@@ -117,6 +117,22 @@ impl Extend<u8> for BytesWriter<'_> {
     }
 }
 
+/// Encodes `env` as one frame and decodes it again, as a sender and a receiver
+/// would: the simulator runs every message through it, and tests pin the format
+/// with it.
+pub fn round_trip<B: Serialize + DeserializeOwned>(
+    env: &Envelope<B>,
+    max_frame: usize,
+) -> Result<Envelope<B>, WireError> {
+    let mut buf = BytesMut::new();
+    encode_frame(env, &mut buf, max_frame)?;
+    let mut dec = super::FrameDecoder::new(max_frame);
+    dec.push(&buf);
+    let frame = dec.decode()?.ok_or(WireError::Truncated { buffered: dec.buffered() })?;
+    dec.finish()?;
+    decode_envelope(frame)
+}
+
 /// Decodes one frame (as returned by [`super::FrameDecoder::decode`]) into an
 /// envelope. The version is checked before anything else; the payload is a
 /// zero-copy slice of `frame`.

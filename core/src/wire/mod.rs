@@ -16,7 +16,7 @@ mod error;
 mod frame;
 mod msg;
 
-pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts};
+pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts, round_trip};
 pub use error::WireError;
 pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};
 pub use msg::{Goodbye, Hello};

@@ -1,20 +1,13 @@
 //! Every `ChordMsg` variant survives the whole frame path.
 
-use bytes::BytesMut;
 use proptest::prelude::*;
 
 use super::super::{Entry, Step};
 use super::*;
-use crate::wire::{DEFAULT_MAX_FRAME, FrameDecoder, decode_envelope, encode_frame};
+use crate::wire::DEFAULT_MAX_FRAME;
 
 fn round_trip(env: &Envelope<ChordMsg>) -> Envelope<ChordMsg> {
-    let mut buf = BytesMut::new();
-    encode_frame(env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-    let mut dec = FrameDecoder::default();
-    dec.push(&buf);
-    let frame = dec.decode().unwrap().expect("one whole frame");
-    assert_eq!(dec.buffered(), 0);
-    decode_envelope(frame).unwrap()
+    crate::wire::round_trip(env, DEFAULT_MAX_FRAME).unwrap()
 }
 
 fn arb_id() -> impl Strategy<Value = Id> {
