@@ -1,0 +1,1 @@
+//! The daemon node on the simulator's terms: driven by hand, no sockets.
