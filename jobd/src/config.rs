@@ -10,7 +10,7 @@ use p2pmp_core::job::Resources;
 use serde::Deserialize;
 
 /// Which overlay the daemon joins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Overlay {
     /// Chord (built).
