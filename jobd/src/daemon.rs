@@ -25,6 +25,9 @@ use crate::config::Config;
 use crate::files;
 use crate::procs::{Procs, Spawn};
 
+/// Bytes one peer connection may have queued: room for staging large executables.
+const MAX_TX_BYTES: usize = 1 << 30;
+
 type Conns = Arc<Mutex<BTreeMap<ConnId, mpsc::UnboundedSender<Bytes>>>>;
 
 /// A running daemon. Dropping it stops it (gracefully: it leaves the overlay).
@@ -60,7 +63,10 @@ impl Daemon {
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
         dc.chord.join_backoff_max = (stab * 10).min(Duration::from_secs(30));
         let addr = NodeAddr(overlay);
-        let handle = spawn_node(RuntimeKind::Tokio, listener, DriverConfig::default(), move |now| {
+        // Staging sends a whole executable per node at once (the submission has no
+        // flow control yet), so the per-connection send queue must hold it.
+        let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
+        let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| {
             DaemonNode::new(dc, addr, now)
         })?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
