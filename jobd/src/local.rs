@@ -34,7 +34,7 @@ impl LocalNet {
                 work_dir: dir.clone(),
                 slots: Some(slots),
                 tags: vec!["local".into()],
-                stabilize_ms: 100,
+                stabilize_ms: 200,
                 ..Config::default()
             };
             let d = Daemon::start(&cfg)?;

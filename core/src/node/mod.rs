@@ -103,8 +103,8 @@ impl DaemonConfig {
             control: control.into(),
             work_dir: work_dir.into(),
             submit: SubmitConfig::default(),
-            process_ttl: Duration::from_secs(30),
-            resource_ttl: Duration::from_secs(60),
+            process_ttl: Duration::from_secs(9),
+            resource_ttl: Duration::from_secs(9),
             seed,
         }
     }
