@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
 use crate::machine::NodeAddr;
-use crate::node::control::{ToolReply, ToolRequest};
 
 /// The key a process is registered under: SHA-1 of its job id bytes followed by
 /// its rank as 4 big-endian bytes.
@@ -32,8 +31,6 @@ pub enum LocalRequest {
     Resolve { key: Id },
     /// Withdraw the registration of `key` at `addr`.
     Unregister { key: Id, addr: NodeAddr },
-    /// A request of the `p2pjob` tool (see [`crate::node::control`]).
-    Tool(ToolRequest),
 }
 
 /// Why the node could not do what was asked.
@@ -62,8 +59,6 @@ pub enum LocalReply {
     Unregistered { key: Id },
     /// The request failed.
     Failed { error: LocalError },
-    /// An answer to a [`LocalRequest::Tool`] request (several for a watch).
-    Tool(ToolReply),
 }
 
 /// The first frame on every connection between two ranks: who connects. The

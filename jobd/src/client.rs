@@ -7,9 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::{Bytes, BytesMut};
 use p2pmp_core::id::Id;
-use p2pmp_core::local::{LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::node::control::{ToolReply, ToolRequest};
+use p2pmp_core::node::control::{TOOL_PREFACE, ToolReply, ToolRequest};
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
 
 /// One connection to a daemon's control socket.
@@ -27,6 +26,7 @@ impl Client {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
             .with_context(|| format!("no jobd answers at {addr} (start one, or use --local N)"))?;
         stream.set_nodelay(true)?;
+        (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
         Ok(Client { stream, dec: FrameDecoder::default(), me, next_id: 0 })
     }
@@ -34,7 +34,7 @@ impl Client {
     /// Sends a request; its replies carry the returned request id.
     pub fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
         self.next_id += 1;
-        let env = Envelope::new(Id::hash(self.me.to_string()), self.me, self.next_id, LocalRequest::Tool(req));
+        let env = Envelope::new(Id::hash(self.me.to_string()), self.me, self.next_id, req);
         let mut buf = BytesMut::new();
         encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME)?;
         self.stream.write_all(&buf)?;
@@ -47,10 +47,8 @@ impl Client {
         let mut chunk = [0u8; 64 * 1024];
         loop {
             while let Some(frame) = self.dec.decode()? {
-                let env: Envelope<LocalReply> = decode_envelope(frame)?;
-                if let LocalReply::Tool(r) = env.body {
-                    return Ok((env.request_id, r, env.payload));
-                }
+                let env: Envelope<ToolReply> = decode_envelope(frame)?;
+                return Ok((env.request_id, env.body, env.payload));
             }
             let n = self.stream.read(&mut chunk).context("reading from jobd")?;
             if n == 0 {

@@ -14,6 +14,7 @@ use bytes::{Bytes, BytesMut};
 use p2pmp_adapters::{DriverConfig, NodeHandle, Remote, RuntimeKind, spawn_node};
 use p2pmp_core::local::LocalRequest;
 use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::node::control::{TOOL_PREFACE, ToolRequest};
 use p2pmp_core::node::{ConnId, DaemonConfig, DaemonNode, NodeCommand, NodeEvent};
 use p2pmp_core::overlay::OverlayEvent;
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
@@ -203,20 +204,26 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
             command(remote, NodeCommand::OutputFileRead { job, rank, name, data: files::read(&path) });
         }
         NodeEvent::RemoveDir { path } => files::remove_dir(&path),
-        NodeEvent::Reply { conn, request_id, reply, payload } => {
-            let env = Envelope::new(me.id(), me, request_id, reply).with_payload(payload);
-            let mut buf = BytesMut::new();
-            match encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME) {
-                Ok(()) => {
-                    if let Some(tx) = conns.lock().expect("conn table lock").get(&conn) {
-                        let _ = tx.send(buf.freeze());
-                    }
-                }
-                Err(e) => warn!(%e, "cannot encode a reply"),
-            }
+        NodeEvent::Reply { conn, request_id, reply } => {
+            write_to(conns, conn, &Envelope::new(me.id(), me, request_id, reply));
+        }
+        NodeEvent::ToolReply { conn, request_id, reply, payload } => {
+            write_to(conns, conn, &Envelope::new(me.id(), me, request_id, reply).with_payload(payload));
         }
         NodeEvent::JobFinished { job, phase } => info!(%job, ?phase, "job finished"),
         other => debug!(event = ?other, "unhandled node event"),
+    }
+}
+
+fn write_to<B: serde::Serialize>(conns: &Conns, conn: ConnId, env: &Envelope<B>) {
+    let mut buf = BytesMut::new();
+    match encode_frame(env, &mut buf, DEFAULT_MAX_FRAME) {
+        Ok(()) => {
+            if let Some(tx) = conns.lock().expect("conn table lock").get(&conn) {
+                let _ = tx.send(buf.freeze());
+            }
+        }
+        Err(e) => warn!(%e, "cannot encode a reply"),
     }
 }
 
@@ -234,12 +241,33 @@ async fn serve_conn(stream: tokio::net::TcpStream, conn: ConnId, remote: Remote<
     });
     let mut dec = FrameDecoder::default();
     let mut buf = vec![0u8; 16 * 1024];
+    // None until the first byte tells a tool (preface) from a rank (a frame).
+    let mut tool: Option<bool> = None;
+    let mut head: Vec<u8> = Vec::new();
     'read: loop {
         let n = match rd.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        dec.push(&buf[..n]);
+        let mut data = &buf[..n];
+        if tool.is_none() {
+            if head.is_empty() && data[0] != TOOL_PREFACE[0] {
+                tool = Some(false);
+            } else {
+                let take = (TOOL_PREFACE.len() - head.len()).min(data.len());
+                head.extend_from_slice(&data[..take]);
+                data = &data[take..];
+                if head.len() < TOOL_PREFACE.len() {
+                    continue;
+                }
+                if head != TOOL_PREFACE {
+                    debug!(conn, "bad preface on the control socket");
+                    break;
+                }
+                tool = Some(true);
+            }
+        }
+        dec.push(data);
         loop {
             let frame = match dec.decode() {
                 Ok(Some(f)) => f,
@@ -249,8 +277,15 @@ async fn serve_conn(stream: tokio::net::TcpStream, conn: ConnId, remote: Remote<
                     break 'read;
                 }
             };
-            match decode_envelope::<LocalRequest>(frame) {
-                Ok(env) => command(&remote, NodeCommand::Local { conn, request_id: env.request_id, req: env.body }),
+            let cmd = if tool == Some(true) {
+                decode_envelope::<ToolRequest>(frame)
+                    .map(|env| NodeCommand::Tool { conn, request_id: env.request_id, req: env.body })
+            } else {
+                decode_envelope::<LocalRequest>(frame)
+                    .map(|env| NodeCommand::Local { conn, request_id: env.request_id, req: env.body })
+            };
+            match cmd {
+                Ok(cmd) => command(&remote, cmd),
                 Err(e) => {
                     debug!(conn, %e, "bad request on the control socket");
                     break 'read;

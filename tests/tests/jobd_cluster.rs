@@ -84,7 +84,7 @@ impl Cluster {
         let bin = built().join("jobd");
         let dir = Scratch::new(tag);
         let mut c = Cluster { daemons: Vec::new(), dir };
-        let mut first_overlay = None;
+        let mut first_overlay: Option<String> = None;
         for _ in 0..n {
             let mut cmd = Command::new(&bin);
             cmd.args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--slots", "2"]);

@@ -1,8 +1,10 @@
 //! What the `p2pjob` tool asks a daemon over its control socket, and the answers.
 //!
-//! Carried as [`crate::local::LocalRequest::Tool`] and
-//! [`crate::local::LocalReply::Tool`] on the same socket the ranks use, one
-//! envelope per frame. A submit or watch request is answered by a stream of
+//! The tool uses the socket the ranks use (`P2PMP_NODE`), but opens its
+//! connection with [`TOOL_PREFACE`]; then every frame is an
+//! `Envelope<ToolRequest>` one way and an `Envelope<ToolReply>` the other. A rank's
+//! connection starts with a frame length, whose first byte is 0 for any frame
+//! under 16 MiB, so the first byte tells the two apart. A submit or watch request is answered by a stream of
 //! replies with its `request_id`, ending in [`ToolReply::Finished`]. Output bytes
 //! ride as the envelope's payload. postcard encodes variants by index: every enum
 //! here is append-only.
@@ -11,6 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::{JobId, Stream};
 use crate::machine::NodeAddr;
+
+/// The first bytes of a tool connection.
+pub const TOOL_PREFACE: &[u8; 8] = b"P2PJOB1\n";
 
 /// A request of the `p2pjob` tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

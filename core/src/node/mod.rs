@@ -40,7 +40,7 @@ use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::{OverlayCommand, OverlayError, OverlayEvent, Token};
 use crate::wire::Envelope;
 
-use control::{JobPhase, ToolReply};
+use control::{JobPhase, ToolReply, ToolRequest};
 
 /// A control connection, numbered by the I/O shell.
 pub type ConnId = u64;
@@ -113,8 +113,10 @@ impl DaemonConfig {
 /// What the I/O shell tells the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeCommand {
-    /// A request arrived on control connection `conn`.
+    /// A rank's request arrived on control connection `conn`.
     Local { conn: ConnId, request_id: u64, req: LocalRequest },
+    /// A `p2pjob` request arrived on control connection `conn`.
+    Tool { conn: ConnId, request_id: u64, req: ToolRequest },
     /// Control connection `conn` closed: its registrations and watches end.
     ConnClosed { conn: ConnId },
     /// Answer to [`NodeEvent::ReadFile`].
@@ -149,8 +151,10 @@ pub enum NodeEvent {
     ReadOutputFile { job: JobId, rank: u32, name: String, path: String },
     /// Remove a job directory and everything in it.
     RemoveDir { path: String },
-    /// Write `reply` (with `payload`) to control connection `conn`.
-    Reply { conn: ConnId, request_id: u64, reply: LocalReply, payload: Bytes },
+    /// Write `reply` to a rank's control connection `conn`.
+    Reply { conn: ConnId, request_id: u64, reply: LocalReply },
+    /// Write `reply` (with `payload`) to a tool's control connection `conn`.
+    ToolReply { conn: ConnId, request_id: u64, reply: ToolReply, payload: Bytes },
     /// A job submitted here ended.
     JobFinished { job: JobId, phase: JobPhase },
 }
@@ -279,7 +283,7 @@ impl DaemonNode {
     }
 
     fn reply(&mut self, conn: ConnId, request_id: u64, reply: LocalReply) {
-        self.event(NodeEvent::Reply { conn, request_id, reply, payload: Bytes::new() });
+        self.event(NodeEvent::Reply { conn, request_id, reply });
     }
 
     fn token(&mut self) -> Token {
@@ -368,7 +372,7 @@ impl DaemonNode {
                         }
                         Err(e) => ToolReply::Error { message: format!("overlay query failed: {e}") },
                     };
-                    self.reply(conn, request_id, LocalReply::Tool(reply));
+                    self.tool_reply(conn, request_id, reply);
                 }
                 None => {}
             },
@@ -443,7 +447,6 @@ impl DaemonNode {
                 self.overlay(now, OverlayCommand::Unregister { name, value });
                 self.reply(conn, request_id, LocalReply::Unregistered { key });
             }
-            LocalRequest::Tool(req) => self.on_tool(now, conn, request_id, req),
         }
     }
 
@@ -493,6 +496,10 @@ impl Machine for DaemonNode {
         let res = match cmd {
             NodeCommand::Local { conn, request_id, req } => {
                 self.on_local(now, conn, request_id, req);
+                Ok(())
+            }
+            NodeCommand::Tool { conn, request_id, req } => {
+                self.on_tool(now, conn, request_id, req);
                 Ok(())
             }
             NodeCommand::ConnClosed { conn } => {

@@ -8,21 +8,20 @@ use bytes::Bytes;
 use super::control::{JobPhase, JobStatus, RankStatus, ToolReply, ToolRequest};
 use super::{ConnId, DaemonNode, JobMeta, NodeEvent, Pending, join, plain_name};
 use crate::job::{ANY_NAME, JobDescription, JobId, Outcome, Phase, SubmitEvent, SubmitterCommand};
-use crate::local::LocalReply;
 use crate::machine::Machine;
 use crate::overlay::OverlayCommand;
 
 impl DaemonNode {
-    fn tool_reply(&mut self, conn: ConnId, request_id: u64, reply: ToolReply) {
-        self.reply(conn, request_id, LocalReply::Tool(reply));
+    pub(super) fn tool_reply(&mut self, conn: ConnId, request_id: u64, reply: ToolReply) {
+        self.event(NodeEvent::ToolReply { conn, request_id, reply, payload: Bytes::new() });
     }
 
     /// Sends `reply` (with `payload`) to everyone watching `job`.
     fn tell_watchers(&mut self, job: JobId, reply: ToolReply, payload: Bytes) {
         let Some(meta) = self.jobs.get(&job) else { return };
         for &(conn, request_id) in &meta.watchers {
-            let reply = LocalReply::Tool(reply.clone());
-            self.actions.push_back(crate::machine::Action::Event(NodeEvent::Reply {
+            let reply = reply.clone();
+            self.actions.push_back(crate::machine::Action::Event(NodeEvent::ToolReply {
                 conn,
                 request_id,
                 reply,
