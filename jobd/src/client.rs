@@ -46,7 +46,7 @@ impl Client {
         self.stream.set_read_timeout(timeout)?;
         let mut chunk = [0u8; 64 * 1024];
         loop {
-            while let Some(frame) = self.dec.decode()? {
+            if let Some(frame) = self.dec.decode()? {
                 let env: Envelope<ToolReply> = decode_envelope(frame)?;
                 return Ok((env.request_id, env.body, env.payload));
             }

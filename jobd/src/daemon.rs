@@ -67,9 +67,7 @@ impl Daemon {
         // Staging sends a whole executable per node at once (the submission has no
         // flow control yet), so the per-connection send queue must hold it.
         let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
-        let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| {
-            DaemonNode::new(dc, addr, now)
-        })?;
+        let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| DaemonNode::new(dc, addr, now))?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
         let (stop_tx, stop_rx) = oneshot::channel();
         control_l.set_nonblocking(true)?;
@@ -278,11 +276,17 @@ async fn serve_conn(stream: tokio::net::TcpStream, conn: ConnId, remote: Remote<
                 }
             };
             let cmd = if tool == Some(true) {
-                decode_envelope::<ToolRequest>(frame)
-                    .map(|env| NodeCommand::Tool { conn, request_id: env.request_id, req: env.body })
+                decode_envelope::<ToolRequest>(frame).map(|env| NodeCommand::Tool {
+                    conn,
+                    request_id: env.request_id,
+                    req: env.body,
+                })
             } else {
-                decode_envelope::<LocalRequest>(frame)
-                    .map(|env| NodeCommand::Local { conn, request_id: env.request_id, req: env.body })
+                decode_envelope::<LocalRequest>(frame).map(|env| NodeCommand::Local {
+                    conn,
+                    request_id: env.request_id,
+                    req: env.body,
+                })
             };
             match cmd {
                 Ok(cmd) => command(&remote, cmd),

@@ -59,9 +59,8 @@ impl LocalNet {
 
     /// How many nodes the overlay lists right now (asked of the first daemon).
     pub fn nodes_seen(&self) -> usize {
-        let listed = Client::connect(self.control())
-            .and_then(|mut c| c.call(ToolRequest::Nodes, Duration::from_secs(5)))
-            .ok();
+        let listed =
+            Client::connect(self.control()).and_then(|mut c| c.call(ToolRequest::Nodes, Duration::from_secs(5))).ok();
         match listed {
             Some(ToolReply::Nodes { nodes }) => nodes.len(),
             _ => 0,

@@ -223,12 +223,7 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
     let data: Vec<u8> = (0..700_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     c.write("input.bin", &data);
     c.write("copy.sh", b"#!/bin/sh\ncat input.bin > output.bin\necho copied $(wc -c < input.bin)\n");
-    let xml = job_file(
-        "copy.sh",
-        "",
-        1,
-        "  <inputfile>input.bin</inputfile>\n  <outputfile>output.bin</outputfile>\n",
-    );
+    let xml = job_file("copy.sh", "", 1, "  <inputfile>input.bin</inputfile>\n  <outputfile>output.bin</outputfile>\n");
     let job = c.write("seq.xml", xml.as_bytes());
     let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);

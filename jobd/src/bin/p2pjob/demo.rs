@@ -81,7 +81,10 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&out)?;
     let mut rows = Vec::new();
     let jobs: Vec<(String, JobDescription)> = vec![
-        (format!("mpi_ring {loops} (8 ranks)"), JobDescription::run(ring.to_string_lossy(), vec![loops.to_string()], 8)),
+        (
+            format!("mpi_ring {loops} (8 ranks)"),
+            JobDescription::run(ring.to_string_lossy(), vec![loops.to_string()], 8),
+        ),
         ("factor (1 rank)".into(), factor_job(&factor, 1)),
         ("factor (8 ranks)".into(), factor_job(&factor, 8)),
         ("/bin/true (8 ranks)".into(), JobDescription::run("/bin/true", Vec::new(), 8)),
@@ -117,7 +120,10 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
         println!("{}", json!({"nodes": nodes, "formed_ms": formed_ms, "jobs": v, "shutdown_ms": stop_ms}));
     } else {
         println!("== results");
-        println!("{:<26} {:>5} {:>8} {:>14} {:>10}  rank 0 said", "job", "ranks", "state", "all running ms", "total ms");
+        println!(
+            "{:<26} {:>5} {:>8} {:>14} {:>10}  rank 0 said",
+            "job", "ranks", "state", "all running ms", "total ms"
+        );
         for r in &rows {
             let running = r.end.all_running.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0));
             println!(
@@ -133,7 +139,9 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
         if !result.is_empty() {
             println!("factors.txt came back: {}", result.trim());
         }
-        println!("== overlay formed in {formed_ms:.0} ms; all {nodes} nodes left and every file was removed in {stop_ms:.0} ms");
+        println!(
+            "== overlay formed in {formed_ms:.0} ms; all {nodes} nodes left and every file was removed in {stop_ms:.0} ms"
+        );
     }
     Ok(if failed { 1 } else { 0 })
 }

@@ -57,7 +57,9 @@ pub(crate) fn exit_code(p: JobPhase) -> i32 {
 }
 
 fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Show) {
-    while let Some(pos) = buf.iter().position(|b| *b == b'\n').or(if all && !buf.is_empty() { Some(buf.len()) } else { None }) {
+    while let Some(pos) =
+        buf.iter().position(|b| *b == b'\n').or(if all && !buf.is_empty() { Some(buf.len()) } else { None })
+    {
         let line: Vec<u8> = buf.drain(..(pos + 1).min(buf.len())).collect();
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches('\n');

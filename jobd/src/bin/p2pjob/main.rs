@@ -149,9 +149,9 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     let json = cli.json;
     match cli.cmd {
         Cmd::Submit { job, wait, local } => {
-            let xml = std::fs::read_to_string(&job).with_context(|| format!("reading {}", job.display())).map_err(input)?;
-            let parsed = JobDescription::parse(xml.as_bytes())
-                .map_err(|e| input(anyhow!("{}: {e}", job.display())))?;
+            let xml =
+                std::fs::read_to_string(&job).with_context(|| format!("reading {}", job.display())).map_err(input)?;
+            let parsed = JobDescription::parse(xml.as_bytes()).map_err(|e| input(anyhow!("{}: {e}", job.display())))?;
             for w in &parsed.warnings {
                 eprintln!("p2pjob: {}: warning: {w}", job.display());
             }
@@ -241,11 +241,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
 }
 
 pub(crate) fn print_nodes(values: &[String], json: bool) {
-    let nodes: Vec<(String, Resources)> = values
-        .iter()
-        .filter_map(|v| Resources::parse_any_value(v).ok())
-        .map(|(a, r)| (a.to_string(), r))
-        .collect();
+    let nodes: Vec<(String, Resources)> =
+        values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect();
     if json {
         let v: Vec<_> = nodes
             .iter()
@@ -323,9 +320,8 @@ fn submit(
         };
     }
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, id, Some(procs), show).map_err(|e| {
-        if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) }
-    })?;
+    let end = follow(&mut c, id, Some(procs), show)
+        .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);
     Ok(report(&end, json))
