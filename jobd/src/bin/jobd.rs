@@ -53,8 +53,17 @@ struct Args {
     print_addr: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    let a = Args::parse();
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jobd: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
     let mut cfg = match &a.config {
         Some(p) => Config::from_file(p)?,
         None => Config::default(),
