@@ -126,7 +126,19 @@ impl Procs {
                 Ok(())
             });
         }
-        cmd.spawn()
+        // Another thread of this process may be forking while it holds a file
+        // being staged open for writing; its child keeps that descriptor until it
+        // execs, and exec of such a file fails with ETXTBSY for that moment.
+        let mut tries = 0;
+        loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Stops a process (its exit is reported as usual).
