@@ -22,6 +22,9 @@ const HELLO_C: &str = "#include <mpi.h>\n#include <stdio.h>\nint main(int c, cha
 MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &s); MPI_Barrier(MPI_COMM_WORLD);\n\
 if (r == 0) printf(\"hello %d\\n\", s); MPI_Finalize(); return 0; }\n";
 
+/// A reference MPI: name, its mpirun, extra mpirun flags, the built program.
+type Reference = (&'static str, &'static str, Vec<&'static str>, Result<PathBuf, String>);
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -120,7 +123,7 @@ fn main() {
     let hello = hello_p2pmp();
     let net = LocalNet::start(8, 2).expect("8 local daemons");
     assert!(net.wait_formed(Duration::from_secs(30), |_| {}), "the overlay did not form");
-    let refs: Vec<(&str, &str, Vec<&str>, Result<PathBuf, String>)> = vec![
+    let refs: Vec<Reference> = vec![
         (
             "mpich",
             "mpirun.mpich",
