@@ -47,6 +47,11 @@ impl LocalNet {
         Ok(net)
     }
 
+    /// The work directory every daemon of this network uses (removed on stop).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// The first daemon's control address.
     pub fn control(&self) -> SocketAddr {
         self.daemons[0].control_addr()

@@ -129,3 +129,21 @@ fn unknown_jobs_and_bad_job_files_are_answered_with_errors() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].contains("line 1"), "{}", errors[0]);
 }
+
+/// postcard encodes variants by index: these pin the union body and the tool protocol.
+#[test]
+fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
+    let job = crate::job::JobId(crate::id::Id::ZERO);
+    let body = postcard::to_allocvec(&NodeMsg::Job(JobMsg::Done { job })).unwrap();
+    let mut want = vec![1u8, 15];
+    want.extend([0u8; 20]);
+    assert_eq!(body, want);
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Nodes).unwrap(), [4]);
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Status { job: None }).unwrap(), [2, 0]);
+    let fin = ToolReply::Finished { job, phase: JobPhase::Killed, codes: vec![], error: None };
+    let mut want = vec![10u8];
+    want.extend([0u8; 20]);
+    want.extend([5, 0, 0]);
+    assert_eq!(postcard::to_allocvec(&fin).unwrap(), want);
+    assert!(for_executor(&JobMsg::Kill { job }) && !for_executor(&JobMsg::Exit { job, rank: 0, code: 0 }));
+}

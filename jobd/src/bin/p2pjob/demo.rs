@@ -79,6 +79,7 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
     }
     let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;
+    crate::cleanup_on_interrupt(vec![out.clone(), net.dir().to_path_buf()]);
     let mut rows = Vec::new();
     let jobs: Vec<(String, JobDescription)> = vec![
         (

@@ -1,7 +1,7 @@
 //! Following a job: progress, rank-prefixed output, the end.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use p2pmp_core::job::{JobId, Stream};
@@ -63,6 +63,10 @@ fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Sh
         let line: Vec<u8> = buf.drain(..(pos + 1).min(buf.len())).collect();
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches('\n');
+        if show.progress && !show.json && std::io::stderr().is_terminal() {
+            // Clear the progress bar's line first.
+            eprint!("\r\x1b[2K");
+        }
         if show.json {
             let s = if stream == Stream::Stdout { "stdout" } else { "stderr" };
             println!("{}", json!({"event": "output", "rank": rank, "stream": s, "line": text}));
@@ -90,6 +94,23 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
     let mut lines: BTreeMap<(u32, Stream), Vec<u8>> = BTreeMap::new();
     let mut size = size;
     let mut started = 0u32;
+    let mut exited = 0u32;
+    let bar = show.progress && !show.json && std::io::stderr().is_terminal();
+    let progress = |started: u32, exited: u32, size: Option<u32>| {
+        if bar {
+            let n = size.unwrap_or(started).max(1);
+            let w = 30usize;
+            let done = (exited as usize * w) / n as usize;
+            let run = ((started.saturating_sub(exited)) as usize * w) / n as usize;
+            let rest = w.saturating_sub(done + run);
+            eprint!(
+                "\r  [{}{}{}] {started}/{n} started, {exited}/{n} exited ",
+                "#".repeat(done),
+                ">".repeat(run),
+                ".".repeat(rest)
+            );
+        }
+    };
     loop {
         let (rid, reply, payload) = client.next(None)?;
         if rid != id {
@@ -113,6 +134,7 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
             }
             ToolReply::Started { rank, node, .. } => {
                 started += 1;
+                progress(started, exited, size);
                 if show.json && show.progress {
                     println!("{}", json!({"event": "started", "rank": rank, "node": node.to_string(), "ms": ms}));
                 }
@@ -140,6 +162,8 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
                 end.files.push((rank, path, ok));
             }
             ToolReply::Exited { rank, code, .. } => {
+                exited += 1;
+                progress(started, exited, size);
                 if show.json && show.progress {
                     println!("{}", json!({"event": "exited", "rank": rank, "code": code, "ms": ms}));
                 } else if show.progress && code != 0 {
@@ -147,6 +171,9 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
                 }
             }
             ToolReply::Finished { phase, codes, error, .. } => {
+                if bar {
+                    eprintln!();
+                }
                 for ((rank, stream), buf) in lines.iter_mut() {
                     if show.output {
                         flush_lines(buf, *rank, *stream, true, show);

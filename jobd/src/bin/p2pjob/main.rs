@@ -298,6 +298,9 @@ fn submit(
         }
         None => None,
     };
+    if let Some(n) = &net {
+        cleanup_on_interrupt(vec![n.dir().to_path_buf()]);
+    }
     let addr = net.as_ref().map_or(node, LocalNet::control);
     let mut c = connect(addr)?;
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
@@ -325,6 +328,29 @@ fn submit(
     drop(c);
     drop(net);
     Ok(report(&end, json))
+}
+
+/// On Ctrl-C or SIGTERM, removes `dirs` and exits with 130. The embedded
+/// daemons' processes die with this process (they are spawned with
+/// `PR_SET_PDEATHSIG`), so nothing is left behind.
+pub(crate) fn cleanup_on_interrupt(dirs: Vec<PathBuf>) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        eprintln!("p2pjob: interrupted; the embedded network is gone");
+        std::process::exit(130);
+    });
 }
 
 /// Prints how a job ended; returns the exit code.
