@@ -13,6 +13,8 @@
 //! - [`local`]: the local node protocol (a process and its node) and the rank hello.
 //! - [`machine`]: the one shape every protocol machine has.
 //! - [`overlay`]: commands and events both overlays share.
+//! - [`node`]: the daemon node, Chord plus the job machines plus the local node
+//!   protocol, as one machine.
 //! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine.
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
@@ -23,6 +25,7 @@ pub mod job;
 pub mod local;
 pub mod machine;
 pub mod mpi;
+pub mod node;
 pub mod overlay;
 pub mod sim;
 pub mod time;

@@ -1,4 +1,21 @@
 //! p2pmp-jobd: the node daemon `jobd` and the user tool `p2pjob`.
 //!
-//! Will hold the control socket, process spawning and file staging around the job
-//! lifecycle machine of `p2pmp-core`, and the two binaries.
+//! Everything here is I/O around [`p2pmp_core::node::DaemonNode`]: the protocol
+//! logic (overlay, placement, staging, the local node protocol) lives in core.
+//!
+//! - [`config`]: the daemon's TOML configuration and automatic resource detection.
+//! - [`daemon`]: runs one daemon: the node on the tokio adapter, the control
+//!   socket, processes, files.
+//! - [`client`]: the blocking control-socket client `p2pjob` uses.
+//! - [`local`]: an embedded network of daemons on loopback (`--local N`, `demo`).
+
+pub mod client;
+pub mod config;
+pub mod daemon;
+mod files;
+pub mod local;
+mod procs;
+
+pub use client::Client;
+pub use config::{Config, Overlay};
+pub use daemon::Daemon;

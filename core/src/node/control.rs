@@ -1,0 +1,107 @@
+//! What the `p2pjob` tool asks a daemon over its control socket, and the answers.
+//!
+//! The tool uses the socket the ranks use (`P2PMP_NODE`), but opens its
+//! connection with [`TOOL_PREFACE`]; then every frame is an
+//! `Envelope<ToolRequest>` one way and an `Envelope<ToolReply>` the other. A rank's
+//! connection starts with a frame length, whose first byte is 0 for any frame
+//! under 16 MiB, so the first byte tells the two apart. A submit or watch request is answered by a stream of
+//! replies with its `request_id`, ending in [`ToolReply::Finished`]. Output bytes
+//! ride as the envelope's payload. postcard encodes variants by index: every enum
+//! here is append-only.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{JobId, Stream};
+use crate::machine::NodeAddr;
+
+/// The first bytes of a tool connection.
+pub const TOOL_PREFACE: &[u8; 8] = b"P2PJOB1\n";
+
+/// A request of the `p2pjob` tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolRequest {
+    /// Submit the job file `xml`; relative paths in it (executable, inputs, outputs)
+    /// are taken from `base_dir`. `nonce` makes a retried submit idempotent. With
+    /// `watch`, progress and output follow on this request id until the job is over.
+    Submit { nonce: u64, xml: String, base_dir: String, watch: bool },
+    /// Follow a job's progress and output until it is over.
+    Watch { job: JobId },
+    /// Every job this node submitted, or one.
+    Status { job: Option<JobId> },
+    /// Stop every rank of a job.
+    Kill { job: JobId },
+    /// Every node of the overlay with its resources.
+    Nodes,
+}
+
+/// How far a job got, for status lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobPhase {
+    /// Asking the overlay for candidates.
+    Resolving,
+    /// Offering ranks and staging files.
+    Placing,
+    /// Started.
+    Running,
+    /// Every rank exited with code 0.
+    Done,
+    /// Could not run to the end.
+    Failed,
+    /// Killed by the user.
+    Killed,
+}
+
+/// One rank in a status answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankStatus {
+    /// The rank.
+    pub rank: u32,
+    /// Where it runs, once placed.
+    pub node: Option<NodeAddr>,
+    /// Whether it started.
+    pub started: bool,
+    /// Its exit code, once exited.
+    pub exit: Option<i32>,
+}
+
+/// One job in a status answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// The job.
+    pub job: JobId,
+    /// Its executable, as written in the job file.
+    pub executable: String,
+    /// Where it is.
+    pub phase: JobPhase,
+    /// Every rank.
+    pub ranks: Vec<RankStatus>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+/// A daemon's answer to a [`ToolRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolReply {
+    /// The job was accepted (`new` is false for a retried submit).
+    Submitted { job: JobId, new: bool },
+    /// The request cannot be carried out (bad job file, unknown job, ...).
+    Error { message: String },
+    /// Answer to [`ToolRequest::Status`].
+    Jobs { jobs: Vec<JobStatus> },
+    /// Answer to [`ToolRequest::Nodes`]: `res:any` values (address, then resources).
+    Nodes { nodes: Vec<String> },
+    /// Answer to [`ToolRequest::Kill`]: the kill went out.
+    Killing { job: JobId },
+    /// Every rank has a node.
+    Placed { job: JobId, ranks: Vec<(u32, NodeAddr)> },
+    /// A rank is running.
+    Started { job: JobId, rank: u32, node: NodeAddr },
+    /// Output of a rank at `offset` of `stream`; payload = bytes.
+    Output { job: JobId, rank: u32, stream: Stream, offset: u64 },
+    /// An output file of `rank` came back to `path` (`ok`: its digest matched).
+    OutputFile { job: JobId, rank: u32, path: String, ok: bool },
+    /// A rank exited (negative: killed by that signal).
+    Exited { job: JobId, rank: u32, code: i32 },
+    /// The job is over; the last reply of a watch.
+    Finished { job: JobId, phase: JobPhase, codes: Vec<i32>, error: Option<String> },
+}

@@ -1,0 +1,101 @@
+//! `jobd`: the p2pmp node daemon. Joins the overlay, advertises this machine's
+//! resources, runs the processes of jobs offered to it, and serves the local node
+//! protocol (ranks and the `p2pjob` tool) on a loopback control socket.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use p2pmp_jobd::{Config, Daemon, Overlay};
+
+/// The p2pmp node daemon.
+///
+/// Settings come from the TOML file given with --config (keys: listen, control,
+/// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms), then from
+/// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
+/// leaves the overlay gracefully and stops every process.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Overlay address to listen on and advertise (default 127.0.0.1:7400).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Loopback control address for ranks and p2pjob (default 127.0.0.1:7420).
+    #[arg(long)]
+    control: Option<SocketAddr>,
+    /// A node to join through (repeatable); none starts a new network.
+    #[arg(long)]
+    bootstrap: Vec<SocketAddr>,
+    /// Overlay: chord, or can (not built yet).
+    #[arg(long)]
+    overlay: Option<Overlay>,
+    /// Where job directories are made.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Process slots offered (default: cores).
+    #[arg(long)]
+    slots: Option<u32>,
+    /// A tag to advertise (repeatable).
+    #[arg(long = "tag")]
+    tags: Vec<String>,
+    /// error, warn, info, debug or trace.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Overlay maintenance period in milliseconds.
+    #[arg(long)]
+    stabilize_ms: Option<u64>,
+    /// Print the control address on stdout once serving (for scripts and tests).
+    #[arg(long)]
+    print_addr: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jobd: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run(a: Args) -> anyhow::Result<()> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::from_file(p)?,
+        None => Config::default(),
+    };
+    cfg.listen = a.listen.unwrap_or(cfg.listen);
+    cfg.control = a.control.unwrap_or(cfg.control);
+    if !a.bootstrap.is_empty() {
+        cfg.bootstrap = a.bootstrap.clone();
+    }
+    cfg.overlay = a.overlay.unwrap_or(cfg.overlay);
+    cfg.work_dir = a.work_dir.clone().unwrap_or(cfg.work_dir);
+    cfg.slots = a.slots.or(cfg.slots);
+    cfg.tags.extend(a.tags.iter().cloned());
+    cfg.log_level = a.log_level.clone().unwrap_or(cfg.log_level);
+    cfg.stabilize_ms = a.stabilize_ms.unwrap_or(cfg.stabilize_ms);
+    let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    cfg.check()?;
+    let daemon = Daemon::start(&cfg)?;
+    if a.print_addr {
+        println!("control {} overlay {}", daemon.control_addr(), daemon.overlay_addr());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    tracing::info!("stopping");
+    daemon.stop();
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! Following a job: progress, rank-prefixed output, the end.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use p2pmp_core::job::{JobId, Stream};
+use p2pmp_core::node::control::{JobPhase, ToolReply};
+use p2pmp_jobd::Client;
+use serde_json::json;
+
+/// How a followed job ended, with timings from when following began.
+#[derive(Debug, Clone)]
+pub(crate) struct End {
+    pub(crate) job: Option<JobId>,
+    pub(crate) phase: JobPhase,
+    pub(crate) codes: Vec<i32>,
+    pub(crate) error: Option<String>,
+    /// Until every rank was running.
+    pub(crate) all_running: Option<Duration>,
+    /// Until the end.
+    pub(crate) total: Duration,
+    /// Output files that came back.
+    pub(crate) files: Vec<(u32, String, bool)>,
+    /// Everything rank 0 wrote to stdout.
+    pub(crate) stdout0: String,
+}
+
+/// What to show while following.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Show {
+    pub(crate) json: bool,
+    /// Print output lines.
+    pub(crate) output: bool,
+    /// Print progress lines (placement, start, exits) on stderr.
+    pub(crate) progress: bool,
+}
+
+pub(crate) fn phase_name(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Resolving => "resolving",
+        JobPhase::Placing => "placing",
+        JobPhase::Running => "running",
+        JobPhase::Done => "done",
+        JobPhase::Failed => "failed",
+        JobPhase::Killed => "killed",
+    }
+}
+
+/// The process exit code for a job's end: 0 done, 1 failed, 4 killed.
+pub(crate) fn exit_code(p: JobPhase) -> i32 {
+    match p {
+        JobPhase::Done => 0,
+        JobPhase::Killed => 4,
+        _ => 1,
+    }
+}
+
+fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Show) {
+    while let Some(pos) =
+        buf.iter().position(|b| *b == b'\n').or(if all && !buf.is_empty() { Some(buf.len()) } else { None })
+    {
+        let line: Vec<u8> = buf.drain(..(pos + 1).min(buf.len())).collect();
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches('\n');
+        if show.progress && !show.json && std::io::stderr().is_terminal() {
+            // Clear the progress bar's line first.
+            eprint!("\r\x1b[2K");
+        }
+        if show.json {
+            let s = if stream == Stream::Stdout { "stdout" } else { "stderr" };
+            println!("{}", json!({"event": "output", "rank": rank, "stream": s, "line": text}));
+        } else if stream == Stream::Stdout {
+            println!("[{rank}] {text}");
+        } else {
+            eprintln!("[{rank}] {text}");
+        }
+    }
+}
+
+/// Reads the replies to request `id` until the job is over.
+pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show) -> anyhow::Result<End> {
+    let t0 = Instant::now();
+    let mut end = End {
+        job: None,
+        phase: JobPhase::Running,
+        codes: Vec::new(),
+        error: None,
+        all_running: None,
+        total: Duration::ZERO,
+        files: Vec::new(),
+        stdout0: String::new(),
+    };
+    let mut lines: BTreeMap<(u32, Stream), Vec<u8>> = BTreeMap::new();
+    let mut size = size;
+    let mut started = 0u32;
+    let mut exited = 0u32;
+    let bar = show.progress && !show.json && std::io::stderr().is_terminal();
+    let progress = |started: u32, exited: u32, size: Option<u32>| {
+        if bar {
+            let n = size.unwrap_or(started).max(1);
+            let w = 30usize;
+            let done = (exited as usize * w) / n as usize;
+            let run = ((started.saturating_sub(exited)) as usize * w) / n as usize;
+            let rest = w.saturating_sub(done + run);
+            eprint!(
+                "\r  [{}{}{}] {started}/{n} started, {exited}/{n} exited ",
+                "#".repeat(done),
+                ">".repeat(run),
+                ".".repeat(rest)
+            );
+        }
+    };
+    loop {
+        let (rid, reply, payload) = client.next(None)?;
+        if rid != id {
+            continue;
+        }
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        match reply {
+            ToolReply::Submitted { job, .. } => end.job = Some(job),
+            ToolReply::Error { message } => anyhow::bail!("{message}"),
+            ToolReply::Placed { ranks, .. } => {
+                size = Some(ranks.len() as u32);
+                if show.progress && !show.json {
+                    let mut per: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+                    for (r, n) in &ranks {
+                        per.entry(n.to_string()).or_default().push(*r);
+                    }
+                    for (n, rs) in per {
+                        eprintln!("  placed rank(s) {rs:?} on {n}");
+                    }
+                }
+            }
+            ToolReply::Started { rank, node, .. } => {
+                started += 1;
+                progress(started, exited, size);
+                if show.json && show.progress {
+                    println!("{}", json!({"event": "started", "rank": rank, "node": node.to_string(), "ms": ms}));
+                }
+                if size.is_some_and(|s| started >= s) && end.all_running.is_none() {
+                    end.all_running = Some(t0.elapsed());
+                    if show.progress && !show.json {
+                        eprintln!("  all {started} rank(s) running after {ms:.0} ms");
+                    }
+                }
+            }
+            ToolReply::Output { rank, stream, .. } => {
+                if rank == 0 && stream == Stream::Stdout {
+                    end.stdout0.push_str(&String::from_utf8_lossy(&payload));
+                }
+                if show.output {
+                    let buf = lines.entry((rank, stream)).or_default();
+                    buf.extend_from_slice(&payload);
+                    flush_lines(buf, rank, stream, false, show);
+                }
+            }
+            ToolReply::OutputFile { rank, path, ok, .. } => {
+                if show.progress && !show.json {
+                    eprintln!("  rank {rank}: output file {path} {}", if ok { "back, digest ok" } else { "CORRUPT" });
+                }
+                end.files.push((rank, path, ok));
+            }
+            ToolReply::Exited { rank, code, .. } => {
+                exited += 1;
+                progress(started, exited, size);
+                if show.json && show.progress {
+                    println!("{}", json!({"event": "exited", "rank": rank, "code": code, "ms": ms}));
+                } else if show.progress && code != 0 {
+                    eprintln!("  rank {rank} exited with {code}");
+                }
+            }
+            ToolReply::Finished { phase, codes, error, .. } => {
+                if bar {
+                    eprintln!();
+                }
+                for ((rank, stream), buf) in lines.iter_mut() {
+                    if show.output {
+                        flush_lines(buf, *rank, *stream, true, show);
+                    }
+                }
+                end.phase = phase;
+                end.codes = codes;
+                end.error = error;
+                end.total = t0.elapsed();
+                let _ = std::io::stdout().flush();
+                return Ok(end);
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! `p2pjob`: submit, follow, list and kill jobs of a p2pmp network; `run` is its
+//! mpirun, `demo` a tour on an embedded network.
+//!
+//! Exit codes: 0 success, 1 the job failed, 2 bad input (command line, job
+//! file), 3 no daemon reachable or a daemon error, 4 the job was killed.
+
+mod demo;
+mod follow;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::{Parser, Subcommand};
+use p2pmp_core::job::{JobDescription, JobId, Resources};
+use p2pmp_core::node::control::{ToolReply, ToolRequest};
+use p2pmp_jobd::Client;
+use p2pmp_jobd::config::DEFAULT_CONTROL;
+use p2pmp_jobd::local::LocalNet;
+use serde_json::json;
+
+use follow::{End, Show, exit_code, follow, phase_name};
+
+/// Submit and control jobs on a p2pmp network.
+///
+/// Talks to the local jobd on its control socket (--node, or $P2PJOB_NODE, or
+/// 127.0.0.1:7420). `submit` and `run` take --local N to start an embedded network
+/// of N daemons in this process for the duration of the job instead.
+///
+/// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
+/// a daemon error, 4 the job was killed.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// The jobd control address.
+    #[arg(long, global = true, env = "P2PJOB_NODE", default_value = DEFAULT_CONTROL)]
+    node: SocketAddr,
+    /// Machine-readable output: JSON lines, the last one a summary.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Submit a <p2pjob> job file; paths in it are relative to the file.
+    Submit {
+        /// The job file.
+        job: PathBuf,
+        /// Follow the job to its end, showing output and progress.
+        #[arg(long)]
+        wait: bool,
+        /// Run on an embedded network of N local daemons (implies --wait).
+        #[arg(long, value_name = "N")]
+        local: Option<usize>,
+    },
+    /// Status of every job submitted through this node, or of one.
+    Status {
+        /// Job id (hex).
+        job: Option<String>,
+    },
+    /// Follow a job to its end, showing output and progress.
+    Wait {
+        /// Job id (hex).
+        job: String,
+    },
+    /// Stop every rank of a job.
+    Kill {
+        /// Job id (hex).
+        job: String,
+    },
+    /// Every node of the network with its resources.
+    Nodes,
+    /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np", default_value_t = 1)]
+        n: u32,
+        /// Run on an embedded network of N local daemons.
+        #[arg(long, value_name = "N")]
+        local: Option<usize>,
+        /// The program (a path, or a name found on $PATH).
+        program: PathBuf,
+        /// Its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// A tour: 8 local nodes, the bundled MPI ring and factoring jobs, timings.
+    ///
+    /// The example programs (mpi_ring from p2pmp-mpi, factor from p2pmp-jobd) are
+    /// looked up in the `examples` directory next to this binary; when missing
+    /// they are built first with `cargo build --examples` in the source tree
+    /// p2pjob was built from (so run it as `cargo run --release -p p2pmp-jobd
+    /// --bin p2pjob -- demo`). Everything started is stopped and every file
+    /// removed at the end.
+    Demo {
+        /// Nodes in the embedded network.
+        #[arg(long, default_value_t = 8)]
+        nodes: usize,
+        /// Ring loops.
+        #[arg(long, default_value_t = 20000)]
+        loops: u64,
+    },
+}
+
+/// An error with the exit code it maps to.
+#[derive(Debug)]
+struct Fail(i32, anyhow::Error);
+
+fn input(e: anyhow::Error) -> Fail {
+    Fail(2, e)
+}
+
+fn daemon(e: anyhow::Error) -> Fail {
+    Fail(3, e)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if std::env::var_os("P2PJOB_LOG").is_some() {
+        tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_writer(std::io::stderr).init();
+    }
+    let json = cli.json;
+    match run(cli) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(Fail(code, e)) => {
+            if json {
+                println!("{}", json!({"error": format!("{e:#}"), "exit": code}));
+            } else {
+                eprintln!("p2pjob: {e:#}");
+            }
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn parse_job(s: &str) -> Result<JobId, Fail> {
+    s.trim().parse().map(JobId).map_err(|_| input(anyhow!("{s:?} is not a job id (40 hex digits)")))
+}
+
+fn connect(addr: SocketAddr) -> Result<Client, Fail> {
+    Client::connect(addr).map_err(daemon)
+}
+
+fn run(cli: Cli) -> Result<i32, Fail> {
+    let json = cli.json;
+    match cli.cmd {
+        Cmd::Submit { job, wait, local } => {
+            let xml =
+                std::fs::read_to_string(&job).with_context(|| format!("reading {}", job.display())).map_err(input)?;
+            let parsed = JobDescription::parse(xml.as_bytes()).map_err(|e| input(anyhow!("{}: {e}", job.display())))?;
+            for w in &parsed.warnings {
+                eprintln!("p2pjob: {}: warning: {w}", job.display());
+            }
+            let base = job.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
+            let procs = parsed.job.processes;
+            submit(cli.node, local, xml, base, procs, wait || local.is_some(), json)
+        }
+        Cmd::Run { n, local, program, args } => {
+            let exe = find_program(&program).map_err(input)?;
+            let xml = JobDescription::run(exe.to_string_lossy(), args, n).to_xml();
+            let base = std::env::current_dir().map_err(|e| input(e.into()))?;
+            submit(cli.node, local, xml, base, n, true, json)
+        }
+        Cmd::Status { job } => {
+            let job = job.as_deref().map(parse_job).transpose()?;
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Status { job }, Duration::from_secs(10)).map_err(daemon)? {
+                ToolReply::Jobs { jobs } => {
+                    if json {
+                        let v: Vec<_> = jobs
+                            .iter()
+                            .map(|j| {
+                                json!({"job": j.job.to_string(), "executable": j.executable, "phase": phase_name(j.phase),
+                                "ranks": j.ranks.iter().map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()),
+                                "started": r.started, "exit": r.exit})).collect::<Vec<_>>(), "error": j.error})
+                            })
+                            .collect();
+                        println!("{}", json!({"jobs": v}));
+                    } else if jobs.is_empty() {
+                        println!("no jobs");
+                    } else {
+                        for j in &jobs {
+                            let running = j.ranks.iter().filter(|r| r.started && r.exit.is_none()).count();
+                            let exited = j.ranks.iter().filter(|r| r.exit.is_some()).count();
+                            println!(
+                                "{}  {:<9} {} rank(s): {running} running, {exited} exited  {}{}",
+                                j.job,
+                                phase_name(j.phase),
+                                j.ranks.len(),
+                                j.executable,
+                                j.error.as_deref().map(|e| format!("  ({e})")).unwrap_or_default()
+                            );
+                        }
+                    }
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Wait { job } => {
+            let job = parse_job(&job)?;
+            let mut c = connect(cli.node)?;
+            let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
+            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }).map_err(daemon)?;
+            Ok(report(&end, json))
+        }
+        Cmd::Kill { job } => {
+            let job = parse_job(&job)?;
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Kill { job }, Duration::from_secs(10)).map_err(daemon)? {
+                ToolReply::Killing { job } => {
+                    if json {
+                        println!("{}", json!({"killing": job.to_string()}));
+                    } else {
+                        println!("killing {job}");
+                    }
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Nodes => {
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Nodes, Duration::from_secs(15)).map_err(daemon)? {
+                ToolReply::Nodes { nodes } => {
+                    print_nodes(&nodes, json);
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Demo { nodes, loops } => demo::run(nodes, loops, json).map_err(|e| Fail(1, e)),
+    }
+}
+
+pub(crate) fn print_nodes(values: &[String], json: bool) {
+    let nodes: Vec<(String, Resources)> =
+        values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect();
+    if json {
+        let v: Vec<_> = nodes
+            .iter()
+            .map(|(a, r)| {
+                json!({"addr": a, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
+                "slots": r.slots, "tags": r.tags.iter().collect::<Vec<_>>()})
+            })
+            .collect();
+        println!("{}", json!({"nodes": v}));
+        return;
+    }
+    println!("{:<22} {:<7} {:<8} {:>5} {:>8} {:>5}  tags", "node", "os", "arch", "cores", "mem_mb", "slots");
+    for (a, r) in &nodes {
+        let tags: Vec<&str> = r.tags.iter().map(String::as_str).collect();
+        println!("{a:<22} {:<7} {:<8} {:>5} {:>8} {:>5}  {}", r.os, r.arch, r.cores, r.mem_mb, r.slots, tags.join(","));
+    }
+}
+
+/// A program path: as given when it names a file, else found on $PATH.
+fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
+    if p.components().count() > 1 || p.is_file() {
+        return p.canonicalize().with_context(|| format!("no program {}", p.display()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+        .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
+}
+
+/// Slots per node so `procs` ranks fit on `nodes` nodes.
+fn local_slots(procs: u32, nodes: usize) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    cores.max(procs.div_ceil(nodes.max(1) as u32))
+}
+
+fn submit(
+    node: SocketAddr,
+    local: Option<usize>,
+    xml: String,
+    base: PathBuf,
+    procs: u32,
+    wait: bool,
+    json: bool,
+) -> Result<i32, Fail> {
+    let net = match local {
+        Some(n) => {
+            let net = LocalNet::start(n, local_slots(procs, n)).map_err(daemon)?;
+            if !net.wait_formed(Duration::from_secs(30), |_| {}) {
+                return Err(daemon(anyhow!("the embedded network of {n} nodes did not form")));
+            }
+            Some(net)
+        }
+        None => None,
+    };
+    if let Some(n) = &net {
+        cleanup_on_interrupt(vec![n.dir().to_path_buf()]);
+    }
+    let addr = net.as_ref().map_or(node, LocalNet::control);
+    let mut c = connect(addr)?;
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()) << 48;
+    let base_dir = base.to_string_lossy().into_owned();
+    let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: wait }).map_err(daemon)?;
+    if !wait {
+        let (_, reply, _) = c.next(Some(Duration::from_secs(10))).map_err(daemon)?;
+        return match reply {
+            ToolReply::Submitted { job, .. } => {
+                if json {
+                    println!("{}", json!({"job": job.to_string()}));
+                } else {
+                    println!("{job}");
+                }
+                Ok(0)
+            }
+            ToolReply::Error { message } => Err(input(anyhow!(message))),
+            other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+        };
+    }
+    let show = Show { json, output: true, progress: true };
+    let end = follow(&mut c, id, Some(procs), show)
+        .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
+    drop(c);
+    drop(net);
+    Ok(report(&end, json))
+}
+
+/// On Ctrl-C or SIGTERM, removes `dirs` and exits with 130. The embedded
+/// daemons' processes die with this process (they are spawned with
+/// `PR_SET_PDEATHSIG`), so nothing is left behind.
+pub(crate) fn cleanup_on_interrupt(dirs: Vec<PathBuf>) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        eprintln!("p2pjob: interrupted; the embedded network is gone");
+        std::process::exit(130);
+    });
+}
+
+/// Prints how a job ended; returns the exit code.
+fn report(end: &End, json: bool) -> i32 {
+    let job = end.job.map(|j| j.to_string()).unwrap_or_default();
+    if json {
+        println!(
+            "{}",
+            json!({"job": job, "phase": phase_name(end.phase), "codes": end.codes, "error": end.error,
+            "all_running_ms": end.all_running.map(|d| d.as_secs_f64() * 1000.0),
+            "total_ms": end.total.as_secs_f64() * 1000.0,
+            "files": end.files.iter().map(|(r, p, ok)| json!({"rank": r, "path": p, "ok": ok})).collect::<Vec<_>>()})
+        );
+    } else {
+        let why = end.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        eprintln!("job {job} {}{why} ({:.0} ms)", phase_name(end.phase), end.total.as_secs_f64() * 1000.0);
+    }
+    exit_code(end.phase)
+}

@@ -1,0 +1,152 @@
+//! The daemon's configuration (a TOML file, overridden by flags) and the
+//! resources it detects on its own.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use p2pmp_core::job::Resources;
+use serde::Deserialize;
+
+/// Which overlay the daemon joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Overlay {
+    /// Chord (built).
+    #[default]
+    Chord,
+    /// CAN (not built yet).
+    Can,
+}
+
+impl std::str::FromStr for Overlay {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "chord" => Ok(Overlay::Chord),
+            "can" => Ok(Overlay::Can),
+            _ => Err(format!("unknown overlay {s:?} (chord or can)")),
+        }
+    }
+}
+
+/// Default overlay listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+/// Default control address (`p2pjob` looks here unless told otherwise).
+pub const DEFAULT_CONTROL: &str = "127.0.0.1:7420";
+
+/// Everything a daemon is told.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Overlay address to listen on (and advertise).
+    pub listen: SocketAddr,
+    /// Control socket (always loopback: the local node protocol and `p2pjob`).
+    pub control: SocketAddr,
+    /// Nodes to join through; empty starts a new network.
+    pub bootstrap: Vec<SocketAddr>,
+    /// `chord` or `can`.
+    pub overlay: Overlay,
+    /// Where job directories go.
+    pub work_dir: PathBuf,
+    /// Process slots offered (default: the number of cores).
+    pub slots: Option<u32>,
+    /// Tags advertised besides os and arch.
+    pub tags: Vec<String>,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    pub log_level: String,
+    /// Overlay maintenance period in milliseconds (stabilize, fix fingers).
+    pub stabilize_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("a valid literal address"),
+            control: DEFAULT_CONTROL.parse().expect("a valid literal address"),
+            bootstrap: Vec::new(),
+            overlay: Overlay::Chord,
+            work_dir: std::env::temp_dir().join("p2pmp-jobd"),
+            slots: None,
+            tags: Vec::new(),
+            log_level: "info".into(),
+            stabilize_ms: 1000,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML configuration file.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Refuses what cannot run.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.overlay == Overlay::Can {
+            bail!("overlay \"can\" is not built yet; use \"chord\"");
+        }
+        if !self.control.ip().is_loopback() {
+            bail!("the control socket must be on a loopback address, not {}", self.control);
+        }
+        if self.slots == Some(0) {
+            bail!("slots must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The resources this node advertises: detected, plus configured slots and tags.
+    pub fn resources(&self) -> Resources {
+        let mut r = detect();
+        if let Some(s) = self.slots {
+            r.slots = s;
+        }
+        r.tags = self.tags.iter().cloned().collect::<BTreeSet<_>>();
+        r
+    }
+}
+
+/// OS, architecture, cores and memory of this machine; one slot per core.
+pub fn detect() -> Resources {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    Resources {
+        os: std::env::consts::OS.to_owned(),
+        arch: std::env::consts::ARCH.to_owned(),
+        cores,
+        mem_mb: mem_mb().unwrap_or(0),
+        slots: cores,
+        ..Resources::default()
+    }
+}
+
+/// `MemTotal` of /proc/meminfo, in MiB.
+fn mem_mb() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_meminfo(&text)
+}
+
+fn parse_meminfo(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_toml_and_meminfo() {
+        let c: Config =
+            toml::from_str("listen = \"127.0.0.1:9000\"\nslots = 3\ntags = [\"gpu\"]\noverlay = \"can\"\n").unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.slots, Some(3));
+        assert!(c.check().unwrap_err().to_string().contains("not built yet"));
+        assert!(toml::from_str::<Config>("nonsense = 1").is_err());
+        assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
+        let r = Config { tags: vec!["gpu".into()], ..Config::default() }.resources();
+        assert!(r.has_tag("gpu") && r.cores >= 1 && r.slots >= 1);
+    }
+}

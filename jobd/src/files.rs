@@ -1,0 +1,30 @@
+//! The little file work a daemon does for its node.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// Writes `data` at `offset` of `path`, making its directory; offset 0 truncates.
+pub(crate) fn write_at(path: &str, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    let path = Path::new(path);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = OpenOptions::new().write(true).create(true).truncate(offset == 0).open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    f.write_all(data)
+}
+
+/// Reads a whole file, the error in words.
+pub(crate) fn read(path: &str) -> Result<bytes::Bytes, String> {
+    std::fs::read(path).map(bytes::Bytes::from).map_err(|e| e.to_string())
+}
+
+/// Removes a directory tree; a missing one is fine.
+pub(crate) fn remove_dir(path: &str) {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path, %e, "cannot remove a job directory"),
+    }
+}

@@ -1,0 +1,163 @@
+//! The processes a daemon runs: spawned in their job directory with the
+//! documented environment, output streamed to the node, killed on request, and
+//! killed with the daemon (`PR_SET_PDEATHSIG`, so even `kill -9` of the daemon
+//! leaves no rank behind).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use p2pmp_adapters::Remote;
+use p2pmp_core::job::{JobId, Stream};
+use p2pmp_core::node::{DaemonNode, NodeCommand};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+type Kills = Arc<Mutex<BTreeMap<(JobId, u32), oneshot::Sender<()>>>>;
+
+/// What one process is started with.
+#[derive(Debug)]
+pub(crate) struct Spawn {
+    pub(crate) job: JobId,
+    pub(crate) rank: u32,
+    pub(crate) dir: String,
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// Every process of one daemon.
+#[derive(Debug, Clone)]
+pub(crate) struct Procs {
+    remote: Remote<DaemonNode>,
+    kills: Kills,
+}
+
+fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
+    if let Ok(Err(e)) = remote.command(cmd) {
+        debug!(%e, "node refused a process report");
+    }
+}
+
+async fn pump_output(remote: Remote<DaemonNode>, job: JobId, rank: u32, stream: Stream, mut r: impl AsyncRead + Unpin) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let data = Bytes::copy_from_slice(&buf[..n]);
+                tell(&remote, NodeCommand::ProcessOutput { job, rank, stream, data });
+            }
+        }
+    }
+}
+
+impl Procs {
+    pub(crate) fn new(remote: Remote<DaemonNode>) -> Self {
+        Procs { remote, kills: Arc::default() }
+    }
+
+    /// Starts a process; its output and exit go to the node.
+    pub(crate) fn spawn(&self, s: Spawn) {
+        let (job, rank) = (s.job, s.rank);
+        let child = self.start(&s);
+        let remote = self.remote.clone();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(program = s.program, %e, "cannot start a process");
+                let data = Bytes::from(format!("p2pmp: cannot start {}: {e}\n", s.program));
+                tell(&remote, NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
+                tell(&remote, NodeCommand::ProcessExited { job, rank, code: 127 });
+                return;
+            }
+        };
+        let (kill_tx, kill_rx) = oneshot::channel();
+        self.kills.lock().expect("kill table lock").insert((job, rank), kill_tx);
+        let kills = self.kills.clone();
+        let out = child.stdout.take().map(|o| tokio::spawn(pump_output(remote.clone(), job, rank, Stream::Stdout, o)));
+        let err = child.stderr.take().map(|e| tokio::spawn(pump_output(remote.clone(), job, rank, Stream::Stderr, e)));
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                st = child.wait() => st,
+                _ = kill_rx => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            for t in [out, err].into_iter().flatten() {
+                let _ = t.await;
+            }
+            kills.lock().expect("kill table lock").remove(&(job, rank));
+            let code = match status {
+                Ok(st) => st.code().unwrap_or_else(|| -st.signal().unwrap_or(9)),
+                Err(_) => -9,
+            };
+            debug!(%job, rank, code, "process exited");
+            tell(&remote, NodeCommand::ProcessExited { job, rank, code });
+        });
+    }
+
+    fn start(&self, s: &Spawn) -> std::io::Result<tokio::process::Child> {
+        let mut perm = std::fs::metadata(&s.program)?.permissions();
+        perm.set_mode(0o755);
+        std::fs::set_permissions(&s.program, perm)?;
+        let mut cmd = tokio::process::Command::new(&s.program);
+        cmd.args(&s.args)
+            .current_dir(&s.dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+            .env("HOME", &s.dir)
+            .envs(s.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        // Another thread of this process may be forking while it holds a file
+        // being staged open for writing; its child keeps that descriptor until it
+        // execs, and exec of such a file fails with ETXTBSY for that moment.
+        let mut tries = 0;
+        loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Stops a process (its exit is reported as usual).
+    pub(crate) fn kill(&self, job: JobId, rank: u32) {
+        if let Some(tx) = self.kills.lock().expect("kill table lock").remove(&(job, rank)) {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Stops every process.
+    pub(crate) fn kill_all(&self) {
+        let all: Vec<_> = std::mem::take(&mut *self.kills.lock().expect("kill table lock")).into_values().collect();
+        for tx in all {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Processes still running.
+    pub(crate) fn running(&self) -> usize {
+        self.kills.lock().expect("kill table lock").len()
+    }
+}

@@ -1,0 +1,326 @@
+//! `jobd` and `p2pjob` end to end: real daemons on loopback (4 per test), jobs
+//! submitted with the `p2pjob` binary. MPI jobs spread over the daemons,
+//! sequential jobs with files, kill, unsatisfiable requirements, malformed job
+//! files, a daemon killed with SIGKILL mid-job, and two jobs at once.
+//!
+//! The binaries and example programs are built by the first test to need them.
+//! Every wait has a deadline; every process a test starts is killed when the test
+//! ends, whatever happens.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// `target/<profile>` of this test binary.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+fn built() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("running cargo build");
+        assert!(st.success(), "building jobd, p2pjob and mpi_ring failed");
+        dir
+    })
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let p = std::env::temp_dir().join(format!("p2pmp-jobd-test-{tag}-{}-{nonce:x}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Daemon {
+    child: Child,
+    control: String,
+}
+
+/// N daemons; killed (SIGKILL, their ranks die with them) on drop.
+struct Cluster {
+    daemons: Vec<Daemon>,
+    dir: Scratch,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+    }
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Cluster {
+    fn start(n: usize, tag: &str) -> Cluster {
+        let bin = built().join("jobd");
+        let dir = Scratch::new(tag);
+        let mut c = Cluster { daemons: Vec::new(), dir };
+        let mut first_overlay: Option<String> = None;
+        for _ in 0..n {
+            let mut cmd = Command::new(&bin);
+            cmd.args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--slots", "2"]);
+            cmd.args(["--stabilize-ms", "200", "--log-level", "warn", "--tag", "test"]);
+            cmd.arg("--work-dir").arg(c.dir.0.join("work"));
+            if let Some(b) = &first_overlay {
+                cmd.args(["--bootstrap", b]);
+            }
+            let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawning jobd");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            // "control ADDR overlay ADDR"
+            let words: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(words.len(), 4, "jobd said {line:?}");
+            first_overlay.get_or_insert_with(|| words[3].to_string());
+            c.daemons.push(Daemon { child, control: words[1].to_string() });
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = c.p2pjob(0, &["nodes"], Duration::from_secs(20));
+            let listed = out.stdout.lines().filter(|l| l.starts_with("127.0.0.1:")).count();
+            if listed == n {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the overlay lists {listed} of {n} nodes: {}", out.stdout);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn base(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Runs p2pjob against daemon `i`, killed after `limit`.
+    fn p2pjob(&self, i: usize, args: &[&str], limit: Duration) -> Out {
+        let mut child = Command::new(built().join("p2pjob"))
+            .arg("--node")
+            .arg(&self.daemons[i].control)
+            .args(args)
+            .current_dir(self.base())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning p2pjob");
+        let mut so = child.stdout.take().unwrap();
+        let mut se = child.stderr.take().unwrap();
+        let t_out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            s
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = se.read_to_string(&mut s);
+            s
+        });
+        let deadline = Instant::now() + limit;
+        let code = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("p2pjob {args:?} did not finish within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Out { code, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
+    }
+
+    fn write(&self, name: &str, data: &[u8]) -> PathBuf {
+        let p = self.base().join(name);
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+
+    /// Waits until `p2pjob status JOB` shows every rank running.
+    fn wait_running(&self, job: &str, ranks: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.p2pjob(0, &["status", job], Duration::from_secs(10));
+            if s.stdout.contains(&format!("{ranks} rank(s): {ranks} running")) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "job never fully running: {}", s.stdout);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn ring() -> String {
+    built().join("examples/mpi_ring").to_string_lossy().into_owned()
+}
+
+/// Distinct nodes named in "placed rank(s) [..] on ADDR" lines.
+fn placed_nodes(stderr: &str) -> usize {
+    let mut v: Vec<&str> = stderr.lines().filter_map(|l| l.trim().strip_prefix("placed rank(s) ")).collect();
+    v = v.into_iter().filter_map(|l| l.split(" on ").nth(1)).collect();
+    v.sort();
+    v.dedup();
+    v.len()
+}
+
+fn no_process_matching(pattern: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let out = Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep");
+        if out.stdout.is_empty() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn job_file(exe: &str, args: &str, procs: u32, extra: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\"?>\n<p2pjob>\n  <executable>{exe}</executable>\n  <arguments>{args}</arguments>\n{extra}  \
+         <processes>{procs}</processes>\n  <requirement>linux</requirement>\n</p2pjob>\n"
+    )
+}
+
+#[test]
+fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files() {
+    let c = Cluster::start(4, "spread");
+    let out = c.p2pjob(1, &["run", "-n", "4", &ring(), "300"], Duration::from_secs(60));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[0] ring ok 300"), "{}", out.stdout);
+    assert_eq!(placed_nodes(&out.stderr), 4, "{}", out.stderr);
+
+    // Sequential: one process, an input file staged, an output file back.
+    let data: Vec<u8> = (0..700_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    c.write("input.bin", &data);
+    c.write("copy.sh", b"#!/bin/sh\ncat input.bin > output.bin\necho copied $(wc -c < input.bin)\n");
+    let xml = job_file("copy.sh", "", 1, "  <inputfile>input.bin</inputfile>\n  <outputfile>output.bin</outputfile>\n");
+    let job = c.write("seq.xml", xml.as_bytes());
+    let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[0] copied 700000"), "{}", out.stdout);
+    let back = std::fs::read(c.base().join("output.bin")).expect("the output file came back");
+    assert!(back == data, "the output file differs from the input");
+    // Job directories are cleaned once the results are home.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let work = c.base().join("work");
+    loop {
+        let left: Vec<_> = std::fs::read_dir(&work)
+            .unwrap()
+            .flatten()
+            .flat_map(|node| std::fs::read_dir(node.path()).into_iter().flatten().flatten())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job directories left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn kill_stops_every_rank() {
+    let c = Cluster::start(4, "kill");
+    let tag = format!("{}", 100_000 + std::process::id() % 800_000);
+    let xml = job_file("/bin/sleep", &tag, 4, "");
+    let job = c.write("sleep.xml", xml.as_bytes());
+    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(20));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    c.wait_running(&id, 4);
+    let pattern = format!("job-.*/sleep {tag}");
+    let k = c.p2pjob(0, &["kill", &id], Duration::from_secs(10));
+    assert_eq!(k.code, 0, "{}", k.stderr);
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(20));
+    assert_eq!(w.code, 4, "wait on a killed job exits 4: {}", w.stderr);
+    assert!(no_process_matching(&pattern, Duration::from_secs(10)), "a rank outlived the kill");
+}
+
+#[test]
+fn unsatisfiable_requirements_fail_naming_the_requirement() {
+    let c = Cluster::start(4, "unsat");
+    let xml = job_file("/bin/true", "", 2, "  <requirement>mem_mb&gt;=999999999</requirement>\n");
+    let job = c.write("big.xml", xml.as_bytes());
+    let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("mem_mb>=999999999: 0 node(s)"), "{}", out.stderr);
+    assert!(out.stderr.contains("linux: 4 node(s)"), "{}", out.stderr);
+}
+
+#[test]
+fn a_malformed_job_file_is_rejected_with_line_and_column() {
+    let c = Cluster::start(1, "malformed");
+    let job = c.write("bad.xml", b"<?xml version=\"1.0\"?>\n<p2pjob>\n  <executable>x</executable\n</p2pjob>\n");
+    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("line 3, column"), "{}", out.stderr);
+    let job = c.write("nox.xml", b"<p2pjob>\n  <processes>2</processes>\n</p2pjob>\n");
+    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("line "), "{}", out.stderr);
+}
+
+#[test]
+fn a_daemon_killed_mid_job_fails_the_job_with_a_clear_report() {
+    let mut c = Cluster::start(4, "crash");
+    let tag = format!("{}", 900_000 + std::process::id() % 90_000);
+    let xml = job_file("/bin/sleep", &tag, 4, "");
+    let job = c.write("sleep.xml", xml.as_bytes());
+    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(20));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    c.wait_running(&id, 4);
+    // Every daemon holds one rank; kill one that is not the submitter.
+    let victim = &mut c.daemons[2].child;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(30));
+    assert_eq!(w.code, 1, "{}", w.stderr);
+    assert!(w.stderr.contains("was lost"), "{}", w.stderr);
+    let pattern = format!("job-.*/sleep {tag}");
+    assert!(no_process_matching(&pattern, Duration::from_secs(10)), "ranks outlived the failed job");
+}
+
+#[test]
+fn two_jobs_run_at_once_on_shared_nodes() {
+    let c = Cluster::start(4, "two");
+    let ring = ring();
+    std::thread::scope(|s| {
+        let a = s.spawn(|| c.p2pjob(0, &["run", "-n", "4", &ring, "200", "16"], Duration::from_secs(90)));
+        let b = s.spawn(|| c.p2pjob(3, &["run", "-n", "4", &ring, "300", "32"], Duration::from_secs(90)));
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert_eq!(a.code, 0, "first: {} {}", a.stdout, a.stderr);
+        assert_eq!(b.code, 0, "second: {} {}", b.stdout, b.stderr);
+        assert!(a.stdout.contains("[0] ring ok 200"), "{}", a.stdout);
+        assert!(b.stdout.contains("[0] ring ok 300"), "{}", b.stdout);
+    });
+}
