@@ -8,7 +8,7 @@ use rand::Rng;
 use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::node::{ChordNode, MAX_JOINERS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
 use super::registry::Store;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
@@ -232,19 +232,44 @@ impl ChordNode {
         }
     }
 
-    /// Graceful leave: neighbours learn each other, registrations go to the successor.
+    /// Remembers a node that joins with this one as its successor (see `joiners`).
+    pub(crate) fn remember_joiner(&mut self, now: Instant, joiner: Peer) {
+        self.joiners.retain(|(p, until)| *until > now && p.addr != joiner.addr);
+        if self.joiners.len() >= MAX_JOINERS {
+            self.joiners.remove(0);
+        }
+        let until = now + self.cfg.stabilize_period * 2 + self.cfg.request_timeout;
+        self.joiners.push((joiner, until));
+    }
+
+    /// Graceful leave: every neighbour this node knows (predecessor, successors and
+    /// nodes that just joined before it) learns the others in its place, and the
+    /// stored registrations go to the successor.
     pub(crate) fn leave(&mut self, now: Instant) {
         if self.joined() {
+            let mut known: Vec<Peer> = self.pred.iter().copied().chain(self.succs.iter().copied()).collect();
+            for (j, until) in std::mem::take(&mut self.joiners) {
+                if until > now && j.addr != self.me.addr && !known.iter().any(|p| p.addr == j.addr) {
+                    known.push(j);
+                }
+            }
             if let Some(s) = self.succs.first().copied() {
-                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor: self.pred }, Traffic::Maintenance);
+                // Its new predecessor: the known node closest before it.
+                let predecessor =
+                    known.iter().copied().filter(|p| p.addr != s.addr).min_by_key(|p| p.id.distance_to(s.id));
+                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor }, Traffic::Maintenance);
                 let entries = self.take_all_entries(now);
                 if !entries.is_empty() {
                     self.send(s.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
                 }
             }
-            if let Some(p) = self.pred {
-                let successors = self.succs.clone();
-                self.send(p.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
+            // Everyone that may have this node as successor: the others, nearest first.
+            let first = self.succs.first().map(|p| p.addr);
+            for &x in known.iter().filter(|p| Some(p.addr) != first) {
+                let mut successors: Vec<Peer> = known.iter().copied().filter(|p| p.addr != x.addr).collect();
+                successors.sort_by_key(|p| x.id.distance_to(p.id));
+                successors.truncate(self.cfg.successors);
+                self.send(x.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
             }
         }
         self.phase = Phase::Left;
@@ -255,6 +280,7 @@ impl ChordNode {
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();
+        self.joiners.clear();
         self.event(OverlayEvent::Left);
     }
 }

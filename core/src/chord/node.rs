@@ -9,7 +9,7 @@ use rand_pcg::Pcg64Mcg;
 use super::ChordConfig;
 use super::finger::FingerTable;
 use super::lookup::{LookupState, Purpose};
-use super::msg::{ChordMsg, Peer};
+use super::msg::{ChordMsg, Peer, Step};
 use super::registry::{OwnReg, QueryState, Store};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
@@ -21,6 +21,8 @@ use crate::wire::Envelope;
 pub(crate) const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
 pub(crate) const MAX_REJOIN: usize = 16;
+/// Most recent joiners remembered for a graceful leave.
+pub(crate) const MAX_JOINERS: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +204,10 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
+    /// Nodes this node recently told "I am your successor" in answer to their join
+    /// lookup, until their stabilize reaches it: a graceful leave must hand them on
+    /// too, or a joiner whose only contact leaves is stranded. (peer, forget after).
+    pub(crate) joiners: Vec<(Peer, Instant)>,
     /// Consecutive timeouts of the successor and of the predecessor.
     pub(crate) succ_strikes: u8,
     pub(crate) pred_strikes: u8,
@@ -244,6 +250,7 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
+            joiners: Vec::new(),
             succ_strikes: 0,
             pred_strikes: 0,
             pending: Requests::default(),
@@ -465,6 +472,9 @@ impl ChordNode {
         match env.body {
             ChordMsg::FindSuccessor { key } => {
                 let step = self.local_step(key);
+                if key == from.id && step == (Step::Done { owner: self.me }) {
+                    self.remember_joiner(now, from);
+                }
                 self.send(from.addr, rid, ChordMsg::FindSuccessorReply(step), Traffic::Reply);
             }
             ChordMsg::FindSuccessorReply(step) => self.on_step(now, from, rid, step),
