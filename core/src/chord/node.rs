@@ -500,6 +500,11 @@ impl ChordNode {
                 }
             }
             ChordMsg::Register { entry, replicas } => {
+                if rid != 0 && replicas > 0 && self.joined() && !self.owns(Id::hash(&entry.name)) {
+                    // The registrant's lookup was stale: storing it here would hide it
+                    // from queries until its next refresh, so let it look again.
+                    return self.send(from.addr, rid, ChordMsg::NotOwner, Traffic::Reply);
+                }
                 self.on_register(now, entry, replicas);
                 if rid != 0 && self.joined() {
                     self.send(from.addr, rid, ChordMsg::Registered, Traffic::Reply);
@@ -507,6 +512,13 @@ impl ChordNode {
             }
             ChordMsg::Registered => {
                 let _ = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Register { .. }));
+            }
+            ChordMsg::NotOwner => {
+                let fits = |w: &Waiting| matches!(w, Waiting::Register { .. });
+                if let Some(Waiting::Register { name, value }) = self.take_pending(rid, from.addr, fits).map(|p| p.what)
+                {
+                    self.retry_registration(now, &name, &value);
+                }
             }
             ChordMsg::Query { name } => {
                 let values = self.store.values(&name, now);

@@ -210,6 +210,11 @@ impl ChordNode {
         }
     }
 
+    /// Whether `key` lies in this node's range (predecessor, itself], as far as it knows.
+    pub(crate) fn owns(&self, key: Id) -> bool {
+        self.pred.is_none_or(|p| key.in_half_open(p.id, self.me.id))
+    }
+
     /// Stores one entry; an owner passes copies to its next `replicas` successors.
     pub(crate) fn on_register(&mut self, now: Instant, entry: Entry, replicas: u8) {
         if !self.joined() {
