@@ -208,6 +208,9 @@ pub struct ChordNode {
     /// lookup, until their stabilize reaches it: a graceful leave must hand them on
     /// too, or a joiner whose only contact leaves is stranded. (peer, forget after).
     pub(crate) joiners: Vec<(Peer, Instant)>,
+    /// The owned registrations must be copied to the replicas again (the first
+    /// successors or the owned range changed); done at the end of the input.
+    pub(crate) replicas_dirty: bool,
     /// Consecutive timeouts of the successor and of the predecessor.
     pub(crate) succ_strikes: u8,
     pub(crate) pred_strikes: u8,
@@ -251,6 +254,7 @@ impl ChordNode {
             stabilize_busy: false,
             ping_busy: false,
             joiners: Vec::new(),
+            replicas_dirty: false,
             succ_strikes: 0,
             pred_strikes: 0,
             pending: Requests::default(),
@@ -571,6 +575,7 @@ impl Machine for ChordNode {
             return self.drop_input();
         }
         self.dispatch(now, msg);
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 
@@ -585,6 +590,7 @@ impl Machine for ChordNode {
                 self.request_failed(now, p);
             }
         }
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 
@@ -618,6 +624,7 @@ impl Machine for ChordNode {
         for t in self.timers.take_expired(now) {
             self.on_timer(now, t);
         }
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 

@@ -215,6 +215,26 @@ impl ChordNode {
         self.pred.is_none_or(|p| key.in_half_open(p.id, self.me.id))
     }
 
+    /// Copies the registrations this node owns to its first `replicas - 1`
+    /// successors, if they or the owned range changed since the last time: a crash
+    /// of the owner then finds them at its successor, not only at the next refresh.
+    pub(crate) fn sync_replicas(&mut self, now: Instant) {
+        if !std::mem::take(&mut self.replicas_dirty) || !self.joined() || self.store.len() == 0 {
+            return;
+        }
+        let Some(p) = self.pred else { return };
+        let me = self.me.id;
+        let entries = self.store.entries(now, |k| k.in_half_open(p.id, me));
+        if entries.is_empty() {
+            return;
+        }
+        let n = usize::from(self.cfg.replicas.saturating_sub(1)).min(self.succs.len());
+        let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+        for to in targets {
+            self.send(to, 0, ChordMsg::KeyTransfer { entries: entries.clone() }, Traffic::Maintenance);
+        }
+    }
+
     /// Stores one entry; an owner passes copies to its next `replicas` successors.
     pub(crate) fn on_register(&mut self, now: Instant, entry: Entry, replicas: u8) {
         if !self.joined() {
@@ -251,6 +271,8 @@ impl ChordNode {
             return self.drop_input();
         }
         for e in entries {
+            // Keys that are ours now (a leaving predecessor's) go on to our replicas.
+            self.replicas_dirty |= self.pred.is_some() && self.owns(Id::hash(&e.name));
             self.store_entry(now, e);
         }
     }
