@@ -190,6 +190,10 @@ impl ChordNode {
         let replicas = self.cfg.replicas.saturating_sub(1);
         let entry = Entry { name, value, ttl_ms };
         if owner.addr == self.me.addr {
+            if !self.owns(Id::hash(&entry.name)) {
+                // A stale lookup (the ring is moving): as for a remote owner's NotOwner.
+                return self.retry_registration(now, &entry.name, &entry.value);
+            }
             self.on_register(now, entry, replicas);
         } else {
             let what = Waiting::Register { name: entry.name.clone(), value: entry.value.clone() };
