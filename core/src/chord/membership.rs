@@ -94,21 +94,38 @@ impl ChordNode {
         };
         match result {
             Ok(owner) if owner.addr != self.me.addr => {
-                self.rejoin = Vec::new();
-                self.succs = vec![owner];
-                self.pred = None;
-                self.become_joined(now);
-                // Fill the successor list at once rather than one stabilize later, and
-                // start from the successor's fingers, which are nearly ours.
+                // Joined only once the successor answers as a member: the answer may be
+                // stale (it left or lost its ring meanwhile), and a node that takes a
+                // gone successor is stranded. Its list fills ours at once, too.
                 let body = ChordMsg::GetSuccessorList;
                 self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
-                self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
             }
-            _ => {
-                self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
-                self.join_attempt(now);
-            }
+            _ => self.join_failed(now),
         }
+    }
+
+    /// The join through the current contact failed: try the next one.
+    pub(crate) fn join_failed(&mut self, now: Instant) {
+        if let Phase::Joining { contact, backoff, reported } = self.phase.clone() {
+            self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
+            self.join_attempt(now);
+        }
+    }
+
+    /// The successor found by the join lookup answered with its list: joined.
+    pub(crate) fn join_confirmed(&mut self, now: Instant, owner: Peer, successors: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        self.rejoin = Vec::new();
+        self.succs = vec![owner];
+        self.pred = None;
+        self.become_joined(now);
+        let mut list = vec![owner];
+        list.extend(successors.into_iter().take(self.cfg.successors));
+        self.set_successor_list(list);
+        // Start from the successor's fingers, which are nearly ours.
+        self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
     }
 
     /// A remembered peer's ring (or, for a ring check, any far node) says `owner`

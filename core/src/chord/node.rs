@@ -88,7 +88,7 @@ pub(crate) enum Waiting {
     PingPredecessor,
     /// A query's values from the key's owner.
     Query(Box<QueryState>),
-    /// A successor list.
+    /// The successor list of the node the join lookup named: it confirms the join.
     SuccessorList,
     /// The predecessor of finger `index`'s node, to check the finger still holds.
     FingerCheck { index: u32, node: Peer },
@@ -438,7 +438,8 @@ impl ChordNode {
                 self.finger_busy = false;
                 self.peer_silent(now, p.to);
             }
-            Waiting::SuccessorList | Waiting::Fingers => {}
+            Waiting::SuccessorList => self.join_failed(now),
+            Waiting::Fingers => {}
             Waiting::Register { name, value } => {
                 self.peer_silent(now, p.to);
                 self.retry_registration(now, &name, &value);
@@ -546,13 +547,8 @@ impl ChordNode {
                 }
             }
             ChordMsg::SuccessorList { successors } => {
-                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some()
-                    && self.joined()
-                    && self.succs.first() == Some(&from)
-                {
-                    let mut list = vec![from];
-                    list.extend(successors.into_iter().take(self.cfg.successors));
-                    self.set_successor_list(list);
+                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some() {
+                    self.join_confirmed(now, from, successors);
                 }
             }
         }
