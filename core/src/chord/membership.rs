@@ -86,7 +86,7 @@ impl ChordNode {
 
     /// The join (or merge, or ring-check) lookup ended.
     pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+        let Phase::Joining { .. } = self.phase else {
             if let (Ok(owner), true) = (result, self.joined()) {
                 self.merge_step(now, owner);
             }
@@ -235,9 +235,11 @@ impl ChordNode {
             return;
         }
         if self.succs.is_empty() {
-            // The successor list is spent: the nearest finger stands in. Never the
-            // predecessor: a node that joined through us would close a ring of two.
-            match self.fingers.nearest(self.me.id) {
+            // The successor list is spent: the nearest finger stands in, else the
+            // predecessor (a live member: stabilize walks back from it to our place,
+            // and the ring check merges if it only closes a ring of two). Dropping
+            // out instead makes this node a hole every neighbour falls into.
+            match self.fingers.nearest(self.me.id).or(self.pred) {
                 Some(p) => self.succs.push(p),
                 None => return self.lost_all(now, addr),
             }
@@ -275,9 +277,13 @@ impl ChordNode {
                 let predecessor =
                     known.iter().copied().filter(|p| p.addr != s.addr).min_by_key(|p| p.id.distance_to(s.id));
                 self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor }, Traffic::Maintenance);
+                // To the next successors too: the first may be leaving at the same time.
                 let entries = self.take_all_entries(now);
-                if !entries.is_empty() {
-                    self.send(s.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                let n = usize::from(self.cfg.replicas.max(1));
+                let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+                for to in targets.into_iter().filter(|_| !entries.is_empty()) {
+                    let entries = entries.clone();
+                    self.send(to, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
                 }
             }
             // Everyone that may have this node as successor: the others, nearest first.

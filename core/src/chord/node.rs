@@ -416,6 +416,15 @@ impl ChordNode {
         }
     }
 
+    /// Fails every outstanding request to `addr` at once (it left: no answer comes).
+    pub(crate) fn abandon_requests_to(&mut self, now: Instant, addr: NodeAddr) {
+        for id in self.pending.ids_where(|p| p.to == addr) {
+            if let Some(p) = self.pending.remove(&id) {
+                self.request_failed(now, p);
+            }
+        }
+    }
+
     fn request_failed(&mut self, now: Instant, p: Pending) {
         self.stats.request_failures += 1;
         match p.what {

@@ -158,12 +158,13 @@ impl ChordNode {
     }
 
     /// Our successor `from` leaves; its successors take its place.
-    pub(crate) fn on_leaving_successor(&mut self, _now: Instant, from: Peer, successors: Vec<Peer>) {
+    pub(crate) fn on_leaving_successor(&mut self, now: Instant, from: Peer, successors: Vec<Peer>) {
         if !self.joined() || from.id != from.addr.id() {
             return self.drop_input();
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
+        self.abandon_requests_to(now, from.addr);
         if !was_succ {
             // Not our successor: its list is no business of ours.
             self.repair_gracefully();
@@ -177,15 +178,19 @@ impl ChordNode {
         if let Some(s) = self.succs.first().copied() {
             self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         }
+        // Check the new successor at once: it may be leaving too (its notice to the
+        // leaver is lost), and until then lookups would name it as owner.
+        self.timers.set(Timer::Stabilize, now);
     }
 
     /// Our predecessor `from` leaves; its predecessor takes its place.
-    pub(crate) fn on_leaving_predecessor(&mut self, _now: Instant, from: Peer, predecessor: Option<Peer>) {
+    pub(crate) fn on_leaving_predecessor(&mut self, now: Instant, from: Peer, predecessor: Option<Peer>) {
         if !self.joined() || from.id != from.addr.id() {
             return self.drop_input();
         }
         let was_pred = self.pred.is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
+        self.abandon_requests_to(now, from.addr);
         if was_pred {
             self.pred = predecessor.filter(|p| p.addr != self.me.addr && p.addr != from.addr);
             self.replicas_dirty = true;
