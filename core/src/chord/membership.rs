@@ -112,6 +112,38 @@ impl ChordNode {
         }
     }
 
+    /// `pred` (which has this node as successor) sent its list: the first node
+    /// after us in it is our successor, or `pred` itself if none is.
+    pub(crate) fn join_behind(&mut self, now: Instant, pred: Peer, successors: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        let me = self.me.addr;
+        match successors.iter().copied().find(|p| p.addr != me && p.addr != pred.addr) {
+            Some(s) => {
+                self.request(now, s.addr, ChordMsg::GetSuccessorList, Waiting::SuccessorList, Traffic::Maintenance)
+            }
+            None => self.join_confirmed(now, pred, Vec::new()),
+        }
+    }
+
+    /// A joining node that lost its ring got a request from `addr`, a member that
+    /// still counts on it: try that node next, at once if waiting for a round.
+    pub(crate) fn rejoin_hint(&mut self, now: Instant, addr: NodeAddr) {
+        if !matches!(self.phase, Phase::Joining { .. }) || self.bootstrap.contains(&addr) {
+            return;
+        }
+        if !self.rejoin.contains(&addr) {
+            if self.rejoin.len() >= MAX_REJOIN {
+                self.rejoin.pop();
+            }
+            self.rejoin.push(addr);
+        }
+        if self.timers.get(Timer::Join).is_some() {
+            self.timers.set(Timer::Join, now);
+        }
+    }
+
     /// The successor found by the join lookup answered with its list: joined.
     pub(crate) fn join_confirmed(&mut self, now: Instant, owner: Peer, successors: Vec<Peer>) {
         if !matches!(self.phase, Phase::Joining { .. }) {

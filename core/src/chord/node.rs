@@ -88,6 +88,9 @@ pub(crate) enum Waiting {
     PingPredecessor,
     /// A query's values from the key's owner.
     Query(Box<QueryState>),
+    /// The successor list of a node that still has this (joining) node as its
+    /// successor: the join goes on from there.
+    JoinBehind,
     /// The successor list of the node the join lookup named: it confirms the join.
     SuccessorList,
     /// The predecessor of finger `index`'s node, to check the finger still holds.
@@ -447,7 +450,7 @@ impl ChordNode {
                 self.finger_busy = false;
                 self.peer_silent(now, p.to);
             }
-            Waiting::SuccessorList => self.join_failed(now),
+            Waiting::SuccessorList | Waiting::JoinBehind => self.join_failed(now),
             Waiting::Fingers => {}
             Waiting::Register { name, value } => {
                 self.peer_silent(now, p.to);
@@ -481,6 +484,10 @@ impl ChordNode {
                 | ChordMsg::GetFingers
         );
         if is_request && (rid == 0 || !self.joined()) {
+            if rid != 0 {
+                // A member that still counts on us: a contact to rejoin through.
+                self.rejoin_hint(now, from.addr);
+            }
             return self.drop_input();
         }
         match env.body {
@@ -556,8 +563,11 @@ impl ChordNode {
                 }
             }
             ChordMsg::SuccessorList { successors } => {
-                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some() {
-                    self.join_confirmed(now, from, successors);
+                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList | Waiting::JoinBehind);
+                match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
+                    Some(Waiting::SuccessorList) => self.join_confirmed(now, from, successors),
+                    Some(Waiting::JoinBehind) => self.join_behind(now, from, successors),
+                    _ => {}
                 }
             }
         }
