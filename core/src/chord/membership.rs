@@ -128,20 +128,18 @@ impl ChordNode {
     }
 
     /// A joining node that lost its ring got a request from `addr`, a member that
-    /// still counts on it: try that node next, at once if waiting for a round.
+    /// still counts on it: join through it at once (once per contact; the rounds
+    /// keep it on the list), before it gives up on us and drops out too.
     pub(crate) fn rejoin_hint(&mut self, now: Instant, addr: NodeAddr) {
-        if !matches!(self.phase, Phase::Joining { .. }) || self.bootstrap.contains(&addr) {
+        if !matches!(self.phase, Phase::Joining { .. }) || self.bootstrap.contains(&addr) || self.rejoin.contains(&addr)
+        {
             return;
         }
-        if !self.rejoin.contains(&addr) {
-            if self.rejoin.len() >= MAX_REJOIN {
-                self.rejoin.pop();
-            }
-            self.rejoin.push(addr);
+        if self.rejoin.len() >= MAX_REJOIN {
+            self.rejoin.pop();
         }
-        if self.timers.get(Timer::Join).is_some() {
-            self.timers.set(Timer::Join, now);
-        }
+        self.rejoin.push(addr);
+        self.join_lookup(now, addr);
     }
 
     /// The successor found by the join lookup answered with its list: joined.
