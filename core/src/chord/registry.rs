@@ -227,6 +227,16 @@ impl ChordNode {
             return;
         }
         let Some(p) = self.pred else { return };
+        // Keys between us and our successor are its own, never ours as owner or
+        // replica: a leaving node with a stale view handed them here. Copy them on
+        // (a copy: the successor may be stale too; ours expires unrefreshed).
+        if let Some(&s) = self.succs.first().filter(|s| !p.id.in_open(self.me.id, s.id)) {
+            let me = self.me.id;
+            let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
+            if !ahead.is_empty() {
+                self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+            }
+        }
         let me = self.me.id;
         let entries = self.store.entries(now, |k| k.in_half_open(p.id, me));
         if entries.is_empty() {
