@@ -548,7 +548,7 @@ impl ChordNode {
             ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
             ChordMsg::LeavingToPredecessor { successors } => self.on_leaving_successor(now, from, successors),
             ChordMsg::LeavingToSuccessor { predecessor } => self.on_leaving_predecessor(now, from, predecessor),
-            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, entries),
+            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, from, entries),
             ChordMsg::GetSuccessorList => {
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);

@@ -280,14 +280,30 @@ impl ChordNode {
     }
 
     /// Registrations handed over by a joining predecessor's successor or a leaving node.
-    pub(crate) fn on_key_transfer(&mut self, now: Instant, entries: Vec<Entry>) {
+    pub(crate) fn on_key_transfer(&mut self, now: Instant, from: Peer, entries: Vec<Entry>) {
         if !self.joined() {
             return self.drop_input();
         }
+        // Not when they come from the successor itself: in a ring of fewer than
+        // `replicas` nodes its replicas wrap round to here.
+        let succ = self
+            .succs
+            .first()
+            .copied()
+            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(self.me.id, s.id)));
+        let mut ahead = Vec::new();
         for e in entries {
+            let key = Id::hash(&e.name);
             // Keys that are ours now (a leaving predecessor's) go on to our replicas.
-            self.replicas_dirty |= self.pred.is_some() && self.owns(Id::hash(&e.name));
+            self.replicas_dirty |= self.pred.is_some() && self.owns(key);
+            // Keys in (us, successor] are the successor's (see `sync_replicas`).
+            if succ.is_some_and(|s| key.in_half_open(self.me.id, s.id)) {
+                ahead.push(e.clone());
+            }
             self.store_entry(now, e);
+        }
+        if let (Some(s), false) = (succ, ahead.is_empty()) {
+            self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
         }
     }
 
