@@ -121,6 +121,25 @@ impl World {
         })
     }
 
+    /// Whether every registration of a live node that `victim` holds is held by
+    /// another live node too. Three copies tolerate two losses; crashing the last
+    /// holder loses the entry until the registrant's next refresh (TTL/3), whatever
+    /// the protocol does, so the scenario does not do that (as with successors).
+    fn keeps_registrations(&self, victim: NodeIdx) -> bool {
+        let holders = |name: &str, value: &String| {
+            self.live()
+                .into_iter()
+                .filter(|&i| self.sim.node(i).stored_values(name).contains(value))
+                .collect::<Vec<_>>()
+        };
+        self.registered.iter().all(|(name, regs)| {
+            regs.iter().filter(|(_, owner, _)| self.sim.alive().any(|a| a == *owner)).all(|(value, _, _)| {
+                let h = holders(name, value);
+                !h.contains(&victim) || h.len() > 1
+            })
+        })
+    }
+
     /// A node that never joined and whose every contact is gone cannot join: by
     /// design it keeps retrying and never creates a second ring. Such a node is
     /// outside the network, so the scenario takes it away before judging.
@@ -174,8 +193,10 @@ impl World {
             }
             Op::Crash(k) => {
                 // The tolerance Chord promises (r - 1 crashes) rests on every node knowing
-                // another live successor: crash only nodes whose loss leaves that true.
-                let live: Vec<NodeIdx> = self.joined().into_iter().filter(|&v| self.survivable(v)).collect();
+                // another live successor, and every registration having another live
+                // copy: crash only nodes whose loss leaves that true.
+                let live: Vec<NodeIdx> =
+                    self.joined().into_iter().filter(|&v| self.survivable(v) && self.keeps_registrations(v)).collect();
                 if live.len() <= 2 || *crashes_left == 0 {
                     return;
                 }

@@ -145,6 +145,14 @@ impl ChordNode {
         let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Hop(_))) else { return };
         let Waiting::Hop(mut state) = p.what else { return };
         match step {
+            Step::Done { owner } if owner.addr == self.me.addr && state.purpose == Purpose::Join => {
+                // `from` still has us as its successor (we dropped out of its ring):
+                // our place is right after it; its list names who follows.
+                if self.joined() {
+                    return self.lookup_done(now, *state, Ok(owner));
+                }
+                self.request(now, from.addr, ChordMsg::GetSuccessorList, Waiting::JoinBehind, Traffic::Maintenance);
+            }
             Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
             Step::Next { candidates } => {
                 if candidates.len() > KEPT_CANDIDATES {

@@ -8,7 +8,7 @@ use rand::Rng;
 use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::node::{ChordNode, MAX_JOINERS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
 use super::registry::Store;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
@@ -86,7 +86,7 @@ impl ChordNode {
 
     /// The join (or merge, or ring-check) lookup ended.
     pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
-        let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
+        let Phase::Joining { .. } = self.phase else {
             if let (Ok(owner), true) = (result, self.joined()) {
                 self.merge_step(now, owner);
             }
@@ -94,21 +94,68 @@ impl ChordNode {
         };
         match result {
             Ok(owner) if owner.addr != self.me.addr => {
-                self.rejoin = Vec::new();
-                self.succs = vec![owner];
-                self.pred = None;
-                self.become_joined(now);
-                // Fill the successor list at once rather than one stabilize later, and
-                // start from the successor's fingers, which are nearly ours.
+                // Joined only once the successor answers as a member: the answer may be
+                // stale (it left or lost its ring meanwhile), and a node that takes a
+                // gone successor is stranded. Its list fills ours at once, too.
                 let body = ChordMsg::GetSuccessorList;
                 self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
-                self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
             }
-            _ => {
-                self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
-                self.join_attempt(now);
-            }
+            _ => self.join_failed(now),
         }
+    }
+
+    /// The join through the current contact failed: try the next one.
+    pub(crate) fn join_failed(&mut self, now: Instant) {
+        if let Phase::Joining { contact, backoff, reported } = self.phase.clone() {
+            self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
+            self.join_attempt(now);
+        }
+    }
+
+    /// `pred` (which has this node as successor) sent its list: the first node
+    /// after us in it is our successor, or `pred` itself if none is.
+    pub(crate) fn join_behind(&mut self, now: Instant, pred: Peer, successors: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        let me = self.me.addr;
+        match successors.iter().copied().find(|p| p.addr != me && p.addr != pred.addr) {
+            Some(s) => {
+                self.request(now, s.addr, ChordMsg::GetSuccessorList, Waiting::SuccessorList, Traffic::Maintenance)
+            }
+            None => self.join_confirmed(now, pred, Vec::new()),
+        }
+    }
+
+    /// A joining node that lost its ring got a request from `addr`, a member that
+    /// still counts on it: join through it at once (once per contact; the rounds
+    /// keep it on the list), before it gives up on us and drops out too.
+    pub(crate) fn rejoin_hint(&mut self, now: Instant, addr: NodeAddr) {
+        if !matches!(self.phase, Phase::Joining { .. }) || self.bootstrap.contains(&addr) || self.rejoin.contains(&addr)
+        {
+            return;
+        }
+        if self.rejoin.len() >= MAX_REJOIN {
+            self.rejoin.pop();
+        }
+        self.rejoin.push(addr);
+        self.join_lookup(now, addr);
+    }
+
+    /// The successor found by the join lookup answered with its list: joined.
+    pub(crate) fn join_confirmed(&mut self, now: Instant, owner: Peer, successors: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        self.rejoin = Vec::new();
+        self.succs = vec![owner];
+        self.pred = None;
+        self.become_joined(now);
+        let mut list = vec![owner];
+        list.extend(successors.into_iter().take(self.cfg.successors));
+        self.set_successor_list(list);
+        // Start from the successor's fingers, which are nearly ours.
+        self.request(now, owner.addr, ChordMsg::GetFingers, Waiting::Fingers, Traffic::Maintenance);
     }
 
     /// A remembered peer's ring (or, for a ring check, any far node) says `owner`
@@ -218,9 +265,11 @@ impl ChordNode {
             return;
         }
         if self.succs.is_empty() {
-            // The successor list is spent: the nearest finger stands in. Never the
-            // predecessor: a node that joined through us would close a ring of two.
-            match self.fingers.nearest(self.me.id) {
+            // The successor list is spent: the nearest finger stands in, else the
+            // predecessor (a live member: stabilize walks back from it to our place,
+            // and the ring check merges if it only closes a ring of two). Dropping
+            // out instead makes this node a hole every neighbour falls into.
+            match self.fingers.nearest(self.me.id).or(self.pred) {
                 Some(p) => self.succs.push(p),
                 None => return self.lost_all(now, addr),
             }
@@ -232,19 +281,48 @@ impl ChordNode {
         }
     }
 
-    /// Graceful leave: neighbours learn each other, registrations go to the successor.
+    /// Remembers a node that joins with this one as its successor (see `joiners`).
+    pub(crate) fn remember_joiner(&mut self, now: Instant, joiner: Peer) {
+        self.joiners.retain(|(p, until)| *until > now && p.addr != joiner.addr);
+        if self.joiners.len() >= MAX_JOINERS {
+            self.joiners.remove(0);
+        }
+        let until = now + self.cfg.stabilize_period * 2 + self.cfg.request_timeout;
+        self.joiners.push((joiner, until));
+    }
+
+    /// Graceful leave: every neighbour this node knows (predecessor, successors and
+    /// nodes that just joined before it) learns the others in its place, and the
+    /// stored registrations go to the successor.
     pub(crate) fn leave(&mut self, now: Instant) {
         if self.joined() {
-            if let Some(s) = self.succs.first().copied() {
-                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor: self.pred }, Traffic::Maintenance);
-                let entries = self.take_all_entries(now);
-                if !entries.is_empty() {
-                    self.send(s.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+            let mut known: Vec<Peer> = self.pred.iter().copied().chain(self.succs.iter().copied()).collect();
+            for (j, until) in std::mem::take(&mut self.joiners) {
+                if until > now && j.addr != self.me.addr && !known.iter().any(|p| p.addr == j.addr) {
+                    known.push(j);
                 }
             }
-            if let Some(p) = self.pred {
-                let successors = self.succs.clone();
-                self.send(p.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
+            if let Some(s) = self.succs.first().copied() {
+                // Its new predecessor: the known node closest before it.
+                let predecessor =
+                    known.iter().copied().filter(|p| p.addr != s.addr).min_by_key(|p| p.id.distance_to(s.id));
+                self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor }, Traffic::Maintenance);
+                // To the next successors too: the first may be leaving at the same time.
+                let entries = self.take_all_entries(now);
+                let n = usize::from(self.cfg.replicas.max(1));
+                let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+                for to in targets.into_iter().filter(|_| !entries.is_empty()) {
+                    let entries = entries.clone();
+                    self.send(to, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                }
+            }
+            // Everyone that may have this node as successor: the others, nearest first.
+            let first = self.succs.first().map(|p| p.addr);
+            for &x in known.iter().filter(|p| Some(p.addr) != first) {
+                let mut successors: Vec<Peer> = known.iter().copied().filter(|p| p.addr != x.addr).collect();
+                successors.sort_by_key(|p| x.id.distance_to(p.id));
+                successors.truncate(self.cfg.successors);
+                self.send(x.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
             }
         }
         self.phase = Phase::Left;
@@ -255,6 +333,7 @@ impl ChordNode {
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();
+        self.joiners.clear();
         self.event(OverlayEvent::Left);
     }
 }

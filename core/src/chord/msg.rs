@@ -94,11 +94,15 @@ pub enum ChordMsg {
     /// Reply to a [`ChordMsg::Register`] sent as a request (non-zero request id) by
     /// the registering node: the owner stored it. Replica copies are one-way.
     Registered,
+    /// Reply to a [`ChordMsg::Register`] request that reached a node whose range
+    /// (predecessor, itself] does not hold the key (the registrant's lookup was
+    /// stale): nothing stored, look the owner up again.
+    NotOwner,
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 19;
+    pub const KINDS: usize = 20;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -122,6 +126,7 @@ impl ChordMsg {
             ChordMsg::Fingers { .. } => 16,
             ChordMsg::NewPredecessor { .. } => 17,
             ChordMsg::Registered => 18,
+            ChordMsg::NotOwner => 19,
         }
     }
 }

@@ -9,7 +9,7 @@ use rand_pcg::Pcg64Mcg;
 use super::ChordConfig;
 use super::finger::FingerTable;
 use super::lookup::{LookupState, Purpose};
-use super::msg::{ChordMsg, Peer};
+use super::msg::{ChordMsg, Peer, Step};
 use super::registry::{OwnReg, QueryState, Store};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
@@ -21,6 +21,8 @@ use crate::wire::Envelope;
 pub(crate) const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
 pub(crate) const MAX_REJOIN: usize = 16;
+/// Most recent joiners remembered for a graceful leave.
+pub(crate) const MAX_JOINERS: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +88,10 @@ pub(crate) enum Waiting {
     PingPredecessor,
     /// A query's values from the key's owner.
     Query(Box<QueryState>),
-    /// A successor list.
+    /// The successor list of a node that still has this (joining) node as its
+    /// successor: the join goes on from there.
+    JoinBehind,
+    /// The successor list of the node the join lookup named: it confirms the join.
     SuccessorList,
     /// The predecessor of finger `index`'s node, to check the finger still holds.
     FingerCheck { index: u32, node: Peer },
@@ -202,6 +207,13 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
+    /// Nodes this node recently told "I am your successor" in answer to their join
+    /// lookup, until their stabilize reaches it: a graceful leave must hand them on
+    /// too, or a joiner whose only contact leaves is stranded. (peer, forget after).
+    pub(crate) joiners: Vec<(Peer, Instant)>,
+    /// The owned registrations must be copied to the replicas again (the first
+    /// successors or the owned range changed); done at the end of the input.
+    pub(crate) replicas_dirty: bool,
     /// Consecutive timeouts of the successor and of the predecessor.
     pub(crate) succ_strikes: u8,
     pub(crate) pred_strikes: u8,
@@ -244,6 +256,8 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
+            joiners: Vec::new(),
+            replicas_dirty: false,
             succ_strikes: 0,
             pred_strikes: 0,
             pending: Requests::default(),
@@ -405,6 +419,15 @@ impl ChordNode {
         }
     }
 
+    /// Fails every outstanding request to `addr` at once (it left: no answer comes).
+    pub(crate) fn abandon_requests_to(&mut self, now: Instant, addr: NodeAddr) {
+        for id in self.pending.ids_where(|p| p.to == addr) {
+            if let Some(p) = self.pending.remove(&id) {
+                self.request_failed(now, p);
+            }
+        }
+    }
+
     fn request_failed(&mut self, now: Instant, p: Pending) {
         self.stats.request_failures += 1;
         match p.what {
@@ -427,7 +450,8 @@ impl ChordNode {
                 self.finger_busy = false;
                 self.peer_silent(now, p.to);
             }
-            Waiting::SuccessorList | Waiting::Fingers => {}
+            Waiting::SuccessorList | Waiting::JoinBehind => self.join_failed(now),
+            Waiting::Fingers => {}
             Waiting::Register { name, value } => {
                 self.peer_silent(now, p.to);
                 self.retry_registration(now, &name, &value);
@@ -460,11 +484,18 @@ impl ChordNode {
                 | ChordMsg::GetFingers
         );
         if is_request && (rid == 0 || !self.joined()) {
+            if rid != 0 {
+                // A member that still counts on us: a contact to rejoin through.
+                self.rejoin_hint(now, from.addr);
+            }
             return self.drop_input();
         }
         match env.body {
             ChordMsg::FindSuccessor { key } => {
                 let step = self.local_step(key);
+                if key == from.id && step == (Step::Done { owner: self.me }) {
+                    self.remember_joiner(now, from);
+                }
                 self.send(from.addr, rid, ChordMsg::FindSuccessorReply(step), Traffic::Reply);
             }
             ChordMsg::FindSuccessorReply(step) => self.on_step(now, from, rid, step),
@@ -490,6 +521,11 @@ impl ChordNode {
                 }
             }
             ChordMsg::Register { entry, replicas } => {
+                if rid != 0 && replicas > 0 && self.joined() && !self.owns(Id::hash(&entry.name)) {
+                    // The registrant's lookup was stale: storing it here would hide it
+                    // from queries until its next refresh, so let it look again.
+                    return self.send(from.addr, rid, ChordMsg::NotOwner, Traffic::Reply);
+                }
                 self.on_register(now, entry, replicas);
                 if rid != 0 && self.joined() {
                     self.send(from.addr, rid, ChordMsg::Registered, Traffic::Reply);
@@ -498,6 +534,13 @@ impl ChordNode {
             ChordMsg::Registered => {
                 let _ = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Register { .. }));
             }
+            ChordMsg::NotOwner => {
+                let fits = |w: &Waiting| matches!(w, Waiting::Register { .. });
+                if let Some(Waiting::Register { name, value }) = self.take_pending(rid, from.addr, fits).map(|p| p.what)
+                {
+                    self.retry_registration(now, &name, &value);
+                }
+            }
             ChordMsg::Query { name } => {
                 let values = self.store.values(&name, now);
                 self.send(from.addr, rid, ChordMsg::QueryResult { values }, Traffic::Reply);
@@ -505,7 +548,7 @@ impl ChordNode {
             ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
             ChordMsg::LeavingToPredecessor { successors } => self.on_leaving_successor(now, from, successors),
             ChordMsg::LeavingToSuccessor { predecessor } => self.on_leaving_predecessor(now, from, predecessor),
-            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, entries),
+            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, from, entries),
             ChordMsg::GetSuccessorList => {
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);
@@ -520,13 +563,11 @@ impl ChordNode {
                 }
             }
             ChordMsg::SuccessorList { successors } => {
-                if self.take_pending(rid, from.addr, |w| matches!(w, Waiting::SuccessorList)).is_some()
-                    && self.joined()
-                    && self.succs.first() == Some(&from)
-                {
-                    let mut list = vec![from];
-                    list.extend(successors.into_iter().take(self.cfg.successors));
-                    self.set_successor_list(list);
+                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList | Waiting::JoinBehind);
+                match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
+                    Some(Waiting::SuccessorList) => self.join_confirmed(now, from, successors),
+                    Some(Waiting::JoinBehind) => self.join_behind(now, from, successors),
+                    _ => {}
                 }
             }
         }
@@ -549,6 +590,7 @@ impl Machine for ChordNode {
             return self.drop_input();
         }
         self.dispatch(now, msg);
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 
@@ -563,6 +605,7 @@ impl Machine for ChordNode {
                 self.request_failed(now, p);
             }
         }
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 
@@ -596,6 +639,7 @@ impl Machine for ChordNode {
         for t in self.timers.take_expired(now) {
             self.on_timer(now, t);
         }
+        self.sync_replicas(now);
         self.rearm_requests();
     }
 

@@ -190,6 +190,10 @@ impl ChordNode {
         let replicas = self.cfg.replicas.saturating_sub(1);
         let entry = Entry { name, value, ttl_ms };
         if owner.addr == self.me.addr {
+            if !self.owns(Id::hash(&entry.name)) {
+                // A stale lookup (the ring is moving): as for a remote owner's NotOwner.
+                return self.retry_registration(now, &entry.name, &entry.value);
+            }
             self.on_register(now, entry, replicas);
         } else {
             let what = Waiting::Register { name: entry.name.clone(), value: entry.value.clone() };
@@ -207,6 +211,41 @@ impl ChordNode {
         reg.next_refresh = reg.next_refresh.min(at);
         if self.timers.get(Timer::Refresh).is_none_or(|t| t > at) {
             self.timers.set(Timer::Refresh, at);
+        }
+    }
+
+    /// Whether `key` lies in this node's range (predecessor, itself], as far as it knows.
+    pub(crate) fn owns(&self, key: Id) -> bool {
+        self.pred.is_none_or(|p| key.in_half_open(p.id, self.me.id))
+    }
+
+    /// Copies the registrations this node owns to its first `replicas - 1`
+    /// successors, if they or the owned range changed since the last time: a crash
+    /// of the owner then finds them at its successor, not only at the next refresh.
+    pub(crate) fn sync_replicas(&mut self, now: Instant) {
+        if !std::mem::take(&mut self.replicas_dirty) || !self.joined() || self.store.len() == 0 {
+            return;
+        }
+        let Some(p) = self.pred else { return };
+        // Keys between us and our successor are its own, never ours as owner or
+        // replica: a leaving node with a stale view handed them here. Copy them on
+        // (a copy: the successor may be stale too; ours expires unrefreshed).
+        if let Some(&s) = self.succs.first().filter(|s| !p.id.in_open(self.me.id, s.id)) {
+            let me = self.me.id;
+            let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
+            if !ahead.is_empty() {
+                self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+            }
+        }
+        let me = self.me.id;
+        let entries = self.store.entries(now, |k| k.in_half_open(p.id, me));
+        if entries.is_empty() {
+            return;
+        }
+        let n = usize::from(self.cfg.replicas.saturating_sub(1)).min(self.succs.len());
+        let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+        for to in targets {
+            self.send(to, 0, ChordMsg::KeyTransfer { entries: entries.clone() }, Traffic::Maintenance);
         }
     }
 
@@ -241,12 +280,30 @@ impl ChordNode {
     }
 
     /// Registrations handed over by a joining predecessor's successor or a leaving node.
-    pub(crate) fn on_key_transfer(&mut self, now: Instant, entries: Vec<Entry>) {
+    pub(crate) fn on_key_transfer(&mut self, now: Instant, from: Peer, entries: Vec<Entry>) {
         if !self.joined() {
             return self.drop_input();
         }
+        // Not when they come from the successor itself: in a ring of fewer than
+        // `replicas` nodes its replicas wrap round to here.
+        let succ = self
+            .succs
+            .first()
+            .copied()
+            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(self.me.id, s.id)));
+        let mut ahead = Vec::new();
         for e in entries {
+            let key = Id::hash(&e.name);
+            // Keys that are ours now (a leaving predecessor's) go on to our replicas.
+            self.replicas_dirty |= self.pred.is_some() && self.owns(key);
+            // Keys in (us, successor] are the successor's (see `sync_replicas`).
+            if succ.is_some_and(|s| key.in_half_open(self.me.id, s.id)) {
+                ahead.push(e.clone());
+            }
             self.store_entry(now, e);
+        }
+        if let (Some(s), false) = (succ, ahead.is_empty()) {
+            self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
         }
     }
 

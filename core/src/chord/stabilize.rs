@@ -74,6 +74,11 @@ impl ChordNode {
             }
         }
         let changed = out.first() != self.succs.first();
+        let k = usize::from(self.cfg.replicas.saturating_sub(1));
+        let replicas = |l: &[Peer]| l.iter().take(k).map(|p| p.addr).collect::<Vec<_>>();
+        if replicas(&out) != replicas(&self.succs) {
+            self.replicas_dirty = true;
+        }
         self.succs = out;
         if changed {
             self.succ_strikes = 0;
@@ -108,12 +113,15 @@ impl ChordNode {
             // next stabilize, so corrections ripple at network speed.
             self.send(o.addr, 0, ChordMsg::NewPredecessor { predecessor: from }, Traffic::Maintenance);
         }
-        // Registrations in (old, from] now belong to `from`; we keep copies as its replica.
+        // Registrations outside (from, me] go to `from`: those in (old, from] are its
+        // own now, the rest are replicas of its predecessors' (it stands between them
+        // and us now). We keep copies as its replica.
         let me = self.me.id;
-        let entries = match old {
-            Some(o) => self.store.entries(now, |k| k.in_half_open(o.id, from.id)),
-            None => self.store.entries(now, |k| !k.in_half_open(from.id, me)),
-        };
+        let entries = self.store.entries(now, |k| !k.in_half_open(from.id, me));
+        if old.is_none() {
+            // Our range is known again (it may have grown): copy it to our replicas.
+            self.replicas_dirty = true;
+        }
         if !entries.is_empty() {
             self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
         }
@@ -150,12 +158,13 @@ impl ChordNode {
     }
 
     /// Our successor `from` leaves; its successors take its place.
-    pub(crate) fn on_leaving_successor(&mut self, _now: Instant, from: Peer, successors: Vec<Peer>) {
+    pub(crate) fn on_leaving_successor(&mut self, now: Instant, from: Peer, successors: Vec<Peer>) {
         if !self.joined() || from.id != from.addr.id() {
             return self.drop_input();
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
+        self.abandon_requests_to(now, from.addr);
         if !was_succ {
             // Not our successor: its list is no business of ours.
             self.repair_gracefully();
@@ -169,17 +178,22 @@ impl ChordNode {
         if let Some(s) = self.succs.first().copied() {
             self.send(s.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         }
+        // Check the new successor at once: it may be leaving too (its notice to the
+        // leaver is lost), and until then lookups would name it as owner.
+        self.timers.set(Timer::Stabilize, now);
     }
 
     /// Our predecessor `from` leaves; its predecessor takes its place.
-    pub(crate) fn on_leaving_predecessor(&mut self, _now: Instant, from: Peer, predecessor: Option<Peer>) {
+    pub(crate) fn on_leaving_predecessor(&mut self, now: Instant, from: Peer, predecessor: Option<Peer>) {
         if !self.joined() || from.id != from.addr.id() {
             return self.drop_input();
         }
         let was_pred = self.pred.is_some_and(|p| p.addr == from.addr);
         self.forget(from.addr);
+        self.abandon_requests_to(now, from.addr);
         if was_pred {
             self.pred = predecessor.filter(|p| p.addr != self.me.addr && p.addr != from.addr);
+            self.replicas_dirty = true;
         }
         self.repair_gracefully();
     }

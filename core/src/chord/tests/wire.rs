@@ -61,6 +61,7 @@ pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
         Just(ChordMsg::GetFingers),
         arb_peer().prop_map(|predecessor| ChordMsg::NewPredecessor { predecessor }),
         Just(ChordMsg::Registered),
+        Just(ChordMsg::NotOwner),
         proptest::collection::vec((any::<u8>(), arb_peer()), 0..20).prop_map(|fingers| ChordMsg::Fingers { fingers }),
     ]
 }
@@ -101,6 +102,7 @@ fn variant_tags_are_pinned() {
         ChordMsg::Fingers { fingers: vec![] },
         ChordMsg::NewPredecessor { predecessor: Peer::from_addr(addr(1)) },
         ChordMsg::Registered,
+        ChordMsg::NotOwner,
     ];
     assert_eq!(msgs.len(), ChordMsg::KINDS);
     for (i, m) in msgs.iter().enumerate() {
