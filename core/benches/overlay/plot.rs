@@ -61,12 +61,13 @@ pub(crate) fn churn(path: &str, rows: &[(f64, f64, f64, usize)]) -> Result<(), S
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (top, bottom) = root.split_vertically(350);
     let max_t = rows.iter().map(|r| r.0).fold(1.0, f64::max);
+    let floor = rows.iter().map(|r| r.1).fold(90.0, f64::min).floor();
     let mut a = ChartBuilder::on(&top)
         .caption("Chord under churn: lookup success", ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..max_t, 90.0..100.5)
+        .build_cartesian_2d(0.0..max_t, floor..100.5)
         .map_err(|e| err(&e))?;
     a.configure_mesh().y_desc("success %").draw().map_err(|e| err(&e))?;
     a.draw_series(LineSeries::new(rows.iter().map(|r| (r.0, r.1)), BLUE)).map_err(|e| err(&e))?;
