@@ -8,8 +8,8 @@
 //!
 //! A rank's address comes from the local node (its process key, resolved through
 //! the overlay). When an outgoing connection breaks, the engine is told
-//! (`handle_disconnected`); as soon as it has unacknowledged frames for that rank
-//! the key is resolved again, the connection reopened, and `handle_reconnected`
+//! (`handle_disconnected`); while it wants the link (unacknowledged frames, or
+//! acknowledgements and credit the peer may lack) the key is resolved again, the connection reopened, and `handle_reconnected`
 //! makes the engine resend exactly what the peer has not acknowledged.
 
 use std::collections::VecDeque;
@@ -48,6 +48,12 @@ struct OutPeer {
     retry_at: Instant,
     backoff: Duration,
     down_since: Option<Instant>,
+    /// A reconnect only for acknowledgements failed: no more tries until the
+    /// peer is heard from or we have frames for it.
+    ack_only_gave_up: bool,
+    /// The last attempt to (re)connect failed: the peer is gone or has not
+    /// registered its new address yet.
+    connect_failed: bool,
 }
 
 #[derive(Debug)]
@@ -84,8 +90,8 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
     pub(crate) closing: bool,
-    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): drop the outgoing
-    /// connection, with whatever it had not written, after every n-th frame.
+    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): every n-th frame
+    /// is lost with its connection (frames queued before it are written first).
     drop_every: Option<u64>,
     frames: u64,
 }
@@ -102,7 +108,15 @@ impl Transport {
         node.register(key)?;
         let now = Instant::now();
         let out = (0..size)
-            .map(|_| OutPeer { conn: None, engine_up: true, retry_at: now, backoff: Duration::ZERO, down_since: None })
+            .map(|_| OutPeer {
+                conn: None,
+                engine_up: true,
+                retry_at: now,
+                backoff: Duration::ZERO,
+                down_since: None,
+                ack_only_gave_up: false,
+                connect_failed: false,
+            })
             .collect();
         debug!(rank, %addr, %key, "registered");
         Ok(Transport {
@@ -142,9 +156,21 @@ impl Transport {
             }
             if let Err(why) = self.connect(to) {
                 debug!(to, %why, "connect failed");
+                self.out[to as usize].connect_failed = true;
                 self.mark_down(engine, now, to);
                 return;
             }
+        }
+        self.frames += 1;
+        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
+            // Fault injection: what was queued before goes out, this frame (and
+            // whatever the kernel did not take) dies with the connection.
+            debug!(to, "fault injection: dropping the connection");
+            if let Some(conn) = self.out[to as usize].conn.as_mut() {
+                let _ = write_queue(&mut conn.stream, &mut conn.tx);
+            }
+            self.break_out(engine, now, to);
+            return;
         }
         let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
         // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
@@ -156,11 +182,6 @@ impl Transport {
         }
         if !self.dirty.contains(&to) {
             self.dirty.push(to);
-        }
-        self.frames += 1;
-        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
-            debug!(to, "fault injection: dropping the connection");
-            self.break_out(engine, now, to);
         }
     }
 
@@ -234,14 +255,17 @@ impl Transport {
         self.out[to as usize].retry_at = now;
     }
 
-    /// Reconnects ranks that are down while the engine has frames for them.
+    /// Whether `to` is down and should be reconnected now or later: the engine
+    /// wants the link, and it carries frames or we have not given up on it.
+    fn wants_retry(&self, engine: &MpiEngine, to: u32) -> bool {
+        let p = &self.out[to as usize];
+        !p.engine_up && p.conn.is_none() && engine.wants_link(to) && (!p.ack_only_gave_up || engine.unacked_len(to) > 0)
+    }
+
+    /// Reconnects ranks that are down while the engine wants the link.
     pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
-        if self.closing {
-            return Ok(());
-        }
         for to in 0..self.out.len() as u32 {
-            let p = &self.out[to as usize];
-            if p.engine_up || p.conn.is_some() || engine.unacked_len(to) == 0 || p.retry_at > now {
+            if !self.wants_retry(engine, to) || self.out[to as usize].retry_at > now {
                 continue;
             }
             match self.connect(to) {
@@ -250,12 +274,22 @@ impl Transport {
                     p.engine_up = true;
                     p.backoff = Duration::ZERO;
                     p.down_since = None;
+                    p.ack_only_gave_up = false;
+                    p.connect_failed = false;
                     engine.handle_reconnected(to).expect("valid peer");
                     debug!(to, "reconnected");
                 }
                 Err(why) => {
+                    self.out[to as usize].connect_failed = true;
+                    if engine.unacked_len(to) == 0 {
+                        // Only acknowledgements are owed: the peer most likely
+                        // exited. Wait until it is heard from again.
+                        debug!(to, %why, "peer unreachable with only acks owed");
+                        self.out[to as usize].ack_only_gave_up = true;
+                        continue;
+                    }
                     let since = self.out[to as usize].down_since.unwrap_or(now);
-                    if now.duration_since(since) > UNREACHABLE_AFTER {
+                    if !self.closing && now.duration_since(since) > UNREACHABLE_AFTER {
                         return Err(Error::Unreachable { rank: to, why });
                     }
                     self.mark_down(engine, now, to);
@@ -267,14 +301,8 @@ impl Transport {
 
     /// The earliest reconnect attempt due, if any rank waits for one.
     pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
-        if self.closing {
-            return None;
-        }
         (0..self.out.len() as u32)
-            .filter(|&to| {
-                let p = &self.out[to as usize];
-                !p.engine_up && p.conn.is_none() && engine.unacked_len(to) > 0
-            })
+            .filter(|&to| self.wants_retry(engine, to))
             .map(|to| self.out[to as usize].retry_at)
             .min()
     }
@@ -284,9 +312,11 @@ impl Transport {
         self.out.iter().all(|p| p.conn.as_ref().is_none_or(|c| c.tx.is_empty()))
     }
 
-    /// Whether we hold a live outgoing connection to `to`.
-    pub(crate) fn connected(&self, to: u32) -> bool {
-        self.out[to as usize].conn.is_some()
+    /// Whether `to` looks gone: no connection, and the last attempt to open one
+    /// failed.
+    pub(crate) fn unreachable(&self, to: u32) -> bool {
+        let p = &self.out[to as usize];
+        p.conn.is_none() && p.connect_failed
     }
 
     /// Waits up to `timeout` for socket readiness and handles what is ready.
@@ -375,6 +405,10 @@ impl Transport {
                 Ok(_) => {
                     if !decode_frames(conn, engine, now, &self.job, self.rank) {
                         break false;
+                    }
+                    if let Some(r) = conn.rank {
+                        // Heard from: worth reconnecting to for acks again.
+                        self.out[r as usize].ack_only_gave_up = false;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,

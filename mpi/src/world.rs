@@ -304,11 +304,12 @@ impl World {
             return Ok(());
         }
         self.finalized = true;
-        // Everything written and acknowledged by peers still connected, within reason.
+        // Everything written and acknowledged, except by peers that look gone (a
+        // broken link is reopened meanwhile), within reason.
         let deadline = Instant::now() + Duration::from_secs(10);
         self.net.closing = true;
         let settled = |w: &World| {
-            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || !w.net.connected(r))
+            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || w.net.unreachable(r))
         };
         while !settled(self) && Instant::now() < deadline {
             self.progress_once(Some(Duration::from_millis(1)))?;

@@ -130,17 +130,23 @@ fn launcher_reports_failed_ranks() {
 }
 
 /// Connections dropped (with unwritten frames) every few frames: the sender
-/// resolves the peer again, reconnects, and the engine resends what was lost.
-/// Known to stall under frequent drops (a reconnect bug still open): ignored
-/// until fixed; `P2PMP_FAULT_DROP_EVERY=7 p2pmp-launch -n 2 -- mpi_sizes 8000000`
-/// passes, a 3-rank ring with drops every 50 frames stalls after ~100 loops.
+/// resolves the peer again, reconnects, and the engine resends what was lost. A
+/// link that carried only acknowledgements and credit is reopened too (without
+/// them the peer's sends stall: the 3-rank ring used to hang after ~100 loops).
 #[test]
-#[ignore = "reconnect under injected drops can stall; open bug"]
 fn reconnects_after_dropped_connections() {
-    for (prog, args, want) in
-        [("mpi_ring", &["500"][..], "[0] ring ok 500"), ("mpi_sizes", &["8000000"][..], "[0] sizes ok 10")]
-    {
-        let r = launch_env(2, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", "7")]);
-        assert!(r.ok && r.stdout.contains(want), "{prog}:\n{}\n{}", r.stdout, r.stderr);
+    for (n, every, prog, args, want) in [
+        (2, "7", "mpi_ring", &["500"][..], "[0] ring ok 500"),
+        (3, "50", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+        (3, "7", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+        (2, "7", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+    ] {
+        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", every)]);
+        assert!(
+            r.ok && r.stdout.contains(want),
+            "{prog} on {n} ranks, drop every {every}:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
     }
 }
