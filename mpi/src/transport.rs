@@ -33,8 +33,9 @@ use crate::node::NodeClient;
 const LISTENER: Token = Token(usize::MAX);
 /// Tokens of accepted connections start here; below are outgoing ones, by rank.
 const IN_BASE: usize = 1 << 32;
-/// Largest read per system call; the zero-filled room is sized to it.
-const READ_CHUNK: usize = 256 << 10;
+/// Least spare room offered to each read (the decoder reserves a whole frame's
+/// room once it has seen the frame's length).
+const READ_ROOM: usize = 64 << 10;
 /// How long a rank with frames waiting may stay unreachable.
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
@@ -430,15 +431,19 @@ impl Transport {
     }
 }
 
-/// Reads once into the spare room of `buf` (at most [`READ_CHUNK`]).
+/// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
+/// without initialising it first.
 fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    buf.reserve(READ_CHUNK.min(64 << 10));
-    let start = buf.len();
-    let room = (buf.capacity() - start).min(READ_CHUNK);
-    buf.resize(start + room, 0);
-    let res = stream.read(&mut buf[start..]);
-    buf.truncate(start + *res.as_ref().unwrap_or(&0));
-    res
+    use std::os::fd::AsRawFd;
+    buf.reserve(READ_ROOM);
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity,
+    // which `spare` borrows exclusively; the fd is the stream's open socket.
+    let n = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the kernel initialised the first `n` spare bytes.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
 }
 
 /// Hands every whole frame buffered in `conn` to the engine; false to drop the
