@@ -402,14 +402,19 @@ impl Transport {
         let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return };
         let keep = loop {
             match read_some(&mut conn.stream, conn.dec.buffer_mut()) {
-                Ok(0) => break false,
-                Ok(_) => {
+                Ok((0, _)) => break false,
+                Ok((n, room)) => {
                     if !decode_frames(conn, engine, now, &self.job, self.rank) {
                         break false;
                     }
                     if let Some(r) = conn.rank {
                         // Heard from: worth reconnecting to for acks again.
                         self.out[r as usize].ack_only_gave_up = false;
+                    }
+                    // A short read drained the socket: readiness is edge-triggered,
+                    // so later bytes raise a new event; skip the EAGAIN read.
+                    if n < room {
+                        break true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
@@ -432,18 +437,19 @@ impl Transport {
 }
 
 /// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
-/// without initialising it first.
-fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+/// without initialising it first: (bytes read, room offered).
+fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
     use std::os::fd::AsRawFd;
     buf.reserve(READ_ROOM);
     let spare = buf.spare_capacity_mut();
+    let room = spare.len();
     // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity,
     // which `spare` borrows exclusively; the fd is the stream's open socket.
     let n = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
     let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
     // SAFETY: the kernel initialised the first `n` spare bytes.
     unsafe { buf.set_len(buf.len() + n) };
-    Ok(n)
+    Ok((n, room))
 }
 
 /// Hands every whole frame buffered in `conn` to the engine; false to drop the

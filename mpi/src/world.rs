@@ -351,6 +351,15 @@ impl World {
         let mut slept = false;
         loop {
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
+            // Without a spin or yield budget, sleep at once: a blocking poll returns
+            // at once when something is ready (one system call, not two).
+            if self.spin.spin.is_zero() && self.spin.yields == 0 {
+                self.sleep_once()?;
+                if done(self) {
+                    return Ok(());
+                }
+                continue;
+            }
             let start = Instant::now();
             let mut rounds = 0u32;
             loop {
@@ -380,14 +389,21 @@ impl World {
                 slept = true;
                 self.spin_now /= 2;
             }
-            let now = Instant::now();
-            let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
-            let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
-            self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
+            self.sleep_once()?;
             if done(self) {
                 return Ok(());
             }
         }
+    }
+
+    /// Sleeps in the kernel until a socket event or the next deadline, then
+    /// handles what happened.
+    fn sleep_once(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
+        let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+        self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
+        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@ static int cmp(const void *a, const void *b) {
 
 static long iters(long size, int quick) {
     long base = size <= 1024 ? 20000 : size <= (256 << 10) ? 2000 : 200;
-    return quick ? base / 5 : base;
+    return quick ? base / 10 : base;
 }
 
 int main(int argc, char **argv) {
