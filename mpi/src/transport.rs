@@ -95,6 +95,9 @@ pub(crate) struct Transport {
     /// is lost with its connection (frames queued before it are written first).
     drop_every: Option<u64>,
     frames: u64,
+    /// Fault injection (`P2PMP_FAULT_MOVE=rank:n`): this rank moves to a new port
+    /// after its n-th frame, as a migrated process would.
+    move_at: Option<u64>,
 }
 
 impl Transport {
@@ -136,6 +139,10 @@ impl Transport {
             closing: false,
             drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             frames: 0,
+            move_at: std::env::var("P2PMP_FAULT_MOVE").ok().and_then(|v| {
+                let (r, n) = v.split_once(':')?;
+                (r.trim().parse::<u32>().ok()? == rank).then(|| n.trim().parse().ok()).flatten()
+            }),
         })
     }
 
@@ -163,6 +170,11 @@ impl Transport {
             }
         }
         self.frames += 1;
+        if self.move_at == Some(self.frames) {
+            if let Err(e) = self.move_listener() {
+                warn!(%e, "fault injection: moving to a new port failed");
+            }
+        }
         if self.drop_every.is_some_and(|n| self.frames % n == 0) {
             // Fault injection: what was queued before goes out, this frame (and
             // whatever the kernel did not take) dies with the connection.
@@ -428,6 +440,31 @@ impl Transport {
                 debug!(rank = ?c.rank, "inbound connection closed");
             }
         }
+    }
+
+    /// Listens on a new port and registers it, then closes the old listener and
+    /// every inbound connection: peers find the new address through the node and
+    /// reconnect, and their engines resend what we had not acknowledged.
+    pub(crate) fn move_listener(&mut self) -> Result<()> {
+        let mut listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
+        let addr = NodeAddr(listener.local_addr()?);
+        let old = self.addr;
+        self.node.set_addr(addr);
+        self.node.register(self.key)?;
+        self.node.set_addr(old);
+        let _ = self.node.unregister(self.key);
+        self.node.set_addr(addr);
+        self.poll.registry().deregister(&mut self.listener)?;
+        self.poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        self.listener = listener;
+        self.addr = addr;
+        for slot in &mut self.inbound {
+            if let Some(mut c) = slot.take() {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+            }
+        }
+        debug!(rank = self.rank, from = %old, to = %addr, "moved to a new port");
+        Ok(())
     }
 
     /// Tells the node we are gone (best effort).

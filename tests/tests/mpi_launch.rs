@@ -150,3 +150,20 @@ fn reconnects_after_dropped_connections() {
         );
     }
 }
+
+/// A rank moves to a new port mid-conversation (`P2PMP_FAULT_MOVE=rank:n`: after
+/// its n-th frame it listens elsewhere, registers the new address and closes its
+/// inbound connections, as a migrated process would). Its peers look it up again,
+/// reconnect and resend; every message arrives once and in order. (A process that
+/// restarts from scratch would need the engine state from a checkpoint.)
+#[test]
+fn a_rank_moved_to_a_new_port_mid_conversation() {
+    for (n, mv, prog, args, want) in [
+        (3, "1:300", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+        (3, "0:3", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+        (2, "1:5", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+    ] {
+        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_MOVE", mv)]);
+        assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks, move {mv}:\n{}\n{}", r.stdout, r.stderr);
+    }
+}
