@@ -1,6 +1,7 @@
 //! The MPI library over real processes on loopback, started by `p2pmp-launch`:
 //! ring, every collective against a sequential computation, an ANY_SOURCE
-//! stress, messages from 0 B to 64 MiB, and the launcher's failure reporting.
+//! stress, messages from 0 B to 64 MiB, the launcher's failure reporting, and
+//! faults: connections dropped every few frames, a rank moved to a new port.
 //!
 //! The programs are examples of `p2pmp-mpi`; the first test to run builds them
 //! (a no-op when `cargo test --workspace` already did). Every run has a deadline
