@@ -74,6 +74,11 @@ impl NodeClient {
         }
     }
 
+    /// Stamps later requests (and registrations) with `addr`, where we listen now.
+    pub(crate) fn set_addr(&mut self, addr: NodeAddr) {
+        self.my_addr = addr;
+    }
+
     /// Withdraws our registration of `key`.
     pub(crate) fn unregister(&mut self, key: Id) -> Result<()> {
         self.call(LocalRequest::Unregister { key, addr: self.my_addr }).map(|_| ())

@@ -8,8 +8,8 @@
 //!
 //! A rank's address comes from the local node (its process key, resolved through
 //! the overlay). When an outgoing connection breaks, the engine is told
-//! (`handle_disconnected`); as soon as it has unacknowledged frames for that rank
-//! the key is resolved again, the connection reopened, and `handle_reconnected`
+//! (`handle_disconnected`); while it wants the link (unacknowledged frames, or
+//! acknowledgements and credit the peer may lack) the key is resolved again, the connection reopened, and `handle_reconnected`
 //! makes the engine resend exactly what the peer has not acknowledged.
 
 use std::collections::VecDeque;
@@ -33,8 +33,9 @@ use crate::node::NodeClient;
 const LISTENER: Token = Token(usize::MAX);
 /// Tokens of accepted connections start here; below are outgoing ones, by rank.
 const IN_BASE: usize = 1 << 32;
-/// Largest read per system call; the zero-filled room is sized to it.
-const READ_CHUNK: usize = 256 << 10;
+/// Least spare room offered to each read (the decoder reserves a whole frame's
+/// room once it has seen the frame's length).
+const READ_ROOM: usize = 64 << 10;
 /// How long a rank with frames waiting may stay unreachable.
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
@@ -48,6 +49,12 @@ struct OutPeer {
     retry_at: Instant,
     backoff: Duration,
     down_since: Option<Instant>,
+    /// A reconnect only for acknowledgements failed: no more tries until the
+    /// peer is heard from or we have frames for it.
+    ack_only_gave_up: bool,
+    /// The last attempt to (re)connect failed: the peer is gone or has not
+    /// registered its new address yet.
+    connect_failed: bool,
 }
 
 #[derive(Debug)]
@@ -84,10 +91,13 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
     pub(crate) closing: bool,
-    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): drop the outgoing
-    /// connection, with whatever it had not written, after every n-th frame.
+    /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): every n-th frame
+    /// is lost with its connection (frames queued before it are written first).
     drop_every: Option<u64>,
     frames: u64,
+    /// Fault injection (`P2PMP_FAULT_MOVE=rank:n`): this rank moves to a new port
+    /// after its n-th frame, as a migrated process would.
+    move_at: Option<u64>,
 }
 
 impl Transport {
@@ -102,7 +112,15 @@ impl Transport {
         node.register(key)?;
         let now = Instant::now();
         let out = (0..size)
-            .map(|_| OutPeer { conn: None, engine_up: true, retry_at: now, backoff: Duration::ZERO, down_since: None })
+            .map(|_| OutPeer {
+                conn: None,
+                engine_up: true,
+                retry_at: now,
+                backoff: Duration::ZERO,
+                down_since: None,
+                ack_only_gave_up: false,
+                connect_failed: false,
+            })
             .collect();
         debug!(rank, %addr, %key, "registered");
         Ok(Transport {
@@ -121,6 +139,10 @@ impl Transport {
             closing: false,
             drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             frames: 0,
+            move_at: std::env::var("P2PMP_FAULT_MOVE").ok().and_then(|v| {
+                let (r, n) = v.split_once(':')?;
+                (r.trim().parse::<u32>().ok()? == rank).then(|| n.trim().parse().ok()).flatten()
+            }),
         })
     }
 
@@ -142,9 +164,26 @@ impl Transport {
             }
             if let Err(why) = self.connect(to) {
                 debug!(to, %why, "connect failed");
+                self.out[to as usize].connect_failed = true;
                 self.mark_down(engine, now, to);
                 return;
             }
+        }
+        self.frames += 1;
+        if self.move_at == Some(self.frames) {
+            if let Err(e) = self.move_listener() {
+                warn!(%e, "fault injection: moving to a new port failed");
+            }
+        }
+        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
+            // Fault injection: what was queued before goes out, this frame (and
+            // whatever the kernel did not take) dies with the connection.
+            debug!(to, "fault injection: dropping the connection");
+            if let Some(conn) = self.out[to as usize].conn.as_mut() {
+                let _ = write_queue(&mut conn.stream, &mut conn.tx);
+            }
+            self.break_out(engine, now, to);
+            return;
         }
         let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
         // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
@@ -156,11 +195,6 @@ impl Transport {
         }
         if !self.dirty.contains(&to) {
             self.dirty.push(to);
-        }
-        self.frames += 1;
-        if self.drop_every.is_some_and(|n| self.frames % n == 0) {
-            debug!(to, "fault injection: dropping the connection");
-            self.break_out(engine, now, to);
         }
     }
 
@@ -234,14 +268,17 @@ impl Transport {
         self.out[to as usize].retry_at = now;
     }
 
-    /// Reconnects ranks that are down while the engine has frames for them.
+    /// Whether `to` is down and should be reconnected now or later: the engine
+    /// wants the link, and it carries frames or we have not given up on it.
+    fn wants_retry(&self, engine: &MpiEngine, to: u32) -> bool {
+        let p = &self.out[to as usize];
+        !p.engine_up && p.conn.is_none() && engine.wants_link(to) && (!p.ack_only_gave_up || engine.unacked_len(to) > 0)
+    }
+
+    /// Reconnects ranks that are down while the engine wants the link.
     pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
-        if self.closing {
-            return Ok(());
-        }
         for to in 0..self.out.len() as u32 {
-            let p = &self.out[to as usize];
-            if p.engine_up || p.conn.is_some() || engine.unacked_len(to) == 0 || p.retry_at > now {
+            if !self.wants_retry(engine, to) || self.out[to as usize].retry_at > now {
                 continue;
             }
             match self.connect(to) {
@@ -250,12 +287,22 @@ impl Transport {
                     p.engine_up = true;
                     p.backoff = Duration::ZERO;
                     p.down_since = None;
+                    p.ack_only_gave_up = false;
+                    p.connect_failed = false;
                     engine.handle_reconnected(to).expect("valid peer");
                     debug!(to, "reconnected");
                 }
                 Err(why) => {
+                    self.out[to as usize].connect_failed = true;
+                    if engine.unacked_len(to) == 0 {
+                        // Only acknowledgements are owed: the peer most likely
+                        // exited. Wait until it is heard from again.
+                        debug!(to, %why, "peer unreachable with only acks owed");
+                        self.out[to as usize].ack_only_gave_up = true;
+                        continue;
+                    }
                     let since = self.out[to as usize].down_since.unwrap_or(now);
-                    if now.duration_since(since) > UNREACHABLE_AFTER {
+                    if !self.closing && now.duration_since(since) > UNREACHABLE_AFTER {
                         return Err(Error::Unreachable { rank: to, why });
                     }
                     self.mark_down(engine, now, to);
@@ -267,14 +314,8 @@ impl Transport {
 
     /// The earliest reconnect attempt due, if any rank waits for one.
     pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
-        if self.closing {
-            return None;
-        }
         (0..self.out.len() as u32)
-            .filter(|&to| {
-                let p = &self.out[to as usize];
-                !p.engine_up && p.conn.is_none() && engine.unacked_len(to) > 0
-            })
+            .filter(|&to| self.wants_retry(engine, to))
             .map(|to| self.out[to as usize].retry_at)
             .min()
     }
@@ -284,9 +325,11 @@ impl Transport {
         self.out.iter().all(|p| p.conn.as_ref().is_none_or(|c| c.tx.is_empty()))
     }
 
-    /// Whether we hold a live outgoing connection to `to`.
-    pub(crate) fn connected(&self, to: u32) -> bool {
-        self.out[to as usize].conn.is_some()
+    /// Whether `to` looks gone: no connection, and the last attempt to open one
+    /// failed.
+    pub(crate) fn unreachable(&self, to: u32) -> bool {
+        let p = &self.out[to as usize];
+        p.conn.is_none() && p.connect_failed
     }
 
     /// Waits up to `timeout` for socket readiness and handles what is ready.
@@ -371,10 +414,19 @@ impl Transport {
         let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return };
         let keep = loop {
             match read_some(&mut conn.stream, conn.dec.buffer_mut()) {
-                Ok(0) => break false,
-                Ok(_) => {
+                Ok((0, _)) => break false,
+                Ok((n, room)) => {
                     if !decode_frames(conn, engine, now, &self.job, self.rank) {
                         break false;
+                    }
+                    if let Some(r) = conn.rank {
+                        // Heard from: worth reconnecting to for acks again.
+                        self.out[r as usize].ack_only_gave_up = false;
+                    }
+                    // A short read drained the socket: readiness is edge-triggered,
+                    // so later bytes raise a new event; skip the EAGAIN read.
+                    if n < room {
+                        break true;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
@@ -390,21 +442,51 @@ impl Transport {
         }
     }
 
+    /// Listens on a new port and registers it, then closes the old listener and
+    /// every inbound connection: peers find the new address through the node and
+    /// reconnect, and their engines resend what we had not acknowledged.
+    pub(crate) fn move_listener(&mut self) -> Result<()> {
+        let mut listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
+        let addr = NodeAddr(listener.local_addr()?);
+        let old = self.addr;
+        self.node.set_addr(addr);
+        self.node.register(self.key)?;
+        self.node.set_addr(old);
+        let _ = self.node.unregister(self.key);
+        self.node.set_addr(addr);
+        self.poll.registry().deregister(&mut self.listener)?;
+        self.poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        self.listener = listener;
+        self.addr = addr;
+        for slot in &mut self.inbound {
+            if let Some(mut c) = slot.take() {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+            }
+        }
+        debug!(rank = self.rank, from = %old, to = %addr, "moved to a new port");
+        Ok(())
+    }
+
     /// Tells the node we are gone (best effort).
     pub(crate) fn unregister(&mut self) {
         let _ = self.node.unregister(self.key);
     }
 }
 
-/// Reads once into the spare room of `buf` (at most [`READ_CHUNK`]).
-fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    buf.reserve(READ_CHUNK.min(64 << 10));
-    let start = buf.len();
-    let room = (buf.capacity() - start).min(READ_CHUNK);
-    buf.resize(start + room, 0);
-    let res = stream.read(&mut buf[start..]);
-    buf.truncate(start + *res.as_ref().unwrap_or(&0));
-    res
+/// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
+/// without initialising it first: (bytes read, room offered).
+fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
+    use std::os::fd::AsRawFd;
+    buf.reserve(READ_ROOM);
+    let spare = buf.spare_capacity_mut();
+    let room = spare.len();
+    // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity,
+    // which `spare` borrows exclusively; the fd is the stream's open socket.
+    let n = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the kernel initialised the first `n` spare bytes.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok((n, room))
 }
 
 /// Hands every whole frame buffered in `conn` to the engine; false to drop the

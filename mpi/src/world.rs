@@ -304,11 +304,12 @@ impl World {
             return Ok(());
         }
         self.finalized = true;
-        // Everything written and acknowledged by peers still connected, within reason.
+        // Everything written and acknowledged, except by peers that look gone (a
+        // broken link is reopened meanwhile), within reason.
         let deadline = Instant::now() + Duration::from_secs(10);
         self.net.closing = true;
         let settled = |w: &World| {
-            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || !w.net.connected(r))
+            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || w.net.unreachable(r))
         };
         while !settled(self) && Instant::now() < deadline {
             self.progress_once(Some(Duration::from_millis(1)))?;
@@ -350,6 +351,15 @@ impl World {
         let mut slept = false;
         loop {
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
+            // Without a spin or yield budget, sleep at once: a blocking poll returns
+            // at once when something is ready (one system call, not two).
+            if self.spin.spin.is_zero() && self.spin.yields == 0 {
+                self.sleep_once()?;
+                if done(self) {
+                    return Ok(());
+                }
+                continue;
+            }
             let start = Instant::now();
             let mut rounds = 0u32;
             loop {
@@ -379,14 +389,21 @@ impl World {
                 slept = true;
                 self.spin_now /= 2;
             }
-            let now = Instant::now();
-            let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
-            let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
-            self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
+            self.sleep_once()?;
             if done(self) {
                 return Ok(());
             }
         }
+    }
+
+    /// Sleeps in the kernel until a socket event or the next deadline, then
+    /// handles what happened.
+    fn sleep_once(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
+        let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+        self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
+        Ok(())
     }
 }
 

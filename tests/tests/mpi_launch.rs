@@ -1,6 +1,7 @@
 //! The MPI library over real processes on loopback, started by `p2pmp-launch`:
 //! ring, every collective against a sequential computation, an ANY_SOURCE
-//! stress, messages from 0 B to 64 MiB, and the launcher's failure reporting.
+//! stress, messages from 0 B to 64 MiB, the launcher's failure reporting, and
+//! faults: connections dropped every few frames, a rank moved to a new port.
 //!
 //! The programs are examples of `p2pmp-mpi`; the first test to run builds them
 //! (a no-op when `cargo test --workspace` already did). Every run has a deadline
@@ -130,17 +131,40 @@ fn launcher_reports_failed_ranks() {
 }
 
 /// Connections dropped (with unwritten frames) every few frames: the sender
-/// resolves the peer again, reconnects, and the engine resends what was lost.
-/// Known to stall under frequent drops (a reconnect bug still open): ignored
-/// until fixed; `P2PMP_FAULT_DROP_EVERY=7 p2pmp-launch -n 2 -- mpi_sizes 8000000`
-/// passes, a 3-rank ring with drops every 50 frames stalls after ~100 loops.
+/// resolves the peer again, reconnects, and the engine resends what was lost. A
+/// link that carried only acknowledgements and credit is reopened too (without
+/// them the peer's sends stall: the 3-rank ring used to hang after ~100 loops).
 #[test]
-#[ignore = "reconnect under injected drops can stall; open bug"]
 fn reconnects_after_dropped_connections() {
-    for (prog, args, want) in
-        [("mpi_ring", &["500"][..], "[0] ring ok 500"), ("mpi_sizes", &["8000000"][..], "[0] sizes ok 10")]
-    {
-        let r = launch_env(2, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", "7")]);
-        assert!(r.ok && r.stdout.contains(want), "{prog}:\n{}\n{}", r.stdout, r.stderr);
+    for (n, every, prog, args, want) in [
+        (2, "7", "mpi_ring", &["500"][..], "[0] ring ok 500"),
+        (3, "50", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+        (3, "7", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+        (2, "7", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+    ] {
+        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", every)]);
+        assert!(
+            r.ok && r.stdout.contains(want),
+            "{prog} on {n} ranks, drop every {every}:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+/// A rank moves to a new port mid-conversation (`P2PMP_FAULT_MOVE=rank:n`: after
+/// its n-th frame it listens elsewhere, registers the new address and closes its
+/// inbound connections, as a migrated process would). Its peers look it up again,
+/// reconnect and resend; every message arrives once and in order. (A process that
+/// restarts from scratch would need the engine state from a checkpoint.)
+#[test]
+fn a_rank_moved_to_a_new_port_mid_conversation() {
+    for (n, mv, prog, args, want) in [
+        (3, "1:300", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+        (3, "0:3", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+        (2, "1:5", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+    ] {
+        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_MOVE", mv)]);
+        assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks, move {mv}:\n{}\n{}", r.stdout, r.stderr);
     }
 }

@@ -267,9 +267,22 @@ impl MpiEngine {
     /// [`MpiEngine::handle_reconnected`].
     pub fn handle_disconnected(&mut self, peer: u32) -> Result<(), MpiError> {
         self.check_peer(peer)?;
-        self.peers[peer as usize].up = false;
+        let p = &mut self.peers[peer as usize];
+        p.up = false;
+        // Acknowledgements and credit we told the peer may have died unwritten with
+        // the connection: owe them again, so that the link is wanted back.
+        p.ack_sent = 0;
+        p.announced = 0;
         self.out.retain(|&(q, _)| q != peer);
         Ok(())
+    }
+
+    /// Whether the engine needs a connection to `peer`: frames it has not
+    /// acknowledged, or an acknowledgement or credit it may lack. A driver whose
+    /// connection broke reconnects while this holds (an ack-only link matters too:
+    /// without our acks and credit the peer's sends stall).
+    pub fn wants_link(&self, peer: u32) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| !p.unacked.is_empty() || p.needs_ack())
     }
 
     /// A connection to `peer` is (re-)established: tells the peer our state and

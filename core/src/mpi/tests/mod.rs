@@ -201,6 +201,26 @@ fn reconnect_resends_exactly_the_unacknowledged() {
 }
 
 #[test]
+fn an_ack_lost_with_its_connection_makes_the_link_wanted() {
+    let mut p = Pair::new(MpiConfig::default());
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
+    p.pump();
+    assert!(p.e[1].wants_link(0), "an ack is owed");
+    p.e[1].handle_timeout(p.now + Duration::from_secs(1));
+    let ack = p.e[1].poll_transmit().expect("the delayed ack");
+    assert!(matches!(ack.msg, MpiMsg::Ack { .. }));
+    assert!(!p.e[1].wants_link(0), "the ack counts as told");
+    // The ack dies unwritten with rank 1's connection to rank 0.
+    p.e[1].handle_disconnected(0).unwrap();
+    assert!(p.e[1].wants_link(0), "rank 0 may lack the ack: reconnect for it");
+    assert_eq!(p.e[0].unacked_len(1), 1);
+    p.e[1].handle_reconnected(0).unwrap();
+    p.pump();
+    assert_eq!(p.e[0].unacked_len(1), 0, "the ack was sent again");
+    assert!(!p.e[1].wants_link(0) && !p.e[0].wants_link(1));
+}
+
+#[test]
 fn delayed_ack_fires_on_the_timer() {
     let mut p = Pair::new(MpiConfig::default());
     p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();

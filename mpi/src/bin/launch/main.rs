@@ -1,5 +1,6 @@
-//! `p2pmp-launch -n N [--timeout S] -- prog args...`: runs a local node serving the
-//! local node protocol on 127.0.0.1, starts N ranks of `prog` with the documented
+//! `p2pmp-launch -n N [--timeout S] [--bootstrap ADDR] -- prog args...`: runs a
+//! local overlay node (Chord, on the adapters' mio shell; alone, or joined through
+//! `--bootstrap`), serves the local node protocol on 127.0.0.1, starts N ranks of `prog` with the documented
 //! environment (a fresh random job id per run), forwards their output with a rank
 //! prefix, and exits non-zero if any rank failed. Until the daemon exists, tests
 //! and benchmarks start their ranks with it.
@@ -27,6 +28,12 @@ struct Args {
     /// Kill every rank and fail after this many seconds.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Join the overlay through this node (default: start a network of one).
+    #[arg(long)]
+    bootstrap: Vec<p2pmp_core::machine::NodeAddr>,
+    /// Where the overlay node listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    overlay_listen: String,
     /// Print the job id and node address on stderr.
     #[arg(long)]
     verbose: bool,
@@ -68,10 +75,12 @@ fn main() -> anyhow::Result<ExitCode> {
     }
     let listener = TcpListener::bind("127.0.0.1:0").context("binding the control address")?;
     let node = listener.local_addr()?;
-    registry::serve(listener, Arc::new(registry::LocalTable::default()));
+    let overlay = registry::OverlayRegistry::start(&args.overlay_listen, args.bootstrap.clone())?;
+    let overlay_addr = overlay.addr();
+    registry::serve(listener, Arc::new(overlay));
     let job = to_hex(&job_id());
     if args.verbose {
-        eprintln!("p2pmp-launch: job {job}, node {node}, {} ranks", args.n);
+        eprintln!("p2pmp-launch: job {job}, node {node}, overlay {overlay_addr}, {} ranks", args.n);
     }
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pipes = Vec::new();

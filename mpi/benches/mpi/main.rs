@@ -1,0 +1,405 @@
+//! `cargo bench -p p2pmp-mpi --bench mpi [-- --quick]`: p2pmp beside MPICH and
+//! Open MPI (over TCP and over their default intra-node transports) and a raw
+//! Rust TCP ping-pong, in one run on this machine:
+//! - ping-pong latency (half round trip) and bandwidth, 1 B to 4 MiB;
+//! - a 10-byte token around 2, 4 and 8 ranks, 5,000 and 20,000 loops;
+//! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
+//!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks.
+//!
+//! Each figure is a median of repetitions. Rows whose MPI is not installed are
+//! marked missing; runs past the time limit (60 s, quick 10 s) are killed and
+//! reported as timeouts, and a reference that timed out is not run again on more
+//! ranks (reported as skipped). Prints a table, writes JSON and a PNG plot under
+//! `target/<profile>/mpi-bench/`, and prints one flat JSON object as the last line
+//! (`<system>_<metric>`, null where missing). `--quick` runs a reduced set with a
+//! smaller semiprime in well under two minutes.
+//!
+//! The same binary is the p2pmp rank program: under `p2pmp-launch` (P2PMP_RANK
+//! set) it runs the mode named by its first argument.
+
+mod plot;
+mod ranks;
+mod raw;
+mod run;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use run::{Mpi, RefBuild, RunResult};
+
+pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
+
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub(crate) fn iters(size: usize, quick: bool) -> usize {
+    let base = if size <= 1024 {
+        20_000
+    } else if size <= 256 << 10 {
+        2_000
+    } else {
+        200
+    };
+    if quick { base / 10 } else { base }
+}
+
+fn size_label(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 => format!("{}mib", s >> 20),
+        s if s >= 1 << 10 => format!("{}kib", s >> 10),
+        s => format!("{s}b"),
+    }
+}
+
+/// One measured figure (or why there is none).
+struct Cell {
+    section: &'static str,
+    row: String,
+    system: String,
+    /// JSON key without the system prefix.
+    key: String,
+    value: Result<f64, String>,
+}
+
+#[derive(Default)]
+struct Results {
+    cells: Vec<Cell>,
+}
+
+impl Results {
+    fn put(&mut self, section: &'static str, row: &str, system: &str, key: &str, value: Result<f64, String>) {
+        let shown = value.as_ref().map_or_else(|e| format!("- ({e})"), |v| format!("{v:.3}"));
+        eprintln!("  {section:<9} {row:<22} {system:<16} {shown}");
+        let (row, system, key) = (row.to_string(), system.to_string(), key.to_string());
+        self.cells.push(Cell { section, row, system, key, value });
+    }
+
+    fn get(&self, system: &str, key: &str) -> Option<f64> {
+        self.cells.iter().find(|c| c.system == system && c.key == key).and_then(|c| c.value.as_ref().ok().copied())
+    }
+
+    /// The flat `<system>_<key>` object, null for anything not measured.
+    fn flat(&self, quick: bool, extra: &[(&str, Option<f64>)]) -> String {
+        let mut m: BTreeMap<String, Option<f64>> = BTreeMap::new();
+        for c in &self.cells {
+            m.insert(format!("{}_{}", c.system, c.key), c.value.as_ref().ok().copied());
+        }
+        for (k, v) in extra {
+            m.entry((*k).to_string()).or_insert(*v);
+        }
+        let mut s = format!("{{\"quick\": {quick}");
+        for (k, v) in m {
+            let v = v.map_or_else(|| "null".to_string(), |v| format!("{v:.4}"));
+            let _ = write!(s, ", \"{k}\": {v}");
+        }
+        s.push('}');
+        s
+    }
+
+    fn table(&self, section: &str, title: &str) -> String {
+        let cells: Vec<&Cell> = self.cells.iter().filter(|c| c.section == section).collect();
+        let mut systems: Vec<&str> = Vec::new();
+        let mut rows: Vec<&str> = Vec::new();
+        for c in &cells {
+            if !systems.contains(&c.system.as_str()) {
+                systems.push(&c.system);
+            }
+            if !rows.contains(&c.row.as_str()) {
+                rows.push(&c.row);
+            }
+        }
+        let mut out = format!("\n{title}\n{:<24}", "");
+        for s in &systems {
+            let _ = write!(out, "{s:>16}");
+        }
+        out.push('\n');
+        let mut notes: Vec<String> = Vec::new();
+        for r in rows {
+            let _ = write!(out, "{r:<24}");
+            for s in &systems {
+                let text = match cells.iter().find(|c| c.row == r && c.system == *s).map(|c| &c.value) {
+                    None => String::new(),
+                    Some(Ok(v)) if *v >= 100.0 => format!("{v:.0}"),
+                    Some(Ok(v)) => format!("{v:.3}"),
+                    Some(Err(e)) => {
+                        let note = format!("{s}: {e}");
+                        let i = notes.iter().position(|n| *n == note).unwrap_or_else(|| {
+                            notes.push(note);
+                            notes.len() - 1
+                        });
+                        format!("{} [{}]", e.split([':', ' ']).next().unwrap_or("error"), i + 1)
+                    }
+                };
+                let _ = write!(out, "{text:>16}");
+            }
+            out.push('\n');
+        }
+        for (i, n) in notes.iter().enumerate() {
+            let _ = writeln!(out, "  [{}] {n}", i + 1);
+        }
+        out
+    }
+}
+
+/// The systems a reference row runs on: (name, build, over TCP only).
+fn references(builds: &[RefBuild]) -> Vec<(String, &RefBuild, bool)> {
+    let mut v = Vec::new();
+    for tcp in [true, false] {
+        for b in builds {
+            v.push((format!("{}_{}", b.mpi.name(), if tcp { "tcp" } else { "default" }), b, tcp));
+        }
+    }
+    v
+}
+
+fn out_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    // target/<profile>/deps/mpi-xxxx -> target/<profile>/mpi-bench
+    let dir = exe.parent().and_then(|d| d.parent()).map_or_else(|| PathBuf::from("."), |d| d.join("mpi-bench"));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+fn is_prime(n: u64) -> bool {
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+}
+
+fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Duration) {
+    let q: Vec<String> = if quick { vec!["quick".into()] } else { vec![] };
+    let put_pp = |res: &mut Results, system: &str, got: Result<Vec<(usize, f64)>, String>| {
+        for size in SIZES {
+            let lat = got.as_ref().map_err(Clone::clone).and_then(|v| {
+                v.iter().find(|p| p.0 == size).map(|p| p.1).ok_or_else(|| "failed: no figure".to_string())
+            });
+            let l = size_label(size);
+            res.put("lat", &format!("{size} B"), system, &format!("lat_{l}_us"), lat.clone());
+            res.put("bw", &format!("{size} B"), system, &format!("bw_{l}_mbps"), lat.map(|us| size as f64 / us));
+        }
+    };
+    let parse = |r: RunResult| -> Result<Vec<(usize, f64)>, String> {
+        let v = run::values(&r?, "pp");
+        if v.is_empty() {
+            Err("failed: no output".into())
+        } else {
+            Ok(v.iter().map(|x| (x[0] as usize, x[1])).collect())
+        }
+    };
+    let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
+    put_pp(res, "p2pmp", parse(run::p2pmp(2, &pp_args, limit * 2)));
+    for spin in [false, true] {
+        let got =
+            SIZES.iter().map(|&s| raw::pingpong(s, quick, spin).map(|us| (s, us)).map_err(|e| e.to_string())).collect();
+        put_pp(res, if spin { "raw_tcp_spin" } else { "raw_tcp" }, got);
+    }
+    for (name, b, tcp) in refs {
+        if quick && !tcp {
+            continue;
+        }
+        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit * 2)));
+    }
+}
+
+/// Runs a ring or factoring row for every system; a reference that failed or
+/// timed out at fewer ranks is skipped at more.
+#[allow(clippy::too_many_arguments)]
+fn multi_rank_row(
+    res: &mut Results,
+    section: &'static str,
+    row: &str,
+    key: &str,
+    n: u32,
+    args: &[String],
+    reps: usize,
+    refs: &[(String, &RefBuild, bool)],
+    limit: Duration,
+    gave_up: &mut BTreeMap<String, String>,
+) {
+    let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
+    let mut measure = |system: &str, run: &dyn Fn() -> RunResult| -> Result<f64, String> {
+        if let Some(why) = gave_up.get(system) {
+            return Err(format!("skipped: {why}"));
+        }
+        let (mut samples, start) = (Vec::new(), Instant::now());
+        while samples.len() < reps && (samples.is_empty() || start.elapsed() < Duration::from_secs(20)) {
+            match run()
+                .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
+            {
+                Ok(v) => samples.push(v),
+                Err(e) => {
+                    if e.starts_with("timeout") {
+                        gave_up.insert(system.to_string(), format!("timed out at {row}"));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(median(samples))
+    };
+    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit));
+    res.put(section, row, "p2pmp", key, v);
+    for (name, b, tcp) in refs {
+        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit));
+        res.put(section, row, name, key, v);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
+        let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
+        let res = match args.first().map(String::as_str) {
+            Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick")),
+            Some("ring") => ranks::ring(arg(1)),
+            Some("factor") => ranks::factor(arg(1), arg(2)),
+            other => panic!("unknown mode {other:?}"),
+        };
+        res.expect("rank failed");
+        return;
+    }
+    let t0 = Instant::now();
+    let limit = Duration::from_secs(if quick { 10 } else { 60 });
+    let dir = out_dir();
+    let builds: Vec<RefBuild> = [Mpi::Mpich, Mpi::OpenMpi].into_iter().map(|m| run::build_refs(m, &dir)).collect();
+    let mut res = Results::default();
+    for b in &builds {
+        if let Err(e) = &b.dir {
+            for (section, key) in [("lat", "lat_8b_us"), ("ring", "ring_8x20000_s"), ("factor", "factor_8_s")] {
+                for t in ["tcp", "default"] {
+                    res.put(section, "-", &format!("{}_{t}", b.mpi.name()), key, Err(e.clone()));
+                }
+            }
+        }
+    }
+    let built: Vec<RefBuild> = builds.into_iter().filter(|b| b.dir.is_ok()).collect();
+    let refs = references(&built);
+    eprintln!(
+        "mpi bench ({}), {} cores, load {}",
+        if quick { "quick" } else { "full" },
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+
+    pingpong_section(&mut res, quick, &refs, limit);
+    // Quick runs compare over TCP only.
+    let ring_refs: Vec<_> = refs.iter().filter(|r| !quick || r.2).cloned().collect();
+
+    let (ring_ranks, ring_loops): (&[u32], &[u64]) =
+        if quick { (&[2, 8], &[2000]) } else { (&[2, 4, 8], &[5000, 20000]) };
+    for &loops in ring_loops {
+        let mut gave_up = BTreeMap::new();
+        for &n in ring_ranks {
+            let row = format!("{n} ranks x {loops}");
+            let a = vec!["ring".to_string(), loops.to_string()];
+            multi_rank_row(
+                &mut res,
+                "ring",
+                &row,
+                &format!("ring_{n}x{loops}_s"),
+                n,
+                &a,
+                1,
+                &ring_refs,
+                limit,
+                &mut gave_up,
+            );
+        }
+    }
+
+    // The semiprime: the real one, or (quick) the product of the two largest primes below 2^25.
+    let semi = if quick {
+        let mut ps = (1u64..1 << 25).rev().filter(|&p| is_prime(p)).take(2);
+        ps.next().unwrap_or(3) * ps.next().unwrap_or(5)
+    } else {
+        SEMIPRIME
+    };
+    let (f_ranks, f_ks): (&[u32], &[u64]) = if quick { (&[1, 8], &[500]) } else { (&[1, 2, 4, 8], &[10_000, 500]) };
+    for &k in f_ks {
+        let mut gave_up = BTreeMap::new();
+        for &n in f_ranks {
+            let row = format!("K={k}, {n} ranks");
+            let key = if k == 500 { format!("factor_{n}_s") } else { format!("factor_{n}_k{k}_s") };
+            let a = vec!["factor".to_string(), semi.to_string(), k.to_string()];
+            let reps = if quick { 1 } else { 3 };
+            multi_rank_row(&mut res, "factor", &row, &key, n, &a, reps, &ring_refs, limit, &mut gave_up);
+        }
+    }
+
+    let mut report = String::new();
+    report += &res.table("lat", "ping-pong latency, half round trip (µs)");
+    report += &res.table("bw", "ping-pong bandwidth (MB/s)");
+    report += &res.table("ring", "ring, 10-byte token (s, median of 3 rounds)");
+    report += &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs within 20 s)"));
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let raw_best =
+        [res.get("raw_tcp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us")].into_iter().flatten().reduce(f64::min);
+    let raw_bw_best = [res.get("raw_tcp", "bw_1mib_mbps"), res.get("raw_tcp_spin", "bw_1mib_mbps")]
+        .into_iter()
+        .flatten()
+        .reduce(f64::max);
+    let fmt = |r: Option<f64>| r.map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"));
+    let ring_key = if quick { "ring_8x2000_s" } else { "ring_8x20000_s" };
+    let _ = write!(
+        report,
+        "\ntargets (ratio = p2pmp / reference):\n  8 B latency vs raw TCP (blocking) {} , vs raw TCP (busy-poll) {} , best raw {} (target <= 1.2)\n  8 B latency vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  1 MiB bandwidth vs raw TCP (best) {} (target >= 0.9)\n  8-rank ring vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  8-rank factoring (K=500) vs MPICH tcp {} , vs ideal (1-rank / 2 cores) {} (target <= 1.25)\n",
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp", "lat_8b_us"))),
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us"))),
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), raw_best)),
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("mpich_tcp", "lat_8b_us"))),
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("openmpi_tcp", "lat_8b_us"))),
+        fmt(ratio(res.get("p2pmp", "bw_1mib_mbps"), raw_bw_best)),
+        fmt(ratio(res.get("p2pmp", ring_key), res.get("mpich_tcp", ring_key))),
+        fmt(ratio(res.get("p2pmp", ring_key), res.get("openmpi_tcp", ring_key))),
+        fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("mpich_tcp", "factor_8_s"))),
+        fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("p2pmp", "factor_1_s").map(|t| t / 2.0))),
+    );
+    println!("{report}");
+    let required = [
+        "p2pmp_lat_8b_us",
+        "raw_tcp_lat_8b_us",
+        "mpich_tcp_lat_8b_us",
+        "openmpi_tcp_lat_8b_us",
+        "p2pmp_bw_1mib_mbps",
+        "raw_tcp_bw_1mib_mbps",
+        "p2pmp_ring_8x20000_s",
+        "mpich_tcp_ring_8x20000_s",
+        "p2pmp_factor_8_s",
+        "mpich_tcp_factor_8_s",
+    ];
+    let extra: Vec<(&str, Option<f64>)> = required.iter().map(|k| (*k, None)).collect();
+    let flat = res.flat(quick, &extra);
+    let mut reasons = BTreeMap::new();
+    for c in &res.cells {
+        if let Err(e) = &c.value {
+            reasons.insert(format!("{}_{}", c.system, c.key), e.clone());
+        }
+    }
+    let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("\"{k}\": \"{}\"", v.replace('"', "'"))).collect();
+    let doc = format!("{{\"semiprime\": {semi}, \"figures\": {flat}, \"reasons\": {{{}}}}}\n", reasons.join(", "));
+    let json_path = dir.join(if quick { "mpi-quick.json" } else { "mpi.json" });
+    let _ = std::fs::write(&json_path, doc);
+    let series: Vec<(String, Vec<(f64, f64)>)> =
+        ["p2pmp", "raw_tcp", "raw_tcp_spin", "mpich_tcp", "openmpi_tcp", "mpich_default", "openmpi_default"]
+            .iter()
+            .map(|s| {
+                let pts = SIZES
+                    .iter()
+                    .filter_map(|&z| res.get(s, &format!("lat_{}_us", size_label(z))).map(|v| (z as f64, v)));
+                (s.to_string(), pts.collect::<Vec<_>>())
+            })
+            .filter(|(_, p)| !p.is_empty())
+            .collect();
+    let png = dir.join(if quick { "mpi-quick.png" } else { "mpi.png" });
+    match plot::latency(&png, &series) {
+        Ok(()) => {
+            println!("wrote {} and {} in {:.0} s", json_path.display(), png.display(), t0.elapsed().as_secs_f64())
+        }
+        Err(e) => println!("wrote {} ({e}; no plot) in {:.0} s", json_path.display(), t0.elapsed().as_secs_f64()),
+    }
+    println!("{flat}");
+}

@@ -1,0 +1,124 @@
+//! The p2pmp rank programs (run under `p2pmp-launch` by the bench binary itself):
+//! the same workloads as the C programs in `benches/c/`, printing the same lines.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::{SIZES, iters, median};
+
+/// `pp <size> <median half round trip µs>` per size, from rank 0.
+pub(crate) fn pingpong(quick: bool) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let r = w.rank();
+    for size in SIZES {
+        let data = Bytes::from(vec![7u8; size]);
+        let mut samples = Vec::new();
+        for _ in 0..5 {
+            let n = iters(size, quick);
+            w.barrier()?;
+            let t = Instant::now();
+            for _ in 0..n {
+                if r == 0 {
+                    w.send_bytes(data.clone(), 1, 0)?;
+                    w.recv_bytes(Some(1), Some(0))?;
+                } else if r == 1 {
+                    let m = w.recv_bytes(Some(0), Some(0))?;
+                    w.send_bytes(m.data, 0, 0)?;
+                }
+            }
+            samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
+        }
+        if r == 0 {
+            println!("pp {size} {}", median(samples));
+        }
+    }
+    w.finalize()
+}
+
+/// `ring <median seconds>` of 3 repetitions, from rank 0.
+pub(crate) fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let (r, p) = (w.rank(), w.size());
+    let mut samples = Vec::new();
+    let mut tok = [0u8; 10];
+    for _ in 0..3 {
+        w.barrier()?;
+        let t = Instant::now();
+        for _ in 0..loops {
+            if r == 0 {
+                w.send(&tok, 1 % p, 1)?;
+                w.recv_into(&mut tok, Some(p - 1), Some(1))?;
+            } else {
+                w.recv_into(&mut tok, Some(r - 1), Some(1))?;
+                w.send(&tok, (r + 1) % p, 1)?;
+            }
+        }
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    if r == 0 {
+        println!("ring {}", median(samples));
+    }
+    w.finalize()
+}
+
+/// Integer square root (largest s with s*s <= n).
+pub(crate) fn isqrt(n: u64) -> u64 {
+    let mut s = (n as f64).sqrt() as u64;
+    while s.checked_mul(s).is_none_or(|x| x > n) {
+        s -= 1;
+    }
+    while (s + 1).checked_mul(s + 1).is_some_and(|x| x <= n) {
+        s += 1;
+    }
+    s
+}
+
+/// Trial division of `n`, flags exchanged with rank 0 every `k` candidates:
+/// `factor <seconds> <factor>` from rank 0.
+pub(crate) fn factor(n: u64, k: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let (r, p) = (w.rank(), w.size());
+    let limit = isqrt(n);
+    let (mut cand, step) = (2 + u64::from(r), u64::from(p));
+    let mut found = 0u64;
+    w.barrier()?;
+    let t = Instant::now();
+    let global = loop {
+        let mut i = 0;
+        while i < k && cand <= limit {
+            if n % cand == 0 {
+                found = cand;
+                break;
+            }
+            i += 1;
+            cand += step;
+        }
+        let global = if r == 0 {
+            let mut g = found;
+            for src in 1..p {
+                let mut f = [0u64];
+                w.recv_into(&mut f, Some(src), Some(2))?;
+                if g == 0 {
+                    g = f[0];
+                }
+            }
+            for dst in 1..p {
+                w.send(&[g], dst, 3)?;
+            }
+            g
+        } else {
+            w.send(&[found], 0, 2)?;
+            let mut g = [0u64];
+            w.recv_into(&mut g, Some(0), Some(3))?;
+            g[0]
+        };
+        if global != 0 {
+            break global;
+        }
+    };
+    if r == 0 {
+        println!("factor {} {global}", t.elapsed().as_secs_f64());
+    }
+    w.finalize()
+}
