@@ -4,16 +4,41 @@
 //! runs the node program (`p2pmp-node`, the node program of p2pmp-adapters) as a
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
+//! [`cargo_build`] builds the binaries and examples a process test runs.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use p2pmp_core::id::Id;
+
+/// `target/<profile>` of the running test binary.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// Runs `cargo build -q ARGS` in the test binary's own profile, so the programs a
+/// process test starts are current, and returns `target/<profile>`.
+///
+/// # Panics
+/// If the build fails: the test cannot run without its programs.
+pub fn cargo_build(args: &[&str]) -> PathBuf {
+    let dir = target_dir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-q"]).args(args);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("running cargo build");
+    assert!(st.success(), "cargo build {} failed", args.join(" "));
+    dir
+}
 
 /// Longest wait for one answer line.
 pub const ANSWER: Duration = Duration::from_secs(30);

@@ -13,25 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// `target/<profile>` of this test binary.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
+/// `target/<profile>`, with the programs this file runs freshly built.
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = target_dir();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("running cargo build");
-        assert!(st.success(), "building jobd, p2pjob and mpi_ring failed");
-        dir
+        p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"])
     })
 }
 
