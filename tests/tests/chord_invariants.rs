@@ -389,6 +389,33 @@ fn known_bug_crash_and_leave_while_forming() {
     check_recovery(&s).unwrap();
 }
 
+/// Known bug, found with `PROPTEST_RNG_SEED=1`: joins only, then a registration
+/// while the ring is still forming. It ends up stored at seven nodes but not at
+/// its true owner, a node that joined between; no key transfer ever reaches it,
+/// so queries miss it until the registrant's next refresh. Run with `--ignored`.
+#[test]
+#[ignore = "known bug: a registration misses a concurrently joined owner (see doc comment)"]
+fn known_bug_registration_misses_a_concurrent_joiner() {
+    let j = |p: u64| Op::Join { contact: Pick(p) };
+    let s = Scenario {
+        seed: 9933923813110642413,
+        initial: 4,
+        report_failures: false,
+        ops: vec![
+            j(0),
+            Op::Run { ms: 233 },
+            j(0),
+            j(0),
+            j(3689348814741910324),
+            j(11068046444225730970),
+            j(0),
+            j(14757395258967641293),
+            Op::Register { node: Pick(3689348814741910324), name: 1 },
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
 proptest! {
     #![proptest_config(config())]
 
