@@ -80,18 +80,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+    use crate::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame};
 
     fn round_trip<B>(env: &Envelope<B>) -> Envelope<B>
     where
         B: Serialize + serde::de::DeserializeOwned,
     {
-        let mut buf = bytes::BytesMut::new();
-        encode_frame(env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-        let mut dec = FrameDecoder::default();
-        dec.push(&buf);
-        let frame = dec.decode().unwrap().expect("one whole frame");
-        decode_envelope(frame).unwrap()
+        crate::wire::round_trip(env, DEFAULT_MAX_FRAME).unwrap()
     }
 
     fn arb_id() -> impl Strategy<Value = Id> {

@@ -6,12 +6,12 @@ mod props;
 
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
 use crate::id::Id;
-use crate::wire::{DEFAULT_MAX_FRAME, FrameDecoder, decode_envelope, encode_frame};
+use crate::wire::DEFAULT_MAX_FRAME;
 use harness::tight_config;
 
 /// Two engines and a helper that moves every frame until both are quiet.
@@ -404,12 +404,7 @@ proptest! {
     ) {
         let t = Transmit { to, msg, payload: Bytes::from(payload) };
         let env = t.clone().into_envelope(Id::hash("rank"), crate::machine::NodeAddr::loopback(3, 9000));
-        let mut buf = BytesMut::new();
-        encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-        let mut dec = FrameDecoder::default();
-        dec.push(&buf);
-        let frame = dec.decode().unwrap().expect("one frame");
-        let got = decode_envelope::<MpiMsg>(frame).unwrap();
+        let got = crate::wire::round_trip(&env, DEFAULT_MAX_FRAME).unwrap();
         prop_assert_eq!(got.body, t.msg);
         prop_assert_eq!(&got.payload, &t.payload);
         prop_assert_eq!(got, env);
