@@ -233,16 +233,23 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
     }
 }
 
-#[test]
-fn kill_stops_every_rank() {
-    let c = Cluster::start(4, "kill");
-    let tag = format!("{}", 100_000 + std::process::id() % 800_000);
-    let xml = job_file("/bin/sleep", &tag, 4, "");
+/// Submits a 4-rank `/bin/sleep TAG` job through daemon 0 and waits until every
+/// rank runs; returns the job id.
+fn start_sleep_job(c: &Cluster, tag: &str) -> String {
+    let xml = job_file("/bin/sleep", tag, 4, "");
     let job = c.write("sleep.xml", xml.as_bytes());
     let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(20));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let id = out.stdout.trim().to_string();
     c.wait_running(&id, 4);
+    id
+}
+
+#[test]
+fn kill_stops_every_rank() {
+    let c = Cluster::start(4, "kill");
+    let tag = format!("{}", 100_000 + std::process::id() % 800_000);
+    let id = start_sleep_job(&c, &tag);
     let pattern = format!("job-.*/sleep {tag}");
     let k = c.p2pjob(0, &["kill", &id], Duration::from_secs(10));
     assert_eq!(k.code, 0, "{}", k.stderr);
@@ -279,12 +286,7 @@ fn a_malformed_job_file_is_rejected_with_line_and_column() {
 fn a_daemon_killed_mid_job_fails_the_job_with_a_clear_report() {
     let mut c = Cluster::start(4, "crash");
     let tag = format!("{}", 900_000 + std::process::id() % 90_000);
-    let xml = job_file("/bin/sleep", &tag, 4, "");
-    let job = c.write("sleep.xml", xml.as_bytes());
-    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(20));
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let id = out.stdout.trim().to_string();
-    c.wait_running(&id, 4);
+    let id = start_sleep_job(&c, &tag);
     // Every daemon holds one rank; kill one that is not the submitter.
     let victim = &mut c.daemons[2].child;
     victim.kill().unwrap();
