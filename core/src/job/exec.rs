@@ -128,6 +128,8 @@ struct ExecJob {
     digest: Id,
     ranks: BTreeMap<u32, RankRun>,
     files: BTreeMap<u32, Incoming>,
+    /// Stage payload bytes received so far (what [`JobMsg::StageAck`] reports).
+    consumed: u64,
     staged: Option<JobDescription>,
     deadline: Option<Instant>,
     /// The submitter asked for a kill: no output files, clean up after the last exit.
@@ -215,6 +217,11 @@ impl Execution {
         let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
         match body {
             JobMsg::Stage { file, name, offset, total, digest, .. } => {
+                // Every chunk moves the submitter's window, whether it is used or not.
+                j.consumed += payload.len() as u64;
+                let consumed = j.consumed;
+                self.send(from, JobMsg::StageAck { job, consumed }, Bytes::new());
+                let j = self.jobs.get_mut(&job)?;
                 if file >= MAX_STAGED_FILES || !plain_name(&name) || j.staged.is_some() {
                     return None;
                 }
@@ -372,6 +379,7 @@ impl Execution {
             digest,
             ranks: BTreeMap::new(),
             files: BTreeMap::new(),
+            consumed: 0,
             staged: None,
             deadline: Some(deadline),
             killed: false,

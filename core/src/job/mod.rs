@@ -16,6 +16,7 @@
 pub mod description;
 pub mod exec;
 pub mod msg;
+mod outbox;
 pub mod requirements;
 pub mod submit;
 

@@ -80,6 +80,9 @@ pub enum JobMsg {
     StatusReply { job: JobId, ranks: Vec<(u32, RankState)> },
     /// Submitter -> executor: the results are home; clean the job directory.
     Done { job: JobId },
+    /// Executor -> submitter: `consumed` bytes of [`JobMsg::Stage`] payload have
+    /// arrived for this job so far (cumulative); the submitter's window moves on.
+    StageAck { job: JobId, consumed: u64 },
 }
 
 impl JobMsg {
@@ -101,7 +104,8 @@ impl JobMsg {
             | JobMsg::Kill { job }
             | JobMsg::Status { job }
             | JobMsg::StatusReply { job, .. }
-            | JobMsg::Done { job } => *job,
+            | JobMsg::Done { job }
+            | JobMsg::StageAck { job, .. } => *job,
         }
     }
 
@@ -140,6 +144,10 @@ mod tests {
         let mut want = vec![15u8];
         want.extend([0u8; 20]);
         assert_eq!(body_bytes(&JobMsg::Done { job: z }), want);
+        let mut want = vec![16u8];
+        want.extend([0u8; 20]);
+        want.extend([0x80, 0x01]); // 128 as a varint
+        assert_eq!(body_bytes(&JobMsg::StageAck { job: z, consumed: 128 }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
     }
@@ -160,6 +168,7 @@ mod tests {
             (job.clone(), proptest::collection::vec((any::<u32>(), any::<i32>()), 0..4)).prop_map(|(job, r)| {
                 JobMsg::StatusReply { job, ranks: r.into_iter().map(|(k, c)| (k, RankState::Exited(c))).collect() }
             }),
+            (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::StageAck { job, consumed }),
             job.prop_map(|job| JobMsg::Kill { job }),
         ]
     }

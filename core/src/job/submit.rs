@@ -49,12 +49,15 @@ pub use state::{Submission, SubmissionCommand};
 pub struct SubmitConfig {
     /// How long an offer may stay unanswered before the node is dropped.
     pub offer_timeout: Duration,
-    /// How long a node may take from the end of staging to [`JobMsg::Staged`].
+    /// How long staging to a node may go without progress (an acknowledgement,
+    /// or [`JobMsg::Staged`] after the last file) before the node counts as lost.
     pub stage_timeout: Duration,
     /// How often an overlay query is tried before the job fails.
     pub query_attempts: u32,
     /// Bytes per staged chunk.
     pub chunk_size: usize,
+    /// Most staged bytes in flight to one node before it acknowledges.
+    pub stage_window: usize,
     /// How often one file may be re-sent to one node.
     pub max_resends: u32,
 }
@@ -66,6 +69,7 @@ impl Default for SubmitConfig {
             stage_timeout: Duration::from_secs(120),
             query_attempts: 3,
             chunk_size: 256 * 1024,
+            stage_window: 4 << 20,
             max_resends: 3,
         }
     }

@@ -4,6 +4,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 
 use super::*;
+use crate::job::outbox::{Outbox, Piece};
 
 /// What the application asks of one submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,12 @@ struct Query {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Stage {
     NotSent,
-    Sent { deadline: Instant, resends: BTreeMap<u32, u32> },
+    /// Files on their way; `deadline` moves on with every acknowledgement.
+    Sent {
+        deadline: Instant,
+        resends: BTreeMap<u32, u32>,
+        out: Outbox,
+    },
     Staged,
 }
 
@@ -339,33 +345,40 @@ impl Submission {
         }
     }
 
-    fn send_file(&mut self, to: NodeAddr, file: u32) {
-        let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
-        let total = data.len() as u64;
-        let chunk = self.config.chunk_size.max(1);
-        let mut offset = 0;
-        loop {
-            let end = (offset + chunk).min(data.len());
-            let msg = JobMsg::Stage { job: self.job, file, name: name.clone(), offset: offset as u64, total, digest };
-            self.send(to, msg, data.slice(offset..end));
-            offset = end;
-            if offset >= data.len() {
-                break;
-            }
-        }
-    }
-
-    /// Sends every file to `to` once all are read.
+    /// Sends every file to `to` once all are read, as far as the window allows.
     fn stage_node(&mut self, now: Instant, to: NodeAddr) {
         if self.files.iter().any(Option::is_none) {
             return;
         }
+        let mut out = Outbox::default();
         for f in 0..self.files.len() as u32 {
-            self.send_file(to, f);
+            out.push_file(f);
         }
-        self.send(to, JobMsg::StageEnd { job: self.job, files: self.files.len() as u32 }, Bytes::new());
         if let Some(n) = self.nodes.get_mut(&to) {
-            n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new() };
+            n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out };
+        }
+        self.pump(to);
+    }
+
+    /// Sends what is due to `to` until its window is full.
+    fn pump(&mut self, to: NodeAddr) {
+        let (window, chunk) = (self.config.stage_window as u64, self.config.chunk_size);
+        loop {
+            let Some(Node { stage: Stage::Sent { out, .. }, .. }) = self.nodes.get_mut(&to) else { return };
+            let files = &self.files;
+            let len = |f: u32| files.get(f as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len());
+            match out.next(window, chunk, len) {
+                None => return,
+                Some(Piece::End) => {
+                    self.send(to, JobMsg::StageEnd { job: self.job, files: self.files.len() as u32 }, Bytes::new())
+                }
+                Some(Piece::Chunk { file, start, end }) => {
+                    let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
+                    let (offset, total) = (start as u64, data.len() as u64);
+                    let msg = JobMsg::Stage { job: self.job, file, name, offset, total, digest };
+                    self.send(to, msg, data.slice(start..end));
+                }
+            }
         }
     }
 
@@ -420,7 +433,7 @@ impl Submission {
                 let max = self.config.max_resends;
                 let deadline = now + self.config.stage_timeout;
                 let n = self.nodes.get_mut(&from)?;
-                let Stage::Sent { resends, deadline: d } = &mut n.stage else { return None };
+                let Stage::Sent { resends, deadline: d, out } = &mut n.stage else { return None };
                 if file as usize >= self.files.len() {
                     return None;
                 }
@@ -431,8 +444,16 @@ impl Submission {
                     return Some(());
                 }
                 *d = deadline;
-                self.send_file(from, file);
-                self.send(from, JobMsg::StageEnd { job, files: self.files.len() as u32 }, Bytes::new());
+                out.push_file(file);
+                self.pump(from);
+            }
+            JobMsg::StageAck { consumed, .. } if self.phase == Phase::Placing => {
+                let stage_timeout = self.config.stage_timeout;
+                let Stage::Sent { deadline, out, .. } = &mut self.nodes.get_mut(&from)?.stage else { return None };
+                if out.ack(consumed) {
+                    *deadline = now + stage_timeout;
+                }
+                self.pump(from);
             }
             JobMsg::Staged { .. } if self.phase == Phase::Placing => {
                 let n = self.nodes.get_mut(&from)?;

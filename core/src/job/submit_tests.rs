@@ -16,6 +16,8 @@ enum Behave {
     Silent,
     /// Asks for file 1 again `n` times before confirming staging.
     Corrupt(u32),
+    /// Accepts, then never acknowledges a staged byte.
+    Stuck,
 }
 
 struct Harness {
@@ -30,6 +32,10 @@ struct Harness {
     query_errors: u32,
     /// Exit code per rank once started (None: no exit yet).
     exit_code: Option<i32>,
+    /// Size of every file read (0: a short text naming the path).
+    file_size: usize,
+    /// Stage payload bytes each executor has consumed.
+    consumed: BTreeMap<NodeAddr, u64>,
 }
 
 fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
@@ -76,6 +82,8 @@ impl Harness {
             events: Vec::new(),
             query_errors: 0,
             exit_code: Some(0),
+            file_size: 0,
+            consumed: BTreeMap::new(),
         }
     }
 
@@ -90,7 +98,7 @@ impl Harness {
                 match a {
                     Action::Send { to, msg } => {
                         self.sent.push((to, msg.body.clone(), msg.payload.clone()));
-                        inbox.extend(self.executor(to, msg.body));
+                        inbox.extend(self.executor(to, msg.body, msg.payload.len()));
                     }
                     Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
                         overlay.push((token, name))
@@ -110,7 +118,11 @@ impl Harness {
                 s.handle_overlay_event(self.now, &OverlayEvent::QueryDone { token, name, result });
             }
             for (file, path) in reads {
-                s.handle_file_read(self.now, file, Ok(Bytes::from(format!("contents of {path}"))));
+                let data = match self.file_size {
+                    0 => Bytes::from(format!("contents of {path}")),
+                    n => Bytes::from(vec![file as u8; n]),
+                };
+                s.handle_file_read(self.now, file, Ok(data));
             }
             for m in inbox {
                 s.handle_message(self.now, m);
@@ -128,11 +140,16 @@ impl Harness {
     }
 
     /// A scripted executor's answers to one message.
-    fn executor(&mut self, at: NodeAddr, body: JobMsg) -> Vec<Envelope<JobMsg>> {
+    fn executor(&mut self, at: NodeAddr, body: JobMsg, payload: usize) -> Vec<Envelope<JobMsg>> {
         let b = self.behave.get(&at).copied().unwrap_or(Behave::Silent);
         let r = |body| vec![reply(at, body, Bytes::new())];
         match (b, body) {
-            (Behave::Silent, _) => vec![],
+            (Behave::Silent, _) | (Behave::Stuck, JobMsg::Stage { .. }) => vec![],
+            (_, JobMsg::Stage { job, .. }) => {
+                let consumed = self.consumed.entry(at).or_default();
+                *consumed += payload as u64;
+                r(JobMsg::StageAck { job, consumed: *consumed })
+            }
             (Behave::Reject, JobMsg::Offer { job, ranks, .. }) => {
                 r(JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot })
             }
@@ -455,4 +472,49 @@ proptest! {
         }
         prop_assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })) > 0, good >= n);
     }
+}
+
+#[test]
+fn large_files_stage_within_the_window_and_arrive_once() {
+    let nodes: Vec<_> = (1..=2).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.file_size = 10 << 20;
+    let mut s = submission(&h, job(2, &["linux"]));
+    let cfg = SubmitConfig::default();
+    // Step by step: after each round, no node may have more than a window unacknowledged.
+    for _ in 0..400 {
+        h.run(&mut s, 1);
+        for (a, _, _) in &nodes {
+            let sent: u64 = h
+                .sent
+                .iter()
+                .filter(|(to, m, _)| to == a && matches!(m, JobMsg::Stage { .. }))
+                .map(|(_, _, p)| p.len() as u64)
+                .sum();
+            let acked = h.consumed.get(a).copied().unwrap_or(0);
+            assert!(sent - acked <= cfg.stage_window as u64, "{sent} sent, {acked} acknowledged");
+        }
+        if h.outcome().is_some() {
+            break;
+        }
+    }
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1] }));
+    let job_file = h.sent.iter().find_map(|(_, m, p)| matches!(m, JobMsg::Stage { file: 0, .. }).then(|| p.len()));
+    let per_node = 2 * (10u64 << 20) + job_file.unwrap() as u64;
+    for (a, _, _) in &nodes {
+        assert_eq!(h.consumed[a], per_node, "every byte once to {a}");
+    }
+}
+
+#[test]
+fn staging_that_stops_moving_loses_the_node() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Stuck)]);
+    h.file_size = 10 << 20;
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 50);
+    let sent: usize =
+        h.sent.iter().filter(|(_, m, _)| matches!(m, JobMsg::Stage { .. })).map(|(_, _, p)| p.len()).sum();
+    assert!(sent <= SubmitConfig::default().stage_window, "{sent} bytes sent without an acknowledgement");
+    assert!(matches!(h.outcome(), Some(Outcome::Failed(SubmitError::NodeLost { .. }))), "{:?}", h.outcome());
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })), 0);
 }
