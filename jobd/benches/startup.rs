@@ -2,8 +2,11 @@
 //! for 1, 2, 4 and 8 ranks of a trivial MPI program (init, barrier, finalize) on
 //! an embedded network of 8 daemons, beside `mpirun.mpich -n N` and
 //! `mpirun.openmpi -n N` of the same program in C (built with their `mpicc`).
-//! Medians of 5 runs. A table for people, then one JSON line for scripts; a
-//! missing or timed-out reference is null, with the reason in the table.
+//! p2pmp is measured twice: cold (a program no node has seen: each run stages a
+//! fresh copy, made unique by a trailing nonce, to every node) and warm (the
+//! same program again: the nodes' file caches hold it, only the job file
+//! travels). Medians of 5 runs. A table for people, then one JSON line for
+//! scripts; a missing or timed-out reference is null, with the reason in the table.
 //!
 //! Run: `cargo bench -p p2pmp-jobd --bench startup`.
 
@@ -117,6 +120,33 @@ fn mpirun_once(mpirun: &str, pre: &[&str], n: u32, prog: &Path) -> Result<f64, S
     }
 }
 
+/// A copy of `prog` no node has seen: the same program with a unique trailing
+/// nonce (ELF ignores bytes past its sections), so its digest is new.
+fn fresh_copy(prog: &Path, dir: &Path, nonce: usize) -> PathBuf {
+    let mut bytes = std::fs::read(prog).expect("read the program");
+    bytes.extend_from_slice(format!("p2pmp-startup-nonce-{nonce}-{}", rand_nonce()).as_bytes());
+    let path = dir.join(format!("mpi_hello_cold_{nonce}"));
+    std::fs::write(&path, bytes).expect("write a fresh copy");
+    let mut perm = std::fs::metadata(&path).expect("metadata").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&path, perm).expect("chmod");
+    path
+}
+
+/// Medians of `RUNS` p2pmp runs, each with the program `prog(i)` gives; `None`
+/// (the reason on stderr) unless every run succeeded.
+fn p2pmp_median(net: &LocalNet, n: u32, dir: &Path, prog: impl Fn(usize) -> PathBuf) -> (Option<f64>, Option<f64>) {
+    let runs: Vec<Result<(f64, f64), String>> = (0..RUNS).map(|i| p2pmp_once(net, &prog(i), n, dir)).collect();
+    let ok: Vec<(f64, f64)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    if ok.len() == RUNS {
+        (Some(median(ok.iter().map(|r| r.0).collect())), Some(median(ok.iter().map(|r| r.1).collect())))
+    } else {
+        let why = runs.iter().find_map(|r| r.as_ref().err().cloned()).unwrap_or_default();
+        eprintln!("p2pmp -n {n}: {why}");
+        (None, None)
+    }
+}
+
 fn main() {
     let dir = std::env::temp_dir().join(format!("p2pmp-startup-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -137,21 +167,18 @@ fn main() {
             build_c("mpicc.openmpi", &dir.join("hello_ompi")).map(|()| dir.join("hello_ompi")),
         ),
     ];
+    let mb = std::fs::metadata(&hello).map_or(0.0, |m| m.len() as f64 / 1e6);
+    println!("program: {} ({mb:.1} MB, staged to every node that runs a rank)", hello.display());
     let mut json = Vec::new();
     println!(
-        "{:>5}  {:>18} {:>18} {:>18} {:>18}",
-        "ranks", "p2pmp running ms", "p2pmp results ms", "mpich ms", "openmpi ms"
+        "{:>5}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "ranks", "cold run ms", "cold done ms", "warm run ms", "warm done ms", "mpich ms", "openmpi ms"
     );
     for n in SIZES {
-        let runs: Vec<Result<(f64, f64), String>> = (0..RUNS).map(|_| p2pmp_once(&net, &hello, n, &dir)).collect();
-        let ok: Vec<(f64, f64)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-        let (run_ms, res_ms) = if ok.len() == RUNS {
-            (Some(median(ok.iter().map(|r| r.0).collect())), Some(median(ok.iter().map(|r| r.1).collect())))
-        } else {
-            let why = runs.iter().find_map(|r| r.as_ref().err().cloned()).unwrap_or_default();
-            eprintln!("p2pmp -n {n}: {why}");
-            (None, None)
-        };
+        let (cold_run, cold_done) = p2pmp_median(&net, n, &dir, |i| fresh_copy(&hello, &dir, n as usize * 100 + i));
+        // Warm: the first run of this program fills the caches it reaches; then measure.
+        let _ = p2pmp_once(&net, &hello, n, &dir);
+        let (warm_run, warm_done) = p2pmp_median(&net, n, &dir, |_| hello.clone());
         let mut cells = Vec::new();
         let mut ref_ms = Vec::new();
         for (name, mpirun, pre, prog) in &refs {
@@ -168,17 +195,22 @@ fn main() {
             ref_ms.push((*name, r.ok()));
         }
         let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
-        println!("{n:>5}  {:>18} {:>18} {:>18} {:>18}", f(run_ms), f(res_ms), cells[0], cells[1]);
-        json.push(format!(
-            "\"p2pmp_tcp_startup_running_{n}_ms\": {}",
-            run_ms.map_or("null".into(), |v| format!("{v:.2}"))
-        ));
-        json.push(format!(
-            "\"p2pmp_tcp_startup_results_{n}_ms\": {}",
-            res_ms.map_or("null".into(), |v| format!("{v:.2}"))
-        ));
+        println!(
+            "{n:>5}  {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            f(cold_run),
+            f(cold_done),
+            f(warm_run),
+            f(warm_done),
+            cells[0],
+            cells[1]
+        );
+        let j = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.2}"));
+        json.push(format!("\"p2pmp_tcp_startup_running_{n}_ms\": {}", j(cold_run)));
+        json.push(format!("\"p2pmp_tcp_startup_results_{n}_ms\": {}", j(cold_done)));
+        json.push(format!("\"p2pmp_tcp_startup_warm_running_{n}_ms\": {}", j(warm_run)));
+        json.push(format!("\"p2pmp_tcp_startup_warm_results_{n}_ms\": {}", j(warm_done)));
         for (name, v) in ref_ms {
-            json.push(format!("\"{name}_default_startup_{n}_ms\": {}", v.map_or("null".into(), |v| format!("{v:.2}"))));
+            json.push(format!("\"{name}_default_startup_{n}_ms\": {}", j(v)));
         }
     }
     drop(net);

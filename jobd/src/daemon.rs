@@ -64,8 +64,8 @@ impl Daemon {
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
         dc.chord.join_backoff_max = (stab * 10).min(Duration::from_secs(30));
         let addr = NodeAddr(overlay);
-        // Staging sends a whole executable per node at once (the submission has no
-        // flow control yet), so the per-connection send queue must hold it.
+        // Staging is windowed, but output files still go back whole (no window
+        // yet), so the per-connection send queue must hold a large one.
         let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
         let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| DaemonNode::new(dc, addr, now))?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
@@ -202,6 +202,16 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
             command(remote, NodeCommand::OutputFileRead { job, rank, name, data: files::read(&path) });
         }
         NodeEvent::RemoveDir { path } => files::remove_dir(&path),
+        NodeEvent::CopyFile { from, to } => {
+            if let Err(e) = files::copy(&from, &to) {
+                warn!(from, to, %e, "cannot copy a file");
+            }
+        }
+        NodeEvent::RemoveFile { path } => {
+            if let Err(e) = std::fs::remove_file(&path).or_else(files::missing_is_fine) {
+                warn!(path, %e, "cannot remove a file");
+            }
+        }
         NodeEvent::Reply { conn, request_id, reply } => {
             write_to(conns, conn, &Envelope::new(me.id(), me, request_id, reply));
         }

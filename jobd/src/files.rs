@@ -15,6 +15,19 @@ pub(crate) fn write_at(path: &str, offset: u64, data: &[u8]) -> std::io::Result<
     f.write_all(data)
 }
 
+/// Copies `from` to `to` (whole, permissions included), making `to`'s directory.
+pub(crate) fn copy(from: &str, to: &str) -> std::io::Result<()> {
+    if let Some(dir) = Path::new(to).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::copy(from, to).map(|_| ())
+}
+
+/// Maps "not found" to success: removing what is already gone is fine.
+pub(crate) fn missing_is_fine(e: std::io::Error) -> std::io::Result<()> {
+    if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
+}
+
 /// Reads a whole file, the error in words.
 pub(crate) fn read(path: &str) -> Result<bytes::Bytes, String> {
     std::fs::read(path).map(bytes::Bytes::from).map_err(|e| e.to_string())
@@ -22,9 +35,7 @@ pub(crate) fn read(path: &str) -> Result<bytes::Bytes, String> {
 
 /// Removes a directory tree; a missing one is fine.
 pub(crate) fn remove_dir(path: &str) {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path, %e, "cannot remove a job directory"),
+    if let Err(e) = std::fs::remove_dir_all(path).or_else(missing_is_fine) {
+        tracing::warn!(path, %e, "cannot remove a job directory");
     }
 }

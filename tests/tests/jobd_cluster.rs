@@ -204,6 +204,18 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
     assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
     assert!(out.stdout.contains("[0] ring ok 300"), "{}", out.stdout);
     assert_eq!(placed_nodes(&out.stderr), 4, "{}", out.stderr);
+    // Every node keeps a verified copy of the program in its file cache ...
+    let program = std::fs::read(ring()).unwrap();
+    for node in std::fs::read_dir(c.base().join("work")).unwrap().flatten() {
+        let cached: Vec<_> = std::fs::read_dir(node.path().join("cache")).unwrap().flatten().collect();
+        assert_eq!(cached.len(), 1, "{cached:?}");
+        assert!(std::fs::read(cached[0].path()).unwrap() == program, "the cached copy differs");
+    }
+    // ... and the same program runs again from it (the nodes say they have it,
+    // so only the job file travels: a broken cache would leave no program to run).
+    let out = c.p2pjob(2, &["run", "-n", "4", &ring(), "200"], Duration::from_secs(60));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[0] ring ok 200"), "{}", out.stdout);
 
     // Sequential: one process, an input file staged, an output file back.
     let data: Vec<u8> = (0..700_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
@@ -216,7 +228,8 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
     assert!(out.stdout.contains("[0] copied 700000"), "{}", out.stdout);
     let back = std::fs::read(c.base().join("output.bin")).expect("the output file came back");
     assert!(back == data, "the output file differs from the input");
-    // Job directories are cleaned once the results are home.
+    // Job directories are cleaned once the results are home (each node's file
+    // cache of verified staged files stays).
     let deadline = Instant::now() + Duration::from_secs(10);
     let work = c.base().join("work");
     loop {
@@ -224,6 +237,7 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
             .unwrap()
             .flatten()
             .flat_map(|node| std::fs::read_dir(node.path()).into_iter().flatten().flatten())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("job-"))
             .collect();
         if left.is_empty() {
             break;

@@ -26,12 +26,14 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use sha1::{Digest, Sha1};
 
-use super::description::{JobDescription, MAX_JOB_FILE};
+use super::cache::FileCache;
+use super::description::JobDescription;
 use super::msg::{JobMsg, RankState, RejectReason, Stream};
 use super::{JobId, MAX_STAGED_FILES};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::Envelope;
+use stage::Chunk;
 
 /// Tunables of an executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,8 @@ pub struct ExecConfig {
     pub node_control: String,
     /// Bytes per output-file chunk.
     pub chunk_size: usize,
+    /// Most bytes of verified staged files kept for later jobs (0: none).
+    pub cache_bytes: u64,
 }
 
 impl ExecConfig {
@@ -55,6 +59,7 @@ impl ExecConfig {
             start_timeout: Duration::from_secs(300),
             node_control: node_control.into(),
             chunk_size: 256 * 1024,
+            cache_bytes: 1 << 30,
         }
     }
 }
@@ -76,6 +81,13 @@ pub enum ExecEvent {
     Cleanup { job: JobId },
     /// Free slots changed: refresh the `res:any` registration.
     SlotsChanged { free: u32 },
+    /// Keep a copy of the job's verified file `name` (all its chunks written) in
+    /// the file cache under `digest`.
+    CacheStore { job: JobId, name: String, digest: Id },
+    /// Copy the cached file `digest` into the job's directory as `name`.
+    CacheFetch { job: JobId, name: String, digest: Id },
+    /// Forget the cached file `digest`.
+    CacheEvict { digest: Id },
 }
 
 /// An executor input that cannot be carried out (API misuse).
@@ -145,6 +157,7 @@ pub struct Execution {
     addr: NodeAddr,
     free: u32,
     jobs: BTreeMap<JobId, ExecJob>,
+    cache: FileCache,
     actions: VecDeque<Action<JobMsg, ExecEvent>>,
     ignored: u64,
 }
@@ -156,7 +169,15 @@ fn plain_name(name: &str) -> bool {
 impl Execution {
     /// An executor for the node at `addr`.
     pub fn new(config: ExecConfig, addr: NodeAddr) -> Self {
-        Execution { free: config.slots, config, addr, jobs: BTreeMap::new(), actions: VecDeque::new(), ignored: 0 }
+        Execution {
+            free: config.slots,
+            cache: FileCache::new(config.cache_bytes),
+            config,
+            addr,
+            jobs: BTreeMap::new(),
+            actions: VecDeque::new(),
+            ignored: 0,
+        }
     }
 
     /// Free slots right now.
@@ -217,41 +238,9 @@ impl Execution {
         let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
         match body {
             JobMsg::Stage { file, name, offset, total, digest, .. } => {
-                // Every chunk moves the submitter's window, whether it is used or not.
-                j.consumed += payload.len() as u64;
-                let consumed = j.consumed;
-                self.send(from, JobMsg::StageAck { job, consumed }, Bytes::new());
-                let j = self.jobs.get_mut(&job)?;
-                if file >= MAX_STAGED_FILES || !plain_name(&name) || j.staged.is_some() {
-                    return None;
-                }
-                if offset == 0 {
-                    let keep = (file == 0 && total <= MAX_JOB_FILE as u64).then(BytesMut::new);
-                    let inc = Incoming {
-                        name: name.clone(),
-                        total,
-                        digest,
-                        received: 0,
-                        hasher: Sha1::new(),
-                        keep,
-                        ok: false,
-                    };
-                    j.files.insert(file, inc);
-                }
-                let fits = |f: &&mut Incoming| f.received == offset && f.received + payload.len() as u64 <= f.total;
-                let inc = j.files.get_mut(&file).filter(|f| f.name == name).filter(fits)?;
-                inc.hasher.update(&payload);
-                inc.received += payload.len() as u64;
-                if let Some(k) = &mut inc.keep {
-                    k.extend_from_slice(&payload);
-                }
-                if inc.received >= inc.total {
-                    let got = Id::from_bytes(inc.hasher.clone().finalize().into());
-                    inc.ok = inc.received == inc.total && got == inc.digest && (file != 0 || got == j.digest);
-                }
-                let name = inc.name.clone();
-                self.event(ExecEvent::WriteFile { job, name, offset, data: payload });
+                return self.on_stage(from, job, Chunk { file, name, offset, total, digest }, payload);
             }
+            JobMsg::Manifest { files, .. } => return self.on_manifest(from, job, files),
             JobMsg::StageEnd { files, .. } => {
                 if j.staged.is_some() || files > MAX_STAGED_FILES {
                     return None;
@@ -518,6 +507,9 @@ impl Machine for Execution {
         self.jobs.values().filter_map(|j| j.deadline).min()
     }
 }
+
+#[path = "exec_stage.rs"]
+mod stage;
 
 #[cfg(test)]
 #[path = "exec_tests.rs"]

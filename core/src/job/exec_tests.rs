@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::job::submit::{Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
-use crate::job::{ANY_NAME, Resources};
+use crate::job::{ANY_NAME, Resources, StagedFile};
 use crate::overlay::{OverlayCommand, OverlayEvent};
 
 fn addr(i: u32) -> NodeAddr {
@@ -248,4 +248,71 @@ fn submission_and_executors_run_a_job_end_to_end() {
     assert_eq!(outcome, Some(Outcome::Done { codes: vec![0, 1, 2, 3] }));
     assert_eq!(files.len(), 4);
     assert!(execs.iter().all(|e| e.jobs().count() == 0 && e.free_slots() == e.config.slots));
+}
+
+fn offer_and_manifest(
+    e: &mut Execution,
+    now: Instant,
+    job: JobId,
+    files: &[StagedFile],
+) -> (Vec<JobMsg>, Vec<ExecEvent>) {
+    let xml_digest = files[0].digest;
+    e.handle_message(now, env(JobMsg::Offer { job, ranks: vec![0], size: 2, digest: xml_digest }, Bytes::new()));
+    e.handle_message(now, env(JobMsg::Manifest { job, files: files.to_vec() }, Bytes::new()));
+    drain(e)
+}
+
+fn stage_file(
+    e: &mut Execution,
+    now: Instant,
+    job: JobId,
+    f: &StagedFile,
+    data: &Bytes,
+) -> (Vec<JobMsg>, Vec<ExecEvent>) {
+    let body = JobMsg::Stage { job, file: f.file, name: f.name.clone(), offset: 0, total: f.total, digest: f.digest };
+    e.handle_message(now, env(body, data.clone()));
+    drain(e)
+}
+
+#[test]
+fn a_verified_file_is_cached_and_a_later_job_takes_it_from_the_cache() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(4, "127.0.0.1:9000"), addr(5));
+    let (xml, prog) = (Bytes::from_static(XML.as_bytes()), Bytes::from_static(b"#!/bin/sh\necho hi\n"));
+    let entry = |file: u32, name: &str, data: &Bytes| StagedFile {
+        file,
+        name: name.into(),
+        total: data.len() as u64,
+        digest: digest(data),
+    };
+    let files = [entry(0, "job.xml", &xml), entry(1, "prog", &prog)];
+    let prog_digest = files[1].digest;
+    // Nothing is cached yet: the manifest is answered with nothing.
+    let (msgs, _) = offer_and_manifest(&mut e, now, job_id(1), &files);
+    assert_eq!(msgs.last(), Some(&JobMsg::Have { job: job_id(1), files: vec![] }));
+    // Verified: the program (never the job file) is cached, after its bytes are written.
+    let (_, evs) = stage_file(&mut e, now, job_id(1), &files[0], &xml);
+    assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { .. })), "{evs:?}");
+    let (_, evs) = stage_file(&mut e, now, job_id(1), &files[1], &prog);
+    let store = ExecEvent::CacheStore { job: job_id(1), name: "prog".into(), digest: prog_digest };
+    assert!(matches!(evs.as_slice(), [ExecEvent::WriteFile { .. }, s] if *s == store), "{evs:?}");
+    // A later job takes the program from the cache.
+    let (msgs, evs) = offer_and_manifest(&mut e, now, job_id(2), &files);
+    assert_eq!(msgs.last(), Some(&JobMsg::Have { job: job_id(2), files: vec![1] }));
+    assert!(evs.contains(&ExecEvent::CacheFetch { job: job_id(2), name: "prog".into(), digest: prog_digest }));
+    // The job file is never taken from the cache: until it comes, staging is incomplete.
+    e.handle_message(now, env(JobMsg::StageEnd { job: job_id(2), files: 2 }, Bytes::new()));
+    assert_eq!(drain(&mut e).0, [JobMsg::Resend { job: job_id(2), file: 0 }]);
+    stage_file(&mut e, now, job_id(2), &files[0], &xml);
+    e.handle_message(now, env(JobMsg::StageEnd { job: job_id(2), files: 2 }, Bytes::new()));
+    assert_eq!(drain(&mut e).0.last(), Some(&JobMsg::Staged { job: job_id(2) }));
+    // A copy that fails its digest is never cached; a good one is not cached twice.
+    let mut bad = files[1].clone();
+    bad.digest = digest(&Bytes::from_static(b"other"));
+    offer_and_manifest(&mut e, now, job_id(3), &[files[0].clone(), bad.clone()]);
+    let (_, evs) = stage_file(&mut e, now, job_id(3), &bad, &prog);
+    assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { .. })), "{evs:?}");
+    offer_and_manifest(&mut e, now, job_id(4), &files[..1]);
+    let (_, evs) = stage_file(&mut e, now, job_id(4), &files[1], &prog);
+    assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { .. })), "{evs:?}");
 }

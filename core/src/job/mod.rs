@@ -13,6 +13,7 @@
 //! address, counter, random nonce); a process key is SHA-1 of (job id, rank), see
 //! [`process_key`].
 
+mod cache;
 pub mod description;
 pub mod exec;
 pub mod msg;
@@ -29,7 +30,7 @@ use crate::machine::NodeAddr;
 
 pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
 pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
-pub use msg::{JobMsg, RankState, RejectReason, Stream};
+pub use msg::{JobMsg, RankState, RejectReason, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
     Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError, SubmitEvent,

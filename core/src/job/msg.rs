@@ -83,6 +83,25 @@ pub enum JobMsg {
     /// Executor -> submitter: `consumed` bytes of [`JobMsg::Stage`] payload have
     /// arrived for this job so far (cumulative); the submitter's window moves on.
     StageAck { job: JobId, consumed: u64 },
+    /// Submitter -> executor: the files about to be staged, before any
+    /// [`JobMsg::Stage`]; answered by [`JobMsg::Have`].
+    Manifest { job: JobId, files: Vec<StagedFile> },
+    /// Executor -> submitter: these files of the manifest are already here (a
+    /// verified copy of the same length and digest); stage only the others.
+    Have { job: JobId, files: Vec<u32> },
+}
+
+/// One entry of a [`JobMsg::Manifest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedFile {
+    /// Its number (0 = job file, 1 = executable, then the input files).
+    pub file: u32,
+    /// Its plain name in the job directory.
+    pub name: String,
+    /// Its length in bytes.
+    pub total: u64,
+    /// Its SHA-1.
+    pub digest: Id,
 }
 
 impl JobMsg {
@@ -105,7 +124,9 @@ impl JobMsg {
             | JobMsg::Status { job }
             | JobMsg::StatusReply { job, .. }
             | JobMsg::Done { job }
-            | JobMsg::StageAck { job, .. } => *job,
+            | JobMsg::StageAck { job, .. }
+            | JobMsg::Manifest { job, .. }
+            | JobMsg::Have { job, .. } => *job,
         }
     }
 
@@ -158,7 +179,7 @@ mod tests {
         prop_oneof![
             (job.clone(), proptest::collection::vec(any::<u32>(), 0..4), any::<u32>(), id.clone())
                 .prop_map(|(job, ranks, size, digest)| JobMsg::Offer { job, ranks, size, digest }),
-            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), any::<u64>(), id).prop_map(
+            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), any::<u64>(), id.clone()).prop_map(
                 |(job, file, name, offset, total, digest)| JobMsg::Stage { job, file, name, offset, total, digest }
             ),
             (job.clone(), any::<u32>(), any::<bool>(), any::<u64>()).prop_map(|(job, rank, err, offset)| {
@@ -169,6 +190,14 @@ mod tests {
                 JobMsg::StatusReply { job, ranks: r.into_iter().map(|(k, c)| (k, RankState::Exited(c))).collect() }
             }),
             (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::StageAck { job, consumed }),
+            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), id).prop_map(
+                |(job, file, name, total, digest)| JobMsg::Manifest {
+                    job,
+                    files: vec![StagedFile { file, name, total, digest }]
+                }
+            ),
+            (job.clone(), proptest::collection::vec(any::<u32>(), 0..4))
+                .prop_map(|(job, files)| JobMsg::Have { job, files }),
             job.prop_map(|job| JobMsg::Kill { job }),
         ]
     }

@@ -26,6 +26,10 @@ struct Query {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Stage {
     NotSent,
+    /// The manifest is out; waiting for [`JobMsg::Have`].
+    Asked {
+        deadline: Instant,
+    },
     /// Files on their way; `deadline` moves on with every acknowledgement.
     Sent {
         deadline: Instant,
@@ -33,6 +37,16 @@ enum Stage {
         out: Outbox,
     },
     Staged,
+}
+
+impl Stage {
+    /// When staging to this node counts as stalled.
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            Stage::Asked { deadline } | Stage::Sent { deadline, .. } => Some(*deadline),
+            Stage::NotSent | Stage::Staged => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -345,19 +359,41 @@ impl Submission {
         }
     }
 
-    /// Sends every file to `to` once all are read, as far as the window allows.
+    /// Once every file is read, tells `to` what is coming; [`JobMsg::Have`] starts the transfer.
     fn stage_node(&mut self, now: Instant, to: NodeAddr) {
-        if self.files.iter().any(Option::is_none) {
+        let Some(files) = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                f.as_ref().map(|(name, data, digest)| StagedFile {
+                    file: i as u32,
+                    name: name.clone(),
+                    total: data.len() as u64,
+                    digest: *digest,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+        else {
             return;
+        };
+        if let Some(n) = self.nodes.get_mut(&to) {
+            n.stage = Stage::Asked { deadline: now + self.config.stage_timeout };
         }
+        self.send(to, JobMsg::Manifest { job: self.job, files }, Bytes::new());
+    }
+
+    /// `to` holds `have` already: every other file goes out, as far as the window allows.
+    fn on_have(&mut self, now: Instant, to: NodeAddr, have: &[u32]) -> Option<()> {
+        let n = self.nodes.get_mut(&to).filter(|n| matches!(n.stage, Stage::Asked { .. }))?;
         let mut out = Outbox::default();
-        for f in 0..self.files.len() as u32 {
+        // The job file always travels: the executor reads its arguments from it.
+        for f in (0..self.files.len() as u32).filter(|f| *f == 0 || !have.contains(f)) {
             out.push_file(f);
         }
-        if let Some(n) = self.nodes.get_mut(&to) {
-            n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out };
-        }
+        n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out };
         self.pump(to);
+        Some(())
     }
 
     /// Sends what is due to `to` until its window is full.
@@ -447,6 +483,7 @@ impl Submission {
                 out.push_file(file);
                 self.pump(from);
             }
+            JobMsg::Have { files, .. } if self.phase == Phase::Placing => return self.on_have(now, from, &files),
             JobMsg::StageAck { consumed, .. } if self.phase == Phase::Placing => {
                 let stage_timeout = self.config.stage_timeout;
                 let Stage::Sent { deadline, out, .. } = &mut self.nodes.get_mut(&from)?.stage else { return None };
@@ -571,8 +608,7 @@ impl Machine for Submission {
         for a in expired {
             self.close(now, a);
         }
-        let stalled =
-            self.nodes.iter().find(|(_, n)| matches!(&n.stage, Stage::Sent { deadline, .. } if *deadline <= now));
+        let stalled = self.nodes.iter().find(|(_, n)| n.stage.deadline().is_some_and(|d| d <= now));
         if let (Phase::Placing, Some((a, _))) = (self.phase, stalled) {
             let a = *a;
             self.lost(a);
@@ -588,10 +624,8 @@ impl Machine for Submission {
             return None;
         }
         let offers = self.nodes.values().filter_map(|n| n.offer.as_ref().map(|(_, d)| *d));
-        let stages = self.nodes.values().filter_map(|n| match &n.stage {
-            Stage::Sent { deadline, .. } if self.phase == Phase::Placing => Some(*deadline),
-            _ => None,
-        });
+        let placing = self.phase == Phase::Placing;
+        let stages = self.nodes.values().filter_map(|n| n.stage.deadline().filter(|_| placing));
         offers.chain(stages).chain(self.deadline).min()
     }
 }

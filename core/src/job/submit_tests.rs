@@ -1,6 +1,6 @@
 //! Submission against a scripted overlay and scripted executors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -36,6 +36,8 @@ struct Harness {
     file_size: usize,
     /// Stage payload bytes each executor has consumed.
     consumed: BTreeMap<NodeAddr, u64>,
+    /// Files each executor claims to hold already.
+    have: BTreeMap<NodeAddr, Vec<u32>>,
 }
 
 fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
@@ -84,6 +86,7 @@ impl Harness {
             exit_code: Some(0),
             file_size: 0,
             consumed: BTreeMap::new(),
+            have: BTreeMap::new(),
         }
     }
 
@@ -154,6 +157,9 @@ impl Harness {
                 r(JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot })
             }
             (_, JobMsg::Offer { job, ranks, .. }) => r(JobMsg::Accept { job, ranks }),
+            (_, JobMsg::Manifest { job, .. }) => {
+                r(JobMsg::Have { job, files: self.have.remove(&at).unwrap_or_default() })
+            }
             (Behave::Corrupt(n), JobMsg::StageEnd { job, .. }) if n > 0 => {
                 self.behave.insert(at, Behave::Corrupt(n - 1));
                 r(JobMsg::Resend { job, file: 1 })
@@ -517,4 +523,28 @@ fn staging_that_stops_moving_loses_the_node() {
     assert!(sent <= SubmitConfig::default().stage_window, "{sent} bytes sent without an acknowledgement");
     assert!(matches!(h.outcome(), Some(Outcome::Failed(SubmitError::NodeLost { .. }))), "{:?}", h.outcome());
     assert_eq!(h.count(|m| matches!(m, JobMsg::Start { .. })), 0);
+}
+
+#[test]
+fn files_the_node_has_are_not_staged_again_but_the_job_file_always_is() {
+    let mut h = Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept)]);
+    h.have.insert(addr(1), vec![0, 1]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0] }));
+    let manifest = h.sent.iter().find_map(|(_, m, _)| match m {
+        JobMsg::Manifest { files, .. } => Some(files.iter().map(|f| (f.file, f.name.clone())).collect::<Vec<_>>()),
+        _ => None,
+    });
+    let want = vec![(0, "job.xml".to_owned()), (1, "ring".to_owned()), (2, "input1".to_owned())];
+    assert_eq!(manifest, Some(want));
+    let staged: BTreeSet<u32> = h
+        .sent
+        .iter()
+        .filter_map(|(_, m, _)| match m {
+            JobMsg::Stage { file, .. } => Some(*file),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(staged, BTreeSet::from([0, 2]), "the executable is there already");
 }

@@ -60,6 +60,7 @@ pub fn for_executor(m: &JobMsg) -> bool {
     matches!(
         m,
         JobMsg::Offer { .. }
+            | JobMsg::Manifest { .. }
             | JobMsg::Stage { .. }
             | JobMsg::StageEnd { .. }
             | JobMsg::Start { .. }
@@ -151,6 +152,11 @@ pub enum NodeEvent {
     ReadOutputFile { job: JobId, rank: u32, name: String, path: String },
     /// Remove a job directory and everything in it.
     RemoveDir { path: String },
+    /// Copy file `from` to `to` (a new file, its directory made), whole and
+    /// before any later event: a copy, never a link, as a process may change its files.
+    CopyFile { from: String, to: String },
+    /// Remove one file; a missing one is fine.
+    RemoveFile { path: String },
     /// Write `reply` to a rank's control connection `conn`.
     Reply { conn: ConnId, request_id: u64, reply: LocalReply },
     /// Write `reply` (with `payload`) to a tool's control connection `conn`.
@@ -276,6 +282,11 @@ impl DaemonNode {
     /// The directory of `job` on this node.
     pub fn job_dir(&self, job: JobId) -> String {
         format!("{}/job-{job}", self.work_dir.trim_end_matches('/'))
+    }
+
+    /// Where the file cache keeps a verified staged file (`<work_dir>/cache/<digest>`).
+    pub fn cache_path(&self, digest: Id) -> String {
+        format!("{}/cache/{digest}", self.work_dir.trim_end_matches('/'))
     }
 
     fn event(&mut self, e: NodeEvent) {
@@ -410,6 +421,15 @@ impl DaemonNode {
                 let path = self.job_dir(job);
                 self.event(NodeEvent::RemoveDir { path });
             }
+            ExecEvent::CacheStore { job, name, digest } => {
+                let from = join(&self.job_dir(job), &name);
+                self.event(NodeEvent::CopyFile { from, to: self.cache_path(digest) });
+            }
+            ExecEvent::CacheFetch { job, name, digest } => {
+                let to = join(&self.job_dir(job), &name);
+                self.event(NodeEvent::CopyFile { from: self.cache_path(digest), to });
+            }
+            ExecEvent::CacheEvict { digest } => self.event(NodeEvent::RemoveFile { path: self.cache_path(digest) }),
             // Capacity is advertised, not free slots (module docs).
             ExecEvent::SlotsChanged { .. } => {}
         }
