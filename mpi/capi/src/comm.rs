@@ -67,7 +67,7 @@ impl Comm {
     }
 
     /// The communicator rank of world rank `r` (a status's source).
-    pub(crate) fn from_world(&self, r: u32) -> c_int {
+    pub(crate) fn comm_rank_of(&self, r: u32) -> c_int {
         if self.solo { 0 } else { r as c_int }
     }
 

@@ -253,7 +253,7 @@ pub unsafe extern "C" fn MPI_Irecv(
 
 /// The status a probe reports, in `comm`'s ranks.
 fn probed(c: &Comm, s: &Status) -> MpiStatus {
-    MpiStatus::received(s, c.from_world(s.source))
+    MpiStatus::received(s, c.comm_rank_of(s.source))
 }
 
 /// Probes `source`/`tag` on `c`: blocking, or `None` when nothing matches yet.
