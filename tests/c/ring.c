@@ -17,9 +17,11 @@ int main(int argc, char **argv) {
     double t0 = MPI_Wtime();
     for (long i = 0; i < loops; i++) {
         if (rank == 0) {
-            token++;
-            MPI_Send(&token, 1, MPI_LONG, next, 1, MPI_COMM_WORLD);
-            MPI_Recv(&token, 1, MPI_LONG, prev, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            /* Sendrecv, not Send then Recv: on one rank a blocking send to itself
+             * before the receive is posted may wait forever (MPICH's does). */
+            long out = token + 1;
+            MPI_Sendrecv(&out, 1, MPI_LONG, next, 1, &token, 1, MPI_LONG, prev, 1, MPI_COMM_WORLD,
+                         MPI_STATUS_IGNORE);
         } else {
             MPI_Recv(&token, 1, MPI_LONG, prev, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             token++;
