@@ -25,7 +25,9 @@ int main(int argc, char **argv) {
         y = (limit + n / limit) / 2;
     }
     unsigned long long cand = 2 + (unsigned long long)rank, step = (unsigned long long)size;
-    unsigned long long none = ~0ULL, found = none, global = none;
+    /* "None found" is 2^63 - 1, not ~0: MPICH 4.0.2 compares MPI_UNSIGNED_LONG_LONG
+     * as signed in MPI_MIN, so values of 2^63 and above would win. */
+    unsigned long long none = 0x7fffffffffffffffULL, found = none, global = none;
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (;;) {
