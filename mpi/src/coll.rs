@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Result};
 use crate::pod::{self, Op, Pod};
-use crate::world::{COMM_COLL, World};
+use crate::world::World;
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
@@ -29,19 +29,19 @@ fn mismatch(what: &str, got: usize, want: usize) -> Error {
 
 impl World {
     fn coll_send(&mut self, data: Bytes, to: u32, tag: i32) -> Result<()> {
-        let r = self.isend_on(COMM_COLL, data, to, tag)?;
+        let r = self.isend_on(self.coll_comm, data, to, tag)?;
         self.wait(r).map(|_| ())
     }
 
     fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {
-        let r = self.irecv_on(COMM_COLL, Some(from), Some(tag))?;
+        let r = self.irecv_on(self.coll_comm, Some(from), Some(tag))?;
         Ok(self.wait_msg(r)?.data)
     }
 
     /// Sends `data` to `to` while receiving from `from`.
     fn coll_sendrecv(&mut self, data: Bytes, to: u32, from: u32, tag: i32) -> Result<Bytes> {
-        let rr = self.irecv_on(COMM_COLL, Some(from), Some(tag))?;
-        let sr = self.isend_on(COMM_COLL, data, to, tag)?;
+        let rr = self.irecv_on(self.coll_comm, Some(from), Some(tag))?;
+        let sr = self.isend_on(self.coll_comm, data, to, tag)?;
         let got = self.wait_msg(rr)?.data;
         self.wait(sr)?;
         Ok(got)
@@ -89,7 +89,7 @@ impl World {
         mask >>= 1;
         while mask > 0 {
             if vr + mask < p {
-                sends.push(self.isend_on(COMM_COLL, data.clone(), self.abs(vr + mask, root), TAG_BCAST)?);
+                sends.push(self.isend_on(self.coll_comm, data.clone(), self.abs(vr + mask, root), TAG_BCAST)?);
             }
             mask >>= 1;
         }
@@ -232,7 +232,12 @@ impl World {
             if child < p {
                 let off = (child - vr) as usize * n;
                 let len = mask.min(p - child) as usize * n;
-                sends.push(self.isend_on(COMM_COLL, buf.slice(off..off + len), self.abs(child, root), TAG_SCATTER)?);
+                sends.push(self.isend_on(
+                    self.coll_comm,
+                    buf.slice(off..off + len),
+                    self.abs(child, root),
+                    TAG_SCATTER,
+                )?);
             }
             mask >>= 1;
         }

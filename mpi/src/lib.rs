@@ -33,6 +33,7 @@
 //!   non-blocking sockets, yields, then sleeps in `epoll` ([`SpinPolicy`]).
 
 mod coll;
+mod comm;
 mod env;
 mod error;
 mod node;
@@ -40,6 +41,7 @@ mod pod;
 mod transport;
 mod world;
 
+pub use comm::CommId;
 pub use env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
 pub use error::{Error, Result};
 pub use pod::{Op, Pod};

@@ -9,6 +9,14 @@ pub trait Pod: bytemuck::Pod + PartialOrd + Send + Sync + 'static {
     fn add(a: Self, b: Self) -> Self;
     /// `a * b` (wrapping for integers).
     fn mul(a: Self, b: Self) -> Self;
+    /// `a & b` of the bit patterns.
+    fn bit_and(a: Self, b: Self) -> Self;
+    /// `a | b` of the bit patterns.
+    fn bit_or(a: Self, b: Self) -> Self;
+    /// 1 when `a` and `b` are both non-zero, else 0 (C's `a && b`).
+    fn logical_and(a: Self, b: Self) -> Self;
+    /// 1 when `a` or `b` is non-zero, else 0 (C's `a || b`).
+    fn logical_or(a: Self, b: Self) -> Self;
 }
 
 macro_rules! int_pod {
@@ -16,6 +24,10 @@ macro_rules! int_pod {
         impl Pod for $t {
             fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
             fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            fn bit_and(a: Self, b: Self) -> Self { a & b }
+            fn bit_or(a: Self, b: Self) -> Self { a | b }
+            fn logical_and(a: Self, b: Self) -> Self { Self::from(a != 0 && b != 0) }
+            fn logical_or(a: Self, b: Self) -> Self { Self::from(a != 0 || b != 0) }
         }
     )*};
 }
@@ -26,6 +38,10 @@ macro_rules! float_pod {
         impl Pod for $t {
             fn add(a: Self, b: Self) -> Self { a + b }
             fn mul(a: Self, b: Self) -> Self { a * b }
+            fn bit_and(a: Self, b: Self) -> Self { Self::from_bits(a.to_bits() & b.to_bits()) }
+            fn bit_or(a: Self, b: Self) -> Self { Self::from_bits(a.to_bits() | b.to_bits()) }
+            fn logical_and(a: Self, b: Self) -> Self { if a != 0.0 && b != 0.0 { 1.0 } else { 0.0 } }
+            fn logical_or(a: Self, b: Self) -> Self { if a != 0.0 || b != 0.0 { 1.0 } else { 0.0 } }
         }
     )*};
 }
@@ -39,6 +55,14 @@ pub enum Op {
     Prod,
     Min,
     Max,
+    /// Logical and: 1 where both are non-zero, else 0.
+    LogicalAnd,
+    /// Logical or: 1 where either is non-zero, else 0.
+    LogicalOr,
+    /// Bitwise and.
+    BitAnd,
+    /// Bitwise or.
+    BitOr,
 }
 
 impl Op {
@@ -50,6 +74,10 @@ impl Op {
             Op::Prod => T::mul,
             Op::Min => |a, b| if b < a { b } else { a },
             Op::Max => |a, b| if b > a { b } else { a },
+            Op::LogicalAnd => T::logical_and,
+            Op::LogicalOr => T::logical_or,
+            Op::BitAnd => T::bit_and,
+            Op::BitOr => T::bit_or,
         };
         for (a, &b) in acc.iter_mut().zip(x) {
             *a = f(*a, b);
@@ -98,6 +126,17 @@ mod tests {
         assert_eq!(a, [4, 1, 0]);
         Op::Prod.apply(&mut a, &[2, 3, 4]);
         assert_eq!(a, [8, 3, 0]);
+        Op::BitOr.apply(&mut a, &[1, 4, 0]);
+        assert_eq!(a, [9, 7, 0]);
+        Op::BitAnd.apply(&mut a, &[12, 5, -1]);
+        assert_eq!(a, [8, 5, 0]);
+        Op::LogicalAnd.apply(&mut a, &[3, 0, 7]);
+        assert_eq!(a, [1, 0, 0]);
+        Op::LogicalOr.apply(&mut a, &[0, 0, -2]);
+        assert_eq!(a, [1, 0, 1]);
+        let mut f = vec![0.5f32, 0.0];
+        Op::LogicalOr.apply(&mut f, &[0.0, 0.0]);
+        assert_eq!(f, [1.0, 0.0]);
         let b = to_bytes(&[1.5f64, -2.0]);
         assert_eq!(from_bytes::<f64>(&b).unwrap(), [1.5, -2.0]);
         assert!(from_bytes::<u32>(&b[..7]).is_err());

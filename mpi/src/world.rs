@@ -10,6 +10,7 @@ use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 
 pub use p2pmp_core::mpi::Status;
 
+use crate::comm::CommId;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::pod::{self, Pod};
@@ -118,6 +119,8 @@ pub struct World {
     /// host spinning only steals the CPU the sender needs).
     spin_now: Duration,
     finalized: bool,
+    /// The engine communicator id collectives use (see `World::collectives_in`).
+    pub(crate) coll_comm: u32,
 }
 
 /// Starts MPI for this process from the environment its node gave it
@@ -146,6 +149,7 @@ impl World {
             spin: SpinPolicy::for_world(env.size),
             spin_now: SpinPolicy::for_world(env.size).spin,
             finalized: false,
+            coll_comm: COMM_COLL,
         })
     }
 
@@ -266,6 +270,17 @@ impl World {
         reqs.into_iter().map(|r| self.wait(r)).collect()
     }
 
+    /// Waits until one of `reqs` has finished and returns its index (the lowest
+    /// finished one); finish it with [`World::wait`]. `None` for an empty list.
+    pub fn wait_any(&mut self, reqs: &[&Request]) -> Result<Option<usize>> {
+        if reqs.is_empty() {
+            return Ok(None);
+        }
+        let first = |w: &World| reqs.iter().position(|r| w.done.contains_key(&r.0));
+        self.progress_until(|w| first(w).is_some())?;
+        Ok(first(self))
+    }
+
     /// Whether `req` has finished (then [`World::wait`] returns at once). Makes
     /// progress without blocking.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
@@ -277,19 +292,12 @@ impl World {
 
     /// The status of a message a receive with these arguments would take now.
     pub fn iprobe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Option<Status>> {
-        if let Some(s) = self.engine.iprobe(COMM_WORLD, source, tag)? {
-            return Ok(Some(s));
-        }
-        self.progress_once(Some(Duration::ZERO))?;
-        Ok(self.engine.iprobe(COMM_WORLD, source, tag)?)
+        self.iprobe_in(CommId::WORLD, source, tag)
     }
 
     /// Waits until a matching message is there and returns its status.
     pub fn probe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Status> {
-        // Validates the arguments once, so the loop below cannot fail on them.
-        self.engine.iprobe(COMM_WORLD, source, tag)?;
-        self.progress_until(|w| matches!(w.engine.iprobe(COMM_WORLD, source, tag), Ok(Some(_))))?;
-        Ok(self.engine.iprobe(COMM_WORLD, source, tag)?.expect("waited for it"))
+        self.probe_in(CommId::WORLD, source, tag)
     }
 
     /// Ends MPI: waits until every rank got here, hands everything to the peers,

@@ -1,0 +1,163 @@
+//! The environment: `MPI_Init`, `MPI_Init_thread`, `MPI_Query_thread`,
+//! `MPI_Initialized`, `MPI_Finalize`, `MPI_Finalized`, `MPI_Abort`,
+//! `MPI_Get_processor_name`, `MPI_Get_version`, `MPI_Wtime`, `MPI_Wtick`.
+
+use std::ffi::{c_char, c_int};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use crate::buf::{write_c_string, write_out};
+use crate::consts::{
+    Handle, MPI_COMM_WORLD, MPI_ERR_ARG, MPI_ERR_OTHER, MPI_MAX_PROCESSOR_NAME, MPI_SUBVERSION, MPI_THREAD_FUNNELED,
+    MPI_THREAD_MULTIPLE, MPI_THREAD_SINGLE, MPI_VERSION,
+};
+use crate::error::{Fail, abort_process};
+use crate::request::Requests;
+use crate::state::{Live, Phase, call, entry};
+
+/// The instant `MPI_Wtime` counts from (the first call of `MPI_Init` or `MPI_Wtime`).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn init(func: &'static str) -> c_int {
+    entry(func, MPI_COMM_WORLD, |mpi| {
+        if !matches!(mpi.phase, Phase::Before) {
+            return Err(Fail::new(MPI_ERR_OTHER, "MPI is already initialised (or finalised)".into()));
+        }
+        epoch();
+        let world = p2pmp_mpi::init()?;
+        mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
+        Ok(())
+    })
+}
+
+/// `MPI_Init`. The arguments are not needed (the node passes everything in
+/// the environment) and may be null.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    init("MPI_Init")
+}
+
+/// `MPI_Init_thread`: provides `MPI_THREAD_SINGLE` or `MPI_THREAD_FUNNELED` (the
+/// most this library supports, also when more is asked for).
+///
+/// # Safety
+/// `provided` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let checked = entry("MPI_Init_thread", MPI_COMM_WORLD, |_| {
+        if !(MPI_THREAD_SINGLE..=MPI_THREAD_MULTIPLE).contains(&required) {
+            return Err(Fail::new(MPI_ERR_ARG, format!("{required} is not a thread level")));
+        }
+        // SAFETY: the caller's int, or null (refused).
+        unsafe { write_out(provided, required.min(MPI_THREAD_FUNNELED)) }
+    });
+    if checked != crate::consts::MPI_SUCCESS {
+        return checked;
+    }
+    init("MPI_Init_thread")
+}
+
+/// `MPI_Query_thread`.
+///
+/// # Safety
+/// `provided` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    // SAFETY: the caller's int, or null (refused).
+    call("MPI_Query_thread", MPI_COMM_WORLD, |_| unsafe { write_out(provided, MPI_THREAD_FUNNELED) })
+}
+
+/// `MPI_Initialized`: whether `MPI_Init` was called (also after `MPI_Finalize`).
+///
+/// # Safety
+/// `flag` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    entry("MPI_Initialized", MPI_COMM_WORLD, |mpi| {
+        let f = c_int::from(!matches!(mpi.phase, Phase::Before));
+        // SAFETY: the caller's int, or null (refused).
+        unsafe { write_out(flag, f) }
+    })
+}
+
+/// `MPI_Finalized`.
+///
+/// # Safety
+/// `flag` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    entry("MPI_Finalized", MPI_COMM_WORLD, |mpi| {
+        let f = c_int::from(matches!(mpi.phase, Phase::After));
+        // SAFETY: the caller's int, or null (refused).
+        unsafe { write_out(flag, f) }
+    })
+}
+
+/// `MPI_Finalize`: waits for every rank, delivers what is queued, unregisters.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    entry("MPI_Finalize", MPI_COMM_WORLD, |mpi| match std::mem::replace(&mut mpi.phase, Phase::After) {
+        Phase::Running(live) => Ok(live.world.finalize()?),
+        other => {
+            let what = if matches!(other, Phase::Before) { "before MPI_Init" } else { "twice" };
+            mpi.phase = other;
+            Err(Fail::new(MPI_ERR_OTHER, format!("MPI_Finalize called {what}")))
+        }
+    })
+}
+
+/// `MPI_Abort`: ends this process with `errorcode` (1 if it would read as
+/// success), which fails the job.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
+    let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "?".into());
+    abort_process(&format!("p2pmpi: rank {rank}: MPI_Abort(comm {comm}, error code {errorcode})"), errorcode)
+}
+
+/// `MPI_Get_processor_name`: the host name.
+///
+/// # Safety
+/// `name` holds `MPI_MAX_PROCESSOR_NAME` chars; `resultlen` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
+    call("MPI_Get_processor_name", MPI_COMM_WORLD, |cx| {
+        let host = cx.world.processor_name();
+        // SAFETY: the caller's MPI_MAX_PROCESSOR_NAME chars and int (null refused).
+        unsafe { write_c_string(name, MPI_MAX_PROCESSOR_NAME, &host, resultlen) }
+    })
+}
+
+/// `MPI_Get_version`: the standard these calls follow (MPI-1.3).
+///
+/// # Safety
+/// `version` and `subversion` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    entry("MPI_Get_version", MPI_COMM_WORLD, |_| {
+        // SAFETY: the caller's ints, or null (refused).
+        unsafe {
+            write_out(version, MPI_VERSION)?;
+            write_out(subversion, MPI_SUBVERSION)
+        }
+    })
+}
+
+/// `MPI_Wtime`: seconds since an instant fixed in `MPI_Init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Wtime() -> f64 {
+    epoch().elapsed().as_secs_f64()
+}
+
+/// `MPI_Wtick`: the resolution of `MPI_Wtime` (the monotonic clock's, 1 ns).
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Wtick() -> f64 {
+    1e-9
+}

@@ -1,0 +1,34 @@
+//! libp2pmpi: the MPI-1 C ABI of p2pmp, declared in `mpi/include/mpi.h`.
+//!
+//! An ordinary MPI C program builds with `p2pmpicc prog.c -o prog` (or
+//! `cc -I mpi/include prog.c -L<target dir> -lp2pmpi`) and runs with
+//! `p2pjob run -n N ./prog`. Every call goes through `p2pmp_mpi::World`.
+//!
+//! - Handles are ints (`mpi.h`); communicators are the world, self and their
+//!   duplicates, each on its own engine ids ([`p2pmp_mpi::CommId`]).
+//! - Every argument is checked before anything starts; a failure goes to the
+//!   communicator's error handler: `MPI_ERRORS_ARE_FATAL` (default) prints the
+//!   function, the error class and why, then ends the process with a non-zero
+//!   code, which fails the job; `MPI_ERRORS_RETURN` returns the class.
+//! - Threading: `MPI_THREAD_FUNNELED` at most; the state sits behind one lock.
+//!
+//! Modules by concern: [`consts`] (the header's values), [`datatype`], [`op`],
+//! [`status`], [`buf`] (checked pointers), [`error`], [`state`], [`comm`],
+//! [`init`], [`p2p`], [`request`], [`coll`].
+
+// Every exported function is a C entry point whose contract is the MPI
+// standard's (documented per function under "# Safety").
+#![allow(non_snake_case)]
+
+mod buf;
+pub mod coll;
+pub mod comm;
+mod consts;
+pub mod datatype;
+pub mod error;
+pub mod init;
+mod op;
+pub mod p2p;
+pub mod request;
+mod state;
+pub mod status;

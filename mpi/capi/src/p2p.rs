@@ -1,0 +1,312 @@
+//! Point-to-point calls: `MPI_Send`, `MPI_Ssend`, `MPI_Recv`, `MPI_Sendrecv`,
+//! `MPI_Isend`, `MPI_Irecv`, `MPI_Probe`, `MPI_Iprobe`.
+
+use std::ffi::{c_int, c_void};
+
+use bytes::Bytes;
+use p2pmp_mpi::{Status, World};
+
+use crate::buf::{OutBuf, in_bytes, write_out};
+use crate::comm::{Comm, Peer};
+use crate::consts::{Handle, MPI_ANY_TAG, MPI_ERR_ARG, MPI_ERR_TAG};
+use crate::datatype::Datatype;
+use crate::error::Fail;
+use crate::request::{Kind, Pending};
+use crate::state::{Ctx, call};
+use crate::status::{MpiStatus, StatusOut};
+
+/// A receive tag: `MPI_ANY_TAG` or non-negative.
+fn recv_tag(tag: c_int) -> Result<Option<i32>, Fail> {
+    match tag {
+        MPI_ANY_TAG => Ok(None),
+        t if t >= 0 => Ok(Some(t)),
+        t => Err(Fail::new(MPI_ERR_TAG, format!("invalid receive tag {t}"))),
+    }
+}
+
+fn send_tag(tag: c_int) -> Result<i32, Fail> {
+    if tag >= 0 { Ok(tag) } else { Err(Fail::new(MPI_ERR_TAG, format!("invalid send tag {tag}"))) }
+}
+
+/// Starts a send (checks every argument first); `None` for `MPI_PROC_NULL`.
+///
+/// # Safety
+/// `buf` is null or holds `count` elements of `datatype`.
+unsafe fn start_send(
+    cx: &mut Ctx<'_>,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: &Comm,
+) -> Result<Pending, Fail> {
+    let len = Datatype::from_handle(datatype)?.bytes(count)?;
+    // SAFETY: the caller vouches for `count` elements at `buf` (null refused when count > 0).
+    let data = unsafe { in_bytes(buf, len)? };
+    let tag = send_tag(tag)?;
+    let req = match comm.dest(cx.world, dest)? {
+        Peer::Rank(to) => Some(cx.world.isend_bytes_in(comm.id, Bytes::copy_from_slice(data), to, tag)?),
+        _ => None,
+    };
+    Ok(Pending { req, kind: Kind::Send })
+}
+
+/// Posts a receive (checks every argument first).
+///
+/// # Safety
+/// `buf` is null or writable for `count` elements of `datatype` until completion.
+unsafe fn start_recv(
+    cx: &mut Ctx<'_>,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: &Comm,
+) -> Result<Pending, Fail> {
+    let len = Datatype::from_handle(datatype)?.bytes(count)?;
+    // SAFETY: the caller vouches for the buffer until the receive completes.
+    let out = unsafe { OutBuf::new(buf, len)? };
+    let tag = recv_tag(tag)?;
+    let req = match comm.source(cx.world, source)? {
+        Peer::Null => None,
+        Peer::Any => Some(cx.world.irecv_in(comm.id, None, tag)?),
+        Peer::Rank(r) => Some(cx.world.irecv_in(comm.id, Some(r), tag)?),
+    };
+    Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo } })
+}
+
+/// A blocking send, reported as `func`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+unsafe fn send(
+    func: &'static str,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    call(func, comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        // SAFETY: as the caller vouched.
+        unsafe { start_send(&mut cx, buf, count, datatype, dest, tag, &c)? }.wait(cx.world).map(|_| ())
+    })
+}
+
+/// `MPI_Send`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: as the caller vouched.
+    unsafe { send("MPI_Send", buf, count, datatype, dest, tag, comm) }
+}
+
+/// `MPI_Ssend`. Like `MPI_Send`: returns once the buffer may be reused, which
+/// for a message within the eager limit is before the receiver matched it (the
+/// engine has no synchronous mode yet).
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Ssend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: as the caller vouched.
+    unsafe { send("MPI_Ssend", buf, count, datatype, dest, tag, comm) }
+}
+
+/// `MPI_Recv`.
+///
+/// # Safety
+/// `buf` is writable for `count` elements of `datatype`; `status` is
+/// `MPI_STATUS_IGNORE` or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Recv", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        let out = StatusOut::new(status)?;
+        // SAFETY: as the caller vouched; the receive completes before this returns.
+        let p = unsafe { start_recv(&mut cx, buf, count, datatype, source, tag, &c)? };
+        out.write(p.wait(cx.world)?);
+        Ok(())
+    })
+}
+
+/// `MPI_Sendrecv`: the receive is posted first, so exchanges in a cycle cannot deadlock.
+///
+/// # Safety
+/// As `MPI_Send` for the send arguments and `MPI_Recv` for the receive ones.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Sendrecv", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        let out = StatusOut::new(status)?;
+        // Both argument sets are checked before anything starts.
+        Datatype::from_handle(sendtype)?.bytes(sendcount)?;
+        send_tag(sendtag)?;
+        c.dest(cx.world, dest)?;
+        // SAFETY: as the caller vouched; both complete before this returns.
+        let r = unsafe { start_recv(&mut cx, recvbuf, recvcount, recvtype, source, recvtag, &c)? };
+        // SAFETY: as the caller vouched.
+        let s = unsafe { start_send(&mut cx, sendbuf, sendcount, sendtype, dest, sendtag, &c)? };
+        let st = r.wait(cx.world)?;
+        s.wait(cx.world)?;
+        out.write(st);
+        Ok(())
+    })
+}
+
+/// `MPI_Isend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` (copied before this returns);
+/// `request` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Isend", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        // SAFETY: as the caller vouched.
+        let p = unsafe { start_send(&mut cx, buf, count, datatype, dest, tag, &c)? };
+        let h = cx.reqs.insert(p)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { write_out(request, h) }
+    })
+}
+
+/// `MPI_Irecv`.
+///
+/// # Safety
+/// `buf` stays writable for `count` elements of `datatype` until the request
+/// completes; `request` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Irecv", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        // SAFETY: as the caller vouched.
+        let p = unsafe { start_recv(&mut cx, buf, count, datatype, source, tag, &c)? };
+        let h = cx.reqs.insert(p)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { write_out(request, h) }
+    })
+}
+
+/// The status a probe reports, in `comm`'s ranks.
+fn probed(c: &Comm, s: &Status) -> MpiStatus {
+    MpiStatus::received(s, c.comm_rank_of(s.source))
+}
+
+/// Probes `source`/`tag` on `c`: blocking, or `None` when nothing matches yet.
+fn probe(w: &mut World, c: &Comm, source: c_int, tag: c_int, block: bool) -> Result<Option<MpiStatus>, Fail> {
+    let tag = recv_tag(tag)?;
+    let src = match c.source(w, source)? {
+        Peer::Null => return Ok(Some(MpiStatus::PROC_NULL)),
+        Peer::Any => None,
+        Peer::Rank(r) => Some(r),
+    };
+    let s = if block { Some(w.probe_in(c.id, src, tag)?) } else { w.iprobe_in(c.id, src, tag)? };
+    Ok(s.map(|s| probed(c, &s)))
+}
+
+/// `MPI_Probe`.
+///
+/// # Safety
+/// `status` is `MPI_STATUS_IGNORE` or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: Handle, status: *mut MpiStatus) -> c_int {
+    call("MPI_Probe", comm, |cx| {
+        let c = cx.comms.get(comm)?;
+        let out = StatusOut::new(status)?;
+        if let Some(st) = probe(cx.world, &c, source, tag, true)? {
+            out.write(st);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Iprobe`.
+///
+/// # Safety
+/// `flag` is writable; `status` is `MPI_STATUS_IGNORE` or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Iprobe", comm, |cx| {
+        let c = cx.comms.get(comm)?;
+        let out = StatusOut::new(status)?;
+        if flag.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null flag".into()));
+        }
+        let got = probe(cx.world, &c, source, tag, false)?;
+        if let Some(st) = got {
+            out.write(st);
+        }
+        // SAFETY: non-null (checked), the caller's int.
+        unsafe { write_out(flag, c_int::from(got.is_some())) }
+    })
+}

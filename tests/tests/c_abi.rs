@@ -1,0 +1,203 @@
+//! The C ABI over real processes: the C programs of `tests/c/` are compiled with
+//! the system C compiler through `p2pmpicc` and run as N ranks with `p2pjob run
+//! --local N -n N` (N embedded daemons on loopback), for several N each.
+//!
+//! Each program checks its own results and rank 0 prints one summary line
+//! ("<name>: <checks> checks, <failures> failures"); these tests assert on
+//! that line, the exit status, and the messages of fatal errors. Without a C
+//! compiler the tests say so and pass without running anything.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const PROGRAMS: [&str; 7] = ["ring", "pingpong", "collectives", "anysource", "sendrecv", "errors", "factor"];
+
+/// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
+/// without a C compiler.
+fn built() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        if Command::new(&cc).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            eprintln!("c_abi: no C compiler ({cc}); the C ABI tests are skipped");
+            return None;
+        }
+        let dir = p2pmp_tests::cargo_build(&[
+            "-p",
+            "p2pmp-capi",
+            "-p",
+            "p2pmp-jobd",
+            "--lib",
+            "--bin",
+            "p2pmpicc",
+            "--bin",
+            "p2pjob",
+        ]);
+        let out = dir.join("c-tests");
+        std::fs::create_dir_all(&out).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
+        for p in PROGRAMS {
+            let st = Command::new(dir.join("p2pmpicc"))
+                .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1"])
+                .arg(src.join(format!("{p}.c")))
+                .arg("-o")
+                .arg(out.join(p))
+                .status()
+                .expect("running p2pmpicc");
+            assert!(st.success(), "p2pmpicc {p}.c failed");
+        }
+        Some(dir)
+    })
+    .as_ref()
+}
+
+/// Kills p2pjob (which ends its embedded network and ranks) if a test gives up.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Run {
+    ok: bool,
+    /// stdout and stderr of p2pjob (rank lines are prefixed "[rank] ").
+    out: String,
+}
+
+fn pipe_to_string(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Runs C program `prog` on `n` ranks.
+fn run(dir: &Path, n: u32, prog: &str, args: &[&str]) -> Run {
+    let child = Command::new(dir.join("p2pjob"))
+        .args(["run", "--local", &n.to_string(), "-n", &n.to_string()])
+        .arg(dir.join("c-tests").join(prog))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting p2pjob");
+    let mut g = Guard(child);
+    let t_out = pipe_to_string(g.0.stdout.take().expect("piped"));
+    let t_err = pipe_to_string(g.0.stderr.take().expect("piped"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = g.0.try_wait().expect("waiting for p2pjob") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "{prog} on {n} ranks did not finish in 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let out = t_out.join().unwrap_or_default() + &t_err.join().unwrap_or_default();
+    Run { ok: status.success(), out }
+}
+
+/// Runs `prog` on each rank count and expects success and every line `want(n)`
+/// gives for `n` ranks among rank 0's output.
+fn expect<S: AsRef<str>>(prog: &str, ranks: &[u32], args: &[&str], want: impl Fn(u32) -> Vec<S>) {
+    let Some(dir) = built() else { return };
+    for &n in ranks {
+        let r = run(dir, n, prog, args);
+        assert!(r.ok, "{prog} on {n} ranks failed:\n{}", r.out);
+        assert!(!r.out.contains("FAIL"), "{prog} on {n} ranks:\n{}", r.out);
+        for w in want(n) {
+            let line = format!("[0] {}", w.as_ref());
+            assert!(r.out.lines().any(|l| l == line), "{prog} on {n} ranks: no line {line:?} in:\n{}", r.out);
+        }
+    }
+}
+
+/// The summary line of a self-checking program, with its check count unknown.
+fn passes(prog: &str, ranks: &[u32], args: &[&str]) {
+    let Some(dir) = built() else { return };
+    for &n in ranks {
+        let r = run(dir, n, prog, args);
+        let prefix = format!("[0] {prog}: ");
+        let summary = r.out.lines().filter_map(|l| l.strip_prefix(&prefix)).find(|l| l.contains(" checks, "));
+        let Some(summary) = summary else { panic!("{prog} on {n} ranks: no summary in:\n{}", r.out) };
+        let checks: u32 = summary.split(' ').next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        assert!(checks > 0 && summary.ends_with(" checks, 0 failures"), "{prog} on {n} ranks: {summary}\n{}", r.out);
+        assert!(r.ok && !r.out.contains("FAIL"), "{prog} on {n} ranks:\n{}", r.out);
+    }
+}
+
+#[test]
+fn ring_passes_the_token_around_every_rank() {
+    expect("ring", &[1, 2, 5], &["200"], |n| vec![format!("ring: {n} ranks, 200 loops, token {} (ok)", 200 * n)]);
+}
+
+#[test]
+fn pingpong_moves_eager_and_rendezvous_messages_intact() {
+    expect("pingpong", &[2], &["4"], |_| {
+        ["pingpong: 0 bytes x 4 ok", "pingpong: 65537 bytes x 4 ok", "pingpong: 1048576 bytes x 4 ok"].to_vec()
+    });
+    passes("pingpong", &[2, 3], &["4"]);
+}
+
+#[test]
+fn every_collective_computes_the_sequential_result() {
+    passes("collectives", &[1, 2, 3, 4], &[]);
+}
+
+#[test]
+fn any_source_receives_and_waitany_take_every_message_once() {
+    passes("anysource", &[1, 2, 4], &["40"]);
+}
+
+#[test]
+fn sendrecv_shifts_reach_every_distance() {
+    passes("sendrecv", &[1, 3, 4], &[]);
+}
+
+#[test]
+fn misuse_returns_its_error_class_under_errors_return() {
+    passes("errors", &[1, 3], &[]);
+}
+
+#[test]
+fn misuse_under_errors_are_fatal_ends_the_job_with_a_clear_message() {
+    let Some(dir) = built() else { return };
+    let r = run(dir, 3, "errors", &["fatal"]);
+    assert!(!r.ok, "the job should fail:\n{}", r.out);
+    assert!(!r.out.contains("survived"), "{}", r.out);
+    for rank in 0..3 {
+        let msg = format!(
+            "[{rank}] p2pmpi: rank {rank}: MPI_Send: MPI_ERR_RANK (invalid rank): rank 3 is not in a communicator of 3; aborting (MPI_ERRORS_ARE_FATAL)"
+        );
+        assert!(r.out.lines().any(|l| l == msg), "no {msg:?} in:\n{}", r.out);
+    }
+}
+
+#[test]
+fn factoring_finds_both_primes_on_any_rank_count() {
+    expect("factor", &[1, 3, 4], &["1000036000099", "200"], |_| ["factor: 1000036000099 = 1000003 x 1000033"].to_vec());
+    expect("factor", &[2], &["1000003", "50"], |_| ["factor: 1000003 is prime"].to_vec());
+}
+
+#[test]
+fn p2pmpicc_shows_its_command_and_compiles_without_linking() {
+    let Some(dir) = built() else { return };
+    let show = Command::new(dir.join("p2pmpicc")).args(["-show", "x.c", "-o", "x"]).output().unwrap();
+    let line = String::from_utf8(show.stdout).unwrap();
+    assert!(show.status.success() && line.contains("-lp2pmpi") && line.contains(" x.c -o x "), "{line}");
+    let obj = dir.join("c-tests").join("ring.o");
+    let st = Command::new(dir.join("p2pmpicc"))
+        .arg("-c")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("c/ring.c"))
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .unwrap();
+    assert!(st.success() && obj.is_file());
+}
