@@ -1,10 +1,10 @@
 //! `p2pjob demo`: an embedded network, the bundled example jobs, timings, and a
 //! clean exit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::bail;
 use p2pmp_core::job::JobDescription;
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
@@ -14,31 +14,9 @@ use serde_json::json;
 use crate::follow::{End, Show, follow, phase_name};
 
 const FACTOR_N: u64 = 4_611_686_039_902_224_373;
-
-/// The example programs: next to this binary, else built with cargo.
-fn programs() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let exe = std::env::current_exe()?;
-    let dir = exe.parent().ok_or_else(|| anyhow!("no directory for {}", exe.display()))?.join("examples");
-    let (ring, factor) = (dir.join("mpi_ring"), dir.join("factor"));
-    if ring.is_file() && factor.is_file() {
-        return Ok((ring, factor));
-    }
-    let release = exe.components().any(|c| c.as_os_str() == "release");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    eprintln!("building the example programs (cargo build{} --examples) ...", if release { " --release" } else { "" });
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.arg("build").arg("--manifest-path").arg(&manifest);
-    cmd.args(["-p", "p2pmp-mpi", "-p", "p2pmp-jobd", "--example", "mpi_ring", "--example", "factor"]);
-    if release {
-        cmd.arg("--release");
-    }
-    let st = cmd.status().context("running cargo to build the example programs")?;
-    if !st.success() || !ring.is_file() || !factor.is_file() {
-        bail!("could not build the example programs into {}", dir.display());
-    }
-    Ok((ring, factor))
-}
+/// Candidates per rank between two agreements in the C factor (its default of
+/// 500 is a messaging stress test, not a demo).
+const FACTOR_C_BLOCK: u64 = 1 << 20;
 
 struct Row {
     name: String,
@@ -55,7 +33,11 @@ fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, 
 }
 
 pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
-    let (ring, factor) = programs()?;
+    let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&out)?;
+    crate::cleanup_on_interrupt(vec![out.clone()]);
+    let programs = crate::programs::find(&out)?;
+    let (ring, factor) = (&programs.ring, &programs.factor);
     let t0 = Instant::now();
     if !json {
         println!("== starting {nodes} nodes on 127.0.0.1");
@@ -77,19 +59,27 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
             crate::print_nodes(&nodes, false);
         }
     }
-    let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&out)?;
     crate::cleanup_on_interrupt(vec![out.clone(), net.dir().to_path_buf()]);
     let mut rows = Vec::new();
-    let jobs: Vec<(String, JobDescription)> = vec![
+    let mut jobs: Vec<(String, JobDescription)> = vec![
         (
             format!("mpi_ring {loops} (8 ranks)"),
             JobDescription::run(ring.to_string_lossy(), vec![loops.to_string()], 8),
         ),
-        ("factor (1 rank)".into(), factor_job(&factor, 1)),
-        ("factor (8 ranks)".into(), factor_job(&factor, 8)),
-        ("/bin/true (8 ranks)".into(), JobDescription::run("/bin/true", Vec::new(), 8)),
+        ("factor (1 rank)".into(), factor_job(factor, 1)),
+        ("factor (8 ranks)".into(), factor_job(factor, 8)),
     ];
+    match &programs.c {
+        Ok((ring_c, factor_c)) => {
+            let ring = JobDescription::run(ring_c.to_string_lossy(), vec![loops.to_string()], 8);
+            jobs.push((format!("C ring {loops} (8 ranks)"), ring));
+            let args = vec![FACTOR_N.to_string(), FACTOR_C_BLOCK.to_string()];
+            jobs.push(("C factor (8 ranks)".into(), JobDescription::run(factor_c.to_string_lossy(), args, 8)));
+        }
+        Err(why) if !json => println!("== the C versions are skipped: {why}"),
+        Err(_) => {}
+    }
+    jobs.push(("/bin/true (8 ranks)".into(), JobDescription::run("/bin/true", Vec::new(), 8)));
     let mut failed = false;
     for (name, desc) in jobs {
         if !json {

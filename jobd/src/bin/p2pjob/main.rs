@@ -6,6 +6,7 @@
 
 mod demo;
 mod follow;
+mod programs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
