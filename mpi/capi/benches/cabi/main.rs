@@ -1,12 +1,17 @@
 //! `cargo bench -p p2pmp-capi --bench cabi [-- --quick]`: what the C ABI costs.
 //!
 //! The ping-pong and ring programs of `mpi/benches/c/` are compiled with
-//! `p2pmpicc` and run through libp2pmpi, interleaved run by run with the same
-//! workloads written against the Rust API (the rank modes of p2pmp-mpi's `mpi`
-//! bench binary), both started by `p2pmp-launch`; and, beside them, the same C
-//! programs on MPICH and Open MPI (over TCP and over their default shared-memory
-//! transports) where installed. Target: the C path costs at most 5% over the
-//! Rust API (ratio C / Rust <= 1.05 on every row).
+//! `p2pmpicc` and run through libp2pmpi, interleaved run by run with their
+//! twins against the Rust API, all started by `p2pmp-launch`:
+//! - `p2pmp_rust`: this binary's rank modes (`ranks.rs`), the same buffer
+//!   semantics as C (copy in on send, copy out on receive): the baseline of the
+//!   target, C / Rust <= 1.05 on every row;
+//! - `p2pmp_rust_bytes`: the rank modes of p2pmp-mpi's `mpi` bench, which pass
+//!   shared `Bytes` (no copies at all; C's buffer semantics cannot do that, so
+//!   large messages cost C two copies more);
+//!
+//! and, beside them, the same C programs on MPICH and Open MPI (over TCP and over
+//! their default shared-memory transports) where installed.
 //!
 //! Each p2pmp figure is the median over `reps` runs (5, quick 3) of the
 //! programs' own medians; CPU seconds per run (all processes of the run) stand
@@ -15,6 +20,7 @@
 //! table, writes `target/bench-results/cabi[-quick].json`, and prints one JSON
 //! object as its last line.
 
+mod ranks;
 mod run;
 
 use std::collections::BTreeMap;
@@ -104,7 +110,8 @@ impl Results {
     }
 }
 
-const SYSTEMS: [&str; 6] = ["p2pmp_rust", "p2pmp_c", "mpich_tcp", "mpich_default", "openmpi_tcp", "openmpi_default"];
+const SYSTEMS: [&str; 7] =
+    ["p2pmp_rust", "p2pmp_rust_bytes", "p2pmp_c", "mpich_tcp", "mpich_default", "openmpi_tcp", "openmpi_default"];
 
 fn size_label(size: u64) -> String {
     match size {
@@ -132,9 +139,18 @@ fn ring_row(n: u32, loops: u32) -> impl Fn(&[String]) -> Vec<(String, String, f6
 }
 
 fn main() {
+    if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if let Err(e) = ranks::run(&args) {
+            eprintln!("cabi rank: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let t0 = Instant::now();
-    let rust_exe = match run::build_p2pmp() {
+    let me = std::env::current_exe().expect("own path");
+    let bytes_exe = match run::build_p2pmp() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cabi bench: {e}");
@@ -143,8 +159,8 @@ fn main() {
     };
     let out_dir = run::target_dir().join("../bench-results");
     let progs = out_dir.join("cabi-programs");
-    let systems: Vec<System> = SYSTEMS[1..].iter().map(|s| System::new(s, &progs)).collect();
-    let (reps, limit) = if quick { (3, Duration::from_secs(60)) } else { (5, Duration::from_secs(120)) };
+    let systems: Vec<System> = SYSTEMS[2..].iter().map(|s| System::new(s, &progs)).collect();
+    let (reps, limit) = if quick { (5, Duration::from_secs(30)) } else { (7, Duration::from_secs(120)) };
     let pp_arg: &[&str] = if quick { &["quick"] } else { &[] };
     let loops: u32 = if quick { 1000 } else { 5000 };
     let ring_ranks = [2u32, 4, 8];
@@ -153,14 +169,18 @@ fn main() {
     // The Rust API and the C API, run by run in turn so load changes hit both alike.
     for rep in 0..reps {
         eprintln!("p2pmp round {}/{reps}", rep + 1);
-        let mut rust = launch(2, &rust_exe);
-        rust.arg("pingpong").args(pp_arg);
-        res.record("lat", "p2pmp_rust", run_limited(rust, limit), pp_rows);
+        for (name, exe) in [("p2pmp_rust", &me), ("p2pmp_rust_bytes", &bytes_exe)] {
+            let mut rust = launch(2, exe);
+            rust.arg("pingpong").args(pp_arg);
+            res.record("lat", name, run_limited(rust, limit), pp_rows);
+        }
         res.record("lat", "p2pmp_c", systems[0].run(2, "pingpong", pp_arg, limit), pp_rows);
         for n in ring_ranks {
-            let mut rust = launch(n, &rust_exe);
-            rust.args(["ring", &loops.to_string()]);
-            res.record("ring", "p2pmp_rust", run_limited(rust, limit), ring_row(n, loops));
+            for (name, exe) in [("p2pmp_rust", &me), ("p2pmp_rust_bytes", &bytes_exe)] {
+                let mut rust = launch(n, exe);
+                rust.args(["ring", &loops.to_string()]);
+                res.record("ring", name, run_limited(rust, limit), ring_row(n, loops));
+            }
             res.record("ring", "p2pmp_c", systems[0].run(n, "ring", &[&loops.to_string()], limit), ring_row(n, loops));
         }
     }
@@ -198,14 +218,16 @@ fn main() {
         for s in SYSTEMS {
             let _ = write!(report, "{s:>16}");
         }
-        let _ = writeln!(report, "{:>10}{:>12}{:>12}", "C/Rust", "CPU s Rust", "CPU s C");
+        let _ = writeln!(report, "{:>10}{:>10}{:>12}{:>12}", "C/Rust", "C/Bytes", "CPU s Rust", "CPU s C");
         for (_, label, key) in res.rows.iter().filter(|(s, _, _)| *s == section) {
             let _ = write!(report, "{label:<18}");
             for s in SYSTEMS {
                 let cell = res.figs.get(&(key.clone(), s.to_string())).map_or("-".into(), Figure::cell);
                 let _ = write!(report, "{:>16}", if cell.len() > 15 { cell[..15].to_string() } else { cell });
             }
-            let ratio = res.get(key, "p2pmp_c").zip(res.get(key, "p2pmp_rust")).map(|(c, r)| c / r);
+            let ratio = |base: &str| {
+                res.get(key, "p2pmp_c").zip(res.get(key, base)).map_or("-".into(), |(c, r)| format!("{:.3}", c / r))
+            };
             let cpu = |s: &str| {
                 res.figs
                     .get(&(key.clone(), s.to_string()))
@@ -214,8 +236,9 @@ fn main() {
             };
             let _ = writeln!(
                 report,
-                "{:>10}{:>12}{:>12}",
-                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                "{:>10}{:>10}{:>12}{:>12}",
+                ratio("p2pmp_rust"),
+                ratio("p2pmp_rust_bytes"),
                 cpu("p2pmp_rust"),
                 cpu("p2pmp_c")
             );
@@ -259,8 +282,14 @@ fn main() {
             flat.push(format!("\"{s}_{key}\": {v}"));
         }
     }
+    let short = |k: &str| k.trim_end_matches("_us").trim_end_matches("_s").to_string();
     for (key, r) in &ratios {
-        flat.push(format!("\"c_over_rust_{}\": {r:.4}", key.trim_end_matches("_us").trim_end_matches("_s")));
+        flat.push(format!("\"c_over_rust_{}\": {r:.4}", short(key)));
+    }
+    for (_, _, key) in &res.rows {
+        if let Some(r) = res.get(key, "p2pmp_c").zip(res.get(key, "p2pmp_rust_bytes")).map(|(c, b)| c / b) {
+            flat.push(format!("\"c_over_rust_bytes_{}\": {r:.4}", short(key)));
+        }
     }
     let num = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.4}"));
     flat.push(format!("\"c_over_rust_worst\": {}", num(worst)));
