@@ -13,7 +13,7 @@
 //! and, beside them, the same C programs on MPICH and Open MPI (over TCP and over
 //! their default shared-memory transports) where installed.
 //!
-//! Each p2pmp figure is the median over `reps` runs (5, quick 3) of the
+//! Each p2pmp figure is the median over `reps` runs (7, quick 5) of the
 //! programs' own medians; CPU seconds per run (all processes of the run) stand
 //! beside them. References run once; a run past the limit is reported as a
 //! timeout, and a reference that timed out is skipped on more ranks. Prints a
@@ -162,7 +162,7 @@ fn main() {
     let systems: Vec<System> = SYSTEMS[2..].iter().map(|s| System::new(s, &progs)).collect();
     let (reps, limit) = if quick { (5, Duration::from_secs(30)) } else { (7, Duration::from_secs(120)) };
     let pp_arg: &[&str] = if quick { &["quick"] } else { &[] };
-    let loops: u32 = if quick { 1000 } else { 5000 };
+    let loops: u32 = if quick { 3000 } else { 10_000 };
     let ring_ranks = [2u32, 4, 8];
     let mut res = Results::default();
 
@@ -216,14 +216,14 @@ fn main() {
         let _ = writeln!(report, "\n{title}");
         let _ = write!(report, "{:<18}", "");
         for s in SYSTEMS {
-            let _ = write!(report, "{s:>16}");
+            let _ = write!(report, "{s:>17}");
         }
         let _ = writeln!(report, "{:>10}{:>10}{:>12}{:>12}", "C/Rust", "C/Bytes", "CPU s Rust", "CPU s C");
         for (_, label, key) in res.rows.iter().filter(|(s, _, _)| *s == section) {
             let _ = write!(report, "{label:<18}");
             for s in SYSTEMS {
                 let cell = res.figs.get(&(key.clone(), s.to_string())).map_or("-".into(), Figure::cell);
-                let _ = write!(report, "{:>16}", if cell.len() > 15 { cell[..15].to_string() } else { cell });
+                let _ = write!(report, "{:>17}", if cell.len() > 16 { cell[..16].to_string() } else { cell });
             }
             let ratio = |base: &str| {
                 res.get(key, "p2pmp_c").zip(res.get(key, base)).map_or("-".into(), |(c, r)| format!("{:.3}", c / r))
