@@ -13,6 +13,10 @@
 //! and, beside them, the same C programs on MPICH and Open MPI (over TCP and over
 //! their default shared-memory transports) where installed.
 //!
+//! First, without the network: one rank sends to itself and receives, in thread
+//! CPU time (which load from other processes does not inflate): what the C ABI
+//! layer adds per call. `--no-refs` skips MPICH and Open MPI.
+//!
 //! Each p2pmp figure is the median over `reps` runs (7, quick 5) of the
 //! programs' own medians; CPU seconds per run (all processes of the run) stand
 //! beside them. References run once; a run past the limit is reported as a
@@ -130,6 +134,15 @@ fn pp_rows(lines: &[String]) -> Vec<(String, String, f64)> {
         .collect()
 }
 
+/// `self <bytes> <ns>` lines as rows of the ABI layer's CPU cost.
+fn self_rows(lines: &[String]) -> Vec<(String, String, f64)> {
+    values(lines, "self")
+        .iter()
+        .filter(|v| v.len() == 2)
+        .map(|v| (format!("{} B to self", v[0] as u64), format!("self_{}_ns", size_label(v[0] as u64)), v[1]))
+        .collect()
+}
+
 /// The `ring <s>` line as the row of `n` ranks and `loops` loops.
 fn ring_row(n: u32, loops: u32) -> impl Fn(&[String]) -> Vec<(String, String, f64)> {
     move |lines| {
@@ -169,6 +182,11 @@ fn main() {
     // The Rust API and the C API, run by run in turn so load changes hit both alike.
     for rep in 0..reps {
         eprintln!("p2pmp round {}/{reps}", rep + 1);
+        let self_iters = if quick { "20000" } else { "100000" };
+        let mut rust = launch(1, &me);
+        rust.args(["selfloop", self_iters]);
+        res.record("self", "p2pmp_rust", run_limited(rust, limit), self_rows);
+        res.record("self", "p2pmp_c", systems[0].run(1, "selfloop", &[self_iters], limit), self_rows);
         for (name, exe) in [("p2pmp_rust", &me), ("p2pmp_rust_bytes", &bytes_exe)] {
             let mut rust = launch(2, exe);
             rust.arg("pingpong").args(pp_arg);
@@ -185,7 +203,8 @@ fn main() {
         }
     }
     // The references, once each.
-    for sys in &systems[1..] {
+    let refs = if std::env::args().any(|a| a == "--no-refs") { &systems[..0] } else { &systems[1..] };
+    for sys in refs {
         eprintln!("{}", sys.name);
         res.record("lat", sys.name, sys.run(2, "pingpong", pp_arg, limit * 2), pp_rows);
         let mut gave_up = None;

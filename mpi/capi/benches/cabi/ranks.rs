@@ -80,11 +80,45 @@ fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
     w.finalize()
 }
 
+/// Thread CPU time in ns (preemption by other load on the host does not count).
+fn cpu_ns() -> f64 {
+    // SAFETY: clock_gettime writes into the zeroed timespec we own.
+    let t = unsafe {
+        let mut t: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t);
+        t
+    };
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// The twin of `benches/selfloop.c`: `self <bytes> <median CPU ns per pair>`.
+fn selfloop(iters: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let r = w.rank();
+    let mut buf = [0u8; 1024];
+    for size in [8, 1024] {
+        let mut samples = Vec::new();
+        for _ in 0..15 {
+            let t = cpu_ns();
+            for _ in 0..iters {
+                w.send(&buf[..size], r, 1)?;
+                w.recv_into(&mut buf[..size], Some(r), Some(1))?;
+            }
+            samples.push((cpu_ns() - t) / iters as f64);
+        }
+        if r == 0 {
+            println!("self {size} {:.2}", median(samples));
+        }
+    }
+    w.finalize()
+}
+
 /// Runs the rank mode named by `args[0]`.
 pub(crate) fn run(args: &[String]) -> Result<(), p2pmp_mpi::Error> {
     match args.first().map(String::as_str) {
         Some("pingpong") => pingpong(args.iter().any(|a| a == "quick")),
         Some("ring") => ring(args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000)),
+        Some("selfloop") => selfloop(args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000)),
         other => Err(p2pmp_mpi::Error::Invalid(format!("unknown rank mode {other:?}"))),
     }
 }

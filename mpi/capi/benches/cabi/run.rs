@@ -145,12 +145,17 @@ impl System {
         let dir = out.join(name);
         let built = (|| {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/c");
-            for prog in ["pingpong", "ring"] {
+            let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let mut progs =
+                vec![("pingpong", here.join("../benches/c/pingpong.c")), ("ring", here.join("../benches/c/ring.c"))];
+            if name == "p2pmp_c" {
+                progs.push(("selfloop", here.join("benches/selfloop.c")));
+            }
+            for (prog, src) in progs {
                 let st = Command::new(&cc)
                     .args(["-O2", "-o"])
                     .arg(dir.join(prog))
-                    .arg(src.join(format!("{prog}.c")))
+                    .arg(src)
                     .status()
                     .map_err(|e| format!("{}: {e}", cc.display()))?;
                 if !st.success() {
