@@ -301,7 +301,7 @@ fn main() {
             flat.push(format!("\"{s}_{key}\": {v}"));
         }
     }
-    let short = |k: &str| k.trim_end_matches("_us").trim_end_matches("_s").to_string();
+    let short = |k: &str| k.trim_end_matches("_us").trim_end_matches("_ns").trim_end_matches("_s").to_string();
     for (key, r) in &ratios {
         flat.push(format!("\"c_over_rust_{}\": {r:.4}", short(key)));
     }
