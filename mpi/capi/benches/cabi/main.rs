@@ -229,9 +229,11 @@ fn main() {
 
     // The table.
     let mut report = String::new();
-    for (section, title) in
-        [("lat", "ping-pong, half round trip (µs)"), ("ring", "ring, 10-byte token (s, median of 3 rounds)")]
-    {
+    for (section, title) in [
+        ("self", "send + receive to self on one rank: the API layer alone (thread CPU ns per pair)"),
+        ("lat", "ping-pong, half round trip (µs)"),
+        ("ring", "ring, 10-byte token (s, median of 3 rounds)"),
+    ] {
         let _ = writeln!(report, "\n{title}");
         let _ = write!(report, "{:<18}", "");
         for s in SYSTEMS {
