@@ -4,7 +4,8 @@
 //! runs the node program (`p2pmp-node`, the node program of p2pmp-adapters) as a
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
-//! [`cargo_build`] builds the binaries and examples a process test runs.
+//! [`cargo_build`] builds the binaries and examples a process test runs;
+//! [`run_to_end`] runs one to its end with a deadline.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -38,6 +39,49 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
     let st = cmd.status().expect("running cargo build");
     assert!(st.success(), "cargo build {} failed", args.join(" "));
     dir
+}
+
+/// How a program run by [`run_to_end`] ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Kills a child (and, for launchers, with it their ranks) if a test gives up.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `cmd` to its end, capturing stdout and stderr; panics (killing it) if it
+/// is still running after `limit`.
+pub fn run_to_end(mut cmd: Command, limit: Duration) -> Finished {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting a test program");
+    let mut g = KillOnDrop(child);
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read(Box::new(g.0.stdout.take().expect("piped")));
+    let err = read(Box::new(g.0.stderr.take().expect("piped")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = g.0.try_wait().expect("waiting for a test program") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "{cmd:?} did not finish in {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Finished { ok: status.success(), stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
 }
 
 /// Longest wait for one answer line.

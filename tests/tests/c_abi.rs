@@ -7,11 +7,10 @@
 //! that line, the exit status, and the messages of fatal errors. Without a C
 //! compiler the tests say so and pass without running anything.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PROGRAMS: [&str; 7] = ["ring", "pingpong", "collectives", "anysource", "sendrecv", "errors", "factor"];
 
@@ -54,53 +53,18 @@ fn built() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// Kills p2pjob (which ends its embedded network and ranks) if a test gives up.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 struct Run {
     ok: bool,
     /// stdout and stderr of p2pjob (rank lines are prefixed "[rank] ").
     out: String,
 }
 
-fn pipe_to_string(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = r.read_to_string(&mut s);
-        s
-    })
-}
-
 /// Runs C program `prog` on `n` ranks.
 fn run(dir: &Path, n: u32, prog: &str, args: &[&str]) -> Run {
-    let child = Command::new(dir.join("p2pjob"))
-        .args(["run", "--local", &n.to_string(), "-n", &n.to_string()])
-        .arg(dir.join("c-tests").join(prog))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting p2pjob");
-    let mut g = Guard(child);
-    let t_out = pipe_to_string(g.0.stdout.take().expect("piped"));
-    let t_err = pipe_to_string(g.0.stderr.take().expect("piped"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(st) = g.0.try_wait().expect("waiting for p2pjob") {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "{prog} on {n} ranks did not finish in 60 s");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let out = t_out.join().unwrap_or_default() + &t_err.join().unwrap_or_default();
-    Run { ok: status.success(), out }
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", &n.to_string(), "-n", &n.to_string()]).arg(dir.join("c-tests").join(prog)).args(args);
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(60));
+    Run { ok: r.ok, out: r.stdout + &r.stderr }
 }
 
 /// Runs `prog` on each rank count and expects success and every line `want(n)`
@@ -200,4 +164,25 @@ fn p2pmpicc_shows_its_command_and_compiles_without_linking() {
         .status()
         .unwrap();
     assert!(st.success() && obj.is_file());
+}
+
+#[test]
+fn the_static_library_links_and_runs() {
+    let Some(dir) = built() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = dir.join("c-tests").join("ring-static");
+    let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .arg("-I")
+        .arg(root.join("mpi/include"))
+        .arg(root.join("tests/c/ring.c"))
+        .arg(dir.join("libp2pmpi.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(st.success(), "linking ring.c with libp2pmpi.a failed");
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", "2", "-n", "2"]).arg(&exe).arg("50");
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(60));
+    assert!(r.ok && r.stdout.contains("[0] ring: 2 ranks, 50 loops, token 100 (ok)"), "{}\n{}", r.stdout, r.stderr);
 }

@@ -7,11 +7,12 @@
 //! (a no-op when `cargo test --workspace` already did). Every run has a deadline
 //! and its processes are killed if the test gives up.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use p2pmp_tests::Finished;
 
 /// `target/<profile>`, with the programs this file runs freshly built.
 fn built() -> &'static PathBuf {
@@ -19,62 +20,21 @@ fn built() -> &'static PathBuf {
     DIR.get_or_init(|| p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples"]))
 }
 
-/// Kills the launcher (which kills its ranks) if the test ends early.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `prog args` on `n` ranks, waiting at most `limit`.
-fn launch(n: u32, prog: &str, args: &[&str], limit: Duration) -> Run {
+fn launch(n: u32, prog: &str, args: &[&str], limit: Duration) -> Finished {
     launch_env(n, prog, args, limit, &[])
 }
 
-fn launch_env(n: u32, prog: &str, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Run {
+fn launch_env(n: u32, prog: &str, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Finished {
     let dir = built();
     let secs = limit.as_secs_f64().to_string();
-    let child = Command::new(dir.join("p2pmp-launch"))
-        .args(["-n", &n.to_string(), "--timeout", &secs, "--"])
+    let mut cmd = Command::new(dir.join("p2pmp-launch"));
+    cmd.args(["-n", &n.to_string(), "--timeout", &secs, "--"])
         .arg(if prog.starts_with('/') { PathBuf::from(prog) } else { dir.join("examples").join(prog) })
         .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting p2pmp-launch");
-    let mut g = Guard(child);
-    let mut out = g.0.stdout.take().expect("piped");
-    let mut err = g.0.stderr.take().expect("piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+        .envs(env.iter().copied());
     // The launcher enforces the limit itself; this is the backstop.
-    let deadline = Instant::now() + limit + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = g.0.try_wait().expect("waiting for the launcher") {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "launcher did not finish in time");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Run { ok: status.success(), stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+    p2pmp_tests::run_to_end(cmd, limit + Duration::from_secs(10))
 }
 
 fn expect_ok(n: u32, prog: &str, args: &[&str], want: &str) {

@@ -40,6 +40,14 @@ fn same_block(send: usize, recv: usize) -> Result<(), Fail> {
     }
 }
 
+/// Writes a rooted collective's result on the root (the rank with a receive buffer).
+fn fill_root(out: Option<OutBuf>, got: Option<Vec<u8>>) -> Result<(), Fail> {
+    match (out, got) {
+        (Some(out), Some(v)) => out.fill_exact(&v),
+        _ => Ok(()),
+    }
+}
+
 /// `MPI_Barrier`.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
@@ -137,10 +145,7 @@ pub unsafe extern "C" fn MPI_Reduce(
         // SAFETY: the root's receive buffer, written before this returns.
         let out = if me_root { Some(unsafe { OutBuf::new(recvbuf, len)? }) } else { None };
         let result = if c.solo { Some(input) } else { reduce(w, &input, dt, op, Some(root))? };
-        match (out, result) {
-            (Some(out), Some(r)) => out.fill_exact(&r),
-            _ => Ok(()),
-        }
+        fill_root(out, result)
     })
 }
 
@@ -201,10 +206,7 @@ pub unsafe extern "C" fn MPI_Gather(
             None
         };
         let got = if c.solo { Some(send.to_vec()) } else { w.gather::<u8>(send, root)? };
-        match (out, got) {
-            (Some(out), Some(v)) => out.fill_exact(&v),
-            _ => Ok(()),
-        }
+        fill_root(out, got)
     })
 }
 

@@ -16,8 +16,7 @@
 //! [`status`], [`buf`] (checked pointers), [`error`], [`state`], [`comm`],
 //! [`init`], [`p2p`], [`request`], [`coll`].
 
-// Every exported function is a C entry point whose contract is the MPI
-// standard's (documented per function under "# Safety").
+// The exported functions carry the standard's names (MPI_Comm_rank, ...).
 #![allow(non_snake_case)]
 
 mod buf;

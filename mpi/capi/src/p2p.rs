@@ -195,6 +195,25 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     })
 }
 
+/// Starts a non-blocking call with `start` and stores its request in `*request`.
+fn post(
+    func: &'static str,
+    comm: Handle,
+    request: *mut Handle,
+    start: impl FnOnce(&mut Ctx<'_>, &Comm) -> Result<Pending, Fail>,
+) -> c_int {
+    call(func, comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        let p = start(&mut cx, &c)?;
+        let h = cx.reqs.insert(p)?;
+        // SAFETY: non-null (checked), the caller's handle.
+        unsafe { write_out(request, h) }
+    })
+}
+
 /// `MPI_Isend`.
 ///
 /// # Safety
@@ -210,17 +229,8 @@ pub unsafe extern "C" fn MPI_Isend(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    call("MPI_Isend", comm, |mut cx| {
-        let c = cx.comms.get(comm)?;
-        if request.is_null() {
-            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
-        }
-        // SAFETY: as the caller vouched.
-        let p = unsafe { start_send(&mut cx, buf, count, datatype, dest, tag, &c)? };
-        let h = cx.reqs.insert(p)?;
-        // SAFETY: non-null (checked), the caller's handle.
-        unsafe { write_out(request, h) }
-    })
+    // SAFETY: as the caller vouched.
+    post("MPI_Isend", comm, request, |cx, c| unsafe { start_send(cx, buf, count, datatype, dest, tag, c) })
 }
 
 /// `MPI_Irecv`.
@@ -238,17 +248,8 @@ pub unsafe extern "C" fn MPI_Irecv(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    call("MPI_Irecv", comm, |mut cx| {
-        let c = cx.comms.get(comm)?;
-        if request.is_null() {
-            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
-        }
-        // SAFETY: as the caller vouched.
-        let p = unsafe { start_recv(&mut cx, buf, count, datatype, source, tag, &c)? };
-        let h = cx.reqs.insert(p)?;
-        // SAFETY: non-null (checked), the caller's handle.
-        unsafe { write_out(request, h) }
-    })
+    // SAFETY: as the caller vouched.
+    post("MPI_Irecv", comm, request, |cx, c| unsafe { start_recv(cx, buf, count, datatype, source, tag, c) })
 }
 
 /// The status a probe reports, in `comm`'s ranks.

@@ -284,8 +284,7 @@ pub unsafe extern "C" fn MPI_Testall(
     flag: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    // SAFETY: the caller's array of `count` handles, read before any other use.
-    let all_done = call("MPI_Testall", MPI_COMM_WORLD, |cx| {
+    let rc = call("MPI_Testall", MPI_COMM_WORLD, |cx| {
         if flag.is_null() {
             return Err(Fail::new(MPI_ERR_ARG, "null flag".into()));
         }
@@ -300,8 +299,8 @@ pub unsafe extern "C" fn MPI_Testall(
         Ok(())
     });
     // SAFETY: `flag` was written (or the call failed, and it is not read).
-    if all_done != crate::consts::MPI_SUCCESS || unsafe { flag.read() } == 0 {
-        return all_done;
+    if rc != crate::consts::MPI_SUCCESS || unsafe { flag.read() } == 0 {
+        return rc;
     }
     // Every request completed: finishing them cannot block.
     // SAFETY: as the caller vouched above.

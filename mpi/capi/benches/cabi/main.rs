@@ -1,20 +1,30 @@
 //! `cargo bench -p p2pmp-capi --bench cabi [-- --quick]`: what the C ABI costs.
 //!
 //! The ping-pong and ring programs of `mpi/benches/c/` are compiled with
-//! `p2pmpicc` and run through libp2pmpi, interleaved run by run with the same
-//! workloads written against the Rust API (the rank modes of p2pmp-mpi's `mpi`
-//! bench binary), both started by `p2pmp-launch`; and, beside them, the same C
-//! programs on MPICH and Open MPI (over TCP and over their default shared-memory
-//! transports) where installed. Target: the C path costs at most 5% over the
-//! Rust API (ratio C / Rust <= 1.05 on every row).
+//! `p2pmpicc` and run through libp2pmpi, interleaved run by run with their
+//! twins against the Rust API, all started by `p2pmp-launch`:
+//! - `p2pmp_rust`: this binary's rank modes (`ranks.rs`), the same buffer
+//!   semantics as C (copy in on send, copy out on receive): the baseline of the
+//!   target, C / Rust <= 1.05 on every row;
+//! - `p2pmp_rust_bytes`: the rank modes of p2pmp-mpi's `mpi` bench, which pass
+//!   shared `Bytes` (no copies at all; C's buffer semantics cannot do that, so
+//!   large messages cost C two copies more);
 //!
-//! Each p2pmp figure is the median over `reps` runs (5, quick 3) of the
+//! and, beside them, the same C programs on MPICH and Open MPI (over TCP and over
+//! their default shared-memory transports) where installed.
+//!
+//! First, without the network: one rank sends to itself and receives, in thread
+//! CPU time (which load from other processes does not inflate): what the C ABI
+//! layer adds per call. `--no-refs` skips MPICH and Open MPI.
+//!
+//! Each p2pmp figure is the median over `reps` runs (7, quick 5) of the
 //! programs' own medians; CPU seconds per run (all processes of the run) stand
 //! beside them. References run once; a run past the limit is reported as a
 //! timeout, and a reference that timed out is skipped on more ranks. Prints a
 //! table, writes `target/bench-results/cabi[-quick].json`, and prints one JSON
 //! object as its last line.
 
+mod ranks;
 mod run;
 
 use std::collections::BTreeMap;
@@ -104,7 +114,8 @@ impl Results {
     }
 }
 
-const SYSTEMS: [&str; 6] = ["p2pmp_rust", "p2pmp_c", "mpich_tcp", "mpich_default", "openmpi_tcp", "openmpi_default"];
+const SYSTEMS: [&str; 7] =
+    ["p2pmp_rust", "p2pmp_rust_bytes", "p2pmp_c", "mpich_tcp", "mpich_default", "openmpi_tcp", "openmpi_default"];
 
 fn size_label(size: u64) -> String {
     match size {
@@ -123,6 +134,15 @@ fn pp_rows(lines: &[String]) -> Vec<(String, String, f64)> {
         .collect()
 }
 
+/// `self <bytes> <ns>` lines as rows of the ABI layer's CPU cost.
+fn self_rows(lines: &[String]) -> Vec<(String, String, f64)> {
+    values(lines, "self")
+        .iter()
+        .filter(|v| v.len() == 2)
+        .map(|v| (format!("{} B to self", v[0] as u64), format!("self_{}_ns", size_label(v[0] as u64)), v[1]))
+        .collect()
+}
+
 /// The `ring <s>` line as the row of `n` ranks and `loops` loops.
 fn ring_row(n: u32, loops: u32) -> impl Fn(&[String]) -> Vec<(String, String, f64)> {
     move |lines| {
@@ -132,9 +152,18 @@ fn ring_row(n: u32, loops: u32) -> impl Fn(&[String]) -> Vec<(String, String, f6
 }
 
 fn main() {
+    if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if let Err(e) = ranks::run(&args) {
+            eprintln!("cabi rank: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     let t0 = Instant::now();
-    let rust_exe = match run::build_p2pmp() {
+    let me = std::env::current_exe().expect("own path");
+    let bytes_exe = match run::build_p2pmp() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cabi bench: {e}");
@@ -143,29 +172,39 @@ fn main() {
     };
     let out_dir = run::target_dir().join("../bench-results");
     let progs = out_dir.join("cabi-programs");
-    let systems: Vec<System> = SYSTEMS[1..].iter().map(|s| System::new(s, &progs)).collect();
-    let (reps, limit) = if quick { (3, Duration::from_secs(60)) } else { (5, Duration::from_secs(120)) };
+    let systems: Vec<System> = SYSTEMS[2..].iter().map(|s| System::new(s, &progs)).collect();
+    let (reps, limit) = if quick { (5, Duration::from_secs(30)) } else { (7, Duration::from_secs(120)) };
     let pp_arg: &[&str] = if quick { &["quick"] } else { &[] };
-    let loops: u32 = if quick { 1000 } else { 5000 };
+    let loops: u32 = if quick { 3000 } else { 10_000 };
     let ring_ranks = [2u32, 4, 8];
     let mut res = Results::default();
 
     // The Rust API and the C API, run by run in turn so load changes hit both alike.
     for rep in 0..reps {
         eprintln!("p2pmp round {}/{reps}", rep + 1);
-        let mut rust = launch(2, &rust_exe);
-        rust.arg("pingpong").args(pp_arg);
-        res.record("lat", "p2pmp_rust", run_limited(rust, limit), pp_rows);
+        let self_iters = if quick { "20000" } else { "100000" };
+        let mut rust = launch(1, &me);
+        rust.args(["selfloop", self_iters]);
+        res.record("self", "p2pmp_rust", run_limited(rust, limit), self_rows);
+        res.record("self", "p2pmp_c", systems[0].run(1, "selfloop", &[self_iters], limit), self_rows);
+        for (name, exe) in [("p2pmp_rust", &me), ("p2pmp_rust_bytes", &bytes_exe)] {
+            let mut rust = launch(2, exe);
+            rust.arg("pingpong").args(pp_arg);
+            res.record("lat", name, run_limited(rust, limit), pp_rows);
+        }
         res.record("lat", "p2pmp_c", systems[0].run(2, "pingpong", pp_arg, limit), pp_rows);
         for n in ring_ranks {
-            let mut rust = launch(n, &rust_exe);
-            rust.args(["ring", &loops.to_string()]);
-            res.record("ring", "p2pmp_rust", run_limited(rust, limit), ring_row(n, loops));
+            for (name, exe) in [("p2pmp_rust", &me), ("p2pmp_rust_bytes", &bytes_exe)] {
+                let mut rust = launch(n, exe);
+                rust.args(["ring", &loops.to_string()]);
+                res.record("ring", name, run_limited(rust, limit), ring_row(n, loops));
+            }
             res.record("ring", "p2pmp_c", systems[0].run(n, "ring", &[&loops.to_string()], limit), ring_row(n, loops));
         }
     }
     // The references, once each.
-    for sys in &systems[1..] {
+    let refs = if std::env::args().any(|a| a == "--no-refs") { &systems[..0] } else { &systems[1..] };
+    for sys in refs {
         eprintln!("{}", sys.name);
         res.record("lat", sys.name, sys.run(2, "pingpong", pp_arg, limit * 2), pp_rows);
         let mut gave_up = None;
@@ -190,22 +229,26 @@ fn main() {
 
     // The table.
     let mut report = String::new();
-    for (section, title) in
-        [("lat", "ping-pong, half round trip (µs)"), ("ring", "ring, 10-byte token (s, median of 3 rounds)")]
-    {
+    for (section, title) in [
+        ("self", "send + receive to self on one rank: the API layer alone (thread CPU ns per pair)"),
+        ("lat", "ping-pong, half round trip (µs)"),
+        ("ring", "ring, 10-byte token (s, median of 3 rounds)"),
+    ] {
         let _ = writeln!(report, "\n{title}");
         let _ = write!(report, "{:<18}", "");
         for s in SYSTEMS {
-            let _ = write!(report, "{s:>16}");
+            let _ = write!(report, "{s:>17}");
         }
-        let _ = writeln!(report, "{:>10}{:>12}{:>12}", "C/Rust", "CPU s Rust", "CPU s C");
+        let _ = writeln!(report, "{:>10}{:>10}{:>12}{:>12}", "C/Rust", "C/Bytes", "CPU s Rust", "CPU s C");
         for (_, label, key) in res.rows.iter().filter(|(s, _, _)| *s == section) {
             let _ = write!(report, "{label:<18}");
             for s in SYSTEMS {
                 let cell = res.figs.get(&(key.clone(), s.to_string())).map_or("-".into(), Figure::cell);
-                let _ = write!(report, "{:>16}", if cell.len() > 15 { cell[..15].to_string() } else { cell });
+                let _ = write!(report, "{:>17}", if cell.len() > 16 { cell[..16].to_string() } else { cell });
             }
-            let ratio = res.get(key, "p2pmp_c").zip(res.get(key, "p2pmp_rust")).map(|(c, r)| c / r);
+            let ratio = |base: &str| {
+                res.get(key, "p2pmp_c").zip(res.get(key, base)).map_or("-".into(), |(c, r)| format!("{:.3}", c / r))
+            };
             let cpu = |s: &str| {
                 res.figs
                     .get(&(key.clone(), s.to_string()))
@@ -214,8 +257,9 @@ fn main() {
             };
             let _ = writeln!(
                 report,
-                "{:>10}{:>12}{:>12}",
-                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                "{:>10}{:>10}{:>12}{:>12}",
+                ratio("p2pmp_rust"),
+                ratio("p2pmp_rust_bytes"),
                 cpu("p2pmp_rust"),
                 cpu("p2pmp_c")
             );
@@ -259,8 +303,14 @@ fn main() {
             flat.push(format!("\"{s}_{key}\": {v}"));
         }
     }
+    let short = |k: &str| k.trim_end_matches("_us").trim_end_matches("_ns").trim_end_matches("_s").to_string();
     for (key, r) in &ratios {
-        flat.push(format!("\"c_over_rust_{}\": {r:.4}", key.trim_end_matches("_us").trim_end_matches("_s")));
+        flat.push(format!("\"c_over_rust_{}\": {r:.4}", short(key)));
+    }
+    for (_, _, key) in &res.rows {
+        if let Some(r) = res.get(key, "p2pmp_c").zip(res.get(key, "p2pmp_rust_bytes")).map(|(c, b)| c / b) {
+            flat.push(format!("\"c_over_rust_bytes_{}\": {r:.4}", short(key)));
+        }
     }
     let num = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.4}"));
     flat.push(format!("\"c_over_rust_worst\": {}", num(worst)));

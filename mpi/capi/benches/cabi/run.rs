@@ -145,12 +145,17 @@ impl System {
         let dir = out.join(name);
         let built = (|| {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/c");
-            for prog in ["pingpong", "ring"] {
+            let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let mut progs =
+                vec![("pingpong", here.join("../benches/c/pingpong.c")), ("ring", here.join("../benches/c/ring.c"))];
+            if name == "p2pmp_c" {
+                progs.push(("selfloop", here.join("benches/selfloop.c")));
+            }
+            for (prog, src) in progs {
                 let st = Command::new(&cc)
                     .args(["-O2", "-o"])
                     .arg(dir.join(prog))
-                    .arg(src.join(format!("{prog}.c")))
+                    .arg(src)
                     .status()
                     .map_err(|e| format!("{}: {e}", cc.display()))?;
                 if !st.success() {
@@ -194,9 +199,16 @@ impl System {
     }
 }
 
-/// `p2pmp-launch -n N -- exe` (then the caller's arguments).
+/// `p2pmp-launch -n N -- exe` (then the caller's arguments), with the spin
+/// policy fixed: the library picks it from the host's load average at start-up,
+/// which on a shared machine flips from run to run and would swamp the C / Rust
+/// comparison. Spin 100 µs while every rank has a core, block otherwise (the
+/// library's own rule without the load term).
 pub(crate) fn launch(n: u32, exe: &Path) -> Command {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let spin_us = if n as usize <= cores { "100" } else { "0" };
     let mut c = Command::new(target_dir().join("p2pmp-launch"));
+    c.env("P2PMP_SPIN_US", spin_us).env("P2PMP_YIELDS", "0");
     c.args(["-n", &n.to_string(), "--"]).arg(exe);
     c
 }
