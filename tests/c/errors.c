@@ -26,6 +26,18 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && strcmp(argv[1], "abort") == 0) {
+        /* The last rank aborts; the others wait for a message that never comes. */
+        if (rank == size - 1) {
+            printf("rank %d aborts\n", rank);
+            fflush(stdout);
+            MPI_Abort(MPI_COMM_WORLD, 7);
+        }
+        MPI_Recv(&x, 1, MPI_INT, size - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        printf("FAIL: rank %d received after an abort\n", rank);
+        MPI_Finalize();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "fatal") == 0) {
         MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD);
         printf("FAIL: rank %d survived a fatal error\n", rank);

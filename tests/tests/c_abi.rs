@@ -135,12 +135,29 @@ fn misuse_under_errors_are_fatal_ends_the_job_with_a_clear_message() {
     let r = run(dir, 3, "errors", &["fatal"]);
     assert!(!r.ok, "the job should fail:\n{}", r.out);
     assert!(!r.out.contains("survived"), "{}", r.out);
-    for rank in 0..3 {
+    // The first rank to abort stops the job; the others may be stopped before they print.
+    let said = (0..3).any(|rank| {
         let msg = format!(
             "[{rank}] p2pmpi: rank {rank}: MPI_Send: MPI_ERR_RANK (invalid rank): rank 3 is not in a communicator of 3; aborting (MPI_ERRORS_ARE_FATAL)"
         );
-        assert!(r.out.lines().any(|l| l == msg), "no {msg:?} in:\n{}", r.out);
-    }
+        r.out.lines().any(|l| l == msg)
+    });
+    assert!(said, "no rank explained its abort in:\n{}", r.out);
+    assert!(r.out.contains("exited with code"), "{}", r.out);
+}
+
+#[test]
+fn mpi_abort_on_one_rank_stops_the_ranks_waiting_for_it() {
+    let Some(dir) = built() else { return };
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", "3", "-n", "3"]).arg(dir.join("c-tests").join("errors")).arg("abort");
+    // Well under the library's 60 s unreachable deadline: only the job-wide stop ends the waiters in time.
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+    let out = r.stdout + &r.stderr;
+    assert!(!r.ok, "the job should fail:\n{out}");
+    assert!(out.contains("[2] rank 2 aborts"), "{out}");
+    assert!(out.contains("rank 2 exited with code 7"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
 }
 
 #[test]

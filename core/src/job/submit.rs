@@ -109,6 +109,10 @@ pub enum SubmitError {
     /// A file kept arriving corrupt at a node.
     #[error("file {file} kept arriving corrupt at {node}")]
     StagingFailed { node: NodeAddr, file: u32 },
+    /// A rank exited with a non-zero code (or was killed by a signal) while
+    /// others still ran: like `mpirun`, the rest of the job is stopped.
+    #[error("rank {rank} exited with code {code} (negative: killed by that signal); the other ranks were stopped")]
+    RankFailed { rank: u32, code: i32 },
     /// The job's `<timeout>` passed.
     #[error("the job's timeout passed")]
     Timeout,

@@ -531,6 +531,11 @@ impl Submission {
                 }
                 self.ranks[rank as usize].exit = Some(code);
                 self.event(SubmitEvent::Exited { job, rank, code });
+                if code != 0 && self.ranks.iter().any(|r| r.exit.is_none()) {
+                    // An MPI_Abort or a crash: the others would wait for it forever.
+                    self.fail(SubmitError::RankFailed { rank, code });
+                    return Some(());
+                }
                 if self.ranks.iter().all(|r| r.exit.is_some()) {
                     let holding: Vec<NodeAddr> =
                         self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();

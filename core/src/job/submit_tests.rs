@@ -186,7 +186,7 @@ impl Harness {
                     let of = JobMsg::OutputFile { job, rank, name, offset: 0, total, digest };
                     out.push(reply(at, of, data));
                     if let Some(code) = self.exit_code {
-                        out.push(reply(at, JobMsg::Exit { job, rank, code: code + rank as i32 }, Bytes::new()));
+                        out.push(reply(at, JobMsg::Exit { job, rank, code }, Bytes::new()));
                     }
                 }
                 out
@@ -232,7 +232,7 @@ fn happy_path_places_on_least_loaded_matching_nodes_and_collects() {
     ]);
     let mut s = submission(&h, job(5, &["linux", "mem_mb>=4096"]));
     h.run(&mut s, 50);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1, 2, 3, 4] }), "{:?}", h.events);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 5] }), "{:?}", h.events);
     // Greedy by most free slots, ties to the lowest address: node 2 (4 free) takes
     // ranks 0, 1 and (tied with node 4 at 2) 2; node 4 takes 3; all tied at 1, node 1 takes 4.
     assert_eq!(h.offers(), vec![(addr(1), vec![4]), (addr(2), vec![0, 1, 2]), (addr(4), vec![3])]);
@@ -269,7 +269,7 @@ fn rejects_and_silence_move_on_to_the_next_candidate() {
     ]);
     let mut s = submission(&h, job(2, &["linux"]));
     h.run(&mut s, 50);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1] }), "{:?}", h.events);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 2] }), "{:?}", h.events);
     let offers = h.offers();
     assert_eq!(offers[..2], [(addr(1), vec![0]), (addr(2), vec![1])]);
     assert!(offers.contains(&(addr(3), vec![0])) && offers.contains(&(addr(4), vec![1])), "{offers:?}");
@@ -463,7 +463,7 @@ proptest! {
         let mut s = submission(&h, job(n, &["gpu", "cores>=2"]));
         h.run(&mut s, 200);
         if good >= n {
-            prop_assert_eq!(h.outcome(), Some(&Outcome::Done { codes: (0..n as i32).collect() }));
+            prop_assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; n as usize] }));
             let mut per_node: BTreeMap<NodeAddr, u32> = BTreeMap::new();
             for r in s.ranks() {
                 *per_node.entry(r.node.unwrap()).or_default() += 1;
@@ -504,7 +504,7 @@ fn large_files_stage_within_the_window_and_arrive_once() {
             break;
         }
     }
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 1] }));
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 2] }));
     let job_file = h.sent.iter().find_map(|(_, m, p)| matches!(m, JobMsg::Stage { file: 0, .. }).then(|| p.len()));
     let per_node = 2 * (10u64 << 20) + job_file.unwrap() as u64;
     for (a, _, _) in &nodes {
@@ -547,4 +547,19 @@ fn files_the_node_has_are_not_staged_again_but_the_job_file_always_is() {
         })
         .collect();
     assert_eq!(staged, BTreeSet::from([0, 2]), "the executable is there already");
+}
+
+#[test]
+fn a_rank_that_fails_stops_the_others_like_mpirun() {
+    let mut h =
+        Harness::new(&[(addr(1), res(2, 8000, &[]), Behave::Accept), (addr(2), res(2, 8000, &[]), Behave::Accept)]);
+    h.exit_code = Some(3);
+    let mut s = submission(&h, job(4, &["linux"]));
+    h.run(&mut s, 50);
+    let Some(Outcome::Failed(SubmitError::RankFailed { code: 3, .. })) = h.outcome() else {
+        panic!("{:?}", h.outcome());
+    };
+    // Both nodes hold ranks that had not exited yet: both are told to stop.
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Kill { .. })), 2);
+    assert_eq!(h.count(|m| matches!(m, JobMsg::Done { .. })), 0);
 }
