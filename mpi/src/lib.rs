@@ -37,6 +37,7 @@ mod env;
 mod error;
 mod node;
 mod pod;
+mod sock;
 mod transport;
 mod world;
 

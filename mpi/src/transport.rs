@@ -17,7 +17,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
@@ -29,13 +29,18 @@ use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
 use crate::node::NodeClient;
+use crate::sock::{self, Wait};
 
 const LISTENER: Token = Token(usize::MAX);
 /// Tokens of accepted connections start here; below are outgoing ones, by rank.
 const IN_BASE: usize = 1 << 32;
-/// Least spare room offered to each read (the decoder reserves a whole frame's
-/// room once it has seen the frame's length).
-const READ_ROOM: usize = 64 << 10;
+/// Longest a direct (blocking) read of one peer's connection sleeps: the receive
+/// timeout of inbound sockets. Other sockets, timers and reconnects wait at most
+/// this long while a rank sleeps on one peer.
+pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
+/// Every this many blocking direct reads, the poll loop looks at every socket
+/// first (without waiting), so a steady stream from one peer starves no other.
+const POLL_EVERY: u32 = 64;
 /// How long a rank with frames waiting may stay unreachable.
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
@@ -85,6 +90,10 @@ pub(crate) struct Transport {
     node: NodeClient,
     out: Vec<OutPeer>,
     inbound: Vec<Option<InConn>>,
+    /// The inbound slot of each rank's newest connection (set by its hello).
+    in_by_rank: Vec<Option<usize>>,
+    /// Blocking direct reads so far (every [`POLL_EVERY`]-th polls first).
+    direct_reads: u32,
     /// Ranks whose outgoing queue may have bytes to write.
     dirty: Vec<u32>,
     /// Ready tokens of the last poll (reused, so polling allocates nothing).
@@ -134,6 +143,8 @@ impl Transport {
             node,
             out,
             inbound: Vec::new(),
+            in_by_rank: vec![None; size as usize],
+            direct_reads: 0,
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             closing: false,
@@ -351,7 +362,7 @@ impl Transport {
             if token == LISTENER {
                 self.accept_all()?;
             } else if token.0 >= IN_BASE {
-                self.read_in(engine, now, token.0 - IN_BASE);
+                self.read_in(engine, token.0 - IN_BASE, Wait::No);
             } else {
                 let to = token.0 as u32;
                 if readable && self.out_closed(to) {
@@ -388,6 +399,7 @@ impl Transport {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
                     stream.set_nodelay(true)?;
+                    sock::blocking_with_timeout(&stream, DIRECT_MAX)?;
                     let slot = match self.inbound.iter().position(Option::is_none) {
                         Some(i) => i,
                         None => {
@@ -408,20 +420,49 @@ impl Transport {
         }
     }
 
-    /// Reads everything available on inbound connection `slot` and hands whole
-    /// frames to the engine; closes it at end of stream or on bad input.
-    fn read_in(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
-        let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return };
+    /// Reads rank `from`'s inbound connection directly, without `epoll`:
+    /// [`Wait::No`] to spin on it, [`Wait::Block`] to sleep in `recv` until its
+    /// next bytes (at most [`DIRECT_MAX`]). `None` when there is no such
+    /// connection yet, or (blocking) when bytes wait to be written: then only the
+    /// poll loop can make progress. Every [`POLL_EVERY`]-th blocking read polls
+    /// every socket first without waiting, and returns if that found anything.
+    /// Otherwise, whether any bytes came.
+    pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
+        let Some(slot) = self.in_by_rank.get(from as usize).copied().flatten() else { return Ok(None) };
+        if wait == Wait::Block {
+            if !self.tx_empty() {
+                return Ok(None);
+            }
+            self.direct_reads = self.direct_reads.wrapping_add(1);
+            if self.direct_reads % POLL_EVERY == 0 && self.poll_io(engine, Some(Duration::ZERO))? {
+                return Ok(Some(true));
+            }
+        }
+        Ok(Some(self.read_in(engine, slot, wait)))
+    }
+
+    /// Reads everything available on inbound connection `slot` (the first read
+    /// waiting as `wait` says) and hands whole frames to the engine; closes it at
+    /// end of stream or on bad input. Whether anything happened.
+    fn read_in(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait) -> bool {
+        let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return false };
+        let mut got = false;
         let keep = loop {
-            match read_some(&mut conn.stream, conn.dec.buffer_mut()) {
+            match sock::recv_spare(&conn.stream, conn.dec.buffer_mut(), wait) {
                 Ok((0, _)) => break false,
                 Ok((n, room)) => {
-                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
+                    got = true;
+                    wait = Wait::No;
+                    let had_rank = conn.rank.is_some();
+                    if !decode_frames(conn, engine, Instant::now(), &self.job, self.rank) {
                         break false;
                     }
                     if let Some(r) = conn.rank {
                         // Heard from: worth reconnecting to for acks again.
                         self.out[r as usize].ack_only_gave_up = false;
+                        if !had_rank {
+                            self.in_by_rank[r as usize] = Some(slot);
+                        }
                     }
                     // A short read drained the socket: readiness is edge-triggered,
                     // so later bytes raise a new event; skip the EAGAIN read.
@@ -430,15 +471,31 @@ impl Transport {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A signal: a blocking read returns to let the caller look around.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    if wait == Wait::Block {
+                        break true;
+                    }
+                }
                 Err(_) => break false,
             }
         };
         if !keep {
-            if let Some(mut c) = self.inbound[slot].take() {
-                let _ = self.poll.registry().deregister(&mut c.stream);
-                debug!(rank = ?c.rank, "inbound connection closed");
+            self.close_in(slot);
+            return true;
+        }
+        got
+    }
+
+    fn close_in(&mut self, slot: usize) {
+        if let Some(mut c) = self.inbound[slot].take() {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            if let Some(r) = c.rank {
+                if self.in_by_rank[r as usize] == Some(slot) {
+                    self.in_by_rank[r as usize] = None;
+                }
             }
+            debug!(rank = ?c.rank, "inbound connection closed");
         }
     }
 
@@ -458,10 +515,8 @@ impl Transport {
         self.poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         self.listener = listener;
         self.addr = addr;
-        for slot in &mut self.inbound {
-            if let Some(mut c) = slot.take() {
-                let _ = self.poll.registry().deregister(&mut c.stream);
-            }
+        for slot in 0..self.inbound.len() {
+            self.close_in(slot);
         }
         debug!(rank = self.rank, from = %old, to = %addr, "moved to a new port");
         Ok(())
@@ -471,22 +526,6 @@ impl Transport {
     pub(crate) fn unregister(&mut self) {
         let _ = self.node.unregister(self.key);
     }
-}
-
-/// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
-/// without initialising it first: (bytes read, room offered).
-fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
-    use std::os::fd::AsRawFd;
-    buf.reserve(READ_ROOM);
-    let spare = buf.spare_capacity_mut();
-    let room = spare.len();
-    // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity,
-    // which `spare` borrows exclusively; the fd is the stream's open socket.
-    let n = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-    // SAFETY: the kernel initialised the first `n` spare bytes.
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok((n, room))
 }
 
 /// Hands every whole frame buffered in `conn` to the engine; false to drop the
