@@ -1,13 +1,13 @@
 //! The few socket calls std and mio do not offer: a read into a buffer's spare
-//! capacity that blocks or not per call, and the blocking mode and receive
-//! timeout that make the blocking read bounded.
+//! capacity that blocks or not per call, a vectored write that never blocks, and
+//! the blocking mode and receive timeout that make the blocking read bounded.
 //!
-//! Inbound connections stay in blocking mode with a receive timeout: every read
-//! of the poll loop passes `MSG_DONTWAIT`, and a rank waiting for one peer reads
-//! that peer's socket directly, sleeping in `recv` (one system call per message,
-//! as a plain blocking program) instead of in `epoll_wait` followed by `read`.
+//! Data sockets stay in blocking mode with a receive timeout: every read and
+//! write of the poll loop passes `MSG_DONTWAIT`, and a rank waiting for one peer
+//! reads that peer's socket directly, sleeping in `recv` (one system call per
+//! message, as a plain blocking program) instead of in `epoll_wait` then `read`.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -44,6 +44,19 @@ pub(crate) fn recv_spare(sock: &impl AsRawFd, buf: &mut BytesMut, wait: Wait) ->
     // SAFETY: the kernel initialised the first `n` spare bytes.
     unsafe { buf.set_len(buf.len() + n) };
     Ok((n, room))
+}
+
+/// Writes `bufs` with one `sendmsg`, without waiting and without `SIGPIPE`:
+/// the bytes the socket took.
+pub(crate) fn send_vectored(sock: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix; sendmsg only reads through it.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: `msg` points at `bufs`, which outlive the call; the fd is open.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// Puts `sock` in blocking mode (reads that must not block pass `MSG_DONTWAIT`)
@@ -104,6 +117,28 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         assert!(t.elapsed() < Duration::from_secs(1), "must not wait for the timeout");
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn vectored_send_of_a_blocking_socket_never_waits() {
+        let (a, mut b) = pair();
+        blocking_with_timeout(&a, Duration::from_secs(5)).unwrap();
+        let part = vec![1u8; 1 << 20];
+        let (mut sent, t) = (0, Instant::now());
+        loop {
+            match send_vectored(&a, &[IoSlice::new(b"hd"), IoSlice::new(&part)]) {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+                    break;
+                }
+            }
+            assert!(sent < 1 << 30, "the socket buffer must fill");
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "a full buffer answers at once");
+        let mut first = [0u8; 3];
+        std::io::Read::read_exact(&mut b, &mut first).unwrap();
+        assert_eq!(first, [b'h', b'd', 1]);
     }
 
     #[test]
