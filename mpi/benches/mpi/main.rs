@@ -7,7 +7,9 @@
 //!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks.
 //!
 //! Each figure is a median of repetitions. Rows whose MPI is not installed are
-//! marked missing; runs past the time limit (60 s, quick 10 s) are killed and
+//! marked missing; runs past the time limit (MPICH and Open MPI: 60 s, ping-pong
+//! 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so that its 8-rank K=500
+//! factoring, about 537,000 flag rounds, finishes on 2 cores) are killed and
 //! reported as timeouts, and a reference that timed out is not run again on more
 //! ranks (reported as skipped). Prints a table, writes JSON and a PNG plot under
 //! `target/<profile>/mpi-bench/`, and prints one flat JSON object as the last line
@@ -169,38 +171,45 @@ fn is_prime(n: u64) -> bool {
     n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
 }
 
-fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Duration) {
+/// Wall-clock limits of one run: p2pmp's rows must give a figure; a reference
+/// that busy-polls on oversubscribed cores is cut off sooner.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    p2pmp: Duration,
+    reference: Duration,
+}
+
+fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Limits) {
     let q: Vec<String> = if quick { vec!["quick".into()] } else { vec![] };
-    let put_pp = |res: &mut Results, system: &str, got: Result<Vec<(usize, f64)>, String>| {
-        for size in SIZES {
-            let lat = got.as_ref().map_err(Clone::clone).and_then(|v| {
-                v.iter().find(|p| p.0 == size).map(|p| p.1).ok_or_else(|| "failed: no figure".to_string())
-            });
+    // One figure (or why not) per size.
+    let put_pp = |res: &mut Results, system: &str, got: Vec<(usize, Result<f64, String>)>| {
+        for (size, lat) in got {
             let l = size_label(size);
             res.put("lat", &format!("{size} B"), system, &format!("lat_{l}_us"), lat.clone());
             res.put("bw", &format!("{size} B"), system, &format!("bw_{l}_mbps"), lat.map(|us| size as f64 / us));
         }
     };
-    let parse = |r: RunResult| -> Result<Vec<(usize, f64)>, String> {
-        let v = run::values(&r?, "pp");
-        if v.is_empty() {
-            Err("failed: no output".into())
-        } else {
-            Ok(v.iter().map(|x| (x[0] as usize, x[1])).collect())
-        }
+    // The sizes a run printed, even if it then timed out or failed.
+    let parse = |r: RunResult| -> Vec<(usize, Result<f64, String>)> {
+        let (lines, why) = match r {
+            Ok(lines) => (lines, "failed: no figure".to_string()),
+            Err(f) => (f.partial, f.why),
+        };
+        let v = run::values(&lines, "pp");
+        let figure = |size: usize| v.iter().find(|x| x.len() >= 2 && x[0] as usize == size).map(|x| x[1]);
+        SIZES.iter().map(|&size| (size, figure(size).ok_or_else(|| why.clone()))).collect()
     };
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
-    put_pp(res, "p2pmp", parse(run::p2pmp(2, &pp_args, limit * 2)));
+    put_pp(res, "p2pmp", parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
     for spin in [false, true] {
-        let got =
-            SIZES.iter().map(|&s| raw::pingpong(s, quick, spin).map(|us| (s, us)).map_err(|e| e.to_string())).collect();
+        let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin).map_err(|e| e.to_string()))).collect();
         put_pp(res, if spin { "raw_tcp_spin" } else { "raw_tcp" }, got);
     }
     for (name, b, tcp) in refs {
         if quick && !tcp {
             continue;
         }
-        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit * 2)));
+        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)));
     }
 }
 
@@ -216,7 +225,7 @@ fn multi_rank_row(
     args: &[String],
     reps: usize,
     refs: &[(String, &RefBuild, bool)],
-    limit: Duration,
+    limit: Limits,
     gave_up: &mut BTreeMap<String, String>,
 ) {
     let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
@@ -227,6 +236,7 @@ fn multi_rank_row(
         let (mut samples, start) = (Vec::new(), Instant::now());
         while samples.len() < reps && (samples.is_empty() || start.elapsed() < Duration::from_secs(20)) {
             match run()
+                .map_err(|f| f.why)
                 .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
             {
                 Ok(v) => samples.push(v),
@@ -240,10 +250,10 @@ fn multi_rank_row(
         }
         Ok(median(samples))
     };
-    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit));
+    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit.p2pmp));
     res.put(section, row, "p2pmp", key, v);
     for (name, b, tcp) in refs {
-        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit));
+        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference));
         res.put(section, row, name, key, v);
     }
 }
@@ -263,7 +273,11 @@ fn main() {
         return;
     }
     let t0 = Instant::now();
-    let limit = Duration::from_secs(if quick { 10 } else { 60 });
+    let limit = if quick {
+        Limits { p2pmp: Duration::from_secs(30), reference: Duration::from_secs(5) }
+    } else {
+        Limits { p2pmp: Duration::from_secs(180), reference: Duration::from_secs(60) }
+    };
     let dir = out_dir();
     let builds: Vec<RefBuild> = [Mpi::Mpich, Mpi::OpenMpi].into_iter().map(|m| run::build_refs(m, &dir)).collect();
     let mut res = Results::default();
