@@ -105,7 +105,9 @@ impl SpinPolicy {
 /// The world communicator of one rank: every MPI call goes through it.
 ///
 /// Progress happens inside calls, on the calling thread: a blocking call polls
-/// the sockets, spins briefly, yields, then sleeps in `epoll` until data arrives.
+/// the sockets, spins briefly (only when ranks do not outnumber cores), then
+/// sleeps until data arrives: in `recv` on the socket of the one rank it waits
+/// for, else in `epoll`.
 #[derive(Debug)]
 pub struct World {
     pub(crate) engine: MpiEngine,
