@@ -9,7 +9,8 @@
 //! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
 //! turns over three rounds (quick: one), so load drifting on a shared machine
 //! hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
-//! target's baseline), busy-polling between two threads (`raw_tcp_spin`), and
+//! target's baseline), busy-polling between two threads (`raw_tcp_spin`, once,
+//! with the quick counts: it collapses on a loaded machine), and
 //! blocking between two processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not installed are
 //! marked missing; runs past the time limit (MPICH and Open MPI: 60 s, ping-pong
 //! 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so that its 8-rank K=500
@@ -230,11 +231,7 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // machine drifting during the run hits them alike; each figure is the median
     // over the rounds (of the per-run medians).
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
-    let raws = [
-        ("raw_tcp", false, raw::Echo::Thread),
-        ("raw_tcp_spin", true, raw::Echo::Thread),
-        ("raw_tcp_proc", false, raw::Echo::Process),
-    ];
+    let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
     let mut rounds: BTreeMap<&str, Vec<PpFigures>> = BTreeMap::new();
     for _ in 0..if quick { 1 } else { PP_ROUNDS } {
         rounds.entry("p2pmp").or_default().push(parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
@@ -243,9 +240,13 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
             rounds.entry(system).or_default().push(got.collect());
         }
     }
-    for system in ["p2pmp", "raw_tcp", "raw_tcp_spin", "raw_tcp_proc"] {
+    for system in ["p2pmp", "raw_tcp", "raw_tcp_proc"] {
         put_pp(res, system, median_rounds(rounds.remove(system).unwrap_or_default()));
     }
+    // Busy-polling collapses on a loaded machine (hundreds of µs a message):
+    // once, with the quick counts, so it cannot hold the run up for minutes.
+    let spin = SIZES.iter().map(|&s| (s, raw::pingpong(s, true, true, raw::Echo::Thread).map_err(|e| e.to_string())));
+    put_pp(res, "raw_tcp_spin", spin.collect());
     for (name, b, tcp) in refs {
         if quick && !tcp {
             continue;
