@@ -54,7 +54,8 @@ impl World {
         let id = comm.p2p;
         // Validates the arguments once, so the loop below cannot fail on them.
         self.engine.iprobe(id, source, tag)?;
-        self.progress_until(|w| matches!(w.engine.iprobe(id, source, tag), Ok(Some(_))))?;
+        let from = source.filter(|&s| s != self.rank());
+        self.progress_until(from, |w| matches!(w.engine.iprobe(id, source, tag), Ok(Some(_))))?;
         Ok(self.engine.iprobe(id, source, tag)?.expect("waited for it"))
     }
 

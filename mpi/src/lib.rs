@@ -29,8 +29,11 @@
 //!   [`bytes::Bytes`].
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
 //!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
-//!   TCP (see `transport`) on the calling thread: a blocking call spins briefly on
-//!   non-blocking sockets, yields, then sleeps in `epoll` ([`SpinPolicy`]).
+//!   TCP (see `transport`, one connection per rank pair) on the calling thread:
+//!   a blocking call may spin briefly when every rank has a core
+//!   ([`SpinPolicy`]), then sleeps in `recv` on the one peer it waits for (one
+//!   system call per message, as a plain blocking program), or in `epoll` when
+//!   it waits for several.
 
 mod coll;
 mod comm;
@@ -38,6 +41,7 @@ mod env;
 mod error;
 mod node;
 mod pod;
+mod sock;
 mod transport;
 mod world;
 

@@ -1,23 +1,32 @@
 //! The data path: a minimal mio loop run on the calling thread.
 //!
-//! Each rank listens on an ephemeral loopback port. Connections are one-way and
-//! persistent: frames for rank `r` (data, acknowledgements, clear-to-send) go out
-//! on the connection this rank opened to `r`; frames from `r` arrive on the one
-//! `r` opened to us. A connection starts with a [`RankHello`]; the acceptor checks
+//! Each rank listens on an ephemeral loopback port. A connection carries frames
+//! both ways: frames for rank `r` (data, acknowledgements, clear-to-send) go out
+//! on the connection `r` already sends to us on, or else on one this rank opens
+//! to `r`. One connection per pair means a reply carries TCP's acknowledgement of
+//! the request, so a message costs one TCP segment instead of a segment and a
+//! bare ACK. Frames for one rank use one connection at a time (switching only
+//! after a break, when the engine resends by sequence number). A connection
+//! starts with a [`RankHello`] from the side that opened it; the acceptor checks
 //! it and then hands every frame to the engine as coming from that rank.
 //!
 //! A rank's address comes from the local node (its process key, resolved through
-//! the overlay). When an outgoing connection breaks, the engine is told
-//! (`handle_disconnected`); while it wants the link (unacknowledged frames, or
-//! acknowledgements and credit the peer may lack) the key is resolved again, the connection reopened, and `handle_reconnected`
-//! makes the engine resend exactly what the peer has not acknowledged.
+//! the overlay). When the connection frames for a rank go out on breaks, the
+//! engine is told (`handle_disconnected`); while it wants the link (unacknowledged
+//! frames, or acknowledgements and credit the peer may lack) the key is resolved
+//! again, the connection reopened, and `handle_reconnected` makes the engine
+//! resend exactly what the peer has not acknowledged.
+//!
+//! Sockets stay in blocking mode with a receive timeout ([`DIRECT_MAX`]); the poll
+//! loop reads and writes with `MSG_DONTWAIT`, and a rank waiting for one peer may
+//! sleep in `recv` on that peer's socket ([`Transport::read_direct`]).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
@@ -29,21 +38,25 @@ use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
 use crate::node::NodeClient;
+use crate::sock::{self, Wait};
 
 const LISTENER: Token = Token(usize::MAX);
-/// Tokens of accepted connections start here; below are outgoing ones, by rank.
-const IN_BASE: usize = 1 << 32;
-/// Least spare room offered to each read (the decoder reserves a whole frame's
-/// room once it has seen the frame's length).
-const READ_ROOM: usize = 64 << 10;
+/// Longest a direct (blocking) read of one peer's connection sleeps: the receive
+/// timeout of every data socket. Other sockets, timers and reconnects wait at
+/// most this long while a rank sleeps on one peer.
+pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
+/// Every this many blocking direct reads, the poll loop looks at every socket
+/// first (without waiting), so a steady stream from one peer starves no other.
+const POLL_EVERY: u32 = 64;
 /// How long a rank with frames waiting may stay unreachable.
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 
-/// Our connection to one peer rank, and its reconnect state.
+/// How frames reach one peer rank, and its reconnect state.
 #[derive(Debug)]
 struct OutPeer {
-    conn: Option<OutConn>,
+    /// The connection (slot) frames for this rank go out on.
+    conn: Option<usize>,
     /// Whether the engine believes frames for this rank can be sent.
     engine_up: bool,
     retry_at: Instant,
@@ -57,19 +70,17 @@ struct OutPeer {
     connect_failed: bool,
 }
 
+/// One connection to a peer rank, either opened by us or accepted.
 #[derive(Debug)]
-struct OutConn {
-    stream: TcpStream,
-    /// Bytes waiting for the socket, in order (header and payload parts).
-    tx: VecDeque<Bytes>,
-}
-
-#[derive(Debug)]
-struct InConn {
+struct Conn {
     stream: TcpStream,
     dec: FrameDecoder,
-    /// Set by the hello.
+    /// Bytes waiting for the socket, in order (header and payload parts).
+    tx: VecDeque<Bytes>,
+    /// The peer: known from the start on connections we opened, from the hello
+    /// on accepted ones.
     rank: Option<u32>,
+    accepted: bool,
 }
 
 /// Sockets, connections and the local node client of one rank.
@@ -84,9 +95,14 @@ pub(crate) struct Transport {
     rank: u32,
     node: NodeClient,
     out: Vec<OutPeer>,
-    inbound: Vec<Option<InConn>>,
-    /// Ranks whose outgoing queue may have bytes to write.
-    dirty: Vec<u32>,
+    /// Connections by slot (the slot is the poll token).
+    conns: Vec<Option<Conn>>,
+    /// The connection each rank's frames last arrived on.
+    heard_on: Vec<Option<usize>>,
+    /// Blocking direct reads so far (every [`POLL_EVERY`]-th polls first).
+    direct_reads: u32,
+    /// Connections whose queue may have bytes to write.
+    dirty: Vec<usize>,
     /// Ready tokens of the last poll (reused, so polling allocates nothing).
     ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
@@ -133,7 +149,9 @@ impl Transport {
             rank,
             node,
             out,
-            inbound: Vec::new(),
+            conns: Vec::new(),
+            heard_on: vec![None; size as usize],
+            direct_reads: 0,
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             closing: false,
@@ -162,7 +180,7 @@ impl Transport {
             if !self.out[to as usize].engine_up {
                 return; // the engine keeps it and resends after the reconnect
             }
-            if let Err(why) = self.connect(to) {
+            if let Err(why) = self.open(to) {
                 debug!(to, %why, "connect failed");
                 self.out[to as usize].connect_failed = true;
                 self.mark_down(engine, now, to);
@@ -171,40 +189,53 @@ impl Transport {
         }
         self.frames += 1;
         if self.move_at == Some(self.frames) {
-            if let Err(e) = self.move_listener() {
+            if let Err(e) = self.move_listener(engine, now) {
                 warn!(%e, "fault injection: moving to a new port failed");
             }
         }
+        let Some(slot) = self.out[to as usize].conn else { return }; // broken by the move
         if self.drop_every.is_some_and(|n| self.frames % n == 0) {
             // Fault injection: what was queued before goes out, this frame (and
             // whatever the kernel did not take) dies with the connection.
             debug!(to, "fault injection: dropping the connection");
-            if let Some(conn) = self.out[to as usize].conn.as_mut() {
-                let _ = write_queue(&mut conn.stream, &mut conn.tx);
+            if let Some(c) = self.conns[slot].as_mut() {
+                let _ = write_queue(&c.stream, &mut c.tx);
             }
-            self.break_out(engine, now, to);
+            self.close_conn(engine, now, slot);
             return;
         }
         let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
         // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
         let (head, payload) = encode_frame_parts(&env, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
-        let conn = self.out[to as usize].conn.as_mut().expect("connected above");
+        let conn = self.conns[slot].as_mut().expect("out[to].conn names an open connection");
         conn.tx.push_back(head.freeze());
         if !payload.is_empty() {
             conn.tx.push_back(payload);
         }
-        if !self.dirty.contains(&to) {
-            self.dirty.push(to);
+        if !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
         }
     }
 
     fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
-        while let Some(to) = self.dirty.pop() {
-            let Some(conn) = self.out[to as usize].conn.as_mut() else { continue };
-            if let Err(e) = write_queue(&mut conn.stream, &mut conn.tx) {
-                debug!(to, %e, "write failed");
-                self.break_out(engine, now, to);
+        while let Some(slot) = self.dirty.pop() {
+            let Some(conn) = self.conns[slot].as_mut() else { continue };
+            if let Err(e) = write_queue(&conn.stream, &mut conn.tx) {
+                debug!(slot, %e, "write failed");
+                self.close_conn(engine, now, slot);
             }
+        }
+    }
+
+    /// Picks the connection frames for `to` go out on: the one `to` sends to us
+    /// on, else a new one.
+    fn open(&mut self, to: u32) -> Result<(), String> {
+        match self.heard_on[to as usize] {
+            Some(slot) => {
+                self.out[to as usize].conn = Some(slot);
+                Ok(())
+            }
+            None => self.connect(to),
         }
     }
 
@@ -220,21 +251,16 @@ impl Transport {
             match std::net::TcpStream::connect_timeout(&a.0, Duration::from_secs(2)) {
                 Ok(s) => {
                     s.set_nodelay(true).map_err(|e| e.to_string())?;
-                    s.set_nonblocking(true).map_err(|e| e.to_string())?;
-                    let mut stream = TcpStream::from_std(s);
-                    self.poll
-                        .registry()
-                        .register(&mut stream, Token(to as usize), Interest::READABLE | Interest::WRITABLE)
-                        .map_err(|e| e.to_string())?;
+                    sock::blocking_with_timeout(&s, DIRECT_MAX).map_err(|e| e.to_string())?;
                     let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: to };
                     let (head, _) =
                         encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
                             .map_err(|e| e.to_string())?;
-                    let mut tx = VecDeque::new();
-                    tx.push_back(head.freeze());
-                    self.out[to as usize].conn = Some(OutConn { stream, tx });
-                    if !self.dirty.contains(&to) {
-                        self.dirty.push(to);
+                    let slot = self.add_conn(TcpStream::from_std(s), Some(to), false).map_err(|e| e.to_string())?;
+                    self.conns[slot].as_mut().expect("just added").tx.push_back(head.freeze());
+                    self.out[to as usize].conn = Some(slot);
+                    if !self.dirty.contains(&slot) {
+                        self.dirty.push(slot);
                     }
                     debug!(to, addr = %a, "connected");
                     return Ok(());
@@ -243,6 +269,37 @@ impl Transport {
             }
         }
         Err(last_err)
+    }
+
+    /// Registers a connection in a free slot.
+    fn add_conn(&mut self, mut stream: TcpStream, rank: Option<u32>, accepted: bool) -> io::Result<usize> {
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)?;
+        self.conns[slot] = Some(Conn { stream, dec: FrameDecoder::default(), tx: VecDeque::new(), rank, accepted });
+        Ok(slot)
+    }
+
+    /// Closes connection `slot`; if frames for its rank went out on it, the
+    /// engine is told and a reconnect is due at once (the peer may have moved).
+    fn close_conn(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(mut c) = self.conns[slot].take() else { return };
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        debug!(rank = ?c.rank, accepted = c.accepted, "connection closed");
+        let Some(r) = c.rank else { return };
+        if self.heard_on[r as usize] == Some(slot) {
+            self.heard_on[r as usize] = None;
+        }
+        if self.out[r as usize].conn == Some(slot) {
+            self.out[r as usize].conn = None;
+            self.mark_down(engine, now, r);
+            self.out[r as usize].retry_at = now;
+        }
     }
 
     /// The engine stops sending to `to` until a reconnect.
@@ -258,16 +315,6 @@ impl Transport {
         p.down_since.get_or_insert(now);
     }
 
-    /// The outgoing connection to `to` broke.
-    fn break_out(&mut self, engine: &mut MpiEngine, now: Instant, to: u32) {
-        if let Some(mut c) = self.out[to as usize].conn.take() {
-            let _ = self.poll.registry().deregister(&mut c.stream);
-        }
-        self.mark_down(engine, now, to);
-        // Try again at once: the peer may have moved already.
-        self.out[to as usize].retry_at = now;
-    }
-
     /// Whether `to` is down and should be reconnected now or later: the engine
     /// wants the link, and it carries frames or we have not given up on it.
     fn wants_retry(&self, engine: &MpiEngine, to: u32) -> bool {
@@ -281,7 +328,7 @@ impl Transport {
             if !self.wants_retry(engine, to) || self.out[to as usize].retry_at > now {
                 continue;
             }
-            match self.connect(to) {
+            match self.open(to) {
                 Ok(()) => {
                     let p = &mut self.out[to as usize];
                     p.engine_up = true;
@@ -322,7 +369,7 @@ impl Transport {
 
     /// Whether every outgoing queue is empty (all handed to the kernel).
     pub(crate) fn tx_empty(&self) -> bool {
-        self.out.iter().all(|p| p.conn.as_ref().is_none_or(|c| c.tx.is_empty()))
+        self.conns.iter().flatten().all(|c| c.tx.is_empty())
     }
 
     /// Whether `to` looks gone: no connection, and the last attempt to open one
@@ -343,60 +390,33 @@ impl Transport {
         if self.events.is_empty() {
             return Ok(false);
         }
-        let now = Instant::now();
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
         ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
         for &(token, readable, writable) in &ready {
             if token == LISTENER {
                 self.accept_all()?;
-            } else if token.0 >= IN_BASE {
-                self.read_in(engine, now, token.0 - IN_BASE);
-            } else {
-                let to = token.0 as u32;
-                if readable && self.out_closed(to) {
-                    self.break_out(engine, now, to);
-                } else if writable && !self.dirty.contains(&to) {
-                    self.dirty.push(to);
-                }
+                continue;
+            }
+            if readable {
+                self.read_conn(engine, token.0, Wait::No);
+            }
+            if writable && self.conns.get(token.0).is_some_and(Option::is_some) && !self.dirty.contains(&token.0) {
+                self.dirty.push(token.0);
             }
         }
         self.ready = ready;
-        self.flush_dirty(engine, now);
+        self.flush_dirty(engine, Instant::now());
         Ok(true)
-    }
-
-    /// Readable on an outgoing connection means the peer closed it (it never
-    /// sends on it) or sent something it should not have.
-    fn out_closed(&mut self, to: u32) -> bool {
-        let Some(c) = self.out[to as usize].conn.as_mut() else { return false };
-        let mut b = [0u8; 64];
-        match c.stream.read(&mut b) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => false,
-            Ok(n) => {
-                if n > 0 {
-                    warn!(to, "peer sent on our outgoing connection; dropping it");
-                }
-                true
-            }
-            Err(_) => true,
-        }
     }
 
     fn accept_all(&mut self) -> Result<()> {
         loop {
             match self.listener.accept() {
-                Ok((mut stream, _)) => {
+                Ok((stream, _)) => {
                     stream.set_nodelay(true)?;
-                    let slot = match self.inbound.iter().position(Option::is_none) {
-                        Some(i) => i,
-                        None => {
-                            self.inbound.push(None);
-                            self.inbound.len() - 1
-                        }
-                    };
-                    self.poll.registry().register(&mut stream, Token(IN_BASE + slot), Interest::READABLE)?;
-                    self.inbound[slot] = Some(InConn { stream, dec: FrameDecoder::default(), rank: None });
+                    sock::blocking_with_timeout(&stream, DIRECT_MAX)?;
+                    self.add_conn(stream, None, true)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -408,20 +428,46 @@ impl Transport {
         }
     }
 
-    /// Reads everything available on inbound connection `slot` and hands whole
-    /// frames to the engine; closes it at end of stream or on bad input.
-    fn read_in(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
-        let Some(conn) = self.inbound.get_mut(slot).and_then(Option::as_mut) else { return };
+    /// Reads rank `from`'s connection directly, without `epoll`: [`Wait::No`] to
+    /// spin on it, [`Wait::Block`] to sleep in `recv` until its next bytes (at
+    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or
+    /// (blocking) when bytes wait to be written: then only the poll loop can make
+    /// progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
+    /// without waiting, and returns if that found anything. Otherwise, whether
+    /// anything happened.
+    pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
+        let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
+        if wait == Wait::Block {
+            if !self.tx_empty() {
+                return Ok(None);
+            }
+            self.direct_reads = self.direct_reads.wrapping_add(1);
+            if self.direct_reads % POLL_EVERY == 0 && self.poll_io(engine, Some(Duration::ZERO))? {
+                return Ok(Some(true));
+            }
+        }
+        Ok(Some(self.read_conn(engine, slot, wait)))
+    }
+
+    /// Reads everything available on connection `slot` (the first read waiting
+    /// as `wait` says) and hands whole frames to the engine; closes it at end of
+    /// stream or on bad input. Whether anything happened.
+    fn read_conn(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait) -> bool {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
+        let mut got = false;
         let keep = loop {
-            match read_some(&mut conn.stream, conn.dec.buffer_mut()) {
+            match sock::recv_spare(&conn.stream, conn.dec.buffer_mut(), wait) {
                 Ok((0, _)) => break false,
                 Ok((n, room)) => {
-                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
+                    got = true;
+                    wait = Wait::No;
+                    if !decode_frames(conn, engine, Instant::now(), &self.job, self.rank) {
                         break false;
                     }
                     if let Some(r) = conn.rank {
                         // Heard from: worth reconnecting to for acks again.
                         self.out[r as usize].ack_only_gave_up = false;
+                        self.heard_on[r as usize] = Some(slot);
                     }
                     // A short read drained the socket: readiness is edge-triggered,
                     // so later bytes raise a new event; skip the EAGAIN read.
@@ -430,22 +476,26 @@ impl Transport {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A signal: a blocking read returns to let the caller look around.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    if wait == Wait::Block {
+                        break true;
+                    }
+                }
                 Err(_) => break false,
             }
         };
         if !keep {
-            if let Some(mut c) = self.inbound[slot].take() {
-                let _ = self.poll.registry().deregister(&mut c.stream);
-                debug!(rank = ?c.rank, "inbound connection closed");
-            }
+            self.close_conn(engine, Instant::now(), slot);
+            return true;
         }
+        got
     }
 
     /// Listens on a new port and registers it, then closes the old listener and
-    /// every inbound connection: peers find the new address through the node and
+    /// every accepted connection: peers find the new address through the node and
     /// reconnect, and their engines resend what we had not acknowledged.
-    pub(crate) fn move_listener(&mut self) -> Result<()> {
+    fn move_listener(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
         let mut listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
         let addr = NodeAddr(listener.local_addr()?);
         let old = self.addr;
@@ -458,9 +508,9 @@ impl Transport {
         self.poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         self.listener = listener;
         self.addr = addr;
-        for slot in &mut self.inbound {
-            if let Some(mut c) = slot.take() {
-                let _ = self.poll.registry().deregister(&mut c.stream);
+        for slot in 0..self.conns.len() {
+            if self.conns[slot].as_ref().is_some_and(|c| c.accepted) {
+                self.close_conn(engine, now, slot);
             }
         }
         debug!(rank = self.rank, from = %old, to = %addr, "moved to a new port");
@@ -473,25 +523,9 @@ impl Transport {
     }
 }
 
-/// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
-/// without initialising it first: (bytes read, room offered).
-fn read_some(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
-    use std::os::fd::AsRawFd;
-    buf.reserve(READ_ROOM);
-    let spare = buf.spare_capacity_mut();
-    let room = spare.len();
-    // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity,
-    // which `spare` borrows exclusively; the fd is the stream's open socket.
-    let n = unsafe { libc::read(stream.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-    // SAFETY: the kernel initialised the first `n` spare bytes.
-    unsafe { buf.set_len(buf.len() + n) };
-    Ok((n, room))
-}
-
 /// Hands every whole frame buffered in `conn` to the engine; false to drop the
 /// connection (a bad hello or malformed bytes).
-fn decode_frames(conn: &mut InConn, engine: &mut MpiEngine, now: Instant, job: &[u8], me: u32) -> bool {
+fn decode_frames(conn: &mut Conn, engine: &mut MpiEngine, now: Instant, job: &[u8], me: u32) -> bool {
     loop {
         let frame = match conn.dec.decode() {
             Ok(Some(f)) => f,
@@ -527,8 +561,8 @@ fn decode_frames(conn: &mut InConn, engine: &mut MpiEngine, now: Instant, job: &
     }
 }
 
-/// Writes as much of `tx` as the socket takes, vectored.
-fn write_queue(stream: &mut TcpStream, tx: &mut VecDeque<Bytes>) -> io::Result<()> {
+/// Writes as much of `tx` as the socket takes, vectored, without waiting.
+fn write_queue(stream: &TcpStream, tx: &mut VecDeque<Bytes>) -> io::Result<()> {
     const IOV: usize = 32;
     while !tx.is_empty() {
         let mut iov = [IoSlice::new(&[]); IOV];
@@ -537,7 +571,7 @@ fn write_queue(stream: &mut TcpStream, tx: &mut VecDeque<Bytes>) -> io::Result<(
             iov[k] = IoSlice::new(b);
             k += 1;
         }
-        match stream.write_vectored(&iov[..k]) {
+        match sock::send_vectored(stream, &iov[..k]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(mut n) => {
                 while n > 0 {

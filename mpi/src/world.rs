@@ -14,7 +14,8 @@ use crate::comm::CommId;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::pod::{self, Pod};
-use crate::transport::Transport;
+use crate::sock::Wait;
+use crate::transport::{DIRECT_MAX, Transport};
 
 /// Communicator id of point-to-point traffic on the world communicator.
 pub(crate) const COMM_WORLD: u32 = 0;
@@ -105,7 +106,9 @@ impl SpinPolicy {
 /// The world communicator of one rank: every MPI call goes through it.
 ///
 /// Progress happens inside calls, on the calling thread: a blocking call polls
-/// the sockets, spins briefly, yields, then sleeps in `epoll` until data arrives.
+/// the sockets, spins briefly (only when ranks do not outnumber cores), then
+/// sleeps until data arrives: in `recv` on the socket of the one rank it waits
+/// for, else in `epoll`.
 #[derive(Debug)]
 pub struct World {
     pub(crate) engine: MpiEngine,
@@ -118,6 +121,9 @@ pub struct World {
     /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
     /// host spinning only steals the CPU the sender needs).
     spin_now: Duration,
+    /// The latest receive posted for one known source, and that source: waiting
+    /// for it can read that peer's socket directly.
+    recv_hint: Option<(RequestId, u32)>,
     finalized: bool,
     /// The engine communicator id collectives use (see `World::collectives_in`).
     pub(crate) coll_comm: u32,
@@ -148,6 +154,7 @@ impl World {
             done: HashMap::new(),
             spin: SpinPolicy::for_world(env.size),
             spin_now: SpinPolicy::for_world(env.size).spin,
+            recv_hint: None,
             finalized: false,
             coll_comm: COMM_COLL,
         })
@@ -209,6 +216,9 @@ impl World {
 
     pub(crate) fn irecv_on(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Request> {
         let req = self.engine.irecv(Instant::now(), comm, source, tag)?;
+        // With two ranks, any source is the other one.
+        let from = source.or_else(|| (self.size == 2).then(|| 1 - self.rank)).filter(|&s| s != self.rank);
+        self.recv_hint = from.map(|s| (req, s));
         self.after_call()?;
         Ok(Request(req))
     }
@@ -247,7 +257,8 @@ impl World {
     /// Waits for `req` to finish.
     pub fn wait(&mut self, req: Request) -> Result<Completed> {
         let id = req.0;
-        self.progress_until(|w| w.done.contains_key(&id))?;
+        let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
+        self.progress_until(from, |w| w.done.contains_key(&id))?;
         let c = self.done.remove(&id).expect("present: waited for it");
         Ok(match c {
             Completion::Recv { status, data, .. } => Completed::Received(Message { status, data }),
@@ -266,7 +277,7 @@ impl World {
     /// Waits for every request, results in the same order.
     pub fn waitall(&mut self, reqs: Vec<Request>) -> Result<Vec<Completed>> {
         let ids: Vec<RequestId> = reqs.iter().map(|r| r.0).collect();
-        self.progress_until(|w| ids.iter().all(|id| w.done.contains_key(id)))?;
+        self.progress_until(None, |w| ids.iter().all(|id| w.done.contains_key(id)))?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
     }
 
@@ -277,7 +288,7 @@ impl World {
             return Ok(None);
         }
         let first = |w: &World| reqs.iter().position(|r| w.done.contains_key(&r.0));
-        self.progress_until(|w| first(w).is_some())?;
+        self.progress_until(None, |w| first(w).is_some())?;
         Ok(first(self))
     }
 
@@ -341,28 +352,45 @@ impl World {
     /// One round: wait up to `timeout` for sockets, fire timers, reconnect, drain.
     pub(crate) fn progress_once(&mut self, timeout: Option<Duration>) -> Result<bool> {
         let got = self.net.poll_io(&mut self.engine, timeout)?;
+        self.after_io()?;
+        Ok(got)
+    }
+
+    /// After socket input: fires due timers, reconnects, drains the engine.
+    fn after_io(&mut self) -> Result<()> {
         let now = Instant::now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
         self.net.retry_due(&mut self.engine, now)?;
-        self.after_call()?;
+        self.after_call()
+    }
+
+    /// One round reading only rank `from`'s socket (see [`Transport::read_direct`]);
+    /// `None` when that cannot be done now.
+    fn progress_direct(&mut self, from: u32, wait: Wait) -> Result<Option<bool>> {
+        let got = self.net.read_direct(&mut self.engine, from, wait)?;
+        if got.is_some() {
+            self.after_io()?;
+        }
         Ok(got)
     }
 
     /// Makes progress until `done(self)`: busy-polls for `spin`, then polls and
     /// yields, then sleeps in the kernel until the next socket event or deadline.
-    pub(crate) fn progress_until(&mut self, mut done: impl FnMut(&World) -> bool) -> Result<()> {
+    /// `from`: the one rank whose bytes can finish the wait, if known; its socket
+    /// is then read directly, spinning and sleeping in `recv` itself.
+    pub(crate) fn progress_until(&mut self, from: Option<u32>, mut done: impl FnMut(&World) -> bool) -> Result<()> {
         if done(self) {
             return Ok(());
         }
         let mut slept = false;
         loop {
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
-            // Without a spin or yield budget, sleep at once: a blocking poll returns
-            // at once when something is ready (one system call, not two).
+            // Without a spin or yield budget, sleep at once: a blocking read or
+            // poll returns at once when something is ready.
             if self.spin.spin.is_zero() && self.spin.yields == 0 {
-                self.sleep_once()?;
+                self.sleep_once(from)?;
                 if done(self) {
                     return Ok(());
                 }
@@ -371,7 +399,13 @@ impl World {
             let start = Instant::now();
             let mut rounds = 0u32;
             loop {
-                let got = self.progress_once(Some(Duration::ZERO))?;
+                let got = match from {
+                    Some(f) => match self.progress_direct(f, Wait::No)? {
+                        Some(got) => got,
+                        None => self.progress_once(Some(Duration::ZERO))?,
+                    },
+                    None => self.progress_once(Some(Duration::ZERO))?,
+                };
                 if done(self) {
                     if !slept && rounds == 0 {
                         let grown = (self.spin_now * 2).max(Duration::from_micros(1));
@@ -397,7 +431,7 @@ impl World {
                 slept = true;
                 self.spin_now /= 2;
             }
-            self.sleep_once()?;
+            self.sleep_once(from)?;
             if done(self) {
                 return Ok(());
             }
@@ -405,10 +439,17 @@ impl World {
     }
 
     /// Sleeps in the kernel until a socket event or the next deadline, then
-    /// handles what happened.
-    fn sleep_once(&mut self) -> Result<()> {
+    /// handles what happened. With `from` known, no deadline within
+    /// [`DIRECT_MAX`] and nothing left to write, it sleeps in `recv` on that
+    /// rank's socket (one system call) rather than in `epoll_wait`.
+    fn sleep_once(&mut self, from: Option<u32>) -> Result<()> {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
+        if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
+            if self.progress_direct(f, Wait::Block)?.is_some() {
+                return Ok(());
+            }
+        }
         let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
         self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
         Ok(())

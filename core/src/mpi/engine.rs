@@ -333,6 +333,7 @@ impl MpiEngine {
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         while let Some((to, seq)) = self.out.pop_front() {
             if let Some((msg, payload)) = self.peers[to as usize].frame(seq) {
+                self.ack_carried(to);
                 return Some(Transmit { to, msg, payload });
             }
         }
@@ -342,10 +343,25 @@ impl MpiEngine {
             if p.up && p.needs_ack() {
                 let h = p.stamp();
                 self.stats.acks_sent += 1;
+                self.ack_carried(to);
                 return Some(Transmit { to, msg: MpiMsg::Ack { ack: h.ack, credit: h.credit }, payload: Bytes::new() });
             }
         }
         None
+    }
+
+    /// A frame to `to` carries our latest acknowledgement and credit: no delayed
+    /// one is owed any more, and the ack timer stops when none is (a driver then
+    /// has no deadline to wake up for).
+    fn ack_carried(&mut self, to: u32) {
+        let p = &mut self.peers[to as usize];
+        if p.in_ack_later {
+            p.in_ack_later = false;
+            self.ack_later.retain(|&q| q != to);
+            if self.ack_later.is_empty() {
+                self.timers.clear(Timer::Ack);
+            }
+        }
     }
 
     /// The next finished request.

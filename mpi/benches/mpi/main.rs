@@ -6,8 +6,15 @@
 //! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
 //!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks.
 //!
-//! Each figure is a median of repetitions. Rows whose MPI is not installed are
-//! marked missing; runs past the time limit (60 s, quick 10 s) are killed and
+//! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
+//! turns over three rounds (quick: one), so load drifting on a shared machine
+//! hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
+//! target's baseline), busy-polling between two threads (`raw_tcp_spin`, once,
+//! with the quick counts: it collapses on a loaded machine), and
+//! blocking between two processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not installed are
+//! marked missing; runs past the time limit (MPICH and Open MPI: 60 s, ping-pong
+//! 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so that its 8-rank K=500
+//! factoring, about 537,000 flag rounds, finishes on 2 cores) are killed and
 //! reported as timeouts, and a reference that timed out is not run again on more
 //! ranks (reported as skipped). Prints a table, writes JSON and a PNG plot under
 //! `target/<profile>/mpi-bench/`, and prints one flat JSON object as the last line
@@ -31,10 +38,33 @@ use run::{Mpi, RefBuild, RunResult};
 
 pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
+/// Rounds of the p2pmp and raw ping-pongs, taking turns (quick: one).
+const PP_ROUNDS: usize = 3;
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// A ping-pong run's figure (or why not) per size.
+type PpFigures = Vec<(usize, Result<f64, String>)>;
+
+/// Per size, the median of the rounds that gave a figure, else the first reason.
+fn median_rounds(rounds: Vec<PpFigures>) -> PpFigures {
+    SIZES
+        .iter()
+        .map(|&size| {
+            let all: Vec<&Result<f64, String>> =
+                rounds.iter().flat_map(|r| r.iter().filter(|p| p.0 == size).map(|p| &p.1)).collect();
+            let ok: Vec<f64> = all.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+            let fig = if ok.is_empty() {
+                Err(all.iter().find_map(|r| r.as_ref().err().cloned()).unwrap_or_else(|| "failed: no figure".into()))
+            } else {
+                Ok(median(ok))
+            };
+            (size, fig)
+        })
+        .collect()
 }
 
 pub(crate) fn iters(size: usize, quick: bool) -> usize {
@@ -169,38 +199,59 @@ fn is_prime(n: u64) -> bool {
     n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
 }
 
-fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Duration) {
+/// Wall-clock limits of one run: p2pmp's rows must give a figure; a reference
+/// that busy-polls on oversubscribed cores is cut off sooner.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    p2pmp: Duration,
+    reference: Duration,
+}
+
+fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Limits) {
     let q: Vec<String> = if quick { vec!["quick".into()] } else { vec![] };
-    let put_pp = |res: &mut Results, system: &str, got: Result<Vec<(usize, f64)>, String>| {
-        for size in SIZES {
-            let lat = got.as_ref().map_err(Clone::clone).and_then(|v| {
-                v.iter().find(|p| p.0 == size).map(|p| p.1).ok_or_else(|| "failed: no figure".to_string())
-            });
+    // One figure (or why not) per size.
+    let put_pp = |res: &mut Results, system: &str, got: PpFigures| {
+        for (size, lat) in got {
             let l = size_label(size);
             res.put("lat", &format!("{size} B"), system, &format!("lat_{l}_us"), lat.clone());
             res.put("bw", &format!("{size} B"), system, &format!("bw_{l}_mbps"), lat.map(|us| size as f64 / us));
         }
     };
-    let parse = |r: RunResult| -> Result<Vec<(usize, f64)>, String> {
-        let v = run::values(&r?, "pp");
-        if v.is_empty() {
-            Err("failed: no output".into())
-        } else {
-            Ok(v.iter().map(|x| (x[0] as usize, x[1])).collect())
-        }
+    // The sizes a run printed, even if it then timed out or failed.
+    let parse = |r: RunResult| -> PpFigures {
+        let (lines, why) = match r {
+            Ok(lines) => (lines, "failed: no figure".to_string()),
+            Err(f) => (f.partial, f.why),
+        };
+        let v = run::values(&lines, "pp");
+        let figure = |size: usize| v.iter().find(|x| x.len() >= 2 && x[0] as usize == size).map(|x| x[1]);
+        SIZES.iter().map(|&size| (size, figure(size).ok_or_else(|| why.clone()))).collect()
     };
+    // p2pmp and the raw ping-pongs take turns, so that the load of a shared
+    // machine drifting during the run hits them alike; each figure is the median
+    // over the rounds (of the per-run medians).
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
-    put_pp(res, "p2pmp", parse(run::p2pmp(2, &pp_args, limit * 2)));
-    for spin in [false, true] {
-        let got =
-            SIZES.iter().map(|&s| raw::pingpong(s, quick, spin).map(|us| (s, us)).map_err(|e| e.to_string())).collect();
-        put_pp(res, if spin { "raw_tcp_spin" } else { "raw_tcp" }, got);
+    let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
+    let mut rounds: BTreeMap<&str, Vec<PpFigures>> = BTreeMap::new();
+    for _ in 0..if quick { 1 } else { PP_ROUNDS } {
+        rounds.entry("p2pmp").or_default().push(parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
+        for (system, spin, peer) in raws {
+            let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin, peer).map_err(|e| e.to_string())));
+            rounds.entry(system).or_default().push(got.collect());
+        }
     }
+    for system in ["p2pmp", "raw_tcp", "raw_tcp_proc"] {
+        put_pp(res, system, median_rounds(rounds.remove(system).unwrap_or_default()));
+    }
+    // Busy-polling collapses on a loaded machine (hundreds of µs a message):
+    // once, with the quick counts, so it cannot hold the run up for minutes.
+    let spin = SIZES.iter().map(|&s| (s, raw::pingpong(s, true, true, raw::Echo::Thread).map_err(|e| e.to_string())));
+    put_pp(res, "raw_tcp_spin", spin.collect());
     for (name, b, tcp) in refs {
         if quick && !tcp {
             continue;
         }
-        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit * 2)));
+        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)));
     }
 }
 
@@ -216,7 +267,7 @@ fn multi_rank_row(
     args: &[String],
     reps: usize,
     refs: &[(String, &RefBuild, bool)],
-    limit: Duration,
+    limit: Limits,
     gave_up: &mut BTreeMap<String, String>,
 ) {
     let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
@@ -227,6 +278,7 @@ fn multi_rank_row(
         let (mut samples, start) = (Vec::new(), Instant::now());
         while samples.len() < reps && (samples.is_empty() || start.elapsed() < Duration::from_secs(20)) {
             match run()
+                .map_err(|f| f.why)
                 .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
             {
                 Ok(v) => samples.push(v),
@@ -240,10 +292,10 @@ fn multi_rank_row(
         }
         Ok(median(samples))
     };
-    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit));
+    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit.p2pmp));
     res.put(section, row, "p2pmp", key, v);
     for (name, b, tcp) in refs {
-        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit));
+        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference));
         res.put(section, row, name, key, v);
     }
 }
@@ -251,6 +303,10 @@ fn multi_rank_row(
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
+    if let Ok(spec) = std::env::var(raw::ECHO_VAR) {
+        raw::echo_main(&spec).expect("raw echo process failed");
+        return;
+    }
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
         let res = match args.first().map(String::as_str) {
@@ -263,7 +319,11 @@ fn main() {
         return;
     }
     let t0 = Instant::now();
-    let limit = Duration::from_secs(if quick { 10 } else { 60 });
+    let limit = if quick {
+        Limits { p2pmp: Duration::from_secs(30), reference: Duration::from_secs(5) }
+    } else {
+        Limits { p2pmp: Duration::from_secs(180), reference: Duration::from_secs(60) }
+    };
     let dir = out_dir();
     let builds: Vec<RefBuild> = [Mpi::Mpich, Mpi::OpenMpi].into_iter().map(|m| run::build_refs(m, &dir)).collect();
     let mut res = Results::default();
@@ -346,10 +406,11 @@ fn main() {
     let ring_key = if quick { "ring_8x2000_s" } else { "ring_8x20000_s" };
     let _ = write!(
         report,
-        "\ntargets (ratio = p2pmp / reference):\n  8 B latency vs raw TCP (blocking) {} , vs raw TCP (busy-poll) {} , best raw {} (target <= 1.2)\n  8 B latency vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  1 MiB bandwidth vs raw TCP (best) {} (target >= 0.9)\n  8-rank ring vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  8-rank factoring (K=500) vs MPICH tcp {} , vs ideal (1-rank / 2 cores) {} (target <= 1.25)\n",
+        "\ntargets (ratio = p2pmp / reference):\n  8 B latency vs raw TCP (blocking) {} , vs raw TCP (busy-poll) {} , best raw {} (target <= 1.2); vs raw TCP between two processes {}\n  8 B latency vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  1 MiB bandwidth vs raw TCP (best) {} (target >= 0.9)\n  8-rank ring vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  8-rank factoring (K=500) vs MPICH tcp {} , vs ideal (1-rank / 2 cores) {} (target <= 1.25)\n  8-rank factoring (K=10000) vs MPICH tcp {} , vs ideal {}\n",
         fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp", "lat_8b_us"))),
         fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us"))),
         fmt(ratio(res.get("p2pmp", "lat_8b_us"), raw_best)),
+        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp_proc", "lat_8b_us"))),
         fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("mpich_tcp", "lat_8b_us"))),
         fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("openmpi_tcp", "lat_8b_us"))),
         fmt(ratio(res.get("p2pmp", "bw_1mib_mbps"), raw_bw_best)),
@@ -357,6 +418,8 @@ fn main() {
         fmt(ratio(res.get("p2pmp", ring_key), res.get("openmpi_tcp", ring_key))),
         fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("mpich_tcp", "factor_8_s"))),
         fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("p2pmp", "factor_1_s").map(|t| t / 2.0))),
+        fmt(ratio(res.get("p2pmp", "factor_8_k10000_s"), res.get("mpich_tcp", "factor_8_k10000_s"))),
+        fmt(ratio(res.get("p2pmp", "factor_8_k10000_s"), res.get("p2pmp", "factor_1_k10000_s").map(|t| t / 2.0))),
     );
     println!("{report}");
     let required = [
@@ -383,17 +446,23 @@ fn main() {
     let doc = format!("{{\"semiprime\": {semi}, \"figures\": {flat}, \"reasons\": {{{}}}}}\n", reasons.join(", "));
     let json_path = dir.join(if quick { "mpi-quick.json" } else { "mpi.json" });
     let _ = std::fs::write(&json_path, doc);
-    let series: Vec<(String, Vec<(f64, f64)>)> =
-        ["p2pmp", "raw_tcp", "raw_tcp_spin", "mpich_tcp", "openmpi_tcp", "mpich_default", "openmpi_default"]
-            .iter()
-            .map(|s| {
-                let pts = SIZES
-                    .iter()
-                    .filter_map(|&z| res.get(s, &format!("lat_{}_us", size_label(z))).map(|v| (z as f64, v)));
-                (s.to_string(), pts.collect::<Vec<_>>())
-            })
-            .filter(|(_, p)| !p.is_empty())
-            .collect();
+    let series: Vec<(String, Vec<(f64, f64)>)> = [
+        "p2pmp",
+        "raw_tcp",
+        "raw_tcp_spin",
+        "raw_tcp_proc",
+        "mpich_tcp",
+        "openmpi_tcp",
+        "mpich_default",
+        "openmpi_default",
+    ]
+    .iter()
+    .map(|s| {
+        let pts = SIZES.iter().filter_map(|&z| res.get(s, &format!("lat_{}_us", size_label(z))).map(|v| (z as f64, v)));
+        (s.to_string(), pts.collect::<Vec<_>>())
+    })
+    .filter(|(_, p)| !p.is_empty())
+    .collect();
     let png = dir.join(if quick { "mpi-quick.png" } else { "mpi.png" });
     match plot::latency(&png, &series) {
         Ok(()) => {

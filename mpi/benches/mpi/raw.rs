@@ -1,6 +1,7 @@
-//! Raw TCP ping-pong over loopback between two threads: the physical limit,
-//! blocking (sleeps in the kernel like a plain program) and busy-polling (spins
-//! on a non-blocking socket like the MPI libraries).
+//! Raw TCP ping-pong over loopback: the physical limit, blocking (sleeps in the
+//! kernel like a plain program) and busy-polling (spins on a non-blocking socket
+//! like the MPI libraries), between two threads and (blocking) between two
+//! processes, the shape of two MPI ranks.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -33,23 +34,63 @@ fn write_full(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Where the echoing side of a raw ping-pong runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Echo {
+    /// A thread of the bench process.
+    Thread,
+    /// A second process (this binary again), the shape of two MPI ranks.
+    Process,
+}
+
+/// Environment variable that makes this binary the echoing process:
+/// `addr size count spin`.
+pub(crate) const ECHO_VAR: &str = "MPI_BENCH_RAW_ECHO";
+
+/// Connects to `addr` and echoes `count` messages of `size` bytes.
+fn echo(addr: std::net::SocketAddr, size: usize, count: usize, spin: bool) -> io::Result<()> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(spin)?;
+    let mut buf = vec![0u8; size];
+    for _ in 0..count {
+        read_full(&mut s, &mut buf)?;
+        write_full(&mut s, &buf)?;
+    }
+    Ok(())
+}
+
+/// The echoing process's main, from the [`ECHO_VAR`] arguments.
+pub(crate) fn echo_main(spec: &str) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{ECHO_VAR}={spec}"));
+    let mut it = spec.split_whitespace();
+    let addr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let size = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let count = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let spin = it.next() == Some("spin");
+    echo(addr, size, count, spin)
+}
+
 /// Median half round trip in µs of `size`-byte ping-pongs (5 repetitions).
-pub(crate) fn pingpong(size: usize, quick: bool, spin: bool) -> io::Result<f64> {
+pub(crate) fn pingpong(size: usize, quick: bool, spin: bool, peer: Echo) -> io::Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let n = iters(size, quick);
-    let echo = std::thread::spawn(move || -> io::Result<()> {
-        let (mut s, _) = l.accept()?;
-        s.set_nodelay(true)?;
-        s.set_nonblocking(spin)?;
-        let mut buf = vec![0u8; size];
-        for _ in 0..5 * n {
-            read_full(&mut s, &mut buf)?;
-            write_full(&mut s, &buf)?;
+    let echoing: Box<dyn FnOnce() -> io::Result<()>> = match peer {
+        Echo::Thread => {
+            let t = std::thread::spawn(move || echo(addr, size, 5 * n, spin));
+            Box::new(move || t.join().map_err(|_| io::Error::other("echo thread panicked"))?)
         }
-        Ok(())
-    });
-    let mut s = TcpStream::connect(addr)?;
+        Echo::Process => {
+            let spec = format!("{addr} {size} {} {}", 5 * n, if spin { "spin" } else { "block" });
+            let mut child = std::process::Command::new(std::env::current_exe()?).env(ECHO_VAR, spec).spawn()?;
+            Box::new(move || {
+                let st = child.wait()?;
+                if st.success() { Ok(()) } else { Err(io::Error::other(format!("echo process: {st}"))) }
+            })
+        }
+    };
+    let (mut s, _) = l.accept()?;
     s.set_nodelay(true)?;
     s.set_nonblocking(spin)?;
     let mut buf = vec![7u8; size];
@@ -62,6 +103,6 @@ pub(crate) fn pingpong(size: usize, quick: bool, spin: bool) -> io::Result<f64> 
         }
         samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
     }
-    echo.join().map_err(|_| io::Error::other("echo thread panicked"))??;
+    echoing()?;
     Ok(median(samples))
 }

@@ -9,12 +9,26 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What one run gave: its output lines (rank prefixes removed), or why not.
-pub(crate) type RunResult = Result<Vec<String>, String>;
+pub(crate) type RunResult = Result<Vec<String>, Failed>;
+
+/// A run that did not finish well, and the lines it printed before (a ping-pong
+/// that timed out at 4 MiB still measured the small sizes).
+#[derive(Debug, Clone)]
+pub(crate) struct Failed {
+    pub(crate) why: String,
+    pub(crate) partial: Vec<String>,
+}
+
+impl Failed {
+    fn new(why: impl Into<String>) -> Self {
+        Failed { why: why.into(), partial: Vec::new() }
+    }
+}
 
 /// Runs `cmd` in its own process group, killing the group after `limit`.
 pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> RunResult {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| Failed::new(format!("cannot start: {e}")))?;
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
     let reader = std::thread::spawn(move || {
@@ -29,7 +43,7 @@ pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> RunResult {
     });
     let start = Instant::now();
     let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+        if let Some(st) = child.try_wait().map_err(|e| Failed::new(e.to_string()))? {
             break Some(st);
         }
         if start.elapsed() > limit {
@@ -42,17 +56,18 @@ pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> RunResult {
     };
     let stdout = reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
+    let lines: Vec<String> = stdout
+        .lines()
+        .map(|l| if l.starts_with('[') { l.split_once("] ").map_or(l, |(_, r)| r) } else { l })
+        .map(str::to_string)
+        .collect();
     match status {
-        None => Err(format!("timeout after {} s", limit.as_secs())),
+        None => Err(Failed { why: format!("timeout after {} s", limit.as_secs()), partial: lines }),
         Some(st) if !st.success() => {
             let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-            Err(format!("failed ({st}): {tail}"))
+            Err(Failed { why: format!("failed ({st}): {tail}"), partial: lines })
         }
-        Some(_) => Ok(stdout
-            .lines()
-            .map(|l| if l.starts_with('[') { l.split_once("] ").map_or(l, |(_, r)| r) } else { l })
-            .map(str::to_string)
-            .collect()),
+        Some(_) => Ok(lines),
     }
 }
 
@@ -134,7 +149,7 @@ pub(crate) fn build_refs(mpi: Mpi, out: &Path) -> RefBuild {
 
 /// `mpirun -n n prog args` over TCP only (`tcp`) or the default transports.
 pub(crate) fn mpirun(b: &RefBuild, tcp: bool, n: u32, prog: &str, args: &[String], limit: Duration) -> RunResult {
-    let dir = b.dir.as_ref().map_err(Clone::clone)?;
+    let dir = b.dir.as_ref().map_err(|e| Failed::new(e.clone()))?;
     let mut cmd = Command::new(b.mpi.mpirun());
     match b.mpi {
         Mpi::Mpich => {
@@ -155,7 +170,7 @@ pub(crate) fn mpirun(b: &RefBuild, tcp: bool, n: u32, prog: &str, args: &[String
 
 /// `p2pmp-launch -n n <this binary> args`.
 pub(crate) fn p2pmp(n: u32, args: &[String], limit: Duration) -> RunResult {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let me = std::env::current_exe().map_err(|e| Failed::new(e.to_string()))?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_p2pmp-launch"));
     cmd.args(["-n", &n.to_string(), "--"]).arg(me).args(args);
     run_limited(cmd, limit)

@@ -70,6 +70,8 @@ fn eager_ping_pong_needs_no_standalone_acks() {
         let got = recv_data(&p.completions(b));
         assert_eq!(got, vec![(Status { source: a as u32, tag: 7, count: 8 }, Bytes::from(vec![i; 8]))]);
         assert!(matches!(p.completions(a)[..], [Completion::Send { .. }]));
+        assert_eq!(p.e[a].poll_timeout(), None, "the message carried the sender's ack: no timer left to wake for");
+        assert!(p.e[b].poll_timeout().is_some(), "the receiver owes an ack");
     }
     assert_eq!(p.frames, [50, 50], "one frame per message, acks and credit piggybacked");
     assert!(p.e.iter().all(|e| e.stats().acks_sent == 0 && e.stats().eager_sent == 50));

@@ -1,0 +1,161 @@
+//! The few socket calls std and mio do not offer: a read into a buffer's spare
+//! capacity that blocks or not per call, a vectored write that never blocks, and
+//! the blocking mode and receive timeout that make the blocking read bounded.
+//!
+//! Data sockets stay in blocking mode with a receive timeout: every read and
+//! write of the poll loop passes `MSG_DONTWAIT`, and a rank waiting for one peer
+//! reads that peer's socket directly, sleeping in `recv` (one system call per
+//! message, as a plain blocking program) instead of in `epoll_wait` then `read`.
+
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use bytes::BytesMut;
+
+/// Least spare room offered to each read (the decoder reserves a whole frame's
+/// room once it has seen the frame's length).
+const READ_ROOM: usize = 64 << 10;
+
+/// How a read waits for its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// `EWOULDBLOCK` at once when nothing is there.
+    No,
+    /// Sleeps until bytes arrive, the peer closes, or the receive timeout passes
+    /// (then `EWOULDBLOCK`).
+    Block,
+}
+
+/// Reads once into the spare capacity of `buf` (at least [`READ_ROOM`] of it),
+/// without initialising it first: (bytes read, room offered).
+pub(crate) fn recv_spare(sock: &impl AsRawFd, buf: &mut BytesMut, wait: Wait) -> io::Result<(usize, usize)> {
+    buf.reserve(READ_ROOM);
+    let spare = buf.spare_capacity_mut();
+    let room = spare.len();
+    let flags = match wait {
+        Wait::No => libc::MSG_DONTWAIT,
+        Wait::Block => 0,
+    };
+    // SAFETY: recv(2) writes at most `spare.len()` bytes into the spare capacity,
+    // which `spare` borrows exclusively; the fd is the caller's open socket.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), spare.as_mut_ptr().cast(), room, flags) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the kernel initialised the first `n` spare bytes.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok((n, room))
+}
+
+/// Writes `bufs` with one `sendmsg`, without waiting and without `SIGPIPE`:
+/// the bytes the socket took.
+pub(crate) fn send_vectored(sock: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix; sendmsg only reads through it.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len() as _;
+    // SAFETY: `msg` points at `bufs`, which outlive the call; the fd is open.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Puts `sock` in blocking mode (reads that must not block pass `MSG_DONTWAIT`)
+/// with reads bounded by `timeout`.
+pub(crate) fn blocking_with_timeout(sock: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    // SAFETY: fcntl(2) on an open fd; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
+    };
+    // SAFETY: setsockopt(2) reads `size_of::<timeval>()` bytes from `&tv`, which lives
+    // across the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const tv).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Instant;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn non_blocking_read_of_a_blocking_socket_returns_would_block() {
+        let (_a, b) = pair();
+        blocking_with_timeout(&b, Duration::from_secs(5)).unwrap();
+        let mut buf = BytesMut::new();
+        let t = Instant::now();
+        let e = recv_spare(&b, &mut buf, Wait::No).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(t.elapsed() < Duration::from_secs(1), "must not wait for the timeout");
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn vectored_send_of_a_blocking_socket_never_waits() {
+        let (a, mut b) = pair();
+        blocking_with_timeout(&a, Duration::from_secs(5)).unwrap();
+        let part = vec![1u8; 1 << 20];
+        let (mut sent, t) = (0, Instant::now());
+        loop {
+            match send_vectored(&a, &[IoSlice::new(b"hd"), IoSlice::new(&part)]) {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+                    break;
+                }
+            }
+            assert!(sent < 1 << 30, "the socket buffer must fill");
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "a full buffer answers at once");
+        let mut first = [0u8; 3];
+        std::io::Read::read_exact(&mut b, &mut first).unwrap();
+        assert_eq!(first, [b'h', b'd', 1]);
+    }
+
+    #[test]
+    fn blocking_read_returns_data_then_times_out() {
+        let (mut a, b) = pair();
+        blocking_with_timeout(&b, Duration::from_millis(30)).unwrap();
+        a.write_all(b"hello").unwrap();
+        let mut buf = BytesMut::new();
+        let (n, room) = recv_spare(&b, &mut buf, Wait::Block).unwrap();
+        assert_eq!((n, &buf[..]), (5, &b"hello"[..]));
+        assert!(room >= READ_ROOM);
+        let t = Instant::now();
+        let e = recv_spare(&b, &mut buf, Wait::Block).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(t.elapsed() >= Duration::from_millis(20), "waited for the timeout");
+        drop(a);
+        assert_eq!(recv_spare(&b, &mut buf, Wait::Block).unwrap().0, 0, "end of stream");
+        assert_eq!(&buf[..], b"hello");
+    }
+}
