@@ -202,8 +202,8 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
             command(remote, NodeCommand::OutputFileRead { job, rank, name, data: files::read(&path) });
         }
         NodeEvent::RemoveDir { path } => files::remove_dir(&path),
-        NodeEvent::CopyFile { from, to } => {
-            if let Err(e) = files::copy(&from, &to) {
+        NodeEvent::CopyFile { from, to, link } => {
+            if let Err(e) = files::copy(&from, &to, link) {
                 warn!(from, to, %e, "cannot copy a file");
             }
         }

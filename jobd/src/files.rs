@@ -15,10 +15,14 @@ pub(crate) fn write_at(path: &str, offset: u64, data: &[u8]) -> std::io::Result<
     f.write_all(data)
 }
 
-/// Copies `from` to `to` (whole, permissions included), making `to`'s directory.
-pub(crate) fn copy(from: &str, to: &str) -> std::io::Result<()> {
+/// Copies `from` to `to` (whole, permissions included), making `to`'s directory;
+/// with `link`, a hard link where the file system allows one.
+pub(crate) fn copy(from: &str, to: &str, link: bool) -> std::io::Result<()> {
     if let Some(dir) = Path::new(to).parent() {
         std::fs::create_dir_all(dir)?;
+    }
+    if link && std::fs::hard_link(from, to).is_ok() {
+        return Ok(());
     }
     std::fs::copy(from, to).map(|_| ())
 }

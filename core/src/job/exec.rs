@@ -82,10 +82,12 @@ pub enum ExecEvent {
     /// Free slots changed: refresh the `res:any` registration.
     SlotsChanged { free: u32 },
     /// Keep a copy of the job's verified file `name` (all its chunks written) in
-    /// the file cache under `digest`.
-    CacheStore { job: JobId, name: String, digest: Id },
-    /// Copy the cached file `digest` into the job's directory as `name`.
-    CacheFetch { job: JobId, name: String, digest: Id },
+    /// the file cache under `digest`. `program`: it is the job's executable, which
+    /// cannot be written while it runs, so a hard link may stand for the copy.
+    CacheStore { job: JobId, name: String, digest: Id, program: bool },
+    /// Copy the cached file `digest` into the job's directory as `name`
+    /// (`program` as for [`ExecEvent::CacheStore`]).
+    CacheFetch { job: JobId, name: String, digest: Id, program: bool },
     /// Forget the cached file `digest`.
     CacheEvict { digest: Id },
 }

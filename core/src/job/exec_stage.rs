@@ -11,6 +11,9 @@ use crate::job::msg::{JobMsg, StagedFile};
 use crate::job::{JobId, MAX_STAGED_FILES};
 use crate::machine::NodeAddr;
 
+/// The staged file that is the job's executable.
+const PROGRAM: u32 = 1;
+
 /// The header of one [`JobMsg::Stage`] chunk.
 pub(super) struct Chunk {
     pub(super) file: u32,
@@ -45,8 +48,8 @@ impl Execution {
             have.push((f.file, f.name, f.digest));
         }
         let files = have.iter().map(|(file, _, _)| *file).collect();
-        for (_, name, digest) in have {
-            self.event(ExecEvent::CacheFetch { job, name, digest });
+        for (file, name, digest) in have {
+            self.event(ExecEvent::CacheFetch { job, name, digest, program: file == PROGRAM });
         }
         self.send(from, JobMsg::Have { job, files }, Bytes::new());
         Some(())
@@ -96,7 +99,7 @@ impl Execution {
             for old in evicted {
                 self.event(ExecEvent::CacheEvict { digest: old });
             }
-            self.event(ExecEvent::CacheStore { job, name, digest });
+            self.event(ExecEvent::CacheStore { job, name, digest, program: c.file == PROGRAM });
         }
         Some(())
     }

@@ -294,12 +294,17 @@ fn a_verified_file_is_cached_and_a_later_job_takes_it_from_the_cache() {
     let (_, evs) = stage_file(&mut e, now, job_id(1), &files[0], &xml);
     assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { .. })), "{evs:?}");
     let (_, evs) = stage_file(&mut e, now, job_id(1), &files[1], &prog);
-    let store = ExecEvent::CacheStore { job: job_id(1), name: "prog".into(), digest: prog_digest };
+    let store = ExecEvent::CacheStore { job: job_id(1), name: "prog".into(), digest: prog_digest, program: true };
     assert!(matches!(evs.as_slice(), [ExecEvent::WriteFile { .. }, s] if *s == store), "{evs:?}");
     // A later job takes the program from the cache.
     let (msgs, evs) = offer_and_manifest(&mut e, now, job_id(2), &files);
     assert_eq!(msgs.last(), Some(&JobMsg::Have { job: job_id(2), files: vec![1] }));
-    assert!(evs.contains(&ExecEvent::CacheFetch { job: job_id(2), name: "prog".into(), digest: prog_digest }));
+    assert!(evs.contains(&ExecEvent::CacheFetch {
+        job: job_id(2),
+        name: "prog".into(),
+        digest: prog_digest,
+        program: true
+    }));
     // The job file is never taken from the cache: until it comes, staging is incomplete.
     e.handle_message(now, env(JobMsg::StageEnd { job: job_id(2), files: 2 }, Bytes::new()));
     assert_eq!(drain(&mut e).0, [JobMsg::Resend { job: job_id(2), file: 0 }]);

@@ -153,8 +153,10 @@ pub enum NodeEvent {
     /// Remove a job directory and everything in it.
     RemoveDir { path: String },
     /// Copy file `from` to `to` (a new file, its directory made), whole and
-    /// before any later event: a copy, never a link, as a process may change its files.
-    CopyFile { from: String, to: String },
+    /// before any later event. A process may change its input files, so those are
+    /// copied; with `link` (an executable, which cannot be written while it runs) a
+    /// hard link will do, a copy where linking fails.
+    CopyFile { from: String, to: String, link: bool },
     /// Remove one file; a missing one is fine.
     RemoveFile { path: String },
     /// Write `reply` to a rank's control connection `conn`.
@@ -421,13 +423,13 @@ impl DaemonNode {
                 let path = self.job_dir(job);
                 self.event(NodeEvent::RemoveDir { path });
             }
-            ExecEvent::CacheStore { job, name, digest } => {
+            ExecEvent::CacheStore { job, name, digest, program } => {
                 let from = join(&self.job_dir(job), &name);
-                self.event(NodeEvent::CopyFile { from, to: self.cache_path(digest) });
+                self.event(NodeEvent::CopyFile { from, to: self.cache_path(digest), link: program });
             }
-            ExecEvent::CacheFetch { job, name, digest } => {
+            ExecEvent::CacheFetch { job, name, digest, program } => {
                 let to = join(&self.job_dir(job), &name);
-                self.event(NodeEvent::CopyFile { from: self.cache_path(digest), to });
+                self.event(NodeEvent::CopyFile { from: self.cache_path(digest), to, link: program });
             }
             ExecEvent::CacheEvict { digest } => self.event(NodeEvent::RemoveFile { path: self.cache_path(digest) }),
             // Capacity is advertised, not free slots (module docs).
