@@ -33,6 +33,17 @@ pub(crate) struct QueryState {
     pub(crate) deadline: Instant,
 }
 
+/// What storing one value did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// Not stored before: stored now.
+    New,
+    /// Already stored: its expiry moved on.
+    Refreshed,
+    /// A limit refused it.
+    Refused,
+}
+
 /// Values stored under one name.
 #[derive(Debug, Clone)]
 struct Slot {
@@ -48,12 +59,12 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Stores or refreshes one value. False when a limit refused it.
-    fn put(&mut self, name: String, value: String, expires: Instant, per_name: usize, total: usize) -> bool {
+    /// Stores or refreshes one value.
+    fn put(&mut self, name: String, value: String, expires: Instant, per_name: usize, total: usize) -> Put {
         let full = self.len >= total;
         let slot = match self.names.get_mut(&name) {
             Some(s) => s,
-            None if full => return false,
+            None if full => return Put::Refused,
             None => {
                 let key = Id::hash(&name);
                 self.names.entry(name).or_insert(Slot { key, values: Vec::new() })
@@ -61,14 +72,14 @@ impl Store {
         };
         if let Some(v) = slot.values.iter_mut().find(|(v, _)| *v == value) {
             v.1 = v.1.max(expires);
-            return true;
+            return Put::Refreshed;
         }
         if full || slot.values.len() >= per_name {
-            return false;
+            return Put::Refused;
         }
         slot.values.push((value, expires));
         self.len += 1;
-        true
+        Put::New
     }
 
     /// Live values under `name`, sorted.
@@ -261,49 +272,72 @@ impl ChordNode {
                 self.send(to, 0, ChordMsg::Register { entry: entry.clone(), replicas: 0 }, Traffic::Maintenance);
             }
         }
-        self.store_entry(now, entry);
+        let _ = self.store_entry(now, entry);
     }
 
-    fn store_entry(&mut self, now: Instant, entry: Entry) {
+    /// Stores one entry; true if this node did not hold that value before.
+    fn store_entry(&mut self, now: Instant, entry: Entry) -> bool {
         if entry.name.len() > self.cfg.max_name_len || entry.value.len() > self.cfg.max_value_len {
-            return self.drop_input();
+            self.drop_input();
+            return false;
         }
         let ttl = Duration::from_millis(entry.ttl_ms).min(self.cfg.max_ttl);
         let expires = Self::later(now, ttl);
         let (per_name, total) = (self.cfg.max_values_per_name, self.cfg.max_stored);
-        if !self.store.put(entry.name, entry.value, expires, per_name, total) {
-            return self.drop_input();
+        let put = self.store.put(entry.name, entry.value, expires, per_name, total);
+        if put == Put::Refused {
+            self.drop_input();
+            return false;
         }
         if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
             self.timers.set(Timer::Expire, expires);
         }
+        put == Put::New
     }
 
-    /// Registrations handed over by a joining predecessor's successor or a leaving node.
+    /// Registrations handed over by a joining predecessor's successor or a leaving
+    /// node, or copied here as a replica.
+    ///
+    /// Entries whose key lies ahead, in (us, successor], go on to the successor.
+    /// Entries whose key lies behind our range and that came from ahead of us (from
+    /// a node between us and the key, going round) are a handover that missed its
+    /// owner: the sender's view was stale, typically because we adopted a new
+    /// predecessor while they were in flight. They go back to our predecessor, once
+    /// (only when new here), so they walk back to their owner; copies from behind
+    /// are replicas and stay.
     pub(crate) fn on_key_transfer(&mut self, now: Instant, from: Peer, entries: Vec<Entry>) {
         if !self.joined() {
             return self.drop_input();
         }
+        let me = self.me.id;
         // Not when they come from the successor itself: in a ring of fewer than
         // `replicas` nodes its replicas wrap round to here.
         let succ = self
             .succs
             .first()
             .copied()
-            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(self.me.id, s.id)));
-        let mut ahead = Vec::new();
+            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(me, s.id)));
+        let pred = self.pred.filter(|p| p.addr != from.addr);
+        let (mut ahead, mut behind) = (Vec::new(), Vec::new());
         for e in entries {
             let key = Id::hash(&e.name);
             // Keys that are ours now (a leaving predecessor's) go on to our replicas.
             self.replicas_dirty |= self.pred.is_some() && self.owns(key);
             // Keys in (us, successor] are the successor's (see `sync_replicas`).
-            if succ.is_some_and(|s| key.in_half_open(self.me.id, s.id)) {
+            if succ.is_some_and(|s| key.in_half_open(me, s.id)) {
                 ahead.push(e.clone());
+                let _ = self.store_entry(now, e);
+                continue;
             }
-            self.store_entry(now, e);
+            let missed_owner = pred.is_some_and(|p| !key.in_half_open(p.id, me)) && from.id.in_open(me, key);
+            if self.store_entry(now, e.clone()) && missed_owner {
+                behind.push(e);
+            }
         }
-        if let (Some(s), false) = (succ, ahead.is_empty()) {
-            self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+        for (to, entries) in [(succ, ahead), (pred, behind)] {
+            if let (Some(to), false) = (to, entries.is_empty()) {
+                self.send(to.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+            }
         }
     }
 
