@@ -372,14 +372,15 @@ fn config() -> ProptestConfig {
 
 const DEFAULT_RNG_SEED: u64 = 0x00c0_ffee_c40d;
 
-/// Known bug, found by a 3,000-case search (seed 8576653464638379146): a node
-/// crashes and another leaves at the same instant while five nodes are still
-/// forming their ring; the leaver hands its successor the crashed node as
-/// predecessor, the rejoin step picks that dead node and has no fallback, and
-/// every node ends up unjoined. Run with `--ignored` once fixed.
+/// Regression (found by a 3,000-case search, seed 8576653464638379146): a node
+/// crashes and another leaves at the same instant while five nodes form their
+/// ring. The leaver hands its successor the crashed node; the successor loses
+/// every contact and rejoins, and a member that still counts on it used to drop
+/// it for not answering, until every node was unjoined. Now a rejoining node
+/// answers `NotJoined`, the member keeps it as a last-resort successor, and its
+/// stabilize request tells the rejoining node where to join back.
 #[test]
-#[ignore = "known bug: crash and leave at once while the ring forms (see doc comment)"]
-fn known_bug_crash_and_leave_while_forming() {
+fn regression_crash_and_leave_while_forming() {
     let s = Scenario {
         seed: 8576653464638379146,
         initial: 5,
@@ -389,13 +390,14 @@ fn known_bug_crash_and_leave_while_forming() {
     check_recovery(&s).unwrap();
 }
 
-/// Known bug, found with `PROPTEST_RNG_SEED=1`: joins only, then a registration
-/// while the ring is still forming. It ends up stored at seven nodes but not at
-/// its true owner, a node that joined between; no key transfer ever reaches it,
-/// so queries miss it until the registrant's next refresh. Run with `--ignored`.
+/// Regression (found with `PROPTEST_RNG_SEED=1`): joins only, then a registration
+/// while the ring is still forming. The handover from the first owner went on to
+/// a node that had just adopted a newer predecessor (the true owner); it stored
+/// the entry as a replica and nothing reached the owner. Now a handover that
+/// arrives from ahead with keys behind the receiver's range walks back to its
+/// predecessor.
 #[test]
-#[ignore = "known bug: a registration misses a concurrently joined owner (see doc comment)"]
-fn known_bug_registration_misses_a_concurrent_joiner() {
+fn regression_registration_reaches_a_concurrent_joiner() {
     let j = |p: u64| Op::Join { contact: Pick(p) };
     let s = Scenario {
         seed: 9933923813110642413,

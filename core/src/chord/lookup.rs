@@ -165,16 +165,12 @@ impl ChordNode {
         }
     }
 
-    /// A hop did not answer: route around it.
+    /// A hop did not answer (the caller blamed it already): route around it.
     pub(crate) fn hop_failed(&mut self, now: Instant, to: NodeAddr, mut state: Box<LookupState>) {
         if state.failed.len() < KEPT_FAILED {
             state.failed.push(to);
         }
         state.candidates.retain(|p| p.addr != to);
-        if now < state.deadline {
-            // Out of time is the lookup's fault, not the hop's.
-            self.peer_silent(now, to);
-        }
         self.ask_next(now, state);
     }
 

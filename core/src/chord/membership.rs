@@ -97,8 +97,7 @@ impl ChordNode {
                 // Joined only once the successor answers as a member: the answer may be
                 // stale (it left or lost its ring meanwhile), and a node that takes a
                 // gone successor is stranded. Its list fills ours at once, too.
-                let body = ChordMsg::GetSuccessorList;
-                self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
+                self.confirm_join_with(now, vec![owner]);
             }
             _ => self.join_failed(now),
         }
@@ -119,12 +118,31 @@ impl ChordNode {
             return;
         }
         let me = self.me.addr;
-        match successors.iter().copied().find(|p| p.addr != me && p.addr != pred.addr) {
-            Some(s) => {
-                self.request(now, s.addr, ChordMsg::GetSuccessorList, Waiting::SuccessorList, Traffic::Maintenance)
-            }
-            None => self.join_confirmed(now, pred, Vec::new()),
+        // Our successor is the first of them that answers; `pred` itself when none
+        // does (then we are the only two, or stabilization walks on from there).
+        let mut candidates: Vec<Peer> =
+            successors.into_iter().filter(|p| p.addr != me && p.addr != pred.addr).collect();
+        candidates.truncate(self.cfg.successors);
+        if candidates.is_empty() {
+            return self.join_confirmed(now, pred, Vec::new());
         }
+        candidates.push(pred);
+        self.confirm_join_with(now, candidates);
+    }
+
+    /// Asks the first of `candidates` for its successor list, to confirm it as our
+    /// successor; the rest are tried in turn if it does not answer. With none left,
+    /// the join through the current contact failed.
+    pub(crate) fn confirm_join_with(&mut self, now: Instant, mut candidates: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        if candidates.is_empty() {
+            return self.join_failed(now);
+        }
+        let next = candidates.remove(0);
+        let what = Waiting::SuccessorList { fallback: candidates };
+        self.request(now, next.addr, ChordMsg::GetSuccessorList, what, Traffic::Maintenance);
     }
 
     /// A joining node that lost its ring got a request from `addr`, a member that
@@ -135,11 +153,32 @@ impl ChordNode {
         {
             return;
         }
+        self.remember_rejoin(addr);
+        self.join_lookup(now, addr);
+    }
+
+    /// A joining node got a stabilize request from `addr`: a member whose successor
+    /// it still is. Joins right after it (as when a join lookup through a contact
+    /// comes back to this node), unless that is already under way.
+    pub(crate) fn join_behind_member(&mut self, now: Instant, addr: NodeAddr) {
+        if !matches!(self.phase, Phase::Joining { .. })
+            || self.pending.any(|p| p.to == addr && matches!(p.what, Waiting::JoinBehind))
+        {
+            return;
+        }
+        self.remember_rejoin(addr);
+        self.request(now, addr, ChordMsg::GetSuccessorList, Waiting::JoinBehind, Traffic::Maintenance);
+    }
+
+    /// Adds `addr` to the peers tried after the bootstrap list.
+    fn remember_rejoin(&mut self, addr: NodeAddr) {
+        if self.bootstrap.contains(&addr) || self.rejoin.contains(&addr) {
+            return;
+        }
         if self.rejoin.len() >= MAX_REJOIN {
             self.rejoin.pop();
         }
         self.rejoin.push(addr);
-        self.join_lookup(now, addr);
     }
 
     /// The successor found by the join lookup answered with its list: joined.
@@ -183,7 +222,12 @@ impl ChordNode {
     /// the ring) becomes a ring of one if none answers, and keeps trying to merge.
     pub(crate) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
         // Remember who we knew: they may only have looked dead (loss, a partition).
-        let candidates = self.succs.iter().chain(self.fingers.runs().iter().map(|(_, p)| p)).chain(self.pred.iter());
+        let candidates = self
+            .succs
+            .iter()
+            .chain(self.fingers.runs().iter().map(|(_, p)| p))
+            .chain(self.pred.iter())
+            .chain(self.joiners.iter().filter(|(_, until)| *until > now).map(|(p, _)| p));
         let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
         for a in candidates.map(|p| p.addr).chain([last]) {
             if a != self.me.addr && !self.bootstrap.contains(&a) && !known.contains(&a) {
@@ -255,6 +299,31 @@ impl ChordNode {
         self.peer_failed(now, addr);
     }
 
+    /// `addr` answered that it is out of the ring (rejoining). It is no predecessor
+    /// or finger any more, and goes to the end of the successor list: the others
+    /// are asked first, but if every one of them is gone, this node is what remains
+    /// of its ring and that node joins back right behind it when a stabilize
+    /// reaches it (see `join_behind_member`), instead of both waiting for a ring.
+    pub(crate) fn peer_not_joined(&mut self, now: Instant, addr: NodeAddr) {
+        if !self.joined() {
+            return;
+        }
+        if self.pred.is_some_and(|p| p.addr == addr) {
+            self.pred = None;
+            self.pred_strikes = 0;
+        }
+        self.fingers.remove(addr);
+        let Some(at) = self.succs.iter().position(|p| p.addr == addr) else { return };
+        let mut list = self.succs.clone();
+        let p = list.remove(at);
+        list.push(p);
+        self.set_successor_list(list);
+        self.set_successor_fingers();
+        if at == 0 && self.succs.len() > 1 {
+            self.timers.set(Timer::Stabilize, now);
+        }
+    }
+
     /// A peer could not be reached (or stayed silent): drop it and repair the successor.
     pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
         if !self.joined() || addr == self.me.addr {
@@ -296,7 +365,14 @@ impl ChordNode {
     /// stored registrations go to the successor.
     pub(crate) fn leave(&mut self, now: Instant) {
         if self.joined() {
-            let mut known: Vec<Peer> = self.pred.iter().copied().chain(self.succs.iter().copied()).collect();
+            // Never a neighbour that already missed an answer: it may have crashed, and
+            // a node handed only dead neighbours is cut off.
+            let suspect = |p: &Peer| {
+                (self.pred_strikes > 0 && self.pred == Some(*p))
+                    || (self.succ_strikes > 0 && self.succs.first() == Some(p))
+            };
+            let mut known: Vec<Peer> =
+                self.pred.iter().copied().chain(self.succs.iter().copied()).filter(|p| !suspect(p)).collect();
             for (j, until) in std::mem::take(&mut self.joiners) {
                 if until > now && j.addr != self.me.addr && !known.iter().any(|p| p.addr == j.addr) {
                     known.push(j);

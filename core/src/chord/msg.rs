@@ -98,11 +98,16 @@ pub enum ChordMsg {
     /// (predecessor, itself] does not hold the key (the registrant's lookup was
     /// stale): nothing stored, look the owner up again.
     NotOwner,
+    /// Reply to any request that reached a node not part of a ring (it lost every
+    /// contact and is joining again): alive, but it cannot answer. The asker routes
+    /// around it without counting it dead; a node that stabilizes with it as its
+    /// successor is where it joins back.
+    NotJoined,
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 20;
+    pub const KINDS: usize = 21;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -127,6 +132,7 @@ impl ChordMsg {
             ChordMsg::NewPredecessor { .. } => 17,
             ChordMsg::Registered => 18,
             ChordMsg::NotOwner => 19,
+            ChordMsg::NotJoined => 20,
         }
     }
 }

@@ -92,7 +92,8 @@ pub(crate) enum Waiting {
     /// successor: the join goes on from there.
     JoinBehind,
     /// The successor list of the node the join lookup named: it confirms the join.
-    SuccessorList,
+    /// If it does not answer, the next of `fallback` (nearest first) is asked.
+    SuccessorList { fallback: Vec<Peer> },
     /// The predecessor of finger `index`'s node, to check the finger still holds.
     FingerCheck { index: u32, node: Peer },
     /// The successor's fingers, right after joining.
@@ -132,6 +133,10 @@ impl Requests {
         self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
     }
 
+    pub(crate) fn any(&self, f: impl Fn(&Pending) -> bool) -> bool {
+        self.0.iter().any(|(_, p)| f(p))
+    }
+
     pub(crate) fn clear(&mut self) {
         self.0 = Vec::new();
     }
@@ -141,6 +146,15 @@ impl Requests {
     pub(crate) fn first_id(&self) -> Option<u64> {
         self.0.first().map(|(id, _)| *id)
     }
+}
+
+/// Why a request got no useful answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoAnswer {
+    /// Nothing came back in time, or the message could not be sent.
+    Silent,
+    /// The peer answered [`ChordMsg::NotJoined`]: alive, but out of the ring.
+    NotJoined,
 }
 
 /// Who a sent message is for, in the counters.
@@ -414,7 +428,7 @@ impl ChordNode {
         let due = self.pending.ids_where(|p| p.deadline <= now);
         for id in due {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
     }
@@ -423,39 +437,53 @@ impl ChordNode {
     pub(crate) fn abandon_requests_to(&mut self, now: Instant, addr: NodeAddr) {
         for id in self.pending.ids_where(|p| p.to == addr) {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
     }
 
-    fn request_failed(&mut self, now: Instant, p: Pending) {
+    fn request_failed(&mut self, now: Instant, p: Pending, why: NoAnswer) {
         self.stats.request_failures += 1;
         match p.what {
-            Waiting::Hop(state) => self.hop_failed(now, p.to, state),
+            Waiting::Hop(state) => {
+                if now < state.deadline() {
+                    // Out of time is the lookup's fault, not the hop's.
+                    self.blame(now, p.to, why);
+                }
+                self.hop_failed(now, p.to, state);
+            }
             Waiting::Stabilize => {
                 self.stabilize_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
             Waiting::PingPredecessor => {
                 self.ping_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
             Waiting::Query(q) => {
                 if now < q.deadline {
-                    self.peer_silent(now, p.to);
+                    self.blame(now, p.to, why);
                 }
                 self.query_failed(now, *q);
             }
             Waiting::FingerCheck { .. } => {
                 self.finger_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
-            Waiting::SuccessorList | Waiting::JoinBehind => self.join_failed(now),
+            Waiting::SuccessorList { fallback } => self.confirm_join_with(now, fallback),
+            Waiting::JoinBehind => self.join_failed(now),
             Waiting::Fingers => {}
             Waiting::Register { name, value } => {
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
                 self.retry_registration(now, &name, &value);
             }
+        }
+    }
+
+    fn blame(&mut self, now: Instant, addr: NodeAddr, why: NoAnswer) {
+        match why {
+            NoAnswer::Silent => self.peer_silent(now, addr),
+            NoAnswer::NotJoined => self.peer_not_joined(now, addr),
         }
     }
 
@@ -485,8 +513,15 @@ impl ChordNode {
         );
         if is_request && (rid == 0 || !self.joined()) {
             if rid != 0 {
-                // A member that still counts on us: a contact to rejoin through.
-                self.rejoin_hint(now, from.addr);
+                self.send(from.addr, rid, ChordMsg::NotJoined, Traffic::Reply);
+            }
+            match env.body {
+                // A member stabilizing with us as its successor: our place is right
+                // after it, so join there (its list names who follows).
+                ChordMsg::GetPredecessor if rid != 0 => self.join_behind_member(now, from.addr),
+                // Any other member that still counts on us: a contact to rejoin through.
+                _ if rid != 0 => self.rejoin_hint(now, from.addr),
+                _ => {}
             }
             return self.drop_input();
         }
@@ -521,6 +556,10 @@ impl ChordNode {
                 }
             }
             ChordMsg::Register { entry, replicas } => {
+                if rid != 0 && !self.joined() {
+                    self.send(from.addr, rid, ChordMsg::NotJoined, Traffic::Reply);
+                    return self.drop_input();
+                }
                 if rid != 0 && replicas > 0 && self.joined() && !self.owns(Id::hash(&entry.name)) {
                     // The registrant's lookup was stale: storing it here would hide it
                     // from queries until its next refresh, so let it look again.
@@ -562,10 +601,18 @@ impl ChordNode {
                     self.adopt_fingers(fingers);
                 }
             }
+            ChordMsg::NotJoined => match self.pending.get(&rid) {
+                Some(p) if p.to == from.addr => {
+                    if let Some(p) = self.pending.remove(&rid) {
+                        self.request_failed(now, p, NoAnswer::NotJoined);
+                    }
+                }
+                _ => self.drop_input(),
+            },
             ChordMsg::SuccessorList { successors } => {
-                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList | Waiting::JoinBehind);
+                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList { .. } | Waiting::JoinBehind);
                 match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
-                    Some(Waiting::SuccessorList) => self.join_confirmed(now, from, successors),
+                    Some(Waiting::SuccessorList { .. }) => self.join_confirmed(now, from, successors),
                     Some(Waiting::JoinBehind) => self.join_behind(now, from, successors),
                     _ => {}
                 }
@@ -602,7 +649,7 @@ impl Machine for ChordNode {
         self.peer_failed(now, to);
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
         self.sync_replicas(now);

@@ -62,6 +62,7 @@ pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
         arb_peer().prop_map(|predecessor| ChordMsg::NewPredecessor { predecessor }),
         Just(ChordMsg::Registered),
         Just(ChordMsg::NotOwner),
+        Just(ChordMsg::NotJoined),
         proptest::collection::vec((any::<u8>(), arb_peer()), 0..20).prop_map(|fingers| ChordMsg::Fingers { fingers }),
     ]
 }
@@ -103,6 +104,7 @@ fn variant_tags_are_pinned() {
         ChordMsg::NewPredecessor { predecessor: Peer::from_addr(addr(1)) },
         ChordMsg::Registered,
         ChordMsg::NotOwner,
+        ChordMsg::NotJoined,
     ];
     assert_eq!(msgs.len(), ChordMsg::KINDS);
     for (i, m) in msgs.iter().enumerate() {
