@@ -418,6 +418,41 @@ fn regression_registration_reaches_a_concurrent_joiner() {
     check_recovery(&s).unwrap();
 }
 
+/// Known limitation (random search, `PROPTEST_RNG_SEED=random`): two crashes, a
+/// join, then two neighbours (nodes 0 and 2) leave at the same instant, all
+/// within 1.3 s of four joins, before the ring has formed. Nodes 4 and 5 had
+/// joined but no member had adopted them yet, and the crashes took the nodes that
+/// would have. Node 0 knew node 6 (its predecessor) but not 4 or 5; node 2 knew
+/// node 5 (a finger) and handed its notice to node 0, which was leaving too.
+/// Afterwards node 6 knows only departed nodes and nodes 4 and 5 know only each
+/// other and departed nodes: no protocol working from messages can join the two
+/// pieces. Kept to show it; run with `--ignored`.
+#[test]
+#[ignore = "beyond repair by messages: the leavers were the only link between the two pieces (see doc comment)"]
+fn limitation_two_crashes_a_join_and_two_leaves_while_forming() {
+    let j = Op::Join { contact: Pick(0) };
+    let s = Scenario {
+        seed: 8143760525790831803,
+        initial: 2,
+        report_failures: false,
+        ops: vec![
+            j.clone(),
+            j.clone(),
+            j.clone(),
+            j.clone(),
+            Op::Run { ms: 1234 },
+            Op::Crash(Pick(3074457345618258603)),
+            Op::Run { ms: 809 },
+            Op::Crash(Pick(7378697629483820647)),
+            j,
+            Op::Run { ms: 498 },
+            Op::Leave(Pick(0)),
+            Op::Leave(Pick(0)),
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
 proptest! {
     #![proptest_config(config())]
 

@@ -8,7 +8,7 @@ use rand::Rng;
 use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_JOINERS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
 use super::registry::Store;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
@@ -227,7 +227,7 @@ impl ChordNode {
             .iter()
             .chain(self.fingers.runs().iter().map(|(_, p)| p))
             .chain(self.pred.iter())
-            .chain(self.joiners.iter().filter(|(_, until)| *until > now).map(|(p, _)| p));
+            .chain(self.dependents.iter().filter(|(_, until)| *until > now).map(|(p, _)| p));
         let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
         for a in candidates.map(|p| p.addr).chain([last]) {
             if a != self.me.addr && !self.bootstrap.contains(&a) && !known.contains(&a) {
@@ -350,14 +350,14 @@ impl ChordNode {
         }
     }
 
-    /// Remembers a node that joins with this one as its successor (see `joiners`).
-    pub(crate) fn remember_joiner(&mut self, now: Instant, joiner: Peer) {
-        self.joiners.retain(|(p, until)| *until > now && p.addr != joiner.addr);
-        if self.joiners.len() >= MAX_JOINERS {
-            self.joiners.remove(0);
+    /// Remembers a node that has this one as its successor (see `dependents`).
+    pub(crate) fn remember_dependent(&mut self, now: Instant, node: Peer) {
+        self.dependents.retain(|(p, until)| *until > now && p.addr != node.addr);
+        if self.dependents.len() >= MAX_DEPENDENTS {
+            self.dependents.remove(0);
         }
         let until = now + self.cfg.stabilize_period * 2 + self.cfg.request_timeout;
-        self.joiners.push((joiner, until));
+        self.dependents.push((node, until));
     }
 
     /// Graceful leave: every neighbour this node knows (predecessor, successors and
@@ -373,9 +373,18 @@ impl ChordNode {
             };
             let mut known: Vec<Peer> =
                 self.pred.iter().copied().chain(self.succs.iter().copied()).filter(|p| !suspect(p)).collect();
-            for (j, until) in std::mem::take(&mut self.joiners) {
+            for (j, until) in std::mem::take(&mut self.dependents) {
                 if until > now && j.addr != self.me.addr && !known.iter().any(|p| p.addr == j.addr) {
                     known.push(j);
+                }
+            }
+            // Their successor candidates: the known nodes, then the fingers (far, but
+            // alive as far as we know: a fallback when the ring is still forming and
+            // the near ones are gone too).
+            let mut candidates = known.clone();
+            for &(_, f) in self.fingers.runs() {
+                if !suspect(&f) && !candidates.iter().any(|p| p.addr == f.addr) {
+                    candidates.push(f);
                 }
             }
             if let Some(s) = self.succs.first().copied() {
@@ -395,7 +404,7 @@ impl ChordNode {
             // Everyone that may have this node as successor: the others, nearest first.
             let first = self.succs.first().map(|p| p.addr);
             for &x in known.iter().filter(|p| Some(p.addr) != first) {
-                let mut successors: Vec<Peer> = known.iter().copied().filter(|p| p.addr != x.addr).collect();
+                let mut successors: Vec<Peer> = candidates.iter().copied().filter(|p| p.addr != x.addr).collect();
                 successors.sort_by_key(|p| x.id.distance_to(p.id));
                 successors.truncate(self.cfg.successors);
                 self.send(x.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
@@ -409,7 +418,7 @@ impl ChordNode {
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();
-        self.joiners.clear();
+        self.dependents.clear();
         self.event(OverlayEvent::Left);
     }
 }

@@ -21,8 +21,8 @@ use crate::wire::Envelope;
 pub(crate) const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
 pub(crate) const MAX_REJOIN: usize = 16;
-/// Most recent joiners remembered for a graceful leave.
-pub(crate) const MAX_JOINERS: usize = 16;
+/// Most nodes remembered as counting on this one (see `ChordNode::dependents`).
+pub(crate) const MAX_DEPENDENTS: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,10 +221,11 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
-    /// Nodes this node recently told "I am your successor" in answer to their join
-    /// lookup, until their stabilize reaches it: a graceful leave must hand them on
-    /// too, or a joiner whose only contact leaves is stranded. (peer, forget after).
-    pub(crate) joiners: Vec<(Peer, Instant)>,
+    /// Nodes that recently counted on this node as their successor without being
+    /// its predecessor: joiners it answered "I am your successor", and notifiers it
+    /// did not adopt (their view is behind). A graceful leave must hand them on
+    /// too, or a node whose only live contact leaves is stranded. (peer, forget after).
+    pub(crate) dependents: Vec<(Peer, Instant)>,
     /// The owned registrations must be copied to the replicas again (the first
     /// successors or the owned range changed); done at the end of the input.
     pub(crate) replicas_dirty: bool,
@@ -270,7 +271,7 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
-            joiners: Vec::new(),
+            dependents: Vec::new(),
             replicas_dirty: false,
             succ_strikes: 0,
             pred_strikes: 0,
@@ -529,7 +530,7 @@ impl ChordNode {
             ChordMsg::FindSuccessor { key } => {
                 let step = self.local_step(key);
                 if key == from.id && step == (Step::Done { owner: self.me }) {
-                    self.remember_joiner(now, from);
+                    self.remember_dependent(now, from);
                 }
                 self.send(from.addr, rid, ChordMsg::FindSuccessorReply(step), Traffic::Reply);
             }

@@ -104,6 +104,10 @@ impl ChordNode {
             self.set_successor_list(vec![from]);
         }
         if !adopt {
+            // It counts on us as its successor all the same: if we leave, it must know.
+            if self.pred != Some(from) {
+                self.remember_dependent(now, from);
+            }
             return;
         }
         let old = self.pred.replace(from);
