@@ -453,6 +453,37 @@ fn limitation_two_crashes_a_join_and_two_leaves_while_forming() {
     check_recovery(&s).unwrap();
 }
 
+/// Regression (random search): three leaves at the same instant, right after
+/// seven nodes joined one by one.
+#[test]
+fn regression_three_leaves_at_once_while_forming() {
+    let s = Scenario {
+        seed: 3888180978528649825,
+        initial: 7,
+        report_failures: false,
+        ops: vec![Op::Leave(Pick(0)), Op::Leave(Pick(0)), Op::Leave(Pick(4611686018427387904))],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Regression (fixed-seed suite, while joins were made to notify first): a
+/// registration, then a leave, while a node joins.
+#[test]
+fn regression_register_and_leave_while_a_node_joins() {
+    let s = Scenario {
+        seed: 12389053521576906575,
+        initial: 4,
+        report_failures: false,
+        ops: vec![
+            Op::Join { contact: Pick(6148914691236517206) },
+            Op::Register { node: Pick(6148914691236517206), name: 0 },
+            Op::Run { ms: 102 },
+            Op::Leave(Pick(0)),
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
 proptest! {
     #![proptest_config(config())]
 

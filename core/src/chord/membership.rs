@@ -9,7 +9,7 @@ use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
 use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
-use super::registry::Store;
+use super::registry::{HANDOVER_HOPS, Store};
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
 use crate::time::TimerTable;
@@ -141,6 +141,10 @@ impl ChordNode {
             return self.join_failed(now);
         }
         let next = candidates.remove(0);
+        // Notify first (a link delivers in order): the successor adopts us as its
+        // predecessor before it answers, so from the moment we report `Joined` it
+        // answers for our range as we do, and hands us its keys in it.
+        self.send(next.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
         let what = Waiting::SuccessorList { fallback: candidates };
         self.request(now, next.addr, ChordMsg::GetSuccessorList, what, Traffic::Maintenance);
     }
@@ -398,7 +402,7 @@ impl ChordNode {
                 let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
                 for to in targets.into_iter().filter(|_| !entries.is_empty()) {
                     let entries = entries.clone();
-                    self.send(to, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                    self.hand_over(to, entries, HANDOVER_HOPS);
                 }
             }
             // Everyone that may have this node as successor: the others, nearest first.

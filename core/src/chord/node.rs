@@ -588,8 +588,13 @@ impl ChordNode {
             ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
             ChordMsg::LeavingToPredecessor { successors } => self.on_leaving_successor(now, from, successors),
             ChordMsg::LeavingToSuccessor { predecessor } => self.on_leaving_predecessor(now, from, predecessor),
-            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, from, entries),
+            ChordMsg::KeyTransfer { entries } => self.on_entries(now, from, entries, 0),
+            ChordMsg::Handover { entries, hops } => self.on_entries(now, from, entries, hops),
+            ChordMsg::Pull { after } => self.on_pull(now, from, after),
             ChordMsg::GetSuccessorList => {
+                // Only a joining node asks this, to confirm us as its successor: if we
+                // leave before its first stabilize, it must hear of it.
+                self.remember_dependent(now, from);
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);
             }

@@ -8,10 +8,13 @@ use super::lookup::Purpose;
 use super::msg::{ChordMsg, Entry, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::Id;
+use crate::machine::NodeAddr;
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
 const QUERY_ATTEMPTS: u8 = 3;
+/// How often a handed-over entry may be passed on towards its owner.
+pub(crate) const HANDOVER_HOPS: u8 = 8;
 /// Shortest interval between refreshes of one registration.
 const MIN_REFRESH: Duration = Duration::from_millis(100);
 
@@ -33,17 +36,6 @@ pub(crate) struct QueryState {
     pub(crate) deadline: Instant,
 }
 
-/// What storing one value did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Put {
-    /// Not stored before: stored now.
-    New,
-    /// Already stored: its expiry moved on.
-    Refreshed,
-    /// A limit refused it.
-    Refused,
-}
-
 /// Values stored under one name.
 #[derive(Debug, Clone)]
 struct Slot {
@@ -59,12 +51,12 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Stores or refreshes one value.
-    fn put(&mut self, name: String, value: String, expires: Instant, per_name: usize, total: usize) -> Put {
+    /// Stores or refreshes one value. False when a limit refused it.
+    fn put(&mut self, name: String, value: String, expires: Instant, per_name: usize, total: usize) -> bool {
         let full = self.len >= total;
         let slot = match self.names.get_mut(&name) {
             Some(s) => s,
-            None if full => return Put::Refused,
+            None if full => return false,
             None => {
                 let key = Id::hash(&name);
                 self.names.entry(name).or_insert(Slot { key, values: Vec::new() })
@@ -72,14 +64,14 @@ impl Store {
         };
         if let Some(v) = slot.values.iter_mut().find(|(v, _)| *v == value) {
             v.1 = v.1.max(expires);
-            return Put::Refreshed;
+            return true;
         }
         if full || slot.values.len() >= per_name {
-            return Put::Refused;
+            return false;
         }
         slot.values.push((value, expires));
         self.len += 1;
-        Put::New
+        true
     }
 
     /// Live values under `name`, sorted.
@@ -245,7 +237,7 @@ impl ChordNode {
             let me = self.me.id;
             let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
             if !ahead.is_empty() {
-                self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+                self.hand_over(s.addr, ahead, HANDOVER_HOPS);
             }
         }
         let me = self.me.id;
@@ -272,72 +264,80 @@ impl ChordNode {
                 self.send(to, 0, ChordMsg::Register { entry: entry.clone(), replicas: 0 }, Traffic::Maintenance);
             }
         }
-        let _ = self.store_entry(now, entry);
+        self.store_entry(now, entry);
     }
 
-    /// Stores one entry; true if this node did not hold that value before.
-    fn store_entry(&mut self, now: Instant, entry: Entry) -> bool {
+    fn store_entry(&mut self, now: Instant, entry: Entry) {
         if entry.name.len() > self.cfg.max_name_len || entry.value.len() > self.cfg.max_value_len {
-            self.drop_input();
-            return false;
+            return self.drop_input();
         }
         let ttl = Duration::from_millis(entry.ttl_ms).min(self.cfg.max_ttl);
         let expires = Self::later(now, ttl);
         let (per_name, total) = (self.cfg.max_values_per_name, self.cfg.max_stored);
-        let put = self.store.put(entry.name, entry.value, expires, per_name, total);
-        if put == Put::Refused {
-            self.drop_input();
-            return false;
+        if !self.store.put(entry.name, entry.value, expires, per_name, total) {
+            return self.drop_input();
         }
         if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
             self.timers.set(Timer::Expire, expires);
         }
-        put == Put::New
     }
 
-    /// Registrations handed over by a joining predecessor's successor or a leaving
-    /// node, or copied here as a replica.
+    /// Hands `entries` over to `to` (see [`ChordMsg::Handover`]).
+    pub(crate) fn hand_over(&mut self, to: NodeAddr, entries: Vec<Entry>, hops: u8) {
+        self.send(to, 0, ChordMsg::Handover { entries, hops }, Traffic::Maintenance);
+    }
+
+    /// Registrations copied here as a replica (`hops` 0), or handed over.
     ///
-    /// Entries whose key lies ahead, in (us, successor], go on to the successor.
-    /// Entries whose key lies behind our range and that came from ahead of us (from
-    /// a node between us and the key, going round) are a handover that missed its
-    /// owner: the sender's view was stale, typically because we adopted a new
-    /// predecessor while they were in flight. They go back to our predecessor, once
-    /// (only when new here), so they walk back to their owner; copies from behind
-    /// are replicas and stay.
-    pub(crate) fn on_key_transfer(&mut self, now: Instant, from: Peer, entries: Vec<Entry>) {
-        if !self.joined() {
+    /// Handed-over entries this node does not own go on towards their owner, as far
+    /// as `hops` allow: ahead, in (us, successor], to the successor; behind our
+    /// range to the predecessor. The sender's view may be stale: a leaver whose
+    /// successor was not us yet, a node that handed its range over just before we
+    /// adopted a newer predecessor. Never back to the sender.
+    pub(crate) fn on_entries(&mut self, now: Instant, from: Peer, entries: Vec<Entry>, hops: u8) {
+        // While joining, only from the successor being confirmed (it adopted us on
+        // our notify and hands over our range).
+        let confirming = || self.pending.any(|p| p.to == from.addr && matches!(p.what, Waiting::SuccessorList { .. }));
+        if !self.joined() && !confirming() {
             return self.drop_input();
         }
         let me = self.me.id;
-        // Not when they come from the successor itself: in a ring of fewer than
-        // `replicas` nodes its replicas wrap round to here.
+        let forward = hops > 0;
+        // Not back to the successor when it sent them: in a ring of fewer than
+        // `replicas` nodes its copies wrap round to here.
         let succ = self
             .succs
             .first()
             .copied()
-            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(me, s.id)));
-        let pred = self.pred.filter(|p| p.addr != from.addr);
+            .filter(|s| forward && s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(me, s.id)));
+        let pred = self.pred.filter(|p| forward && p.addr != from.addr);
         let (mut ahead, mut behind) = (Vec::new(), Vec::new());
         for e in entries {
             let key = Id::hash(&e.name);
             // Keys that are ours now (a leaving predecessor's) go on to our replicas.
             self.replicas_dirty |= self.pred.is_some() && self.owns(key);
-            // Keys in (us, successor] are the successor's (see `sync_replicas`).
             if succ.is_some_and(|s| key.in_half_open(me, s.id)) {
                 ahead.push(e.clone());
-                let _ = self.store_entry(now, e);
-                continue;
+            } else if pred.is_some_and(|p| !key.in_half_open(p.id, me)) {
+                behind.push(e.clone());
             }
-            let missed_owner = pred.is_some_and(|p| !key.in_half_open(p.id, me)) && from.id.in_open(me, key);
-            if self.store_entry(now, e.clone()) && missed_owner {
-                behind.push(e);
-            }
+            self.store_entry(now, e);
         }
         for (to, entries) in [(succ, ahead), (pred, behind)] {
             if let (Some(to), false) = (to, entries.is_empty()) {
-                self.send(to.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                self.hand_over(to.addr, entries, hops - 1);
             }
+        }
+    }
+
+    /// Our predecessor `from` owns (`after`, `from`] now: copy it what we hold there.
+    pub(crate) fn on_pull(&mut self, now: Instant, from: Peer, after: Id) {
+        if !self.joined() || self.pred.is_some_and(|p| p.addr != from.addr) {
+            return self.drop_input();
+        }
+        let entries = self.store.entries(now, |k| k.in_half_open(after, from.id));
+        if !entries.is_empty() {
+            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
         }
     }
 

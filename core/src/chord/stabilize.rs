@@ -4,6 +4,8 @@ use std::time::Instant;
 
 use super::msg::{ChordMsg, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
+use super::registry::HANDOVER_HOPS;
+use crate::id::Id;
 
 impl ChordNode {
     /// Asks the successor for its predecessor and successor list.
@@ -120,14 +122,26 @@ impl ChordNode {
         // Registrations outside (from, me] go to `from`: those in (old, from] are its
         // own now, the rest are replicas of its predecessors' (it stands between them
         // and us now). We keep copies as its replica.
+        // Its own go as a handover (passed on if it is not their owner after all),
+        // the replicas as copies; with no old predecessor, all as a handover.
         let me = self.me.id;
-        let entries = self.store.entries(now, |k| !k.in_half_open(from.id, me));
+        let own = |k: Id| old.is_none_or(|o| k.in_half_open(o.id, from.id));
+        let handed = self.store.entries(now, |k| !k.in_half_open(from.id, me) && own(k));
+        let copies = self.store.entries(now, |k| !k.in_half_open(from.id, me) && !own(k));
         if old.is_none() {
-            // Our range is known again (it may have grown): copy it to our replicas.
+            // Our range is known again (it may have grown): copy it to our replicas,
+            // and fetch from our successor the replicas it holds in it (a copy the
+            // failed predecessor sent us may have been lost).
             self.replicas_dirty = true;
+            if let Some(s) = self.succs.first().filter(|s| s.addr != from.addr) {
+                self.send(s.addr, 0, ChordMsg::Pull { after: from.id }, Traffic::Maintenance);
+            }
         }
-        if !entries.is_empty() {
-            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+        if !handed.is_empty() {
+            self.hand_over(from.addr, handed, HANDOVER_HOPS);
+        }
+        if !copies.is_empty() {
+            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries: copies }, Traffic::Maintenance);
         }
     }
 
