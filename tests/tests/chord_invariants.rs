@@ -484,6 +484,34 @@ fn regression_register_and_leave_while_a_node_joins() {
     check_recovery(&s).unwrap();
 }
 
+/// Known limitation, found by a random search (`PROPTEST_RNG_SEED=random`, after
+/// 1,070 passing cases): three leaves and three crashes of nine nodes at once,
+/// while the ring forms. The two surviving members (nodes 4 and 7) each lose
+/// every other contact and start rejoining; each then knows only the other, which
+/// answers `NotJoined`, and a node with a bootstrap list never creates a ring of
+/// its own (only the ring's creator does, and it crashed). Breaking that tie (the
+/// lower id of two rejoining former members re-creating the ring, and merging later
+/// if the old ring turns out to live on) is not implemented. Run with `--ignored`.
+#[test]
+#[ignore = "known limitation: every survivor is rejoining and none may create a ring (see doc comment)"]
+fn limitation_three_leaves_and_three_crashes_while_forming() {
+    let s = Scenario {
+        seed: 14107464232113137435,
+        initial: 9,
+        report_failures: true,
+        ops: vec![
+            Op::Leave(Pick(2305843009213693952)),
+            Op::Crash(Pick(5270498306774157605)),
+            Op::Crash(Pick(0)),
+            Op::Crash(Pick(0)),
+            Op::Leave(Pick(9223372036854775808)),
+            Op::Leave(Pick(0)),
+            Op::Join { contact: Pick(0) },
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
 proptest! {
     #![proptest_config(config())]
 

@@ -8,7 +8,7 @@ use rand::Rng;
 use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Pending, Phase, STRIKES, Timer, Traffic, Waiting};
 use super::registry::{HANDOVER_HOPS, Store};
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
@@ -183,6 +183,23 @@ impl ChordNode {
             self.rejoin.pop();
         }
         self.rejoin.push(addr);
+    }
+
+    /// The successor `from` being confirmed did not adopt us: its predecessor `p`
+    /// lies between us (it joined meanwhile). Confirm `p` instead, `from` failing that.
+    pub(crate) fn redirect_join(&mut self, now: Instant, from: Peer, p: Peer) {
+        let confirming = |w: &Pending| w.to == from.addr && matches!(w.what, Waiting::SuccessorList { .. });
+        let ids = self.pending.ids_where(confirming);
+        if p.addr == self.me.addr || !p.id.in_open(self.me.id, from.id) || ids.is_empty() {
+            return self.drop_input();
+        }
+        let mut candidates = vec![p, from];
+        for id in ids {
+            if let Some(Pending { what: Waiting::SuccessorList { fallback }, .. }) = self.pending.remove(&id) {
+                candidates.extend(fallback.into_iter().filter(|c| c.addr != p.addr && c.addr != from.addr));
+            }
+        }
+        self.confirm_join_with(now, candidates);
     }
 
     /// The successor found by the join lookup answered with its list: joined.

@@ -82,6 +82,10 @@ pub(crate) enum Phase {
 pub(crate) enum Waiting {
     /// One hop of a lookup.
     Hop(Box<LookupState>),
+    /// The predecessor of the owner a lookup's route named (see `verify`).
+    Check { state: Box<LookupState>, owner: Peer, named_by: Peer, retry: bool },
+    /// The successor list of the node that named an owner which failed its check.
+    Recover { state: Box<LookupState>, named_by: Peer },
     /// The successor's predecessor (stabilize).
     Stabilize,
     /// The predecessor's pong.
@@ -120,16 +124,16 @@ impl Requests {
         self.0.push((id, p));
     }
 
-    fn get(&self, id: &u64) -> Option<&Pending> {
+    pub(crate) fn get(&self, id: &u64) -> Option<&Pending> {
         self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
     }
 
-    fn remove(&mut self, id: &u64) -> Option<Pending> {
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<Pending> {
         let at = self.0.iter().position(|(i, _)| i == id)?;
         Some(self.0.remove(at).1)
     }
 
-    fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
+    pub(crate) fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
         self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
     }
 
@@ -194,6 +198,9 @@ pub struct ChordStats {
     pub lookups_failed: u64,
     /// Sum of the hops of the successful application lookups.
     pub lookup_hops: u64,
+    /// Owner checks sent by lookups and queries (one round trip each, not hops;
+    /// see `verify`).
+    pub owner_checks: u64,
 }
 
 /// A Chord node as a sans-IO machine.
@@ -381,7 +388,9 @@ impl ChordNode {
         let mut deadline = now + self.cfg.request_timeout;
         // A lookup's or query's own deadline caps the wait for any one answer.
         match &what {
-            Waiting::Hop(s) => deadline = deadline.min(s.deadline()),
+            Waiting::Hop(s) | Waiting::Check { state: s, .. } | Waiting::Recover { state: s, .. } => {
+                deadline = deadline.min(s.deadline())
+            }
             Waiting::Query(q) => deadline = deadline.min(q.deadline),
             _ => {}
         }
@@ -449,6 +458,22 @@ impl ChordNode {
             Waiting::Hop(state) => {
                 if now < state.deadline() {
                     // Out of time is the lookup's fault, not the hop's.
+                    self.blame(now, p.to, why);
+                }
+                self.hop_failed(now, p.to, state);
+            }
+            Waiting::Check { state, owner, named_by, retry } => {
+                if retry && why == NoAnswer::Silent {
+                    // A lost message is not a failed owner: ask once more.
+                    return self.check_owner(now, state, owner, named_by, false);
+                }
+                if now < state.deadline() {
+                    self.blame(now, p.to, why);
+                }
+                self.owner_check_failed(now, state, owner, named_by);
+            }
+            Waiting::Recover { state, .. } => {
+                if now < state.deadline() {
                     self.blame(now, p.to, why);
                 }
                 self.hop_failed(now, p.to, state);
@@ -540,10 +565,20 @@ impl ChordNode {
                 self.send(from.addr, rid, body, Traffic::Reply);
             }
             ChordMsg::Predecessor { predecessor, successors } => {
-                let fits = |w: &Waiting| matches!(w, Waiting::Stabilize | Waiting::FingerCheck { .. });
+                let fits = |w: &Waiting| {
+                    matches!(
+                        w,
+                        Waiting::Stabilize
+                            | Waiting::FingerCheck { .. }
+                            | Waiting::Check { .. }
+                            | Waiting::Recover { .. }
+                    )
+                };
                 match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
                     Some(Waiting::Stabilize) => self.on_predecessor(now, from, predecessor, successors),
                     Some(Waiting::FingerCheck { index, node }) => self.on_finger_check(now, index, node, predecessor),
+                    Some(Waiting::Check { state, owner, .. }) => self.on_owner_check(now, state, owner, predecessor),
+                    Some(Waiting::Recover { state, named_by }) => self.on_recover(now, state, named_by, successors),
                     _ => {}
                 }
             }

@@ -106,9 +106,13 @@ impl ChordNode {
             self.set_successor_list(vec![from]);
         }
         if !adopt {
-            // It counts on us as its successor all the same: if we leave, it must know.
             if self.pred != Some(from) {
+                // It counts on us as its successor all the same: if we leave, it must
+                // know. Our predecessor lies between us: its better successor.
                 self.remember_dependent(now, from);
+                if let Some(x) = self.pred.filter(|x| x.id.in_open(from.id, self.me.id)) {
+                    self.send(from.addr, 0, ChordMsg::NewPredecessor { predecessor: x }, Traffic::Maintenance);
+                }
             }
             return;
         }
@@ -148,6 +152,9 @@ impl ChordNode {
     /// Our successor `from` adopted `p` as predecessor: if `p` lies between us, it is
     /// our successor now.
     pub(crate) fn on_new_predecessor(&mut self, now: Instant, from: Peer, p: Peer) {
+        if !self.joined() {
+            return self.redirect_join(now, from, p);
+        }
         let Some(&s) = self.succs.first() else { return self.drop_input() };
         if !self.joined() || s.addr != from.addr {
             return self.drop_input();
