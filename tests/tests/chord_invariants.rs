@@ -3,9 +3,15 @@
 //! through the real codec. The checker (`RingTruth`) has global knowledge; the
 //! nodes learn only from messages.
 //!
-//! `PROPTEST_CASES=2048 cargo test -p p2pmp-tests --test chord_invariants --release`
-//! runs a longer search. A failure prints the whole scenario, seed included, and
-//! proptest stores it under `proptest-regressions/` so it is replayed first.
+//! The normal suite runs 256 fixed schedules per property (a few seconds). The
+//! opt-in slow search draws fresh schedules:
+//! `PROPTEST_RNG_SEED=random PROPTEST_CASES=2000 cargo test -p p2pmp-tests --test
+//! chord_invariants` (about 20 s for the first property, 100 s for the second;
+//! repeat it, each run draws new schedules; `PROPTEST_RNG_SEED=N` replays a set).
+//! A failure prints the whole scenario, seed included; proptest also records it in
+//! `chord_invariants.proptest-regressions`, but a found schedule belongs here as a
+//! named test (`regression_*`, or `limitation_*` with `#[ignore]` and the reason
+//! when it is beyond what the protocol promises); `-- --ignored` runs those.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
