@@ -518,6 +518,33 @@ fn limitation_three_leaves_and_three_crashes_while_forming() {
     check_recovery(&s).unwrap();
 }
 
+/// Known limitation, found by a random search (after 1,894 passing cases): 1.5 s
+/// into forming a ring of six, a crash, a registration, and two leaves 13 ms
+/// apart. The owner (node 0) stores and acknowledges the registration; its
+/// replica copies and, when it leaves 13 ms later, its handover go to the only
+/// successors it knows yet: node 2, which left at the same moment, and node 1,
+/// which had just crashed. No live node ever receives the entry, and the
+/// registrant, acknowledged, refreshes only after TTL/3 (20 minutes here).
+/// (Tried: leavers passing late registrations on, and handing over to every
+/// known successor; neither reaches a live node here.) Run with `--ignored`.
+#[test]
+#[ignore = "known limitation: every holder the owner knew crashed or left at once (see doc comment)"]
+fn limitation_registration_handed_only_to_departing_nodes() {
+    let s = Scenario {
+        seed: 0,
+        initial: 6,
+        report_failures: false,
+        ops: vec![
+            Op::Crash(Pick(3689348814741910324)),
+            Op::Register { node: Pick(9223372036854775808), name: 2 },
+            Op::Leave(Pick(4611686018427387904)),
+            Op::Run { ms: 13 },
+            Op::Leave(Pick(0)),
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
 proptest! {
     #![proptest_config(config())]
 
