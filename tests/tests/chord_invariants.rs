@@ -3,9 +3,15 @@
 //! through the real codec. The checker (`RingTruth`) has global knowledge; the
 //! nodes learn only from messages.
 //!
-//! `PROPTEST_CASES=2048 cargo test -p p2pmp-tests --test chord_invariants --release`
-//! runs a longer search. A failure prints the whole scenario, seed included, and
-//! proptest stores it under `proptest-regressions/` so it is replayed first.
+//! The normal suite runs 256 fixed schedules per property (a few seconds). The
+//! opt-in slow search draws fresh schedules:
+//! `PROPTEST_RNG_SEED=random PROPTEST_CASES=2000 cargo test -p p2pmp-tests --test
+//! chord_invariants` (about 20 s for the first property, 100 s for the second;
+//! repeat it, each run draws new schedules; `PROPTEST_RNG_SEED=N` replays a set).
+//! A failure prints the whole scenario, seed included; proptest also records it in
+//! `chord_invariants.proptest-regressions`, but a found schedule belongs here as a
+//! named test (`regression_*`, or `limitation_*` with `#[ignore]` and the reason
+//! when it is beyond what the protocol promises); `-- --ignored` runs those.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -372,14 +378,15 @@ fn config() -> ProptestConfig {
 
 const DEFAULT_RNG_SEED: u64 = 0x00c0_ffee_c40d;
 
-/// Known bug, found by a 3,000-case search (seed 8576653464638379146): a node
-/// crashes and another leaves at the same instant while five nodes are still
-/// forming their ring; the leaver hands its successor the crashed node as
-/// predecessor, the rejoin step picks that dead node and has no fallback, and
-/// every node ends up unjoined. Run with `--ignored` once fixed.
+/// Regression (found by a 3,000-case search, seed 8576653464638379146): a node
+/// crashes and another leaves at the same instant while five nodes form their
+/// ring. The leaver hands its successor the crashed node; the successor loses
+/// every contact and rejoins, and a member that still counts on it used to drop
+/// it for not answering, until every node was unjoined. Now a rejoining node
+/// answers `NotJoined`, the member keeps it as a last-resort successor, and its
+/// stabilize request tells the rejoining node where to join back.
 #[test]
-#[ignore = "known bug: crash and leave at once while the ring forms (see doc comment)"]
-fn known_bug_crash_and_leave_while_forming() {
+fn regression_crash_and_leave_while_forming() {
     let s = Scenario {
         seed: 8576653464638379146,
         initial: 5,
@@ -389,13 +396,14 @@ fn known_bug_crash_and_leave_while_forming() {
     check_recovery(&s).unwrap();
 }
 
-/// Known bug, found with `PROPTEST_RNG_SEED=1`: joins only, then a registration
-/// while the ring is still forming. It ends up stored at seven nodes but not at
-/// its true owner, a node that joined between; no key transfer ever reaches it,
-/// so queries miss it until the registrant's next refresh. Run with `--ignored`.
+/// Regression (found with `PROPTEST_RNG_SEED=1`): joins only, then a registration
+/// while the ring is still forming. The handover from the first owner went on to
+/// a node that had just adopted a newer predecessor (the true owner); it stored
+/// the entry as a replica and nothing reached the owner. Now a handover that
+/// arrives from ahead with keys behind the receiver's range walks back to its
+/// predecessor.
 #[test]
-#[ignore = "known bug: a registration misses a concurrently joined owner (see doc comment)"]
-fn known_bug_registration_misses_a_concurrent_joiner() {
+fn regression_registration_reaches_a_concurrent_joiner() {
     let j = |p: u64| Op::Join { contact: Pick(p) };
     let s = Scenario {
         seed: 9933923813110642413,
@@ -411,6 +419,127 @@ fn known_bug_registration_misses_a_concurrent_joiner() {
             j(0),
             j(14757395258967641293),
             Op::Register { node: Pick(3689348814741910324), name: 1 },
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Known limitation (random search, `PROPTEST_RNG_SEED=random`): two crashes, a
+/// join, then two neighbours (nodes 0 and 2) leave at the same instant, all
+/// within 1.3 s of four joins, before the ring has formed. Nodes 4 and 5 had
+/// joined but no member had adopted them yet, and the crashes took the nodes that
+/// would have. Node 0 knew node 6 (its predecessor) but not 4 or 5; node 2 knew
+/// node 5 (a finger) and handed its notice to node 0, which was leaving too.
+/// Afterwards node 6 knows only departed nodes and nodes 4 and 5 know only each
+/// other and departed nodes: no protocol working from messages can join the two
+/// pieces. Kept to show it; run with `--ignored`.
+#[test]
+#[ignore = "beyond repair by messages: the leavers were the only link between the two pieces (see doc comment)"]
+fn limitation_two_crashes_a_join_and_two_leaves_while_forming() {
+    let j = Op::Join { contact: Pick(0) };
+    let s = Scenario {
+        seed: 8143760525790831803,
+        initial: 2,
+        report_failures: false,
+        ops: vec![
+            j.clone(),
+            j.clone(),
+            j.clone(),
+            j.clone(),
+            Op::Run { ms: 1234 },
+            Op::Crash(Pick(3074457345618258603)),
+            Op::Run { ms: 809 },
+            Op::Crash(Pick(7378697629483820647)),
+            j,
+            Op::Run { ms: 498 },
+            Op::Leave(Pick(0)),
+            Op::Leave(Pick(0)),
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Regression (random search): three leaves at the same instant, right after
+/// seven nodes joined one by one.
+#[test]
+fn regression_three_leaves_at_once_while_forming() {
+    let s = Scenario {
+        seed: 3888180978528649825,
+        initial: 7,
+        report_failures: false,
+        ops: vec![Op::Leave(Pick(0)), Op::Leave(Pick(0)), Op::Leave(Pick(4611686018427387904))],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Regression (fixed-seed suite, while joins were made to notify first): a
+/// registration, then a leave, while a node joins.
+#[test]
+fn regression_register_and_leave_while_a_node_joins() {
+    let s = Scenario {
+        seed: 12389053521576906575,
+        initial: 4,
+        report_failures: false,
+        ops: vec![
+            Op::Join { contact: Pick(6148914691236517206) },
+            Op::Register { node: Pick(6148914691236517206), name: 0 },
+            Op::Run { ms: 102 },
+            Op::Leave(Pick(0)),
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Known limitation, found by a random search (`PROPTEST_RNG_SEED=random`, after
+/// 1,070 passing cases): three leaves and three crashes of nine nodes at once,
+/// while the ring forms. The two surviving members (nodes 4 and 7) each lose
+/// every other contact and start rejoining; each then knows only the other, which
+/// answers `NotJoined`, and a node with a bootstrap list never creates a ring of
+/// its own (only the ring's creator does, and it crashed). Breaking that tie (the
+/// lower id of two rejoining former members re-creating the ring, and merging later
+/// if the old ring turns out to live on) is not implemented. Run with `--ignored`.
+#[test]
+#[ignore = "known limitation: every survivor is rejoining and none may create a ring (see doc comment)"]
+fn limitation_three_leaves_and_three_crashes_while_forming() {
+    let s = Scenario {
+        seed: 14107464232113137435,
+        initial: 9,
+        report_failures: true,
+        ops: vec![
+            Op::Leave(Pick(2305843009213693952)),
+            Op::Crash(Pick(5270498306774157605)),
+            Op::Crash(Pick(0)),
+            Op::Crash(Pick(0)),
+            Op::Leave(Pick(9223372036854775808)),
+            Op::Leave(Pick(0)),
+            Op::Join { contact: Pick(0) },
+        ],
+    };
+    check_recovery(&s).unwrap();
+}
+
+/// Known limitation, found by a random search (after 1,894 passing cases): 1.5 s
+/// into forming a ring of six, a crash, a registration, and two leaves 13 ms
+/// apart. The owner (node 0) stores and acknowledges the registration; its
+/// replica copies and, when it leaves 13 ms later, its handover go to the only
+/// successors it knows yet: node 2, which left at the same moment, and node 1,
+/// which had just crashed. No live node ever receives the entry, and the
+/// registrant, acknowledged, refreshes only after TTL/3 (20 minutes here).
+/// (Tried: leavers passing late registrations on, and handing over to every
+/// known successor; neither reaches a live node here.) Run with `--ignored`.
+#[test]
+#[ignore = "known limitation: every holder the owner knew crashed or left at once (see doc comment)"]
+fn limitation_registration_handed_only_to_departing_nodes() {
+    let s = Scenario {
+        seed: 0,
+        initial: 6,
+        report_failures: false,
+        ops: vec![
+            Op::Crash(Pick(3689348814741910324)),
+            Op::Register { node: Pick(9223372036854775808), name: 2 },
+            Op::Leave(Pick(4611686018427387904)),
+            Op::Run { ms: 13 },
+            Op::Leave(Pick(0)),
         ],
     };
     check_recovery(&s).unwrap();

@@ -3,15 +3,19 @@
 //! Nodes start at a steady rate; then, for a while, nodes start and stop in equal
 //! numbers; then they stop (half leave gracefully, half crash) until a quarter
 //! remain. Lookups of random keys run throughout, and each answer is judged
-//! against the true owner at the moment it arrives.
+//! against the true owner at the moment it arrives (a node that reports `Joined`
+//! later in the same tick does not count yet). A lookup whose asking node itself
+//! left or crashed before an answer came has nobody to answer: it is counted apart
+//! (`asker gone`) and left out of the success rate.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use p2pmp_core::chord::ChordNode;
 use p2pmp_core::chord::check::RingTruth;
+use p2pmp_core::id::Id;
 use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
-use p2pmp_core::sim::{NodeIdx, Sim};
+use p2pmp_core::sim::{Liveness, NodeIdx, Sim};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
@@ -28,7 +32,16 @@ struct Bucket {
     ok: usize,
     wrong: usize,
     failed: usize,
+    /// Lookups whose asking node left or crashed before an answer came.
+    asker_gone: usize,
     hops: u64,
+}
+
+impl Bucket {
+    /// Lookups that could be answered: all but those whose asker went away.
+    fn answerable(&self) -> usize {
+        self.issued - self.asker_gone
+    }
 }
 
 struct Run {
@@ -38,8 +51,8 @@ struct Run {
     spawned: usize,
     joined: Vec<NodeIdx>,
     leaving: Vec<NodeIdx>,
-    /// token -> (key, bucket of issue)
-    outstanding: BTreeMap<u64, (p2pmp_core::id::Id, usize)>,
+    /// token -> (key, bucket of issue, asking node)
+    outstanding: BTreeMap<u64, (Id, usize, NodeIdx)>,
     next_token: u64,
     buckets: Vec<Bucket>,
 }
@@ -90,22 +103,30 @@ impl Run {
         self.next_token += 1;
         let b = self.bucket();
         self.bucket_mut(b).issued += 1;
-        self.outstanding.insert(token, (key, b));
+        self.outstanding.insert(token, (key, b, src));
         self.sim.command(src, OverlayCommand::Lookup { token, key }).expect("a joined node takes lookups");
     }
 
-    /// Advances one tick and judges what arrived against the truth at its end.
+    /// Advances one tick and judges each answer against the truth when it arrived.
     fn tick(&mut self) {
         self.sim.run_for(TICK);
         let truth = RingTruth::of(&self.sim);
         let b = self.bucket();
         let live = self.sim.alive().count();
         self.bucket_mut(b).live = live;
-        while let Some(e) = self.sim.poll_event() {
+        let events: Vec<_> = std::iter::from_fn(|| self.sim.poll_event()).collect();
+        // Nodes that joined during this tick, and when: not owners before that.
+        let joined_at: Vec<(Id, Instant)> = events
+            .iter()
+            .filter(|e| e.event == OverlayEvent::Joined)
+            .map(|e| (self.sim.node(e.node).id(), e.at))
+            .collect();
+        for e in events {
             match e.event {
                 OverlayEvent::LookupDone { token, result, .. } => {
-                    let Some((key, b)) = self.outstanding.remove(&token) else { continue };
-                    let right = !truth.is_empty() && result.as_ref().is_ok_and(|r| r.owner_id == truth.owner(key).0);
+                    let Some((key, b, _)) = self.outstanding.remove(&token) else { continue };
+                    let right = !truth.is_empty()
+                        && result.as_ref().is_ok_and(|r| r.owner_id == owner_at(&truth, &joined_at, key, e.at));
                     let bucket = self.bucket_mut(b);
                     match result {
                         Ok(r) if right => {
@@ -125,6 +146,19 @@ impl Run {
             }
         }
     }
+}
+
+/// The owner of `key` at `at`: the truth at the end of the tick, skipping nodes
+/// that joined later than `at`.
+fn owner_at(truth: &RingTruth, joined_at: &[(Id, Instant)], key: Id, at: Instant) -> Id {
+    let mut owner = truth.owner(key).0;
+    for _ in 0..joined_at.len() {
+        if !joined_at.iter().any(|(id, t)| *id == owner && *t > at) {
+            break;
+        }
+        owner = truth.successor(owner).0;
+    }
+    owner
 }
 
 pub(crate) fn run(args: &Args) -> Result<(), String> {
@@ -184,6 +218,15 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     for _ in 0..(30.0 / TICK.as_secs_f64()) as usize {
         run.tick();
     }
+    let gone: Vec<usize> = run
+        .outstanding
+        .values()
+        .filter(|(_, _, src)| run.sim.liveness(*src) != Liveness::Alive || run.sim.node(*src).has_left())
+        .map(|(_, b, _)| *b)
+        .collect();
+    for b in gone {
+        run.buckets[b].asker_gone += 1;
+    }
     report(args, &run, &phase_ends, wall)
 }
 
@@ -194,8 +237,8 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         println!("  {name:<13} ends at {end:>6.1} virtual s");
     }
     println!(
-        "{:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>9} {:>9}",
-        "t (s)", "live", "issued", "ok", "wrong", "failed", "success", "mean hops"
+        "{:>7} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>9} {:>9}",
+        "t (s)", "live", "issued", "ok", "wrong", "failed", "silent", "gone", "success", "mean hops"
     );
     let mut rows = Vec::new();
     let mut total = Bucket::default();
@@ -203,17 +246,20 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         if b.issued == 0 {
             continue;
         }
-        let answered_ok = b.ok as f64 / b.issued as f64;
+        let answered_ok = b.ok as f64 / b.answerable().max(1) as f64;
+        let silent = b.answerable() - b.ok - b.wrong - b.failed;
         let hops = if b.ok > 0 { b.hops as f64 / b.ok as f64 } else { 0.0 };
         let t = i as f64 * BUCKET_S;
         println!(
-            "{:>7.0} {:>6} {:>7} {:>7} {:>6} {:>7} {:>8.2}% {:>9.2}",
+            "{:>7.0} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7} {:>7} {:>8.2}% {:>9.2}",
             t,
             b.live,
             b.issued,
             b.ok,
             b.wrong,
             b.failed,
+            silent,
+            b.asker_gone,
             100.0 * answered_ok,
             hops
         );
@@ -222,17 +268,22 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         total.ok += b.ok;
         total.wrong += b.wrong;
         total.failed += b.failed;
+        total.asker_gone += b.asker_gone;
         total.hops += b.hops;
     }
-    let success = total.ok as f64 / total.issued.max(1) as f64;
+    let success = total.ok as f64 / total.answerable().max(1) as f64;
+    let checks: u64 = (0..run.sim.len()).map(|i| run.sim.node(i).stats().owner_checks).sum();
+    let checks_per_lookup = checks as f64 / total.issued.max(1) as f64;
     let min_bucket = rows.iter().map(|r| r.1).fold(100.0, f64::min);
     println!(
-        "overall: {} lookups, {:.3}% right, {} wrong owner, {} failed; worst bucket {:.2}%; wall {:.1}s",
+        "overall: {} lookups ({} whose asker went away), {:.3}% of the rest right, {} wrong owner, {} failed; worst bucket {:.2}%; {:.2} owner checks per lookup (round trips besides the hops); wall {:.1}s",
         total.issued,
+        total.asker_gone,
         100.0 * success,
         total.wrong,
         total.failed,
         min_bucket,
+        checks_per_lookup,
         wall.elapsed().as_secs_f64()
     );
     let series: Vec<String> = rows
@@ -240,13 +291,15 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         .map(|(t, s, h, l)| format!("{{\"t\":{t},\"success_pct\":{s:.3},\"mean_hops\":{h:.3},\"live\":{l}}}"))
         .collect();
     let json = format!(
-        "{{\"overlay\":\"chord\",\"mode\":\"churn\",\"nodes\":{},\"seed\":{},\"lookups\":{},\"success_rate\":{:.6},\"wrong_owner\":{},\"failed\":{},\"mean_hops\":{:.4},\"worst_bucket_success_pct\":{:.3},\"series\":[{}]}}",
+        "{{\"overlay\":\"chord\",\"mode\":\"churn\",\"nodes\":{},\"seed\":{},\"lookups\":{},\"success_rate\":{:.6},\"wrong_owner\":{},\"failed\":{},\"asker_gone\":{},\"owner_checks_per_lookup\":{:.4},\"mean_hops\":{:.4},\"worst_bucket_success_pct\":{:.3},\"series\":[{}]}}",
         args.nodes,
         args.seed,
         total.issued,
         success,
         total.wrong,
         total.failed,
+        total.asker_gone,
+        checks_per_lookup,
         total.hops as f64 / total.ok.max(1) as f64,
         min_bucket,
         series.join(",")

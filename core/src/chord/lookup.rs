@@ -48,15 +48,46 @@ pub(crate) struct LookupState {
     failed: Vec<NodeAddr>,
     /// The successor list was already drawn on once candidates ran out.
     fell_back: bool,
+    /// Owner checks made (see `verify`).
+    pub(crate) checks: u8,
 }
 
 impl LookupState {
     pub(crate) fn new(key: Id, purpose: Purpose, deadline: Instant, candidates: Vec<Peer>) -> Self {
-        LookupState { key, purpose, hops: 0, deadline, candidates, failed: Vec::new(), fell_back: false }
+        LookupState { key, purpose, hops: 0, deadline, candidates, failed: Vec::new(), fell_back: false, checks: 0 }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    pub(crate) fn key(&self) -> Id {
+        self.key
+    }
+
+    /// Whether an owner named by another node is checked before it is reported:
+    /// for the application's lookups and queries, where a stale answer is wrong.
+    pub(crate) fn checks_owner(&self) -> bool {
+        matches!(self.purpose, Purpose::User { .. } | Purpose::Query { .. })
+    }
+
+    pub(crate) fn traffic(&self) -> Traffic {
+        match self.purpose {
+            Purpose::User { .. } | Purpose::Query { .. } => Traffic::User,
+            _ => Traffic::Maintenance,
+        }
+    }
+
+    pub(crate) fn has_failed(&self, addr: NodeAddr) -> bool {
+        self.failed.contains(&addr)
+    }
+
+    /// Remembers a node that did not answer and drops it from the candidates.
+    pub(crate) fn fail(&mut self, addr: NodeAddr) {
+        if self.failed.len() < KEPT_FAILED {
+            self.failed.push(addr);
+        }
+        self.candidates.retain(|p| p.addr != addr);
     }
 
     /// Adds candidates after `asked` (they must make progress towards the key), best first.
@@ -102,7 +133,7 @@ impl ChordNode {
         };
         let mut state = Box::new(LookupState::new(key, purpose, deadline, Vec::new()));
         match self.local_step(key) {
-            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
+            Step::Done { owner } => self.owner_named(now, state, owner, self.me),
             Step::Next { candidates } => {
                 state.merge(self.me.id, self.me.id, candidates);
                 self.ask_next(now, state);
@@ -132,10 +163,7 @@ impl ChordNode {
         }
         let next = state.candidates.remove(0);
         state.hops += 1;
-        let traffic = match state.purpose {
-            Purpose::User { .. } | Purpose::Query { .. } => Traffic::User,
-            _ => Traffic::Maintenance,
-        };
+        let traffic = state.traffic();
         let key = state.key;
         self.request(now, next.addr, ChordMsg::FindSuccessor { key }, Waiting::Hop(state), traffic);
     }
@@ -153,7 +181,7 @@ impl ChordNode {
                 }
                 self.request(now, from.addr, ChordMsg::GetSuccessorList, Waiting::JoinBehind, Traffic::Maintenance);
             }
-            Step::Done { owner } => self.lookup_done(now, *state, Ok(owner)),
+            Step::Done { owner } => self.owner_named(now, state, owner, from),
             Step::Next { candidates } => {
                 if candidates.len() > KEPT_CANDIDATES {
                     self.drop_input();
@@ -165,20 +193,13 @@ impl ChordNode {
         }
     }
 
-    /// A hop did not answer: route around it.
+    /// A hop did not answer (the caller blamed it already): route around it.
     pub(crate) fn hop_failed(&mut self, now: Instant, to: NodeAddr, mut state: Box<LookupState>) {
-        if state.failed.len() < KEPT_FAILED {
-            state.failed.push(to);
-        }
-        state.candidates.retain(|p| p.addr != to);
-        if now < state.deadline {
-            // Out of time is the lookup's fault, not the hop's.
-            self.peer_silent(now, to);
-        }
+        state.fail(to);
         self.ask_next(now, state);
     }
 
-    fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
+    pub(crate) fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
         let LookupState { key, purpose, hops, .. } = state;
         match purpose {
             Purpose::User { token } => {

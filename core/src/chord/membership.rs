@@ -8,8 +8,8 @@ use rand::Rng;
 use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_JOINERS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic, Waiting};
-use super::registry::Store;
+use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Pending, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::registry::{HANDOVER_HOPS, Store};
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
 use crate::time::TimerTable;
@@ -97,8 +97,7 @@ impl ChordNode {
                 // Joined only once the successor answers as a member: the answer may be
                 // stale (it left or lost its ring meanwhile), and a node that takes a
                 // gone successor is stranded. Its list fills ours at once, too.
-                let body = ChordMsg::GetSuccessorList;
-                self.request(now, owner.addr, body, Waiting::SuccessorList, Traffic::Maintenance);
+                self.confirm_join_with(now, vec![owner]);
             }
             _ => self.join_failed(now),
         }
@@ -119,12 +118,35 @@ impl ChordNode {
             return;
         }
         let me = self.me.addr;
-        match successors.iter().copied().find(|p| p.addr != me && p.addr != pred.addr) {
-            Some(s) => {
-                self.request(now, s.addr, ChordMsg::GetSuccessorList, Waiting::SuccessorList, Traffic::Maintenance)
-            }
-            None => self.join_confirmed(now, pred, Vec::new()),
+        // Our successor is the first of them that answers; `pred` itself when none
+        // does (then we are the only two, or stabilization walks on from there).
+        let mut candidates: Vec<Peer> =
+            successors.into_iter().filter(|p| p.addr != me && p.addr != pred.addr).collect();
+        candidates.truncate(self.cfg.successors);
+        if candidates.is_empty() {
+            return self.join_confirmed(now, pred, Vec::new());
         }
+        candidates.push(pred);
+        self.confirm_join_with(now, candidates);
+    }
+
+    /// Asks the first of `candidates` for its successor list, to confirm it as our
+    /// successor; the rest are tried in turn if it does not answer. With none left,
+    /// the join through the current contact failed.
+    pub(crate) fn confirm_join_with(&mut self, now: Instant, mut candidates: Vec<Peer>) {
+        if !matches!(self.phase, Phase::Joining { .. }) {
+            return;
+        }
+        if candidates.is_empty() {
+            return self.join_failed(now);
+        }
+        let next = candidates.remove(0);
+        // Notify first (a link delivers in order): the successor adopts us as its
+        // predecessor before it answers, so from the moment we report `Joined` it
+        // answers for our range as we do, and hands us its keys in it.
+        self.send(next.addr, 0, ChordMsg::Notify, Traffic::Maintenance);
+        let what = Waiting::SuccessorList { fallback: candidates };
+        self.request(now, next.addr, ChordMsg::GetSuccessorList, what, Traffic::Maintenance);
     }
 
     /// A joining node that lost its ring got a request from `addr`, a member that
@@ -135,11 +157,49 @@ impl ChordNode {
         {
             return;
         }
+        self.remember_rejoin(addr);
+        self.join_lookup(now, addr);
+    }
+
+    /// A joining node got a stabilize request from `addr`: a member whose successor
+    /// it still is. Joins right after it (as when a join lookup through a contact
+    /// comes back to this node), unless that is already under way.
+    pub(crate) fn join_behind_member(&mut self, now: Instant, addr: NodeAddr) {
+        if !matches!(self.phase, Phase::Joining { .. })
+            || self.pending.any(|p| p.to == addr && matches!(p.what, Waiting::JoinBehind))
+        {
+            return;
+        }
+        self.remember_rejoin(addr);
+        self.request(now, addr, ChordMsg::GetSuccessorList, Waiting::JoinBehind, Traffic::Maintenance);
+    }
+
+    /// Adds `addr` to the peers tried after the bootstrap list.
+    fn remember_rejoin(&mut self, addr: NodeAddr) {
+        if self.bootstrap.contains(&addr) || self.rejoin.contains(&addr) {
+            return;
+        }
         if self.rejoin.len() >= MAX_REJOIN {
             self.rejoin.pop();
         }
         self.rejoin.push(addr);
-        self.join_lookup(now, addr);
+    }
+
+    /// The successor `from` being confirmed did not adopt us: its predecessor `p`
+    /// lies between us (it joined meanwhile). Confirm `p` instead, `from` failing that.
+    pub(crate) fn redirect_join(&mut self, now: Instant, from: Peer, p: Peer) {
+        let confirming = |w: &Pending| w.to == from.addr && matches!(w.what, Waiting::SuccessorList { .. });
+        let ids = self.pending.ids_where(confirming);
+        if p.addr == self.me.addr || !p.id.in_open(self.me.id, from.id) || ids.is_empty() {
+            return self.drop_input();
+        }
+        let mut candidates = vec![p, from];
+        for id in ids {
+            if let Some(Pending { what: Waiting::SuccessorList { fallback }, .. }) = self.pending.remove(&id) {
+                candidates.extend(fallback.into_iter().filter(|c| c.addr != p.addr && c.addr != from.addr));
+            }
+        }
+        self.confirm_join_with(now, candidates);
     }
 
     /// The successor found by the join lookup answered with its list: joined.
@@ -183,7 +243,12 @@ impl ChordNode {
     /// the ring) becomes a ring of one if none answers, and keeps trying to merge.
     pub(crate) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
         // Remember who we knew: they may only have looked dead (loss, a partition).
-        let candidates = self.succs.iter().chain(self.fingers.runs().iter().map(|(_, p)| p)).chain(self.pred.iter());
+        let candidates = self
+            .succs
+            .iter()
+            .chain(self.fingers.runs().iter().map(|(_, p)| p))
+            .chain(self.pred.iter())
+            .chain(self.dependents.iter().filter(|(_, until)| *until > now).map(|(p, _)| p));
         let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
         for a in candidates.map(|p| p.addr).chain([last]) {
             if a != self.me.addr && !self.bootstrap.contains(&a) && !known.contains(&a) {
@@ -255,6 +320,31 @@ impl ChordNode {
         self.peer_failed(now, addr);
     }
 
+    /// `addr` answered that it is out of the ring (rejoining). It is no predecessor
+    /// or finger any more, and goes to the end of the successor list: the others
+    /// are asked first, but if every one of them is gone, this node is what remains
+    /// of its ring and that node joins back right behind it when a stabilize
+    /// reaches it (see `join_behind_member`), instead of both waiting for a ring.
+    pub(crate) fn peer_not_joined(&mut self, now: Instant, addr: NodeAddr) {
+        if !self.joined() {
+            return;
+        }
+        if self.pred.is_some_and(|p| p.addr == addr) {
+            self.pred = None;
+            self.pred_strikes = 0;
+        }
+        self.fingers.remove(addr);
+        let Some(at) = self.succs.iter().position(|p| p.addr == addr) else { return };
+        let mut list = self.succs.clone();
+        let p = list.remove(at);
+        list.push(p);
+        self.set_successor_list(list);
+        self.set_successor_fingers();
+        if at == 0 && self.succs.len() > 1 {
+            self.timers.set(Timer::Stabilize, now);
+        }
+    }
+
     /// A peer could not be reached (or stayed silent): drop it and repair the successor.
     pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
         if !self.joined() || addr == self.me.addr {
@@ -281,14 +371,14 @@ impl ChordNode {
         }
     }
 
-    /// Remembers a node that joins with this one as its successor (see `joiners`).
-    pub(crate) fn remember_joiner(&mut self, now: Instant, joiner: Peer) {
-        self.joiners.retain(|(p, until)| *until > now && p.addr != joiner.addr);
-        if self.joiners.len() >= MAX_JOINERS {
-            self.joiners.remove(0);
+    /// Remembers a node that has this one as its successor (see `dependents`).
+    pub(crate) fn remember_dependent(&mut self, now: Instant, node: Peer) {
+        self.dependents.retain(|(p, until)| *until > now && p.addr != node.addr);
+        if self.dependents.len() >= MAX_DEPENDENTS {
+            self.dependents.remove(0);
         }
         let until = now + self.cfg.stabilize_period * 2 + self.cfg.request_timeout;
-        self.joiners.push((joiner, until));
+        self.dependents.push((node, until));
     }
 
     /// Graceful leave: every neighbour this node knows (predecessor, successors and
@@ -296,10 +386,26 @@ impl ChordNode {
     /// stored registrations go to the successor.
     pub(crate) fn leave(&mut self, now: Instant) {
         if self.joined() {
-            let mut known: Vec<Peer> = self.pred.iter().copied().chain(self.succs.iter().copied()).collect();
-            for (j, until) in std::mem::take(&mut self.joiners) {
+            // Never a neighbour that already missed an answer: it may have crashed, and
+            // a node handed only dead neighbours is cut off.
+            let suspect = |p: &Peer| {
+                (self.pred_strikes > 0 && self.pred == Some(*p))
+                    || (self.succ_strikes > 0 && self.succs.first() == Some(p))
+            };
+            let mut known: Vec<Peer> =
+                self.pred.iter().copied().chain(self.succs.iter().copied()).filter(|p| !suspect(p)).collect();
+            for (j, until) in std::mem::take(&mut self.dependents) {
                 if until > now && j.addr != self.me.addr && !known.iter().any(|p| p.addr == j.addr) {
                     known.push(j);
+                }
+            }
+            // Their successor candidates: the known nodes, then the fingers (far, but
+            // alive as far as we know: a fallback when the ring is still forming and
+            // the near ones are gone too).
+            let mut candidates = known.clone();
+            for &(_, f) in self.fingers.runs() {
+                if !suspect(&f) && !candidates.iter().any(|p| p.addr == f.addr) {
+                    candidates.push(f);
                 }
             }
             if let Some(s) = self.succs.first().copied() {
@@ -313,13 +419,13 @@ impl ChordNode {
                 let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
                 for to in targets.into_iter().filter(|_| !entries.is_empty()) {
                     let entries = entries.clone();
-                    self.send(to, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+                    self.hand_over(to, entries, HANDOVER_HOPS);
                 }
             }
             // Everyone that may have this node as successor: the others, nearest first.
             let first = self.succs.first().map(|p| p.addr);
             for &x in known.iter().filter(|p| Some(p.addr) != first) {
-                let mut successors: Vec<Peer> = known.iter().copied().filter(|p| p.addr != x.addr).collect();
+                let mut successors: Vec<Peer> = candidates.iter().copied().filter(|p| p.addr != x.addr).collect();
                 successors.sort_by_key(|p| x.id.distance_to(p.id));
                 successors.truncate(self.cfg.successors);
                 self.send(x.addr, 0, ChordMsg::LeavingToPredecessor { successors }, Traffic::Maintenance);
@@ -333,7 +439,7 @@ impl ChordNode {
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();
-        self.joiners.clear();
+        self.dependents.clear();
         self.event(OverlayEvent::Left);
     }
 }

@@ -10,6 +10,7 @@
 //! - `membership`: join, failure repair, rejoin or merge, graceful leave.
 //! - `stabilize`: stabilize / notify / check-predecessor, leave notices.
 //! - `lookup`: iterative lookups.
+//! - `verify`: owner checks of lookup answers.
 //! - `finger`: the compact finger table and fix-fingers.
 //! - `registry`: stored registrations, refresh, queries, key transfer.
 //! - `msg`: the wire messages ([`ChordMsg`]).
@@ -21,6 +22,10 @@
 //! finally the successor list). Hops count the remote nodes asked; a node that finds
 //! the owner in its own table (itself or its successor) answers with 0 hops. Routing
 //! uses fingers only, as in the Chord paper, so the mean is about ½·log2 N.
+//! Under churn the last hop's successor pointer may lag, so an application lookup
+//! or query whose owner was named by another node asks that owner for its
+//! predecessor before answering (`verify`): one round trip, counted apart from the
+//! hops in [`ChordStats::owner_checks`].
 //!
 //! # Failures
 //! A send failure drops the peer at once; a timeout drops it too, except the
@@ -50,6 +55,7 @@ mod msg;
 mod node;
 mod registry;
 mod stabilize;
+mod verify;
 
 #[cfg(test)]
 mod tests;

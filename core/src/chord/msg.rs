@@ -76,7 +76,8 @@ pub enum ChordMsg {
     /// One-way to the leaving node's successor: here is my predecessor, take it in
     /// my place.
     LeavingToSuccessor { predecessor: Option<Peer> },
-    /// One-way: registrations that now belong to (or are replicated at) the receiver.
+    /// One-way: copies of registrations the sender owns, kept by the receiver as
+    /// their replica.
     KeyTransfer { entries: Vec<Entry> },
     /// Request: your successor list, please.
     GetSuccessorList,
@@ -98,11 +99,26 @@ pub enum ChordMsg {
     /// (predecessor, itself] does not hold the key (the registrant's lookup was
     /// stale): nothing stored, look the owner up again.
     NotOwner,
+    /// Reply to any request that reached a node not part of a ring (it lost every
+    /// contact and is joining again): alive, but it cannot answer. The asker routes
+    /// around it without counting it dead; a node that stabilizes with it as its
+    /// successor is where it joins back.
+    NotJoined,
+    /// One-way: registrations the sender hands over (it leaves, or its range
+    /// shrank), meant for their owner as the sender sees it. The receiver keeps
+    /// them and passes those it does not own on towards their owner (ahead to its
+    /// successor, behind to its predecessor), at most `hops` more times: the
+    /// sender's view may be stale.
+    Handover { entries: Vec<Entry>, hops: u8 },
+    /// One-way to the sender's successor: the sender's range grew back to `after`
+    /// (it had no predecessor, say its predecessor failed): copy it the entries you
+    /// hold in (`after`, sender], the replicas of the range it now owns.
+    Pull { after: Id },
 }
 
 impl ChordMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 20;
+    pub const KINDS: usize = 23;
 
     /// This variant's index (its postcard tag), below [`ChordMsg::KINDS`].
     pub fn kind(&self) -> usize {
@@ -127,6 +143,9 @@ impl ChordMsg {
             ChordMsg::NewPredecessor { .. } => 17,
             ChordMsg::Registered => 18,
             ChordMsg::NotOwner => 19,
+            ChordMsg::NotJoined => 20,
+            ChordMsg::Handover { .. } => 21,
+            ChordMsg::Pull { .. } => 22,
         }
     }
 }

@@ -21,8 +21,8 @@ use crate::wire::Envelope;
 pub(crate) const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
 pub(crate) const MAX_REJOIN: usize = 16;
-/// Most recent joiners remembered for a graceful leave.
-pub(crate) const MAX_JOINERS: usize = 16;
+/// Most nodes remembered as counting on this one (see `ChordNode::dependents`).
+pub(crate) const MAX_DEPENDENTS: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,10 @@ pub(crate) enum Phase {
 pub(crate) enum Waiting {
     /// One hop of a lookup.
     Hop(Box<LookupState>),
+    /// The predecessor of the owner a lookup's route named (see `verify`).
+    Check { state: Box<LookupState>, owner: Peer, named_by: Peer, retry: bool },
+    /// The successor list of the node that named an owner which failed its check.
+    Recover { state: Box<LookupState>, named_by: Peer },
     /// The successor's predecessor (stabilize).
     Stabilize,
     /// The predecessor's pong.
@@ -92,7 +96,8 @@ pub(crate) enum Waiting {
     /// successor: the join goes on from there.
     JoinBehind,
     /// The successor list of the node the join lookup named: it confirms the join.
-    SuccessorList,
+    /// If it does not answer, the next of `fallback` (nearest first) is asked.
+    SuccessorList { fallback: Vec<Peer> },
     /// The predecessor of finger `index`'s node, to check the finger still holds.
     FingerCheck { index: u32, node: Peer },
     /// The successor's fingers, right after joining.
@@ -119,17 +124,21 @@ impl Requests {
         self.0.push((id, p));
     }
 
-    fn get(&self, id: &u64) -> Option<&Pending> {
+    pub(crate) fn get(&self, id: &u64) -> Option<&Pending> {
         self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
     }
 
-    fn remove(&mut self, id: &u64) -> Option<Pending> {
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<Pending> {
         let at = self.0.iter().position(|(i, _)| i == id)?;
         Some(self.0.remove(at).1)
     }
 
-    fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
+    pub(crate) fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
         self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
+    }
+
+    pub(crate) fn any(&self, f: impl Fn(&Pending) -> bool) -> bool {
+        self.0.iter().any(|(_, p)| f(p))
     }
 
     pub(crate) fn clear(&mut self) {
@@ -141,6 +150,15 @@ impl Requests {
     pub(crate) fn first_id(&self) -> Option<u64> {
         self.0.first().map(|(id, _)| *id)
     }
+}
+
+/// Why a request got no useful answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoAnswer {
+    /// Nothing came back in time, or the message could not be sent.
+    Silent,
+    /// The peer answered [`ChordMsg::NotJoined`]: alive, but out of the ring.
+    NotJoined,
 }
 
 /// Who a sent message is for, in the counters.
@@ -180,6 +198,9 @@ pub struct ChordStats {
     pub lookups_failed: u64,
     /// Sum of the hops of the successful application lookups.
     pub lookup_hops: u64,
+    /// Owner checks sent by lookups and queries (one round trip each, not hops;
+    /// see `verify`).
+    pub owner_checks: u64,
 }
 
 /// A Chord node as a sans-IO machine.
@@ -207,10 +228,11 @@ pub struct ChordNode {
     pub(crate) fast_fingers: bool,
     pub(crate) stabilize_busy: bool,
     pub(crate) ping_busy: bool,
-    /// Nodes this node recently told "I am your successor" in answer to their join
-    /// lookup, until their stabilize reaches it: a graceful leave must hand them on
-    /// too, or a joiner whose only contact leaves is stranded. (peer, forget after).
-    pub(crate) joiners: Vec<(Peer, Instant)>,
+    /// Nodes that recently counted on this node as their successor without being
+    /// its predecessor: joiners it answered "I am your successor", and notifiers it
+    /// did not adopt (their view is behind). A graceful leave must hand them on
+    /// too, or a node whose only live contact leaves is stranded. (peer, forget after).
+    pub(crate) dependents: Vec<(Peer, Instant)>,
     /// The owned registrations must be copied to the replicas again (the first
     /// successors or the owned range changed); done at the end of the input.
     pub(crate) replicas_dirty: bool,
@@ -256,7 +278,7 @@ impl ChordNode {
             fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
-            joiners: Vec::new(),
+            dependents: Vec::new(),
             replicas_dirty: false,
             succ_strikes: 0,
             pred_strikes: 0,
@@ -366,7 +388,9 @@ impl ChordNode {
         let mut deadline = now + self.cfg.request_timeout;
         // A lookup's or query's own deadline caps the wait for any one answer.
         match &what {
-            Waiting::Hop(s) => deadline = deadline.min(s.deadline()),
+            Waiting::Hop(s) | Waiting::Check { state: s, .. } | Waiting::Recover { state: s, .. } => {
+                deadline = deadline.min(s.deadline())
+            }
             Waiting::Query(q) => deadline = deadline.min(q.deadline),
             _ => {}
         }
@@ -414,7 +438,7 @@ impl ChordNode {
         let due = self.pending.ids_where(|p| p.deadline <= now);
         for id in due {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
     }
@@ -423,39 +447,69 @@ impl ChordNode {
     pub(crate) fn abandon_requests_to(&mut self, now: Instant, addr: NodeAddr) {
         for id in self.pending.ids_where(|p| p.to == addr) {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
     }
 
-    fn request_failed(&mut self, now: Instant, p: Pending) {
+    fn request_failed(&mut self, now: Instant, p: Pending, why: NoAnswer) {
         self.stats.request_failures += 1;
         match p.what {
-            Waiting::Hop(state) => self.hop_failed(now, p.to, state),
+            Waiting::Hop(state) => {
+                if now < state.deadline() {
+                    // Out of time is the lookup's fault, not the hop's.
+                    self.blame(now, p.to, why);
+                }
+                self.hop_failed(now, p.to, state);
+            }
+            Waiting::Check { state, owner, named_by, retry } => {
+                if retry && why == NoAnswer::Silent {
+                    // A lost message is not a failed owner: ask once more.
+                    return self.check_owner(now, state, owner, named_by, false);
+                }
+                if now < state.deadline() {
+                    self.blame(now, p.to, why);
+                }
+                self.owner_check_failed(now, state, owner, named_by);
+            }
+            Waiting::Recover { state, .. } => {
+                if now < state.deadline() {
+                    self.blame(now, p.to, why);
+                }
+                self.hop_failed(now, p.to, state);
+            }
             Waiting::Stabilize => {
                 self.stabilize_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
             Waiting::PingPredecessor => {
                 self.ping_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
             Waiting::Query(q) => {
                 if now < q.deadline {
-                    self.peer_silent(now, p.to);
+                    self.blame(now, p.to, why);
                 }
                 self.query_failed(now, *q);
             }
             Waiting::FingerCheck { .. } => {
                 self.finger_busy = false;
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
             }
-            Waiting::SuccessorList | Waiting::JoinBehind => self.join_failed(now),
+            Waiting::SuccessorList { fallback } => self.confirm_join_with(now, fallback),
+            Waiting::JoinBehind => self.join_failed(now),
             Waiting::Fingers => {}
             Waiting::Register { name, value } => {
-                self.peer_silent(now, p.to);
+                self.blame(now, p.to, why);
                 self.retry_registration(now, &name, &value);
             }
+        }
+    }
+
+    fn blame(&mut self, now: Instant, addr: NodeAddr, why: NoAnswer) {
+        match why {
+            NoAnswer::Silent => self.peer_silent(now, addr),
+            NoAnswer::NotJoined => self.peer_not_joined(now, addr),
         }
     }
 
@@ -485,8 +539,15 @@ impl ChordNode {
         );
         if is_request && (rid == 0 || !self.joined()) {
             if rid != 0 {
-                // A member that still counts on us: a contact to rejoin through.
-                self.rejoin_hint(now, from.addr);
+                self.send(from.addr, rid, ChordMsg::NotJoined, Traffic::Reply);
+            }
+            match env.body {
+                // A member stabilizing with us as its successor: our place is right
+                // after it, so join there (its list names who follows).
+                ChordMsg::GetPredecessor if rid != 0 => self.join_behind_member(now, from.addr),
+                // Any other member that still counts on us: a contact to rejoin through.
+                _ if rid != 0 => self.rejoin_hint(now, from.addr),
+                _ => {}
             }
             return self.drop_input();
         }
@@ -494,7 +555,7 @@ impl ChordNode {
             ChordMsg::FindSuccessor { key } => {
                 let step = self.local_step(key);
                 if key == from.id && step == (Step::Done { owner: self.me }) {
-                    self.remember_joiner(now, from);
+                    self.remember_dependent(now, from);
                 }
                 self.send(from.addr, rid, ChordMsg::FindSuccessorReply(step), Traffic::Reply);
             }
@@ -504,10 +565,20 @@ impl ChordNode {
                 self.send(from.addr, rid, body, Traffic::Reply);
             }
             ChordMsg::Predecessor { predecessor, successors } => {
-                let fits = |w: &Waiting| matches!(w, Waiting::Stabilize | Waiting::FingerCheck { .. });
+                let fits = |w: &Waiting| {
+                    matches!(
+                        w,
+                        Waiting::Stabilize
+                            | Waiting::FingerCheck { .. }
+                            | Waiting::Check { .. }
+                            | Waiting::Recover { .. }
+                    )
+                };
                 match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
                     Some(Waiting::Stabilize) => self.on_predecessor(now, from, predecessor, successors),
                     Some(Waiting::FingerCheck { index, node }) => self.on_finger_check(now, index, node, predecessor),
+                    Some(Waiting::Check { state, owner, .. }) => self.on_owner_check(now, state, owner, predecessor),
+                    Some(Waiting::Recover { state, named_by }) => self.on_recover(now, state, named_by, successors),
                     _ => {}
                 }
             }
@@ -521,6 +592,10 @@ impl ChordNode {
                 }
             }
             ChordMsg::Register { entry, replicas } => {
+                if rid != 0 && !self.joined() {
+                    self.send(from.addr, rid, ChordMsg::NotJoined, Traffic::Reply);
+                    return self.drop_input();
+                }
                 if rid != 0 && replicas > 0 && self.joined() && !self.owns(Id::hash(&entry.name)) {
                     // The registrant's lookup was stale: storing it here would hide it
                     // from queries until its next refresh, so let it look again.
@@ -548,8 +623,13 @@ impl ChordNode {
             ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
             ChordMsg::LeavingToPredecessor { successors } => self.on_leaving_successor(now, from, successors),
             ChordMsg::LeavingToSuccessor { predecessor } => self.on_leaving_predecessor(now, from, predecessor),
-            ChordMsg::KeyTransfer { entries } => self.on_key_transfer(now, from, entries),
+            ChordMsg::KeyTransfer { entries } => self.on_entries(now, from, entries, 0),
+            ChordMsg::Handover { entries, hops } => self.on_entries(now, from, entries, hops),
+            ChordMsg::Pull { after } => self.on_pull(now, from, after),
             ChordMsg::GetSuccessorList => {
+                // Only a joining node asks this, to confirm us as its successor: if we
+                // leave before its first stabilize, it must hear of it.
+                self.remember_dependent(now, from);
                 let body = ChordMsg::SuccessorList { successors: self.succs.clone() };
                 self.send(from.addr, rid, body, Traffic::Reply);
             }
@@ -562,10 +642,18 @@ impl ChordNode {
                     self.adopt_fingers(fingers);
                 }
             }
+            ChordMsg::NotJoined => match self.pending.get(&rid) {
+                Some(p) if p.to == from.addr => {
+                    if let Some(p) = self.pending.remove(&rid) {
+                        self.request_failed(now, p, NoAnswer::NotJoined);
+                    }
+                }
+                _ => self.drop_input(),
+            },
             ChordMsg::SuccessorList { successors } => {
-                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList | Waiting::JoinBehind);
+                let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList { .. } | Waiting::JoinBehind);
                 match self.take_pending(rid, from.addr, fits).map(|p| p.what) {
-                    Some(Waiting::SuccessorList) => self.join_confirmed(now, from, successors),
+                    Some(Waiting::SuccessorList { .. }) => self.join_confirmed(now, from, successors),
                     Some(Waiting::JoinBehind) => self.join_behind(now, from, successors),
                     _ => {}
                 }
@@ -602,7 +690,7 @@ impl Machine for ChordNode {
         self.peer_failed(now, to);
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p);
+                self.request_failed(now, p, NoAnswer::Silent);
             }
         }
         self.sync_replicas(now);

@@ -8,10 +8,13 @@ use super::lookup::Purpose;
 use super::msg::{ChordMsg, Entry, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::Id;
+use crate::machine::NodeAddr;
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
 const QUERY_ATTEMPTS: u8 = 3;
+/// How often a handed-over entry may be passed on towards its owner.
+pub(crate) const HANDOVER_HOPS: u8 = 8;
 /// Shortest interval between refreshes of one registration.
 const MIN_REFRESH: Duration = Duration::from_millis(100);
 
@@ -234,7 +237,7 @@ impl ChordNode {
             let me = self.me.id;
             let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
             if !ahead.is_empty() {
-                self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+                self.hand_over(s.addr, ahead, HANDOVER_HOPS);
             }
         }
         let me = self.me.id;
@@ -279,31 +282,62 @@ impl ChordNode {
         }
     }
 
-    /// Registrations handed over by a joining predecessor's successor or a leaving node.
-    pub(crate) fn on_key_transfer(&mut self, now: Instant, from: Peer, entries: Vec<Entry>) {
-        if !self.joined() {
+    /// Hands `entries` over to `to` (see [`ChordMsg::Handover`]).
+    pub(crate) fn hand_over(&mut self, to: NodeAddr, entries: Vec<Entry>, hops: u8) {
+        self.send(to, 0, ChordMsg::Handover { entries, hops }, Traffic::Maintenance);
+    }
+
+    /// Registrations copied here as a replica (`hops` 0), or handed over.
+    ///
+    /// Handed-over entries this node does not own go on towards their owner, as far
+    /// as `hops` allow: ahead, in (us, successor], to the successor; behind our
+    /// range to the predecessor. The sender's view may be stale: a leaver whose
+    /// successor was not us yet, a node that handed its range over just before we
+    /// adopted a newer predecessor. Never back to the sender.
+    pub(crate) fn on_entries(&mut self, now: Instant, from: Peer, entries: Vec<Entry>, hops: u8) {
+        // While joining, only from the successor being confirmed (it adopted us on
+        // our notify and hands over our range).
+        let confirming = || self.pending.any(|p| p.to == from.addr && matches!(p.what, Waiting::SuccessorList { .. }));
+        if !self.joined() && !confirming() {
             return self.drop_input();
         }
-        // Not when they come from the successor itself: in a ring of fewer than
-        // `replicas` nodes its replicas wrap round to here.
+        let me = self.me.id;
+        let forward = hops > 0;
+        // Not back to the successor when it sent them: in a ring of fewer than
+        // `replicas` nodes its copies wrap round to here.
         let succ = self
             .succs
             .first()
             .copied()
-            .filter(|s| s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(self.me.id, s.id)));
-        let mut ahead = Vec::new();
+            .filter(|s| forward && s.addr != from.addr && self.pred.is_none_or(|p| !p.id.in_open(me, s.id)));
+        let pred = self.pred.filter(|p| forward && p.addr != from.addr);
+        let (mut ahead, mut behind) = (Vec::new(), Vec::new());
         for e in entries {
             let key = Id::hash(&e.name);
             // Keys that are ours now (a leaving predecessor's) go on to our replicas.
             self.replicas_dirty |= self.pred.is_some() && self.owns(key);
-            // Keys in (us, successor] are the successor's (see `sync_replicas`).
-            if succ.is_some_and(|s| key.in_half_open(self.me.id, s.id)) {
+            if succ.is_some_and(|s| key.in_half_open(me, s.id)) {
                 ahead.push(e.clone());
+            } else if pred.is_some_and(|p| !key.in_half_open(p.id, me)) {
+                behind.push(e.clone());
             }
             self.store_entry(now, e);
         }
-        if let (Some(s), false) = (succ, ahead.is_empty()) {
-            self.send(s.addr, 0, ChordMsg::KeyTransfer { entries: ahead }, Traffic::Maintenance);
+        for (to, entries) in [(succ, ahead), (pred, behind)] {
+            if let (Some(to), false) = (to, entries.is_empty()) {
+                self.hand_over(to.addr, entries, hops - 1);
+            }
+        }
+    }
+
+    /// Our predecessor `from` owns (`after`, `from`] now: copy it what we hold there.
+    pub(crate) fn on_pull(&mut self, now: Instant, from: Peer, after: Id) {
+        if !self.joined() || self.pred.is_some_and(|p| p.addr != from.addr) {
+            return self.drop_input();
+        }
+        let entries = self.store.entries(now, |k| k.in_half_open(after, from.id));
+        if !entries.is_empty() {
+            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
         }
     }
 

@@ -4,6 +4,8 @@ use std::time::Instant;
 
 use super::msg::{ChordMsg, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
+use super::registry::HANDOVER_HOPS;
+use crate::id::Id;
 
 impl ChordNode {
     /// Asks the successor for its predecessor and successor list.
@@ -104,6 +106,14 @@ impl ChordNode {
             self.set_successor_list(vec![from]);
         }
         if !adopt {
+            if self.pred != Some(from) {
+                // It counts on us as its successor all the same: if we leave, it must
+                // know. Our predecessor lies between us: its better successor.
+                self.remember_dependent(now, from);
+                if let Some(x) = self.pred.filter(|x| x.id.in_open(from.id, self.me.id)) {
+                    self.send(from.addr, 0, ChordMsg::NewPredecessor { predecessor: x }, Traffic::Maintenance);
+                }
+            }
             return;
         }
         let old = self.pred.replace(from);
@@ -116,20 +126,35 @@ impl ChordNode {
         // Registrations outside (from, me] go to `from`: those in (old, from] are its
         // own now, the rest are replicas of its predecessors' (it stands between them
         // and us now). We keep copies as its replica.
+        // Its own go as a handover (passed on if it is not their owner after all),
+        // the replicas as copies; with no old predecessor, all as a handover.
         let me = self.me.id;
-        let entries = self.store.entries(now, |k| !k.in_half_open(from.id, me));
+        let own = |k: Id| old.is_none_or(|o| k.in_half_open(o.id, from.id));
+        let handed = self.store.entries(now, |k| !k.in_half_open(from.id, me) && own(k));
+        let copies = self.store.entries(now, |k| !k.in_half_open(from.id, me) && !own(k));
         if old.is_none() {
-            // Our range is known again (it may have grown): copy it to our replicas.
+            // Our range is known again (it may have grown): copy it to our replicas,
+            // and fetch from our successor the replicas it holds in it (a copy the
+            // failed predecessor sent us may have been lost).
             self.replicas_dirty = true;
+            if let Some(s) = self.succs.first().filter(|s| s.addr != from.addr) {
+                self.send(s.addr, 0, ChordMsg::Pull { after: from.id }, Traffic::Maintenance);
+            }
         }
-        if !entries.is_empty() {
-            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
+        if !handed.is_empty() {
+            self.hand_over(from.addr, handed, HANDOVER_HOPS);
+        }
+        if !copies.is_empty() {
+            self.send(from.addr, 0, ChordMsg::KeyTransfer { entries: copies }, Traffic::Maintenance);
         }
     }
 
     /// Our successor `from` adopted `p` as predecessor: if `p` lies between us, it is
     /// our successor now.
     pub(crate) fn on_new_predecessor(&mut self, now: Instant, from: Peer, p: Peer) {
+        if !self.joined() {
+            return self.redirect_join(now, from, p);
+        }
         let Some(&s) = self.succs.first() else { return self.drop_input() };
         if !self.joined() || s.addr != from.addr {
             return self.drop_input();

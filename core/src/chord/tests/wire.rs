@@ -56,12 +56,16 @@ pub(super) fn arb_msg() -> impl Strategy<Value = ChordMsg> {
         arb_peers().prop_map(|successors| ChordMsg::LeavingToPredecessor { successors }),
         proptest::option::of(arb_peer()).prop_map(|predecessor| ChordMsg::LeavingToSuccessor { predecessor }),
         proptest::collection::vec(arb_entry(), 0..6).prop_map(|entries| ChordMsg::KeyTransfer { entries }),
+        (proptest::collection::vec(arb_entry(), 0..6), any::<u8>())
+            .prop_map(|(entries, hops)| ChordMsg::Handover { entries, hops }),
         Just(ChordMsg::GetSuccessorList),
         arb_peers().prop_map(|successors| ChordMsg::SuccessorList { successors }),
         Just(ChordMsg::GetFingers),
         arb_peer().prop_map(|predecessor| ChordMsg::NewPredecessor { predecessor }),
         Just(ChordMsg::Registered),
         Just(ChordMsg::NotOwner),
+        Just(ChordMsg::NotJoined),
+        arb_id().prop_map(|after| ChordMsg::Pull { after }),
         proptest::collection::vec((any::<u8>(), arb_peer()), 0..20).prop_map(|fingers| ChordMsg::Fingers { fingers }),
     ]
 }
@@ -103,6 +107,9 @@ fn variant_tags_are_pinned() {
         ChordMsg::NewPredecessor { predecessor: Peer::from_addr(addr(1)) },
         ChordMsg::Registered,
         ChordMsg::NotOwner,
+        ChordMsg::NotJoined,
+        ChordMsg::Handover { entries: vec![], hops: 0 },
+        ChordMsg::Pull { after: Id::ZERO },
     ];
     assert_eq!(msgs.len(), ChordMsg::KINDS);
     for (i, m) in msgs.iter().enumerate() {
