@@ -9,17 +9,31 @@
 //! pop earliest event -> now = max(now, at) -> call the node -> drain poll_action:
 //!     Send  -> the seeded net model -> Deliver at now + link latency (or lost, or failed)
 //!     Event -> the event log the caller drains
-//! -> re-arm the node's single Wake if poll_timeout changed
+//! -> queue a Wake if poll_timeout moved earlier than the node's queued one
 //! ```
+//!
+//! Each node has at most one live `Wake` queued. When its `poll_timeout` moves
+//! earlier, a new one is queued and the old one goes stale (skipped when popped);
+//! when it moves later, nothing is queued: the earlier `Wake` pops, finds the
+//! deadline not yet due, and re-queues itself for it. So a request sent and
+//! answered before its timeout costs no extra queue traffic, and a node's
+//! `handle_timeout` is still never called before its `poll_timeout`.
+//!
+//! Cost per event is O(log q) for q queued events: the queue moves small keys
+//! (see `queue`), nodes live in a `Vec`, addresses resolve through a hash map, and
+//! messages are moved, not encoded, unless `codec_roundtrip` is on.
 
+mod addrs;
 mod net;
+mod queue;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use addrs::AddrMap;
 pub use net::NetConfig;
 use net::{Fate, Net};
+use queue::{EventQueue, Nanos};
 
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::{self, Envelope};
@@ -74,15 +88,17 @@ pub struct SimStats {
     pub lost: u64,
     /// Sends reported back as failed.
     pub failed: u64,
+    /// Calls of `handle_timeout` (popped wake-ups that were due).
+    pub timeouts: u64,
 }
 
 struct Slot<M> {
     machine: M,
     addr: NodeAddr,
     state: Liveness,
-    /// The wake-up currently queued for this node, and its generation: a popped
+    /// When this node's live `Wake` is queued, and its generation: a popped
     /// `Wake` whose generation is stale was superseded and is skipped.
-    wake: Option<Instant>,
+    wake: Option<Nanos>,
     generation: u32,
 }
 
@@ -92,37 +108,15 @@ enum Ev<B> {
     Wake { node: NodeIdx, generation: u32 },
 }
 
-struct Queued<B> {
-    at: Instant,
-    seq: u64,
-    ev: Ev<B>,
-}
-
-impl<B> PartialEq for Queued<B> {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl<B> Eq for Queued<B> {}
-impl<B> PartialOrd for Queued<B> {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl<B> Ord for Queued<B> {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
-}
-
 /// The simulator. See the module docs.
 pub struct Sim<M: Machine> {
     start: Instant,
+    /// The clock, as an instant for the machines and as nanoseconds since `start`.
     now: Instant,
+    now_ns: Nanos,
     nodes: Vec<Slot<M>>,
-    by_addr: BTreeMap<NodeAddr, NodeIdx>,
-    queue: BinaryHeap<Reverse<Queued<M::Body>>>,
-    seq: u64,
+    by_addr: AddrMap,
+    queue: EventQueue<Ev<M::Body>>,
     net: Net,
     codec_roundtrip: bool,
     events: VecDeque<SimEvent<M::Event>>,
@@ -146,10 +140,10 @@ impl<M: Machine> Sim<M> {
         Sim {
             start,
             now: start,
+            now_ns: 0,
             nodes: Vec::new(),
-            by_addr: BTreeMap::new(),
-            queue: BinaryHeap::new(),
-            seq: 0,
+            by_addr: AddrMap::default(),
+            queue: EventQueue::default(),
             net: Net::new(config.net, config.seed),
             codec_roundtrip: config.codec_roundtrip,
             events: VecDeque::new(),
@@ -273,15 +267,32 @@ impl<M: Machine> Sim<M> {
 
     /// When the next queued event happens.
     pub fn next_event_at(&self) -> Option<Instant> {
-        self.queue.peek().map(|Reverse(q)| q.at)
+        self.queue.peek_time().map(|t| self.instant(t))
+    }
+
+    /// Number of events queued (deliveries in flight, wake-ups, failure reports).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn instant(&self, t: Nanos) -> Instant {
+        self.start + Duration::from_nanos(t)
+    }
+
+    /// `t` as nanoseconds since the start (0 before it, saturating far ahead).
+    fn nanos(&self, t: Instant) -> Nanos {
+        u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Processes one event; false when nothing is queued.
     pub fn step(&mut self) -> bool {
-        let Some(Reverse(Queued { at, ev, .. })) = self.queue.pop() else {
+        let Some((at, ev)) = self.queue.pop() else {
             return false;
         };
-        self.now = self.now.max(at);
+        if at > self.now_ns {
+            self.now_ns = at;
+            self.now = self.instant(at);
+        }
         self.stats.events += 1;
         let now = self.now;
         match ev {
@@ -302,24 +313,45 @@ impl<M: Machine> Sim<M> {
                     self.drain(node);
                 }
             }
-            Ev::Wake { node, generation } => {
-                let slot = &mut self.nodes[node];
-                if slot.state == Liveness::Alive && slot.generation == generation {
-                    slot.wake = None;
-                    slot.machine.handle_timeout(now);
-                    self.drain(node);
-                }
-            }
+            Ev::Wake { node, generation } => self.wake(node, generation),
         }
         true
     }
 
+    /// A node's queued wake-up popped: time out if its deadline is due, or queue
+    /// the wake-up again for a deadline that moved later.
+    fn wake(&mut self, node: NodeIdx, generation: u32) {
+        let slot = &mut self.nodes[node];
+        if slot.state != Liveness::Alive || slot.generation != generation {
+            return;
+        }
+        slot.wake = None;
+        let Some(due) = slot.machine.poll_timeout() else { return };
+        if due <= self.now {
+            self.stats.timeouts += 1;
+            slot.machine.handle_timeout(self.now);
+            self.drain(node);
+        } else {
+            let at = self.nanos(due);
+            self.nodes[node].wake = Some(at);
+            self.queue.push(at, Ev::Wake { node, generation });
+        }
+    }
+
     /// Runs every event up to and including `deadline`, then sets the clock to it.
     pub fn run_until(&mut self, deadline: Instant) {
-        while self.next_event_at().is_some_and(|t| t <= deadline) {
+        let end = self.nanos(deadline);
+        while self.queue.peek_time().is_some_and(|t| t <= end) {
             self.step();
         }
-        self.now = self.now.max(deadline);
+        self.advance_to(deadline);
+    }
+
+    fn advance_to(&mut self, t: Instant) {
+        if t > self.now {
+            self.now = t;
+            self.now_ns = self.nanos(t);
+        }
     }
 
     /// Runs for `d` of virtual time.
@@ -331,28 +363,25 @@ impl<M: Machine> Sim<M> {
     /// `limit` of virtual time. Returns whether it held.
     pub fn run_while_not(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
         let deadline = self.now + limit;
+        let end = self.nanos(deadline);
         loop {
             if done(self) {
                 return true;
             }
-            match self.next_event_at() {
-                Some(t) if t <= deadline => {
+            match self.queue.peek_time() {
+                Some(t) if t <= end => {
                     self.step();
                 }
                 _ => {
-                    self.now = self.now.max(deadline);
+                    self.advance_to(deadline);
                     return done(self);
                 }
             }
         }
     }
 
-    fn push(&mut self, at: Instant, ev: Ev<M::Body>) {
-        self.seq += 1;
-        self.queue.push(Reverse(Queued { at, seq: self.seq, ev }));
-    }
-
-    /// Drains node `idx`'s actions, then re-arms its single wake-up if it moved.
+    /// Drains node `idx`'s actions, then queues a wake-up if its deadline moved
+    /// earlier than the one queued (see the module docs).
     fn drain(&mut self, idx: NodeIdx) {
         while let Some(action) = self.nodes[idx].machine.poll_action() {
             match action {
@@ -360,15 +389,14 @@ impl<M: Machine> Sim<M> {
                 Action::Event(event) => self.events.push_back(SimEvent { at: self.now, node: idx, event }),
             }
         }
+        let Some(next) = self.nodes[idx].machine.poll_timeout() else { return };
+        let at = self.nanos(next).max(self.now_ns);
         let slot = &mut self.nodes[idx];
-        let next = slot.machine.poll_timeout();
-        if next != slot.wake {
-            slot.wake = next;
+        if slot.wake.is_none_or(|queued| at < queued) {
+            slot.wake = Some(at);
             slot.generation = slot.generation.wrapping_add(1);
-            if let Some(t) = next {
-                let ev = Ev::Wake { node: idx, generation: slot.generation };
-                self.push(t.max(self.now), ev);
-            }
+            let ev = Ev::Wake { node: idx, generation: slot.generation };
+            self.queue.push(at, ev);
         }
     }
 
@@ -380,9 +408,14 @@ impl<M: Machine> Sim<M> {
             return;
         };
         match self.net.fate(from, target) {
-            Fate::Arrive(latency) => self.push(self.now + latency, Ev::Deliver { from, to: target, msg }),
+            Fate::Arrive(latency) => self.push_after(latency, Ev::Deliver { from, to: target, msg }),
             Fate::Lost => self.stats.lost += 1,
         }
+    }
+
+    fn push_after(&mut self, d: Duration, ev: Ev<M::Body>) {
+        let at = self.now_ns.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.queue.push(at, ev);
     }
 
     /// A message to a dead or unknown address: a refused connection comes back to
@@ -390,7 +423,7 @@ impl<M: Machine> Sim<M> {
     fn undeliverable(&mut self, from: NodeIdx, to: NodeAddr) {
         if self.net.config().report_failures {
             let rtt = 2 * self.net.latency(from, self.by_addr.get(&to).copied().unwrap_or(from));
-            self.push(self.now + rtt, Ev::SendFailed { node: from, to });
+            self.push_after(rtt, Ev::SendFailed { node: from, to });
         } else {
             self.stats.lost += 1;
         }
