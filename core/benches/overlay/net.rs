@@ -11,6 +11,8 @@ use p2pmp_core::sim::{NetConfig, NodeIdx, Sim, SimConfig};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
+use crate::phases::{PhaseRow, PhaseStart};
+
 /// Longest virtual time a network may take to converge after the last join.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(900);
 /// Quiet window over which maintenance traffic is measured.
@@ -23,6 +25,8 @@ pub(crate) struct BuildReport {
     pub(crate) maintenance_per_node_s: f64,
     pub(crate) events: u64,
     pub(crate) wall_s: f64,
+    /// Where the time went: joining, converging, the maintenance window.
+    pub(crate) phases: Vec<PhaseRow>,
 }
 
 #[derive(Default)]
@@ -37,6 +41,7 @@ pub(crate) struct LookupReport {
     pub(crate) max: u32,
     pub(crate) events: u64,
     pub(crate) wall_s: f64,
+    pub(crate) phase: Option<PhaseRow>,
 }
 
 impl LookupReport {
@@ -79,6 +84,8 @@ pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNod
     let gap = Duration::from_secs(1) / rate;
     let mut joined: Vec<NodeIdx> = Vec::with_capacity(n);
     let mut waiting: Vec<NodeIdx> = Vec::new();
+    let mut phases = Vec::new();
+    let phase = PhaseStart::new("join", &sim);
     for i in 0..n {
         let idx = spawn(&mut sim, i, &joined, &mut rng, seed);
         waiting.push(idx);
@@ -101,6 +108,8 @@ pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNod
         }
     }
     let last_join = sim.elapsed();
+    phases.push(phase.finish(&sim));
+    let phase = PhaseStart::new("converge", &sim);
     let step = if n >= 10_000 { Duration::from_secs(5) } else { Duration::from_secs(1) };
     let mut report = RingTruth::of(&sim).check(&sim, true);
     while !(report.converged() && report.nodes == n) {
@@ -121,10 +130,13 @@ pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNod
             wall.elapsed().as_secs_f64()
         );
     }
+    phases.push(phase.finish(&sim));
+    let phase = PhaseStart::new("maintain", &sim);
     let before = sim.stats().sent;
     sim.run_for(MAINTENANCE_WINDOW);
     sim.clear_events();
     let maintenance = (sim.stats().sent - before) as f64 / n as f64 / MAINTENANCE_WINDOW.as_secs_f64();
+    phases.push(phase.finish(&sim));
     let report = BuildReport {
         nodes: n,
         seed,
@@ -132,6 +144,7 @@ pub(crate) fn build(n: usize, seed: u64, progress: bool) -> Result<(Sim<ChordNod
         maintenance_per_node_s: maintenance,
         events: sim.stats().events,
         wall_s: wall.elapsed().as_secs_f64(),
+        phases,
     };
     Ok((sim, report))
 }
@@ -147,6 +160,7 @@ pub(crate) fn random_key(rng: &mut Pcg64Mcg) -> Id {
 /// each answer is judged against the true owner.
 pub(crate) fn lookups(sim: &mut Sim<ChordNode>, count: usize, seed: u64, progress: bool) -> LookupReport {
     let wall = Instant::now();
+    let phase = PhaseStart::new("lookups", sim);
     let events_before = sim.stats().events;
     let truth = RingTruth::of(sim);
     let alive: Vec<NodeIdx> = sim.alive().collect();
@@ -186,6 +200,7 @@ pub(crate) fn lookups(sim: &mut Sim<ChordNode>, count: usize, seed: u64, progres
     }
     r.events = sim.stats().events - events_before;
     r.wall_s = wall.elapsed().as_secs_f64();
+    r.phase = Some(phase.finish(sim));
     if progress {
         eprintln!("  {count} lookups answered in {:.1}s wall", r.wall_s);
     }
