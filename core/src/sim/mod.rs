@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use addrs::AddrMap;
 pub use net::NetConfig;
 use net::{Fate, Net};
-use queue::{EventQueue, Nanos};
+use queue::{EventQueue, Item, Nanos};
 
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::{self, Envelope};
@@ -102,10 +102,10 @@ struct Slot<M> {
     generation: u32,
 }
 
+/// A queued event; a node's wake-up is a queue token `(node, generation)` instead.
 enum Ev<B> {
     Deliver { from: NodeIdx, to: NodeIdx, msg: Envelope<B> },
     SendFailed { node: NodeIdx, to: NodeAddr },
-    Wake { node: NodeIdx, generation: u32 },
 }
 
 /// The simulator. See the module docs.
@@ -180,10 +180,12 @@ impl<M: Machine> Sim<M> {
     /// its constructor queued.
     ///
     /// # Panics
-    /// If a live node already listens at the same address: a scenario bug.
+    /// If a live node already listens at the same address (a scenario bug), or on
+    /// the 2^31st node.
     pub fn add_node(&mut self, machine: M) -> NodeIdx {
         let addr = machine.addr();
         let idx = self.nodes.len();
+        assert!(idx < 1 << 31, "at most 2^31 nodes");
         let prev = self.by_addr.insert(addr, idx);
         assert!(prev.is_none(), "two live nodes at {addr}");
         self.nodes.push(Slot { machine, addr, state: Liveness::Alive, wake: None, generation: 0 });
@@ -286,7 +288,7 @@ impl<M: Machine> Sim<M> {
 
     /// Processes one event; false when nothing is queued.
     pub fn step(&mut self) -> bool {
-        let Some((at, ev)) = self.queue.pop() else {
+        let Some((at, item)) = self.queue.pop() else {
             return false;
         };
         if at > self.now_ns {
@@ -295,6 +297,13 @@ impl<M: Machine> Sim<M> {
         }
         self.stats.events += 1;
         let now = self.now;
+        let ev = match item {
+            Item::Token(node, generation) => {
+                self.wake(node as NodeIdx, generation);
+                return true;
+            }
+            Item::Event(ev) => ev,
+        };
         match ev {
             Ev::Deliver { from, to, msg } => {
                 if self.nodes[to].state != Liveness::Alive {
@@ -313,7 +322,6 @@ impl<M: Machine> Sim<M> {
                     self.drain(node);
                 }
             }
-            Ev::Wake { node, generation } => self.wake(node, generation),
         }
         true
     }
@@ -334,7 +342,7 @@ impl<M: Machine> Sim<M> {
         } else {
             let at = self.nanos(due);
             self.nodes[node].wake = Some(at);
-            self.queue.push(at, Ev::Wake { node, generation });
+            self.queue.push_token(at, node as u32, generation);
         }
     }
 
@@ -395,8 +403,7 @@ impl<M: Machine> Sim<M> {
         if slot.wake.is_none_or(|queued| at < queued) {
             slot.wake = Some(at);
             slot.generation = slot.generation.wrapping_add(1);
-            let ev = Ev::Wake { node: idx, generation: slot.generation };
-            self.queue.push(at, ev);
+            self.queue.push_token(at, idx as u32, slot.generation);
         }
     }
 

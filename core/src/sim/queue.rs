@@ -9,7 +9,9 @@
 //! bucket below; each key moves down a few times in all.
 //!
 //! Events (deliveries carry whole messages, ~200 bytes) are written once into a
-//! slab and read once when popped; the buckets move 16-byte `(time, slot)` keys.
+//! slab and read once when popped; the buckets move 16-byte keys. A *token* (two
+//! `u32`s, such as a node's wake-up and its generation) rides in the key itself
+//! and never touches the slab.
 //! Events at the same time pop in the order they were pushed: appends keep that
 //! order within every bucket, and a bucket is redistributed only into empty ones.
 
@@ -22,7 +24,21 @@ pub(crate) type Nanos = u64;
 #[derive(Debug, Clone, Copy)]
 struct Key {
     at: Nanos,
-    slot: u32,
+    /// A slab slot with [`SLAB`] set, or the first half of a token.
+    a: u32,
+    /// The second half of a token.
+    b: u32,
+}
+
+const SLAB: u32 = 1 << 31;
+
+/// What a pop returns.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Item<E> {
+    /// A token pushed with [`EventQueue::push_token`].
+    Token(u32, u32),
+    /// An event pushed with [`EventQueue::push`].
+    Event(E),
 }
 
 const BUCKETS: usize = 65;
@@ -68,20 +84,33 @@ impl<E> EventQueue<E> {
     /// # Panics
     /// If `at` is before the last popped time: the simulator never goes back.
     pub(crate) fn push(&mut self, at: Nanos, ev: E) {
-        assert!(at >= self.last, "event queued in the past: {at} < {}", self.last);
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = Some(ev);
                 s
             }
             None => {
-                let s = u32::try_from(self.slots.len()).expect("fewer than 2^32 events in flight");
+                let s = u32::try_from(self.slots.len()).ok().filter(|s| *s < SLAB);
                 self.slots.push(Some(ev));
-                s
+                s.expect("fewer than 2^31 events in flight")
             }
         };
+        self.insert(Key { at, a: slot | SLAB, b: 0 });
+    }
+
+    /// Queues the token `(a, b)` at time `at` (`a` below 2^31), after everything
+    /// already queued at `at`.
+    pub(crate) fn push_token(&mut self, at: Nanos, a: u32, b: u32) {
+        assert!(a < SLAB, "a token's first half is below 2^31");
+        self.insert(Key { at, a, b });
+    }
+
+    /// # Panics
+    /// If `key.at` is before the last popped time: the simulator never goes back.
+    fn insert(&mut self, key: Key) {
+        let at = key.at;
+        assert!(at >= self.last, "event queued in the past: {at} < {}", self.last);
         self.len += 1;
-        let key = Key { at, slot };
         match bucket(self.last, at) {
             0 => self.due.push_back(key),
             b => {
@@ -93,16 +122,20 @@ impl<E> EventQueue<E> {
         }
     }
 
-    /// Takes the earliest event and its time.
-    pub(crate) fn pop(&mut self) -> Option<(Nanos, E)> {
+    /// Takes the earliest event or token and its time.
+    pub(crate) fn pop(&mut self) -> Option<(Nanos, Item<E>)> {
         if self.due.is_empty() && !self.refill() {
             return None;
         }
         let k = self.due.pop_front()?;
         self.len -= 1;
-        let ev = self.slots[k.slot as usize].take().expect("a queued key names a filled slot");
-        self.free.push(k.slot);
-        Some((k.at, ev))
+        if k.a & SLAB == 0 {
+            return Some((k.at, Item::Token(k.a, k.b)));
+        }
+        let slot = k.a & !SLAB;
+        let ev = self.slots[slot as usize].take().expect("a queued key names a filled slot");
+        self.free.push(slot);
+        Some((k.at, Item::Event(ev)))
     }
 
     /// Moves the earliest keys into bucket 0; false when the queue is empty.
@@ -159,15 +192,19 @@ mod tests {
         }
         assert_eq!(q.len(), 5);
         assert_eq!(q.peek_time(), Some(10));
+        q.push_token(10, 7, 8);
         let order: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
-        assert_eq!(order, vec![(10, "a1"), (10, "a2"), (10, "a3"), (20, "b"), (30, "c")]);
+        let ev = Item::Event;
+        let want =
+            [(10, ev("a1")), (10, ev("a2")), (10, ev("a3")), (10, Item::Token(7, 8)), (20, ev("b")), (30, ev("c"))];
+        assert_eq!(order, want);
         assert_eq!(q.pop(), None);
         assert_eq!(q.peek_time(), None);
         for i in 0..5 {
             q.push(100 - i, "again");
         }
         assert_eq!(q.slots.len(), 5, "freed slots are reused");
-        assert_eq!(q.pop(), Some((96, "again")));
+        assert_eq!(q.pop(), Some((96, Item::Event("again"))));
     }
 
     proptest! {
@@ -182,7 +219,10 @@ mod tests {
                 let want = reference.first().copied();
                 prop_assert_eq!(q.peek_time(), want.map(|w| w.0));
                 if op == 0 {
-                    let got = q.pop();
+                    let got = q.pop().map(|(t, item)| match item {
+                        Item::Event(n) => (t, n),
+                        Item::Token(a, b) => (t, (a + b) as usize),
+                    });
                     prop_assert_eq!(got, want);
                     if let Some((t, _)) = got {
                         reference.remove(0);
@@ -191,7 +231,11 @@ mod tests {
                 } else {
                     // Deltas from 0 to ~40 s in ns, with many exact ties.
                     let at = now + u64::from(delta) * 10u64.pow(4 * scale as u32);
-                    q.push(at, n);
+                    if op == 1 {
+                        q.push(at, n);
+                    } else {
+                        q.push_token(at, n as u32, 0);
+                    }
                     let i = reference.partition_point(|(t, _)| *t <= at);
                     reference.insert(i, (at, n));
                 }
