@@ -98,7 +98,7 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 fn measure(args: &Args, nodes: usize) -> Result<Row, String> {
-    let (mut sim, build) = net::build(nodes, args.seed, !args.quiet)?;
+    let (mut sim, build) = net::build(nodes, args.seed, args.join_rate, !args.quiet)?;
     let lookups = net::lookups(&mut sim, args.lookups, args.seed, !args.quiet);
     if !args.quiet {
         phases::print(build.phases.iter().chain(&lookups.phase));
