@@ -95,21 +95,21 @@ pub(crate) fn build(
     let rate = join_rate.unwrap_or_else(|| default_join_rate(n));
     let gap = Duration::from_secs(1) / u32::try_from(rate).unwrap_or(u32::MAX);
     let mut joined: Vec<NodeIdx> = Vec::with_capacity(n);
-    let mut waiting: Vec<NodeIdx> = Vec::new();
+    // Whether each node is in `joined` (a node reports `Joined` again after a rejoin).
+    let mut counted: Vec<bool> = Vec::with_capacity(n);
     let mut phases = Vec::new();
     let phase = PhaseStart::new("join", &sim);
     for i in 0..n {
-        let idx = spawn(&mut sim, i, &joined, &mut rng, seed);
-        waiting.push(idx);
+        spawn(&mut sim, i, &joined, &mut rng, seed);
+        counted.push(false);
         sim.run_for(gap);
-        waiting.retain(|&w| {
-            let j = sim.node(w).is_joined();
-            if j {
-                joined.push(w);
+        // Joined nodes become contacts for the next joiners.
+        while let Some(e) = sim.poll_event() {
+            if matches!(e.event, OverlayEvent::Joined) && !counted[e.node] && sim.node(e.node).is_joined() {
+                counted[e.node] = true;
+                joined.push(e.node);
             }
-            !j
-        });
-        sim.clear_events();
+        }
         if progress && (i + 1) % 10_000 == 0 {
             eprintln!(
                 "  joined {}/{n} (virtual {:.0}s, wall {:.1}s)",
