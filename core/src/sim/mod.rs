@@ -19,9 +19,11 @@
 //! answered before its timeout costs no extra queue traffic, and a node's
 //! `handle_timeout` is still never called before its `poll_timeout`.
 //!
-//! Cost per event is O(log q) for q queued events: the queue moves small keys
-//! (see `queue`), nodes live in a `Vec`, addresses resolve through a hash map, and
-//! messages are moved, not encoded, unless `codec_roundtrip` is on.
+//! Cost per event is small and nearly constant: the queue is a radix heap of
+//! small keys (see `queue`), machines live in a `Vec` beside a small record per
+//! node (so a stale or early wake-up never touches the machine), addresses resolve
+//! through a hash map, and messages are moved, not encoded, unless
+//! `codec_roundtrip` is on.
 
 mod addrs;
 mod net;
@@ -92,14 +94,17 @@ pub struct SimStats {
     pub timeouts: u64,
 }
 
-struct Slot<M> {
-    machine: M,
-    addr: NodeAddr,
+/// What the simulator itself keeps per node, apart from the machine: small, so a
+/// stale or early wake-up is dealt with without touching the machine's memory.
+struct Meta {
     state: Liveness,
-    /// When this node's live `Wake` is queued, and its generation: a popped
-    /// `Wake` whose generation is stale was superseded and is skipped.
-    wake: Option<Nanos>,
+    /// The generation of this node's live wake-up: a popped one whose generation
+    /// is stale was superseded and is skipped.
     generation: u32,
+    /// When this node's live wake-up is queued.
+    wake: Option<Nanos>,
+    /// The machine's `poll_timeout` as of its last drain (no earlier than then).
+    due: Option<Nanos>,
 }
 
 /// A queued event; a node's wake-up is a queue token `(node, generation)` instead.
@@ -114,7 +119,10 @@ pub struct Sim<M: Machine> {
     /// The clock, as an instant for the machines and as nanoseconds since `start`.
     now: Instant,
     now_ns: Nanos,
-    nodes: Vec<Slot<M>>,
+    /// The machines, their addresses and the simulator's notes on them, by index.
+    machines: Vec<M>,
+    addrs: Vec<NodeAddr>,
+    meta: Vec<Meta>,
     by_addr: AddrMap,
     queue: EventQueue<Ev<M::Body>>,
     net: Net,
@@ -127,7 +135,7 @@ impl<M: Machine> std::fmt::Debug for Sim<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sim")
             .field("elapsed", &self.elapsed())
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.machines.len())
             .field("queued", &self.queue.len())
             .field("stats", &self.stats)
             .finish()
@@ -141,7 +149,9 @@ impl<M: Machine> Sim<M> {
             start,
             now: start,
             now_ns: 0,
-            nodes: Vec::new(),
+            machines: Vec::new(),
+            addrs: Vec::new(),
+            meta: Vec::new(),
             by_addr: AddrMap::default(),
             queue: EventQueue::default(),
             net: Net::new(config.net, config.seed),
@@ -168,12 +178,12 @@ impl<M: Machine> Sim<M> {
 
     /// Number of nodes ever added (alive or not).
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.machines.len()
     }
 
     /// Whether no node was ever added.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.machines.is_empty()
     }
 
     /// Adds a running node (built by the caller at [`Sim::now`]) and drains what
@@ -184,23 +194,25 @@ impl<M: Machine> Sim<M> {
     /// the 2^31st node.
     pub fn add_node(&mut self, machine: M) -> NodeIdx {
         let addr = machine.addr();
-        let idx = self.nodes.len();
+        let idx = self.machines.len();
         assert!(idx < 1 << 31, "at most 2^31 nodes");
         let prev = self.by_addr.insert(addr, idx);
         assert!(prev.is_none(), "two live nodes at {addr}");
-        self.nodes.push(Slot { machine, addr, state: Liveness::Alive, wake: None, generation: 0 });
+        self.machines.push(machine);
+        self.addrs.push(addr);
+        self.meta.push(Meta { state: Liveness::Alive, generation: 0, wake: None, due: None });
         self.drain(idx);
         idx
     }
 
     /// The node at `idx`, for checkers.
     pub fn node(&self, idx: NodeIdx) -> &M {
-        &self.nodes[idx].machine
+        &self.machines[idx]
     }
 
     /// The address of node `idx`.
     pub fn addr(&self, idx: NodeIdx) -> NodeAddr {
-        self.nodes[idx].addr
+        self.addrs[idx]
     }
 
     /// The node listening at `addr`, if alive.
@@ -210,19 +222,19 @@ impl<M: Machine> Sim<M> {
 
     /// Whether node `idx` runs.
     pub fn liveness(&self, idx: NodeIdx) -> Liveness {
-        self.nodes[idx].state
+        self.meta[idx].state
     }
 
     /// Indices of the running nodes, in index order.
     pub fn alive(&self) -> impl Iterator<Item = NodeIdx> + '_ {
-        self.nodes.iter().enumerate().filter(|(_, s)| s.state == Liveness::Alive).map(|(i, _)| i)
+        self.meta.iter().enumerate().filter(|(_, m)| m.state == Liveness::Alive).map(|(i, _)| i)
     }
 
     /// Hands a command to a running node and drains its actions.
     pub fn command(&mut self, idx: NodeIdx, cmd: M::Command) -> Result<(), M::CmdError> {
-        assert_eq!(self.nodes[idx].state, Liveness::Alive, "command to a dead node");
+        assert_eq!(self.meta[idx].state, Liveness::Alive, "command to a dead node");
         let now = self.now;
-        let res = self.nodes[idx].machine.handle_command(now, cmd);
+        let res = self.machines[idx].handle_command(now, cmd);
         self.drain(idx);
         res
     }
@@ -238,12 +250,13 @@ impl<M: Machine> Sim<M> {
     }
 
     fn stop(&mut self, idx: NodeIdx, state: Liveness) {
-        let slot = &mut self.nodes[idx];
-        if slot.state == Liveness::Alive {
-            slot.state = state;
-            slot.generation = slot.generation.wrapping_add(1);
-            slot.wake = None;
-            self.by_addr.remove(&slot.addr);
+        let m = &mut self.meta[idx];
+        if m.state == Liveness::Alive {
+            m.state = state;
+            m.generation = m.generation.wrapping_add(1);
+            m.wake = None;
+            m.due = None;
+            self.by_addr.remove(&self.addrs[idx]);
         }
     }
 
@@ -306,19 +319,19 @@ impl<M: Machine> Sim<M> {
         };
         match ev {
             Ev::Deliver { from, to, msg } => {
-                if self.nodes[to].state != Liveness::Alive {
+                if self.meta[to].state != Liveness::Alive {
                     // The target died while the message was in flight.
-                    self.undeliverable(from, self.nodes[to].addr);
+                    self.undeliverable(from, self.addrs[to]);
                     return true;
                 }
                 self.stats.delivered += 1;
-                self.nodes[to].machine.handle_message(now, msg);
+                self.machines[to].handle_message(now, msg);
                 self.drain(to);
             }
             Ev::SendFailed { node, to } => {
-                if self.nodes[node].state == Liveness::Alive {
+                if self.meta[node].state == Liveness::Alive {
                     self.stats.failed += 1;
-                    self.nodes[node].machine.handle_send_failed(now, to);
+                    self.machines[node].handle_send_failed(now, to);
                     self.drain(node);
                 }
             }
@@ -329,20 +342,22 @@ impl<M: Machine> Sim<M> {
     /// A node's queued wake-up popped: time out if its deadline is due, or queue
     /// the wake-up again for a deadline that moved later.
     fn wake(&mut self, node: NodeIdx, generation: u32) {
-        let slot = &mut self.nodes[node];
-        if slot.state != Liveness::Alive || slot.generation != generation {
+        let m = &mut self.meta[node];
+        if m.state != Liveness::Alive || m.generation != generation {
             return;
         }
-        slot.wake = None;
-        let Some(due) = slot.machine.poll_timeout() else { return };
-        if due <= self.now {
-            self.stats.timeouts += 1;
-            slot.machine.handle_timeout(self.now);
-            self.drain(node);
-        } else {
-            let at = self.nanos(due);
-            self.nodes[node].wake = Some(at);
-            self.queue.push_token(at, node as u32, generation);
+        m.wake = None;
+        match m.due {
+            None => {}
+            Some(due) if due <= self.now_ns => {
+                self.stats.timeouts += 1;
+                self.machines[node].handle_timeout(self.now);
+                self.drain(node);
+            }
+            Some(due) => {
+                m.wake = Some(due);
+                self.queue.push_token(due, node as u32, generation);
+            }
         }
     }
 
@@ -391,19 +406,20 @@ impl<M: Machine> Sim<M> {
     /// Drains node `idx`'s actions, then queues a wake-up if its deadline moved
     /// earlier than the one queued (see the module docs).
     fn drain(&mut self, idx: NodeIdx) {
-        while let Some(action) = self.nodes[idx].machine.poll_action() {
+        while let Some(action) = self.machines[idx].poll_action() {
             match action {
                 Action::Send { to, msg } => self.send(idx, to, msg),
                 Action::Event(event) => self.events.push_back(SimEvent { at: self.now, node: idx, event }),
             }
         }
-        let Some(next) = self.nodes[idx].machine.poll_timeout() else { return };
-        let at = self.nanos(next).max(self.now_ns);
-        let slot = &mut self.nodes[idx];
-        if slot.wake.is_none_or(|queued| at < queued) {
-            slot.wake = Some(at);
-            slot.generation = slot.generation.wrapping_add(1);
-            self.queue.push_token(at, idx as u32, slot.generation);
+        let due = self.machines[idx].poll_timeout().map(|t| self.nanos(t).max(self.now_ns));
+        let m = &mut self.meta[idx];
+        m.due = due;
+        let Some(at) = due else { return };
+        if m.wake.is_none_or(|queued| at < queued) {
+            m.wake = Some(at);
+            m.generation = m.generation.wrapping_add(1);
+            self.queue.push_token(at, idx as u32, m.generation);
         }
     }
 
