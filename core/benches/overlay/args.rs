@@ -14,7 +14,7 @@ usage: cargo bench -p p2pmp-core --bench overlay -- [options]
   --lookups L              random lookups once converged (default 10000)
   --seed S                 seed of the whole run (default 1)
   --join-rate R            joins per virtual second while building (default N/10,
-                           at least 10, at most 10000)
+                           at least 10, at most 2000)
   --sweep                  run N = 2..16, 100, 1000, 10000 (add --max-nodes 100000 for more)
   --max-nodes N            largest N of --sweep (default 10000)
   --churn                  ramp-up / steady churn / ramp-down experiment instead
