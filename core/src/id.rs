@@ -16,7 +16,7 @@ pub const ID_BITS: u32 = 160;
 pub const ID_BYTES: usize = 20;
 
 /// A point on the identifier ring, stored big-endian so that byte order is numeric order.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct Id([u8; ID_BYTES]);
 
 /// An identifier string that is not 40 hexadecimal digits.
@@ -68,30 +68,33 @@ impl Id {
 
     /// `self + other` modulo 2^160.
     pub fn wrapping_add(self, other: Id) -> Id {
-        let mut out = [0u8; ID_BYTES];
-        let mut carry = 0u16;
-        for i in (0..ID_BYTES).rev() {
-            let s = u16::from(self.0[i]) + u16::from(other.0[i]) + carry;
-            out[i] = s as u8;
-            carry = s >> 8;
-        }
-        Id(out)
+        let (a, b) = (self.limbs(), other.limbs());
+        let (lo, carry) = a.1.overflowing_add(b.1);
+        Id::from_limbs(a.0.wrapping_add(b.0).wrapping_add(u32::from(carry)), lo)
     }
 
     /// `self - other` modulo 2^160.
     pub fn wrapping_sub(self, other: Id) -> Id {
-        let mut out = [0u8; ID_BYTES];
-        let mut borrow = 0i16;
-        for i in (0..ID_BYTES).rev() {
-            let mut d = i16::from(self.0[i]) - i16::from(other.0[i]) - borrow;
-            borrow = 0;
-            if d < 0 {
-                d += 256;
-                borrow = 1;
-            }
-            out[i] = d as u8;
-        }
-        Id(out)
+        let (a, b) = (self.limbs(), other.limbs());
+        let (lo, borrow) = a.1.overflowing_sub(b.1);
+        Id::from_limbs(a.0.wrapping_sub(b.0).wrapping_sub(u32::from(borrow)), lo)
+    }
+
+    /// The value as (top 32 bits, low 128 bits): ring arithmetic and comparisons
+    /// run on two machine integers instead of twenty bytes.
+    fn limbs(self) -> (u32, u128) {
+        let mut hi = [0u8; 4];
+        let mut lo = [0u8; 16];
+        hi.copy_from_slice(&self.0[..4]);
+        lo.copy_from_slice(&self.0[4..]);
+        (u32::from_be_bytes(hi), u128::from_be_bytes(lo))
+    }
+
+    fn from_limbs(hi: u32, lo: u128) -> Id {
+        let mut b = [0u8; ID_BYTES];
+        b[..4].copy_from_slice(&hi.to_be_bytes());
+        b[4..].copy_from_slice(&lo.to_be_bytes());
+        Id(b)
     }
 
     /// `self + 2^i` modulo 2^160: the start of finger `i`.
@@ -110,7 +113,7 @@ impl Id {
             return self != a;
         }
         let d = a.distance_to(self);
-        d != Id::ZERO && d < a.distance_to(b)
+        d != Id::ZERO && d.limbs() < a.distance_to(b).limbs()
     }
 
     /// `self ∈ (a, b]` on the ring. When `a == b` the interval is the whole ring.
@@ -119,7 +122,7 @@ impl Id {
             return true;
         }
         let d = a.distance_to(self);
-        d != Id::ZERO && d <= a.distance_to(b)
+        d != Id::ZERO && d.limbs() <= a.distance_to(b).limbs()
     }
 
     /// The top 64 bits, for cheap sampling and plotting.
@@ -145,6 +148,19 @@ impl Id {
     /// ⌊log2(self)⌋, or `None` for zero.
     pub fn log2(self) -> Option<u32> {
         (self != Id::ZERO).then(|| ID_BITS - 1 - self.leading_zeros())
+    }
+}
+
+/// Numeric order, which is the order of the big-endian bytes.
+impl Ord for Id {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.limbs().cmp(&other.limbs())
+    }
+}
+
+impl PartialOrd for Id {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -203,6 +219,31 @@ mod tests {
         ]
     }
 
+    /// Schoolbook byte-at-a-time addition: the reference the limb arithmetic must match.
+    fn bytewise_add(a: Id, b: Id) -> Id {
+        let mut out = [0u8; ID_BYTES];
+        let mut carry = 0u16;
+        for i in (0..ID_BYTES).rev() {
+            let s = u16::from(a.0[i]) + u16::from(b.0[i]) + carry;
+            out[i] = s as u8;
+            carry = s >> 8;
+        }
+        Id(out)
+    }
+
+    /// `a - b` as `a + (!b + 1)`, byte at a time.
+    fn bytewise_sub(a: Id, b: Id) -> Id {
+        let mut neg = b.0.map(|x| !x);
+        for byte in neg.iter_mut().rev() {
+            let (v, overflow) = byte.overflowing_add(1);
+            *byte = v;
+            if !overflow {
+                break;
+            }
+        }
+        bytewise_add(a, Id(neg))
+    }
+
     #[test]
     fn sha1_matches_known_vector() {
         // FIPS 180 test vector for "abc".
@@ -232,6 +273,13 @@ mod tests {
         #[test]
         fn hex_round_trips(id in arb_id()) {
             prop_assert_eq!(id.to_string().parse::<Id>().unwrap(), id);
+        }
+
+        #[test]
+        fn arithmetic_and_order_match_bytewise_reference(a in arb_id(), b in arb_id()) {
+            prop_assert_eq!(a.wrapping_add(b), bytewise_add(a, b));
+            prop_assert_eq!(a.wrapping_sub(b), bytewise_sub(a, b));
+            prop_assert_eq!(a.cmp(&b), a.as_bytes().cmp(b.as_bytes()));
         }
 
         #[test]

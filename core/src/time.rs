@@ -16,16 +16,22 @@ pub trait TimerKey: Copy + Eq + std::fmt::Debug + 'static {
     fn index(self) -> usize;
 }
 
-/// One optional deadline per timer key.
+/// Most keys a [`TimerTable`] holds (checked when a table is built).
+pub const MAX_TIMERS: usize = 8;
+
+/// One optional deadline per timer key, stored inline: the table is read on every
+/// input a machine handles, so it sits beside the machine's other fields rather
+/// than behind a pointer.
 #[derive(Debug, Clone)]
 pub struct TimerTable<K: TimerKey> {
-    deadlines: Vec<Option<Instant>>,
+    deadlines: [Option<Instant>; MAX_TIMERS],
     _key: std::marker::PhantomData<K>,
 }
 
 impl<K: TimerKey> Default for TimerTable<K> {
     fn default() -> Self {
-        TimerTable { deadlines: vec![None; K::COUNT], _key: std::marker::PhantomData }
+        const { assert!(K::COUNT <= MAX_TIMERS, "a TimerTable holds at most MAX_TIMERS keys") };
+        TimerTable { deadlines: [None; MAX_TIMERS], _key: std::marker::PhantomData }
     }
 }
 
@@ -47,19 +53,19 @@ impl<K: TimerKey> TimerTable<K> {
 
     /// The earliest armed deadline.
     pub fn next(&self) -> Option<Instant> {
-        self.deadlines.iter().flatten().min().copied()
+        self.deadlines[..K::COUNT].iter().flatten().min().copied()
     }
 
     /// Disarms and returns every key whose deadline is at or before `now`, in index order.
     pub fn take_expired(&mut self, now: Instant) -> impl Iterator<Item = K> + use<K> {
-        let mut fired = Vec::new();
+        let mut fired = 0u32;
         for &k in K::ALL {
             if self.deadlines[k.index()].is_some_and(|t| t <= now) {
                 self.deadlines[k.index()] = None;
-                fired.push(k);
+                fired |= 1 << k.index();
             }
         }
-        fired.into_iter()
+        K::ALL.iter().copied().filter(move |k| fired & (1 << k.index()) != 0)
     }
 }
 

@@ -13,6 +13,8 @@ usage: cargo bench -p p2pmp-core --bench overlay -- [options]
   --nodes N                network size (default 1000)
   --lookups L              random lookups once converged (default 10000)
   --seed S                 seed of the whole run (default 1)
+  --join-rate R            joins per virtual second while building (default N/10,
+                           at least 10, at most 2000)
   --sweep                  run N = 2..16, 100, 1000, 10000 (add --max-nodes 100000 for more)
   --max-nodes N            largest N of --sweep (default 10000)
   --churn                  ramp-up / steady churn / ramp-down experiment instead
@@ -30,6 +32,8 @@ pub(crate) struct Args {
     pub(crate) nodes: usize,
     pub(crate) lookups: usize,
     pub(crate) seed: u64,
+    /// Joins per virtual second; `None`: chosen from the network size.
+    pub(crate) join_rate: Option<usize>,
     pub(crate) sweep: bool,
     pub(crate) max_nodes: usize,
     pub(crate) churn: bool,
@@ -45,6 +49,7 @@ impl Args {
             nodes: 1000,
             lookups: 10_000,
             seed: 1,
+            join_rate: None,
             sweep: false,
             max_nodes: 10_000,
             churn: false,
@@ -62,6 +67,7 @@ impl Args {
                 "--nodes" => a.nodes = number(&value("--nodes")?, "--nodes")?,
                 "--lookups" => a.lookups = number(&value("--lookups")?, "--lookups")?,
                 "--seed" => a.seed = number(&value("--seed")?, "--seed")? as u64,
+                "--join-rate" => a.join_rate = Some(number(&value("--join-rate")?, "--join-rate")?),
                 "--max-nodes" => a.max_nodes = number(&value("--max-nodes")?, "--max-nodes")?,
                 "--sweep" => a.sweep = true,
                 "--churn" => a.churn = true,
@@ -77,6 +83,9 @@ impl Args {
         }
         if a.overlay != "chord" {
             return Err(format!("overlay {:?} is not built yet; only chord exists", a.overlay));
+        }
+        if a.join_rate == Some(0) {
+            return Err("--join-rate must be at least 1".into());
         }
         if a.nodes == 0 || a.nodes > 1_000_000 {
             return Err(format!("--nodes must be 1..=1000000, got {}", a.nodes));

@@ -10,6 +10,7 @@
 mod args;
 mod churn;
 mod net;
+mod phases;
 mod plot;
 
 use std::io::Write;
@@ -97,8 +98,12 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 fn measure(args: &Args, nodes: usize) -> Result<Row, String> {
-    let (mut sim, build) = net::build(nodes, args.seed, !args.quiet)?;
+    let (mut sim, build) = net::build(nodes, args.seed, args.join_rate, !args.quiet)?;
     let lookups = net::lookups(&mut sim, args.lookups, args.seed, !args.quiet);
+    if !args.quiet {
+        phases::print(build.phases.iter().chain(&lookups.phase));
+        phases::print_kinds(&sim);
+    }
     Ok(Row { build, lookups })
 }
 

@@ -40,11 +40,15 @@ impl RingReport {
     }
 }
 
+/// The live nodes of `sim` that have joined, in index order.
+fn joined_nodes(sim: &Sim<ChordNode>) -> impl Iterator<Item = &ChordNode> {
+    sim.alive().map(|idx| sim.node(idx)).filter(|n| n.is_joined())
+}
+
 impl RingTruth {
     /// The truth over every live node of `sim` that has joined.
     pub fn of(sim: &Sim<ChordNode>) -> Self {
-        let mut ring: Vec<(Id, NodeAddr)> =
-            sim.alive().map(|i| sim.node(i)).filter(|n| n.is_joined()).map(|n| (n.id(), n.me().addr)).collect();
+        let mut ring: Vec<(Id, NodeAddr)> = joined_nodes(sim).map(|n| (n.id(), n.me().addr)).collect();
         ring.sort_unstable();
         RingTruth { ring }
     }
@@ -84,28 +88,39 @@ impl RingTruth {
     /// checks the first and last index of each finger run too (O(N log N)).
     pub fn check(&self, sim: &Sim<ChordNode>, fingers: bool) -> RingReport {
         let mut r = RingReport { nodes: self.ring.len(), ..RingReport::default() };
-        for idx in sim.alive() {
-            let n = sim.node(idx);
-            if !n.is_joined() {
-                continue;
-            }
-            if n.successor().id != self.successor(n.id()).0 {
-                r.wrong_successors += 1;
-            }
-            let true_pred = self.predecessor(n.id()).0;
-            // Alone, a node has no predecessor or itself: both are right.
-            let pred_ok = match n.predecessor() {
-                Some(p) => p.id == true_pred,
-                None => true_pred == n.id(),
-            };
-            if !pred_ok {
-                r.wrong_predecessors += 1;
-            }
-            if fingers {
-                self.check_fingers(n, &mut r);
-            }
+        for n in joined_nodes(sim) {
+            self.check_node(n, fingers, &mut r);
         }
         r
+    }
+
+    /// Whether every live joined node's successor, predecessor and fingers are the
+    /// true ones: what `check(sim, true).converged()` says, but it stops at the
+    /// first node that is wrong, so asking while a large network converges is cheap.
+    pub fn converged(&self, sim: &Sim<ChordNode>) -> bool {
+        joined_nodes(sim).all(|n| {
+            let mut r = RingReport::default();
+            self.check_node(n, true, &mut r);
+            r.converged()
+        })
+    }
+
+    fn check_node(&self, n: &ChordNode, fingers: bool, r: &mut RingReport) {
+        if n.successor().id != self.successor(n.id()).0 {
+            r.wrong_successors += 1;
+        }
+        let true_pred = self.predecessor(n.id()).0;
+        // Alone, a node has no predecessor or itself: both are right.
+        let pred_ok = match n.predecessor() {
+            Some(p) => p.id == true_pred,
+            None => true_pred == n.id(),
+        };
+        if !pred_ok {
+            r.wrong_predecessors += 1;
+        }
+        if fingers {
+            self.check_fingers(n, r);
+        }
     }
 
     fn check_fingers(&self, n: &ChordNode, r: &mut RingReport) {

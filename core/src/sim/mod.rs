@@ -9,17 +9,33 @@
 //! pop earliest event -> now = max(now, at) -> call the node -> drain poll_action:
 //!     Send  -> the seeded net model -> Deliver at now + link latency (or lost, or failed)
 //!     Event -> the event log the caller drains
-//! -> re-arm the node's single Wake if poll_timeout changed
+//! -> queue a Wake if poll_timeout moved earlier than the node's queued one
 //! ```
+//!
+//! Each node has at most one live `Wake` queued. When its `poll_timeout` moves
+//! earlier, a new one is queued and the old one goes stale (skipped when popped);
+//! when it moves later, nothing is queued: the earlier `Wake` pops, finds the
+//! deadline not yet due, and re-queues itself for it. So a request sent and
+//! answered before its timeout costs no extra queue traffic, and a node's
+//! `handle_timeout` is still never called before its `poll_timeout`.
+//!
+//! Cost per event is small and nearly constant: the queue is a radix heap of
+//! small keys (see `queue`), machines live in a `Vec` beside a small record per
+//! node (so a stale or early wake-up never touches the machine), addresses resolve
+//! through a hash map, and messages are moved, not encoded, unless
+//! `codec_roundtrip` is on.
 
+mod addrs;
 mod net;
+mod queue;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use addrs::AddrMap;
 pub use net::NetConfig;
 use net::{Fate, Net};
+use queue::{EventQueue, Item, Nanos};
 
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::{self, Envelope};
@@ -74,55 +90,41 @@ pub struct SimStats {
     pub lost: u64,
     /// Sends reported back as failed.
     pub failed: u64,
+    /// Calls of `handle_timeout` (popped wake-ups that were due).
+    pub timeouts: u64,
 }
 
-struct Slot<M> {
-    machine: M,
-    addr: NodeAddr,
+/// What the simulator itself keeps per node, apart from the machine: small, so a
+/// stale or early wake-up is dealt with without touching the machine's memory.
+struct Meta {
     state: Liveness,
-    /// The wake-up currently queued for this node, and its generation: a popped
-    /// `Wake` whose generation is stale was superseded and is skipped.
-    wake: Option<Instant>,
+    /// The generation of this node's live wake-up: a popped one whose generation
+    /// is stale was superseded and is skipped.
     generation: u32,
+    /// When this node's live wake-up is queued.
+    wake: Option<Nanos>,
+    /// The machine's `poll_timeout` as of its last drain (no earlier than then).
+    due: Option<Nanos>,
 }
 
+/// A queued event; a node's wake-up is a queue token `(node, generation)` instead.
 enum Ev<B> {
     Deliver { from: NodeIdx, to: NodeIdx, msg: Envelope<B> },
     SendFailed { node: NodeIdx, to: NodeAddr },
-    Wake { node: NodeIdx, generation: u32 },
-}
-
-struct Queued<B> {
-    at: Instant,
-    seq: u64,
-    ev: Ev<B>,
-}
-
-impl<B> PartialEq for Queued<B> {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl<B> Eq for Queued<B> {}
-impl<B> PartialOrd for Queued<B> {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl<B> Ord for Queued<B> {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
 }
 
 /// The simulator. See the module docs.
 pub struct Sim<M: Machine> {
     start: Instant,
+    /// The clock, as an instant for the machines and as nanoseconds since `start`.
     now: Instant,
-    nodes: Vec<Slot<M>>,
-    by_addr: BTreeMap<NodeAddr, NodeIdx>,
-    queue: BinaryHeap<Reverse<Queued<M::Body>>>,
-    seq: u64,
+    now_ns: Nanos,
+    /// The machines, their addresses and the simulator's notes on them, by index.
+    machines: Vec<M>,
+    addrs: Vec<NodeAddr>,
+    meta: Vec<Meta>,
+    by_addr: AddrMap,
+    queue: EventQueue<Ev<M::Body>>,
     net: Net,
     codec_roundtrip: bool,
     events: VecDeque<SimEvent<M::Event>>,
@@ -133,7 +135,7 @@ impl<M: Machine> std::fmt::Debug for Sim<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sim")
             .field("elapsed", &self.elapsed())
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.machines.len())
             .field("queued", &self.queue.len())
             .field("stats", &self.stats)
             .finish()
@@ -146,10 +148,12 @@ impl<M: Machine> Sim<M> {
         Sim {
             start,
             now: start,
-            nodes: Vec::new(),
-            by_addr: BTreeMap::new(),
-            queue: BinaryHeap::new(),
-            seq: 0,
+            now_ns: 0,
+            machines: Vec::new(),
+            addrs: Vec::new(),
+            meta: Vec::new(),
+            by_addr: AddrMap::default(),
+            queue: EventQueue::default(),
             net: Net::new(config.net, config.seed),
             codec_roundtrip: config.codec_roundtrip,
             events: VecDeque::new(),
@@ -174,37 +178,41 @@ impl<M: Machine> Sim<M> {
 
     /// Number of nodes ever added (alive or not).
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.machines.len()
     }
 
     /// Whether no node was ever added.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.machines.is_empty()
     }
 
     /// Adds a running node (built by the caller at [`Sim::now`]) and drains what
     /// its constructor queued.
     ///
     /// # Panics
-    /// If a live node already listens at the same address: a scenario bug.
+    /// If a live node already listens at the same address (a scenario bug), or on
+    /// the 2^31st node.
     pub fn add_node(&mut self, machine: M) -> NodeIdx {
         let addr = machine.addr();
-        let idx = self.nodes.len();
+        let idx = self.machines.len();
+        assert!(idx < 1 << 31, "at most 2^31 nodes");
         let prev = self.by_addr.insert(addr, idx);
         assert!(prev.is_none(), "two live nodes at {addr}");
-        self.nodes.push(Slot { machine, addr, state: Liveness::Alive, wake: None, generation: 0 });
+        self.machines.push(machine);
+        self.addrs.push(addr);
+        self.meta.push(Meta { state: Liveness::Alive, generation: 0, wake: None, due: None });
         self.drain(idx);
         idx
     }
 
     /// The node at `idx`, for checkers.
     pub fn node(&self, idx: NodeIdx) -> &M {
-        &self.nodes[idx].machine
+        &self.machines[idx]
     }
 
     /// The address of node `idx`.
     pub fn addr(&self, idx: NodeIdx) -> NodeAddr {
-        self.nodes[idx].addr
+        self.addrs[idx]
     }
 
     /// The node listening at `addr`, if alive.
@@ -214,19 +222,19 @@ impl<M: Machine> Sim<M> {
 
     /// Whether node `idx` runs.
     pub fn liveness(&self, idx: NodeIdx) -> Liveness {
-        self.nodes[idx].state
+        self.meta[idx].state
     }
 
     /// Indices of the running nodes, in index order.
     pub fn alive(&self) -> impl Iterator<Item = NodeIdx> + '_ {
-        self.nodes.iter().enumerate().filter(|(_, s)| s.state == Liveness::Alive).map(|(i, _)| i)
+        self.meta.iter().enumerate().filter(|(_, m)| m.state == Liveness::Alive).map(|(i, _)| i)
     }
 
     /// Hands a command to a running node and drains its actions.
     pub fn command(&mut self, idx: NodeIdx, cmd: M::Command) -> Result<(), M::CmdError> {
-        assert_eq!(self.nodes[idx].state, Liveness::Alive, "command to a dead node");
+        assert_eq!(self.meta[idx].state, Liveness::Alive, "command to a dead node");
         let now = self.now;
-        let res = self.nodes[idx].machine.handle_command(now, cmd);
+        let res = self.machines[idx].handle_command(now, cmd);
         self.drain(idx);
         res
     }
@@ -242,12 +250,13 @@ impl<M: Machine> Sim<M> {
     }
 
     fn stop(&mut self, idx: NodeIdx, state: Liveness) {
-        let slot = &mut self.nodes[idx];
-        if slot.state == Liveness::Alive {
-            slot.state = state;
-            slot.generation = slot.generation.wrapping_add(1);
-            slot.wake = None;
-            self.by_addr.remove(&slot.addr);
+        let m = &mut self.meta[idx];
+        if m.state == Liveness::Alive {
+            m.state = state;
+            m.generation = m.generation.wrapping_add(1);
+            m.wake = None;
+            m.due = None;
+            self.by_addr.remove(&self.addrs[idx]);
         }
     }
 
@@ -273,40 +282,56 @@ impl<M: Machine> Sim<M> {
 
     /// When the next queued event happens.
     pub fn next_event_at(&self) -> Option<Instant> {
-        self.queue.peek().map(|Reverse(q)| q.at)
+        self.queue.peek_time().map(|t| self.instant(t))
+    }
+
+    /// Number of events queued (deliveries in flight, wake-ups, failure reports).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn instant(&self, t: Nanos) -> Instant {
+        self.start + Duration::from_nanos(t)
+    }
+
+    /// `t` as nanoseconds since the start (0 before it, saturating far ahead).
+    fn nanos(&self, t: Instant) -> Nanos {
+        u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Processes one event; false when nothing is queued.
     pub fn step(&mut self) -> bool {
-        let Some(Reverse(Queued { at, ev, .. })) = self.queue.pop() else {
+        let Some((at, item)) = self.queue.pop() else {
             return false;
         };
-        self.now = self.now.max(at);
+        if at > self.now_ns {
+            self.now_ns = at;
+            self.now = self.instant(at);
+        }
         self.stats.events += 1;
         let now = self.now;
+        let ev = match item {
+            Item::Token(node, generation) => {
+                self.wake(node as NodeIdx, generation);
+                return true;
+            }
+            Item::Event(ev) => ev,
+        };
         match ev {
             Ev::Deliver { from, to, msg } => {
-                if self.nodes[to].state != Liveness::Alive {
+                if self.meta[to].state != Liveness::Alive {
                     // The target died while the message was in flight.
-                    self.undeliverable(from, self.nodes[to].addr);
+                    self.undeliverable(from, self.addrs[to]);
                     return true;
                 }
                 self.stats.delivered += 1;
-                self.nodes[to].machine.handle_message(now, msg);
+                self.machines[to].handle_message(now, msg);
                 self.drain(to);
             }
             Ev::SendFailed { node, to } => {
-                if self.nodes[node].state == Liveness::Alive {
+                if self.meta[node].state == Liveness::Alive {
                     self.stats.failed += 1;
-                    self.nodes[node].machine.handle_send_failed(now, to);
-                    self.drain(node);
-                }
-            }
-            Ev::Wake { node, generation } => {
-                let slot = &mut self.nodes[node];
-                if slot.state == Liveness::Alive && slot.generation == generation {
-                    slot.wake = None;
-                    slot.machine.handle_timeout(now);
+                    self.machines[node].handle_send_failed(now, to);
                     self.drain(node);
                 }
             }
@@ -314,12 +339,42 @@ impl<M: Machine> Sim<M> {
         true
     }
 
+    /// A node's queued wake-up popped: time out if its deadline is due, or queue
+    /// the wake-up again for a deadline that moved later.
+    fn wake(&mut self, node: NodeIdx, generation: u32) {
+        let m = &mut self.meta[node];
+        if m.state != Liveness::Alive || m.generation != generation {
+            return;
+        }
+        m.wake = None;
+        match m.due {
+            None => {}
+            Some(due) if due <= self.now_ns => {
+                self.stats.timeouts += 1;
+                self.machines[node].handle_timeout(self.now);
+                self.drain(node);
+            }
+            Some(due) => {
+                m.wake = Some(due);
+                self.queue.push_token(due, node as u32, generation);
+            }
+        }
+    }
+
     /// Runs every event up to and including `deadline`, then sets the clock to it.
     pub fn run_until(&mut self, deadline: Instant) {
-        while self.next_event_at().is_some_and(|t| t <= deadline) {
+        let end = self.nanos(deadline);
+        while self.queue.peek_time().is_some_and(|t| t <= end) {
             self.step();
         }
-        self.now = self.now.max(deadline);
+        self.advance_to(deadline);
+    }
+
+    fn advance_to(&mut self, t: Instant) {
+        if t > self.now {
+            self.now = t;
+            self.now_ns = self.nanos(t);
+        }
     }
 
     /// Runs for `d` of virtual time.
@@ -331,44 +386,40 @@ impl<M: Machine> Sim<M> {
     /// `limit` of virtual time. Returns whether it held.
     pub fn run_while_not(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
         let deadline = self.now + limit;
+        let end = self.nanos(deadline);
         loop {
             if done(self) {
                 return true;
             }
-            match self.next_event_at() {
-                Some(t) if t <= deadline => {
+            match self.queue.peek_time() {
+                Some(t) if t <= end => {
                     self.step();
                 }
                 _ => {
-                    self.now = self.now.max(deadline);
+                    self.advance_to(deadline);
                     return done(self);
                 }
             }
         }
     }
 
-    fn push(&mut self, at: Instant, ev: Ev<M::Body>) {
-        self.seq += 1;
-        self.queue.push(Reverse(Queued { at, seq: self.seq, ev }));
-    }
-
-    /// Drains node `idx`'s actions, then re-arms its single wake-up if it moved.
+    /// Drains node `idx`'s actions, then queues a wake-up if its deadline moved
+    /// earlier than the one queued (see the module docs).
     fn drain(&mut self, idx: NodeIdx) {
-        while let Some(action) = self.nodes[idx].machine.poll_action() {
+        while let Some(action) = self.machines[idx].poll_action() {
             match action {
                 Action::Send { to, msg } => self.send(idx, to, msg),
                 Action::Event(event) => self.events.push_back(SimEvent { at: self.now, node: idx, event }),
             }
         }
-        let slot = &mut self.nodes[idx];
-        let next = slot.machine.poll_timeout();
-        if next != slot.wake {
-            slot.wake = next;
-            slot.generation = slot.generation.wrapping_add(1);
-            if let Some(t) = next {
-                let ev = Ev::Wake { node: idx, generation: slot.generation };
-                self.push(t.max(self.now), ev);
-            }
+        let due = self.machines[idx].poll_timeout().map(|t| self.nanos(t).max(self.now_ns));
+        let m = &mut self.meta[idx];
+        m.due = due;
+        let Some(at) = due else { return };
+        if m.wake.is_none_or(|queued| at < queued) {
+            m.wake = Some(at);
+            m.generation = m.generation.wrapping_add(1);
+            self.queue.push_token(at, idx as u32, m.generation);
         }
     }
 
@@ -380,9 +431,14 @@ impl<M: Machine> Sim<M> {
             return;
         };
         match self.net.fate(from, target) {
-            Fate::Arrive(latency) => self.push(self.now + latency, Ev::Deliver { from, to: target, msg }),
+            Fate::Arrive(latency) => self.push_after(latency, Ev::Deliver { from, to: target, msg }),
             Fate::Lost => self.stats.lost += 1,
         }
+    }
+
+    fn push_after(&mut self, d: Duration, ev: Ev<M::Body>) {
+        let at = self.now_ns.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.queue.push(at, ev);
     }
 
     /// A message to a dead or unknown address: a refused connection comes back to
@@ -390,7 +446,7 @@ impl<M: Machine> Sim<M> {
     fn undeliverable(&mut self, from: NodeIdx, to: NodeAddr) {
         if self.net.config().report_failures {
             let rtt = 2 * self.net.latency(from, self.by_addr.get(&to).copied().unwrap_or(from));
-            self.push(self.now + rtt, Ev::SendFailed { node: from, to });
+            self.push_after(rtt, Ev::SendFailed { node: from, to });
         } else {
             self.stats.lost += 1;
         }

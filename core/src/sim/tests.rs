@@ -13,6 +13,8 @@ struct Pinger {
     period: Duration,
     next: Instant,
     sent: u64,
+    /// Calls of `handle_timeout` before `next`: the simulator must make none.
+    early_timeouts: u64,
     out: VecDeque<Action<Msg, Seen>>,
 }
 
@@ -41,6 +43,7 @@ impl Pinger {
             period: Duration::from_millis(period_ms),
             next: now + Duration::from_millis(period_ms),
             sent: 0,
+            early_timeouts: 0,
             out: VecDeque::new(),
         }
     }
@@ -72,11 +75,14 @@ impl Machine for Pinger {
     fn handle_send_failed(&mut self, _now: Instant, to: NodeAddr) {
         self.out.push_back(Action::Event(Seen::Failed(to)));
     }
-    fn handle_command(&mut self, _now: Instant, _cmd: ()) -> Result<(), Never> {
+    /// Postpones the next round of pings by a whole period from `now`.
+    fn handle_command(&mut self, now: Instant, _cmd: ()) -> Result<(), Never> {
+        self.next = now + self.period;
         Ok(())
     }
     fn handle_timeout(&mut self, now: Instant) {
         if now < self.next {
+            self.early_timeouts += 1;
             return; // spurious
         }
         self.next += self.period;
@@ -211,4 +217,26 @@ fn run_while_not_stops_as_soon_as_the_condition_holds() {
     assert!(sim.elapsed() < Duration::from_secs(1));
     let never = sim.run_while_not(Duration::from_secs(1), |s| s.stats().delivered > 1_000);
     assert!(!never);
+}
+
+#[test]
+fn a_postponed_deadline_fires_once_and_never_early() {
+    let t0 = Instant::now();
+    let mut sim = Sim::new(SimConfig::default(), t0);
+    let a = sim.add_node(Pinger::new(0, &[1], 1_000, t0));
+    sim.add_node(Pinger::new(1, &[], 1_000_000, t0));
+    // The first round is due at 1 s; postpone it twice, to 1.5 s then 2.2 s.
+    sim.run_for(Duration::from_millis(500));
+    sim.command(a, ()).unwrap();
+    sim.run_for(Duration::from_millis(700));
+    sim.command(a, ()).unwrap();
+    sim.run_until(t0 + Duration::from_millis(2_199));
+    assert_eq!(sim.stats().timeouts, 0, "nothing was due yet");
+    assert_eq!(sim.stats().sent, 0);
+    sim.run_until(t0 + Duration::from_millis(2_200));
+    assert_eq!(sim.stats().timeouts, 1, "fired exactly at the last deadline");
+    assert_eq!(sim.stats().sent, 1);
+    sim.run_for(Duration::from_secs(3));
+    assert_eq!(sim.node(a).early_timeouts, 0, "handle_timeout is never called before poll_timeout");
+    assert_eq!(sim.node(a).sent, 4, "rounds at 2.2, 3.2, 4.2 and 5.2 s");
 }
