@@ -115,6 +115,9 @@ const KIND_NAMES: [&str; ChordMsg::KINDS] = [
     "NewPred",
     "Registered",
     "NotOwner",
+    "NotJoined",
+    "Handover",
+    "Pull",
 ];
 
 /// User plus system CPU time of this process, from /proc (Linux only).
