@@ -33,9 +33,9 @@ fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, 
 }
 
 pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
+    // The C programs are compiled into `out`, made only then; an interrupt is
+    // watched once the network exists (one watcher removes both directories).
     let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&out)?;
-    crate::cleanup_on_interrupt(vec![out.clone()]);
     let programs = crate::programs::find(&out)?;
     let (ring, factor) = (&programs.ring, &programs.factor);
     let t0 = Instant::now();
@@ -59,6 +59,7 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
             crate::print_nodes(&nodes, false);
         }
     }
+    std::fs::create_dir_all(&out)?;
     crate::cleanup_on_interrupt(vec![out.clone(), net.dir().to_path_buf()]);
     let mut rows = Vec::new();
     let mut jobs: Vec<(String, JobDescription)> = vec![

@@ -69,17 +69,15 @@ fn c_programs(bin_dir: &Path, out: &Path, release: bool) -> Result<(PathBuf, Pat
     if !wrapper.is_file() || !bin_dir.join("libp2pmpi.so").is_file() {
         cargo_build(&["-p", "p2pmp-capi"], release).map_err(|e| format!("{e:#}"))?;
     }
-    let mut built = Vec::new();
-    for (name, src) in [("ring", RING_C), ("factor", FACTOR_C)] {
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    let build = |name: &str, src: &str| -> Result<PathBuf, String> {
         let (source, program) = (out.join(format!("{name}.c")), out.join(format!("c_{name}")));
         std::fs::write(&source, src).map_err(|e| format!("writing {}: {e}", source.display()))?;
-        let st = Command::new(&wrapper).arg("-O2").arg(&source).arg("-o").arg(&program).status();
-        match st {
-            Ok(s) if s.success() => built.push(program),
-            Ok(s) => return Err(format!("p2pmpicc {name}.c failed ({s})")),
-            Err(e) => return Err(format!("running {}: {e}", wrapper.display())),
+        match Command::new(&wrapper).arg("-O2").arg(&source).arg("-o").arg(&program).status() {
+            Ok(s) if s.success() => Ok(program),
+            Ok(s) => Err(format!("p2pmpicc {name}.c failed ({s})")),
+            Err(e) => Err(format!("running {}: {e}", wrapper.display())),
         }
-    }
-    let factor = built.pop().unwrap_or_default();
-    Ok((built.pop().unwrap_or_default(), factor))
+    };
+    Ok((build("ring", RING_C)?, build("factor", FACTOR_C)?))
 }
