@@ -35,6 +35,11 @@ impl World {
         self.isend_on(comm.p2p, data, dest, tag)
     }
 
+    /// [`World::issend_bytes`] on `comm`.
+    pub fn issend_bytes_in(&mut self, comm: CommId, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+        self.issend_on(comm.p2p, data, dest, tag)
+    }
+
     /// [`World::irecv`] on `comm`.
     pub fn irecv_in(&mut self, comm: CommId, source: Option<u32>, tag: Option<i32>) -> Result<Request> {
         self.irecv_on(comm.p2p, source, tag)

@@ -209,6 +209,24 @@ impl World {
         Ok(Request(req))
     }
 
+    /// Starts a synchronous send: it completes only once a receive took the
+    /// message (`MPI_Issend`; a message of any size goes by rendezvous).
+    pub fn issend_bytes(&mut self, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+        self.issend_on(COMM_WORLD, data, dest, tag)
+    }
+
+    pub(crate) fn issend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+        let req = self.engine.issend(comm, dest, tag, data)?;
+        self.after_call()?;
+        Ok(Request(req))
+    }
+
+    /// Sends `data` to `dest` and returns once a receive took it (`MPI_Ssend`).
+    pub fn ssend<T: Pod>(&mut self, data: &[T], dest: u32, tag: i32) -> Result<()> {
+        let r = self.issend_bytes(pod::to_bytes(data), dest, tag)?;
+        self.wait(r).map(|_| ())
+    }
+
     /// Posts a receive from `source` (or [`ANY_SOURCE`]) with `tag` (or [`ANY_TAG`]).
     pub fn irecv(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Request> {
         self.irecv_on(COMM_WORLD, source, tag)

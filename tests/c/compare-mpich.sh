@@ -32,12 +32,13 @@ runs=(
     "collectives"
     "anysource 40"
     "sendrecv"
+    "ssend"
     "errors"
     "factor 1000036000099 1000000"
     "factor 1000003 1000"
 )
 
-for prog in ring pingpong collectives anysource sendrecv errors factor; do
+for prog in ring pingpong collectives anysource sendrecv ssend errors factor; do
     mkdir -p "$work/p2pmp" "$work/mpich"
     "$target/p2pmpicc" -std=c99 -O2 "$here/$prog.c" -o "$work/p2pmp/$prog" || exit 1
     mpicc.mpich -std=c99 -O2 "$here/$prog.c" -o "$work/mpich/$prog" || exit 1

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 7] = ["ring", "pingpong", "collectives", "anysource", "sendrecv", "errors", "factor"];
+const PROGRAMS: [&str; 8] = ["ring", "pingpong", "collectives", "anysource", "sendrecv", "ssend", "errors", "factor"];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
 /// without a C compiler.
@@ -122,6 +122,11 @@ fn any_source_receives_and_waitany_take_every_message_once() {
 #[test]
 fn sendrecv_shifts_reach_every_distance() {
     passes("sendrecv", &[1, 3, 4], &[]);
+}
+
+#[test]
+fn synchronous_sends_wait_for_their_receive() {
+    passes("ssend", &[1, 2, 3], &[]);
 }
 
 #[test]

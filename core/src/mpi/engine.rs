@@ -172,6 +172,29 @@ impl MpiEngine {
         Ok(req)
     }
 
+    /// Starts a synchronous send (`MPI_Ssend`): it completes only once a receive
+    /// took the message. To another rank it always goes by rendezvous (the Cts
+    /// says the receive matched); to itself it waits in the unexpected queue
+    /// until a receive takes it.
+    pub fn issend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
+        self.check_rank(dest)?;
+        if tag < 0 {
+            return Err(MpiError::InvalidTag(tag));
+        }
+        let req = self.new_req();
+        let key = Key { comm, src: dest, tag };
+        if dest != self.rank {
+            self.start_rendezvous(req, dest, comm, tag, data);
+        } else if let Some(recv) = self.posted.take_match(&key) {
+            let status = Status { source: dest, tag, count: data.len() };
+            self.completions.push_back(Completion::Recv { req: recv, status, data });
+            self.completions.push_back(Completion::Send { req });
+        } else {
+            self.unexpected.push(Unexpected { key, held: Held::SelfSync { data, send: req } });
+        }
+        Ok(req)
+    }
+
     /// Posts a receive on `comm` from `source` ([`super::ANY_SOURCE`] = `None`) with
     /// `tag` ([`super::ANY_TAG`] = `None`). It takes the earliest-arrived matching
     /// message, or waits for the next one.
@@ -479,6 +502,10 @@ impl MpiEngine {
                 self.completions.push_back(Completion::Recv { req, status, data });
             }
             Held::Rts { rts_seq, len } => self.clear_to_send(req, u.key, rts_seq, len),
+            Held::SelfSync { data, send } => {
+                self.completions.push_back(Completion::Recv { req, status, data });
+                self.completions.push_back(Completion::Send { req: send });
+            }
         }
     }
 }

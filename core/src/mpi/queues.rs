@@ -151,6 +151,9 @@ pub(crate) enum Held {
     Eager { data: Bytes, charge: u64 },
     /// A request to send, waiting for its receive.
     Rts { rts_seq: u64, len: u64 },
+    /// A synchronous send of this rank to itself: its request completes when a
+    /// receive takes the message.
+    SelfSync { data: Bytes, send: RequestId },
 }
 
 /// One unexpected message.
@@ -163,7 +166,7 @@ pub(crate) struct Unexpected {
 impl Unexpected {
     pub(crate) fn status(&self) -> Status {
         let count = match &self.held {
-            Held::Eager { data, .. } => data.len(),
+            Held::Eager { data, .. } | Held::SelfSync { data, .. } => data.len(),
             Held::Rts { len, .. } => *len as usize,
         };
         Status { source: self.key.src, tag: self.key.tag, count }

@@ -43,11 +43,6 @@ pub(crate) struct OutBuf {
     len: usize,
 }
 
-// SAFETY: the pointer is only written on the thread that makes MPI calls (the
-// library allows MPI_THREAD_FUNNELED at most); the Mutex around the library
-// state only needs the type to move between threads, which it never does in use.
-unsafe impl Send for OutBuf {}
-
 impl OutBuf {
     /// Checks a receive buffer; null is `MPI_ERR_BUFFER` unless `len` is 0.
     ///

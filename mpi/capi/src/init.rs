@@ -13,7 +13,7 @@ use crate::consts::{
 };
 use crate::error::{Fail, abort_process};
 use crate::request::Requests;
-use crate::state::{Live, Phase, call, entry};
+use crate::state::{self, Global, Live, Phase, call, entry};
 
 /// The instant `MPI_Wtime` counts from (the first call of `MPI_Init` or `MPI_Wtime`).
 fn epoch() -> Instant {
@@ -23,13 +23,20 @@ fn epoch() -> Instant {
 
 fn init(func: &'static str) -> c_int {
     entry(func, MPI_COMM_WORLD, |mpi| {
-        if !matches!(mpi.phase, Phase::Before) {
+        if !matches!(mpi.phase, Phase::Before) || !state::claim() {
             return Err(Fail::new(MPI_ERR_OTHER, "MPI is already initialised (or finalised)".into()));
         }
         epoch();
-        let world = p2pmp_mpi::init()?;
-        mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
-        Ok(())
+        match p2pmp_mpi::init() {
+            Ok(world) => {
+                mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
+                Ok(())
+            }
+            Err(e) => {
+                state::set_global(Global::Before);
+                Err(e.into())
+            }
+        }
     })
 }
 
@@ -81,8 +88,8 @@ pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
 /// `flag` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
-    entry("MPI_Initialized", MPI_COMM_WORLD, |mpi| {
-        let f = c_int::from(!matches!(mpi.phase, Phase::Before));
+    entry("MPI_Initialized", MPI_COMM_WORLD, |_| {
+        let f = c_int::from(state::global() != Global::Before);
         // SAFETY: the caller's int, or null (refused).
         unsafe { write_out(flag, f) }
     })
@@ -94,8 +101,8 @@ pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
 /// `flag` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
-    entry("MPI_Finalized", MPI_COMM_WORLD, |mpi| {
-        let f = c_int::from(matches!(mpi.phase, Phase::After));
+    entry("MPI_Finalized", MPI_COMM_WORLD, |_| {
+        let f = c_int::from(state::global() == Global::After);
         // SAFETY: the caller's int, or null (refused).
         unsafe { write_out(flag, f) }
     })
@@ -105,9 +112,16 @@ pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Finalize() -> c_int {
     entry("MPI_Finalize", MPI_COMM_WORLD, |mpi| match std::mem::replace(&mut mpi.phase, Phase::After) {
-        Phase::Running(live) => Ok(live.world.finalize()?),
+        Phase::Running(live) => {
+            state::set_global(Global::After);
+            Ok(live.world.finalize()?)
+        }
         other => {
-            let what = if matches!(other, Phase::Before) { "before MPI_Init" } else { "twice" };
+            let what = match other {
+                Phase::Before if state::global() != Global::Before => "on a thread other than MPI_Init's",
+                Phase::Before => "before MPI_Init",
+                _ => "twice",
+            };
             mpi.phase = other;
             Err(Fail::new(MPI_ERR_OTHER, format!("MPI_Finalize called {what}")))
         }

@@ -28,28 +28,55 @@ fn send_tag(tag: c_int) -> Result<i32, Fail> {
     if tag >= 0 { Ok(tag) } else { Err(Fail::new(MPI_ERR_TAG, format!("invalid send tag {tag}"))) }
 }
 
-/// Starts a send (checks every argument first); `None` for `MPI_PROC_NULL`.
-///
-/// # Safety
-/// `buf` is null or holds `count` elements of `datatype`.
-unsafe fn start_send(
-    cx: &mut Ctx<'_>,
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: &Comm,
-) -> Result<Pending, Fail> {
-    let len = Datatype::from_handle(datatype)?.bytes(count)?;
-    // SAFETY: the caller vouches for `count` elements at `buf` (null refused when count > 0).
-    let data = unsafe { in_bytes(buf, len)? };
-    let tag = send_tag(tag)?;
-    let req = match comm.dest(cx.world, dest)? {
-        Peer::Rank(to) => Some(cx.world.isend_bytes_in(comm.id, Bytes::copy_from_slice(data), to, tag)?),
-        _ => None,
-    };
-    Ok(Pending { req, kind: Kind::Send })
+/// How a send completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Once the buffer may be reused (`MPI_Send`).
+    Standard,
+    /// Once a receive took the message (`MPI_Ssend`).
+    Synchronous,
+}
+
+/// A send with every argument checked: the message (copied from the caller's
+/// buffer) and where it goes.
+#[derive(Debug)]
+struct Outgoing {
+    data: Bytes,
+    to: Peer,
+    tag: i32,
+}
+
+impl Outgoing {
+    /// Checks a send's arguments and copies its message.
+    ///
+    /// # Safety
+    /// `buf` is null or holds `count` elements of `datatype`.
+    unsafe fn new(
+        w: &World,
+        buf: *const c_void,
+        count: c_int,
+        datatype: Handle,
+        dest: c_int,
+        tag: c_int,
+        comm: &Comm,
+    ) -> Result<Outgoing, Fail> {
+        let len = Datatype::from_handle(datatype)?.bytes(count)?;
+        // SAFETY: the caller vouches for `count` elements at `buf` (null refused when count > 0).
+        let data = unsafe { in_bytes(buf, len)? };
+        let tag = send_tag(tag)?;
+        let to = comm.dest(w, dest)?;
+        Ok(Outgoing { data: Bytes::copy_from_slice(data), to, tag })
+    }
+
+    /// Starts the send on `comm`; a request of none for `MPI_PROC_NULL`.
+    fn start(self, w: &mut World, comm: &Comm, mode: Mode) -> Result<Pending, Fail> {
+        let req = match (self.to, mode) {
+            (Peer::Rank(to), Mode::Standard) => Some(w.isend_bytes_in(comm.id, self.data, to, self.tag)?),
+            (Peer::Rank(to), Mode::Synchronous) => Some(w.issend_bytes_in(comm.id, self.data, to, self.tag)?),
+            _ => None,
+        };
+        Ok(Pending { req, kind: Kind::Send })
+    }
 }
 
 /// Posts a receive (checks every argument first).
@@ -77,12 +104,12 @@ unsafe fn start_recv(
     Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo } })
 }
 
-/// A blocking send, reported as `func`.
+/// A blocking send in `mode`.
 ///
 /// # Safety
 /// `buf` holds `count` elements of `datatype`.
 unsafe fn send(
-    func: &'static str,
+    mode: Mode,
     buf: *const c_void,
     count: c_int,
     datatype: Handle,
@@ -90,10 +117,12 @@ unsafe fn send(
     tag: c_int,
     comm: Handle,
 ) -> c_int {
-    call(func, comm, |mut cx| {
+    let func = if mode == Mode::Standard { "MPI_Send" } else { "MPI_Ssend" };
+    call(func, comm, |cx| {
         let c = cx.comms.get(comm)?;
         // SAFETY: as the caller vouched.
-        unsafe { start_send(&mut cx, buf, count, datatype, dest, tag, &c)? }.wait(cx.world).map(|_| ())
+        let out = unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, &c)? };
+        out.start(cx.world, &c, mode)?.wait(cx.world).map(|_| ())
     })
 }
 
@@ -111,12 +140,10 @@ pub unsafe extern "C" fn MPI_Send(
     comm: Handle,
 ) -> c_int {
     // SAFETY: as the caller vouched.
-    unsafe { send("MPI_Send", buf, count, datatype, dest, tag, comm) }
+    unsafe { send(Mode::Standard, buf, count, datatype, dest, tag, comm) }
 }
 
-/// `MPI_Ssend`. Like `MPI_Send`: returns once the buffer may be reused, which
-/// for a message within the eager limit is before the receiver matched it (the
-/// engine has no synchronous mode yet).
+/// `MPI_Ssend`: returns once the matching receive took the message.
 ///
 /// # Safety
 /// `buf` holds `count` elements of `datatype`.
@@ -130,7 +157,7 @@ pub unsafe extern "C" fn MPI_Ssend(
     comm: Handle,
 ) -> c_int {
     // SAFETY: as the caller vouched.
-    unsafe { send("MPI_Ssend", buf, count, datatype, dest, tag, comm) }
+    unsafe { send(Mode::Synchronous, buf, count, datatype, dest, tag, comm) }
 }
 
 /// `MPI_Recv`.
@@ -181,13 +208,11 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let c = cx.comms.get(comm)?;
         let out = StatusOut::new(status)?;
         // Both argument sets are checked before anything starts.
-        Datatype::from_handle(sendtype)?.bytes(sendcount)?;
-        send_tag(sendtag)?;
-        c.dest(cx.world, dest)?;
+        // SAFETY: as the caller vouched.
+        let outgoing = unsafe { Outgoing::new(cx.world, sendbuf, sendcount, sendtype, dest, sendtag, &c)? };
         // SAFETY: as the caller vouched; both complete before this returns.
         let r = unsafe { start_recv(&mut cx, recvbuf, recvcount, recvtype, source, recvtag, &c)? };
-        // SAFETY: as the caller vouched.
-        let s = unsafe { start_send(&mut cx, sendbuf, sendcount, sendtype, dest, sendtag, &c)? };
+        let s = outgoing.start(cx.world, &c, Mode::Standard)?;
         let st = r.wait(cx.world)?;
         s.wait(cx.world)?;
         out.write(st);
@@ -229,8 +254,30 @@ pub unsafe extern "C" fn MPI_Isend(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    // SAFETY: as the caller vouched.
-    post("MPI_Isend", comm, request, |cx, c| unsafe { start_send(cx, buf, count, datatype, dest, tag, c) })
+    post("MPI_Isend", comm, request, |cx, c| {
+        // SAFETY: as the caller vouched.
+        unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, c) }?.start(cx.world, c, Mode::Standard)
+    })
+}
+
+/// `MPI_Issend`: its request completes once the matching receive took the message.
+///
+/// # Safety
+/// As `MPI_Isend`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Issend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    post("MPI_Issend", comm, request, |cx, c| {
+        // SAFETY: as the caller vouched.
+        unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, c) }?.start(cx.world, c, Mode::Synchronous)
+    })
 }
 
 /// `MPI_Irecv`.

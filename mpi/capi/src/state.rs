@@ -1,9 +1,19 @@
-//! The library's state (one per process, behind a lock) and the entry helpers
-//! every C function goes through: they check the library is running, run the
-//! call, and hand a failure to the error handler of the call's communicator.
+//! The library's state and the entry helpers every C function goes through:
+//! they check the library is running, run the call, and hand a failure to the
+//! error handler of the call's communicator.
+//!
+//! The state belongs to the thread that calls `MPI_Init`: the library provides
+//! `MPI_THREAD_FUNNELED` at most, so only that thread makes MPI calls, and its
+//! state needs no lock (two atomic read-modify-writes per call were a quarter
+//! of what the C layer added to a send and a receive). A call from another
+//! thread is refused with `MPI_ERR_OTHER`, never undefined behaviour. Where the
+//! library is in its life is also kept in one atomic, for `MPI_Initialized` and
+//! `MPI_Finalized`, which any thread may call.
 
+use std::cell::RefCell;
 use std::ffi::c_int;
-use std::sync::{Mutex, MutexGuard};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use p2pmp_mpi::World;
 
@@ -35,7 +45,44 @@ pub(crate) struct Mpi {
     pub(crate) comms: Comms,
 }
 
-static MPI: Mutex<Mpi> = Mutex::new(Mpi { phase: Phase::Before, comms: Comms::new() });
+thread_local! {
+    /// Never dropped (like a static): a program that exits without
+    /// `MPI_Finalize` must not run the world's teardown from `exit`.
+    static MPI: ManuallyDrop<RefCell<Mpi>> =
+        const { ManuallyDrop::new(RefCell::new(Mpi { phase: Phase::Before, comms: Comms::new() })) };
+}
+
+/// The process-wide phase, as seen from every thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Global {
+    Before = 0,
+    Running = 1,
+    After = 2,
+}
+
+static GLOBAL: AtomicU8 = AtomicU8::new(Global::Before as u8);
+
+/// The process-wide phase.
+pub(crate) fn global() -> Global {
+    match GLOBAL.load(Ordering::Acquire) {
+        0 => Global::Before,
+        1 => Global::Running,
+        _ => Global::After,
+    }
+}
+
+/// Claims the library for the calling thread (`MPI_Init`); false when some
+/// thread already initialised it.
+pub(crate) fn claim() -> bool {
+    GLOBAL.compare_exchange(Global::Before as u8, Global::Running as u8, Ordering::AcqRel, Ordering::Acquire).is_ok()
+}
+
+/// Sets the process-wide phase (the owning thread, on finalising, or giving
+/// back its claim when `MPI_Init` failed).
+pub(crate) fn set_global(g: Global) {
+    GLOBAL.store(g as u8, Ordering::Release);
+}
 
 /// The state of a running library, borrowed for one call.
 #[derive(Debug)]
@@ -45,31 +92,33 @@ pub(crate) struct Ctx<'a> {
     pub(crate) comms: &'a mut Comms,
 }
 
-fn lock() -> MutexGuard<'static, Mpi> {
-    // A panic cannot leave the lock poisoned in use: panics in `extern "C"` abort.
-    MPI.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Runs `f` on the state in any phase; a failure goes to `comm`'s error handler
-/// (the world's when `comm` is not a communicator).
+/// Runs `f` on the calling thread's state in any phase; a failure goes to
+/// `comm`'s error handler (the world's when `comm` is not a communicator).
 pub(crate) fn entry(func: &'static str, comm: Handle, f: impl FnOnce(&mut Mpi) -> Result<(), Fail>) -> c_int {
-    let mut g = lock();
-    match f(&mut g) {
-        Ok(()) => MPI_SUCCESS,
-        Err(fail) => {
-            let handler = g.comms.errhandler(comm);
-            drop(g);
-            raise(func, handler, fail)
-        }
+    // No MPI call is made while the state is borrowed (the library calls no user
+    // code), so the borrow cannot fail; the handler runs after it ends.
+    let failed = MPI.with(|m| {
+        let mut mpi = m.borrow_mut();
+        f(&mut mpi).err().map(|fail| (mpi.comms.errhandler(comm), fail))
+    });
+    match failed {
+        None => MPI_SUCCESS,
+        Some((handler, fail)) => raise(func, handler, fail),
     }
 }
 
-/// Runs `f` on a running library (`MPI_ERR_OTHER` before `MPI_Init` and after
-/// `MPI_Finalize`).
+/// Runs `f` on a running library (`MPI_ERR_OTHER` before `MPI_Init`, after
+/// `MPI_Finalize`, and on a thread other than the one that called `MPI_Init`).
 pub(crate) fn call(func: &'static str, comm: Handle, f: impl FnOnce(Ctx<'_>) -> Result<(), Fail>) -> c_int {
     entry(func, comm, |mpi| {
         let live = match &mut mpi.phase {
             Phase::Running(live) => live,
+            Phase::Before if global() != Global::Before => {
+                return Err(Fail::new(
+                    MPI_ERR_OTHER,
+                    "called from a thread other than the one that called MPI_Init (MPI_THREAD_FUNNELED)".into(),
+                ));
+            }
             Phase::Before => return Err(Fail::new(MPI_ERR_OTHER, "called before MPI_Init".into())),
             Phase::After => return Err(Fail::new(MPI_ERR_OTHER, "called after MPI_Finalize".into())),
         };

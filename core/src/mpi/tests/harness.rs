@@ -86,6 +86,8 @@ pub(super) struct World {
     recv_reqs: Vec<Vec<RequestId>>,
     done: BTreeMap<(usize, RequestId), Completion>,
     sends: Vec<(usize, RequestId)>,
+    /// Synchronous sends: (rank, request) -> message.
+    sync_sends: BTreeMap<(usize, RequestId), usize>,
     cancelled: Vec<(usize, RequestId)>,
     /// Directed links that lost frames from the middle of their stream and need a
     /// reconnect to recover.
@@ -112,6 +114,7 @@ impl World {
             recv_reqs: vec![Vec::new(); n],
             done: BTreeMap::new(),
             sends: Vec::new(),
+            sync_sends: BTreeMap::new(),
             cancelled: Vec::new(),
             gappy: vec![false; n * n],
             lost_mid_stream: false,
@@ -150,7 +153,9 @@ impl World {
 
     // ----- operations
 
-    pub(super) fn send(&mut self, from: usize, to: usize, comm: u32, tag: i32, len: usize) {
+    /// A send; `sync`: a synchronous one, which must not complete before a
+    /// receive took its message.
+    pub(super) fn send(&mut self, from: usize, to: usize, comm: u32, tag: i32, len: usize, sync: bool) {
         let id = self.msgs.len();
         self.msgs.push(MsgRec { src: from as u32, dst: to as u32, comm, tag, len });
         self.delivered.push(0);
@@ -160,8 +165,17 @@ impl World {
             let l = self.link(from, to);
             self.in_transit[l].push_back(id);
         }
-        let req = self.engines[from].isend(comm, to as u32, tag, content(id, len)).unwrap();
+        let e = &mut self.engines[from];
+        let req = if sync {
+            e.issend(comm, to as u32, tag, content(id, len))
+        } else {
+            e.isend(comm, to as u32, tag, content(id, len))
+        };
+        let req = req.unwrap();
         self.sends.push((from, req));
+        if sync {
+            self.sync_sends.insert((from, req), id);
+        }
         self.drain();
     }
 
@@ -308,6 +322,12 @@ impl World {
             assert_eq!(m.dst as usize, at);
             self.delivered[id] += 1;
             assert_eq!(self.delivered[id], 1, "message #{id} delivered twice");
+        }
+        if let Some(&id) = self.sync_sends.get(&(at, req)) {
+            assert!(
+                self.matched.values().any(|&m| m == id),
+                "rank {at}: synchronous send #{id} completed before a receive took it"
+            );
         }
         let prev = self.done.insert((at, req), c);
         assert!(prev.is_none(), "rank {at}: {req:?} completed twice");

@@ -100,6 +100,35 @@ fn rendezvous_moves_data_after_the_receive_is_posted() {
 }
 
 #[test]
+fn a_synchronous_send_completes_only_once_a_receive_took_it() {
+    let mut p = Pair::new(MpiConfig::default());
+    let s = p.e[0].issend(0, 1, 4, Bytes::from_static(b"tiny")).unwrap();
+    p.pump();
+    assert!(p.completions(0).is_empty(), "even an eager-sized message waits for its receive");
+    let r = p.e[1].irecv(p.now, 0, Some(0), Some(4)).unwrap();
+    p.pump();
+    assert_eq!(p.completions(0), vec![Completion::Send { req: s }]);
+    let c = p.completions(1);
+    assert_eq!(c.iter().map(Completion::req).collect::<Vec<_>>(), vec![r]);
+    assert_eq!(recv_data(&c), vec![(Status { source: 0, tag: 4, count: 4 }, Bytes::from_static(b"tiny"))]);
+    assert_eq!(p.e[0].stats().rendezvous_sent, 1);
+
+    // To itself: held until a receive takes it, then both complete together.
+    let s = p.e[1].issend(0, 1, 5, Bytes::from_static(b"me")).unwrap();
+    assert!(p.completions(1).is_empty());
+    assert_eq!(p.e[1].iprobe(0, Some(1), Some(5)).unwrap(), Some(Status { source: 1, tag: 5, count: 2 }));
+    let r = p.e[1].irecv(p.now, 0, ANY_SOURCE, Some(5)).unwrap();
+    let c = p.completions(1);
+    assert_eq!(c.iter().map(Completion::req).collect::<Vec<_>>(), vec![r, s]);
+    assert_eq!(recv_data(&c)[0].1, Bytes::from_static(b"me"));
+    // A receive posted first completes both at once.
+    let r = p.e[1].irecv(p.now, 0, Some(1), Some(6)).unwrap();
+    let s = p.e[1].issend(0, 1, 6, Bytes::new()).unwrap();
+    assert_eq!(p.completions(1).iter().map(Completion::req).collect::<Vec<_>>(), vec![r, s]);
+    assert!(p.e[1].issend(0, 2, 0, Bytes::new()).is_err() && p.e[1].issend(0, 0, -1, Bytes::new()).is_err());
+}
+
+#[test]
 fn single_chunk_rendezvous_is_zero_copy() {
     let mut p = Pair::new(tight_config());
     let big = Bytes::from(vec![5u8; 90]);

@@ -7,7 +7,7 @@ use super::harness::{Pat, World, tight_config};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Send { from: usize, to: usize, comm: u32, tag: i32, len: usize },
+    Send { from: usize, to: usize, comm: u32, tag: i32, len: usize, sync: bool },
     Recv { at: usize, pat: Pat },
     Probe { at: usize, pat: Pat },
     Cancel { at: usize, nth: usize },
@@ -31,8 +31,8 @@ fn arb_pat(n: usize) -> impl Strategy<Value = Pat> {
 fn arb_op(n: usize, breaks: u32) -> impl Strategy<Value = Op> {
     let r = 0..n;
     prop_oneof![
-        6 => (r.clone(), r.clone(), 0..2u32, 0..3i32, arb_len())
-            .prop_map(|(from, to, comm, tag, len)| Op::Send { from, to, comm, tag, len }),
+        6 => (r.clone(), r.clone(), 0..2u32, 0..3i32, arb_len(), prop::bool::weighted(0.2))
+            .prop_map(|(from, to, comm, tag, len, sync)| Op::Send { from, to, comm, tag, len, sync }),
         5 => (r.clone(), arb_pat(n)).prop_map(|(at, pat)| Op::Recv { at, pat }),
         2 => (r.clone(), arb_pat(n)).prop_map(|(at, pat)| Op::Probe { at, pat }),
         1 => (r.clone(), any::<usize>()).prop_map(|(at, nth)| Op::Cancel { at, nth }),
@@ -54,7 +54,7 @@ fn arb_scenario(breaks: u32) -> impl Strategy<Value = (usize, Vec<Op>)> {
 fn arb_flood() -> impl Strategy<Value = (usize, Vec<Op>)> {
     (2..=4usize).prop_flat_map(|n| {
         let op = prop_oneof![
-            8 => (1..n, 0..2i32, 0..=128usize).prop_map(|(from, tag, len)| Op::Send { from, to: 0, comm: 0, tag, len }),
+            8 => (1..n, 0..2i32, 0..=128usize).prop_map(|(from, tag, len)| Op::Send { from, to: 0, comm: 0, tag, len, sync: false }),
             1 => (prop::option::of(0..n as u32), prop::option::of(0..2i32))
                 .prop_map(|(src, tag)| Op::Recv { at: 0, pat: Pat { comm: 0, src, tag } }),
             8 => (any::<usize>(), 1..6usize).prop_map(|(pick, k)| Op::Deliver { pick, k }),
@@ -69,7 +69,7 @@ fn run(n: usize, ops: &[Op]) {
     let mut w = World::new(n, tight_config());
     for op in ops {
         match *op {
-            Op::Send { from, to, comm, tag, len } => w.send(from, to, comm, tag, len),
+            Op::Send { from, to, comm, tag, len, sync } => w.send(from, to, comm, tag, len, sync),
             Op::Recv { at, pat } => w.recv(at, pat),
             Op::Probe { at, pat } => w.probe(at, pat),
             Op::Cancel { at, nth } => w.cancel(at, nth),
