@@ -22,6 +22,7 @@ const SOLO_BASE: u32 = 1 << 29;
 /// One communicator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Comm {
+    pub(crate) handle: Handle,
     pub(crate) id: CommId,
     /// Only this process (`MPI_COMM_SELF` and its duplicates); otherwise every rank of the world.
     pub(crate) solo: bool,
@@ -102,8 +103,8 @@ impl Comms {
 
     pub(crate) fn get(&self, h: Handle) -> Result<Comm, Fail> {
         match h {
-            MPI_COMM_WORLD => Ok(Comm { id: CommId::WORLD, solo: false, errhandler: self.world_errhandler }),
-            MPI_COMM_SELF => Ok(Comm { id: solo_id(0)?, solo: true, errhandler: self.self_errhandler }),
+            MPI_COMM_WORLD => Ok(Comm { handle: h, id: CommId::WORLD, solo: false, errhandler: self.world_errhandler }),
+            MPI_COMM_SELF => Ok(Comm { handle: h, id: solo_id(0)?, solo: true, errhandler: self.self_errhandler }),
             _ => self.dups.get(&h).copied().ok_or_else(|| {
                 let what = if h == MPI_COMM_NULL { "MPI_COMM_NULL".into() } else { format!("handle {h}") };
                 Fail::new(MPI_ERR_COMM, format!("{what} is not a communicator"))
@@ -149,7 +150,7 @@ impl Comms {
         };
         let handle = self.next_handle;
         self.next_handle = handle.checked_add(1).ok_or_else(|| Fail::new(MPI_ERR_INTERN, "out of handles".into()))?;
-        self.dups.insert(handle, Comm { id, ..parent });
+        self.dups.insert(handle, Comm { handle, id, ..parent });
         Ok(handle)
     }
 

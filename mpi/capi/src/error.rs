@@ -12,16 +12,23 @@ use crate::consts::{
     MPI_MAX_ERROR_STRING,
 };
 
-/// A failed call: its error class and what went wrong.
+/// A failed call: its error class, what went wrong, and the communicator whose
+/// error handler takes it when that is not the call's own (a request's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fail {
     pub(crate) class: c_int,
     pub(crate) detail: String,
+    pub(crate) comm: Option<Handle>,
 }
 
 impl Fail {
     pub(crate) fn new(class: c_int, detail: String) -> Fail {
-        Fail { class, detail }
+        Fail { class, detail, comm: None }
+    }
+
+    /// The failure, raised on communicator `comm`.
+    pub(crate) fn on(self, comm: Handle) -> Fail {
+        Fail { comm: Some(comm), ..self }
     }
 }
 

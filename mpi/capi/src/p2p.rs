@@ -75,7 +75,7 @@ impl Outgoing {
             (Peer::Rank(to), Mode::Synchronous) => Some(w.issend_bytes_in(comm.id, self.data, to, self.tag)?),
             _ => None,
         };
-        Ok(Pending { req, kind: Kind::Send })
+        Ok(Pending { req, kind: Kind::Send, comm: comm.handle })
     }
 }
 
@@ -101,7 +101,7 @@ unsafe fn start_recv(
         Peer::Any => Some(cx.world.irecv_in(comm.id, None, tag)?),
         Peer::Rank(r) => Some(cx.world.irecv_in(comm.id, Some(r), tag)?),
     };
-    Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo } })
+    Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo }, comm: comm.handle })
 }
 
 /// A blocking send in `mode`.

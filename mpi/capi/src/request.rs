@@ -19,6 +19,8 @@ use crate::status::{MpiStatus, StatusOut};
 pub(crate) struct Pending {
     pub(crate) req: Option<Request>,
     pub(crate) kind: Kind,
+    /// The communicator whose error handler takes the request's failures.
+    pub(crate) comm: Handle,
 }
 
 #[derive(Debug)]
@@ -32,13 +34,14 @@ pub(crate) enum Kind {
 }
 
 impl Pending {
-    /// Waits for the request, copies a received message out, builds the status.
+    /// Waits for the request, copies a received message out, builds the status;
+    /// a failure is raised on the request's communicator.
     pub(crate) fn wait(self, w: &mut World) -> Result<MpiStatus, Fail> {
         let c = match self.req {
-            Some(r) => Some(w.wait(r)?),
+            Some(r) => Some(w.wait(r).map_err(|e| Fail::from(e).on(self.comm))?),
             None => None,
         };
-        finish(self.kind, c)
+        finish(self.kind, c).map_err(|f| f.on(self.comm))
     }
 }
 
@@ -159,20 +162,20 @@ pub unsafe extern "C" fn MPI_Waitall(count: c_int, requests: *mut Handle, status
         for (i, p) in taken {
             let has_req = p.req.is_some();
             live.extend(p.req);
-            kinds.push((i, p.kind, has_req));
+            kinds.push((i, p.kind, p.comm, has_req));
         }
         let mut done = cx.world.waitall(live)?.into_iter();
-        let mut failed = false;
-        for (i, kind, has_req) in kinds {
+        let mut failed = None;
+        for (i, kind, comm, has_req) in kinds {
             let c = if has_req { done.next() } else { None };
             let st = finish(kind, c).unwrap_or_else(|f| {
-                failed = true;
+                failed = failed.or(Some(comm));
                 MpiStatus { error: f.class, ..MpiStatus::EMPTY }
             });
             outs[i].write(st);
         }
-        if failed {
-            return Err(Fail::new(MPI_ERR_IN_STATUS, "a request failed (see its status)".into()));
+        if let Some(comm) = failed {
+            return Err(Fail::new(MPI_ERR_IN_STATUS, "a request failed (see its status)".into()).on(comm));
         }
         Ok(())
     })
@@ -266,10 +269,10 @@ pub unsafe extern "C" fn MPI_Test(request: *mut Handle, flag: *mut c_int, status
 }
 
 fn is_done(w: &mut World, p: &Pending) -> Result<bool, Fail> {
-    Ok(match &p.req {
-        Some(r) => w.test(r)?,
-        None => true,
-    })
+    match &p.req {
+        Some(r) => w.test(r).map_err(|e| Fail::from(e).on(p.comm)),
+        None => Ok(true),
+    }
 }
 
 /// `MPI_Testall`: finishes every request only when all have completed.

@@ -92,14 +92,15 @@ pub(crate) struct Ctx<'a> {
     pub(crate) comms: &'a mut Comms,
 }
 
-/// Runs `f` on the calling thread's state in any phase; a failure goes to
-/// `comm`'s error handler (the world's when `comm` is not a communicator).
+/// Runs `f` on the calling thread's state in any phase; a failure goes to the
+/// error handler of its own communicator if it names one, else of `comm` (the
+/// world's when that is not a communicator).
 pub(crate) fn entry(func: &'static str, comm: Handle, f: impl FnOnce(&mut Mpi) -> Result<(), Fail>) -> c_int {
     // No MPI call is made while the state is borrowed (the library calls no user
     // code), so the borrow cannot fail; the handler runs after it ends.
     let failed = MPI.with(|m| {
         let mut mpi = m.borrow_mut();
-        f(&mut mpi).err().map(|fail| (mpi.comms.errhandler(comm), fail))
+        f(&mut mpi).err().map(|fail| (mpi.comms.errhandler(fail.comm.unwrap_or(comm)), fail))
     });
     match failed {
         None => MPI_SUCCESS,
