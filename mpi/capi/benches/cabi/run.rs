@@ -5,6 +5,7 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The output lines of a run (rank prefixes removed), with its CPU seconds.
@@ -199,16 +200,43 @@ impl System {
     }
 }
 
-/// `p2pmp-launch -n N -- exe` (then the caller's arguments), with the spin
-/// policy fixed: the library picks it from the host's load average at start-up,
-/// which on a shared machine flips from run to run and would swamp the C / Rust
-/// comparison. Spin 100 µs while every rank has a core, block otherwise (the
-/// library's own rule without the load term).
+static PIN: OnceLock<Option<usize>> = OnceLock::new();
+
+/// Runs every p2pmp program on CPU `cpu` only (`None`: wherever the kernel
+/// puts the ranks). Set once, before the first launch.
+pub(crate) fn pin_to(cpu: Option<usize>) {
+    let _ = PIN.set(cpu);
+}
+
+/// `p2pmp-launch -n N -- exe` (then the caller's arguments), pinned as
+/// [`pin_to`] says, with the spin policy fixed: the library picks it from the
+/// host's load average at start-up, which on a shared machine flips from run to
+/// run and would swamp the C / Rust comparison. Spin 100 µs while every rank has
+/// a core, block otherwise (the library's own rule without the load term).
+///
+/// Pinning matters as much: unpinned, a 2-rank ping-pong on this 2-core VM runs
+/// at ~10.7 µs when the kernel keeps both ranks on one core and ~16 µs when it
+/// spreads them (a cross-core wake-up), and which one a run gets is chance.
 pub(crate) fn launch(n: u32, exe: &Path) -> Command {
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let pin = PIN.get().copied().flatten();
+    let cores = if pin.is_some() { 1 } else { std::thread::available_parallelism().map_or(1, |c| c.get()) };
     let spin_us = if n as usize <= cores { "100" } else { "0" };
     let mut c = Command::new(target_dir().join("p2pmp-launch"));
     c.env("P2PMP_SPIN_US", spin_us).env("P2PMP_YIELDS", "0");
     c.args(["-n", &n.to_string(), "--"]).arg(exe);
+    if let Some(cpu) = pin {
+        // SAFETY: between fork and exec only sched_setaffinity (async-signal-safe)
+        // runs, on a CPU set built on this stack frame.
+        unsafe {
+            c.pre_exec(move || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     c
 }
