@@ -186,7 +186,7 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
     match ev {
         NodeEvent::Overlay(e) => info!(event = ?e, "overlay"),
         NodeEvent::ReadFile { job, file, path } => {
-            command(remote, NodeCommand::FileRead { job, file, data: files::read(&path) });
+            command(remote, NodeCommand::FileRead { job, file, data: files::read_hashed(&path) });
         }
         NodeEvent::WriteFile { path, offset, data } => {
             if let Err(e) = files::write_at(&path, offset, &data) {

@@ -1,7 +1,7 @@
 //! The executor alone, then wired to a real [`Submission`].
 
 use super::*;
-use crate::job::submit::{Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
+use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
 use crate::job::{ANY_NAME, Resources, StagedFile};
 use crate::overlay::{OverlayCommand, OverlayEvent};
 
@@ -215,7 +215,7 @@ fn submission_and_executors_run_a_job_end_to_end() {
                     sub.handle_overlay_event(now, &OverlayEvent::QueryDone { token, name, result });
                 }
                 Action::Event(SubmitEvent::ReadFile { file, .. }) => {
-                    sub.handle_file_read(now, file, Ok(Bytes::from_static(b"ELF")))
+                    sub.handle_file_read(now, file, Ok(FileData::new(Bytes::from_static(b"ELF"))))
                 }
                 Action::Event(SubmitEvent::WriteFile { rank, data, .. }) => {
                     files.insert(rank, data);

@@ -334,17 +334,16 @@ impl Submission {
     }
 
     /// The driver read (or failed to read) staged file number `file`.
-    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<Bytes, String>) {
+    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
         let i = file as usize;
         if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
             return;
         }
         let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
         match data {
-            Ok(bytes) => {
+            Ok(FileData { bytes, digest }) => {
                 let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-                let d = digest(&bytes);
-                self.files[i] = Some((name, bytes, d));
+                self.files[i] = Some((name, bytes, digest));
             }
             Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
         }
