@@ -56,7 +56,6 @@ pub(crate) fn read_hashed(path: &str) -> Result<FileData, String> {
     let mut f = File::open(path).map_err(|e| e.to_string())?;
     let len = usize::try_from(f.metadata().map_err(|e| e.to_string())?.len()).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; len];
-    advise_huge_pages(&mut buf);
     let mut hasher = Sha1::new();
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<&[u8]>(len / READ_STEP + 1);
@@ -78,25 +77,6 @@ pub(crate) fn read_hashed(path: &str) -> Result<FileData, String> {
     })
     .map_err(|e| e.to_string())?;
     Ok(FileData { bytes: bytes::Bytes::from(buf), digest: Id::from_bytes(hasher.finalize().into()) })
-}
-
-/// Asks the kernel to back a large buffer with huge pages: a 10 MB program then
-/// takes a few page faults instead of thousands, and leaves far fewer page-table
-/// entries for every later `fork` (a process start) to copy.
-fn advise_huge_pages(buf: &mut [u8]) {
-    const HUGE: usize = 2 << 20;
-    const PAGE: usize = 4096;
-    if buf.len() < HUGE {
-        return;
-    }
-    let start = (buf.as_mut_ptr() as usize).next_multiple_of(PAGE);
-    let end = (buf.as_mut_ptr() as usize + buf.len()) & !(PAGE - 1);
-    if end > start {
-        // SAFETY: the page-aligned range lies inside `buf`; MADV_HUGEPAGE only
-        // changes how the kernel backs those pages, never their contents. A
-        // kernel without transparent huge pages refuses it, which is harmless.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-    }
 }
 
 /// Removes a directory tree; a missing one is fine.
@@ -128,7 +108,7 @@ mod tests {
     fn a_file_read_for_staging_comes_with_its_digest() {
         let dir = std::env::temp_dir().join(format!("p2pmp-files-hash-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        // Empty, smaller than a step, exactly a step, several steps plus a tail (huge pages).
+        // Empty, smaller than a step, exactly a step, several steps plus a tail.
         for len in [0, 1000, READ_STEP, 5 * READ_STEP + 12_345] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
             let path = dir.join(format!("f{len}"));
