@@ -57,6 +57,8 @@ struct Node {
     /// Rejected or timed out: no more offers.
     closed: bool,
     stage: Stage,
+    /// Output-file payload bytes received from it (what [`JobMsg::OutputAck`] reports).
+    out_consumed: u64,
 }
 
 impl Node {
@@ -266,8 +268,14 @@ impl Submission {
             let listed =
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
             if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
-                let node =
-                    Node { slots: res.slots, accepted: Vec::new(), offer: None, closed: false, stage: Stage::NotSent };
+                let node = Node {
+                    slots: res.slots,
+                    accepted: Vec::new(),
+                    offer: None,
+                    closed: false,
+                    stage: Stage::NotSent,
+                    out_consumed: 0,
+                };
                 self.nodes.insert(addr, node);
             }
         }
@@ -506,9 +514,15 @@ impl Submission {
             JobMsg::Output { rank, stream, offset, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
-            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. }
-                if self.phase == Phase::Running && self.holds(from, rank) && self.desc.outputfiles.contains(&name) =>
-            {
+            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } if self.phase == Phase::Running => {
+                // Every chunk from a node moves its window, whether it is used or not.
+                let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
+                n.out_consumed += payload.len() as u64;
+                let consumed = n.out_consumed;
+                self.send(from, JobMsg::OutputAck { job, consumed }, Bytes::new());
+                if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
+                    return None;
+                }
                 let key = (rank, name.clone());
                 let f = self.out_files.entry(key.clone()).or_insert(OutFile { hasher: Sha1::new(), received: 0 });
                 if offset != f.received {

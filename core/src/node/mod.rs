@@ -69,6 +69,7 @@ pub fn for_executor(m: &JobMsg) -> bool {
             | JobMsg::Kill { .. }
             | JobMsg::Status { .. }
             | JobMsg::Done { .. }
+            | JobMsg::OutputAck { .. }
     )
 }
 
