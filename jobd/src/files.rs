@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use p2pmp_core::id::Id;
 use p2pmp_core::job::FileData;
@@ -10,6 +11,23 @@ use sha1::{Digest, Sha1};
 
 /// Bytes read per step by [`read_hashed`]: hashing one step overlaps reading the next.
 const READ_STEP: usize = 1 << 20;
+
+/// Held shared while a file is open for writing, exclusively while a process is
+/// being started ([`crate::procs`]). A new process gets a copy of every open
+/// descriptor until it execs; had it one of a program still being written (by
+/// another daemon of the same process, as in `p2pjob --local`), exec of that
+/// program would fail with ETXTBSY ("text file busy") for that moment.
+static WRITING: RwLock<()> = RwLock::new(());
+
+/// While the guard lives, no process is being started.
+fn writing() -> RwLockReadGuard<'static, ()> {
+    WRITING.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// While the guard lives, no file is open for writing.
+pub(crate) fn no_writers() -> RwLockWriteGuard<'static, ()> {
+    WRITING.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Writes `data` at `offset` of `path`, making its directory. Offset 0 starts a
 /// new file: the old name is unlinked first rather than truncated, so a file
@@ -22,6 +40,7 @@ pub(crate) fn write_at(path: &str, offset: u64, data: &[u8]) -> std::io::Result<
     if offset == 0 {
         std::fs::remove_file(path).or_else(missing_is_fine)?;
     }
+    let _writing = writing();
     let mut f = OpenOptions::new().write(true).create(true).truncate(offset == 0).open(path)?;
     f.seek(SeekFrom::Start(offset))?;
     f.write_all(data)
@@ -36,6 +55,7 @@ pub(crate) fn copy(from: &str, to: &str, link: bool) -> std::io::Result<()> {
     if link && std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
+    let _writing = writing();
     std::fs::copy(from, to).map(|_| ())
 }
 

@@ -28,6 +28,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use crate::files;
+
 type Kills = Arc<Mutex<BTreeMap<(JobId, u32), oneshot::Sender<()>>>>;
 
 /// What one process is started with.
@@ -170,12 +172,16 @@ impl Procs {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // Another thread of this process may be forking while it holds a file
-        // being staged open for writing; its child keeps that descriptor until it
-        // execs, and exec of such a file fails with ETXTBSY for that moment.
+        // No file is open for writing while the new process is made (see
+        // `files::no_writers`). A fork elsewhere in the process (not ours) may
+        // still lend a descriptor for a moment: ETXTBSY is tried again.
         let mut tries = 0;
         loop {
-            match cmd.spawn() {
+            let spawned = {
+                let _no_writers = files::no_writers();
+                cmd.spawn()
+            };
+            match spawned {
                 Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(2));
