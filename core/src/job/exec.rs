@@ -303,12 +303,17 @@ impl Execution {
                 let waiting = j.ranks.values().filter(|r| **r == RankRun::Waiting).count() as u32;
                 j.ranks.retain(|_, r| *r != RankRun::Waiting);
                 let empty = j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
+                // Nobody acknowledges output files any more: a rank waiting to send
+                // them exits now.
+                j.outgoing = output::Outgoing::default();
                 self.release(waiting);
                 for rank in running {
                     self.event(ExecEvent::KillProcess { job, rank });
                 }
                 if empty {
                     self.drop_job(job);
+                } else {
+                    self.pump_output(job);
                 }
             }
             JobMsg::Status { .. } => {

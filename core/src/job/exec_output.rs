@@ -48,7 +48,8 @@ impl Execution {
         if !pending.remove(name) {
             return;
         }
-        if let Ok(data) = data {
+        // A killed job sends no files: nobody would acknowledge them.
+        if let (Ok(data), false) = (data, j.killed) {
             let digest = Id::from_bytes(Sha1::digest(&data).into());
             let file = OutFile { rank, name: name.to_owned(), total: data.len() as u64, data, digest, sent: false };
             j.outgoing.out.push(j.outgoing.files.len() as u32);
@@ -66,7 +67,7 @@ impl Execution {
     }
 
     /// Sends what the window allows, then the exit of every rank whose files are out.
-    fn pump_output(&mut self, job: JobId) {
+    pub(super) fn pump_output(&mut self, job: JobId) {
         let (window, chunk) = (self.config.output_window as u64, self.config.chunk_size);
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let to = j.submitter;

@@ -435,3 +435,24 @@ proptest::proptest! {
         proptest::prop_assert_eq!(e.free_slots(), 2);
     }
 }
+
+#[test]
+fn a_kill_while_output_files_wait_for_the_window_lets_the_ranks_exit() {
+    let (mut e, j, now) = running(4, 4);
+    e.handle_process_exit(j, 0, 0).unwrap();
+    e.handle_process_exit(j, 1, 3).unwrap();
+    e.handle_output_file(j, 0, "out.txt", Ok(Bytes::from_static(b"0123456789")));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::OutputFile { offset: 0, .. }]), "{msgs:?}");
+    // The submitter kills the job and will acknowledge nothing more: rank 0 exits
+    // without the rest of its file, rank 1's file (read after the kill) is not sent.
+    e.handle_message(now, env(JobMsg::Kill { job: j }, Bytes::new()));
+    e.handle_output_file(j, 1, "out.txt", Ok(Bytes::from_static(b"abc")));
+    let (msgs, evs) = drain(&mut e);
+    assert!(
+        matches!(msgs[..], [JobMsg::Exit { rank: 0, code: 0, .. }, JobMsg::Exit { rank: 1, code: 3, .. }]),
+        "{msgs:?}"
+    );
+    assert_eq!(evs.last(), Some(&ExecEvent::Cleanup { job: j }));
+    assert_eq!((e.jobs().count(), e.free_slots()), (0, 2));
+}
