@@ -26,8 +26,11 @@ use crate::config::Config;
 use crate::files;
 use crate::procs::{Procs, Spawn};
 
-/// Bytes one peer connection may have queued: room for staging large executables.
-const MAX_TX_BYTES: usize = 1 << 30;
+/// Bytes one peer connection may have queued. Staged files and output files both
+/// travel under a window of 4 MiB per job and direction (`SubmitConfig::stage_window`,
+/// `ExecConfig::output_window`), so this leaves room for several jobs at once
+/// plus their control traffic and streamed stdout/stderr.
+const MAX_TX_BYTES: usize = 32 << 20;
 
 type Conns = Arc<Mutex<BTreeMap<ConnId, mpsc::UnboundedSender<Bytes>>>>;
 
@@ -64,8 +67,6 @@ impl Daemon {
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
         dc.chord.join_backoff_max = (stab * 10).min(Duration::from_secs(30));
         let addr = NodeAddr(overlay);
-        // Staging is windowed, but output files still go back whole (no window
-        // yet), so the per-connection send queue must hold a large one.
         let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
         let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| DaemonNode::new(dc, addr, now))?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
@@ -186,7 +187,7 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
     match ev {
         NodeEvent::Overlay(e) => info!(event = ?e, "overlay"),
         NodeEvent::ReadFile { job, file, path } => {
-            command(remote, NodeCommand::FileRead { job, file, data: files::read(&path) });
+            command(remote, NodeCommand::FileRead { job, file, data: files::read_hashed(&path) });
         }
         NodeEvent::WriteFile { path, offset, data } => {
             if let Err(e) = files::write_at(&path, offset, &data) {

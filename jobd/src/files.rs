@@ -1,8 +1,33 @@
 //! The little file work a daemon does for its node.
 
-use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use p2pmp_core::id::Id;
+use p2pmp_core::job::FileData;
+use sha1::{Digest, Sha1};
+
+/// Bytes read per step by [`read_hashed`]: hashing one step overlaps reading the next.
+const READ_STEP: usize = 1 << 20;
+
+/// Held shared while a file is open for writing, exclusively while a process is
+/// being started ([`crate::procs`]). A new process gets a copy of every open
+/// descriptor until it execs; had it one of a program still being written (by
+/// another daemon of the same process, as in `p2pjob --local`), exec of that
+/// program would fail with ETXTBSY ("text file busy") for that moment.
+static WRITING: RwLock<()> = RwLock::new(());
+
+/// While the guard lives, no process is being started.
+fn writing() -> RwLockReadGuard<'static, ()> {
+    WRITING.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// While the guard lives, no file is open for writing.
+pub(crate) fn no_writers() -> RwLockWriteGuard<'static, ()> {
+    WRITING.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Writes `data` at `offset` of `path`, making its directory. Offset 0 starts a
 /// new file: the old name is unlinked first rather than truncated, so a file
@@ -15,6 +40,7 @@ pub(crate) fn write_at(path: &str, offset: u64, data: &[u8]) -> std::io::Result<
     if offset == 0 {
         std::fs::remove_file(path).or_else(missing_is_fine)?;
     }
+    let _writing = writing();
     let mut f = OpenOptions::new().write(true).create(true).truncate(offset == 0).open(path)?;
     f.seek(SeekFrom::Start(offset))?;
     f.write_all(data)
@@ -29,6 +55,7 @@ pub(crate) fn copy(from: &str, to: &str, link: bool) -> std::io::Result<()> {
     if link && std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
+    let _writing = writing();
     std::fs::copy(from, to).map(|_| ())
 }
 
@@ -40,6 +67,36 @@ pub(crate) fn missing_is_fine(e: std::io::Error) -> std::io::Result<()> {
 /// Reads a whole file, the error in words.
 pub(crate) fn read(path: &str) -> Result<bytes::Bytes, String> {
     std::fs::read(path).map(bytes::Bytes::from).map_err(|e| e.to_string())
+}
+
+/// Reads a whole file to stage and its SHA-1, hashing while reading: a second
+/// thread reads the file step by step while this one hashes the steps already
+/// read, so the digest adds little to the read instead of a pass of its own.
+pub(crate) fn read_hashed(path: &str) -> Result<FileData, String> {
+    let mut f = File::open(path).map_err(|e| e.to_string())?;
+    let len = usize::try_from(f.metadata().map_err(|e| e.to_string())?.len()).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; len];
+    let mut hasher = Sha1::new();
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<&[u8]>(len / READ_STEP + 1);
+        let steps = buf.chunks_mut(READ_STEP);
+        let reader = s.spawn(move || -> std::io::Result<()> {
+            for step in steps {
+                f.read_exact(step)?;
+                let step: &[u8] = step;
+                if tx.send(step).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        for step in rx {
+            hasher.update(step);
+        }
+        reader.join().unwrap_or_else(|_| Err(std::io::Error::other("the reading thread panicked")))
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(FileData { bytes: bytes::Bytes::from(buf), digest: Id::from_bytes(hasher.finalize().into()) })
 }
 
 /// Removes a directory tree; a missing one is fine.
@@ -64,6 +121,23 @@ mod tests {
         write_at(job, 5, b" bytes").unwrap();
         assert_eq!(std::fs::read(job).unwrap(), b"other bytes");
         assert_eq!(std::fs::read(cached).unwrap(), b"good program", "the cached copy changed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_read_for_staging_comes_with_its_digest() {
+        let dir = std::env::temp_dir().join(format!("p2pmp-files-hash-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Empty, smaller than a step, exactly a step, several steps plus a tail.
+        for len in [0, 1000, READ_STEP, 5 * READ_STEP + 12_345] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+            let path = dir.join(format!("f{len}"));
+            std::fs::write(&path, &data).unwrap();
+            let got = read_hashed(path.to_str().unwrap()).unwrap();
+            assert_eq!(got.bytes, data);
+            assert_eq!(got, FileData::new(bytes::Bytes::from(data)), "digest of {len} bytes");
+        }
+        assert!(read_hashed(dir.join("missing").to_str().unwrap()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

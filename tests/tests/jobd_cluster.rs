@@ -326,3 +326,22 @@ fn two_jobs_run_at_once_on_shared_nodes() {
         assert!(b.stdout.contains("[0] ring ok 300"), "{}", b.stdout);
     });
 }
+
+/// Output files larger than a daemon's whole send queue (32 MiB per connection)
+/// come back byte-identical: they travel under a window, as staged files do.
+#[test]
+fn large_output_files_come_back_byte_identical_under_the_window() {
+    let c = Cluster::start(2, "bigout");
+    let data: Vec<u8> = (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    c.write("input.bin", &data);
+    c.write("copy.sh", b"#!/bin/sh\ncat input.bin > big.bin\n");
+    let extra = "  <inputfile>input.bin</inputfile>\n  <outputfile>big.bin</outputfile>\n";
+    let job = c.write("big.xml", job_file("copy.sh", "", 2, extra).as_bytes());
+    let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert_eq!(placed_nodes(&out.stderr), 2, "{}", out.stderr);
+    for rank in 0..2 {
+        let back = std::fs::read(c.base().join(format!("big.bin.{rank}"))).expect("the output file came back");
+        assert!(back == data, "the output file of rank {rank} differs ({} bytes)", back.len());
+    }
+}

@@ -14,7 +14,8 @@
 //!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`); output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
-//!   back, then [`JobMsg::Exit`]; the slot is freed.
+//!   back in chunks with at most [`ExecConfig::output_window`] bytes unacknowledged
+//!   ([`JobMsg::OutputAck`]), then [`JobMsg::Exit`]; the slot is freed.
 //! - **Kill** stops every rank ([`ExecEvent::KillProcess`]); **Done** or an abandoned
 //!   job (nothing started before [`ExecConfig::start_timeout`], or the submitter
 //!   unreachable) ends in [`ExecEvent::Cleanup`].
@@ -24,7 +25,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use sha1::{Digest, Sha1};
+use sha1::Sha1;
 
 use super::cache::FileCache;
 use super::description::JobDescription;
@@ -47,6 +48,8 @@ pub struct ExecConfig {
     pub node_control: String,
     /// Bytes per output-file chunk.
     pub chunk_size: usize,
+    /// Most output-file bytes in flight to the submitter before it acknowledges.
+    pub output_window: usize,
     /// Most bytes of verified staged files kept for later jobs (0: none).
     pub cache_bytes: u64,
 }
@@ -59,6 +62,7 @@ impl ExecConfig {
             start_timeout: Duration::from_secs(300),
             node_control: node_control.into(),
             chunk_size: 256 * 1024,
+            output_window: 4 << 20,
             cache_bytes: 1 << 30,
         }
     }
@@ -150,6 +154,8 @@ struct ExecJob {
     killed: bool,
     /// Output files still to read, per rank.
     pending_reads: BTreeMap<u32, BTreeSet<String>>,
+    /// Output files read and going back.
+    outgoing: output::Outgoing,
 }
 
 /// A node's executor for every job offered to it.
@@ -297,12 +303,17 @@ impl Execution {
                 let waiting = j.ranks.values().filter(|r| **r == RankRun::Waiting).count() as u32;
                 j.ranks.retain(|_, r| *r != RankRun::Waiting);
                 let empty = j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
+                // Nobody acknowledges output files any more: a rank waiting to send
+                // them exits now.
+                j.outgoing = output::Outgoing::default();
                 self.release(waiting);
                 for rank in running {
                     self.event(ExecEvent::KillProcess { job, rank });
                 }
                 if empty {
                     self.drop_job(job);
+                } else {
+                    self.pump_output(job);
                 }
             }
             JobMsg::Status { .. } => {
@@ -322,6 +333,7 @@ impl Execution {
                 self.send(from, JobMsg::StatusReply { job, ranks }, Bytes::new());
             }
             JobMsg::Done { .. } => self.drop_job(job),
+            JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             _ => return None,
         }
         Some(())
@@ -375,6 +387,7 @@ impl Execution {
             deadline: Some(deadline),
             killed: false,
             pending_reads: BTreeMap::new(),
+            outgoing: output::Outgoing::default(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -419,49 +432,6 @@ impl Execution {
         }
         self.maybe_exit(job, rank);
         Ok(())
-    }
-
-    /// The driver read (or failed to read) output file `name` of `rank`. A missing file
-    /// is not sent; the rank's exit follows once every file is answered.
-    pub fn handle_output_file(&mut self, job: JobId, rank: u32, name: &str, data: Result<Bytes, String>) {
-        let Some(j) = self.jobs.get_mut(&job) else { return };
-        let Some(pending) = j.pending_reads.get_mut(&rank) else { return };
-        if !pending.remove(name) {
-            return;
-        }
-        let to = j.submitter;
-        if let Ok(data) = data {
-            let (total, digest) = (data.len() as u64, Id::from_bytes(Sha1::digest(&data).into()));
-            let chunk = self.config.chunk_size.max(1);
-            let mut offset = 0;
-            loop {
-                let end = (offset + chunk).min(data.len());
-                let msg = JobMsg::OutputFile { job, rank, name: name.to_owned(), offset: offset as u64, total, digest };
-                self.send(to, msg, data.slice(offset..end));
-                offset = end;
-                if offset >= data.len() {
-                    break;
-                }
-            }
-        }
-        self.maybe_exit(job, rank);
-    }
-
-    fn maybe_exit(&mut self, job: JobId, rank: u32) {
-        let Some(j) = self.jobs.get_mut(&job) else { return };
-        let Some(RankRun::Collecting(code)) = j.ranks.get(&rank).copied() else { return };
-        if j.pending_reads.get(&rank).is_some_and(|p| !p.is_empty()) {
-            return;
-        }
-        j.pending_reads.remove(&rank);
-        j.ranks.insert(rank, RankRun::Exited(code));
-        let to = j.submitter;
-        let over = j.killed && j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
-        self.send(to, JobMsg::Exit { job, rank, code }, Bytes::new());
-        self.release(1);
-        if over {
-            self.drop_job(job);
-        }
     }
 }
 
@@ -510,6 +480,8 @@ impl Machine for Execution {
     }
 }
 
+#[path = "exec_output.rs"]
+mod output;
 #[path = "exec_stage.rs"]
 mod stage;
 

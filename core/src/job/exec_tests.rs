@@ -1,7 +1,7 @@
 //! The executor alone, then wired to a real [`Submission`].
 
 use super::*;
-use crate::job::submit::{Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
+use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
 use crate::job::{ANY_NAME, Resources, StagedFile};
 use crate::overlay::{OverlayCommand, OverlayEvent};
 
@@ -173,13 +173,21 @@ fn strangers_and_bad_file_names_are_ignored() {
     assert!(drain(&mut e).1.is_empty());
 }
 
-/// A submitter and three executors, with a scripted overlay and instant processes.
+/// A submitter and three executors, with a scripted overlay and instant processes;
+/// output files many times the executors' window, so they come back only as the
+/// submitter acknowledges them.
 #[test]
 fn submission_and_executors_run_a_job_end_to_end() {
     let mut now = Instant::now();
     let slots = [1u32, 2, 1];
-    let mut execs: Vec<Execution> =
-        (0..3).map(|i| Execution::new(ExecConfig::new(slots[i], "ctl"), addr(i as u32 + 1))).collect();
+    let exec_config = |slots| {
+        let mut c = ExecConfig::new(slots, "ctl");
+        (c.output_window, c.chunk_size) = (64, 16);
+        c
+    };
+    let mut execs: Vec<Execution> = (0..3).map(|i| Execution::new(exec_config(slots[i]), addr(i as u32 + 1))).collect();
+    let out_file = |rank: u32| Bytes::from((0..1000u32).map(|i| (i * 7 + rank) as u8).collect::<Vec<_>>());
+    let mut files_ok = 0;
     let mut regs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (i, s) in slots.iter().enumerate() {
         let r = Resources {
@@ -215,11 +223,14 @@ fn submission_and_executors_run_a_job_end_to_end() {
                     sub.handle_overlay_event(now, &OverlayEvent::QueryDone { token, name, result });
                 }
                 Action::Event(SubmitEvent::ReadFile { file, .. }) => {
-                    sub.handle_file_read(now, file, Ok(Bytes::from_static(b"ELF")))
+                    sub.handle_file_read(now, file, Ok(FileData::new(Bytes::from_static(b"ELF"))))
                 }
-                Action::Event(SubmitEvent::WriteFile { rank, data, .. }) => {
-                    files.insert(rank, data);
+                Action::Event(SubmitEvent::WriteFile { rank, offset, data, .. }) => {
+                    let f: &mut Vec<u8> = files.entry(rank).or_default();
+                    assert_eq!(offset, f.len() as u64);
+                    f.extend_from_slice(&data);
                 }
+                Action::Event(SubmitEvent::OutputFileDone { ok, .. }) => files_ok += usize::from(ok),
                 Action::Event(SubmitEvent::Finished { outcome: o, .. }) => outcome = Some(o),
                 Action::Event(_) => {}
             }
@@ -235,7 +246,7 @@ fn submission_and_executors_run_a_job_end_to_end() {
                         e.handle_process_exit(job, rank, 0).unwrap();
                     }
                     Action::Event(ExecEvent::ReadOutputFile { job, rank, name }) => {
-                        e.handle_output_file(job, rank, &name, Ok(Bytes::from(format!("out {rank}"))))
+                        e.handle_output_file(job, rank, &name, Ok(out_file(rank)))
                     }
                     Action::Event(_) => {}
                 }
@@ -246,7 +257,8 @@ fn submission_and_executors_run_a_job_end_to_end() {
         }
     }
     assert_eq!(outcome, Some(Outcome::Done { codes: vec![0; 4] }));
-    assert_eq!(files.len(), 4);
+    assert_eq!(files, (0..4).map(|r| (r, out_file(r).to_vec())).collect::<BTreeMap<_, _>>());
+    assert_eq!(files_ok, 4);
     assert!(execs.iter().all(|e| e.jobs().count() == 0 && e.free_slots() == e.config.slots));
 }
 
@@ -320,4 +332,127 @@ fn a_verified_file_is_cached_and_a_later_job_takes_it_from_the_cache() {
     offer_and_manifest(&mut e, now, job_id(4), &files[..1]);
     let (_, evs) = stage_file(&mut e, now, job_id(4), &files[1], &prog);
     assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { .. })), "{evs:?}");
+}
+
+/// Two running ranks of a two-rank job whose files go back under `window` in
+/// `chunk`-byte chunks.
+fn running(window: usize, chunk: usize) -> (Execution, JobId, Instant) {
+    let now = Instant::now();
+    let mut config = ExecConfig::new(2, "n");
+    (config.output_window, config.chunk_size) = (window, chunk);
+    let mut e = Execution::new(config, addr(5));
+    let j = job_id(1);
+    staged(&mut e, now, j, vec![0, 1], false);
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    drain(&mut e);
+    (e, j, now)
+}
+
+#[test]
+fn a_large_output_file_goes_back_window_by_window_and_the_exit_follows_it() {
+    let (mut e, j, now) = running(10, 4);
+    let data = Bytes::from((0..23u8).collect::<Vec<_>>());
+    e.handle_process_exit(j, 0, 0).unwrap();
+    drain(&mut e);
+    e.handle_output_file(j, 0, "out.txt", Ok(data.clone()));
+    let (msgs, evs) = drain(&mut e);
+    let offsets: Vec<u64> = msgs
+        .iter()
+        .map(|m| match m {
+            JobMsg::OutputFile { offset, total: 23, .. } => *offset,
+            other => panic!("only file chunks within the window, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(offsets, [0, 4], "8 of 10 window bytes: a third chunk would not fit");
+    assert!(evs.is_empty(), "the slot is freed with the exit, not before");
+    e.handle_message(now, env(JobMsg::OutputAck { job: j, consumed: 4 }, Bytes::new()));
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::OutputFile { offset: 8, .. }]));
+    // An ack beyond what was sent counts as everything sent (12 bytes), not more.
+    e.handle_message(now, env(JobMsg::OutputAck { job: j, consumed: 1000 }, Bytes::new()));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::OutputFile { offset: 12, .. }, JobMsg::OutputFile { offset: 16, .. }]));
+    // The last chunk, then the exit.
+    e.handle_message(now, env(JobMsg::OutputAck { job: j, consumed: 20 }, Bytes::new()));
+    let (msgs, evs) = drain(&mut e);
+    assert!(
+        matches!(msgs[..], [JobMsg::OutputFile { offset: 20, .. }, JobMsg::Exit { rank: 0, code: 0, .. }]),
+        "{msgs:?}"
+    );
+    assert_eq!(evs, [ExecEvent::SlotsChanged { free: 1 }]);
+    // A stray ack for another job changes nothing.
+    e.handle_message(now, env(JobMsg::OutputAck { job: job_id(9), consumed: 5 }, Bytes::new()));
+    assert_eq!(drain(&mut e), (vec![], vec![]));
+}
+
+proptest::proptest! {
+    /// Whatever the files, window and acknowledgements: never more than the window
+    /// (or one chunk) unacknowledged, every file arrives whole with its digest,
+    /// each rank's exit after its last chunk, and every slot back at the end.
+    #[test]
+    fn output_files_respect_the_window_and_arrive_whole_before_each_exit(
+        sizes in proptest::collection::vec(0usize..200, 2),
+        window in 1usize..64,
+        chunk in 1usize..32,
+        acks in proptest::collection::vec(0u64..50, 0..100),
+        first in 0u32..2,
+    ) {
+        let (mut e, j, now) = running(window, chunk);
+        let files: Vec<Bytes> =
+            sizes.iter().enumerate().map(|(r, n)| Bytes::from((0..*n).map(|i| (i * 31 + r) as u8).collect::<Vec<_>>())).collect();
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); 2];
+        let mut exits = Vec::new();
+        let (mut sent, mut consumed) = (0u64, 0u64);
+        let mut acks = acks.into_iter();
+        for rank in [first, 1 - first] {
+            e.handle_process_exit(j, rank, 0).unwrap();
+            e.handle_output_file(j, rank, "out.txt", Ok(files[rank as usize].clone()));
+        }
+        for _ in 0..10_000 {
+            let (msgs, _) = drain(&mut e);
+            for m in msgs {
+                match m {
+                    JobMsg::OutputFile { rank, offset, total, digest: d, .. } => {
+                        let f = &files[rank as usize];
+                        proptest::prop_assert!(!exits.contains(&rank), "a chunk after the exit of {}", rank);
+                        proptest::prop_assert_eq!((offset, total, d), (got[rank as usize].len() as u64, f.len() as u64, digest(f)));
+                        let end = (offset as usize + chunk).min(f.len());
+                        got[rank as usize].extend_from_slice(&f[offset as usize..end]);
+                        sent += (end - offset as usize) as u64;
+                        proptest::prop_assert!(sent - consumed <= window.max(chunk) as u64);
+                    }
+                    JobMsg::Exit { rank, .. } => exits.push(rank),
+                    other => proptest::prop_assert!(false, "unexpected {:?}", other),
+                }
+            }
+            if exits.len() == 2 {
+                break;
+            }
+            consumed = (consumed + acks.next().unwrap_or(u64::MAX / 4)).min(sent);
+            e.handle_message(now, env(JobMsg::OutputAck { job: j, consumed }, Bytes::new()));
+        }
+        proptest::prop_assert_eq!(exits.len(), 2);
+        proptest::prop_assert_eq!(got, files.iter().map(|f| f.to_vec()).collect::<Vec<_>>());
+        proptest::prop_assert_eq!(e.free_slots(), 2);
+    }
+}
+
+#[test]
+fn a_kill_while_output_files_wait_for_the_window_lets_the_ranks_exit() {
+    let (mut e, j, now) = running(4, 4);
+    e.handle_process_exit(j, 0, 0).unwrap();
+    e.handle_process_exit(j, 1, 3).unwrap();
+    e.handle_output_file(j, 0, "out.txt", Ok(Bytes::from_static(b"0123456789")));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::OutputFile { offset: 0, .. }]), "{msgs:?}");
+    // The submitter kills the job and will acknowledge nothing more: rank 0 exits
+    // without the rest of its file, rank 1's file (read after the kill) is not sent.
+    e.handle_message(now, env(JobMsg::Kill { job: j }, Bytes::new()));
+    e.handle_output_file(j, 1, "out.txt", Ok(Bytes::from_static(b"abc")));
+    let (msgs, evs) = drain(&mut e);
+    assert!(
+        matches!(msgs[..], [JobMsg::Exit { rank: 0, code: 0, .. }, JobMsg::Exit { rank: 1, code: 3, .. }]),
+        "{msgs:?}"
+    );
+    assert_eq!(evs.last(), Some(&ExecEvent::Cleanup { job: j }));
+    assert_eq!((e.jobs().count(), e.free_slots()), (0, 2));
 }

@@ -33,8 +33,8 @@ pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
-    Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError, SubmitEvent,
-    Submitter, SubmitterCommand,
+    FileData, Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError,
+    SubmitEvent, Submitter, SubmitterCommand,
 };
 
 /// Most files one job may stage (job file, executable, input files).

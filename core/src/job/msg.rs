@@ -89,6 +89,10 @@ pub enum JobMsg {
     /// Executor -> submitter: these files of the manifest are already here (a
     /// verified copy of the same length and digest); stage only the others.
     Have { job: JobId, files: Vec<u32> },
+    /// Submitter -> executor: `consumed` bytes of [`JobMsg::OutputFile`] payload
+    /// have arrived from this executor for this job so far (cumulative); the
+    /// executor's output window moves on.
+    OutputAck { job: JobId, consumed: u64 },
 }
 
 /// One entry of a [`JobMsg::Manifest`].
@@ -126,7 +130,8 @@ impl JobMsg {
             | JobMsg::Done { job }
             | JobMsg::StageAck { job, .. }
             | JobMsg::Manifest { job, .. }
-            | JobMsg::Have { job, .. } => *job,
+            | JobMsg::Have { job, .. }
+            | JobMsg::OutputAck { job, .. } => *job,
         }
     }
 
@@ -169,6 +174,10 @@ mod tests {
         want.extend([0u8; 20]);
         want.extend([0x80, 0x01]); // 128 as a varint
         assert_eq!(body_bytes(&JobMsg::StageAck { job: z, consumed: 128 }), want);
+        let mut want = vec![19u8];
+        want.extend([0u8; 20]);
+        want.extend([0x80, 0x01]);
+        assert_eq!(body_bytes(&JobMsg::OutputAck { job: z, consumed: 128 }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
     }
@@ -190,6 +199,7 @@ mod tests {
                 JobMsg::StatusReply { job, ranks: r.into_iter().map(|(k, c)| (k, RankState::Exited(c))).collect() }
             }),
             (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::StageAck { job, consumed }),
+            (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::OutputAck { job, consumed }),
             (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), id).prop_map(
                 |(job, file, name, total, digest)| JobMsg::Manifest {
                     job,

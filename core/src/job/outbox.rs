@@ -1,7 +1,9 @@
-//! Windowed staging to one node: files go out in chunks with at most `window`
-//! bytes unacknowledged, so a large executable neither overflows the sender's
+//! Windowed file transfer to one node: files go out in chunks with at most
+//! `window` bytes unacknowledged, so a large file neither overflows the sender's
 //! queue nor floods the receiver. The receiver acknowledges with the cumulative
-//! count of bytes it has consumed ([`super::JobMsg::StageAck`]).
+//! count of bytes it has consumed. Staging uses it (submitter to executor,
+//! [`super::JobMsg::StageAck`]) and so do output files (executor to submitter,
+//! [`super::JobMsg::OutputAck`]).
 
 use std::collections::VecDeque;
 
@@ -28,8 +30,14 @@ pub(crate) struct Outbox {
 impl Outbox {
     /// Queues `file` from its start, followed by an end marker.
     pub(crate) fn push_file(&mut self, file: u32) {
-        self.queue.push_back((file, 0));
+        self.push(file);
         self.end_due = true;
+    }
+
+    /// Queues `file` from its start, with no end marker (a stream of files
+    /// that has no batch end, such as output files).
+    pub(crate) fn push(&mut self, file: u32) {
+        self.queue.push_back((file, 0));
     }
 
     /// The node has consumed `consumed` bytes in all (never more than were sent).

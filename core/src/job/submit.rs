@@ -164,7 +164,8 @@ pub struct RankInfo {
 pub enum SubmitEvent {
     /// Forward to the overlay node; answer through `handle_overlay_event`.
     Overlay(OverlayCommand),
-    /// Read local file `path`; answer through `handle_file_read(job, file, ..)`.
+    /// Read local file `path`; answer through `handle_file_read(job, file, ..)`
+    /// with its bytes and digest ([`FileData`]).
     ReadFile { job: JobId, file: u32, path: String },
     /// Every rank has a node.
     Placed { job: JobId, ranks: Vec<(u32, NodeAddr)> },
@@ -290,7 +291,7 @@ impl Submitter {
     }
 
     /// The driver read (or failed to read) file `file` of `job`.
-    pub fn handle_file_read(&mut self, now: Instant, job: JobId, file: u32, data: Result<Bytes, String>) {
+    pub fn handle_file_read(&mut self, now: Instant, job: JobId, file: u32, data: Result<FileData, String>) {
         if let Some(s) = self.jobs.get_mut(&job) {
             s.handle_file_read(now, file, data);
         }
@@ -342,6 +343,26 @@ impl Machine for Submitter {
 /// SHA-1 of `data`, as an [`Id`].
 pub fn digest(data: &[u8]) -> Id {
     Id::from_bytes(Sha1::digest(data).into())
+}
+
+/// A file read for staging and its SHA-1, the answer to [`SubmitEvent::ReadFile`].
+/// A driver may hash while it reads, so the digest costs no second pass over the
+/// bytes after the read; [`FileData::new`] hashes them here. A wrong digest cannot
+/// make a node run wrong bytes: every executor checks what it receives against it,
+/// so such a file is only refused (re-sent, then the job fails).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileData {
+    /// The whole file.
+    pub bytes: Bytes,
+    /// SHA-1 of `bytes`.
+    pub digest: Id,
+}
+
+impl FileData {
+    /// `bytes` with their digest computed here.
+    pub fn new(bytes: Bytes) -> Self {
+        FileData { digest: digest(&bytes), bytes }
+    }
 }
 
 /// How many nodes satisfied each requirement on its own, for error messages.

@@ -57,6 +57,8 @@ struct Node {
     /// Rejected or timed out: no more offers.
     closed: bool,
     stage: Stage,
+    /// Output-file payload bytes received from it (what [`JobMsg::OutputAck`] reports).
+    out_consumed: u64,
 }
 
 impl Node {
@@ -266,8 +268,14 @@ impl Submission {
             let listed =
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
             if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
-                let node =
-                    Node { slots: res.slots, accepted: Vec::new(), offer: None, closed: false, stage: Stage::NotSent };
+                let node = Node {
+                    slots: res.slots,
+                    accepted: Vec::new(),
+                    offer: None,
+                    closed: false,
+                    stage: Stage::NotSent,
+                    out_consumed: 0,
+                };
                 self.nodes.insert(addr, node);
             }
         }
@@ -334,17 +342,16 @@ impl Submission {
     }
 
     /// The driver read (or failed to read) staged file number `file`.
-    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<Bytes, String>) {
+    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
         let i = file as usize;
         if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
             return;
         }
         let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
         match data {
-            Ok(bytes) => {
+            Ok(FileData { bytes, digest }) => {
                 let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-                let d = digest(&bytes);
-                self.files[i] = Some((name, bytes, d));
+                self.files[i] = Some((name, bytes, digest));
             }
             Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
         }
@@ -507,9 +514,15 @@ impl Submission {
             JobMsg::Output { rank, stream, offset, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
-            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. }
-                if self.phase == Phase::Running && self.holds(from, rank) && self.desc.outputfiles.contains(&name) =>
-            {
+            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } if self.phase == Phase::Running => {
+                // Every chunk from a node moves its window, whether it is used or not.
+                let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
+                n.out_consumed += payload.len() as u64;
+                let consumed = n.out_consumed;
+                self.send(from, JobMsg::OutputAck { job, consumed }, Bytes::new());
+                if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
+                    return None;
+                }
                 let key = (rank, name.clone());
                 let f = self.out_files.entry(key.clone()).or_insert(OutFile { hasher: Sha1::new(), received: 0 });
                 if offset != f.received {

@@ -125,7 +125,7 @@ impl Harness {
                     0 => Bytes::from(format!("contents of {path}")),
                     n => Bytes::from(vec![file as u8; n]),
                 };
-                s.handle_file_read(self.now, file, Ok(data));
+                s.handle_file_read(self.now, file, Ok(FileData::new(data)));
             }
             for m in inbox {
                 s.handle_message(self.now, m);

@@ -34,7 +34,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
-use crate::job::{ExecConfig, ExecEvent, Execution, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter};
+use crate::job::{
+    ExecConfig, ExecEvent, Execution, FileData, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
+};
 use crate::local::{LocalError, LocalReply, LocalRequest};
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::{OverlayCommand, OverlayError, OverlayEvent, Token};
@@ -67,6 +69,7 @@ pub fn for_executor(m: &JobMsg) -> bool {
             | JobMsg::Kill { .. }
             | JobMsg::Status { .. }
             | JobMsg::Done { .. }
+            | JobMsg::OutputAck { .. }
     )
 }
 
@@ -121,7 +124,7 @@ pub enum NodeCommand {
     /// Control connection `conn` closed: its registrations and watches end.
     ConnClosed { conn: ConnId },
     /// Answer to [`NodeEvent::ReadFile`].
-    FileRead { job: JobId, file: u32, data: Result<Bytes, String> },
+    FileRead { job: JobId, file: u32, data: Result<FileData, String> },
     /// A process wrote to stdout or stderr.
     ProcessOutput { job: JobId, rank: u32, stream: Stream, data: Bytes },
     /// A process ended (negative: killed by that signal) or could not start.

@@ -40,7 +40,7 @@ fn shell(sim: &mut Sim<DaemonNode>, limit: Duration, mut done: impl FnMut(&[Tool
         while let Some(ev) = sim.poll_event() {
             match ev.event {
                 NodeEvent::ReadFile { job, file, path } => {
-                    let data = Ok(Bytes::from(format!("contents of {path}")));
+                    let data = Ok(FileData::new(Bytes::from(format!("contents of {path}"))));
                     sim.command(ev.node, NodeCommand::FileRead { job, file, data }).unwrap();
                 }
                 NodeEvent::Spawn { job, rank, dir, program, env, .. } => {
