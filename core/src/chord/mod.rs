@@ -84,7 +84,9 @@ pub struct ChordConfig {
     pub max_hops: u32,
     /// First wait before retrying the bootstrap list after every contact failed.
     pub join_backoff_min: Duration,
-    /// Longest wait between rounds of join attempts.
+    /// Longest wait between rounds of join attempts. Short: a node joining
+    /// through a contact that is itself still joining waits this long after the
+    /// contact joins, and such waits add up along a chain of joiners.
     pub join_backoff_max: Duration,
     /// Longest registration name, in bytes.
     pub max_name_len: usize,
@@ -110,7 +112,7 @@ impl Default for ChordConfig {
             lookup_timeout: Duration::from_secs(5),
             max_hops: 64,
             join_backoff_min: Duration::from_secs(1),
-            join_backoff_max: Duration::from_secs(30),
+            join_backoff_max: Duration::from_secs(8),
             max_name_len: 256,
             max_value_len: 1024,
             max_ttl: Duration::from_secs(24 * 3600),

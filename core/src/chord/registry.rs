@@ -230,10 +230,14 @@ impl ChordNode {
             return;
         }
         let Some(p) = self.pred else { return };
-        // Keys between us and our successor are its own, never ours as owner or
-        // replica: a leaving node with a stale view handed them here. Copy them on
-        // (a copy: the successor may be stale too; ours expires unrefreshed).
-        if let Some(&s) = self.succs.first().filter(|s| !p.id.in_open(self.me.id, s.id)) {
+        let k = usize::from(self.cfg.replicas.saturating_sub(1));
+        // In a ring of at most `replicas` nodes (our predecessor is among the
+        // successors we replicate to) we are a replica of every node's keys.
+        let small_ring = self.succs.iter().take(k).any(|s| s.addr == p.addr);
+        // Otherwise keys between us and our successor are its own, never ours as
+        // owner or replica: a leaving node with a stale view handed them here. Copy
+        // them on (a copy: the successor may be stale too; ours expires unrefreshed).
+        if let Some(&s) = self.succs.first().filter(|s| !small_ring && !p.id.in_open(self.me.id, s.id)) {
             let me = self.me.id;
             let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
             if !ahead.is_empty() {

@@ -167,3 +167,32 @@ fn registering_before_joining_stores_once_joined() {
     assert!(net.nodes[b].is_joined());
     assert_eq!(query(&mut net, 0, "early").unwrap(), vec!["e".to_string()]);
 }
+
+/// A quiet ring sends only its maintenance. In a ring of at most `replicas`
+/// nodes every node holds every registration (as owner or replica): entries
+/// registered before the others joined must not bounce between the nodes.
+#[test]
+fn a_quiet_small_ring_with_registrations_only_maintains() {
+    for n in [2, 3, 4] {
+        let mut net = Net::new(ChordConfig::default());
+        let first = net.add(vec![]);
+        net.run_for(secs(1));
+        for k in 0..5 {
+            register(&mut net, first, &format!("res:{k}"), "v", secs(600));
+        }
+        for _ in 1..n {
+            net.add(vec![addr(first)]);
+            net.run_for(secs(2));
+        }
+        net.converge(secs(60));
+        net.run_for(secs(10));
+        let sent = |net: &Net| net.up().map(|i| net.nodes[i].stats().sent).sum::<u64>();
+        let before = sent(&net);
+        net.run_for(secs(20));
+        let per_node_s = (sent(&net) - before) as f64 / (n as f64 * 20.0);
+        assert!(per_node_s < 20.0, "{n} nodes: {per_node_s:.1} messages per node per second");
+        for k in 0..5 {
+            assert_eq!(query(&mut net, n - 1, &format!("res:{k}")).unwrap(), vec!["v".to_string()]);
+        }
+    }
+}
