@@ -199,6 +199,7 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
             procs.spawn(Spawn { job, rank, dir, program, args, env });
         }
         NodeEvent::Kill { job, rank } => procs.kill(job, rank),
+        NodeEvent::OutputCredit { job, rank, bytes } => procs.credit(job, rank, bytes),
         NodeEvent::ReadOutputFile { job, rank, name, path } => {
             command(remote, NodeCommand::OutputFileRead { job, rank, name, data: files::read(&path) });
         }

@@ -22,15 +22,31 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use p2pmp_adapters::Remote;
-use p2pmp_core::job::{JobId, Stream};
+use p2pmp_core::job::{JobId, STREAM_WINDOW, Stream};
 use p2pmp_core::node::{DaemonNode, NodeCommand};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use tracing::{debug, warn};
 
 use crate::files;
 
-type Kills = Arc<Mutex<BTreeMap<(JobId, u32), oneshot::Sender<()>>>>;
+/// A running process: how to stop it, and its output credit (bytes of stdout
+/// and stderr it may still send; see [`p2pmp_core::job::STREAM_WINDOW`]).
+#[derive(Debug)]
+struct Live {
+    kill: oneshot::Sender<()>,
+    credit: Arc<Semaphore>,
+}
+
+impl Live {
+    /// Stops the process; output it has not sent yet is dropped.
+    fn stop(self) {
+        self.credit.close();
+        let _ = self.kill.send(());
+    }
+}
+
+type Lives = Arc<Mutex<BTreeMap<(JobId, u32), Live>>>;
 
 /// What one process is started with.
 #[derive(Debug)]
@@ -47,7 +63,7 @@ pub(crate) struct Spawn {
 #[derive(Debug, Clone)]
 pub(crate) struct Procs {
     remote: Remote<DaemonNode>,
-    kills: Kills,
+    live: Lives,
 }
 
 fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
@@ -56,12 +72,26 @@ fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
     }
 }
 
-async fn pump_output(remote: Remote<DaemonNode>, job: JobId, rank: u32, stream: Stream, mut r: impl AsyncRead + Unpin) {
+/// Sends what the process writes on `stream` to the node, as long as the
+/// submitter keeps up: each chunk spends credit, and with none left the pipe is
+/// not read (the process then blocks on its writes) until more arrives. A
+/// stopped process (closed credit) sends nothing more.
+async fn pump_output(
+    remote: Remote<DaemonNode>,
+    job: JobId,
+    rank: u32,
+    stream: Stream,
+    credit: Arc<Semaphore>,
+    mut r: impl AsyncRead + Unpin,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
+                // n <= 64 KiB, well within u32 and the window.
+                let Ok(permits) = credit.acquire_many(n as u32).await else { return };
+                permits.forget();
                 let data = Bytes::copy_from_slice(&buf[..n]);
                 tell(&remote, NodeCommand::ProcessOutput { job, rank, stream, data });
             }
@@ -94,7 +124,7 @@ fn setpriv() -> Option<&'static Path> {
 impl Procs {
     pub(crate) fn new(remote: Remote<DaemonNode>) -> Self {
         setpriv(); // found now, not on the first job's critical path
-        Procs { remote, kills: Arc::default() }
+        Procs { remote, live: Arc::default() }
     }
 
     /// Starts a process; its output and exit go to the node.
@@ -112,11 +142,15 @@ impl Procs {
                 return;
             }
         };
-        let (kill_tx, kill_rx) = oneshot::channel();
-        self.kills.lock().expect("kill table lock").insert((job, rank), kill_tx);
-        let kills = self.kills.clone();
-        let out = child.stdout.take().map(|o| tokio::spawn(pump_output(remote.clone(), job, rank, Stream::Stdout, o)));
-        let err = child.stderr.take().map(|e| tokio::spawn(pump_output(remote.clone(), job, rank, Stream::Stderr, e)));
+        let (kill, kill_rx) = oneshot::channel();
+        let credit = Arc::new(Semaphore::new(STREAM_WINDOW as usize));
+        self.live.lock().expect("process table lock").insert((job, rank), Live { kill, credit: credit.clone() });
+        let live = self.live.clone();
+        let pump = |stream, r: Box<dyn AsyncRead + Send + Unpin>| {
+            tokio::spawn(pump_output(remote.clone(), job, rank, stream, credit.clone(), r))
+        };
+        let out = child.stdout.take().map(|o| pump(Stream::Stdout, Box::new(o)));
+        let err = child.stderr.take().map(|e| pump(Stream::Stderr, Box::new(e)));
         tokio::spawn(async move {
             let status = tokio::select! {
                 st = child.wait() => st,
@@ -128,7 +162,7 @@ impl Procs {
             for t in [out, err].into_iter().flatten() {
                 let _ = t.await;
             }
-            kills.lock().expect("kill table lock").remove(&(job, rank));
+            live.lock().expect("process table lock").remove(&(job, rank));
             let code = match status {
                 Ok(st) => st.code().unwrap_or_else(|| -st.signal().unwrap_or(9)),
                 Err(_) => -9,
@@ -193,21 +227,27 @@ impl Procs {
 
     /// Stops a process (its exit is reported as usual).
     pub(crate) fn kill(&self, job: JobId, rank: u32) {
-        if let Some(tx) = self.kills.lock().expect("kill table lock").remove(&(job, rank)) {
-            let _ = tx.send(());
+        if let Some(p) = self.live.lock().expect("process table lock").remove(&(job, rank)) {
+            p.stop();
         }
     }
 
     /// Stops every process.
     pub(crate) fn kill_all(&self) {
-        let all: Vec<_> = std::mem::take(&mut *self.kills.lock().expect("kill table lock")).into_values().collect();
-        for tx in all {
-            let _ = tx.send(());
+        let all = std::mem::take(&mut *self.live.lock().expect("process table lock"));
+        all.into_values().for_each(Live::stop);
+    }
+
+    /// The submitter has `bytes` more of process (`job`, `rank`)'s output.
+    pub(crate) fn credit(&self, job: JobId, rank: u32, bytes: u64) {
+        if let Some(p) = self.live.lock().expect("process table lock").get(&(job, rank)) {
+            // The executor never grants more than was sent: at most a window.
+            p.credit.add_permits(bytes.min(STREAM_WINDOW) as usize);
         }
     }
 
     /// Processes still running.
     pub(crate) fn running(&self) -> usize {
-        self.kills.lock().expect("kill table lock").len()
+        self.live.lock().expect("process table lock").len()
     }
 }

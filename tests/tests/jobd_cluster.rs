@@ -345,3 +345,22 @@ fn large_output_files_come_back_byte_identical_under_the_window() {
         assert!(back == data, "the output file of rank {rank} differs ({} bytes)", back.len());
     }
 }
+
+/// A rank printing many stream windows (4 MiB each) gets every line through:
+/// the executor reads its pipe only as the submitter acknowledges what arrived,
+/// so the credit must keep coming back for the job to finish.
+#[test]
+fn output_far_beyond_the_stream_window_arrives_whole() {
+    let c = Cluster::start(2, "bigstdout");
+    const LINES: usize = 600_000; // 600,000 x 37 bytes: 22 MB, five windows and more
+    c.write("talk.sh", format!("#!/bin/sh\nyes 0123456789abcdefghijklmnopqrstuvwxyz | head -n {LINES}\n").as_bytes());
+    let job = c.write("talk.xml", job_file("talk.sh", "", 2, "").as_bytes());
+    let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(out.code, 0, "stderr {}", out.stderr);
+    assert_eq!(placed_nodes(&out.stderr), 2, "{}", out.stderr);
+    for rank in 0..2 {
+        let line = format!("[{rank}] 0123456789abcdefghijklmnopqrstuvwxyz");
+        let n = out.stdout.lines().filter(|l| *l == line).count();
+        assert_eq!(n, LINES, "rank {rank}: {n} of {LINES} lines arrived");
+    }
+}

@@ -94,6 +94,10 @@ pub enum ExecEvent {
     CacheFetch { job: JobId, name: String, digest: Id, program: bool },
     /// Forget the cached file `digest`.
     CacheEvict { digest: Id },
+    /// The submitter has `bytes` more of `rank`'s output: read that much more of
+    /// its stdout and stderr. A rank starts with [`super::STREAM_WINDOW`] bytes of
+    /// credit; the driver reads its pipes only while it has credit left.
+    OutputCredit { job: JobId, rank: u32, bytes: u64 },
 }
 
 /// An executor input that cannot be carried out (API misuse).
@@ -156,6 +160,8 @@ struct ExecJob {
     pending_reads: BTreeMap<u32, BTreeSet<String>>,
     /// Output files read and going back.
     outgoing: output::Outgoing,
+    /// Per running rank: stdout + stderr bytes the submitter acknowledged.
+    stream_acked: BTreeMap<u32, u64>,
 }
 
 /// A node's executor for every job offered to it.
@@ -334,6 +340,7 @@ impl Execution {
             }
             JobMsg::Done { .. } => self.drop_job(job),
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
+            JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
             _ => return None,
         }
         Some(())
@@ -388,6 +395,7 @@ impl Execution {
             killed: false,
             pending_reads: BTreeMap::new(),
             outgoing: output::Outgoing::default(),
+            stream_acked: BTreeMap::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -413,6 +421,19 @@ impl Execution {
         let to = j.submitter;
         self.send(to, JobMsg::Output { job, rank, stream, offset }, data);
         Ok(())
+    }
+
+    /// The submitter has `consumed` bytes of `rank`'s output: hand the driver
+    /// credit for what is newly acknowledged (never for bytes not yet sent).
+    fn on_stream_ack(&mut self, job: JobId, rank: u32, consumed: u64) -> Option<()> {
+        let j = self.jobs.get_mut(&job)?;
+        let Some(RankRun::Running { stdout, stderr }) = j.ranks.get(&rank) else { return None };
+        let consumed = consumed.min(stdout + stderr);
+        let acked = j.stream_acked.entry(rank).or_default();
+        let bytes = consumed.checked_sub(*acked).filter(|&b| b > 0)?;
+        *acked = consumed;
+        self.event(ExecEvent::OutputCredit { job, rank, bytes });
+        Some(())
     }
 
     /// A rank's process ended (negative code: killed by that signal), or could not start.

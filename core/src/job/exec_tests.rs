@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
-use crate::job::{ANY_NAME, Resources, StagedFile};
+use crate::job::{ANY_NAME, Resources, STREAM_WINDOW, StagedFile};
 use crate::overlay::{OverlayCommand, OverlayEvent};
 
 fn addr(i: u32) -> NodeAddr {
@@ -187,6 +187,13 @@ fn submission_and_executors_run_a_job_end_to_end() {
     };
     let mut execs: Vec<Execution> = (0..3).map(|i| Execution::new(exec_config(slots[i]), addr(i as u32 + 1))).collect();
     let out_file = |rank: u32| Bytes::from((0..1000u32).map(|i| (i * 7 + rank) as u8).collect::<Vec<_>>());
+    // Each rank prints two windows and a bit; its driver reads (feeds) only
+    // what the credit allows, as jobd does.
+    let stdout_of = |rank: u32| {
+        Bytes::from((0..2 * STREAM_WINDOW as usize + 1000).map(|i| (i % 251) as u8 ^ rank as u8).collect::<Vec<_>>())
+    };
+    let mut feeding: BTreeMap<(usize, u32), (Bytes, u64)> = BTreeMap::new();
+    let mut streams: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
     let mut files_ok = 0;
     let mut regs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (i, s) in slots.iter().enumerate() {
@@ -231,19 +238,25 @@ fn submission_and_executors_run_a_job_end_to_end() {
                     f.extend_from_slice(&data);
                 }
                 Action::Event(SubmitEvent::OutputFileDone { ok, .. }) => files_ok += usize::from(ok),
+                Action::Event(SubmitEvent::Output { rank, offset, data, .. }) => {
+                    let s = streams.entry(rank).or_default();
+                    assert_eq!(offset, s.len() as u64);
+                    s.extend_from_slice(&data);
+                }
                 Action::Event(SubmitEvent::Finished { outcome: o, .. }) => outcome = Some(o),
                 Action::Event(_) => {}
             }
         }
-        for e in &mut execs {
+        for (i, e) in execs.iter_mut().enumerate() {
             while let Some(a) = e.poll_action() {
                 moved = true;
                 match a {
                     Action::Send { msg, .. } => sub.handle_message(now, msg),
-                    Action::Event(ExecEvent::SpawnProcess { job, rank, .. }) => {
-                        e.handle_process_output(job, rank, Stream::Stdout, Bytes::from(format!("rank {rank}")))
-                            .unwrap();
-                        e.handle_process_exit(job, rank, 0).unwrap();
+                    Action::Event(ExecEvent::SpawnProcess { rank, .. }) => {
+                        feeding.insert((i, rank), (stdout_of(rank), STREAM_WINDOW));
+                    }
+                    Action::Event(ExecEvent::OutputCredit { rank, bytes, .. }) => {
+                        feeding.get_mut(&(i, rank)).expect("credit only for a running rank").1 += bytes;
                     }
                     Action::Event(ExecEvent::ReadOutputFile { job, rank, name }) => {
                         e.handle_output_file(job, rank, &name, Ok(out_file(rank)))
@@ -251,11 +264,24 @@ fn submission_and_executors_run_a_job_end_to_end() {
                     Action::Event(_) => {}
                 }
             }
+            for ((_, rank), (left, credit)) in feeding.iter_mut().filter(|((k, _), _)| *k == i) {
+                while *credit > 0 && !left.is_empty() {
+                    let n = left.len().min(64 << 10).min(*credit as usize);
+                    e.handle_process_output(id, *rank, Stream::Stdout, left.split_to(n)).unwrap();
+                    *credit -= n as u64;
+                    moved = true;
+                }
+                if left.is_empty() && *credit != u64::MAX {
+                    e.handle_process_exit(id, *rank, 0).unwrap();
+                    *credit = u64::MAX; // exited
+                }
+            }
         }
         if !moved {
             now += Duration::from_millis(10);
         }
     }
+    assert_eq!(streams, (0..4).map(|r| (r, stdout_of(r).to_vec())).collect::<BTreeMap<_, _>>());
     assert_eq!(outcome, Some(Outcome::Done { codes: vec![0; 4] }));
     assert_eq!(files, (0..4).map(|r| (r, out_file(r).to_vec())).collect::<BTreeMap<_, _>>());
     assert_eq!(files_ok, 4);
@@ -455,4 +481,31 @@ fn a_kill_while_output_files_wait_for_the_window_lets_the_ranks_exit() {
     );
     assert_eq!(evs.last(), Some(&ExecEvent::Cleanup { job: j }));
     assert_eq!((e.jobs().count(), e.free_slots()), (0, 2));
+}
+
+#[test]
+fn stream_acks_give_credit_only_for_output_sent_by_a_running_rank() {
+    let (mut e, j, now) = running(1 << 20, 1 << 16);
+    e.handle_process_output(j, 0, Stream::Stdout, Bytes::from(vec![1; 1000])).unwrap();
+    e.handle_process_output(j, 0, Stream::Stderr, Bytes::from(vec![2; 500])).unwrap();
+    drain(&mut e);
+    let mut ack = |rank, consumed| {
+        e.handle_message(now, env(JobMsg::StreamAck { job: j, rank, consumed }, Bytes::new()));
+        drain(&mut e).1
+    };
+    assert_eq!(ack(0, 600), [ExecEvent::OutputCredit { job: j, rank: 0, bytes: 600 }]);
+    assert_eq!(ack(0, 600), [], "a repeated ack gives nothing");
+    assert_eq!(
+        ack(0, 1 << 40),
+        [ExecEvent::OutputCredit { job: j, rank: 0, bytes: 900 }],
+        "never beyond what was sent"
+    );
+    assert_eq!(ack(1, 10), [], "rank 1 sent nothing");
+    e.handle_process_exit(j, 0, 0).unwrap();
+    drain(&mut e);
+    let mut ack = |rank, consumed| {
+        e.handle_message(now, env(JobMsg::StreamAck { job: j, rank, consumed }, Bytes::new()));
+        drain(&mut e).1
+    };
+    assert_eq!(ack(0, 1 << 41), [], "an exited rank reads no more");
 }

@@ -30,7 +30,7 @@ use crate::machine::NodeAddr;
 
 pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
 pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
-pub use msg::{JobMsg, RankState, RejectReason, StagedFile, Stream};
+pub use msg::{JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
     FileData, Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig, SubmitError,

@@ -93,7 +93,22 @@ pub enum JobMsg {
     /// have arrived from this executor for this job so far (cumulative); the
     /// executor's output window moves on.
     OutputAck { job: JobId, consumed: u64 },
+    /// Submitter -> executor: `consumed` bytes of `rank`'s [`JobMsg::Output`]
+    /// (stdout and stderr together) have arrived so far (cumulative), sent every
+    /// [`STREAM_ACK_EVERY`] bytes: the rank's output window moves on.
+    StreamAck { job: JobId, rank: u32, consumed: u64 },
 }
+
+/// Most stdout + stderr bytes of one rank in flight to its submitter: the
+/// executor stops reading the rank's pipes beyond it (the rank then blocks on
+/// its writes), so a rank printing faster than the network carries it fills no
+/// queue.
+pub const STREAM_WINDOW: u64 = 4 << 20;
+
+/// How often (in bytes of a rank's output received) the submitter sends a
+/// [`JobMsg::StreamAck`]; well under [`STREAM_WINDOW`], so the window never
+/// closes on bytes the submitter holds unacknowledged.
+pub const STREAM_ACK_EVERY: u64 = 256 << 10;
 
 /// One entry of a [`JobMsg::Manifest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +146,8 @@ impl JobMsg {
             | JobMsg::StageAck { job, .. }
             | JobMsg::Manifest { job, .. }
             | JobMsg::Have { job, .. }
-            | JobMsg::OutputAck { job, .. } => *job,
+            | JobMsg::OutputAck { job, .. }
+            | JobMsg::StreamAck { job, .. } => *job,
         }
     }
 
@@ -178,6 +194,10 @@ mod tests {
         want.extend([0u8; 20]);
         want.extend([0x80, 0x01]);
         assert_eq!(body_bytes(&JobMsg::OutputAck { job: z, consumed: 128 }), want);
+        let mut want = vec![20u8];
+        want.extend([0u8; 20]);
+        want.extend([3, 0x80, 0x01]);
+        assert_eq!(body_bytes(&JobMsg::StreamAck { job: z, rank: 3, consumed: 128 }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
     }
@@ -200,6 +220,11 @@ mod tests {
             }),
             (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::StageAck { job, consumed }),
             (job.clone(), any::<u64>()).prop_map(|(job, consumed)| JobMsg::OutputAck { job, consumed }),
+            (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, consumed)| JobMsg::StreamAck {
+                job,
+                rank,
+                consumed
+            }),
             (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), id).prop_map(
                 |(job, file, name, total, digest)| JobMsg::Manifest {
                     job,

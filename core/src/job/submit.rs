@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use sha1::{Digest, Sha1};
 
-use super::msg::{JobMsg, StagedFile, Stream};
+use super::msg::{JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
 use super::requirements::{ANY_NAME, Requirement, Resources};
 use super::{JobDescription, JobId};
 use crate::id::Id;

@@ -59,6 +59,9 @@ struct Node {
     stage: Stage,
     /// Output-file payload bytes received from it (what [`JobMsg::OutputAck`] reports).
     out_consumed: u64,
+    /// Per rank: stdout + stderr bytes received from it, and how many of them
+    /// were acknowledged ([`JobMsg::StreamAck`]).
+    streamed: BTreeMap<u32, (u64, u64)>,
 }
 
 impl Node {
@@ -190,6 +193,19 @@ impl Submission {
         self.actions.push_back(Action::Event(e));
     }
 
+    /// Counts `len` bytes of `rank`'s output from `from`, acknowledged every
+    /// [`STREAM_ACK_EVERY`] bytes so the executor reads the rank's pipes on.
+    fn ack_stream(&mut self, from: NodeAddr, rank: u32, len: usize) {
+        let Some(n) = self.nodes.get_mut(&from) else { return };
+        let (got, acked) = n.streamed.entry(rank).or_default();
+        *got += len as u64;
+        if *got - *acked >= STREAM_ACK_EVERY {
+            *acked = *got;
+            let msg = JobMsg::StreamAck { job: self.job, rank, consumed: *got };
+            self.send(from, msg, Bytes::new());
+        }
+    }
+
     fn send(&mut self, to: NodeAddr, body: JobMsg, payload: Bytes) {
         let msg = Envelope::new(self.addr.id(), self.addr, 0, body).with_payload(payload);
         self.actions.push_back(Action::Send { to, msg });
@@ -275,6 +291,7 @@ impl Submission {
                     closed: false,
                     stage: Stage::NotSent,
                     out_consumed: 0,
+                    streamed: BTreeMap::new(),
                 };
                 self.nodes.insert(addr, node);
             }
@@ -511,7 +528,11 @@ impl Submission {
                 self.ranks[rank as usize].started = true;
                 self.event(SubmitEvent::Started { job, rank, node: from });
             }
-            JobMsg::Output { rank, stream, offset, .. } if self.phase == Phase::Running && self.holds(from, rank) => {
+            JobMsg::Output { rank, stream, offset, .. } if self.phase == Phase::Running => {
+                self.ack_stream(from, rank, payload.len());
+                if !self.holds(from, rank) {
+                    return None;
+                }
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
             JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } if self.phase == Phase::Running => {

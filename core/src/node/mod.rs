@@ -58,19 +58,31 @@ pub enum NodeMsg {
 }
 
 /// Whether a job message is meant for the executor side (else the submitter's).
+/// Every variant is named, so a new one cannot be routed by default.
 pub fn for_executor(m: &JobMsg) -> bool {
-    matches!(
-        m,
+    match m {
         JobMsg::Offer { .. }
-            | JobMsg::Manifest { .. }
-            | JobMsg::Stage { .. }
-            | JobMsg::StageEnd { .. }
-            | JobMsg::Start { .. }
-            | JobMsg::Kill { .. }
-            | JobMsg::Status { .. }
-            | JobMsg::Done { .. }
-            | JobMsg::OutputAck { .. }
-    )
+        | JobMsg::Manifest { .. }
+        | JobMsg::Stage { .. }
+        | JobMsg::StageEnd { .. }
+        | JobMsg::Start { .. }
+        | JobMsg::Kill { .. }
+        | JobMsg::Status { .. }
+        | JobMsg::Done { .. }
+        | JobMsg::OutputAck { .. }
+        | JobMsg::StreamAck { .. } => true,
+        JobMsg::Accept { .. }
+        | JobMsg::Reject { .. }
+        | JobMsg::Resend { .. }
+        | JobMsg::Staged { .. }
+        | JobMsg::Started { .. }
+        | JobMsg::Output { .. }
+        | JobMsg::Exit { .. }
+        | JobMsg::OutputFile { .. }
+        | JobMsg::StatusReply { .. }
+        | JobMsg::StageAck { .. }
+        | JobMsg::Have { .. } => false,
+    }
 }
 
 /// How a daemon node is set up.
@@ -168,6 +180,10 @@ pub enum NodeEvent {
     ToolReply { conn: ConnId, request_id: u64, reply: ToolReply, payload: Bytes },
     /// A job submitted here ended.
     JobFinished { job: JobId, phase: JobPhase },
+    /// Read `bytes` more of the stdout and stderr of process (`job`, `rank`):
+    /// a process starts with [`crate::job::STREAM_WINDOW`] bytes of credit, and
+    /// its pipes are read only while credit is left.
+    OutputCredit { job: JobId, rank: u32, bytes: u64 },
 }
 
 /// A command the node cannot carry out.
@@ -437,6 +453,7 @@ impl DaemonNode {
             ExecEvent::CacheEvict { digest } => self.event(NodeEvent::RemoveFile { path: self.cache_path(digest) }),
             // Capacity is advertised, not free slots (module docs).
             ExecEvent::SlotsChanged { .. } => {}
+            ExecEvent::OutputCredit { job, rank, bytes } => self.event(NodeEvent::OutputCredit { job, rank, bytes }),
         }
     }
 

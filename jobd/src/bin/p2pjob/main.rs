@@ -121,8 +121,10 @@ fn daemon(e: anyhow::Error) -> Fail {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if std::env::var_os("P2PJOB_LOG").is_some() {
-        tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).with_writer(std::io::stderr).init();
+    // P2PJOB_LOG=info (or error, warn, debug, trace): the embedded daemons' log on stderr.
+    if let Ok(level) = std::env::var("P2PJOB_LOG") {
+        let level = level.parse().unwrap_or(tracing::Level::INFO);
+        tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     }
     let json = cli.json;
     match run(cli) {
