@@ -26,11 +26,14 @@ use crate::config::Config;
 use crate::files;
 use crate::procs::{Procs, Spawn};
 
-/// Bytes one peer connection may have queued. Staged files and output files both
-/// travel under a window of 4 MiB per job and direction (`SubmitConfig::stage_window`,
-/// `ExecConfig::output_window`), so this leaves room for several jobs at once
-/// plus their control traffic and streamed stdout/stderr.
-const MAX_TX_BYTES: usize = 32 << 20;
+/// Bytes one peer connection may have queued; a message beyond it fails to send
+/// (and an executor then gives up the jobs of that submitter). Everything bulky
+/// travels under a window: staged files and output files 4 MiB per job and
+/// direction (`SubmitConfig::stage_window`, `ExecConfig::output_window`),
+/// stdout + stderr 1 MiB per rank (`STREAM_WINDOW`). A job with 16 ranks on one
+/// node printing flat out has 20 MiB in flight towards its submitter at most;
+/// this leaves room for several such jobs at once plus their control traffic.
+const MAX_TX_BYTES: usize = 128 << 20;
 
 type Conns = Arc<Mutex<BTreeMap<ConnId, mpsc::UnboundedSender<Bytes>>>>;
 
@@ -65,7 +68,7 @@ impl Daemon {
         dc.chord.fix_fingers_period = stab;
         dc.chord.check_predecessor_period = stab * 2;
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
-        dc.chord.join_backoff_max = (stab * 10).min(Duration::from_secs(30));
+        dc.chord.join_backoff_max = (stab * 8).min(Duration::from_secs(8));
         let addr = NodeAddr(overlay);
         let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
         let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| DaemonNode::new(dc, addr, now))?;

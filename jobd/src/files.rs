@@ -88,6 +88,11 @@ pub(crate) fn read_hashed(path: &str) -> Result<FileData, String> {
                     break;
                 }
             }
+            // A file that grew since its length was read (a program being
+            // rebuilt) would otherwise be staged cut short, with a matching digest.
+            if f.read(&mut [0u8; 1])? != 0 {
+                return Err(std::io::Error::other("the file changed while it was read"));
+            }
             Ok(())
         });
         for step in rx {

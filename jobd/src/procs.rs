@@ -208,7 +208,9 @@ impl Procs {
             .kill_on_drop(true);
         // No file is open for writing while the new process is made (see
         // `files::no_writers`). A fork elsewhere in the process (not ours) may
-        // still lend a descriptor for a moment: ETXTBSY is tried again.
+        // still lend a descriptor for a moment: ETXTBSY is tried again. Through
+        // `setpriv` the program is exec'd after the spawn returned (and the lock
+        // was released): a failure there shows as setpriv's exit code and message.
         let mut tries = 0;
         loop {
             let spawned = {

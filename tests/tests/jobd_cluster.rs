@@ -352,7 +352,7 @@ fn large_output_files_come_back_byte_identical_under_the_window() {
 #[test]
 fn output_far_beyond_the_stream_window_arrives_whole() {
     let c = Cluster::start(2, "bigstdout");
-    const LINES: usize = 600_000; // 600,000 x 37 bytes: 22 MB, five windows and more
+    const LINES: usize = 600_000; // 600,000 x 37 bytes: 22 MB, 21 stream windows
     c.write("talk.sh", format!("#!/bin/sh\nyes 0123456789abcdefghijklmnopqrstuvwxyz | head -n {LINES}\n").as_bytes());
     let job = c.write("talk.xml", job_file("talk.sh", "", 2, "").as_bytes());
     let out = c.p2pjob(0, &["submit", "--wait", job.to_str().unwrap()], Duration::from_secs(120));

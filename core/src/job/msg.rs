@@ -103,12 +103,12 @@ pub enum JobMsg {
 /// executor stops reading the rank's pipes beyond it (the rank then blocks on
 /// its writes), so a rank printing faster than the network carries it fills no
 /// queue.
-pub const STREAM_WINDOW: u64 = 4 << 20;
+pub const STREAM_WINDOW: u64 = 1 << 20;
 
 /// How often (in bytes of a rank's output received) the submitter sends a
 /// [`JobMsg::StreamAck`]; well under [`STREAM_WINDOW`], so the window never
 /// closes on bytes the submitter holds unacknowledged.
-pub const STREAM_ACK_EVERY: u64 = 256 << 10;
+pub const STREAM_ACK_EVERY: u64 = 128 << 10;
 
 /// One entry of a [`JobMsg::Manifest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -196,7 +196,8 @@ impl Submission {
     /// Counts `len` bytes of `rank`'s output from `from`, acknowledged every
     /// [`STREAM_ACK_EVERY`] bytes so the executor reads the rank's pipes on.
     fn ack_stream(&mut self, from: NodeAddr, rank: u32, len: usize) {
-        let Some(n) = self.nodes.get_mut(&from) else { return };
+        // Only ranks placed there: a peer's made-up ranks must not grow the map.
+        let Some(n) = self.nodes.get_mut(&from).filter(|n| n.accepted.contains(&rank)) else { return };
         let (got, acked) = n.streamed.entry(rank).or_default();
         *got += len as u64;
         if *got - *acked >= STREAM_ACK_EVERY {

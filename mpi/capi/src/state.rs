@@ -6,7 +6,9 @@
 //! `MPI_THREAD_FUNNELED` at most, so only that thread makes MPI calls, and its
 //! state needs no lock (two atomic read-modify-writes per call were a quarter
 //! of what the C layer added to a send and a receive). A call from another
-//! thread is refused with `MPI_ERR_OTHER`, never undefined behaviour. Where the
+//! thread is refused with `MPI_ERR_OTHER`, never undefined behaviour; it goes
+//! to that thread's own error handler (`MPI_ERRORS_ARE_FATAL` unless that
+//! thread chose another), since handlers live with the state. Where the
 //! library is in its life is also kept in one atomic, for `MPI_Initialized` and
 //! `MPI_Finalized`, which any thread may call.
 
