@@ -563,3 +563,39 @@ fn a_rank_that_fails_stops_the_others_like_mpirun() {
     assert_eq!(h.count(|m| matches!(m, JobMsg::Kill { .. })), 2);
     assert_eq!(h.count(|m| matches!(m, JobMsg::Done { .. })), 0);
 }
+
+#[test]
+fn output_is_acknowledged_per_rank_every_stream_ack_bytes_and_only_for_ranks_placed_there() {
+    let mut h =
+        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    let job = s.job();
+    let rank_at = |at: NodeAddr| h.offers().iter().find(|(to, _)| *to == at).map(|(_, r)| r[0]).unwrap();
+    let (mine, theirs) = (rank_at(addr(1)), rank_at(addr(2)));
+    let acks = |s: &mut Submission| {
+        std::iter::from_fn(|| s.poll_action())
+            .filter_map(|a| match a {
+                Action::Send { to, msg } => match msg.body {
+                    JobMsg::StreamAck { rank, consumed, .. } => Some((to, rank, consumed)),
+                    _ => None,
+                },
+                Action::Event(_) => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let already = format!("hello from {mine}\n").len() as u64;
+    let chunk = Bytes::from(vec![b'x'; (STREAM_ACK_EVERY / 2) as usize]);
+    let out = |rank, offset| JobMsg::Output { job, rank, stream: Stream::Stdout, offset };
+    s.handle_message(h.now, reply(addr(1), out(mine, already), chunk.clone()));
+    assert_eq!(acks(&mut s), vec![], "half of STREAM_ACK_EVERY: no ack yet");
+    s.handle_message(h.now, reply(addr(1), out(mine, already + chunk.len() as u64), chunk.clone()));
+    assert_eq!(acks(&mut s), vec![(addr(1), mine, already + STREAM_ACK_EVERY)]);
+    // Made-up or misplaced ranks move nothing (and are not shown).
+    for rank in [theirs, 999, u32::MAX] {
+        s.handle_message(h.now, reply(addr(1), out(rank, 0), Bytes::from(vec![b'y'; STREAM_ACK_EVERY as usize])));
+    }
+    assert_eq!(acks(&mut s), vec![]);
+}
