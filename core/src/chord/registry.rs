@@ -249,8 +249,7 @@ impl ChordNode {
         if entries.is_empty() {
             return;
         }
-        let n = usize::from(self.cfg.replicas.saturating_sub(1)).min(self.succs.len());
-        let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
+        let targets: Vec<_> = self.succs.iter().take(k).map(|p| p.addr).collect();
         for to in targets {
             self.send(to, 0, ChordMsg::KeyTransfer { entries: entries.clone() }, Traffic::Maintenance);
         }

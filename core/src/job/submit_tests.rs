@@ -222,6 +222,17 @@ fn submission(h: &Harness, j: JobDescription) -> Submission {
     Submission::new(SubmitConfig::default(), addr(0), id, j, h.now, TOKEN_TAG)
 }
 
+/// A two-rank job running on two one-slot nodes, its ranks not exiting.
+fn running_on_two_nodes() -> (Harness, Submission) {
+    let mut h =
+        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    (h, s)
+}
+
 #[test]
 fn happy_path_places_on_least_loaded_matching_nodes_and_collects() {
     let mut h = Harness::new(&[
@@ -321,12 +332,7 @@ fn corrupt_staging_is_resent_then_given_up() {
 
 #[test]
 fn kill_while_running_stops_every_node() {
-    let mut h =
-        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
-    h.exit_code = None;
-    let mut s = submission(&h, job(2, &["linux"]));
-    h.run(&mut s, 20);
-    assert_eq!(s.phase(), Phase::Running);
+    let (mut h, mut s) = running_on_two_nodes();
     s.handle_command(h.now, SubmissionCommand::Kill).unwrap();
     h.run(&mut s, 5);
     assert_eq!(h.outcome(), Some(&Outcome::Killed));
@@ -566,12 +572,7 @@ fn a_rank_that_fails_stops_the_others_like_mpirun() {
 
 #[test]
 fn output_is_acknowledged_per_rank_every_stream_ack_bytes_and_only_for_ranks_placed_there() {
-    let mut h =
-        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
-    h.exit_code = None;
-    let mut s = submission(&h, job(2, &["linux"]));
-    h.run(&mut s, 20);
-    assert_eq!(s.phase(), Phase::Running);
+    let (h, mut s) = running_on_two_nodes();
     let job = s.job();
     let rank_at = |at: NodeAddr| h.offers().iter().find(|(to, _)| *to == at).map(|(_, r)| r[0]).unwrap();
     let (mine, theirs) = (rank_at(addr(1)), rank_at(addr(2)));
