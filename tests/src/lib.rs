@@ -5,7 +5,8 @@
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
 //! [`cargo_build`] builds the binaries and examples a process test runs;
-//! [`run_to_end`] runs one to its end with a deadline.
+//! [`run_to_end`] runs one to its end with a deadline. [`cluster`] builds a
+//! cluster of hosts out of network namespaces, a `jobd` on each.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -16,6 +17,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use p2pmp_core::id::Id;
+
+pub mod cluster;
 
 /// `target/<profile>` of the running test binary.
 pub fn target_dir() -> PathBuf {
