@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use p2pmp_adapters::{DriverConfig, NodeHandle, Remote, RuntimeKind, spawn_node};
 use p2pmp_core::local::LocalRequest;
@@ -50,11 +50,8 @@ impl Daemon {
     /// Binds both sockets, joins the overlay and starts serving.
     pub fn start(cfg: &Config) -> anyhow::Result<Daemon> {
         cfg.check()?;
-        if cfg.listen.ip().is_unspecified() {
-            bail!("listen on a concrete address (it is advertised to other nodes), not {}", cfg.listen);
-        }
         let listener = TcpListener::bind(cfg.listen).with_context(|| format!("binding {}", cfg.listen))?;
-        let overlay = listener.local_addr()?;
+        let overlay = cfg.advertised(listener.local_addr()?)?;
         let control_l = TcpListener::bind(cfg.control).with_context(|| format!("binding {}", cfg.control))?;
         let control = control_l.local_addr()?;
         std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;

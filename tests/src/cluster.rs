@@ -19,7 +19,9 @@
 //! The bridge `br0` lives in a namespace of its own (the switch), so nothing
 //! touches the machine's own network. Host `i` has `eth0` = `198.18.0.(i+1)/15`,
 //! its peer `h<i>` is a port of the bridge, and `lo` is up (the control socket
-//! and a host's own ranks use it).
+//! and a host's own ranks use it). Even hosts' daemons listen on their address;
+//! odd hosts' on `0.0.0.0` with `--advertise` (a host with several interfaces),
+//! so every cluster test runs both.
 //!
 //! # Faults
 //! [`Cluster::crash`] is kill -9 of every process of a host, [`Cluster::pause`]
@@ -234,7 +236,12 @@ impl Cluster {
         let h = &mut self.hosts[i];
         let log = std::fs::File::create(self.dir.join(format!("jobd{i}.log"))).expect("creating a jobd log");
         let mut cmd = h.ns.command(&self.jobd);
-        cmd.args(["--listen", &h.overlay().to_string(), "--control", &format!("127.0.0.1:{CONTROL_PORT}")]);
+        if i % 2 == 0 {
+            cmd.args(["--listen", &h.overlay().to_string()]);
+        } else {
+            cmd.args(["--listen", &format!("0.0.0.0:{OVERLAY_PORT}"), "--advertise", &h.ip.to_string()]);
+        }
+        cmd.args(["--control", &format!("127.0.0.1:{CONTROL_PORT}")]);
         cmd.arg("--work-dir").arg(&h.work);
         for b in &boot {
             cmd.args(["--bootstrap", b]);

@@ -11,7 +11,7 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 
 /// The p2pmp node daemon.
 ///
-/// Settings come from the TOML file given with --config (keys: listen, control,
+/// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms), then from
 /// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
@@ -21,9 +21,14 @@ struct Args {
     /// TOML configuration file.
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Overlay address to listen on and advertise (default 127.0.0.1:7400).
+    /// Overlay address to listen on (default 127.0.0.1:7400; 0.0.0.0:PORT for
+    /// every interface, with --advertise).
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// The address other hosts reach this node at (IP or IP:PORT; the port
+    /// defaults to the listening one). Ranks of jobs listen on its IP.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
     /// Loopback control address for ranks and p2pjob (default 127.0.0.1:7420).
     #[arg(long)]
     control: Option<SocketAddr>,
@@ -69,6 +74,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         None => Config::default(),
     };
     cfg.listen = a.listen.unwrap_or(cfg.listen);
+    cfg.advertise = a.advertise.clone().or(cfg.advertise);
     cfg.control = a.control.unwrap_or(cfg.control);
     if !a.bootstrap.is_empty() {
         cfg.bootstrap = a.bootstrap.clone();
