@@ -74,6 +74,17 @@ impl Store {
         true
     }
 
+    /// Removes one value (a withdrawn registration).
+    fn remove(&mut self, name: &str, value: &str) {
+        let Some(slot) = self.names.get_mut(name) else { return };
+        let before = slot.values.len();
+        slot.values.retain(|(v, _)| v != value);
+        self.len -= before - slot.values.len();
+        if slot.values.is_empty() {
+            self.names.remove(name);
+        }
+    }
+
     /// Live values under `name`, sorted.
     pub(crate) fn values(&self, name: &str, now: Instant) -> Vec<String> {
         let mut out: Vec<String> = self
@@ -123,7 +134,8 @@ impl Store {
             }
             for (value, e) in &slot.values {
                 if *e > now {
-                    let ttl_ms = u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX);
+                    // At least 1 ms: a TTL of 0 withdraws a value (see `store_entry`).
+                    let ttl_ms = u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX).max(1);
                     out.push(Entry { name: name.clone(), value: value.clone(), ttl_ms });
                 }
             }
@@ -162,6 +174,17 @@ impl ChordNode {
         self.own.push(reg);
         self.refresh_tick(now);
         Ok(())
+    }
+
+    /// `Unregister` command: stop refreshing the value and withdraw it from its
+    /// owner and replicas now (a registration of TTL 0). Best effort: a copy the
+    /// withdrawal misses expires with its TTL.
+    pub(crate) fn unregister(&mut self, now: Instant, name: String, value: String) {
+        let before = self.own.len();
+        self.own.retain(|r| r.name != name || r.value != value);
+        if self.own.len() < before && self.joined() {
+            self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms: 0 });
+        }
     }
 
     /// Sends every own registration that is due to its owner; re-arms the timer.
@@ -270,9 +293,13 @@ impl ChordNode {
         self.store_entry(now, entry);
     }
 
+    /// Stores (or refreshes) one entry; an entry with a TTL of 0 withdraws its value.
     fn store_entry(&mut self, now: Instant, entry: Entry) {
         if entry.name.len() > self.cfg.max_name_len || entry.value.len() > self.cfg.max_value_len {
             return self.drop_input();
+        }
+        if entry.ttl_ms == 0 {
+            return self.store.remove(&entry.name, &entry.value);
         }
         let ttl = Duration::from_millis(entry.ttl_ms).min(self.cfg.max_ttl);
         let expires = Self::later(now, ttl);

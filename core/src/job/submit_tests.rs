@@ -57,6 +57,7 @@ fn res(slots: u32, mem_mb: u64, tags: &[&str]) -> Resources {
         slots,
         tags: tags.iter().map(|t| t.to_string()).collect(),
         extra: BTreeMap::new(),
+        ..Resources::default()
     }
 }
 
