@@ -146,7 +146,10 @@ fn is_attr(s: &str) -> bool {
 /// `int[.frac]` (up to three decimals) as thousandths, e.g. `0.52` -> 520.
 fn parse_milli(s: &str) -> Option<u32> {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-    if int.is_empty() || int.len() > 6 || frac.len() > 3 || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
+    if int.is_empty()
+        || int.len() > 6
+        || frac.len() > 3
+        || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
     {
         return None;
     }
@@ -232,9 +235,7 @@ impl Requirement {
         match self {
             Requirement::Tag(t) => Some(tag_name(t)),
             // Every node registers its os, arch and arch families as tags.
-            Requirement::Compare { attr, op: Op::Eq, value } if attr == "os" || attr == "arch" => {
-                Some(tag_name(value))
-            }
+            Requirement::Compare { attr, op: Op::Eq, value } if attr == "os" || attr == "arch" => Some(tag_name(value)),
             Requirement::Compare { attr, op: Op::Eq, value }
                 if as_number(value).is_none() && !LIVE_ATTRS.contains(&attr.as_str()) =>
             {
@@ -449,15 +450,10 @@ impl Resources {
         let a = addr.to_string();
         let mut v = vec![(ANY_NAME.to_owned(), self.any_value(addr))];
         v.extend(self.all_tags().iter().map(|t| (tag_name(t), a.clone())));
-        v.extend(
-            self.attrs()
-                .into_iter()
-                .filter(|(k, _)| !LIVE_ATTRS.contains(&k.as_str()))
-                .map(|(k, val)| {
-                    let val = if k == "os" || k == "arch" { val.to_ascii_lowercase() } else { val };
-                    (attr_name(&k, &val), a.clone())
-                }),
-        );
+        v.extend(self.attrs().into_iter().filter(|(k, _)| !LIVE_ATTRS.contains(&k.as_str())).map(|(k, val)| {
+            let val = if k == "os" || k == "arch" { val.to_ascii_lowercase() } else { val };
+            (attr_name(&k, &val), a.clone())
+        }));
         v
     }
 }
@@ -535,7 +531,8 @@ mod tests {
         let pi = Resources { arch: "aarch64".into(), ..node() };
         assert!(req("arm").matches(&pi) && req("arm64").matches(&pi) && !req("x86").matches(&pi));
         // The narrowing names are what nodes register: lower case, families included.
-        let regs: BTreeSet<String> = n.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
+        let regs: BTreeSet<String> =
+            n.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
         for r in ["Linux", "x86", "os=LINUX", "arch=X86", "GPU"] {
             let name = req(r).query_name().unwrap();
             assert!(regs.contains(&name), "{r} queries {name}, which no node registers: {regs:?}");
@@ -553,14 +550,18 @@ mod tests {
             ..node()
         };
         let line = live.to_line();
-        assert!(line.contains("slots=1 slots_total=4 load=1.520 mem_free_mb=2000") && line.contains("gen=42"), "{line}");
+        assert!(
+            line.contains("slots=1 slots_total=4 load=1.520 mem_free_mb=2000") && line.contains("gen=42"),
+            "{line}"
+        );
         assert_eq!(Resources::from_line(&line).unwrap(), live);
         assert!(req("load<2").matches(&live) && !req("load<1.5").matches(&live));
         assert!(req("mem_free_mb>=2000").matches(&live) && req("slots_total=4").matches(&live));
         for r in ["load<2", "mem_free_mb>=1", "slots_total=4", "slots>=1"] {
             assert_eq!(req(r).query_name(), None, "{r}");
         }
-        let names: Vec<String> = live.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
+        let names: Vec<String> =
+            live.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
         assert!(!names.iter().any(|n| ["slots", "load", "mem_free", "gen"].iter().any(|l| n.contains(l))), "{names:?}");
         assert_eq!(parse_milli("0.5"), Some(500));
         assert_eq!(parse_milli("12"), Some(12_000));
