@@ -131,7 +131,7 @@ impl Submission {
             .map(|(i, name)| Query { name, token: token_base + i as u64, attempts: 1, values: None })
             .collect();
         let xml = Bytes::from(desc.to_xml());
-        let mut files = vec![Some(("job.xml".to_owned(), xml.clone(), digest(&xml)))];
+        let mut files = vec![Some((crate::job::description::STAGED_JOB_FILE.to_owned(), xml.clone(), digest(&xml)))];
         files.extend(std::iter::repeat_n(None, 1 + desc.inputfiles.len()));
         let n = desc.processes;
         let valid = (1..=super::super::description::MAX_PROCESSES).contains(&n);
@@ -381,7 +381,7 @@ impl Submission {
         let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
         match data {
             Ok(FileData { bytes, digest }) => {
-                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+                let name = crate::job::description::staged_name(&path).to_owned();
                 self.files[i] = Some((name, bytes, digest));
             }
             Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
