@@ -62,6 +62,13 @@ pub struct Config {
     pub log_level: String,
     /// Overlay maintenance period in milliseconds (stabilize, fix fingers).
     pub stabilize_ms: u64,
+    /// How often a peer with business (a job's submitter or executors) is sent
+    /// a heartbeat, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// How long such a peer may stay silent before its jobs fail, in milliseconds.
+    pub failure_timeout_ms: u64,
+    /// How long a finished job (status, exit codes, output) is kept, in seconds.
+    pub retention_s: u64,
 }
 
 impl Default for Config {
@@ -77,6 +84,9 @@ impl Default for Config {
             tags: Vec::new(),
             log_level: "info".into(),
             stabilize_ms: 1000,
+            heartbeat_ms: 1000,
+            failure_timeout_ms: 10_000,
+            retention_s: 3600,
         }
     }
 }
@@ -148,6 +158,18 @@ pub fn detect() -> Resources {
     }
 }
 
+/// The one-minute load average (thousandths) and available memory (MiB) now.
+pub fn host_stats() -> Option<(u32, u64)> {
+    let load = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mem = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some((parse_loadavg(&load)?, meminfo_mb(&mem, "MemAvailable:")?))
+}
+
+fn parse_loadavg(text: &str) -> Option<u32> {
+    let first: f64 = text.split_whitespace().next()?.parse().ok()?;
+    (first.is_finite() && first >= 0.0).then(|| (first * 1000.0).round().min(f64::from(u32::MAX)) as u32)
+}
+
 /// `MemTotal` of /proc/meminfo, in MiB.
 fn mem_mb() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -155,7 +177,11 @@ fn mem_mb() -> Option<u64> {
 }
 
 fn parse_meminfo(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    meminfo_mb(text, "MemTotal:")
+}
+
+fn meminfo_mb(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024)
 }
@@ -182,6 +208,10 @@ mod tests {
         let bad = Config { advertise: Some("nowhere".into()), ..any };
         assert!(bad.check().is_err());
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
+        assert_eq!(meminfo_mb("MemTotal: 2048 kB\nMemAvailable:  1048576 kB\n", "MemAvailable:"), Some(1024));
+        assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));
+        assert_eq!(parse_loadavg("nan 0 0"), None);
+        assert!(host_stats().is_some(), "this is Linux: /proc is there");
         let r = Config { tags: vec!["gpu".into()], ..Config::default() }.resources();
         assert!(r.has_tag("gpu") && r.cores >= 1 && r.slots >= 1);
     }

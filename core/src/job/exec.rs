@@ -210,6 +210,11 @@ impl Execution {
         self.jobs.keys().copied()
     }
 
+    /// The submitters of the jobs this node holds.
+    pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        self.jobs.values().map(|j| j.submitter)
+    }
+
     fn event(&mut self, e: ExecEvent) {
         self.actions.push_back(Action::Event(e));
     }

@@ -236,6 +236,13 @@ impl Submission {
             }
         }
         self.phase = Phase::Finished;
+        // A finished job is kept for its status only: its files' bytes go now.
+        self.files = Vec::new();
+        self.out_files = BTreeMap::new();
+        for n in self.nodes.values_mut() {
+            n.stage = Stage::NotSent;
+            n.streamed = BTreeMap::new();
+        }
         self.event(SubmitEvent::Finished { job: self.job, outcome });
     }
 
