@@ -354,12 +354,14 @@ impl Cluster {
         self.hosts[i].ns.pids()
     }
 
-    /// Files and directories left under host `i`'s work directory (recursively),
-    /// besides the file cache.
+    /// Job directories (`job-*`, where ranks run) and kept logs (`out-*`) under
+    /// host `i`'s work directory: once every job is over and forgotten, none.
     pub fn leftovers(&self, i: usize) -> Vec<PathBuf> {
         let mut out = Vec::new();
         walk(&self.hosts[i].work, &mut out);
-        out.retain(|p| !p.components().any(|c| c.as_os_str() == "cache"));
+        out.retain(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("job-") || n.starts_with("out-"))
+        });
         out
     }
 
@@ -382,6 +384,15 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The daemons' own account of a failed test.
+            for i in 0..self.hosts.len() {
+                let log = self.log(i);
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("---- jobd on host {i} ({}), last lines:", self.hosts[i].ip);
+                tail.iter().rev().for_each(|l| eprintln!("{l}"));
+            }
+        }
         for h in &mut self.hosts {
             h.ns.signal("KILL");
             if let Some(mut c) = h.jobd.take() {

@@ -48,6 +48,8 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
 #[derive(Debug)]
 pub struct Finished {
     pub ok: bool,
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -84,7 +86,12 @@ pub fn run_to_end(mut cmd: Command, limit: Duration) -> Finished {
         assert!(Instant::now() < deadline, "{cmd:?} did not finish in {limit:?}");
         std::thread::sleep(Duration::from_millis(5));
     };
-    Finished { ok: status.success(), stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
+    Finished {
+        ok: status.success(),
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
 }
 
 /// Longest wait for one answer line.

@@ -210,6 +210,11 @@ impl Execution {
         self.jobs.keys().copied()
     }
 
+    /// The jobs this node runs for `submitter`.
+    pub fn jobs_of(&self, submitter: NodeAddr) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id)
+    }
+
     /// The submitters of the jobs this node holds.
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
         self.jobs.values().map(|j| j.submitter)

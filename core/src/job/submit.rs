@@ -289,6 +289,11 @@ impl Submitter {
         self.jobs.values_mut().for_each(|s| s.handle_peer_silent(now, node, silent));
     }
 
+    /// Whether `job` is live here with ranks (or an offer) on `node`.
+    pub fn runs_on(&self, job: JobId, node: NodeAddr) -> bool {
+        self.jobs.get(&job).is_some_and(|s| s.peers().any(|p| p == node))
+    }
+
     /// Forgets one job (its request id too).
     pub fn forget(&mut self, job: JobId) {
         self.jobs.remove(&job);

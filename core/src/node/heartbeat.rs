@@ -6,6 +6,12 @@
 //! as hearing from it. A peer not heard from for `timeout` is gone: its jobs fail
 //! with a message naming it, and it is watched afresh (with a full timeout) if
 //! there is business with it again.
+//!
+//! A heartbeat also lists the jobs its sender runs for the receiver. A node that
+//! was cut off long enough for its submitter to fail the job, and then comes
+//! back, hears from the submitter again (the overlay talks to it) but would
+//! never learn that the job is gone: the submitter answers such a list with a
+//! kill of every job it no longer runs there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -13,7 +19,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{DaemonNode, NodeMsg, Timer};
-use crate::machine::NodeAddr;
+use crate::job::{JobId, JobMsg};
+use crate::machine::{Action, NodeAddr};
+use crate::wire::Envelope;
 
 /// When each watched peer was last heard from.
 #[derive(Debug)]
@@ -70,7 +78,8 @@ impl DaemonNode {
         let watched = self.watched();
         let (beat, silent) = self.liveness.tick(now, &watched);
         for peer in beat {
-            self.send(peer, NodeMsg::Heartbeat, Bytes::new());
+            let running = self.exec.jobs_of(peer).collect();
+            self.send(peer, NodeMsg::Heartbeat { running }, Bytes::new());
         }
         for (peer, quiet) in silent {
             tracing::info!(%peer, ?quiet, "a peer stopped answering");
@@ -79,6 +88,22 @@ impl DaemonNode {
         self.timers.set(Timer::Heartbeat, now + self.liveness.period);
     }
 }
+
+impl DaemonNode {
+    /// `from` says it runs `running` for this node: kill what is not so here.
+    pub(super) fn check_running(&mut self, from: NodeAddr, running: Vec<JobId>) {
+        for job in running.into_iter().take(MAX_LISTED) {
+            if !self.submitter.runs_on(job, from) {
+                tracing::info!(%job, node = %from, "killing a job this node no longer runs there");
+                let kill = Envelope::new(self.addr.id(), self.addr, 0, NodeMsg::Job(JobMsg::Kill { job }));
+                self.actions.push_back(Action::Send { to: from, msg: kill });
+            }
+        }
+    }
+}
+
+/// Most jobs of one heartbeat looked at (a node runs a job per slot at most).
+const MAX_LISTED: usize = 1024;
 
 #[cfg(test)]
 mod tests {

@@ -68,8 +68,11 @@ pub enum NodeMsg {
     Chord(ChordMsg),
     /// Submitter and executor traffic.
     Job(JobMsg),
-    /// "Still here", to a peer this node has business with ([`heartbeat`]).
-    Heartbeat,
+    /// "Still here", to a peer this node has business with ([`heartbeat`]),
+    /// with the jobs the sender runs for the receiver as their submitter: one the
+    /// receiver no longer runs (it failed the job while the sender was cut off)
+    /// is killed.
+    Heartbeat { running: Vec<JobId> },
     /// A tool request about a job this node holds, forwarded by the node the tool
     /// talks to; answered with [`NodeMsg::ToolReply`]s carrying the same `fwd`.
     Tool { fwd: u64, req: ToolRequest },
@@ -548,7 +551,7 @@ impl DaemonNode {
     fn on_node_message(&mut self, now: Instant, from: NodeAddr, body: NodeMsg, payload: Bytes) {
         match body {
             NodeMsg::Chord(_) | NodeMsg::Job(_) => {}
-            NodeMsg::Heartbeat => {}
+            NodeMsg::Heartbeat { running } => self.check_running(from, running),
             NodeMsg::Tool { fwd, req } => self.on_forwarded(now, from, fwd, req),
             NodeMsg::ToolReply { fwd, reply } => self.on_forwarded_reply(from, fwd, reply, payload),
             NodeMsg::ToolCancel { fwd } => self.drop_client(Client::Remote { node: from, fwd }),
