@@ -111,7 +111,12 @@ fn wait_status(c: &Cluster, i: usize, job: &str, want: &str, limit: Duration) ->
         if s.stdout.contains(want) {
             return s.stdout;
         }
-        assert!(Instant::now() < deadline, "status of {job} on host {i} never showed {want:?}: {} {}", s.stdout, s.stderr);
+        assert!(
+            Instant::now() < deadline,
+            "status of {job} on host {i} never showed {want:?}: {} {}",
+            s.stdout,
+            s.stderr
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -120,7 +125,11 @@ fn wait_status(c: &Cluster, i: usize, job: &str, want: &str, limit: Duration) ->
 fn any_node_controls_any_job_and_a_late_wait_shows_all_output() {
     let Some(c) = cluster("control_anywhere", 4, &[]) else { return };
     // The classic requirements, in the thesis's spelling: "Linux" and "x86".
-    let talk = write(&c, "talk.sh", "#!/bin/sh\nfor i in 1 2 3; do echo early $i; done\necho to stderr >&2\nsleep 3\necho late\n");
+    let talk = write(
+        &c,
+        "talk.sh",
+        "#!/bin/sh\nfor i in 1 2 3; do echo early $i; done\necho to stderr >&2\nsleep 3\necho late\n",
+    );
     let job = job_file(&c, "talk.xml", &talk, 2, "");
     let id = submit(&c, 0, &job);
     let line = wait_status(&c, 2, &id, "2 running", Duration::from_secs(20));
@@ -199,11 +208,9 @@ fn a_paused_host_fails_its_job_within_the_failure_timeout_naming_it() {
     // The other hosts stopped their ranks; the paused one stops its own once it
     // runs again and finds its submitter gone quiet.
     for i in 0..2 {
-        p2pmp_tests::wait_until("the job's ranks gone", Duration::from_secs(10), || {
-            match ranks_on(&c, i, tag) {
-                0 => Ok(()),
-                n => Err(format!("{n} left on host {i}")),
-            }
+        p2pmp_tests::wait_until("the job's ranks gone", Duration::from_secs(10), || match ranks_on(&c, i, tag) {
+            0 => Ok(()),
+            n => Err(format!("{n} left on host {i}")),
         });
     }
     c.resume(2);
@@ -218,7 +225,12 @@ fn a_paused_host_fails_its_job_within_the_failure_timeout_naming_it() {
 /// The `slots` column (free/total) of every node `p2pjob nodes` lists on host `i`.
 fn slots_column(c: &Cluster, i: usize) -> Vec<String> {
     let out = c.p2pjob(i, &["nodes"], Duration::from_secs(20));
-    out.stdout.lines().filter(|l| l.starts_with("198.18.")).filter_map(|l| l.split_whitespace().nth(6)).map(str::to_owned).collect()
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with("198.18."))
+        .filter_map(|l| l.split_whitespace().nth(6))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -248,7 +260,11 @@ fn free_slots_are_advertised_live_and_finished_jobs_are_forgotten_after_retentio
     assert!(s.stdout.contains("killed"), "{} {}", s.stdout, s.stderr);
     p2pmp_tests::wait_until("the job forgotten", Duration::from_secs(20), || {
         let s = c.p2pjob(1, &["status", &id], Duration::from_secs(20));
-        if s.code == Some(3) && s.stderr.contains("no job") { Ok(()) } else { Err(format!("{} {}", s.stdout, s.stderr)) }
+        if s.code == Some(3) && s.stderr.contains("no job") {
+            Ok(())
+        } else {
+            Err(format!("{} {}", s.stdout, s.stderr))
+        }
     });
     assert!(c.leftovers(0).is_empty(), "files left on the holder: {:?}", c.leftovers(0));
 }

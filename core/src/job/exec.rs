@@ -11,8 +11,10 @@
 //!   [`JobMsg::Staged`] (so never started) until every file matches. File 0, the job
 //!   file, must also match the offer's digest; it is kept to read the arguments.
 //! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
-//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`, and
-//!   `P2PMP_HOST`: the node's advertised IP, where ranks listen); output comes in
+//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
+//!   `P2PMP_HOST`: the node's advertised IP, where ranks listen, and
+//!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for);
+//!   output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
 //!   back in chunks with at most [`ExecConfig::output_window`] bytes unacknowledged
@@ -53,6 +55,9 @@ pub struct ExecConfig {
     pub output_window: usize,
     /// Most bytes of verified staged files kept for later jobs (0: none).
     pub cache_bytes: u64,
+    /// How long a rank's peer may stay silent before their connection counts as
+    /// broken (`P2PMP_FAILURE_TIMEOUT_MS` of every rank).
+    pub failure_timeout: Duration,
 }
 
 impl ExecConfig {
@@ -65,6 +70,7 @@ impl ExecConfig {
             chunk_size: 256 * 1024,
             output_window: 4 << 20,
             cache_bytes: 1 << 30,
+            failure_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -308,6 +314,7 @@ impl Execution {
                         ("P2PMP_SIZE".to_owned(), size.to_string()),
                         ("P2PMP_NODE".to_owned(), self.config.node_control.clone()),
                         ("P2PMP_HOST".to_owned(), self.addr.0.ip().to_string()),
+                        ("P2PMP_FAILURE_TIMEOUT_MS".to_owned(), self.config.failure_timeout.as_millis().to_string()),
                     ];
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));

@@ -41,6 +41,11 @@ pub enum ToolRequest {
     /// node that holds the job, from the first byte), as [`ToolReply::Output`]s,
     /// then [`ToolReply::OutputEnd`]; only `rank`'s when given.
     Output { job: JobId, rank: Option<u32> },
+    /// Overlay diagnostics: the node responsible for SHA-1(`name`), and the hops
+    /// it took to find out.
+    Lookup { name: String },
+    /// Overlay diagnostics: every live value registered under `name`.
+    Query { name: String },
 }
 
 /// The overlay name under which the node holding `job` registers its address.
@@ -122,6 +127,10 @@ pub enum ToolReply {
     Finished { job: JobId, phase: JobPhase, codes: Vec<i32>, error: Option<String> },
     /// The last reply of [`ToolRequest::Output`]: nothing more was written yet.
     OutputEnd { job: JobId },
+    /// Answer to [`ToolRequest::Lookup`].
+    Owner { owner: NodeAddr, hops: u32 },
+    /// Answer to [`ToolRequest::Query`].
+    Values { values: Vec<String> },
 }
 
 impl ToolReply {

@@ -272,6 +272,8 @@ enum Pending {
     Locate { fwd: u64 },
     /// Which nodes forwarded status request `fwd` asks: `res:any`.
     Gather { fwd: u64 },
+    /// `p2pjob lookup` or `p2pjob query`.
+    Diagnose { conn: ConnId, request_id: u64 },
 }
 
 /// Who asked a tool request: a tool on a local connection, or another node
@@ -358,7 +360,9 @@ impl DaemonNode {
     pub fn new(config: DaemonConfig, addr: NodeAddr, now: Instant) -> Self {
         let chord = ChordNode::new(config.chord, addr, config.bootstrap, now, config.seed);
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
-        let exec = Execution::new(ExecConfig::new(config.resources.slots, config.control), addr);
+        let mut exec_config = ExecConfig::new(config.resources.slots, config.control);
+        exec_config.failure_timeout = config.failure_timeout;
+        let exec = Execution::new(exec_config, addr);
         let mut timers = TimerTable::default();
         timers.set(Timer::Heartbeat, now + config.heartbeat_period);
         let mut n = DaemonNode {
@@ -498,9 +502,24 @@ impl DaemonNode {
                 Some(Pending::Nodes { conn, request_id }) => self.nodes_listed(conn, request_id, result),
                 Some(Pending::Locate { fwd }) => self.located(now, fwd, result),
                 Some(Pending::Gather { fwd }) => self.gather_nodes(now, fwd, result),
+                Some(Pending::Diagnose { conn, request_id }) => {
+                    let reply = match result {
+                        Ok(values) => ToolReply::Values { values },
+                        Err(e) => ToolReply::Error { message: format!("overlay query failed: {e}") },
+                    };
+                    self.event(NodeEvent::ToolReply { conn, request_id, reply, payload: Bytes::new() });
+                }
                 None => {}
             },
-            OverlayEvent::LookupDone { .. } => {}
+            OverlayEvent::LookupDone { token, result, .. } => {
+                if let Some(Pending::Diagnose { conn, request_id }) = self.pending.remove(&token) {
+                    let reply = match result {
+                        Ok(r) => ToolReply::Owner { owner: r.owner, hops: r.hops },
+                        Err(e) => ToolReply::Error { message: format!("overlay lookup failed: {e}") },
+                    };
+                    self.event(NodeEvent::ToolReply { conn, request_id, reply, payload: Bytes::new() });
+                }
+            }
             other => {
                 if other == OverlayEvent::Joined && !self.left {
                     self.advertise_all(now);

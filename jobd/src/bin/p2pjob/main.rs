@@ -84,6 +84,17 @@ enum Cmd {
     },
     /// Every node of the network with its resources.
     Nodes,
+    /// Overlay diagnostics: the node responsible for SHA-1(NAME), and the hops.
+    Lookup {
+        /// Any name (a registration name, a process key, ...).
+        name: String,
+    },
+    /// Overlay diagnostics: every live value registered under NAME (`res:any`,
+    /// `res:tag:linux`, `job:<id>`, ...).
+    Query {
+        /// The registration name.
+        name: String,
+    },
     /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
     Run {
         /// Number of ranks.
@@ -250,6 +261,36 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             match c.call(ToolRequest::Nodes, Duration::from_secs(15)).map_err(daemon)? {
                 ToolReply::Nodes { nodes } => {
                     print_nodes(&nodes, json);
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Lookup { name } => {
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Lookup { name }, Duration::from_secs(15)).map_err(daemon)? {
+                ToolReply::Owner { owner, hops } => {
+                    if json {
+                        println!("{}", json!({"owner": owner.to_string(), "hops": hops}));
+                    } else {
+                        println!("owner {owner} hops {hops}");
+                    }
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Query { name } => {
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Query { name }, Duration::from_secs(15)).map_err(daemon)? {
+                ToolReply::Values { values } => {
+                    if json {
+                        println!("{}", json!({"values": values}));
+                    } else {
+                        values.iter().for_each(|v| println!("{v}"));
+                    }
                     Ok(0)
                 }
                 ToolReply::Error { message } => Err(daemon(anyhow!(message))),
