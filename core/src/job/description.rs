@@ -521,7 +521,7 @@ impl JobDescription {
     /// to an equal description. Arguments go in one classic `<arguments>` when none
     /// holds whitespace, else one `<argument>` each. A description without
     /// requirements (as [`JobDescription::run`] builds) gets the catch-all
-    /// requirement `slots>=1`, so the file stays valid.
+    /// requirement `cores>=1` (every node has a core), so the file stays valid.
     pub fn to_xml(&self) -> String {
         fn esc(s: &str) -> String {
             escape::escape(s).replace('\r', "&#13;")
@@ -540,7 +540,7 @@ impl JobDescription {
         self.outputfiles.iter().for_each(|f| elem("outputfile", f));
         elem("processes", &self.processes.to_string());
         if self.requirements.is_empty() {
-            elem("requirement", "slots>=1");
+            elem("requirement", "cores>=1");
         }
         self.requirements.iter().for_each(|r| elem("requirement", &r.to_string()));
         if let Some(c) = self.checkpoint {

@@ -51,7 +51,12 @@ impl Stage {
 
 #[derive(Debug)]
 struct Node {
+    /// Its process slots in all: what an offer may ask of it.
     slots: u32,
+    /// Its free slots when it advertised (the line may be a moment old): the
+    /// first key of placement, never a reason to pass a node over, since the
+    /// node's own accept or reject decides.
+    free_hint: u32,
     /// Its load average in thousandths when it advertised (0: not said).
     load_milli: u32,
     accepted: Vec<u32>,
@@ -302,9 +307,12 @@ impl Submission {
         for (addr, res) in all {
             let listed =
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
-            if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
+            // Lines of older nodes carry only free slots; newer ones their total too.
+            let total = res.slots_total.max(res.slots);
+            if total > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
                 let node = Node {
-                    slots: res.slots,
+                    slots: total,
+                    free_hint: res.slots.min(total),
                     load_milli: res.load_milli.unwrap_or(0),
                     accepted: Vec::new(),
                     offer: None,
@@ -338,21 +346,22 @@ impl Submission {
             self.fail(err);
             return;
         }
-        // Max-heap on free slots, ties to the least loaded, then the lowest address.
+        // Max-heap on the slots the node said were free, then the slots it may
+        // still have, ties to the least loaded, then the lowest address.
         use std::cmp::Reverse;
-        let mut heap: BinaryHeap<(u32, Reverse<u32>, Reverse<NodeAddr>)> = self
+        let mut heap: BinaryHeap<(u32, u32, Reverse<u32>, Reverse<NodeAddr>)> = self
             .nodes
             .iter()
             .filter(|(_, n)| !n.closed && n.offer.is_none() && n.free() > 0)
-            .map(|(a, n)| (n.free(), Reverse(n.load_milli), Reverse(*a)))
+            .map(|(a, n)| (n.free_hint.min(n.free()), n.free(), Reverse(n.load_milli), Reverse(*a)))
             .collect();
         let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
         while let Some(&rank) = self.unplaced.first() {
-            let Some((free, load, Reverse(addr))) = heap.pop() else { break };
+            let Some((hint, free, load, Reverse(addr))) = heap.pop() else { break };
             self.unplaced.remove(&rank);
             offers.entry(addr).or_default().push(rank);
             if free > 1 {
-                heap.push((free - 1, load, Reverse(addr)));
+                heap.push((hint.saturating_sub(1), free - 1, load, Reverse(addr)));
             }
         }
         let digest = self.files[0].as_ref().map(|f| f.2).unwrap_or_default();

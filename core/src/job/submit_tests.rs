@@ -652,12 +652,20 @@ fn a_silent_node_fails_the_job_naming_it_and_its_ranks() {
 fn of_two_lines_of_one_node_the_newest_counts() {
     // Node 1 filled up: its newer line (gen 2) says no slot is free; the older
     // line, not withdrawn everywhere yet, still says 4.
-    let full = Resources { slots: 0, generation: 2, ..res(4, 8000, &[]) };
-    let stale = Resources { slots: 4, generation: 1, ..res(4, 8000, &[]) };
+    let full = Resources { slots: 0, slots_total: 4, generation: 2, ..res(4, 8000, &[]) };
+    let stale = Resources { slots: 4, slots_total: 4, generation: 1, ..res(4, 8000, &[]) };
     let mut h = Harness::new(&[(addr(1), full, Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
     h.regs.get_mut(ANY_NAME).unwrap().push(stale.any_value(addr(1)));
     let mut s = submission(&h, job(1, &["linux"]));
     h.run(&mut s, 50);
     assert_eq!(h.offers(), vec![(addr(2), vec![0])]);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0] }));
+    // A node that said it was full is still asked when the others cannot take
+    // the job: its line may be a moment old, and its own answer decides.
+    let full = Resources { slots: 0, slots_total: 4, generation: 2, ..res(4, 8000, &[]) };
+    let mut h = Harness::new(&[(addr(1), full, Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    let mut s = submission(&h, job(3, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.offers(), vec![(addr(1), vec![1, 2]), (addr(2), vec![0])]);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 3] }));
 }
