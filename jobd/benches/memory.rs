@@ -47,9 +47,19 @@ fn run_one(c: &mut Client, nonce: u64, dir: &str) -> bool {
                 }
                 return phase == JobPhase::Done;
             }
-            Ok((rid, ToolReply::Error { .. }, _)) if rid == id => return false,
+            Ok((rid, ToolReply::Error { message }, _)) if rid == id => {
+                if std::env::var_os("MEMORY_BENCH_WHY").is_some() {
+                    eprintln!("job refused: {message}");
+                }
+                return false;
+            }
             Ok(_) => {}
-            Err(_) => return false,
+            Err(e) => {
+                if std::env::var_os("MEMORY_BENCH_WHY").is_some() {
+                    eprintln!("connection: {e:#}");
+                }
+                return false;
+            }
         }
     }
 }
