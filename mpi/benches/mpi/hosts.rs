@@ -14,7 +14,7 @@ pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64
 
 /// Every figure of the two-host rows (with the reason where there is none).
 pub(crate) fn pingpong(quick: bool, limit: Duration) -> Vec<Figure> {
-    let got: Vec<(&'static str, Vec<(usize, Result<f64, String>)>)> = match measure(quick, limit) {
+    let got: Vec<(&'static str, Figures)> = match measure(quick, limit) {
         Ok(v) => v,
         Err(why) => ["p2pmp", "raw_tcp"].map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).collect())).into(),
     };
