@@ -131,7 +131,7 @@ fn run_builds_a_valid_file() {
     let back = JobDescription::parse(j.to_xml().as_bytes()).unwrap().job;
     assert_eq!(
         back.requirements,
-        [Requirement::Compare { attr: "slots".into(), op: crate::job::Op::Ge, value: "1".into() }]
+        [Requirement::Compare { attr: "cores".into(), op: crate::job::Op::Ge, value: "1".into() }]
     );
     assert_eq!((back.executable, back.arguments, back.processes), (j.executable, j.arguments, 4));
 }
