@@ -167,7 +167,9 @@ async fn shell(
         tokio::select! {
             _ = stats.tick() => {
                 if let Some((load_milli, mem_free_mb)) = crate::config::host_stats() {
-                    command(&remote, NodeCommand::HostStats { load_milli, mem_free_mb });
+                    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                    let unix_ms = unix.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    command(&remote, NodeCommand::HostStats { load_milli, mem_free_mb, unix_ms });
                 }
             },
             ev = handle.events().recv() => match ev {

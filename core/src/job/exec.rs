@@ -179,6 +179,8 @@ pub struct Execution {
     free: u32,
     jobs: BTreeMap<JobId, ExecJob>,
     cache: FileCache,
+    /// Jobs waiting for slots here ([`queue`]).
+    waiting: queue::Waiting,
     actions: VecDeque<Action<JobMsg, ExecEvent>>,
     ignored: u64,
 }
@@ -196,6 +198,7 @@ impl Execution {
             config,
             addr,
             jobs: BTreeMap::new(),
+            waiting: queue::Waiting::default(),
             actions: VecDeque::new(),
             ignored: 0,
         }
@@ -218,12 +221,18 @@ impl Execution {
 
     /// The jobs this node runs for `submitter`.
     pub fn jobs_of(&self, submitter: NodeAddr) -> impl Iterator<Item = JobId> + '_ {
-        self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id)
+        let held = self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id);
+        held.chain(self.waiting.jobs_of(submitter))
     }
 
-    /// The submitters of the jobs this node holds.
+    /// The submitters of the jobs this node holds or queues.
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
-        self.jobs.values().map(|j| j.submitter)
+        self.jobs.values().map(|j| j.submitter).chain(self.waiting.submitters())
+    }
+
+    /// Jobs queued here, waiting for slots.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 
     fn event(&mut self, e: ExecEvent) {
@@ -239,6 +248,7 @@ impl Execution {
         if n > 0 {
             self.free = (self.free + n).min(self.config.slots);
             self.event(ExecEvent::SlotsChanged { free: self.free });
+            self.regrant();
         }
     }
 
@@ -263,8 +273,13 @@ impl Execution {
 
     fn on_message(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
         let job = body.job();
-        if let JobMsg::Offer { ranks, size, digest, .. } = body {
-            return self.on_offer(now, from, job, ranks, size, digest);
+        match body {
+            JobMsg::Offer { ranks, size, digest, .. } => return self.on_offer(now, from, job, ranks, size, digest),
+            JobMsg::Want { ranks, priority, .. } => return self.on_want(from, job, ranks, priority),
+            JobMsg::Unwant { .. } => return self.on_unwant(from, job),
+            // A kill of a job that only waits here ends its wait.
+            JobMsg::Kill { .. } if !self.jobs.contains_key(&job) => return self.on_unwant(from, job),
+            _ => {}
         }
         let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
         match body {
@@ -396,11 +411,14 @@ impl Execution {
             }
         }
         let n = ranks.len() as u32;
-        if n > self.free {
+        // Slots granted to jobs waiting before this one are theirs.
+        if n > self.free.saturating_sub(self.waiting.granted_to_others(job)) {
             self.send(from, JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot }, Bytes::new());
             return Some(());
         }
         self.free -= n;
+        // Its grant (if it waited here) is taken by this offer.
+        self.stop_waiting(job);
         let deadline = now + self.config.start_timeout;
         let j = self.jobs.entry(job).or_insert_with(|| ExecJob {
             submitter: from,
@@ -492,7 +510,9 @@ impl Machine for Execution {
     }
 
     fn handle_send_failed(&mut self, _now: Instant, to: NodeAddr) {
-        // The submitter is gone: nobody can receive results, so stop its jobs.
+        // The submitter is gone: nobody can receive results, so stop its jobs
+        // and forget what it waits for (its grants go to others).
+        self.drop_waiting_of(to);
         let gone: Vec<JobId> = self.jobs.iter().filter(|(_, j)| j.submitter == to).map(|(k, _)| *k).collect();
         for job in gone {
             self.drop_job(job);
@@ -522,6 +542,8 @@ impl Machine for Execution {
 
 #[path = "exec_output.rs"]
 mod output;
+#[path = "exec_queue.rs"]
+mod queue;
 #[path = "exec_stage.rs"]
 mod stage;
 

@@ -68,6 +68,8 @@ pub enum JobPhase {
     Failed,
     /// Killed by the user.
     Killed,
+    /// Waiting for free slots on nodes that meet its requirements.
+    Queued,
 }
 
 /// One rank in a status answer.
@@ -98,6 +100,8 @@ pub struct JobStatus {
     pub error: Option<String>,
     /// The node that holds it (where it was submitted).
     pub holder: NodeAddr,
+    /// While it is queued: why, and its place.
+    pub waiting: Option<String>,
 }
 
 /// A daemon's answer to a [`ToolRequest`].
@@ -131,6 +135,8 @@ pub enum ToolReply {
     Owner { owner: NodeAddr, hops: u32 },
     /// Answer to [`ToolRequest::Query`].
     Values { values: Vec<String> },
+    /// The job waits for free slots, for this reason (sent when it changes).
+    Queued { job: JobId, reason: String },
 }
 
 impl ToolReply {
@@ -145,6 +151,7 @@ impl ToolReply {
                 | ToolReply::Output { .. }
                 | ToolReply::OutputFile { .. }
                 | ToolReply::Exited { .. }
+                | ToolReply::Queued { .. }
         )
     }
 }

@@ -1,7 +1,6 @@
 //! Daemon nodes in the simulator: the I/O shell is played by the test, which
 //! answers file reads and "runs" processes by reporting their output and exit.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -12,17 +11,27 @@ use crate::job::Resources;
 use crate::local::{LocalReply, LocalRequest};
 use crate::sim::{NodeIdx, Sim, SimConfig};
 
-fn resources(slots: u32) -> Resources {
+pub(super) fn resources(slots: u32) -> Resources {
     Resources { os: "linux".into(), arch: "x86_64".into(), cores: 2, mem_mb: 4096, slots, ..Resources::default() }
 }
 
 fn net(n: u32, t0: Instant) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
+    net_of(n, 2, t0)
+}
+
+/// `n` daemon nodes of `slots` slots each, joined (20 virtual seconds).
+pub(super) fn net_of(n: u32, slots: u32, t0: Instant) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
+    net_with(n, t0, |_| resources(slots))
+}
+
+/// `n` daemon nodes, node `i` with resources `res(i)`, joined (20 virtual seconds).
+pub(super) fn net_with(n: u32, t0: Instant, res: impl Fn(u32) -> Resources) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
     let mut sim = Sim::new(SimConfig { codec_roundtrip: true, ..SimConfig::default() }, t0);
     let first = NodeAddr::loopback(1, 7000);
     let mut idx = Vec::new();
     for i in 0..n {
         let addr = NodeAddr::loopback(1 + i, 7000);
-        let mut cfg = DaemonConfig::new(resources(2), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
+        let mut cfg = DaemonConfig::new(res(i), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
         if i > 0 {
             cfg.bootstrap = vec![first];
         }
@@ -161,82 +170,13 @@ fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
     assert_eq!(postcard::to_allocvec(&ToolReply::Values { values: vec![] }).unwrap(), [13, 0]);
 }
 
-/// The I/O shell of every node, played in memory: files, processes that print
-/// one line (and exit, when `exit` is set), tool replies by node and connection.
-#[derive(Default)]
-struct Shell {
-    files: BTreeMap<String, Vec<u8>>,
-    replies: Vec<(NodeIdx, ConnId, ToolReply, Bytes)>,
-    removed: Vec<String>,
-    exit: bool,
-}
+use super::sim_shell::SimShell as Shell;
 
-impl Shell {
-    fn run(&mut self, sim: &mut Sim<DaemonNode>, limit: Duration, mut done: impl FnMut(&Self) -> bool) {
-        let end = sim.now() + limit;
-        while sim.now() < end && !done(self) {
-            let mut later = Vec::new();
-            while let Some(ev) = sim.poll_event() {
-                let node = ev.node;
-                match ev.event {
-                    NodeEvent::ReadFile { job, file, path } => {
-                        let data = Ok(FileData::new(Bytes::from(format!("contents of {path}"))));
-                        later.push((node, NodeCommand::FileRead { job, file, data }));
-                    }
-                    NodeEvent::Spawn { job, rank, .. } => {
-                        let data = Bytes::from(format!("hello from {rank}\n"));
-                        later.push((node, NodeCommand::ProcessOutput { job, rank, stream: Stream::Stdout, data }));
-                        if self.exit {
-                            later.push((node, NodeCommand::ProcessExited { job, rank, code: 0 }));
-                        }
-                    }
-                    NodeEvent::WriteFile { path, offset, data } => {
-                        let f = self.files.entry(path).or_default();
-                        f.truncate(offset as usize);
-                        f.extend_from_slice(&data);
-                    }
-                    NodeEvent::ReplayOutput { replay, files } => {
-                        for f in files {
-                            let data = Bytes::from(self.files[&f.path][..f.len as usize].to_vec());
-                            let (rank, stream) = (f.rank, f.stream);
-                            later.push((node, NodeCommand::Replayed { replay, rank, stream, offset: 0, data }));
-                        }
-                        later.push((node, NodeCommand::ReplayDone { replay }));
-                    }
-                    NodeEvent::RemoveDir { path } => {
-                        self.files.retain(|p, _| !p.starts_with(&format!("{path}/")));
-                        self.removed.push(path);
-                    }
-                    NodeEvent::ToolReply { conn, reply, payload, .. } => {
-                        self.replies.push((node, conn, reply, payload))
-                    }
-                    _ => {}
-                }
-            }
-            for (node, cmd) in later {
-                sim.command(node, cmd).unwrap();
-            }
-            if !sim.step() {
-                break;
-            }
-        }
-    }
-
-    /// The replies on connection `conn` of node `node`.
-    fn on(&self, node: NodeIdx, conn: ConnId) -> Vec<&ToolReply> {
-        self.replies.iter().filter(|r| r.0 == node && r.1 == conn).map(|r| &r.2).collect()
-    }
-
-    fn ended(&self, node: NodeIdx, conn: ConnId) -> bool {
-        self.on(node, conn).last().is_some_and(|r| r.ends_request())
-    }
-}
-
-fn tool(sim: &mut Sim<DaemonNode>, node: NodeIdx, conn: ConnId, req: ToolRequest) {
+pub(super) fn tool(sim: &mut Sim<DaemonNode>, node: NodeIdx, conn: ConnId, req: ToolRequest) {
     sim.command(node, NodeCommand::Tool { conn, request_id: conn, req }).unwrap();
 }
 
-fn submitted(shell: &Shell, node: NodeIdx, conn: ConnId) -> crate::job::JobId {
+pub(super) fn submitted(shell: &Shell, node: NodeIdx, conn: ConnId) -> crate::job::JobId {
     shell
         .on(node, conn)
         .iter()
@@ -251,7 +191,7 @@ fn submitted(shell: &Shell, node: NodeIdx, conn: ConnId) -> crate::job::JobId {
 fn any_node_answers_for_a_job_held_by_another_and_replays_its_output() {
     let t0 = Instant::now();
     let (mut sim, n) = net(3, t0);
-    let mut shell = Shell { exit: true, ..Shell::default() };
+    let mut shell = Shell::new(Some(Duration::ZERO));
     let xml = crate::job::JobDescription::run("/bin/prog", vec![], 3).to_xml();
     tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
     shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
@@ -297,7 +237,7 @@ fn any_node_answers_for_a_job_held_by_another_and_replays_its_output() {
 fn a_finished_job_is_forgotten_with_its_logs_and_key_after_the_retention() {
     let t0 = Instant::now();
     let (mut sim, n) = net(2, t0);
-    let mut shell = Shell { exit: true, ..Shell::default() };
+    let mut shell = Shell::new(Some(Duration::ZERO));
     let xml = crate::job::JobDescription::run("/bin/prog", vec![], 2).to_xml();
     tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
     shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
@@ -323,7 +263,7 @@ fn a_finished_job_is_forgotten_with_its_logs_and_key_after_the_retention() {
 fn a_silent_executor_fails_the_job_within_the_failure_timeout_naming_it() {
     let t0 = Instant::now();
     let (mut sim, n) = net(2, t0);
-    let mut shell = Shell::default(); // ranks never exit
+    let mut shell = Shell::new(None); // ranks never exit
     let xml = crate::job::JobDescription::run("/bin/prog", vec![], 4).to_xml();
     tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
     let started = |s: &Shell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 4;

@@ -106,7 +106,7 @@ impl DaemonNode {
             Err(e) => return self.error(client, format!("bad job file: {e}")),
         };
         let size = parsed.job.processes;
-        match self.submitter.submit(now, nonce, parsed.job) {
+        match self.submitter.submit(now, nonce, parsed.job, self.wall_ms(now)) {
             Ok((job, new)) => {
                 self.hold(now, job, base_dir, size);
                 self.send_reply(client, ToolReply::Submitted { job, new }, Bytes::new());
