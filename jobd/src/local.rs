@@ -63,6 +63,11 @@ impl LocalNet {
         self.daemons[0].control_addr()
     }
 
+    /// Every daemon's control address.
+    pub fn controls(&self) -> Vec<SocketAddr> {
+        self.daemons.iter().map(Daemon::control_addr).collect()
+    }
+
     /// Every daemon's overlay address.
     pub fn overlay_addrs(&self) -> Vec<SocketAddr> {
         self.daemons.iter().map(Daemon::overlay_addr).collect()
