@@ -8,8 +8,8 @@
 //! to other jobs, so a stream of small later jobs cannot starve a large earlier
 //! one: the earliest job waiting anywhere is the earliest at every node it
 //! waits at, so it collects every slot it needs as they come free. Grants are
-//! told to the submitter only when they change (and, as a job moves to the
-//! head, how many wait ahead of it).
+//! told to the submitter only when they change (with how many wait ahead of
+//! it then: a job's place in line is as of its last grant).
 
 use std::collections::BTreeMap;
 
@@ -129,8 +129,9 @@ impl Execution {
             let grant = w.ranks.min(avail);
             avail -= grant;
             let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
-            let moved = ahead != w.told_ahead && (ahead < 8 || ahead <= w.told_ahead / 2);
-            if grant != w.granted || moved {
+            // A first answer always goes; later ones only when the grant changes
+            // (the place in line rides along: a job moving up costs nothing).
+            if grant != w.granted || w.told_ahead == u32::MAX {
                 w.granted = grant;
                 w.told_ahead = ahead;
                 tell.push((w.submitter, JobMsg::Grant { job: *job, slots: grant, ahead }));

@@ -22,7 +22,7 @@ use std::collections::BinaryHeap;
 use super::*;
 
 /// Most nodes one job waits at.
-pub(super) const MAX_WANTED: usize = 64;
+pub(super) const MAX_WANTED: usize = 32;
 /// Once the grants cover the job, how long it waits for the nodes that have
 /// not answered yet, so that its ranks spread over every node that can take
 /// them rather than the first to answer.
