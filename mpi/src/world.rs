@@ -341,14 +341,15 @@ impl World {
             return Ok(());
         }
         self.finalized = true;
-        // Everything written and acknowledged, except by peers that look gone (a
-        // broken link is reopened meanwhile), within reason.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        self.net.closing = true;
-        let settled = |w: &World| {
-            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || w.net.unreachable(r))
-        };
-        while !settled(self) && Instant::now() < deadline {
+        // Everything written, acknowledged and acknowledged back, except to peers
+        // the engine knows are gone (a broken link is reopened meanwhile), within
+        // reason.
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        self.net.start_closing(now);
+        self.engine.start_closing(now);
+        self.after_call()?;
+        while !(self.net.tx_empty() && self.engine.may_leave(Instant::now())) && Instant::now() < deadline {
             self.progress_once(Some(Duration::from_millis(1)))?;
         }
         self.net.unregister();

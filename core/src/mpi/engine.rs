@@ -48,6 +48,8 @@ pub struct MpiEngine {
     timers: TimerTable<Timer>,
     next_req: u64,
     pub(super) stats: MpiStats,
+    /// Leaving (`MPI_Finalize`): acknowledgements go out without delay.
+    pub(super) closing: bool,
 }
 
 impl MpiEngine {
@@ -73,6 +75,7 @@ impl MpiEngine {
             timers: TimerTable::default(),
             next_req: 0,
             stats: MpiStats::default(),
+            closing: false,
         })
     }
 
@@ -242,6 +245,7 @@ impl MpiEngine {
             return;
         }
         let p = from as usize;
+        self.peers[p].heard = true;
         let hdr = match msg {
             MpiMsg::Ack { ack, credit } => {
                 if !self.peers[p].on_ack(ack, credit) {
@@ -316,6 +320,7 @@ impl MpiEngine {
         self.out.retain(|&(q, _)| q != peer);
         let p = &mut self.peers[peer as usize];
         p.up = true;
+        p.unreachable_since = None;
         // Whatever we told the peer may have been lost with the connection.
         p.ack_sent = 0;
         p.announced = 0;
@@ -434,12 +439,12 @@ impl MpiEngine {
 
     /// Queues an acknowledgement to `to` if it lacks one: at once if enough is
     /// pending, else when the ack timer fires (unless a frame carries it first).
-    fn schedule_ack(&mut self, now: Instant, to: u32) {
+    pub(super) fn schedule_ack(&mut self, now: Instant, to: u32) {
         let p = &mut self.peers[to as usize];
         if !p.needs_ack() {
             return;
         }
-        if p.ack_urgent(&self.config) {
+        if self.closing || p.ack_urgent(&self.config) {
             if !p.in_ack_now {
                 p.in_ack_now = true;
                 self.ack_now.push_back(to);

@@ -56,6 +56,9 @@
 //! - **Reliability.** Every message except [`MpiMsg::Ack`] carries a per-peer sequence
 //!   number and a cumulative acknowledgement. After a reconnect exactly the
 //!   unacknowledged messages are resent; duplicates are discarded by sequence number.
+//! - **Leaving.** After [`MpiEngine::start_closing`] acknowledgements go out at once;
+//!   [`MpiEngine::may_leave`] holds once every peer has everything from us or is
+//!   known to be gone, on evidence gathered while closing (see `closing`).
 //!
 //! # Limits
 //! - The buffer bound covers eager data. A request to send waiting as unexpected
@@ -69,6 +72,7 @@
 //! - Sends cannot be cancelled, and truncation (a receive buffer shorter than the
 //!   message) is the library's check: the engine delivers the whole message.
 
+mod closing;
 mod config;
 mod engine;
 mod flow;
@@ -76,6 +80,7 @@ mod msg;
 mod queues;
 mod rendezvous;
 
+pub use closing::GONE_GRACE;
 pub use config::MpiConfig;
 pub use engine::MpiEngine;
 pub use msg::{MpiMsg, SeqHdr};

@@ -400,7 +400,14 @@ impl World {
         for c in &self.cancelled {
             assert!(matches!(self.done.get(c), Some(Completion::Cancelled { .. })), "cancel {c:?} not reported");
         }
+        // Finalize: every rank closes, and every one may then leave (nothing owed).
+        for e in &mut self.engines {
+            e.start_closing(self.now);
+        }
+        self.drain();
+        self.quiesce();
         for (r, e) in self.engines.iter().enumerate() {
+            assert!(e.may_leave(self.now), "rank {r} may not leave after everything settled");
             assert_eq!(e.unexpected_len(), 0, "rank {r}");
             assert_eq!(e.unexpected_charged(), 0, "rank {r}");
             assert_eq!(e.rendezvous_in_progress(), 0, "rank {r}");

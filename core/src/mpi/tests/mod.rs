@@ -465,3 +465,99 @@ fn engine_overhead_ping_pong() {
     let per = start.elapsed() / n;
     eprintln!("engine round trip: {per:?} ({} acks)", p.e[0].stats().acks_sent + p.e[1].stats().acks_sent);
 }
+
+mod closing {
+    //! Leaving: a rank may go only once its peers have everything from it, or are
+    //! known to be gone.
+
+    use super::*;
+
+    /// The finalize hang (issue #13): rank 0's first attempt to reach rank 1
+    /// failed (rank 1 had not registered yet), so its barrier message waited
+    /// for a reconnect; rank 1's barrier message arrived, rank 0's barrier was
+    /// done, and rank 0 took the old failure as proof that rank 1 was gone, left,
+    /// and rank 1 waited forever. A failure seen before closing proves nothing.
+    #[test]
+    fn a_failure_before_closing_never_lets_a_rank_leave_with_a_frame_undelivered() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        // Rank 0's driver could not connect: the frame waits for a reconnect.
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].handle_unreachable(now, 1);
+        let r0 = p.e[0].irecv(now, 1, Some(1), Some(1)).unwrap();
+        p.e[0].isend(1, 1, 1, Bytes::new()).unwrap();
+        let r1 = p.e[1].irecv(now, 1, Some(0), Some(1)).unwrap();
+        p.e[1].isend(1, 0, 1, Bytes::new()).unwrap();
+        p.pump();
+        assert!(p.completions(0).iter().any(|c| c.req() == r0), "rank 0's barrier is done");
+        assert!(p.completions(1).iter().all(|c| c.req() != r1), "rank 1's is not");
+        p.e[0].start_closing(now);
+        p.pump();
+        assert!(!p.e[0].may_leave(now), "rank 1 still waits for rank 0's frame");
+        let later = now + 10 * GONE_GRACE;
+        assert!(!p.e[0].may_leave(later), "no failure while closing: no evidence rank 1 left");
+        assert_eq!(p.e[0].leave_deadline(), None);
+        // The retry (made while closing) succeeds: the frame goes, and its ack comes
+        // back at once because rank 1 closes too.
+        p.e[0].handle_reconnected(1).unwrap();
+        p.e[1].handle_reconnected(0).unwrap();
+        p.pump();
+        assert!(p.completions(1).iter().any(|c| c.req() == r1), "rank 1's barrier is done");
+        p.e[1].start_closing(now);
+        p.pump();
+        assert!(p.e[0].may_leave(now) && p.e[1].may_leave(now));
+    }
+
+    #[test]
+    fn closing_sends_owed_acknowledgements_at_once() {
+        let mut p = Pair::new(MpiConfig::default());
+        p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
+        p.pump();
+        assert_eq!(p.e[0].unacked_len(1), 1, "the receiver delays its ack");
+        assert!(p.e[1].poll_timeout().is_some());
+        assert!(!p.e[1].may_leave(p.now), "not before closing");
+        assert!(!p.e[0].may_leave(p.now));
+        p.e[1].start_closing(p.now);
+        assert!(!p.e[1].may_leave(p.now), "it owes rank 0 an acknowledgement");
+        p.pump();
+        assert_eq!(p.e[0].unacked_len(1), 0, "acknowledged without waiting for the timer");
+        assert!(p.e[1].may_leave(p.now));
+        p.e[0].start_closing(p.now);
+        assert!(p.e[0].may_leave(p.now));
+    }
+
+    #[test]
+    fn a_peer_heard_from_is_gone_at_the_first_failure_while_closing() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        p.e[0].irecv(now, 0, Some(1), Some(0)).unwrap();
+        p.e[1].isend(0, 0, 0, Bytes::new()).unwrap();
+        p.pump();
+        // Rank 1 leaves; a last frame from rank 0 never reaches it.
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].isend(0, 1, 5, Bytes::from_static(b"late")).unwrap();
+        p.e[0].start_closing(now);
+        assert!(!p.e[0].may_leave(now));
+        p.e[0].handle_unreachable(now, 1);
+        assert!(p.e[0].is_gone(now, 1) && p.e[0].may_leave(now));
+    }
+
+    #[test]
+    fn a_peer_never_heard_from_is_gone_only_after_the_grace() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::new()).unwrap();
+        p.e[0].start_closing(now);
+        p.e[0].handle_unreachable(now, 1);
+        assert!(!p.e[0].may_leave(now), "it may just not have registered yet");
+        assert_eq!(p.e[0].leave_deadline(), Some(now + GONE_GRACE));
+        p.e[0].handle_unreachable(now + GONE_GRACE / 2, 1);
+        assert!(!p.e[0].may_leave(now + GONE_GRACE / 2), "the grace counts from the first failure");
+        assert!(p.e[0].may_leave(now + GONE_GRACE));
+        // A reconnect is evidence of life: the clock starts again.
+        p.e[0].handle_reconnected(1).unwrap();
+        assert!(!p.e[0].may_leave(now + GONE_GRACE));
+    }
+}
