@@ -199,6 +199,19 @@ fn init_then_finalize_never_hangs() {
 }
 
 #[test]
+fn the_launcher_kills_a_job_that_outlives_mpiexec_timeout() {
+    let Some(dir) = built() else { return };
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", "2", "-n", "2"]).arg(dir.join("c-tests/finalize")).arg("sleep");
+    cmd.env("MPIEXEC_TIMEOUT", "2");
+    let t = std::time::Instant::now();
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+    let out = r.stdout + &r.stderr;
+    assert!(!r.ok && out.contains("timed out after 2 s (MPIEXEC_TIMEOUT)"), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(20), "the ranks sleep 60 s: {:?}", t.elapsed());
+}
+
+#[test]
 fn p2pmpicc_shows_its_command_and_compiles_without_linking() {
     let Some(dir) = built() else { return };
     let show = Command::new(dir.join("p2pmpicc")).args(["-show", "x.c", "-o", "x"]).output().unwrap();

@@ -76,6 +76,9 @@ enum Cmd {
     /// Every node of the network with its resources.
     Nodes,
     /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
+    ///
+    /// As mpiexec does, a job still running after $MPIEXEC_TIMEOUT seconds is
+    /// killed (exit code 4).
     Run {
         /// Number of ranks.
         #[arg(short = 'n', long = "np", default_value_t = 1)]
@@ -160,13 +163,19 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             }
             let base = job.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
             let procs = parsed.job.processes;
-            submit(cli.node, local, xml, base, procs, wait || local.is_some(), json)
+            submit(cli.node, local, xml, base, procs, wait || local.is_some(), json, None)
         }
         Cmd::Run { n, local, program, args } => {
             let exe = find_program(&program).map_err(input)?;
             let xml = JobDescription::run(exe.to_string_lossy(), args, n).to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
-            submit(cli.node, local, xml, base, n, true, json)
+            // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds is killed.
+            let limit = std::env::var("MPIEXEC_TIMEOUT")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&s| s > 0)
+                .map(Duration::from_secs);
+            submit(cli.node, local, xml, base, n, true, json, limit)
         }
         Cmd::Status { job } => {
             let job = job.as_deref().map(parse_job).transpose()?;
@@ -209,7 +218,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
             let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
-            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }).map_err(daemon)?;
+            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }, None).map_err(daemon)?;
             Ok(report(&end, json))
         }
         Cmd::Kill { job } => {
@@ -290,6 +299,7 @@ fn submit(
     procs: u32,
     wait: bool,
     json: bool,
+    limit: Option<Duration>,
 ) -> Result<i32, Fail> {
     let net = match local {
         Some(n) => {
@@ -326,7 +336,7 @@ fn submit(
         };
     }
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, id, Some(procs), show)
+    let end = follow(&mut c, id, Some(procs), show, limit)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);
