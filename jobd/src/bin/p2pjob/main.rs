@@ -163,7 +163,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             }
             let base = job.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
             let procs = parsed.job.processes;
-            submit(cli.node, local, xml, base, procs, wait || local.is_some(), json, None)
+            let follow = if wait || local.is_some() { Follow::Yes { limit: None } } else { Follow::No };
+            submit(cli.node, local, xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, program, args } => {
             let exe = find_program(&program).map_err(input)?;
@@ -175,7 +176,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .filter(|&s| s > 0)
                 .map(Duration::from_secs);
-            submit(cli.node, local, xml, base, n, true, json, limit)
+            submit(cli.node, local, xml, base, n, Follow::Yes { limit }, json)
         }
         Cmd::Status { job } => {
             let job = job.as_deref().map(parse_job).transpose()?;
@@ -285,6 +286,13 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
 }
 
+/// Whether `submit` follows the job to its end, and for how long at most.
+#[derive(Debug, Clone, Copy)]
+enum Follow {
+    No,
+    Yes { limit: Option<Duration> },
+}
+
 /// Slots per node so `procs` ranks fit on `nodes` nodes.
 fn local_slots(procs: u32, nodes: usize) -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
@@ -297,9 +305,8 @@ fn submit(
     xml: String,
     base: PathBuf,
     procs: u32,
-    wait: bool,
+    follow_job: Follow,
     json: bool,
-    limit: Option<Duration>,
 ) -> Result<i32, Fail> {
     let net = match local {
         Some(n) => {
@@ -319,8 +326,9 @@ fn submit(
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id()) << 48;
     let base_dir = base.to_string_lossy().into_owned();
+    let wait = matches!(follow_job, Follow::Yes { .. });
     let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: wait }).map_err(daemon)?;
-    if !wait {
+    let Follow::Yes { limit } = follow_job else {
         let (_, reply, _) = c.next(Some(Duration::from_secs(10))).map_err(daemon)?;
         return match reply {
             ToolReply::Submitted { job, .. } => {
@@ -334,7 +342,7 @@ fn submit(
             ToolReply::Error { message } => Err(input(anyhow!(message))),
             other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
         };
-    }
+    };
     let show = Show { json, output: true, progress: true };
     let end = follow(&mut c, id, Some(procs), show, limit)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
