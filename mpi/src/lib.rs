@@ -37,16 +37,19 @@
 
 mod coll;
 mod comm;
+mod create;
 mod env;
 mod error;
+mod group;
 mod node;
 mod pod;
 mod sock;
 mod transport;
 mod world;
 
-pub use comm::CommId;
+pub use comm::{Comm, CommId};
 pub use env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
 pub use error::{Error, Result};
+pub use group::{Group, Similarity};
 pub use pod::{Op, Pod};
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

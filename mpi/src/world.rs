@@ -10,9 +10,9 @@ use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 
 pub use p2pmp_core::mpi::Status;
 
-use crate::comm::CommId;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
+use crate::group::Group;
 use crate::pod::{self, Pod};
 use crate::sock::Wait;
 use crate::transport::{DIRECT_MAX, Transport};
@@ -125,8 +125,20 @@ pub struct World {
     /// for it can read that peer's socket directly.
     recv_hint: Option<(RequestId, u32)>,
     finalized: bool,
-    /// The engine communicator id collectives use (see `World::collectives_in`).
-    pub(crate) coll_comm: u32,
+    /// Where the collectives run (see [`World::collectives_in`]).
+    pub(crate) coll: CollCtx,
+    /// The lowest context number this process has not used (see
+    /// [`World::comm_dup`]); 0 and 1 are the world's and `MPI_COMM_SELF`'s.
+    pub(crate) next_ctx: u32,
+}
+
+/// The communicator the collectives run on: its engine id for collective
+/// traffic, its group, and this process's rank in it.
+#[derive(Debug, Clone)]
+pub(crate) struct CollCtx {
+    pub(crate) id: u32,
+    pub(crate) group: Group,
+    pub(crate) me: u32,
 }
 
 /// Starts MPI for this process from the environment its node gave it
@@ -156,7 +168,8 @@ impl World {
             spin_now: SpinPolicy::for_world(env.size).spin,
             recv_hint: None,
             finalized: false,
-            coll_comm: COMM_COLL,
+            coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
+            next_ctx: 2,
         })
     }
 
@@ -321,12 +334,29 @@ impl World {
 
     /// The status of a message a receive with these arguments would take now.
     pub fn iprobe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Option<Status>> {
-        self.iprobe_in(CommId::WORLD, source, tag)
+        let world = self.comm_world();
+        self.iprobe_in(&world, source, tag)
     }
 
     /// Waits until a matching message is there and returns its status.
     pub fn probe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Status> {
-        self.probe_in(CommId::WORLD, source, tag)
+        let world = self.comm_world();
+        self.probe_in(&world, source, tag)
+    }
+
+    /// Runs `f` with the collectives on engine id `id` among `group`, where this
+    /// process has rank `me`.
+    pub(crate) fn collectives_on<R, E>(
+        &mut self,
+        id: u32,
+        group: Group,
+        me: u32,
+        f: impl FnOnce(&mut World) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let saved = std::mem::replace(&mut self.coll, CollCtx { id, group, me });
+        let r = f(self);
+        self.coll = saved;
+        r
     }
 
     /// Ends MPI: waits until every rank got here, hands everything to the peers,

@@ -12,8 +12,19 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 9] =
-    ["ring", "pingpong", "collectives", "anysource", "sendrecv", "ssend", "errors", "factor", "finalize"];
+const PROGRAMS: [&str; 11] = [
+    "ring",
+    "pingpong",
+    "collectives",
+    "anysource",
+    "sendrecv",
+    "ssend",
+    "errors",
+    "factor",
+    "finalize",
+    "groups",
+    "comms",
+];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
 /// without a C compiler.
@@ -128,6 +139,16 @@ fn sendrecv_shifts_reach_every_distance() {
 #[test]
 fn synchronous_sends_wait_for_their_receive() {
     passes("ssend", &[1, 2, 3], &[]);
+}
+
+#[test]
+fn group_calls_build_translate_and_compare_groups() {
+    passes("groups", &[1, 2, 5], &[]);
+}
+
+#[test]
+fn communicators_split_create_dup_and_join_into_intercommunicators() {
+    passes("comms", &[1, 2, 3, 4], &[]);
 }
 
 #[test]

@@ -89,6 +89,50 @@ impl OutBuf {
     }
 }
 
+/// `n` items at `p`: `MPI_ERR_ARG` for a negative `n` or a null `p` when `n > 0`.
+///
+/// # Safety
+/// `p` is null or valid for reads of `n` items for `'a`.
+pub(crate) unsafe fn in_array<'a, T>(p: *const T, n: c_int) -> Result<&'a [T], Fail> {
+    let n = usize::try_from(n).map_err(|_| Fail::new(MPI_ERR_ARG, format!("negative count {n}")))?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Fail::new(MPI_ERR_ARG, format!("null array of {n} items")));
+    }
+    // SAFETY: non-null; the caller vouches for `n` readable items.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// `n` writable items at `p` (as [`in_array`]).
+///
+/// # Safety
+/// `p` is null or valid for writes of `n` items for `'a`, not aliased.
+pub(crate) unsafe fn out_array<'a, T>(p: *mut T, n: c_int) -> Result<&'a mut [T], Fail> {
+    let n = usize::try_from(n).map_err(|_| Fail::new(MPI_ERR_ARG, format!("negative count {n}")))?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Fail::new(MPI_ERR_ARG, format!("null array of {n} items")));
+    }
+    // SAFETY: non-null; the caller vouches for `n` writable items.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// The NUL-terminated string at `p` (lossily decoded).
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+pub(crate) unsafe fn read_c_string(p: *const c_char) -> Result<String, Fail> {
+    if p.is_null() {
+        return Err(Fail::new(MPI_ERR_ARG, "null string".into()));
+    }
+    // SAFETY: non-null; the caller vouches for the terminator.
+    Ok(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
 /// Writes `s` as a NUL-terminated string into `cap` chars at `p` (cut to fit) and
 /// its length to `len`.
 ///

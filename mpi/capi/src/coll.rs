@@ -15,11 +15,11 @@ use crate::datatype::{Datatype, with_elem};
 use crate::error::Fail;
 use crate::state::call;
 
-/// Runs collective `f` on `comm`'s ids (or `solo` on a one-process communicator).
+/// Runs collective `f` on `comm` (an intracommunicator).
 fn collective(func: &'static str, comm: Handle, f: impl FnOnce(&mut World, &Comm) -> Result<(), Fail>) -> c_int {
     call(func, comm, |cx| {
         let c = cx.comms.get(comm)?;
-        cx.world.collectives_in(c.id, |w| f(w, &c))
+        cx.world.collectives_in(&c.c, |w| f(w, &c))
     })
 }
 
@@ -51,7 +51,7 @@ fn fill_root(out: Option<OutBuf>, got: Option<Vec<u8>>) -> Result<(), Fail> {
 /// `MPI_Barrier`.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
-    collective("MPI_Barrier", comm, |w, c| if c.solo { Ok(()) } else { Ok(w.barrier()?) })
+    collective("MPI_Barrier", comm, |w, _| Ok(w.barrier()?))
 }
 
 /// `MPI_Bcast`.
@@ -68,11 +68,8 @@ pub unsafe extern "C" fn MPI_Bcast(
 ) -> c_int {
     collective("MPI_Bcast", comm, |w, c| {
         let len = Datatype::from_handle(datatype)?.bytes(count)?;
-        let root = c.root(w, root)?;
-        if c.solo {
-            return Ok(());
-        }
-        if w.rank() == root {
+        let root = c.root(root)?;
+        if c.rank() == root {
             // SAFETY: the caller's buffer of `len` bytes (null refused when len > 0).
             let data = Bytes::copy_from_slice(unsafe { in_bytes(buffer, len)? });
             w.bcast_bytes(data, root)?;
@@ -138,13 +135,13 @@ pub unsafe extern "C" fn MPI_Reduce(
         let dt = Datatype::from_handle(datatype)?;
         let op = crate::op::for_datatype(op, dt)?;
         let len = dt.bytes(count)?;
-        let root = c.root(w, root)?;
-        let me_root = c.solo || w.rank() == root;
+        let root = c.root(root)?;
+        let me_root = c.rank() == root;
         // SAFETY: the caller's buffers of `len` bytes.
         let input = unsafe { reduce_input(sendbuf, recvbuf, len, me_root)? };
         // SAFETY: the root's receive buffer, written before this returns.
         let out = if me_root { Some(unsafe { OutBuf::new(recvbuf, len)? }) } else { None };
-        let result = if c.solo { Some(input) } else { reduce(w, &input, dt, op, Some(root))? };
+        let result = reduce(w, &input, dt, op, Some(root))?;
         fill_root(out, result)
     })
 }
@@ -162,7 +159,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    collective("MPI_Allreduce", comm, |w, c| {
+    collective("MPI_Allreduce", comm, |w, _| {
         let dt = Datatype::from_handle(datatype)?;
         let op = crate::op::for_datatype(op, dt)?;
         let len = dt.bytes(count)?;
@@ -170,7 +167,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
         let input = unsafe { reduce_input(sendbuf, recvbuf, len, true)? };
         // SAFETY: the caller's receive buffer, written before this returns.
         let out = unsafe { OutBuf::new(recvbuf, len)? };
-        let result = if c.solo { input } else { reduce(w, &input, dt, op, None)?.unwrap_or_default() };
+        let result = reduce(w, &input, dt, op, None)?.unwrap_or_default();
         out.fill_exact(&result)
     })
 }
@@ -193,19 +190,19 @@ pub unsafe extern "C" fn MPI_Gather(
 ) -> c_int {
     collective("MPI_Gather", comm, |w, c| {
         let (sblock, _) = blocks(sendcount, sendtype, 1)?;
-        let root = c.root(w, root)?;
-        let me_root = c.solo || w.rank() == root;
+        let root = c.root(root)?;
+        let me_root = c.rank() == root;
         // SAFETY: the caller's buffer.
         let send = unsafe { in_bytes(sendbuf, sblock)? };
         let out = if me_root {
-            let (rblock, all) = blocks(recvcount, recvtype, c.size(w))?;
+            let (rblock, all) = blocks(recvcount, recvtype, c.size())?;
             same_block(sblock, rblock)?;
             // SAFETY: the root's receive buffer, written before this returns.
             Some(unsafe { OutBuf::new(recvbuf, all)? })
         } else {
             None
         };
-        let got = if c.solo { Some(send.to_vec()) } else { w.gather::<u8>(send, root)? };
+        let got = w.gather::<u8>(send, root)?;
         fill_root(out, got)
     })
 }
@@ -228,15 +225,15 @@ pub unsafe extern "C" fn MPI_Scatter(
 ) -> c_int {
     collective("MPI_Scatter", comm, |w, c| {
         let (rblock, _) = blocks(recvcount, recvtype, 1)?;
-        let root = c.root(w, root)?;
+        let root = c.root(root)?;
         // SAFETY: the caller's receive buffer, written before this returns.
         let out = unsafe { OutBuf::new(recvbuf, rblock)? };
-        let got = if c.solo || w.rank() == root {
-            let (sblock, all) = blocks(sendcount, sendtype, c.size(w))?;
+        let got = if c.rank() == root {
+            let (sblock, all) = blocks(sendcount, sendtype, c.size())?;
             same_block(sblock, rblock)?;
             // SAFETY: the root's send buffer.
             let send = unsafe { in_bytes(sendbuf, all)? };
-            if c.solo { send.to_vec() } else { w.scatter::<u8>(Some(send), root)? }
+            w.scatter::<u8>(Some(send), root)?
         } else {
             w.scatter::<u8>(None, root)?
         };
@@ -262,7 +259,7 @@ unsafe fn exchange(
     comm: Handle,
 ) -> c_int {
     collective(func, comm, |w, c| {
-        let p = c.size(w);
+        let p = c.size();
         let (sblock, sall) = blocks(sendcount, sendtype, p)?;
         let (rblock, rall) = blocks(recvcount, recvtype, p)?;
         same_block(sblock, rblock)?;
@@ -270,11 +267,7 @@ unsafe fn exchange(
         let send = unsafe { in_bytes(sendbuf, if all_to_all { sall } else { sblock })? };
         // SAFETY: as above; written before this returns.
         let out = unsafe { OutBuf::new(recvbuf, rall)? };
-        let got = match (c.solo, all_to_all) {
-            (true, _) => send.to_vec(),
-            (false, false) => w.allgather::<u8>(send)?,
-            (false, true) => w.alltoall::<u8>(send)?,
-        };
+        let got = if all_to_all { w.alltoall::<u8>(send)? } else { w.allgather::<u8>(send)? };
         out.fill_exact(&got)
     })
 }

@@ -173,6 +173,30 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_
     })
 }
 
+/// `MPI_Type_get_envelope`: predefined datatypes are `MPI_COMBINER_NAMED`.
+///
+/// # Safety
+/// The four out-parameters are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Type_get_envelope(
+    datatype: Handle,
+    num_integers: *mut c_int,
+    num_addresses: *mut c_int,
+    num_datatypes: *mut c_int,
+    combiner: *mut c_int,
+) -> c_int {
+    crate::state::entry("MPI_Type_get_envelope", crate::consts::MPI_COMM_WORLD, |_| {
+        Datatype::from_handle(datatype)?;
+        // SAFETY: the caller's ints, or null (refused).
+        unsafe {
+            crate::buf::write_out(num_integers, 0)?;
+            crate::buf::write_out(num_addresses, 0)?;
+            crate::buf::write_out(num_datatypes, 0)?;
+            crate::buf::write_out(combiner, 1)
+        }
+    })
+}
+
 /// `MPI_Get_count`: whole elements of `datatype` in a received message, or
 /// `MPI_UNDEFINED` when the byte count is not a multiple of the element size.
 ///
@@ -193,6 +217,46 @@ pub unsafe extern "C" fn MPI_Get_count(status: *const MpiStatus, datatype: Handl
         // SAFETY: the caller passes a writable int or null (checked).
         unsafe { crate::buf::write_out(count, n) }
     })
+}
+
+/// The header's datatype handles and combiner numbers.
+#[cfg(test)]
+pub(crate) fn header_ints() -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = DATATYPES.iter().map(|(n, d)| (n.to_string(), *d as i64)).collect();
+    let more = [
+        ("MPI_LONG_DOUBLE", 15),
+        ("MPI_PACKED", 16),
+        ("MPI_LB", 17),
+        ("MPI_UB", 18),
+        ("MPI_FLOAT_INT", 19),
+        ("MPI_DOUBLE_INT", 20),
+        ("MPI_LONG_INT", 21),
+        ("MPI_2INT", 22),
+        ("MPI_SHORT_INT", 23),
+        ("MPI_LONG_DOUBLE_INT", 24),
+        ("MPI_WCHAR", 25),
+        ("MPI_COMBINER_NAMED", 1),
+        ("MPI_COMBINER_DUP", 2),
+        ("MPI_COMBINER_CONTIGUOUS", 3),
+        ("MPI_COMBINER_VECTOR", 4),
+        ("MPI_COMBINER_HVECTOR_INTEGER", 5),
+        ("MPI_COMBINER_HVECTOR", 6),
+        ("MPI_COMBINER_INDEXED", 7),
+        ("MPI_COMBINER_HINDEXED_INTEGER", 8),
+        ("MPI_COMBINER_HINDEXED", 9),
+        ("MPI_COMBINER_INDEXED_BLOCK", 10),
+        ("MPI_COMBINER_STRUCT_INTEGER", 11),
+        ("MPI_COMBINER_STRUCT", 12),
+        ("MPI_COMBINER_SUBARRAY", 13),
+        ("MPI_COMBINER_DARRAY", 14),
+        ("MPI_COMBINER_F90_REAL", 15),
+        ("MPI_COMBINER_F90_COMPLEX", 16),
+        ("MPI_COMBINER_F90_INTEGER", 17),
+        ("MPI_COMBINER_RESIZED", 18),
+        ("MPI_COMBINER_HINDEXED_BLOCK", 19),
+    ];
+    v.extend(more.iter().map(|&(n, x)| (n.to_string(), x)));
+    v
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ fn init(func: &'static str) -> c_int {
         epoch();
         match p2pmp_mpi::init() {
             Ok(world) => {
+                mpi.comms.init(&world);
                 mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
                 Ok(())
             }

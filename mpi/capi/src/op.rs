@@ -36,6 +36,16 @@ pub(crate) fn for_datatype(h: Handle, dt: Datatype) -> Result<Op, Fail> {
     if ok { Ok(*op) } else { Err(Fail::new(MPI_ERR_OP, format!("{name} does not apply to datatype {dt:?}"))) }
 }
 
+/// The header's operation handles.
+#[cfg(test)]
+pub(crate) fn header_ints() -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = OPS.iter().map(|(n, h, _)| (n.to_string(), i64::from(*h))).collect();
+    v.extend(
+        [("MPI_LXOR", 9), ("MPI_BXOR", 10), ("MPI_MINLOC", 11), ("MPI_MAXLOC", 12)].map(|(n, x)| (n.to_string(), x)),
+    );
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

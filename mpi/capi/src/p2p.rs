@@ -64,15 +64,16 @@ impl Outgoing {
         // SAFETY: the caller vouches for `count` elements at `buf` (null refused when count > 0).
         let data = unsafe { in_bytes(buf, len)? };
         let tag = send_tag(tag)?;
-        let to = comm.dest(w, dest)?;
+        let to = comm.dest(dest)?;
+        let _ = w;
         Ok(Outgoing { data: Bytes::copy_from_slice(data), to, tag })
     }
 
     /// Starts the send on `comm`; a request of none for `MPI_PROC_NULL`.
     fn start(self, w: &mut World, comm: &Comm, mode: Mode) -> Result<Pending, Fail> {
         let req = match (self.to, mode) {
-            (Peer::Rank(to), Mode::Standard) => Some(w.isend_bytes_in(comm.id, self.data, to, self.tag)?),
-            (Peer::Rank(to), Mode::Synchronous) => Some(w.issend_bytes_in(comm.id, self.data, to, self.tag)?),
+            (Peer::Rank(to), Mode::Standard) => Some(w.isend_in(&comm.c, self.data, to, self.tag)?),
+            (Peer::Rank(to), Mode::Synchronous) => Some(w.issend_in(&comm.c, self.data, to, self.tag)?),
             _ => None,
         };
         Ok(Pending { req, kind: Kind::Send, comm: comm.handle })
@@ -96,12 +97,12 @@ unsafe fn start_recv(
     // SAFETY: the caller vouches for the buffer until the receive completes.
     let out = unsafe { OutBuf::new(buf, len)? };
     let tag = recv_tag(tag)?;
-    let req = match comm.source(cx.world, source)? {
+    let req = match comm.source(source)? {
         Peer::Null => None,
-        Peer::Any => Some(cx.world.irecv_in(comm.id, None, tag)?),
-        Peer::Rank(r) => Some(cx.world.irecv_in(comm.id, Some(r), tag)?),
+        Peer::Any => Some(cx.world.irecv_in(&comm.c, None, tag)?),
+        Peer::Rank(r) => Some(cx.world.irecv_in(&comm.c, Some(r), tag)?),
     };
-    Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo }, comm: comm.handle })
+    Ok(Pending { req, kind: Kind::Recv { out, comm: comm.c.clone() }, comm: comm.handle })
 }
 
 /// A blocking send in `mode`.
@@ -307,12 +308,12 @@ fn probed(c: &Comm, s: &Status) -> MpiStatus {
 /// Probes `source`/`tag` on `c`: blocking, or `None` when nothing matches yet.
 fn probe(w: &mut World, c: &Comm, source: c_int, tag: c_int, block: bool) -> Result<Option<MpiStatus>, Fail> {
     let tag = recv_tag(tag)?;
-    let src = match c.source(w, source)? {
+    let src = match c.source(source)? {
         Peer::Null => return Ok(Some(MpiStatus::PROC_NULL)),
         Peer::Any => None,
         Peer::Rank(r) => Some(r),
     };
-    let s = if block { Some(w.probe_in(c.id, src, tag)?) } else { w.iprobe_in(c.id, src, tag)? };
+    let s = if block { Some(w.probe_in(&c.c, src, tag)?) } else { w.iprobe_in(&c.c, src, tag)? };
     Ok(s.map(|s| probed(c, &s)))
 }
 

@@ -26,10 +26,10 @@ pub(crate) struct Pending {
 #[derive(Debug)]
 pub(crate) enum Kind {
     Send,
-    /// A receive into `out` on a communicator (`solo`: sources read as rank 0).
+    /// A receive into `out` on communicator `comm` (whose ranks its status names).
     Recv {
         out: OutBuf,
-        solo: bool,
+        comm: p2pmp_mpi::Comm,
     },
 }
 
@@ -49,8 +49,8 @@ impl Pending {
 /// `MPI_PROC_NULL` request); copies a received message out.
 pub(crate) fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
     match (kind, c) {
-        (Kind::Recv { out, solo }, Some(Completed::Received(m))) => {
-            let source = if solo { 0 } else { m.status.source as c_int };
+        (Kind::Recv { out, comm }, Some(Completed::Received(m))) => {
+            let source = comm.source_rank(m.status.source).map_or(crate::consts::MPI_ANY_SOURCE, |r| r as c_int);
             out.fill(&m.data)?;
             Ok(MpiStatus::received(&m.status, source))
         }
