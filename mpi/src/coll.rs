@@ -2,28 +2,25 @@
 //! never match user messages. Every rank must call them in the same order.
 //!
 //! - `barrier`: dissemination, ⌈log2 p⌉ rounds.
-//! - `bcast`, `reduce`, `gather`, `scatter`: binomial trees rooted at `root`.
-//! - `allreduce`: recursive doubling (ranks beyond the largest power of two fold
-//!   into a partner first and get the result back at the end).
+//! - `bcast`, `gather`, `scatter`: binomial trees rooted at `root`.
+//! - reductions: see `reduce`.
 //! - `allgather`: Bruck's algorithm, ⌈log2 p⌉ rounds for any p.
 //! - `alltoall`: pairwise exchange, p - 1 rounds.
 
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Result};
-use crate::pod::{self, Op, Pod};
+use crate::pod::{self, Pod};
 use crate::world::{Request, World};
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
-const TAG_REDUCE: i32 = 3;
-const TAG_ALLREDUCE: i32 = 4;
 const TAG_GATHER: i32 = 5;
 const TAG_SCATTER: i32 = 6;
 const TAG_ALLGATHER: i32 = 7;
 const TAG_ALLTOALL: i32 = 8;
 
-fn mismatch(what: &str, got: usize, want: usize) -> Error {
+pub(crate) fn mismatch(what: &str, got: usize, want: usize) -> Error {
     Error::Invalid(format!("{what}: got {got} bytes from a peer, expected {want} (buffer sizes differ between ranks)"))
 }
 
@@ -73,15 +70,15 @@ impl World {
     }
 
     /// Rank relative to `root`, and back.
-    fn rel(&self, root: u32) -> u32 {
+    pub(crate) fn rel(&self, root: u32) -> u32 {
         (self.crank() + self.csize() - root) % self.csize()
     }
 
-    fn abs(&self, vr: u32, root: u32) -> u32 {
+    pub(crate) fn abs(&self, vr: u32, root: u32) -> u32 {
         (vr + root) % self.csize()
     }
 
-    fn check_root(&self, root: u32) -> Result<()> {
+    pub(crate) fn check_root(&self, root: u32) -> Result<()> {
         if root < self.csize() {
             Ok(())
         } else {
@@ -134,57 +131,6 @@ impl World {
             pod::copy_into(buf, &got)?;
         }
         Ok(())
-    }
-
-    /// Combines every rank's `send` element-wise with `op`; the result on `root`
-    /// (`None` elsewhere).
-    pub fn reduce<T: Pod>(&mut self, send: &[T], op: Op, root: u32) -> Result<Option<Vec<T>>> {
-        self.check_root(root)?;
-        let (p, vr) = (self.csize(), self.rel(root));
-        let mut acc = send.to_vec();
-        let mut mask = 1;
-        while mask < p {
-            if vr & mask == 0 {
-                if vr + mask < p {
-                    let x = self.coll_recv(self.abs(vr + mask, root), TAG_REDUCE)?;
-                    combine(&mut acc, &x, op)?;
-                }
-            } else {
-                self.coll_send(pod::to_bytes(&acc), self.abs(vr - mask, root), TAG_REDUCE)?;
-                return Ok(None);
-            }
-            mask <<= 1;
-        }
-        Ok(Some(acc))
-    }
-
-    /// Combines every rank's `send` element-wise with `op`; the result on every rank.
-    pub fn allreduce<T: Pod>(&mut self, send: &[T], op: Op) -> Result<Vec<T>> {
-        let (r, p) = (self.crank(), self.csize());
-        let pof2 = if p.is_power_of_two() { p } else { p.next_power_of_two() / 2 };
-        let rem = p - pof2;
-        let mut acc = send.to_vec();
-        if r >= pof2 {
-            // Fold into a partner, then get the result back.
-            self.coll_send(pod::to_bytes(&acc), r - pof2, TAG_ALLREDUCE)?;
-            let x = self.coll_recv(r - pof2, TAG_ALLREDUCE)?;
-            return pod::from_bytes(&x);
-        }
-        if r < rem {
-            let x = self.coll_recv(r + pof2, TAG_ALLREDUCE)?;
-            combine(&mut acc, &x, op)?;
-        }
-        let mut mask = 1;
-        while mask < pof2 {
-            let partner = r ^ mask;
-            let x = self.coll_sendrecv(pod::to_bytes(&acc), partner, partner, TAG_ALLREDUCE)?;
-            combine(&mut acc, &x, op)?;
-            mask <<= 1;
-        }
-        if r < rem {
-            self.coll_send(pod::to_bytes(&acc), r + pof2, TAG_ALLREDUCE)?;
-        }
-        Ok(acc)
     }
 
     /// Gathers every rank's `send` (same length everywhere) on `root`, in rank order.
@@ -317,13 +263,4 @@ impl World {
         }
         pod::from_bytes(&out)
     }
-}
-
-fn combine<T: Pod>(acc: &mut [T], x: &[u8], op: Op) -> Result<()> {
-    let x: Vec<T> = pod::from_bytes(x)?;
-    if x.len() != acc.len() {
-        return Err(mismatch("reduce", std::mem::size_of_val(x.as_slice()), std::mem::size_of_val(acc)));
-    }
-    op.apply(acc, &x);
-    Ok(())
 }

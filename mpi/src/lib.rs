@@ -36,13 +36,17 @@
 //!   it waits for several.
 
 mod coll;
+mod collv;
 mod comm;
 mod create;
+pub mod datatype;
 mod env;
 mod error;
 mod group;
+mod intercoll;
 mod node;
 mod pod;
+mod reduce;
 mod sock;
 mod transport;
 mod world;
@@ -51,5 +55,7 @@ pub use comm::{Comm, CommId};
 pub use env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
 pub use error::{Error, Result};
 pub use group::{Group, Similarity};
+pub use intercoll::InterRoot;
 pub use pod::{Op, Pod};
+pub use reduce::Combine;
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

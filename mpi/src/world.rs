@@ -54,6 +54,8 @@ pub enum Completed {
     Sent,
     /// A receive, with what arrived.
     Received(Message),
+    /// A receive [`World::cancel`] took back before it matched.
+    Cancelled,
 }
 
 impl Completed {
@@ -61,7 +63,7 @@ impl Completed {
     pub fn message(self) -> Option<Message> {
         match self {
             Completed::Received(m) => Some(m),
-            Completed::Sent => None,
+            Completed::Sent | Completed::Cancelled => None,
         }
     }
 }
@@ -116,6 +118,8 @@ pub struct World {
     rank: u32,
     size: u32,
     done: HashMap<RequestId, Completion>,
+    /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
+    forgotten: std::collections::HashSet<RequestId>,
     spin: SpinPolicy,
     /// The current spin budget, adapted between zero and `spin.spin`: doubled when
     /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
@@ -164,6 +168,7 @@ impl World {
             rank: env.rank,
             size: env.size,
             done: HashMap::new(),
+            forgotten: std::collections::HashSet::new(),
             spin: SpinPolicy::for_world(env.size),
             spin_now: SpinPolicy::for_world(env.size).spin,
             recv_hint: None,
@@ -293,7 +298,8 @@ impl World {
         let c = self.done.remove(&id).expect("present: waited for it");
         Ok(match c {
             Completion::Recv { status, data, .. } => Completed::Received(Message { status, data }),
-            _ => Completed::Sent,
+            Completion::Cancelled { .. } => Completed::Cancelled,
+            Completion::Send { .. } => Completed::Sent,
         })
     }
 
@@ -301,7 +307,7 @@ impl World {
     pub(crate) fn wait_msg(&mut self, req: Request) -> Result<Message> {
         match self.wait(req)? {
             Completed::Received(m) => Ok(m),
-            Completed::Sent => Err(Error::Invalid("waited for a send as if it were a receive".into())),
+            _ => Err(Error::Invalid("waited for a send (or a cancelled receive) as if it were a receive".into())),
         }
     }
 
@@ -310,6 +316,11 @@ impl World {
         let ids: Vec<RequestId> = reqs.iter().map(|r| r.0).collect();
         self.progress_until(None, |w| ids.iter().all(|id| w.done.contains_key(id)))?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Waits until every one of `reqs` has finished (finish each with [`World::wait`]).
+    pub fn wait_all_done(&mut self, reqs: &[&Request]) -> Result<()> {
+        self.progress_until(None, |w| reqs.iter().all(|r| w.done.contains_key(&r.0)))
     }
 
     /// Waits until one of `reqs` has finished and returns its index (the lowest
@@ -330,6 +341,22 @@ impl World {
             self.progress_once(Some(Duration::ZERO))?;
         }
         Ok(self.done.contains_key(&req.0))
+    }
+
+    /// Cancels a receive that has not matched yet (true: it completes as
+    /// [`Completed::Cancelled`]); anything else completes normally (false).
+    pub fn cancel(&mut self, req: &Request) -> Result<bool> {
+        let done = self.engine.cancel(req.0);
+        self.after_call()?;
+        Ok(done)
+    }
+
+    /// Gives up waiting for `req`: it goes on (a send's data still reaches its
+    /// receiver) and its completion is dropped.
+    pub fn forget(&mut self, req: Request) {
+        if self.done.remove(&req.0).is_none() {
+            self.forgotten.insert(req.0);
+        }
     }
 
     /// The status of a message a receive with these arguments would take now.
@@ -393,7 +420,9 @@ impl World {
         let now = Instant::now();
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
-            self.done.insert(c.req(), c);
+            if !self.forgotten.remove(&c.req()) {
+                self.done.insert(c.req(), c);
+            }
         }
         Ok(())
     }

@@ -19,6 +19,9 @@ pub(crate) const MPI_SIMILAR: c_int = 2;
 pub(crate) const MPI_UNEQUAL: c_int = 3;
 
 pub(crate) const MPI_INFO_NULL: Handle = 0;
+pub(crate) const MPI_ROOT: c_int = -3;
+pub(crate) const MPI_DATATYPE_NULL: Handle = 0;
+pub(crate) const MPI_OP_NULL: Handle = 0;
 pub(crate) const MPI_MAX_OBJECT_NAME: c_int = 128;
 
 pub(crate) const MPI_KEYVAL_INVALID: c_int = 0;
@@ -104,8 +107,6 @@ pub(crate) const MPI_ERR_LASTCODE: c_int = 19;
 #[cfg(test)]
 pub(crate) const OTHER_HEADER_INTS: &[(&str, i64)] = &[
     ("P2PMPI", 1),
-    ("MPI_DATATYPE_NULL", 0),
-    ("MPI_OP_NULL", 0),
     ("MPI_BOTTOM", 0),
     ("MPI_NULL_COPY_FN", 0),
     ("MPI_NULL_DELETE_FN", 0),
@@ -118,7 +119,6 @@ pub(crate) const OTHER_HEADER_INTS: &[(&str, i64)] = &[
     ("MPI_CART", 2),
     ("MPI_GRAPH", 1),
     ("MPI_BSEND_OVERHEAD", 64),
-    ("MPI_ROOT", -3),
 ];
 
 #[cfg(test)]
@@ -159,6 +159,9 @@ mod tests {
             ("MPI_SIMILAR", MPI_SIMILAR.into()),
             ("MPI_UNEQUAL", MPI_UNEQUAL.into()),
             ("MPI_INFO_NULL", MPI_INFO_NULL.into()),
+            ("MPI_ROOT", MPI_ROOT.into()),
+            ("MPI_DATATYPE_NULL", MPI_DATATYPE_NULL.into()),
+            ("MPI_OP_NULL", MPI_OP_NULL.into()),
             ("MPI_MAX_OBJECT_NAME", MPI_MAX_OBJECT_NAME.into()),
             ("MPI_KEYVAL_INVALID", MPI_KEYVAL_INVALID.into()),
             ("MPI_TAG_UB", MPI_TAG_UB.into()),
@@ -196,8 +199,8 @@ mod tests {
             want.push((name.to_string(), class as i64));
         }
         want.extend(OTHER_HEADER_INTS.iter().map(|&(n, v)| (n.to_string(), v)));
-        want.extend(crate::datatype::header_ints());
-        want.extend(crate::op::header_ints());
+        want.extend(crate::types::header_ints());
+        want.extend(crate::ops::header_ints());
         want
     }
 

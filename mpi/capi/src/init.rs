@@ -30,7 +30,8 @@ fn init(func: &'static str) -> c_int {
         match p2pmp_mpi::init() {
             Ok(world) => {
                 mpi.comms.init(&world);
-                mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
+                mpi.phase =
+                    Phase::Running(Box::new(Live { world, reqs: Requests::default(), bsend: Default::default() }));
                 Ok(())
             }
             Err(e) => {

@@ -42,6 +42,7 @@ pub(crate) enum Phase {
 pub(crate) struct Live {
     pub(crate) world: World,
     pub(crate) reqs: Requests,
+    pub(crate) bsend: crate::bsend::Pool,
 }
 
 #[derive(Debug)]
@@ -57,15 +58,19 @@ pub(crate) struct Mpi {
 #[derive(Debug)]
 pub(crate) struct Objects {
     pub(crate) groups: Table<Group>,
+    pub(crate) types: Table<crate::types::Derived>,
+    pub(crate) ops: Table<crate::ops::UserOp>,
     pub(crate) keyvals: Table<Keyval>,
     pub(crate) errhandlers: Table<HandlerFn>,
     pub(crate) codes: Codes,
 }
 
 impl Objects {
-    const fn new() -> Objects {
+    pub(crate) const fn new() -> Objects {
         Objects {
             groups: crate::group::groups(),
+            types: crate::types::types(),
+            ops: crate::ops::ops(),
             keyvals: crate::attr::keyvals(),
             errhandlers: crate::errh::errhandlers(),
             codes: Codes::new(),
@@ -118,6 +123,7 @@ pub(crate) fn set_global(g: Global) {
 pub(crate) struct Ctx<'a> {
     pub(crate) world: &'a mut World,
     pub(crate) reqs: &'a mut Requests,
+    pub(crate) bsend: &'a mut crate::bsend::Pool,
     pub(crate) comms: &'a mut Comms,
     pub(crate) obj: &'a mut Objects,
 }
@@ -167,7 +173,7 @@ pub(crate) fn call(func: &'static str, comm: Handle, f: impl FnOnce(Ctx<'_>) -> 
             Phase::Before => return Err(Fail::new(MPI_ERR_OTHER, "called before MPI_Init".into())),
             Phase::After => return Err(Fail::new(MPI_ERR_OTHER, "called after MPI_Finalize".into())),
         };
-        let Live { world, reqs } = &mut **live;
-        f(Ctx { world, reqs, comms, obj })
+        let Live { world, reqs, bsend } = &mut **live;
+        f(Ctx { world, reqs, bsend, comms, obj })
     })
 }
