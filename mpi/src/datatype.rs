@@ -210,7 +210,7 @@ impl Layout {
     pub fn runs(&self, count: u64) -> impl Iterator<Item = Run> + '_ {
         let ext = self.extent();
         let contiguous = self.is_contiguous();
-        let whole = (contiguous && self.size > 0).then(|| Run { off: 0, len: self.size * count });
+        let whole = (contiguous && self.size > 0 && count > 0).then(|| Run { off: 0, len: self.size * count });
         let elements = if contiguous { 0 } else { count };
         whole.into_iter().chain((0..elements).flat_map(move |i| {
             let base = ext.wrapping_mul(i as i64);

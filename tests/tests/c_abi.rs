@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 15] = [
     "ring",
     "pingpong",
     "collectives",
@@ -24,6 +24,10 @@ const PROGRAMS: [&str; 11] = [
     "finalize",
     "groups",
     "comms",
+    "topo",
+    "datatypes",
+    "p2pmodes",
+    "collv",
 ];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
@@ -149,6 +153,26 @@ fn group_calls_build_translate_and_compare_groups() {
 #[test]
 fn communicators_split_create_dup_and_join_into_intercommunicators() {
     passes("comms", &[1, 2, 3, 4], &[]);
+}
+
+#[test]
+fn cartesian_and_graph_topologies_number_shift_and_split() {
+    passes("topo", &[1, 4, 6], &[]);
+}
+
+#[test]
+fn derived_datatypes_lay_out_pack_and_travel() {
+    passes("datatypes", &[1, 3], &[]);
+}
+
+#[test]
+fn send_modes_persistent_requests_cancel_and_completion_calls() {
+    passes("p2pmodes", &[1, 2, 3], &[]);
+}
+
+#[test]
+fn v_collectives_scans_user_ops_and_intercommunicator_collectives() {
+    passes("collv", &[1, 2, 5], &[]);
 }
 
 #[test]

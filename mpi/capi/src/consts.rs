@@ -20,6 +20,8 @@ pub(crate) const MPI_UNEQUAL: c_int = 3;
 
 pub(crate) const MPI_INFO_NULL: Handle = 0;
 pub(crate) const MPI_ROOT: c_int = -3;
+pub(crate) const MPI_CART: c_int = 2;
+pub(crate) const MPI_GRAPH: c_int = 1;
 pub(crate) const MPI_DATATYPE_NULL: Handle = 0;
 pub(crate) const MPI_OP_NULL: Handle = 0;
 pub(crate) const MPI_MAX_OBJECT_NAME: c_int = 128;
@@ -93,6 +95,8 @@ pub(crate) const MPI_ERR_RANK: c_int = 6;
 pub(crate) const MPI_ERR_ROOT: c_int = 7;
 pub(crate) const MPI_ERR_GROUP: c_int = 8;
 pub(crate) const MPI_ERR_OP: c_int = 9;
+pub(crate) const MPI_ERR_TOPOLOGY: c_int = 10;
+pub(crate) const MPI_ERR_DIMS: c_int = 11;
 pub(crate) const MPI_ERR_ARG: c_int = 12;
 pub(crate) const MPI_ERR_TRUNCATE: c_int = 14;
 pub(crate) const MPI_ERR_OTHER: c_int = 15;
@@ -114,10 +118,6 @@ pub(crate) const OTHER_HEADER_INTS: &[(&str, i64)] = &[
     ("MPI_COMM_NULL_DELETE_FN", 0),
     ("MPI_MAX_INFO_KEY", 255),
     ("MPI_MAX_INFO_VAL", 1024),
-    ("MPI_ERR_DIMS", 11),
-    ("MPI_ERR_TOPOLOGY", 10),
-    ("MPI_CART", 2),
-    ("MPI_GRAPH", 1),
     ("MPI_BSEND_OVERHEAD", 64),
 ];
 
@@ -160,6 +160,8 @@ mod tests {
             ("MPI_UNEQUAL", MPI_UNEQUAL.into()),
             ("MPI_INFO_NULL", MPI_INFO_NULL.into()),
             ("MPI_ROOT", MPI_ROOT.into()),
+            ("MPI_CART", MPI_CART.into()),
+            ("MPI_GRAPH", MPI_GRAPH.into()),
             ("MPI_DATATYPE_NULL", MPI_DATATYPE_NULL.into()),
             ("MPI_OP_NULL", MPI_OP_NULL.into()),
             ("MPI_MAX_OBJECT_NAME", MPI_MAX_OBJECT_NAME.into()),
@@ -220,6 +222,8 @@ mod tests {
             (MPI_ERR_ROOT, "MPI_ERR_ROOT"),
             (MPI_ERR_GROUP, "MPI_ERR_GROUP"),
             (MPI_ERR_OP, "MPI_ERR_OP"),
+            (MPI_ERR_TOPOLOGY, "MPI_ERR_TOPOLOGY"),
+            (MPI_ERR_DIMS, "MPI_ERR_DIMS"),
             (MPI_ERR_ARG, "MPI_ERR_ARG"),
             (MPI_ERR_TRUNCATE, "MPI_ERR_TRUNCATE"),
             (MPI_ERR_OTHER, "MPI_ERR_OTHER"),

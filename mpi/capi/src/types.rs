@@ -246,7 +246,7 @@ impl Buf {
     /// # Safety
     /// As [`Buf::pack`].
     pub(crate) unsafe fn pack_into(&self, out: &mut Vec<u8>) {
-        for r in self.dt.layout.runs(self.count) {
+        for r in self.dt.layout.runs(self.count).filter(|r| r.len > 0) {
             // SAFETY: each run lies within the caller's buffer (it vouched for
             // `count` elements of the type).
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.at(r), r.len as usize) });
@@ -260,7 +260,7 @@ impl Buf {
     /// The buffer holds `count` elements of the type, writable.
     pub(crate) unsafe fn unpack(&self, data: &[u8]) -> Result<(), Fail> {
         let mut at = 0;
-        for r in self.dt.layout.runs(self.count) {
+        for r in self.dt.layout.runs(self.count).filter(|r| r.len > 0) {
             if at >= data.len() {
                 break;
             }
