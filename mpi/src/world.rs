@@ -120,6 +120,8 @@ pub struct World {
     done: HashMap<RequestId, Completion>,
     /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
     forgotten: std::collections::HashSet<RequestId>,
+    /// Sends being cancelled: the receiver's answer once it came.
+    cancels: HashMap<RequestId, Option<bool>>,
     spin: SpinPolicy,
     /// The current spin budget, adapted between zero and `spin.spin`: doubled when
     /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
@@ -169,6 +171,7 @@ impl World {
             size: env.size,
             done: HashMap::new(),
             forgotten: std::collections::HashSet::new(),
+            cancels: HashMap::new(),
             spin: SpinPolicy::for_world(env.size),
             spin_now: SpinPolicy::for_world(env.size).spin,
             recv_hint: None,
@@ -290,16 +293,31 @@ impl World {
         Ok(m.status)
     }
 
+    /// Whether request `id` has finished: its completion is here, or a cancel
+    /// of it was answered (taken back; else the send's completion is needed too).
+    fn finished(&self, id: RequestId) -> bool {
+        match self.cancels.get(&id) {
+            Some(None) => false,
+            Some(Some(true)) => true,
+            _ => self.done.contains_key(&id),
+        }
+    }
+
     /// Waits for `req` to finish.
     pub fn wait(&mut self, req: Request) -> Result<Completed> {
         let id = req.0;
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
-        self.progress_until(from, |w| w.done.contains_key(&id))?;
+        self.progress_until(from, |w| w.finished(id))?;
+        self.engine.release(id);
+        if self.cancels.remove(&id) == Some(Some(true)) {
+            self.done.remove(&id);
+            return Ok(Completed::Cancelled);
+        }
         let c = self.done.remove(&id).expect("present: waited for it");
         Ok(match c {
             Completion::Recv { status, data, .. } => Completed::Received(Message { status, data }),
             Completion::Cancelled { .. } => Completed::Cancelled,
-            Completion::Send { .. } => Completed::Sent,
+            Completion::Send { .. } | Completion::CancelAnswer { .. } => Completed::Sent,
         })
     }
 
@@ -314,13 +332,13 @@ impl World {
     /// Waits for every request, results in the same order.
     pub fn waitall(&mut self, reqs: Vec<Request>) -> Result<Vec<Completed>> {
         let ids: Vec<RequestId> = reqs.iter().map(|r| r.0).collect();
-        self.progress_until(None, |w| ids.iter().all(|id| w.done.contains_key(id)))?;
+        self.progress_until(None, |w| ids.iter().all(|&id| w.finished(id)))?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
     }
 
     /// Waits until every one of `reqs` has finished (finish each with [`World::wait`]).
     pub fn wait_all_done(&mut self, reqs: &[&Request]) -> Result<()> {
-        self.progress_until(None, |w| reqs.iter().all(|r| w.done.contains_key(&r.0)))
+        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))
     }
 
     /// Waits until one of `reqs` has finished and returns its index (the lowest
@@ -329,7 +347,7 @@ impl World {
         if reqs.is_empty() {
             return Ok(None);
         }
-        let first = |w: &World| reqs.iter().position(|r| w.done.contains_key(&r.0));
+        let first = |w: &World| reqs.iter().position(|r| w.finished(r.0));
         self.progress_until(None, |w| first(w).is_some())?;
         Ok(first(self))
     }
@@ -337,23 +355,35 @@ impl World {
     /// Whether `req` has finished (then [`World::wait`] returns at once). Makes
     /// progress without blocking.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
-        if !self.done.contains_key(&req.0) {
+        if !self.finished(req.0) {
             self.progress_once(Some(Duration::ZERO))?;
         }
-        Ok(self.done.contains_key(&req.0))
+        Ok(self.finished(req.0))
     }
 
-    /// Cancels a receive that has not matched yet (true: it completes as
-    /// [`Completed::Cancelled`]); anything else completes normally (false).
+    /// Cancels `req` (MPI_Cancel): a receive not matched yet completes as
+    /// [`Completed::Cancelled`] at once (true); a send is taken back if no
+    /// receive took its message yet, which its receiver decides ([`World::wait`]
+    /// then says which happened); false for anything but a receive cancelled now.
     pub fn cancel(&mut self, req: &Request) -> Result<bool> {
-        let done = self.engine.cancel(req.0);
+        let now = self.engine.cancel(req.0);
+        if !now && !self.cancels.contains_key(&req.0) && !self.forgotten.contains(&req.0) {
+            let recv_done =
+                matches!(self.done.get(&req.0), Some(Completion::Recv { .. } | Completion::Cancelled { .. }));
+            if !recv_done {
+                self.cancels.insert(req.0, None);
+                self.engine.cancel_send(req.0);
+            }
+        }
         self.after_call()?;
-        Ok(done)
+        Ok(now)
     }
 
     /// Gives up waiting for `req`: it goes on (a send's data still reaches its
     /// receiver) and its completion is dropped.
     pub fn forget(&mut self, req: Request) {
+        self.engine.release(req.0);
+        self.cancels.remove(&req.0);
         if self.done.remove(&req.0).is_none() {
             self.forgotten.insert(req.0);
         }
@@ -420,8 +450,16 @@ impl World {
         let now = Instant::now();
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
-            if !self.forgotten.remove(&c.req()) {
-                self.done.insert(c.req(), c);
+            match c {
+                Completion::CancelAnswer { req, cancelled } => {
+                    if let Some(a) = self.cancels.get_mut(&req) {
+                        *a = Some(cancelled);
+                    }
+                }
+                c if self.forgotten.remove(&c.req()) => {}
+                c => {
+                    self.done.insert(c.req(), c);
+                }
             }
         }
         Ok(())

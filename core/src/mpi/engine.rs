@@ -1,13 +1,14 @@
 //! The engine: inputs, application calls, outputs, and the eager path.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::flow::Peer;
 use super::msg::{MpiMsg, SeqHdr};
-use super::queues::{Held, Key, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
+use super::queues::{Held, Key, KeyHasher, Origin, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
 use super::rendezvous::Awaiting;
 use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit};
 use crate::time::{TimerKey, TimerTable};
@@ -50,6 +51,12 @@ pub struct MpiEngine {
     pub(super) stats: MpiStats,
     /// Leaving (`MPI_Finalize`): acknowledgements go out without delay.
     pub(super) closing: bool,
+    /// Sends not yet released by the application, with their destination and
+    /// the sequence number of their Eager or Rts frame (0 to this rank): what a
+    /// cancel needs to name the message.
+    pub(super) sent: HashMap<RequestId, (u32, u64), BuildHasherDefault<KeyHasher>>,
+    /// Send cancels waiting for the receiver's answer, by (peer, message seq).
+    pub(super) cancelling: BTreeMap<(u32, u64), RequestId>,
 }
 
 impl MpiEngine {
@@ -76,6 +83,8 @@ impl MpiEngine {
             next_req: 0,
             stats: MpiStats::default(),
             closing: false,
+            sent: HashMap::default(),
+            cancelling: BTreeMap::new(),
         })
     }
 
@@ -155,7 +164,8 @@ impl MpiEngine {
         if dest == self.rank {
             // To self: matched locally, never on the wire, no credit.
             let key = Key { comm, src: dest, tag };
-            self.arrive_eager(None, key, data, 0);
+            self.sent.insert(req, (dest, 0));
+            self.arrive_eager(None, key, data, 0, Origin::Local { send: req });
             self.completions.push_back(Completion::Send { req });
             return Ok(req);
         }
@@ -165,6 +175,8 @@ impl MpiEngine {
             peer.charged += charge;
             self.stats.eager_sent += 1;
             self.push_frame(dest, MpiMsg::Eager { hdr: SeqHdr::default(), comm, tag }, data);
+            // Invariant: push_frame just gave the Eager the stream's latest number.
+            self.sent.insert(req, (dest, self.peers[dest as usize].next_seq - 1));
             self.completions.push_back(Completion::Send { req });
         } else {
             if data.len() <= self.config.eager_threshold {
@@ -193,7 +205,9 @@ impl MpiEngine {
             self.completions.push_back(Completion::Recv { req: recv, status, data });
             self.completions.push_back(Completion::Send { req });
         } else {
-            self.unexpected.push(Unexpected { key, held: Held::SelfSync { data, send: req } });
+            self.sent.insert(req, (dest, 0));
+            let origin = Origin::Local { send: req };
+            self.unexpected.push(Unexpected { key, held: Held::SelfSync { data, send: req }, origin });
         }
         Ok(req)
     }
@@ -275,10 +289,12 @@ impl MpiEngine {
         peer.since_ack_msgs += 1;
         peer.since_ack_bytes += payload.len() as u64;
         match msg {
-            MpiMsg::Eager { comm, tag, .. } => self.on_eager(now, from, comm, tag, payload),
+            MpiMsg::Eager { hdr, comm, tag } => self.on_eager(now, from, comm, tag, payload, hdr.seq),
             MpiMsg::Rts { hdr, comm, tag, len } => self.on_rts(from, comm, tag, hdr.seq, len),
             MpiMsg::Cts { rts_seq, .. } => self.on_cts(from, rts_seq),
             MpiMsg::Data { rts_seq, offset, .. } => self.on_data(from, rts_seq, offset, payload),
+            MpiMsg::CancelReq { seq, .. } => self.on_cancel_req(now, from, seq),
+            MpiMsg::CancelAns { seq, cancelled, .. } => self.on_cancel_ans(from, seq, cancelled),
             MpiMsg::Ack { .. } => unreachable!("handled above"),
         }
         self.schedule_ack(now, from);
@@ -459,7 +475,7 @@ impl MpiEngine {
     }
 
     /// Gives `charge` of eager credit back to `src` (not to ourselves).
-    fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
+    pub(super) fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
         if src == self.rank || charge == 0 {
             return;
         }
@@ -469,14 +485,14 @@ impl MpiEngine {
         }
     }
 
-    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes) {
+    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes, seq: u64) {
         let charge = self.config.charge(data.len());
-        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge);
+        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge, Origin::Peer { seq });
     }
 
     /// A message arrived (in stream order): the earliest-posted matching receive
     /// takes it, or it waits in the unexpected queue.
-    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64) {
+    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64, origin: Origin) {
         if let Some(req) = self.posted.take_match(&key) {
             self.return_credit(now, key.src, charge);
             let status = Status { source: key.src, tag: key.tag, count: data.len() };
@@ -492,7 +508,7 @@ impl MpiEngine {
             }
             p.buffered += charge;
         }
-        self.unexpected.push(Unexpected { key, held: Held::Eager { data, charge } });
+        self.unexpected.push(Unexpected { key, held: Held::Eager { data, charge }, origin });
     }
 
     /// A receive `req` took unexpected message `u`.

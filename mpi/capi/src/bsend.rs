@@ -24,19 +24,23 @@ pub(crate) const OVERHEAD: usize = 64;
 pub(crate) struct Pool {
     /// (address, size) of the attached buffer.
     attached: Option<(usize, usize)>,
-    out: Vec<(Request, usize)>,
+    /// Buffered sends in flight by ticket, with the space they take.
+    out: std::collections::BTreeMap<u64, (Request, usize)>,
+    next: u64,
 }
 
 impl Pool {
     /// Finishes the buffered sends that completed.
     fn reap(&mut self, w: &mut World) -> Result<(), Fail> {
-        let mut i = 0;
-        while i < self.out.len() {
-            if w.test(&self.out[i].0)? {
-                let (r, _) = self.out.swap_remove(i);
+        let mut finished = Vec::new();
+        for (&t, (r, _)) in &self.out {
+            if w.test(r)? {
+                finished.push(t);
+            }
+        }
+        for t in finished {
+            if let Some((r, _)) = self.out.remove(&t) {
                 w.wait(r)?;
-            } else {
-                i += 1;
             }
         }
         Ok(())
@@ -47,7 +51,7 @@ impl Pool {
         self.reap(w)?;
         let need = len + OVERHEAD;
         let (_, size) = self.attached.ok_or_else(|| Fail::new(MPI_ERR_BUFFER, "no buffer attached".into()))?;
-        let used: usize = self.out.iter().map(|(_, n)| n).sum();
+        let used: usize = self.out.values().map(|(_, n)| n).sum();
         if used + need > size {
             return Err(Fail::new(
                 MPI_ERR_BUFFER,
@@ -57,14 +61,22 @@ impl Pool {
         Ok(need)
     }
 
-    /// Records buffered send `r` taking `need` bytes.
-    pub(crate) fn push(&mut self, r: Request, need: usize) {
-        self.out.push((r, need));
+    /// Records buffered send `r` taking `need` bytes; its ticket.
+    pub(crate) fn push(&mut self, r: Request, need: usize) -> u64 {
+        self.next += 1;
+        self.out.insert(self.next, (r, need));
+        self.next
+    }
+
+    /// Hands buffered send `ticket` back to its request (to cancel it); `None`
+    /// once it finished.
+    pub(crate) fn take(&mut self, ticket: u64) -> Option<Request> {
+        self.out.remove(&ticket).map(|(r, _)| r)
     }
 
     /// Waits for every buffered send.
     pub(crate) fn drain(&mut self, w: &mut World) -> Result<(), Fail> {
-        for (r, _) in self.out.drain(..) {
+        for (_, (r, _)) in std::mem::take(&mut self.out) {
             w.wait(r)?;
         }
         Ok(())

@@ -85,8 +85,8 @@ pub(crate) unsafe fn start_send(
     };
     match need {
         Some(n) => {
-            cx.bsend.push(req, n);
-            Ok(send)
+            let ticket = cx.bsend.push(req, n);
+            Ok(Pending { kind: Kind::Bsend { ticket }, ..send })
         }
         None => Ok(Pending { req: Some(req), ..send }),
     }

@@ -28,6 +28,11 @@ use crate::types::Buf;
 #[derive(Debug)]
 pub(crate) enum Kind {
     Send,
+    /// A buffered send, complete at once; the attached buffer's pool tracks
+    /// the message by `ticket` (a cancel takes it back from there).
+    Bsend {
+        ticket: u64,
+    },
     /// A receive into `out` on communicator `comm` (whose ranks its status names).
     Recv {
         out: Buf,
@@ -93,7 +98,7 @@ fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
         }
         (_, Some(Completed::Cancelled)) => Ok(MpiStatus { cancelled: 1, ..MpiStatus::EMPTY }),
         (Kind::Recv { .. }, None) => Ok(MpiStatus::PROC_NULL),
-        (Kind::Send, _) => Ok(MpiStatus::EMPTY),
+        (Kind::Send | Kind::Bsend { .. }, _) => Ok(MpiStatus::EMPTY),
         (Kind::Recv { .. }, Some(Completed::Sent)) => {
             Err(Fail::new(crate::consts::MPI_ERR_INTERN, "a receive completed as a send".into()))
         }
@@ -525,8 +530,14 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
         }
         // SAFETY: non-null, the caller's handle.
         let h = unsafe { request.read() };
-        if let Some(Pending { req: Some(r), .. }) = cx.reqs.active(h)? {
-            cx.world.cancel(r)?;
+        if let Some(p) = cx.reqs.table.get_mut(h)?.active.as_mut() {
+            if let (None, Kind::Bsend { ticket }) = (&p.req, &p.kind) {
+                // The buffered message goes back to its request, to be taken back.
+                p.req = cx.bsend.take(*ticket);
+            }
+            if let Some(r) = &p.req {
+                cx.world.cancel(r)?;
+            }
         }
         Ok(())
     })

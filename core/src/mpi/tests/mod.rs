@@ -355,6 +355,8 @@ fn golden_bytes_pin_the_messages() {
     assert_eq!(enc(&MpiMsg::Cts { hdr, rts_seq: 3 }), [2, 1, 2, 0xac, 0x02, 3]);
     assert_eq!(enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }), [3, 1, 2, 0xac, 0x02, 3, 0]);
     assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [4, 1, 2]);
+    assert_eq!(enc(&MpiMsg::CancelReq { hdr, seq: 7 }), [5, 1, 2, 0xac, 0x02, 7]);
+    assert_eq!(enc(&MpiMsg::CancelAns { hdr, seq: 7, cancelled: true }), [6, 1, 2, 0xac, 0x02, 7, 1]);
 }
 
 fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
@@ -377,6 +379,12 @@ fn arb_msg() -> impl Strategy<Value = MpiMsg> {
             offset
         }),
         (any::<u64>(), any::<u64>()).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+        (arb_hdr(), any::<u64>()).prop_map(|(hdr, seq)| MpiMsg::CancelReq { hdr, seq }),
+        (arb_hdr(), any::<u64>(), any::<bool>()).prop_map(|(hdr, seq, cancelled)| MpiMsg::CancelAns {
+            hdr,
+            seq,
+            cancelled
+        }),
     ]
 }
 
@@ -393,8 +401,10 @@ fn arb_near_msg() -> impl Strategy<Value = MpiMsg> {
             len
         }),
         (hdr.clone(), 0..6u64).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
-        (hdr, 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
+        (hdr.clone(), 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
         (0..6u64, 0..2000u64).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+        (hdr.clone(), 0..6u64).prop_map(|(hdr, seq)| MpiMsg::CancelReq { hdr, seq }),
+        (hdr, 0..6u64, any::<bool>()).prop_map(|(hdr, seq, cancelled)| MpiMsg::CancelAns { hdr, seq, cancelled }),
     ]
 }
 
@@ -559,5 +569,76 @@ mod closing {
         // A reconnect is evidence of life: the clock starts again.
         p.e[0].handle_reconnected(1).unwrap();
         assert!(!p.e[0].may_leave(now + GONE_GRACE));
+    }
+}
+
+mod cancel_send {
+    //! Taking sends back: only while no receive took the message.
+
+    use super::*;
+
+    fn answers(c: &[Completion]) -> Vec<(RequestId, bool)> {
+        c.iter()
+            .filter_map(|c| match c {
+                Completion::CancelAnswer { req, cancelled } => Some((*req, *cancelled)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unmatched_message_is_taken_back_and_its_credit_returned() {
+        let mut p = Pair::new(MpiConfig::default());
+        let s = p.e[0].isend(0, 1, 3, Bytes::from(vec![7u8; 100])).unwrap();
+        p.pump();
+        assert_eq!((p.e[1].unexpected_len(), p.e[1].buffered_from(0)), (1, 164));
+        p.e[0].cancel_send(s);
+        p.pump();
+        assert_eq!(answers(&p.completions(0)), [(s, true)]);
+        assert_eq!((p.e[1].unexpected_len(), p.e[1].buffered_from(0)), (0, 0), "gone, credit given back");
+        p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
+        p.pump();
+        assert!(recv_data(&p.completions(1)).is_empty(), "nothing left to receive");
+    }
+
+    #[test]
+    fn a_matched_message_stays_sent() {
+        let mut p = Pair::new(MpiConfig::default());
+        p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
+        let s = p.e[0].isend(0, 1, 3, Bytes::from_static(b"x")).unwrap();
+        p.pump();
+        p.e[0].cancel_send(s);
+        p.pump();
+        assert_eq!(answers(&p.completions(0)), [(s, false)]);
+        assert_eq!(recv_data(&p.completions(1)).len(), 1);
+    }
+
+    #[test]
+    fn a_rendezvous_taken_back_never_sends_its_data_nor_completes() {
+        let mut p = Pair::new(MpiConfig::default());
+        let s = p.e[0].issend(0, 1, 3, Bytes::from(vec![1u8; 10])).unwrap();
+        p.pump();
+        p.e[0].cancel_send(s);
+        p.pump();
+        let c = p.completions(0);
+        assert_eq!(answers(&c), [(s, true)]);
+        assert!(!c.iter().any(|c| matches!(c, Completion::Send { .. })), "{c:?}");
+        assert_eq!(p.e[0].rendezvous_in_progress(), 0);
+        assert_eq!(p.e[1].unexpected_len(), 0);
+    }
+
+    #[test]
+    fn to_itself_a_rank_decides_at_once_and_released_sends_are_not_cancelled() {
+        let mut p = Pair::new(MpiConfig::default());
+        let a = p.e[0].isend(0, 0, 1, Bytes::from_static(b"a")).unwrap();
+        let b = p.e[0].issend(0, 0, 2, Bytes::from_static(b"b")).unwrap();
+        let c = p.e[0].isend(0, 1, 1, Bytes::from_static(b"c")).unwrap();
+        p.e[0].cancel_send(a);
+        p.e[0].cancel_send(b);
+        p.e[0].release(c);
+        p.e[0].cancel_send(c);
+        assert_eq!(answers(&p.completions(0)), [(a, true), (b, true), (c, false)]);
+        assert_eq!(p.e[0].unexpected_len(), 0);
+        assert_eq!(p.e[0].unreleased_sends(), 2, "a and b until released");
     }
 }
