@@ -85,6 +85,23 @@ typedef struct MPI_Status {
 #define MPI_LONG_DOUBLE_INT ((MPI_Datatype)24)
 #define MPI_WCHAR ((MPI_Datatype)25)
 
+/* Fortran and C++ datatypes: not supported, so MPI_DATATYPE_NULL (as MPICH
+ * defines them without Fortran or C++). */
+#define MPI_CHARACTER ((MPI_Datatype)0)
+#define MPI_INTEGER ((MPI_Datatype)0)
+#define MPI_REAL ((MPI_Datatype)0)
+#define MPI_DOUBLE_PRECISION ((MPI_Datatype)0)
+#define MPI_COMPLEX ((MPI_Datatype)0)
+#define MPI_DOUBLE_COMPLEX ((MPI_Datatype)0)
+#define MPI_LOGICAL ((MPI_Datatype)0)
+#define MPI_2INTEGER ((MPI_Datatype)0)
+#define MPI_2REAL ((MPI_Datatype)0)
+#define MPI_2DOUBLE_PRECISION ((MPI_Datatype)0)
+#define MPI_CXX_BOOL ((MPI_Datatype)0)
+#define MPI_CXX_FLOAT_COMPLEX ((MPI_Datatype)0)
+#define MPI_CXX_DOUBLE_COMPLEX ((MPI_Datatype)0)
+#define MPI_CXX_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0)
+
 /* Datatype constructors (MPI_Type_get_envelope) */
 #define MPI_COMBINER_NAMED 1
 #define MPI_COMBINER_DUP 2

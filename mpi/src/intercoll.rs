@@ -23,6 +23,7 @@ const TAG_IGATHER: i32 = 44;
 const TAG_ISCATTER: i32 = 45;
 const TAG_IALLGATHER: i32 = 46;
 const TAG_IALLTOALL: i32 = 47;
+const TAG_IREDSCAT: i32 = 48;
 
 /// The root of a rooted intercommunicator collective, as this process sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +140,38 @@ impl World {
         let mine = self.local(comm, |w| w.reduce_bytes(data, 0, op, commutative))?;
         let got = self.leaders_exchange(comm, mine.map(Bytes::from).unwrap_or_default(), TAG_IALLREDUCE)?;
         Ok(got.to_vec())
+    }
+
+    /// `MPI_Reduce_scatter`: each group gets the other group's data, combined
+    /// and split over its own ranks (`lens[i]` bytes to local rank `i`).
+    pub fn inter_reduce_scatter(
+        &mut self,
+        comm: &Comm,
+        data: Vec<u8>,
+        lens: &[usize],
+        op: &mut Combine<'_>,
+        commutative: bool,
+    ) -> Result<Vec<u8>> {
+        remote(comm)?;
+        let mine = self.local(comm, |w| w.reduce_bytes(data, 0, op, commutative))?;
+        let theirs = if comm.rank == 0 {
+            let r = self.inter_irecv(comm, 0, TAG_IREDSCAT)?;
+            let s = self.inter_isend(comm, mine.map(Bytes::from).unwrap_or_default(), 0, TAG_IREDSCAT)?;
+            let got = self.wait_msg(r)?.data;
+            self.wait(s)?;
+            let mut blocks = Vec::with_capacity(lens.len());
+            let mut off = 0;
+            for &n in lens {
+                let end = (off + n).min(got.len());
+                blocks.push(got.slice(off.min(end)..end));
+                off += n;
+            }
+            Some(blocks)
+        } else {
+            None
+        };
+        let me = lens.get(comm.rank as usize).copied().unwrap_or(0);
+        Ok(self.local(comm, |w| w.scatterv_bytes(theirs, 0, me))?.to_vec())
     }
 
     /// `MPI_Gather(v)`: every process of the other group sends the root its

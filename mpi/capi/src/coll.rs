@@ -546,7 +546,6 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     comm: Handle,
 ) -> c_int {
     collective("MPI_Reduce_scatter", comm, |w, cx, c| {
-        c.c.check_intra("MPI_Reduce_scatter")?;
         let dt = cx.dt(datatype)?;
         let (mut f, commute) = combiner(cx.obj, op, &dt)?;
         // SAFETY: the caller's array of one entry per rank.
@@ -557,7 +556,11 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
         // SAFETY: the caller's buffers.
         let input = unsafe { reduce_input(sendbuf, recvbuf, total, &dt, true)? };
         let lens: Vec<usize> = counts.iter().map(|&n| n * dt.layout.size() as usize).collect();
-        let mine = w.reduce_scatter_bytes(input, &lens, &mut f, commute)?;
+        let mine = if c.c.is_inter() {
+            w.inter_reduce_scatter(&c.c, input, &lens, &mut f, commute)?
+        } else {
+            w.reduce_scatter_bytes(input, &lens, &mut f, commute)?
+        };
         let out = buf(recvbuf, counts[c.rank() as usize] as c_int, &dt)?;
         // SAFETY: the caller's receive buffer, written before this returns.
         unsafe { out.unpack_exact(&mine) }

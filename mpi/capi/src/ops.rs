@@ -120,15 +120,20 @@ macro_rules! int_op {
 }
 
 macro_rules! float_op {
-    ($t:ty, $op:expr, $a:expr, $b:expr) => {
+    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
+        let l = |x: $t| x != 0.0;
+        let f = |b: bool| if b { 1.0 } else { 0.0 };
         match $op {
             Predef::Max => zip::<$t>($a, $b, |x, y| if x > y { x } else { y }),
             Predef::Min => zip::<$t>($a, $b, |x, y| if x < y { x } else { y }),
             Predef::Sum => zip::<$t>($a, $b, |x, y| x + y),
             Predef::Prod => zip::<$t>($a, $b, |x, y| x * y),
+            Predef::Land => zip::<$t>($a, $b, |x, y| f(l(x) && l(y))),
+            Predef::Lor => zip::<$t>($a, $b, |x, y| f(l(x) || l(y))),
+            Predef::Lxor => zip::<$t>($a, $b, |x, y| f(l(x) != l(y))),
             _ => unreachable!("refused by check"),
         }
-    };
+    }};
 }
 
 /// Whether predefined `op` applies to `e` (MPI-1 §4.9.2; like MPICH, `MPI_CHAR`
@@ -138,7 +143,8 @@ fn allowed(op: Predef, e: Elem) -> bool {
     match e {
         Elem::Int(_) => !matches!(op, P::Minloc | P::Maxloc),
         Elem::Byte => matches!(op, P::Band | P::Bor | P::Bxor),
-        Elem::Float(_) => matches!(op, P::Max | P::Min | P::Sum | P::Prod),
+        // Logical operations on floats too, as MPICH allows.
+        Elem::Float(_) => matches!(op, P::Max | P::Min | P::Sum | P::Prod | P::Land | P::Lor | P::Lxor),
         Elem::Pair(_) => matches!(op, P::Minloc | P::Maxloc),
     }
 }
@@ -167,10 +173,15 @@ fn apply(op: Predef, e: Elem, a: &[u8], b: &mut [u8]) {
 fn long_double(op: Predef, a: &[u8], b: &mut [u8]) {
     for (x, y) in a.chunks_exact(16).zip(b.chunks_exact_mut(16)) {
         let (p, q) = (f80_to_f64(x), f80_to_f64(y));
+        let l = |x: f64| x != 0.0;
+        let f = |b: bool| if b { 1.0 } else { 0.0 };
         let v = match op {
             Predef::Max => p.max(q),
             Predef::Min => p.min(q),
             Predef::Sum => p + q,
+            Predef::Land => f(l(p) && l(q)),
+            Predef::Lor => f(l(p) || l(q)),
+            Predef::Lxor => f(l(p) != l(q)),
             _ => p * q,
         };
         y[..10].copy_from_slice(&f64_to_f80(v));
@@ -357,7 +368,7 @@ mod tests {
         assert_eq!(run(9, 7, &ints(&[1, 0]), &ints(&[1, 3])).unwrap(), ints(&[0, 1]), "MPI_LXOR");
         assert_eq!(run(10, 4, &[0b1100], &[0b1010]).unwrap(), [0b0110], "MPI_BXOR on bytes");
         assert_eq!(run(2, 1, &[5u8, 200], &[3, 1]).unwrap(), [3, 200], "MPI_MIN on MPI_CHAR (signed)");
-        for (op, h) in [(3, 4), (6, 13), (11, 7), (5, 14), (3, 16)] {
+        for (op, h) in [(3, 4), (6, 13), (11, 7), (10, 14), (3, 16)] {
             assert_eq!(run(op, h, &[0; 8], &[0; 8]).unwrap_err().class, MPI_ERR_OP, "op {op} type {h}");
         }
         // MPI_MAXLOC on MPI_DOUBLE_INT (packed: 12 bytes a pair); ties take the lower index.
