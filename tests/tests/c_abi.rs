@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 15] = [
+const PROGRAMS: [&str; 16] = [
     "ring",
     "pingpong",
     "collectives",
@@ -28,6 +28,7 @@ const PROGRAMS: [&str; 15] = [
     "datatypes",
     "p2pmodes",
     "collv",
+    "misc",
 ];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
@@ -173,6 +174,11 @@ fn send_modes_persistent_requests_cancel_and_completion_calls() {
 #[test]
 fn v_collectives_scans_user_ops_and_intercommunicator_collectives() {
     passes("collv", &[1, 2, 5], &[]);
+}
+
+#[test]
+fn added_error_codes_info_pcontrol_and_the_mpip2p_header() {
+    passes("misc", &[1, 2], &[]);
 }
 
 #[test]
