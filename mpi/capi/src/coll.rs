@@ -67,6 +67,34 @@ pub(crate) unsafe fn per_rank<'a>(a: *const c_int, p: u32) -> Result<&'a [c_int]
     unsafe { in_array(a, p as c_int) }
 }
 
+/// How a buffer argument splits into one block per rank.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Spec {
+    /// Block `i` holds `count` elements from element `i * count`.
+    Regular(c_int),
+    /// Block `i` holds `counts[i]` elements from element `displs[i]`.
+    Varying(*const c_int, *const c_int),
+}
+
+/// The `n` blocks of the buffer at `p` (elements of `dt`) as `spec` says.
+///
+/// # Safety
+/// For `Varying`, both arrays hold `n` ints.
+pub(crate) unsafe fn split(p: *const c_void, dt: &Dt, spec: Spec, n: u32) -> Result<Vec<Buf>, Fail> {
+    let base = buf(p, 0, dt)?;
+    match spec {
+        Spec::Regular(count) => {
+            let k = count_arg(count, "count")? as u64;
+            (0..n).map(|i| base.slice(u64::from(i) * k, k)).collect()
+        }
+        Spec::Varying(counts, displs) => {
+            // SAFETY: as the caller vouched.
+            let (c, d) = unsafe { (per_rank(counts, n)?, per_rank(displs, n)?) };
+            (0..n as usize).map(|i| base.slice(d[i] as u64, count_arg(c[i], "count")? as u64)).collect()
+        }
+    }
+}
+
 /// `MPI_Barrier`.
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
@@ -126,7 +154,16 @@ pub unsafe extern "C" fn MPI_Gather(
     collective("MPI_Gather", comm, |w, cx, c| {
         if c.c.is_inter() {
             return crate::intercoll::gather(
-                w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                w,
+                cx,
+                c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                Spec::Regular(recvcount),
+                recvtype,
+                root,
             );
         }
         let root = c.root(root)?;
@@ -165,8 +202,17 @@ pub unsafe extern "C" fn MPI_Gatherv(
 ) -> c_int {
     collective("MPI_Gatherv", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::gatherv(
-                w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+            return crate::intercoll::gather(
+                w,
+                cx,
+                c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                Spec::Varying(recvcounts, displs),
+                recvtype,
+                root,
             );
         }
         let root = c.root(root)?;
@@ -177,13 +223,8 @@ pub unsafe extern "C" fn MPI_Gatherv(
             w.gatherv_bytes(unsafe { send.pack() }, root, None)?;
             return Ok(());
         }
-        let rt = cx.dt(recvtype)?;
         // SAFETY: the root's arrays of one entry per rank.
-        let (counts, displs) = unsafe { (per_rank(recvcounts, p)?, per_rank(displs, p)?) };
-        let base = buf(recvbuf, 0, &rt)?;
-        let blocks = (0..p as usize)
-            .map(|i| base.slice(displs[i] as u64, count_arg(counts[i], "receive count")? as u64))
-            .collect::<Result<Vec<_>, _>>()?;
+        let blocks = unsafe { split(recvbuf, &cx.dt(recvtype)?, Spec::Varying(recvcounts, displs), p)? };
         let lens: Vec<usize> = blocks.iter().map(Buf::bytes).collect();
         let mine = if in_place(sendbuf) {
             // SAFETY: the root's receive buffer holds its own block.
@@ -222,7 +263,16 @@ pub unsafe extern "C" fn MPI_Scatter(
     collective("MPI_Scatter", comm, |w, cx, c| {
         if c.c.is_inter() {
             return crate::intercoll::scatter(
-                w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                w,
+                cx,
+                c,
+                sendbuf,
+                Spec::Regular(sendcount),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
             );
         }
         let root = c.root(root)?;
@@ -263,8 +313,17 @@ pub unsafe extern "C" fn MPI_Scatterv(
 ) -> c_int {
     collective("MPI_Scatterv", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::scatterv(
-                w, cx, c, sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+            return crate::intercoll::scatter(
+                w,
+                cx,
+                c,
+                sendbuf,
+                Spec::Varying(sendcounts, displs),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
             );
         }
         let root = c.root(root)?;
@@ -272,17 +331,13 @@ pub unsafe extern "C" fn MPI_Scatterv(
         let keep = me == root && in_place(recvbuf);
         let out = if keep { None } else { Some(buf(recvbuf, recvcount, &cx.dt(recvtype)?)?) };
         let blocks = if me == root {
-            let st = cx.dt(sendtype)?;
             // SAFETY: the root's arrays of one entry per rank.
-            let (counts, displs) = unsafe { (per_rank(sendcounts, p)?, per_rank(displs, p)?) };
-            let base = buf(sendbuf, 0, &st)?;
-            let mut v = Vec::with_capacity(p as usize);
-            for i in 0..p as usize {
-                let b = base.slice(displs[i] as u64, count_arg(counts[i], "send count")? as u64)?;
+            let blocks = unsafe { split(sendbuf, &cx.dt(sendtype)?, Spec::Varying(sendcounts, displs), p)? };
+            let packed = blocks.iter().enumerate().map(|(i, b)| {
                 // SAFETY: the root's send buffer holds every block.
-                v.push(if keep && i as u32 == me { Bytes::new() } else { unsafe { b.pack() } });
-            }
-            Some(v)
+                if keep && i as u32 == me { Bytes::new() } else { unsafe { b.pack() } }
+            });
+            Some(packed.collect())
         } else {
             None
         };
@@ -313,7 +368,17 @@ pub unsafe extern "C" fn MPI_Allgather(
 ) -> c_int {
     collective("MPI_Allgather", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::allgather(w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype);
+            return crate::intercoll::allgather(
+                w,
+                cx,
+                c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                Spec::Regular(recvcount),
+                recvtype,
+            );
         }
         let (me, p) = (c.rank(), c.size());
         let out = buf(recvbuf, recvcount * p as c_int, &cx.dt(recvtype)?)?;
@@ -347,18 +412,21 @@ pub unsafe extern "C" fn MPI_Allgatherv(
 ) -> c_int {
     collective("MPI_Allgatherv", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::allgatherv(
-                w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+            return crate::intercoll::allgather(
+                w,
+                cx,
+                c,
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                Spec::Varying(recvcounts, displs),
+                recvtype,
             );
         }
         let (me, p) = (c.rank(), c.size());
-        let rt = cx.dt(recvtype)?;
         // SAFETY: the caller's arrays of one entry per rank.
-        let (counts, displs) = unsafe { (per_rank(recvcounts, p)?, per_rank(displs, p)?) };
-        let base = buf(recvbuf, 0, &rt)?;
-        let blocks = (0..p as usize)
-            .map(|i| base.slice(displs[i] as u64, count_arg(counts[i], "receive count")? as u64))
-            .collect::<Result<Vec<_>, _>>()?;
+        let blocks = unsafe { split(recvbuf, &cx.dt(recvtype)?, Spec::Varying(recvcounts, displs), p)? };
         let lens: Vec<usize> = blocks.iter().map(Buf::bytes).collect();
         let send =
             if in_place(sendbuf) { blocks[me as usize].clone() } else { buf(sendbuf, sendcount, &cx.dt(sendtype)?)? };
@@ -389,7 +457,17 @@ pub unsafe extern "C" fn MPI_Alltoall(
 ) -> c_int {
     collective("MPI_Alltoall", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::alltoall(w, cx, c, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype);
+            return crate::intercoll::alltoall(
+                w,
+                cx,
+                c,
+                sendbuf,
+                Spec::Regular(sendcount),
+                sendtype,
+                recvbuf,
+                Spec::Regular(recvcount),
+                recvtype,
+            );
         }
         let p = c.size() as c_int;
         let out = buf(recvbuf, recvcount * p, &cx.dt(recvtype)?)?;
@@ -419,27 +497,26 @@ pub unsafe extern "C" fn MPI_Alltoallv(
 ) -> c_int {
     collective("MPI_Alltoallv", comm, |w, cx, c| {
         if c.c.is_inter() {
-            return crate::intercoll::alltoallv(
-                w, cx, c, sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+            return crate::intercoll::alltoall(
+                w,
+                cx,
+                c,
+                sendbuf,
+                Spec::Varying(sendcounts, sdispls),
+                sendtype,
+                recvbuf,
+                Spec::Varying(recvcounts, rdispls),
+                recvtype,
             );
         }
         let p = c.size();
-        let rt = cx.dt(recvtype)?;
         // SAFETY: the caller's arrays of one entry per rank.
-        let (rc, rd) = unsafe { (per_rank(recvcounts, p)?, per_rank(rdispls, p)?) };
-        let rbase = buf(recvbuf, 0, &rt)?;
-        let rblocks = (0..p as usize)
-            .map(|i| rbase.slice(rd[i] as u64, count_arg(rc[i], "receive count")? as u64))
-            .collect::<Result<Vec<_>, _>>()?;
+        let rblocks = unsafe { split(recvbuf, &cx.dt(recvtype)?, Spec::Varying(recvcounts, rdispls), p)? };
         let sblocks = if in_place(sendbuf) {
             rblocks.clone()
         } else {
             // SAFETY: the caller's arrays of one entry per rank.
-            let (sc, sd) = unsafe { (per_rank(sendcounts, p)?, per_rank(sdispls, p)?) };
-            let sbase = buf(sendbuf, 0, &cx.dt(sendtype)?)?;
-            (0..p as usize)
-                .map(|i| sbase.slice(sd[i] as u64, count_arg(sc[i], "send count")? as u64))
-                .collect::<Result<Vec<_>, _>>()?
+            unsafe { split(sendbuf, &cx.dt(sendtype)?, Spec::Varying(sendcounts, sdispls), p)? }
         };
         // SAFETY: the caller's send buffer (packed before anything is written).
         let data: Vec<Bytes> = sblocks.iter().map(|b| unsafe { b.pack() }).collect();

@@ -9,12 +9,12 @@ use std::ffi::{c_int, c_void};
 use bytes::Bytes;
 use p2pmp_mpi::{InterRoot, World};
 
-use crate::coll::{Ctx2, buf, per_rank};
+use crate::coll::{Ctx2, Spec, buf, split};
 use crate::comm::Comm;
 use crate::consts::{Handle, MPI_PROC_NULL, MPI_ROOT};
 use crate::error::Fail;
 use crate::ops::combiner;
-use crate::types::{Buf, count_arg};
+use crate::types::Buf;
 
 fn root_of(c: &Comm, root: c_int) -> Result<InterRoot, Fail> {
     Ok(match root {
@@ -32,16 +32,6 @@ fn root_of(c: &Comm, root: c_int) -> Result<InterRoot, Fail> {
 
 fn remote_size(c: &Comm) -> u32 {
     c.c.remote_group().map_or(0, |g| g.size())
-}
-
-/// The blocks of a v-buffer: `counts[i]` elements at `displs[i]`, one per rank.
-///
-/// # Safety
-/// The arrays hold `n` ints.
-unsafe fn blocks(base: &Buf, counts: *const c_int, displs: *const c_int, n: u32) -> Result<Vec<Buf>, Fail> {
-    // SAFETY: as the caller vouched.
-    let (c, d) = unsafe { (per_rank(counts, n)?, per_rank(displs, n)?) };
-    (0..n as usize).map(|i| base.slice(d[i] as u64, count_arg(c[i], "count")? as u64)).collect()
 }
 
 pub(crate) fn bcast(
@@ -65,37 +55,6 @@ pub(crate) fn bcast(
     Ok(())
 }
 
-pub(crate) fn gather(
-    w: &mut World,
-    cx: &mut Ctx2<'_>,
-    c: &Comm,
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-) -> Result<(), Fail> {
-    let root = root_of(c, root)?;
-    let n = remote_size(c);
-    match root {
-        InterRoot::Me => {
-            let out = buf(recvbuf, 0, &cx.dt(recvtype)?)?;
-            let blocks = (0..n)
-                .map(|i| out.slice(u64::from(i) * recvcount as u64, recvcount as u64))
-                .collect::<Result<Vec<_>, _>>()?;
-            unpack_blocks(w.inter_gatherv(&c.c, Bytes::new(), root, Some(&lens(&blocks)))?, &blocks)
-        }
-        InterRoot::Null => Ok(()),
-        InterRoot::Remote(_) => {
-            // SAFETY: the caller's send buffer.
-            let data = unsafe { buf(sendbuf, sendcount, &cx.dt(sendtype)?)?.pack() };
-            w.inter_gatherv(&c.c, data, root, None).map(|_| ()).map_err(Fail::from)
-        }
-    }
-}
-
 fn lens(blocks: &[Buf]) -> Vec<usize> {
     blocks.iter().map(Buf::bytes).collect()
 }
@@ -108,7 +67,8 @@ fn unpack_blocks(got: Option<Vec<Bytes>>, blocks: &[Buf]) -> Result<(), Fail> {
     Ok(())
 }
 
-pub(crate) fn gatherv(
+/// `MPI_Gather` / `MPI_Gatherv`: the root's receive blocks as `spec` says.
+pub(crate) fn gather(
     w: &mut World,
     cx: &mut Ctx2<'_>,
     c: &Comm,
@@ -116,17 +76,15 @@ pub(crate) fn gatherv(
     sendcount: c_int,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
+    spec: Spec,
     recvtype: Handle,
     root: c_int,
 ) -> Result<(), Fail> {
     let root = root_of(c, root)?;
     match root {
         InterRoot::Me => {
-            let base = buf(recvbuf, 0, &cx.dt(recvtype)?)?;
-            // SAFETY: the root's arrays of one entry per remote rank.
-            let blocks = unsafe { blocks(&base, recvcounts, displs, remote_size(c))? };
+            // SAFETY: the root's arrays (for varying blocks) of one entry per remote rank.
+            let blocks = unsafe { split(recvbuf, &cx.dt(recvtype)?, spec, remote_size(c))? };
             unpack_blocks(w.inter_gatherv(&c.c, Bytes::new(), root, Some(&lens(&blocks)))?, &blocks)
         }
         InterRoot::Null => Ok(()),
@@ -138,44 +96,13 @@ pub(crate) fn gatherv(
     }
 }
 
+/// `MPI_Scatter` / `MPI_Scatterv`: the root's send blocks as `spec` says.
 pub(crate) fn scatter(
     w: &mut World,
     cx: &mut Ctx2<'_>,
     c: &Comm,
     sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-) -> Result<(), Fail> {
-    let root = root_of(c, root)?;
-    let blocks = if root == InterRoot::Me {
-        let base = buf(sendbuf, 0, &cx.dt(sendtype)?)?;
-        let v = (0..remote_size(c))
-            .map(|i| base.slice(u64::from(i) * sendcount as u64, sendcount as u64))
-            .collect::<Result<Vec<_>, _>>()?;
-        // SAFETY: the root's send buffer holds every block.
-        Some(v.iter().map(|b| unsafe { b.pack() }).collect())
-    } else {
-        None
-    };
-    let got = w.inter_scatterv(&c.c, blocks, root)?;
-    if let InterRoot::Remote(_) = root {
-        // SAFETY: the caller's receive buffer, written before this returns.
-        unsafe { buf(recvbuf, recvcount, &cx.dt(recvtype)?)?.unpack_exact(&got)? };
-    }
-    Ok(())
-}
-
-pub(crate) fn scatterv(
-    w: &mut World,
-    cx: &mut Ctx2<'_>,
-    c: &Comm,
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
+    spec: Spec,
     sendtype: Handle,
     recvbuf: *mut c_void,
     recvcount: c_int,
@@ -184,9 +111,8 @@ pub(crate) fn scatterv(
 ) -> Result<(), Fail> {
     let root = root_of(c, root)?;
     let data = if root == InterRoot::Me {
-        let base = buf(sendbuf, 0, &cx.dt(sendtype)?)?;
-        // SAFETY: the root's arrays of one entry per remote rank.
-        let v = unsafe { blocks(&base, sendcounts, displs, remote_size(c))? };
+        // SAFETY: the root's arrays (for varying blocks) of one entry per remote rank.
+        let v = unsafe { split(sendbuf, &cx.dt(sendtype)?, spec, remote_size(c))? };
         // SAFETY: the root's send buffer holds every block.
         Some(v.iter().map(|b| unsafe { b.pack() }).collect())
     } else {
@@ -200,6 +126,7 @@ pub(crate) fn scatterv(
     Ok(())
 }
 
+/// `MPI_Allgather` / `MPI_Allgatherv`: the receive blocks as `spec` says.
 pub(crate) fn allgather(
     w: &mut World,
     cx: &mut Ctx2<'_>,
@@ -208,79 +135,32 @@ pub(crate) fn allgather(
     sendcount: c_int,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    spec: Spec,
     recvtype: Handle,
 ) -> Result<(), Fail> {
     // SAFETY: the caller's send buffer.
     let data = unsafe { buf(sendbuf, sendcount, &cx.dt(sendtype)?)?.pack() };
-    let out = buf(recvbuf, 0, &cx.dt(recvtype)?)?;
-    let blocks = (0..remote_size(c))
-        .map(|i| out.slice(u64::from(i) * recvcount as u64, recvcount as u64))
-        .collect::<Result<Vec<_>, _>>()?;
+    // SAFETY: the caller's arrays (for varying blocks) of one entry per remote rank.
+    let blocks = unsafe { split(recvbuf, &cx.dt(recvtype)?, spec, remote_size(c))? };
     unpack_blocks(Some(w.inter_allgatherv(&c.c, data)?), &blocks)
 }
 
-pub(crate) fn allgatherv(
-    w: &mut World,
-    cx: &mut Ctx2<'_>,
-    c: &Comm,
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: Handle,
-) -> Result<(), Fail> {
-    // SAFETY: the caller's send buffer.
-    let data = unsafe { buf(sendbuf, sendcount, &cx.dt(sendtype)?)?.pack() };
-    let base = buf(recvbuf, 0, &cx.dt(recvtype)?)?;
-    // SAFETY: the caller's arrays of one entry per remote rank.
-    let blocks = unsafe { blocks(&base, recvcounts, displs, remote_size(c))? };
-    unpack_blocks(Some(w.inter_allgatherv(&c.c, data)?), &blocks)
-}
-
+/// `MPI_Alltoall` / `MPI_Alltoallv`: send and receive blocks as the specs say.
 pub(crate) fn alltoall(
     w: &mut World,
     cx: &mut Ctx2<'_>,
     c: &Comm,
     sendbuf: *const c_void,
-    sendcount: c_int,
+    sspec: Spec,
     sendtype: Handle,
     recvbuf: *mut c_void,
-    recvcount: c_int,
+    rspec: Spec,
     recvtype: Handle,
 ) -> Result<(), Fail> {
     let n = remote_size(c);
-    let (sbase, rbase) = (buf(sendbuf, 0, &cx.dt(sendtype)?)?, buf(recvbuf, 0, &cx.dt(recvtype)?)?);
-    let sb = (0..n)
-        .map(|i| sbase.slice(u64::from(i) * sendcount as u64, sendcount as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    let rb = (0..n)
-        .map(|i| rbase.slice(u64::from(i) * recvcount as u64, recvcount as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    // SAFETY: the caller's send buffer holds every block.
-    let data = sb.iter().map(|b| unsafe { b.pack() }).collect();
-    unpack_blocks(Some(w.inter_alltoallv(&c.c, data)?), &rb)
-}
-
-pub(crate) fn alltoallv(
-    w: &mut World,
-    cx: &mut Ctx2<'_>,
-    c: &Comm,
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: Handle,
-) -> Result<(), Fail> {
-    let n = remote_size(c);
-    let (sbase, rbase) = (buf(sendbuf, 0, &cx.dt(sendtype)?)?, buf(recvbuf, 0, &cx.dt(recvtype)?)?);
-    // SAFETY: the caller's arrays of one entry per remote rank.
-    let (sb, rb) = unsafe { (blocks(&sbase, sendcounts, sdispls, n)?, blocks(&rbase, recvcounts, rdispls, n)?) };
+    // SAFETY: the caller's arrays (for varying blocks) of one entry per remote rank.
+    let (sb, rb) =
+        unsafe { (split(sendbuf, &cx.dt(sendtype)?, sspec, n)?, split(recvbuf, &cx.dt(recvtype)?, rspec, n)?) };
     // SAFETY: the caller's send buffer holds every block.
     let data = sb.iter().map(|b| unsafe { b.pack() }).collect();
     unpack_blocks(Some(w.inter_alltoallv(&c.c, data)?), &rb)
