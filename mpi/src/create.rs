@@ -214,3 +214,116 @@ fn colour_group(all: &[u32], color: u32, group: &Group) -> Result<Group> {
 fn ctx_id(ctx: u32) -> Result<CommId> {
     CommId::nth(ctx).ok_or_else(|| Error::Comm("out of communicator contexts".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The context rule (the members agree on the maximum of their next unused
+    //! context, then every member moves past it) over random sequences of
+    //! communicator creation, with the participants each call of this module
+    //! has: no two communicators that share a process ever share a context.
+
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Dup(usize),
+        Split(usize, Vec<u8>),
+        Create(usize, Vec<bool>),
+        Inter(usize, usize),
+        Merge(usize),
+    }
+
+    #[derive(Debug, Clone)]
+    struct Made {
+        ctx: u32,
+        members: BTreeSet<usize>,
+    }
+
+    /// Every participant offers its next context; all move past the maximum.
+    fn agree(next: &mut [u32], participants: &BTreeSet<usize>) -> u32 {
+        let ctx = participants.iter().map(|&p| next[p]).max().unwrap_or(0);
+        for &p in participants {
+            next[p] = next[p].max(ctx + 1);
+        }
+        ctx
+    }
+
+    fn arb_op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            any::<usize>().prop_map(Op::Dup),
+            (any::<usize>(), prop::collection::vec(0..3u8, 8)).prop_map(|(c, v)| Op::Split(c, v)),
+            (any::<usize>(), prop::collection::vec(any::<bool>(), 8)).prop_map(|(c, v)| Op::Create(c, v)),
+            (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Op::Inter(a, b)),
+            any::<usize>().prop_map(Op::Merge),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn communicators_sharing_a_process_never_share_a_context(
+            n in 1..8usize,
+            ops in prop::collection::vec(arb_op(), 1..40),
+        ) {
+            // The world (context 0) and each process's MPI_COMM_SELF (context 1).
+            let mut next = vec![2u32; n];
+            let mut comms = vec![Made { ctx: 0, members: (0..n).collect() }];
+            comms.extend((0..n).map(|p| Made { ctx: 1, members: [p].into() }));
+            let mut inters: Vec<usize> = Vec::new();
+            for op in ops {
+                let pick = |i: usize| i % comms.len();
+                match op {
+                    Op::Dup(c) => {
+                        let m = comms[pick(c)].members.clone();
+                        let ctx = agree(&mut next, &m);
+                        comms.push(Made { ctx, members: m });
+                    }
+                    Op::Split(c, colors) => {
+                        // comm_split: one allgather over the parent; every member takes part.
+                        let m = comms[pick(c)].members.clone();
+                        let ctx = agree(&mut next, &m);
+                        for colour in 0..3u8 {
+                            let part: BTreeSet<usize> = m.iter().copied().filter(|&p| colors[p] == colour).collect();
+                            if !part.is_empty() {
+                                comms.push(Made { ctx, members: part });
+                            }
+                        }
+                    }
+                    Op::Create(c, keep) => {
+                        let m = comms[pick(c)].members.clone();
+                        let ctx = agree(&mut next, &m);
+                        let part: BTreeSet<usize> = m.iter().copied().filter(|&p| keep[p]).collect();
+                        if !part.is_empty() {
+                            comms.push(Made { ctx, members: part });
+                        }
+                    }
+                    Op::Inter(a, b) => {
+                        // Two disjoint groups: each allreduces, the leaders swap, the max wins.
+                        let (ma, mb) = (&comms[pick(a)].members, &comms[pick(b)].members);
+                        if ma.is_disjoint(mb) {
+                            let union: BTreeSet<usize> = ma.union(mb).copied().collect();
+                            let ctx = agree(&mut next, &union);
+                            comms.push(Made { ctx, members: union });
+                            inters.push(comms.len() - 1);
+                        }
+                    }
+                    Op::Merge(i) => {
+                        if let Some(&c) = inters.get(i % inters.len().max(1)) {
+                            let m = comms[c].members.clone();
+                            let ctx = agree(&mut next, &m);
+                            comms.push(Made { ctx, members: m });
+                        }
+                    }
+                }
+            }
+            for (i, a) in comms.iter().enumerate() {
+                for b in &comms[i + 1..] {
+                    prop_assert!(a.ctx != b.ctx || a.members.is_disjoint(&b.members), "{a:?} and {b:?}");
+                }
+            }
+        }
+    }
+}
