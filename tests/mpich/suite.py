@@ -20,7 +20,9 @@ did. Both implementations are judged on the same scope.
 A test passes as MPICH's runtests decides: exit status 0 and output (every
 rank's lines, launcher chatter aside) of "No Errors" with nothing else but
 "Test Passed" lines; resultTest=TestStatus / TestErrFatal tests pass on a
-non-zero exit status. Results go to WORK/results-IMPL.json; with both files
+non-zero exit status. --expect tests/mpich/mpich-passes.txt makes the run
+fail unless p2pmp passes 95% of the in-scope tests MPICH passes (the list of
+the reference machine), without running MPICH. Results go to WORK/results-IMPL.json; with both files
 present the summary compares p2pmp against MPICH: the target is p2pmp passing
 at least 95% of the in-scope tests that pass under MPICH.
 
@@ -337,6 +339,9 @@ def main():
     ap.add_argument("--in-scope-only", action="store_true", help="build and run only in-scope tests")
     ap.add_argument("--log", action="store_true", help="keep each failing test's output in WORK/IMPL/logs")
     ap.add_argument("--report", action="store_true", help="only print the table of the results in WORK")
+    ap.add_argument("--expect", default=None, metavar="FILE",
+                    help="exit 1 unless p2pmp passes 95%% of the tests FILE lists (tests/mpich/mpich-passes.txt:"
+                         " the in-scope tests MPICH passes on the reference machine)")
     a = ap.parse_args()
 
     src = Path(a.mpich_src).resolve()
@@ -423,6 +428,18 @@ def main():
                   + (f" [{' '.join(t.outside[:3])}]" if t.outside else ""), flush=True)
         (work / f"results-{name}.json").write_text(json.dumps(results, indent=1))
     report(work, dirs)
+    if a.expect:
+        want = [l.strip() for l in Path(a.expect).read_text().splitlines() if l.strip() and not l.startswith("#")]
+        got = json.loads((work / "results-p2pmp.json").read_text())
+        ran = [k for k in want if k in got]
+        ok = [k for k in ran if got[k]["status"] == "pass"]
+        for k in ran:
+            if got[k]["status"] != "pass":
+                print(f"  expected to pass: {k}: {got[k]['status']} {got[k]['why']}")
+        pct = 100.0 * len(ok) / max(1, len(ran))
+        print(f"expect: p2pmp passes {len(ok)} of the {len(ran)} listed tests it ran ({pct:.1f}%; at least 95% needed)")
+        if pct < 95.0:
+            sys.exit(1)
 
 
 def report(work, dirs):
