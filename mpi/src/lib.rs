@@ -26,7 +26,17 @@
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
 //!   [`Pod`] element types (`u8`..`u64`, `i8`..`i64`, `f32`, `f64`) and raw
-//!   [`bytes::Bytes`].
+//!   [`bytes::Bytes`]; byte-level collectives with any combining function,
+//!   commutative or not ([`Combine`]: `reduce_bytes`, `allreduce_bytes`,
+//!   `scan_bytes`, `reduce_scatter_bytes`) and with blocks of any length
+//!   (`gatherv_bytes`, `scatterv_bytes`, `allgatherv_bytes`, `alltoallv_bytes`);
+//!   `cancel` (receives, and sends no receive took yet) and `forget`.
+//! - [`Group`] and [`Comm`]: MPI-1 groups and communicators; `comm_dup`,
+//!   `comm_split`, `comm_create`, `intercomm_create`, `intercomm_merge` make
+//!   them, `isend_in` / `irecv_in` / `collectives_in` use them, and the
+//!   `inter_*` collectives run on intercommunicators ([`InterRoot`]).
+//! - [`datatype`]: derived datatypes as [`datatype::Layout`]s (the (offset,
+//!   length) runs of a committed type) with packing.
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
 //!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
 //!   TCP (see `transport`, one connection per rank pair) on the calling thread:

@@ -57,6 +57,9 @@
 //! - **Reliability.** Every message except [`MpiMsg::Ack`] carries a per-peer sequence
 //!   number and a cumulative acknowledgement. After a reconnect exactly the
 //!   unacknowledged messages are resent; duplicates are discarded by sequence number.
+//! - **Cancel.** A receive not matched yet is withdrawn at once; a send asks its
+//!   receiver ([`MpiMsg::CancelReq`] / [`MpiMsg::CancelAns`]), which takes the
+//!   message back only while no receive took it (see `cancel`).
 //! - **Leaving.** After [`MpiEngine::start_closing`] acknowledgements go out at once;
 //!   [`MpiEngine::may_leave`] holds once every peer has everything from us or is
 //!   known to be gone, on evidence gathered while closing (see `closing`).
