@@ -431,17 +431,19 @@ impl Transport {
 
     /// Reads rank `from`'s connection directly, without `epoll`: [`Wait::No`] to
     /// spin on it, [`Wait::Block`] to sleep in `recv` until its next bytes (at
-    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or
-    /// (blocking) when bytes wait to be written: then only the poll loop can make
-    /// progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
+    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or when
+    /// bytes wait to be written: then only the poll loop can make progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
     /// without waiting, and returns if that found anything. Otherwise, whether
     /// anything happened.
     pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
         let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
+        // Bytes waiting to be written move only on the poll loop's writable
+        // events: with any queued, reading one socket directly would starve them
+        // (a rendezvous exchange both ways then crawled, a chunk per sleep).
+        if !self.tx_empty() {
+            return Ok(None);
+        }
         if wait == Wait::Block {
-            if !self.tx_empty() {
-                return Ok(None);
-            }
             self.direct_reads = self.direct_reads.wrapping_add(1);
             if self.direct_reads % POLL_EVERY == 0 && self.poll_io(engine, Some(Duration::ZERO))? {
                 return Ok(Some(true));

@@ -502,6 +502,11 @@ impl World {
         }
         let mut slept = false;
         loop {
+            // Reading one peer's socket alone is right only while nothing else
+            // is under way: a rendezvous with another peer needs its
+            // clear-to-send or data seen (else that peer, perhaps waiting on us,
+            // stalls until a read times out).
+            let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
             // Without a spin or yield budget, sleep at once: a blocking read or
             // poll returns at once when something is ready.

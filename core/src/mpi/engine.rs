@@ -143,6 +143,13 @@ impl MpiEngine {
         self.peers.get(peer as usize).map_or(0, |p| p.unacked.len())
     }
 
+    /// Whether a rendezvous transfer is in progress with a peer other than
+    /// `peer` (a send waiting for its Cts, a receive waiting for its data).
+    pub fn rendezvous_with_others(&self, peer: u32) -> bool {
+        self.awaiting.keys().any(|&(src, _)| src != peer)
+            || self.peers.iter().enumerate().any(|(q, p)| q as u32 != peer && !p.rdv_out.is_empty())
+    }
+
     /// Rendezvous transfers in progress (sends waiting for Cts, receives waiting
     /// for data).
     pub fn rendezvous_in_progress(&self) -> usize {
