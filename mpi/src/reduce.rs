@@ -189,15 +189,28 @@ impl World {
     }
 }
 
-/// `op` on buffers of `T` (unaligned bytes are read into aligned copies).
+/// `op` on buffers of `T`, in place where the bytes are aligned for `T` (else
+/// through aligned copies).
 fn typed<T: Pod>(op: Op) -> impl FnMut(&[u8], &mut [u8]) -> Result<()> {
     move |a: &[u8], b: &mut [u8]| {
-        let x: Vec<T> = pod::from_bytes(a)?;
-        let mut acc: Vec<T> = pod::from_bytes(b)?;
-        // Invariant of Op::apply: acc = acc op x; our operations commute, so
-        // x op acc (MPI's order) is the same.
-        op.apply(&mut acc, &x);
-        b.copy_from_slice(bytemuck::cast_slice(&acc));
+        let copied;
+        let x: &[T] = match bytemuck::try_cast_slice(a) {
+            Ok(x) => x,
+            Err(_) => {
+                copied = pod::from_bytes::<T>(a)?;
+                &copied
+            }
+        };
+        // Op::apply computes acc = acc op x; our operations commute, so this is
+        // x op acc (MPI's order) too.
+        match bytemuck::try_cast_slice_mut::<u8, T>(b) {
+            Ok(acc) => op.apply(acc, x),
+            Err(_) => {
+                let mut acc: Vec<T> = pod::from_bytes(b)?;
+                op.apply(&mut acc, x);
+                b.copy_from_slice(bytemuck::cast_slice(&acc));
+            }
+        }
         Ok(())
     }
 }

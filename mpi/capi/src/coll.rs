@@ -543,8 +543,11 @@ unsafe fn reduce_input(
     in_place_ok: bool,
 ) -> Result<Vec<u8>, Fail> {
     let src = if in_place_ok && in_place(sendbuf) { recvbuf } else { sendbuf };
+    let b = buf(src, count, dt)?;
+    let mut out = Vec::with_capacity(b.bytes());
     // SAFETY: as the caller vouched.
-    Ok(unsafe { buf(src, count, dt)?.pack() }.to_vec())
+    unsafe { b.pack_into(&mut out) };
+    Ok(out)
 }
 
 /// `MPI_Reduce` (`MPI_IN_PLACE` as the root's `sendbuf`).
