@@ -175,8 +175,8 @@ int main(int argc, char **argv) {
     /* misuse */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     float f = 1, g;
-    CHECK(MPI_Allreduce(&f, &g, 1, MPI_FLOAT, MPI_BAND, MPI_COMM_WORLD) == MPI_ERR_OP, "band on floats");
-    CHECK(MPI_Allreduce(&f, &g, 1, MPI_FLOAT, MPI_MINLOC, MPI_COMM_WORLD) == MPI_ERR_OP, "minloc on floats");
+    CHECK(err_class(MPI_Allreduce(&f, &g, 1, MPI_FLOAT, MPI_BAND, MPI_COMM_WORLD)) == MPI_ERR_OP, "band on floats");
+    CHECK(err_class(MPI_Allreduce(&f, &g, 1, MPI_FLOAT, MPI_MINLOC, MPI_COMM_WORLD)) == MPI_ERR_OP, "minloc on floats");
 
     MPI_Type_free(&mat);
     MPI_Type_free(&col);

@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
     MPI_Error_string(MPI_ERR_RANK, s, &len);
     CHECK(strstr(s, "MPI_ERR_RANK") != NULL, "predefined string %s", s);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    CHECK(MPI_Add_error_code(cls + 1000, &v) == MPI_ERR_ARG, "code of an unknown class");
-    CHECK(MPI_Comm_call_errhandler(MPI_COMM_WORLD, code) == MPI_SUCCESS, "call_errhandler under ERRORS_RETURN");
+    CHECK(err_class(MPI_Add_error_code(cls + 1000, &v)) == MPI_ERR_ARG, "code of an unknown class");
+    CHECK(err_class(MPI_Comm_call_errhandler(MPI_COMM_WORLD, code)) == MPI_SUCCESS, "call_errhandler under ERRORS_RETURN");
 
     MPI_Info info;
     MPI_Info_create(&info);
@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     MPI_Info_free(&info);
     CHECK(info == MPI_INFO_NULL, "info freed");
 
-    CHECK(MPI_Pcontrol(1) == MPI_SUCCESS && MPI_Pcontrol(0, "extra") == MPI_SUCCESS, "pcontrol");
+    CHECK(err_class(MPI_Pcontrol(1)) == MPI_SUCCESS && MPI_Pcontrol(0, "extra") == MPI_SUCCESS, "pcontrol");
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &p, &flag);
     CHECK(flag && (*p == 0 || *p == 1), "MPI_WTIME_IS_GLOBAL");
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_HOST, &p, &flag);

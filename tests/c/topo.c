@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
     /* misuse */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int bad[2] = {size + 1, 1};
-    CHECK(MPI_Dims_create(size, 2, bad) == MPI_ERR_DIMS, "dims that do not divide");
-    CHECK(MPI_Cartdim_get(MPI_COMM_WORLD, &n) == MPI_ERR_TOPOLOGY, "no topology");
+    CHECK(err_class(MPI_Dims_create(size, 2, bad)) == MPI_ERR_DIMS, "dims that do not divide");
+    CHECK(err_class(MPI_Cartdim_get(MPI_COMM_WORLD, &n)) == MPI_ERR_TOPOLOGY, "no topology");
     MPI_Comm_free(&d);
     MPI_Comm_free(&g);
     MPI_Comm_free(&row);
