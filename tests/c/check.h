@@ -21,7 +21,7 @@ static int check_failures = 0, check_count = 0;
     } while (0)
 
 /* The error class of a return code (codes need not be their classes). */
-static int err_class(int rc) {
+static inline int err_class(int rc) {
     int c = rc;
     if (rc != MPI_SUCCESS) MPI_Error_class(rc, &c);
     return c;
