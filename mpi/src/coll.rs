@@ -2,67 +2,93 @@
 //! never match user messages. Every rank must call them in the same order.
 //!
 //! - `barrier`: dissemination, ⌈log2 p⌉ rounds.
-//! - `bcast`, `reduce`, `gather`, `scatter`: binomial trees rooted at `root`.
-//! - `allreduce`: recursive doubling (ranks beyond the largest power of two fold
-//!   into a partner first and get the result back at the end).
+//! - `bcast`, `gather`, `scatter`: binomial trees rooted at `root`.
+//! - reductions: see `reduce`.
 //! - `allgather`: Bruck's algorithm, ⌈log2 p⌉ rounds for any p.
 //! - `alltoall`: pairwise exchange, p - 1 rounds.
 
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Result};
-use crate::pod::{self, Op, Pod};
-use crate::world::World;
+use crate::pod::{self, Pod};
+use crate::world::{Request, World};
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
-const TAG_REDUCE: i32 = 3;
-const TAG_ALLREDUCE: i32 = 4;
 const TAG_GATHER: i32 = 5;
 const TAG_SCATTER: i32 = 6;
 const TAG_ALLGATHER: i32 = 7;
 const TAG_ALLTOALL: i32 = 8;
 
-fn mismatch(what: &str, got: usize, want: usize) -> Error {
+pub(crate) fn mismatch(what: &str, got: usize, want: usize) -> Error {
     Error::Invalid(format!("{what}: got {got} bytes from a peer, expected {want} (buffer sizes differ between ranks)"))
 }
 
 impl World {
-    fn coll_send(&mut self, data: Bytes, to: u32, tag: i32) -> Result<()> {
-        let r = self.isend_on(self.coll_comm, data, to, tag)?;
+    /// This process's rank among the collectives' group.
+    pub(crate) fn crank(&self) -> u32 {
+        self.coll.me
+    }
+
+    /// The size of the collectives' group.
+    pub(crate) fn csize(&self) -> u32 {
+        self.coll.group.size()
+    }
+
+    /// The world rank of the collectives' group rank `r`.
+    fn cpeer(&self, r: u32) -> Result<u32> {
+        self.coll.group.world_rank(r).ok_or_else(|| Error::Rank(format!("rank {r} not below {}", self.csize())))
+    }
+
+    pub(crate) fn coll_isend(&mut self, data: Bytes, to: u32, tag: i32) -> Result<Request> {
+        let to = self.cpeer(to)?;
+        self.isend_on(self.coll.id, data, to, tag)
+    }
+
+    pub(crate) fn coll_irecv(&mut self, from: u32, tag: i32) -> Result<Request> {
+        let from = self.cpeer(from)?;
+        self.irecv_on(self.coll.id, Some(from), Some(tag))
+    }
+
+    pub(crate) fn coll_send(&mut self, data: Bytes, to: u32, tag: i32) -> Result<()> {
+        let r = self.coll_isend(data, to, tag)?;
         self.wait(r).map(|_| ())
     }
 
-    fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {
-        let r = self.irecv_on(self.coll_comm, Some(from), Some(tag))?;
+    pub(crate) fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {
+        let r = self.coll_irecv(from, tag)?;
         Ok(self.wait_msg(r)?.data)
     }
 
     /// Sends `data` to `to` while receiving from `from`.
-    fn coll_sendrecv(&mut self, data: Bytes, to: u32, from: u32, tag: i32) -> Result<Bytes> {
-        let rr = self.irecv_on(self.coll_comm, Some(from), Some(tag))?;
-        let sr = self.isend_on(self.coll_comm, data, to, tag)?;
+    pub(crate) fn coll_sendrecv(&mut self, data: Bytes, to: u32, from: u32, tag: i32) -> Result<Bytes> {
+        let rr = self.coll_irecv(from, tag)?;
+        let sr = self.coll_isend(data, to, tag)?;
         let got = self.wait_msg(rr)?.data;
         self.wait(sr)?;
         Ok(got)
     }
 
     /// Rank relative to `root`, and back.
-    fn rel(&self, root: u32) -> u32 {
-        (self.rank() + self.size() - root) % self.size()
+    pub(crate) fn rel(&self, root: u32) -> u32 {
+        (self.crank() + self.csize() - root) % self.csize()
     }
 
-    fn abs(&self, vr: u32, root: u32) -> u32 {
-        (vr + root) % self.size()
+    pub(crate) fn abs(&self, vr: u32, root: u32) -> u32 {
+        (vr + root) % self.csize()
     }
 
-    fn check_root(&self, root: u32) -> Result<()> {
-        if root < self.size() { Ok(()) } else { Err(Error::Invalid(format!("root {root} not below {}", self.size()))) }
+    pub(crate) fn check_root(&self, root: u32) -> Result<()> {
+        if root < self.csize() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(format!("root {root} not below {}", self.csize())))
+        }
     }
 
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&mut self) -> Result<()> {
-        let (r, p) = (self.rank(), self.size());
+        let (r, p) = (self.crank(), self.csize());
         let mut d = 1;
         while d < p {
             self.coll_sendrecv(Bytes::new(), (r + d) % p, (r + p - d) % p, TAG_BARRIER)?;
@@ -75,7 +101,7 @@ impl World {
     /// elsewhere).
     pub fn bcast_bytes(&mut self, data: Bytes, root: u32) -> Result<Bytes> {
         self.check_root(root)?;
-        let (p, vr) = (self.size(), self.rel(root));
+        let (p, vr) = (self.csize(), self.rel(root));
         let mut data = data;
         let mut mask = 1;
         while mask < p {
@@ -89,7 +115,7 @@ impl World {
         mask >>= 1;
         while mask > 0 {
             if vr + mask < p {
-                sends.push(self.isend_on(self.coll_comm, data.clone(), self.abs(vr + mask, root), TAG_BCAST)?);
+                sends.push(self.coll_isend(data.clone(), self.abs(vr + mask, root), TAG_BCAST)?);
             }
             mask >>= 1;
         }
@@ -99,69 +125,18 @@ impl World {
 
     /// Broadcasts `buf` from `root` into `buf` on every other rank (same length everywhere).
     pub fn bcast<T: Pod>(&mut self, buf: &mut [T], root: u32) -> Result<()> {
-        let data = if self.rank() == root { pod::to_bytes(buf) } else { Bytes::new() };
+        let data = if self.crank() == root { pod::to_bytes(buf) } else { Bytes::new() };
         let got = self.bcast_bytes(data, root)?;
-        if self.rank() != root {
+        if self.crank() != root {
             pod::copy_into(buf, &got)?;
         }
         Ok(())
     }
 
-    /// Combines every rank's `send` element-wise with `op`; the result on `root`
-    /// (`None` elsewhere).
-    pub fn reduce<T: Pod>(&mut self, send: &[T], op: Op, root: u32) -> Result<Option<Vec<T>>> {
-        self.check_root(root)?;
-        let (p, vr) = (self.size(), self.rel(root));
-        let mut acc = send.to_vec();
-        let mut mask = 1;
-        while mask < p {
-            if vr & mask == 0 {
-                if vr + mask < p {
-                    let x = self.coll_recv(self.abs(vr + mask, root), TAG_REDUCE)?;
-                    combine(&mut acc, &x, op)?;
-                }
-            } else {
-                self.coll_send(pod::to_bytes(&acc), self.abs(vr - mask, root), TAG_REDUCE)?;
-                return Ok(None);
-            }
-            mask <<= 1;
-        }
-        Ok(Some(acc))
-    }
-
-    /// Combines every rank's `send` element-wise with `op`; the result on every rank.
-    pub fn allreduce<T: Pod>(&mut self, send: &[T], op: Op) -> Result<Vec<T>> {
-        let (r, p) = (self.rank(), self.size());
-        let pof2 = if p.is_power_of_two() { p } else { p.next_power_of_two() / 2 };
-        let rem = p - pof2;
-        let mut acc = send.to_vec();
-        if r >= pof2 {
-            // Fold into a partner, then get the result back.
-            self.coll_send(pod::to_bytes(&acc), r - pof2, TAG_ALLREDUCE)?;
-            let x = self.coll_recv(r - pof2, TAG_ALLREDUCE)?;
-            return pod::from_bytes(&x);
-        }
-        if r < rem {
-            let x = self.coll_recv(r + pof2, TAG_ALLREDUCE)?;
-            combine(&mut acc, &x, op)?;
-        }
-        let mut mask = 1;
-        while mask < pof2 {
-            let partner = r ^ mask;
-            let x = self.coll_sendrecv(pod::to_bytes(&acc), partner, partner, TAG_ALLREDUCE)?;
-            combine(&mut acc, &x, op)?;
-            mask <<= 1;
-        }
-        if r < rem {
-            self.coll_send(pod::to_bytes(&acc), r + pof2, TAG_ALLREDUCE)?;
-        }
-        Ok(acc)
-    }
-
     /// Gathers every rank's `send` (same length everywhere) on `root`, in rank order.
     pub fn gather<T: Pod>(&mut self, send: &[T], root: u32) -> Result<Option<Vec<T>>> {
         self.check_root(root)?;
-        let (p, vr) = (self.size(), self.rel(root));
+        let (p, vr) = (self.csize(), self.rel(root));
         let n = std::mem::size_of_val(send);
         let mut buf = BytesMut::from(bytemuck::cast_slice::<T, u8>(send));
         let mut mask = 1;
@@ -195,7 +170,7 @@ impl World {
     /// elsewhere) and gives each rank its block.
     pub fn scatter<T: Pod>(&mut self, send: Option<&[T]>, root: u32) -> Result<Vec<T>> {
         self.check_root(root)?;
-        let (p, vr) = (self.size(), self.rel(root));
+        let (p, vr) = (self.csize(), self.rel(root));
         let mut mask = 1;
         let (buf, n) = if vr == 0 {
             let all: &[u8] =
@@ -232,12 +207,7 @@ impl World {
             if child < p {
                 let off = (child - vr) as usize * n;
                 let len = mask.min(p - child) as usize * n;
-                sends.push(self.isend_on(
-                    self.coll_comm,
-                    buf.slice(off..off + len),
-                    self.abs(child, root),
-                    TAG_SCATTER,
-                )?);
+                sends.push(self.coll_isend(buf.slice(off..off + len), self.abs(child, root), TAG_SCATTER)?);
             }
             mask >>= 1;
         }
@@ -247,7 +217,7 @@ impl World {
 
     /// Every rank's `send` (same length everywhere) on every rank, in rank order.
     pub fn allgather<T: Pod>(&mut self, send: &[T]) -> Result<Vec<T>> {
-        let (r, p) = (self.rank(), self.size());
+        let (r, p) = (self.crank(), self.csize());
         let n = std::mem::size_of_val(send);
         let mut buf = BytesMut::from(bytemuck::cast_slice::<T, u8>(send));
         let mut d = 1;
@@ -273,7 +243,7 @@ impl World {
     /// `send` holds `size` equal blocks; block `j` goes to rank `j`, and the result
     /// holds the block each rank sent here, in rank order.
     pub fn alltoall<T: Pod>(&mut self, send: &[T]) -> Result<Vec<T>> {
-        let (r, p) = (self.rank(), self.size());
+        let (r, p) = (self.crank(), self.csize());
         let all: &[u8] = bytemuck::cast_slice(send);
         if all.len() % p as usize != 0 {
             return Err(Error::Invalid(format!("alltoall of {} bytes over {p} ranks", all.len())));
@@ -293,13 +263,4 @@ impl World {
         }
         pod::from_bytes(&out)
     }
-}
-
-fn combine<T: Pod>(acc: &mut [T], x: &[u8], op: Op) -> Result<()> {
-    let x: Vec<T> = pod::from_bytes(x)?;
-    if x.len() != acc.len() {
-        return Err(mismatch("reduce", std::mem::size_of_val(x.as_slice()), std::mem::size_of_val(acc)));
-    }
-    op.apply(acc, &x);
-    Ok(())
 }

@@ -34,6 +34,16 @@ pub enum Error {
     /// Arguments that cannot work (e.g. buffer lengths that differ between ranks).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A rank that is not in the group or communicator.
+    #[error("{0}")]
+    Rank(String),
+    /// A group that cannot serve (a process twice, not a subset, ...).
+    #[error("{0}")]
+    Group(String),
+    /// A communicator that cannot serve the call (an intercommunicator where an
+    /// intracommunicator is needed, ...).
+    #[error("{0}")]
+    Comm(String),
 }
 
 /// Shorthand for results of this crate.

@@ -27,7 +27,17 @@
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
 //!   [`Pod`] element types (`u8`..`u64`, `i8`..`i64`, `f32`, `f64`) and raw
-//!   [`bytes::Bytes`].
+//!   [`bytes::Bytes`]; byte-level collectives with any combining function,
+//!   commutative or not ([`Combine`]: `reduce_bytes`, `allreduce_bytes`,
+//!   `scan_bytes`, `reduce_scatter_bytes`) and with blocks of any length
+//!   (`gatherv_bytes`, `scatterv_bytes`, `allgatherv_bytes`, `alltoallv_bytes`);
+//!   `cancel` (receives, and sends no receive took yet) and `forget`.
+//! - [`Group`] and [`Comm`]: MPI-1 groups and communicators; `comm_dup`,
+//!   `comm_split`, `comm_create`, `intercomm_create`, `intercomm_merge` make
+//!   them, `isend_in` / `irecv_in` / `collectives_in` use them, and the
+//!   `inter_*` collectives run on intercommunicators ([`InterRoot`]).
+//! - [`datatype`]: derived datatypes as [`datatype::Layout`]s (the (offset,
+//!   length) runs of a committed type) with packing.
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
 //!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
 //!   TCP (see `transport`, one connection per rank pair) on the calling thread:
@@ -37,20 +47,29 @@
 //!   it waits for several.
 
 mod coll;
+mod collv;
 mod comm;
+mod create;
+pub mod datatype;
 mod env;
 mod error;
+mod group;
+mod intercoll;
 mod node;
 mod pod;
+mod reduce;
 mod sock;
 mod transport;
 mod world;
 
-pub use comm::CommId;
+pub use comm::{Comm, CommId};
 pub use env::{
     DEFAULT_FAILURE_TIMEOUT, FAILURE_TIMEOUT_VAR, HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex,
     to_hex,
 };
 pub use error::{Error, Result};
+pub use group::{Group, Similarity};
+pub use intercoll::InterRoot;
 pub use pod::{Op, Pod};
+pub use reduce::Combine;
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

@@ -65,9 +65,6 @@ struct OutPeer {
     /// A reconnect only for acknowledgements failed: no more tries until the
     /// peer is heard from or we have frames for it.
     ack_only_gave_up: bool,
-    /// The last attempt to (re)connect failed: the peer is gone or has not
-    /// registered its new address yet.
-    connect_failed: bool,
 }
 
 /// One connection to a peer rank, either opened by us or accepted.
@@ -105,8 +102,8 @@ pub(crate) struct Transport {
     dirty: Vec<usize>,
     /// Ready tokens of the last poll (reused, so polling allocates nothing).
     ready: Vec<(Token, bool, bool)>,
-    /// Stop reconnecting (finalize).
-    pub(crate) closing: bool,
+    /// Finalizing: a rank that stays unreachable is no error.
+    closing: bool,
     /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
     failure_timeout: Duration,
     /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): every n-th frame
@@ -146,7 +143,6 @@ impl Transport {
                 backoff: Duration::ZERO,
                 down_since: None,
                 ack_only_gave_up: false,
-                connect_failed: false,
             })
             .collect();
         debug!(rank, %addr, %key, "registered");
@@ -194,7 +190,7 @@ impl Transport {
             }
             if let Err(why) = self.open(to) {
                 debug!(to, %why, "connect failed");
-                self.out[to as usize].connect_failed = true;
+                engine.handle_unreachable(now, to);
                 self.mark_down(engine, now, to);
                 return;
             }
@@ -349,12 +345,13 @@ impl Transport {
                     p.backoff = Duration::ZERO;
                     p.down_since = None;
                     p.ack_only_gave_up = false;
-                    p.connect_failed = false;
                     engine.handle_reconnected(to).expect("valid peer");
                     debug!(to, "reconnected");
                 }
                 Err(why) => {
-                    self.out[to as usize].connect_failed = true;
+                    // While closing this is evidence the peer left (the engine
+                    // decides what it proves).
+                    engine.handle_unreachable(now, to);
                     if engine.unacked_len(to) == 0 {
                         // Only acknowledgements are owed: the peer most likely
                         // exited. Wait until it is heard from again.
@@ -373,6 +370,17 @@ impl Transport {
         Ok(())
     }
 
+    /// Finalize starts: peers given up on before get one more attempt now, so
+    /// the engine learns whether they are gone (only failures seen while
+    /// closing count as evidence).
+    pub(crate) fn start_closing(&mut self, now: Instant) {
+        self.closing = true;
+        for p in &mut self.out {
+            p.ack_only_gave_up = false;
+            p.retry_at = p.retry_at.min(now);
+        }
+    }
+
     /// The earliest reconnect attempt due, if any rank waits for one.
     pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
         (0..self.out.len() as u32)
@@ -384,13 +392,6 @@ impl Transport {
     /// Whether every outgoing queue is empty (all handed to the kernel).
     pub(crate) fn tx_empty(&self) -> bool {
         self.conns.iter().flatten().all(|c| c.tx.is_empty())
-    }
-
-    /// Whether `to` looks gone: no connection, and the last attempt to open one
-    /// failed.
-    pub(crate) fn unreachable(&self, to: u32) -> bool {
-        let p = &self.out[to as usize];
-        p.conn.is_none() && p.connect_failed
     }
 
     /// Waits up to `timeout` for socket readiness and handles what is ready.
@@ -446,17 +447,19 @@ impl Transport {
 
     /// Reads rank `from`'s connection directly, without `epoll`: [`Wait::No`] to
     /// spin on it, [`Wait::Block`] to sleep in `recv` until its next bytes (at
-    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or
-    /// (blocking) when bytes wait to be written: then only the poll loop can make
-    /// progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
+    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or when
+    /// bytes wait to be written: then only the poll loop can make progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
     /// without waiting, and returns if that found anything. Otherwise, whether
     /// anything happened.
     pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
         let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
+        // Bytes waiting to be written move only on the poll loop's writable
+        // events: with any queued, reading one socket directly would starve them
+        // (a rendezvous exchange both ways then crawled, a chunk per sleep).
+        if !self.tx_empty() {
+            return Ok(None);
+        }
         if wait == Wait::Block {
-            if !self.tx_empty() {
-                return Ok(None);
-            }
             self.direct_reads = self.direct_reads.wrapping_add(1);
             if self.direct_reads % POLL_EVERY == 0 && self.poll_io(engine, Some(Duration::ZERO))? {
                 return Ok(Some(true));

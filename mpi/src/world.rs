@@ -10,9 +10,9 @@ use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 
 pub use p2pmp_core::mpi::Status;
 
-use crate::comm::CommId;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
+use crate::group::Group;
 use crate::pod::{self, Pod};
 use crate::sock::Wait;
 use crate::transport::{DIRECT_MAX, Transport};
@@ -54,6 +54,8 @@ pub enum Completed {
     Sent,
     /// A receive, with what arrived.
     Received(Message),
+    /// A receive [`World::cancel`] took back before it matched.
+    Cancelled,
 }
 
 impl Completed {
@@ -61,7 +63,7 @@ impl Completed {
     pub fn message(self) -> Option<Message> {
         match self {
             Completed::Received(m) => Some(m),
-            Completed::Sent => None,
+            Completed::Sent | Completed::Cancelled => None,
         }
     }
 }
@@ -116,6 +118,10 @@ pub struct World {
     rank: u32,
     size: u32,
     done: HashMap<RequestId, Completion>,
+    /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
+    forgotten: std::collections::HashSet<RequestId>,
+    /// Sends being cancelled: the receiver's answer once it came.
+    cancels: HashMap<RequestId, Option<bool>>,
     spin: SpinPolicy,
     /// The current spin budget, adapted between zero and `spin.spin`: doubled when
     /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
@@ -125,8 +131,20 @@ pub struct World {
     /// for it can read that peer's socket directly.
     recv_hint: Option<(RequestId, u32)>,
     finalized: bool,
-    /// The engine communicator id collectives use (see `World::collectives_in`).
-    pub(crate) coll_comm: u32,
+    /// Where the collectives run (see [`World::collectives_in`]).
+    pub(crate) coll: CollCtx,
+    /// The lowest context number this process has not used (see
+    /// [`World::comm_dup`]); 0 and 1 are the world's and `MPI_COMM_SELF`'s.
+    pub(crate) next_ctx: u32,
+}
+
+/// The communicator the collectives run on: its engine id for collective
+/// traffic, its group, and this process's rank in it.
+#[derive(Debug, Clone)]
+pub(crate) struct CollCtx {
+    pub(crate) id: u32,
+    pub(crate) group: Group,
+    pub(crate) me: u32,
 }
 
 /// Starts MPI for this process from the environment its node gave it
@@ -152,11 +170,14 @@ impl World {
             rank: env.rank,
             size: env.size,
             done: HashMap::new(),
+            forgotten: std::collections::HashSet::new(),
+            cancels: HashMap::new(),
             spin: SpinPolicy::for_world(env.size),
             spin_now: SpinPolicy::for_world(env.size).spin,
             recv_hint: None,
             finalized: false,
-            coll_comm: COMM_COLL,
+            coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
+            next_ctx: 2,
         })
     }
 
@@ -272,15 +293,31 @@ impl World {
         Ok(m.status)
     }
 
+    /// Whether request `id` has finished: its completion is here, or a cancel
+    /// of it was answered (taken back; else the send's completion is needed too).
+    fn finished(&self, id: RequestId) -> bool {
+        match self.cancels.get(&id) {
+            Some(None) => false,
+            Some(Some(true)) => true,
+            _ => self.done.contains_key(&id),
+        }
+    }
+
     /// Waits for `req` to finish.
     pub fn wait(&mut self, req: Request) -> Result<Completed> {
         let id = req.0;
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
-        self.progress_until(from, |w| w.done.contains_key(&id))?;
+        self.progress_until(from, |w| w.finished(id))?;
+        self.engine.release(id);
+        if self.cancels.remove(&id) == Some(Some(true)) {
+            self.done.remove(&id);
+            return Ok(Completed::Cancelled);
+        }
         let c = self.done.remove(&id).expect("present: waited for it");
         Ok(match c {
             Completion::Recv { status, data, .. } => Completed::Received(Message { status, data }),
-            _ => Completed::Sent,
+            Completion::Cancelled { .. } => Completed::Cancelled,
+            Completion::Send { .. } | Completion::CancelAnswer { .. } => Completed::Sent,
         })
     }
 
@@ -288,15 +325,20 @@ impl World {
     pub(crate) fn wait_msg(&mut self, req: Request) -> Result<Message> {
         match self.wait(req)? {
             Completed::Received(m) => Ok(m),
-            Completed::Sent => Err(Error::Invalid("waited for a send as if it were a receive".into())),
+            _ => Err(Error::Invalid("waited for a send (or a cancelled receive) as if it were a receive".into())),
         }
     }
 
     /// Waits for every request, results in the same order.
     pub fn waitall(&mut self, reqs: Vec<Request>) -> Result<Vec<Completed>> {
         let ids: Vec<RequestId> = reqs.iter().map(|r| r.0).collect();
-        self.progress_until(None, |w| ids.iter().all(|id| w.done.contains_key(id)))?;
+        self.progress_until(None, |w| ids.iter().all(|&id| w.finished(id)))?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Waits until every one of `reqs` has finished (finish each with [`World::wait`]).
+    pub fn wait_all_done(&mut self, reqs: &[&Request]) -> Result<()> {
+        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))
     }
 
     /// Waits until one of `reqs` has finished and returns its index (the lowest
@@ -305,7 +347,7 @@ impl World {
         if reqs.is_empty() {
             return Ok(None);
         }
-        let first = |w: &World| reqs.iter().position(|r| w.done.contains_key(&r.0));
+        let first = |w: &World| reqs.iter().position(|r| w.finished(r.0));
         self.progress_until(None, |w| first(w).is_some())?;
         Ok(first(self))
     }
@@ -313,20 +355,65 @@ impl World {
     /// Whether `req` has finished (then [`World::wait`] returns at once). Makes
     /// progress without blocking.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
-        if !self.done.contains_key(&req.0) {
+        if !self.finished(req.0) {
             self.progress_once(Some(Duration::ZERO))?;
         }
-        Ok(self.done.contains_key(&req.0))
+        Ok(self.finished(req.0))
+    }
+
+    /// Cancels `req` (MPI_Cancel): a receive not matched yet completes as
+    /// [`Completed::Cancelled`] at once (true); a send is taken back if no
+    /// receive took its message yet, which its receiver decides ([`World::wait`]
+    /// then says which happened); false for anything but a receive cancelled now.
+    pub fn cancel(&mut self, req: &Request) -> Result<bool> {
+        let now = self.engine.cancel(req.0);
+        if !now && !self.cancels.contains_key(&req.0) && !self.forgotten.contains(&req.0) {
+            let recv_done =
+                matches!(self.done.get(&req.0), Some(Completion::Recv { .. } | Completion::Cancelled { .. }));
+            if !recv_done {
+                self.cancels.insert(req.0, None);
+                self.engine.cancel_send(req.0);
+            }
+        }
+        self.after_call()?;
+        Ok(now)
+    }
+
+    /// Gives up waiting for `req`: it goes on (a send's data still reaches its
+    /// receiver) and its completion is dropped.
+    pub fn forget(&mut self, req: Request) {
+        self.engine.release(req.0);
+        self.cancels.remove(&req.0);
+        if self.done.remove(&req.0).is_none() {
+            self.forgotten.insert(req.0);
+        }
     }
 
     /// The status of a message a receive with these arguments would take now.
     pub fn iprobe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Option<Status>> {
-        self.iprobe_in(CommId::WORLD, source, tag)
+        let world = self.comm_world();
+        self.iprobe_in(&world, source, tag)
     }
 
     /// Waits until a matching message is there and returns its status.
     pub fn probe(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Status> {
-        self.probe_in(CommId::WORLD, source, tag)
+        let world = self.comm_world();
+        self.probe_in(&world, source, tag)
+    }
+
+    /// Runs `f` with the collectives on engine id `id` among `group`, where this
+    /// process has rank `me`.
+    pub(crate) fn collectives_on<R, E>(
+        &mut self,
+        id: u32,
+        group: Group,
+        me: u32,
+        f: impl FnOnce(&mut World) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let saved = std::mem::replace(&mut self.coll, CollCtx { id, group, me });
+        let r = f(self);
+        self.coll = saved;
+        r
     }
 
     /// Ends MPI: waits until every rank got here, hands everything to the peers,
@@ -341,14 +428,15 @@ impl World {
             return Ok(());
         }
         self.finalized = true;
-        // Everything written and acknowledged, except by peers that look gone (a
-        // broken link is reopened meanwhile), within reason.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        self.net.closing = true;
-        let settled = |w: &World| {
-            w.net.tx_empty() && (0..w.size).all(|r| r == w.rank || w.engine.unacked_len(r) == 0 || w.net.unreachable(r))
-        };
-        while !settled(self) && Instant::now() < deadline {
+        // Everything written, acknowledged and acknowledged back, except to peers
+        // the engine knows are gone (a broken link is reopened meanwhile), within
+        // reason.
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        self.net.start_closing(now);
+        self.engine.start_closing(now);
+        self.after_call()?;
+        while !(self.net.tx_empty() && self.engine.may_leave(Instant::now())) && Instant::now() < deadline {
             self.progress_once(Some(Duration::from_millis(1)))?;
         }
         self.net.unregister();
@@ -362,7 +450,17 @@ impl World {
         let now = Instant::now();
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
-            self.done.insert(c.req(), c);
+            match c {
+                Completion::CancelAnswer { req, cancelled } => {
+                    if let Some(a) = self.cancels.get_mut(&req) {
+                        *a = Some(cancelled);
+                    }
+                }
+                c if self.forgotten.remove(&c.req()) => {}
+                c => {
+                    self.done.insert(c.req(), c);
+                }
+            }
         }
         Ok(())
     }
@@ -404,6 +502,11 @@ impl World {
         }
         let mut slept = false;
         loop {
+            // Reading one peer's socket alone is right only while nothing else
+            // is under way: a rendezvous with another peer needs its
+            // clear-to-send or data seen (else that peer, perhaps waiting on us,
+            // stalls until a read times out).
+            let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
             // Poll hot, then politely, then sleep; after any wake-up, hot again.
             // Without a spin or yield budget, sleep at once: a blocking read or
             // poll returns at once when something is ready.

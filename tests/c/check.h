@@ -20,6 +20,13 @@ static int check_failures = 0, check_count = 0;
         }                                                                           \
     } while (0)
 
+/* The error class of a return code (codes need not be their classes). */
+static inline int err_class(int rc) {
+    int c = rc;
+    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &c);
+    return c;
+}
+
 /* Rank 0 prints "<name>: <checks> checks, <failures> failures" (summed over
  * ranks); returns the process exit code. */
 static int report(const char *name) {

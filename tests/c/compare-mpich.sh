@@ -36,9 +36,15 @@ runs=(
     "errors"
     "factor 1000036000099 1000000"
     "factor 1000003 1000"
+    "groups"
+    "comms"
+    "topo"
+    "datatypes"
+    "p2pmodes"
+    "collv"
 )
 
-for prog in ring pingpong collectives anysource sendrecv ssend errors factor; do
+for prog in ring pingpong collectives anysource sendrecv ssend errors factor groups comms topo datatypes p2pmodes collv; do
     mkdir -p "$work/p2pmp" "$work/mpich"
     "$target/p2pmpicc" -std=c99 -O2 "$here/$prog.c" -o "$work/p2pmp/$prog" || exit 1
     mpicc.mpich -std=c99 -O2 "$here/$prog.c" -o "$work/mpich/$prog" || exit 1

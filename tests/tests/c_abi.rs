@@ -12,7 +12,24 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 8] = ["ring", "pingpong", "collectives", "anysource", "sendrecv", "ssend", "errors", "factor"];
+const PROGRAMS: [&str; 16] = [
+    "ring",
+    "pingpong",
+    "collectives",
+    "anysource",
+    "sendrecv",
+    "ssend",
+    "errors",
+    "factor",
+    "finalize",
+    "groups",
+    "comms",
+    "topo",
+    "datatypes",
+    "p2pmodes",
+    "collv",
+    "misc",
+];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
 /// without a C compiler.
@@ -130,6 +147,41 @@ fn synchronous_sends_wait_for_their_receive() {
 }
 
 #[test]
+fn group_calls_build_translate_and_compare_groups() {
+    passes("groups", &[1, 2, 5], &[]);
+}
+
+#[test]
+fn communicators_split_create_dup_and_join_into_intercommunicators() {
+    passes("comms", &[1, 2, 3, 4], &[]);
+}
+
+#[test]
+fn cartesian_and_graph_topologies_number_shift_and_split() {
+    passes("topo", &[1, 4, 6], &[]);
+}
+
+#[test]
+fn derived_datatypes_lay_out_pack_and_travel() {
+    passes("datatypes", &[1, 3], &[]);
+}
+
+#[test]
+fn send_modes_persistent_requests_cancel_and_completion_calls() {
+    passes("p2pmodes", &[1, 2, 3], &[]);
+}
+
+#[test]
+fn v_collectives_scans_user_ops_and_intercommunicator_collectives() {
+    passes("collv", &[1, 2, 5], &[]);
+}
+
+#[test]
+fn added_error_codes_info_pcontrol_and_the_mpip2p_header() {
+    passes("misc", &[1, 2], &[]);
+}
+
+#[test]
 fn misuse_returns_its_error_class_under_errors_return() {
     passes("errors", &[1, 3], &[]);
 }
@@ -169,6 +221,45 @@ fn mpi_abort_on_one_rank_stops_the_ranks_waiting_for_it() {
 fn factoring_finds_both_primes_on_any_rank_count() {
     expect("factor", &[1, 3, 4], &["1000036000099", "200"], |_| ["factor: 1000036000099 = 1000003 x 1000033"].to_vec());
     expect("factor", &[2], &["1000003", "50"], |_| ["factor: 1000003 is prime"].to_vec());
+}
+
+/// Issue #13: a program that only initialises and finalises hung in one run of
+/// four (one rank in finalize's barrier, the others gone). Many runs on 2 to 8
+/// ranks, half of them printing first; each must end, and well before the 10 s
+/// finalize gives unacknowledged peers (a run that needs it means a rank was
+/// left waiting).
+#[test]
+fn init_then_finalize_never_hangs() {
+    let Some(dir) = built() else { return };
+    for (n, runs) in [(2, 12), (3, 6), (4, 8), (8, 6)] {
+        for i in 0..runs {
+            let print = i % 2 == 1;
+            let mut cmd = Command::new(dir.join("p2pjob"));
+            cmd.args(["run", "--local", &n.to_string(), "-n", &n.to_string()]).arg(dir.join("c-tests/finalize"));
+            if print {
+                cmd.arg("print");
+            }
+            let t = std::time::Instant::now();
+            let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+            let out = r.stdout + &r.stderr;
+            assert!(r.ok, "run {i} on {n} ranks failed:\n{out}");
+            assert!(!print || out.contains(&format!("[0] finalize: rank 0 of {n}")), "{out}");
+            assert!(t.elapsed() < Duration::from_secs(8), "run {i} on {n} ranks took {:?}:\n{out}", t.elapsed());
+        }
+    }
+}
+
+#[test]
+fn the_launcher_kills_a_job_that_outlives_mpiexec_timeout() {
+    let Some(dir) = built() else { return };
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", "2", "-n", "2"]).arg(dir.join("c-tests/finalize")).arg("sleep");
+    cmd.env("MPIEXEC_TIMEOUT", "2");
+    let t = std::time::Instant::now();
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+    let out = r.stdout + &r.stderr;
+    assert!(!r.ok && out.contains("timed out after 2 s (MPIEXEC_TIMEOUT)"), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(20), "the ranks sleep 60 s: {:?}", t.elapsed());
 }
 
 #[test]

@@ -1,13 +1,14 @@
 //! The engine: inputs, application calls, outputs, and the eager path.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::flow::Peer;
 use super::msg::{MpiMsg, SeqHdr};
-use super::queues::{Held, Key, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
+use super::queues::{Held, Key, KeyHasher, Origin, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
 use super::rendezvous::Awaiting;
 use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit};
 use crate::time::{TimerKey, TimerTable};
@@ -48,6 +49,14 @@ pub struct MpiEngine {
     timers: TimerTable<Timer>,
     next_req: u64,
     pub(super) stats: MpiStats,
+    /// Leaving (`MPI_Finalize`): acknowledgements go out without delay.
+    pub(super) closing: bool,
+    /// Sends not yet released by the application, with their destination and
+    /// the sequence number of their Eager or Rts frame (0 to this rank): what a
+    /// cancel needs to name the message.
+    pub(super) sent: HashMap<RequestId, (u32, u64), BuildHasherDefault<KeyHasher>>,
+    /// Send cancels waiting for the receiver's answer, by (peer, message seq).
+    pub(super) cancelling: BTreeMap<(u32, u64), RequestId>,
 }
 
 impl MpiEngine {
@@ -73,6 +82,9 @@ impl MpiEngine {
             timers: TimerTable::default(),
             next_req: 0,
             stats: MpiStats::default(),
+            closing: false,
+            sent: HashMap::default(),
+            cancelling: BTreeMap::new(),
         })
     }
 
@@ -131,6 +143,13 @@ impl MpiEngine {
         self.peers.get(peer as usize).map_or(0, |p| p.unacked.len())
     }
 
+    /// Whether a rendezvous transfer is in progress with a peer other than
+    /// `peer` (a send waiting for its Cts, a receive waiting for its data).
+    pub fn rendezvous_with_others(&self, peer: u32) -> bool {
+        self.awaiting.keys().any(|&(src, _)| src != peer)
+            || self.peers.iter().enumerate().any(|(q, p)| q as u32 != peer && !p.rdv_out.is_empty())
+    }
+
     /// Rendezvous transfers in progress (sends waiting for Cts, receives waiting
     /// for data).
     pub fn rendezvous_in_progress(&self) -> usize {
@@ -152,7 +171,8 @@ impl MpiEngine {
         if dest == self.rank {
             // To self: matched locally, never on the wire, no credit.
             let key = Key { comm, src: dest, tag };
-            self.arrive_eager(None, key, data, 0);
+            self.sent.insert(req, (dest, 0));
+            self.arrive_eager(None, key, data, 0, Origin::Local { send: req });
             self.completions.push_back(Completion::Send { req });
             return Ok(req);
         }
@@ -162,6 +182,8 @@ impl MpiEngine {
             peer.charged += charge;
             self.stats.eager_sent += 1;
             self.push_frame(dest, MpiMsg::Eager { hdr: SeqHdr::default(), comm, tag }, data);
+            // Invariant: push_frame just gave the Eager the stream's latest number.
+            self.sent.insert(req, (dest, self.peers[dest as usize].next_seq - 1));
             self.completions.push_back(Completion::Send { req });
         } else {
             if data.len() <= self.config.eager_threshold {
@@ -190,7 +212,9 @@ impl MpiEngine {
             self.completions.push_back(Completion::Recv { req: recv, status, data });
             self.completions.push_back(Completion::Send { req });
         } else {
-            self.unexpected.push(Unexpected { key, held: Held::SelfSync { data, send: req } });
+            self.sent.insert(req, (dest, 0));
+            let origin = Origin::Local { send: req };
+            self.unexpected.push(Unexpected { key, held: Held::SelfSync { data, send: req }, origin });
         }
         Ok(req)
     }
@@ -242,6 +266,7 @@ impl MpiEngine {
             return;
         }
         let p = from as usize;
+        self.peers[p].heard = true;
         let hdr = match msg {
             MpiMsg::Ack { ack, credit } => {
                 if !self.peers[p].on_ack(ack, credit) {
@@ -271,10 +296,12 @@ impl MpiEngine {
         peer.since_ack_msgs += 1;
         peer.since_ack_bytes += payload.len() as u64;
         match msg {
-            MpiMsg::Eager { comm, tag, .. } => self.on_eager(now, from, comm, tag, payload),
+            MpiMsg::Eager { hdr, comm, tag } => self.on_eager(now, from, comm, tag, payload, hdr.seq),
             MpiMsg::Rts { hdr, comm, tag, len } => self.on_rts(from, comm, tag, hdr.seq, len),
             MpiMsg::Cts { rts_seq, .. } => self.on_cts(from, rts_seq),
             MpiMsg::Data { rts_seq, offset, .. } => self.on_data(from, rts_seq, offset, payload),
+            MpiMsg::CancelReq { seq, .. } => self.on_cancel_req(now, from, seq),
+            MpiMsg::CancelAns { seq, cancelled, .. } => self.on_cancel_ans(from, seq, cancelled),
             MpiMsg::Ack { .. } => unreachable!("handled above"),
         }
         self.schedule_ack(now, from);
@@ -316,6 +343,7 @@ impl MpiEngine {
         self.out.retain(|&(q, _)| q != peer);
         let p = &mut self.peers[peer as usize];
         p.up = true;
+        p.unreachable_since = None;
         // Whatever we told the peer may have been lost with the connection.
         p.ack_sent = 0;
         p.announced = 0;
@@ -434,12 +462,12 @@ impl MpiEngine {
 
     /// Queues an acknowledgement to `to` if it lacks one: at once if enough is
     /// pending, else when the ack timer fires (unless a frame carries it first).
-    fn schedule_ack(&mut self, now: Instant, to: u32) {
+    pub(super) fn schedule_ack(&mut self, now: Instant, to: u32) {
         let p = &mut self.peers[to as usize];
         if !p.needs_ack() {
             return;
         }
-        if p.ack_urgent(&self.config) {
+        if self.closing || p.ack_urgent(&self.config) {
             if !p.in_ack_now {
                 p.in_ack_now = true;
                 self.ack_now.push_back(to);
@@ -454,7 +482,7 @@ impl MpiEngine {
     }
 
     /// Gives `charge` of eager credit back to `src` (not to ourselves).
-    fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
+    pub(super) fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
         if src == self.rank || charge == 0 {
             return;
         }
@@ -464,14 +492,14 @@ impl MpiEngine {
         }
     }
 
-    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes) {
+    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes, seq: u64) {
         let charge = self.config.charge(data.len());
-        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge);
+        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge, Origin::Peer { seq });
     }
 
     /// A message arrived (in stream order): the earliest-posted matching receive
     /// takes it, or it waits in the unexpected queue.
-    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64) {
+    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64, origin: Origin) {
         if let Some(req) = self.posted.take_match(&key) {
             self.return_credit(now, key.src, charge);
             let status = Status { source: key.src, tag: key.tag, count: data.len() };
@@ -487,7 +515,7 @@ impl MpiEngine {
             }
             p.buffered += charge;
         }
-        self.unexpected.push(Unexpected { key, held: Held::Eager { data, charge } });
+        self.unexpected.push(Unexpected { key, held: Held::Eager { data, charge }, origin });
     }
 
     /// A receive `req` took unexpected message `u`.

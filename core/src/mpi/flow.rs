@@ -63,6 +63,13 @@ pub(crate) struct Peer {
     /// Whether the peer is in the engine's immediate / delayed ack lists.
     pub(crate) in_ack_now: bool,
     pub(crate) in_ack_later: bool,
+
+    // --- leaving
+    /// Whether any frame from the peer ever arrived (so it existed and was
+    /// reachable).
+    pub(crate) heard: bool,
+    /// Since when attempts to reach the peer fail, while closing.
+    pub(crate) unreachable_since: Option<std::time::Instant>,
 }
 
 impl Peer {
@@ -83,6 +90,8 @@ impl Peer {
             buffered: 0,
             in_ack_now: false,
             in_ack_later: false,
+            heard: false,
+            unreachable_since: None,
         }
     }
 

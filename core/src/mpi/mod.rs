@@ -8,8 +8,9 @@
 //!   [`MpiEngine::handle_disconnected`] / [`MpiEngine::handle_reconnected`] (the
 //!   connection to `r` broke / is back), [`MpiEngine::handle_timeout`];
 //! - application calls: [`MpiEngine::isend`], [`MpiEngine::irecv`],
-//!   [`MpiEngine::iprobe`], [`MpiEngine::cancel`] (non-blocking only: blocking calls
-//!   spin the engine in the library);
+//!   [`MpiEngine::iprobe`], [`MpiEngine::cancel`], [`MpiEngine::cancel_send`],
+//!   [`MpiEngine::release`] (non-blocking only: blocking calls spin the engine in
+//!   the library);
 //! - outputs: [`MpiEngine::poll_transmit`] (frames for rank `r`),
 //!   [`MpiEngine::poll_completion`] (finished requests), [`MpiEngine::poll_timeout`].
 //!
@@ -56,6 +57,12 @@
 //! - **Reliability.** Every message except [`MpiMsg::Ack`] carries a per-peer sequence
 //!   number and a cumulative acknowledgement. After a reconnect exactly the
 //!   unacknowledged messages are resent; duplicates are discarded by sequence number.
+//! - **Cancel.** A receive not matched yet is withdrawn at once; a send asks its
+//!   receiver ([`MpiMsg::CancelReq`] / [`MpiMsg::CancelAns`]), which takes the
+//!   message back only while no receive took it (see `cancel`).
+//! - **Leaving.** After [`MpiEngine::start_closing`] acknowledgements go out at once;
+//!   [`MpiEngine::may_leave`] holds once every peer has everything from us or is
+//!   known to be gone, on evidence gathered while closing (see `closing`).
 //!
 //! # Limits
 //! - The buffer bound covers eager data. A request to send waiting as unexpected
@@ -66,9 +73,11 @@
 //!   matches are a hash lookup.
 //! - Sequence state lives only in memory: a peer restarted without its engine state
 //!   (no checkpoint) cannot rejoin the streams.
-//! - Sends cannot be cancelled, and truncation (a receive buffer shorter than the
-//!   message) is the library's check: the engine delivers the whole message.
+//! - Truncation (a receive buffer shorter than the message) is the library's
+//!   check: the engine delivers the whole message.
 
+mod cancel;
+mod closing;
 mod config;
 mod engine;
 mod flow;
@@ -76,6 +85,7 @@ mod msg;
 mod queues;
 mod rendezvous;
 
+pub use closing::GONE_GRACE;
 pub use config::MpiConfig;
 pub use engine::MpiEngine;
 pub use msg::{MpiMsg, SeqHdr};
@@ -117,13 +127,20 @@ pub enum Completion {
     Recv { req: RequestId, status: Status, data: Bytes },
     /// The request was cancelled by [`MpiEngine::cancel`].
     Cancelled { req: RequestId },
+    /// The answer to [`MpiEngine::cancel_send`]: whether the message was taken
+    /// back before any receive took it (then the send never completes as
+    /// [`Completion::Send`] if it had not already).
+    CancelAnswer { req: RequestId, cancelled: bool },
 }
 
 impl Completion {
     /// The request this completion finishes.
     pub fn req(&self) -> RequestId {
         match self {
-            Completion::Send { req } | Completion::Recv { req, .. } | Completion::Cancelled { req } => *req,
+            Completion::Send { req }
+            | Completion::Recv { req, .. }
+            | Completion::Cancelled { req }
+            | Completion::CancelAnswer { req, .. } => *req,
         }
     }
 }

@@ -29,6 +29,11 @@ pub enum MpiMsg {
     Data { hdr: SeqHdr, rts_seq: u64, offset: u64 },
     /// A stand-alone acknowledgement and credit grant (not sequenced). No payload.
     Ack { ack: u64, credit: u64 },
+    /// Cancel my message whose Eager or Rts had sequence number `seq` (in the
+    /// stream from the sender of this request) if no receive took it yet. No payload.
+    CancelReq { hdr: SeqHdr, seq: u64 },
+    /// The answer to a [`MpiMsg::CancelReq`] for message `seq`. No payload.
+    CancelAns { hdr: SeqHdr, seq: u64, cancelled: bool },
 }
 
 impl MpiMsg {
@@ -38,7 +43,9 @@ impl MpiMsg {
             MpiMsg::Eager { hdr, .. }
             | MpiMsg::Rts { hdr, .. }
             | MpiMsg::Cts { hdr, .. }
-            | MpiMsg::Data { hdr, .. } => Some(hdr),
+            | MpiMsg::Data { hdr, .. }
+            | MpiMsg::CancelReq { hdr, .. }
+            | MpiMsg::CancelAns { hdr, .. } => Some(hdr),
             MpiMsg::Ack { .. } => None,
         }
     }
@@ -48,7 +55,9 @@ impl MpiMsg {
             MpiMsg::Eager { hdr, .. }
             | MpiMsg::Rts { hdr, .. }
             | MpiMsg::Cts { hdr, .. }
-            | MpiMsg::Data { hdr, .. } => Some(hdr),
+            | MpiMsg::Data { hdr, .. }
+            | MpiMsg::CancelReq { hdr, .. }
+            | MpiMsg::CancelAns { hdr, .. } => Some(hdr),
             MpiMsg::Ack { .. } => None,
         }
     }

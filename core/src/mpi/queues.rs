@@ -156,11 +156,21 @@ pub(crate) enum Held {
     SelfSync { data: Bytes, send: RequestId },
 }
 
+/// Where an unexpected message came from, so its sender can cancel it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A peer's message: the sequence number of its Eager or Rts frame.
+    Peer { seq: u64 },
+    /// This rank's own send request.
+    Local { send: RequestId },
+}
+
 /// One unexpected message.
 #[derive(Debug, Clone)]
 pub(crate) struct Unexpected {
     pub(crate) key: Key,
     pub(crate) held: Held,
+    pub(crate) origin: Origin,
 }
 
 impl Unexpected {
@@ -212,6 +222,24 @@ impl UnexpectedQueue {
     /// The earliest-arrived message matching `pat`, left in place.
     pub(crate) fn peek(&self, pat: &Pattern) -> Option<&Unexpected> {
         self.find(pat).and_then(|n| self.by_arrival.get(&n))
+    }
+
+    /// Removes and returns the message from `src` that `origin` names, if it
+    /// is here (a linear scan: cancelling is rare).
+    pub(crate) fn remove_origin(&mut self, src: u32, origin: Origin) -> Option<Unexpected> {
+        let n = self.by_arrival.iter().find(|(_, u)| u.key.src == src && u.origin == origin).map(|(&n, _)| n)?;
+        // Invariant: `n` was just found in by_arrival.
+        let u = self.by_arrival.remove(&n).expect("found above");
+        if let Some(q) = self.by_key.get_mut(&u.key) {
+            q.retain(|&x| x != n);
+            if q.is_empty() && self.by_key.len() > IDLE_BUCKETS {
+                self.by_key.remove(&u.key);
+            }
+        }
+        if let Held::Eager { charge, .. } = u.held {
+            self.charged -= charge;
+        }
+        Some(u)
     }
 
     /// Removes and returns the earliest-arrived message matching `pat`.

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use super::engine::MpiEngine;
 use super::flow::PendingRdv;
 use super::msg::{MpiMsg, SeqHdr};
-use super::queues::{Held, Key, Unexpected};
+use super::queues::{Held, Key, Origin, Unexpected};
 use super::{Completion, RequestId, Status};
 
 /// Largest up-front reservation for reassembling a multi-chunk message; beyond it
@@ -34,6 +34,7 @@ impl MpiEngine {
         // Invariant: push_frame just gave the Rts the stream's latest number.
         let rts_seq = p.next_seq - 1;
         p.rdv_out.insert(rts_seq, PendingRdv { req, data });
+        self.sent.insert(req, (dest, rts_seq));
     }
 
     /// An Rts arrived in stream order: matched now, or held as unexpected.
@@ -41,7 +42,11 @@ impl MpiEngine {
         let key = Key { comm, src: from, tag };
         match self.posted.take_match(&key) {
             Some(req) => self.clear_to_send(req, key, rts_seq, len),
-            None => self.unexpected.push(Unexpected { key, held: Held::Rts { rts_seq, len } }),
+            None => self.unexpected.push(Unexpected {
+                key,
+                held: Held::Rts { rts_seq, len },
+                origin: Origin::Peer { seq: rts_seq },
+            }),
         }
     }
 

@@ -5,6 +5,9 @@
 //! - a 10-byte token around 2, 4 and 8 ranks, 5,000 and 20,000 loops;
 //! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
 //!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks;
+//! - MPI_Allreduce (sum of doubles), MPI_Alltoall and MPI_Bcast of 8 B, 64 KiB
+//!   and 1 MiB per rank (per block for Alltoall) on 2, 4 and 8 ranks (µs a call,
+//!   median of 5 repetitions; `--coll` runs only these rows).
 //! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
 //!   them): p2pmp's ping-pong through two jobds beside a raw blocking TCP
 //!   ping-pong between processes on the same two hosts.
@@ -44,6 +47,21 @@ pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 
 const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
 /// Rounds of the p2pmp and raw ping-pongs, taking turns (quick: one).
 const PP_ROUNDS: usize = 3;
+/// The collectives timed, and the bytes per rank.
+pub(crate) const COLL_OPS: [&str; 3] = ["allreduce", "alltoall", "bcast"];
+pub(crate) const COLL_SIZES: [usize; 3] = [8, 64 << 10, 1 << 20];
+
+/// Calls timed per repetition of a collective of `bytes` (as `coll.c` does).
+pub(crate) fn coll_iters(bytes: usize, quick: bool) -> usize {
+    let n = if bytes <= 8 {
+        2000
+    } else if bytes <= 64 << 10 {
+        100
+    } else {
+        10
+    };
+    if quick { (n / 10).max(1) } else { n }
+}
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -304,6 +322,51 @@ fn multi_rank_row(
     }
 }
 
+/// Allreduce, Alltoall and Bcast rows on 2, 4 and 8 ranks: one run per system
+/// and rank count prints every operation and size.
+fn coll_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Limits) {
+    let q: Vec<String> = if quick { vec!["quick".into()] } else { vec![] };
+    let ranks: &[u32] = if quick { &[2, 8] } else { &[2, 4, 8] };
+    let mut gave_up: BTreeMap<String, String> = BTreeMap::new();
+    for &n in ranks {
+        let mut systems: Vec<(String, RunResult)> = Vec::new();
+        let args = [vec!["coll".to_string()], q.clone()].concat();
+        systems.push(("p2pmp".into(), run::p2pmp(n, &args, limit.p2pmp * 2)));
+        for (name, b, tcp) in refs {
+            let r = match gave_up.get(name) {
+                Some(why) => Err(run::Failed { why: format!("skipped: {why}"), partial: Vec::new() }),
+                None => run::mpirun(b, *tcp, n, "coll", &q, limit.reference * 3),
+            };
+            if let Err(f) = &r {
+                if f.why.starts_with("timeout") {
+                    gave_up.insert(name.clone(), format!("timed out at {n} ranks"));
+                }
+            }
+            systems.push((name.clone(), r));
+        }
+        for (system, r) in systems {
+            let (lines, why) = match r {
+                Ok(l) => (l, "failed: no figure".to_string()),
+                Err(f) => (f.partial, f.why),
+            };
+            for op in COLL_OPS {
+                for bytes in COLL_SIZES {
+                    let fig = lines
+                        .iter()
+                        .filter_map(|l| l.strip_prefix(&format!("coll {op} {bytes} ")))
+                        .find_map(|v| v.trim().parse::<f64>().ok())
+                        .ok_or_else(|| why.clone());
+                    let (row, key) = (
+                        format!("{op} {}, {n} ranks", size_label(bytes)),
+                        format!("{op}_{}_{n}_us", size_label(bytes)),
+                    );
+                    res.put("coll", &row, &system, &key, fig);
+                }
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -321,6 +384,7 @@ fn main() {
             Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick")),
             Some("ring") => ranks::ring(arg(1)),
             Some("factor") => ranks::factor(arg(1), arg(2)),
+            Some("coll") => ranks::coll(args.iter().any(|a| a == "quick")),
             other => panic!("unknown mode {other:?}"),
         };
         res.expect("rank failed");
@@ -353,14 +417,20 @@ fn main() {
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
 
+    // Quick runs compare over TCP only.
+    let ring_refs: Vec<_> = refs.iter().filter(|r| !quick || r.2).cloned().collect();
+    if args.iter().any(|a| a == "--coll") {
+        coll_section(&mut res, quick, &refs, limit);
+        println!("{}", res.table("coll", "collectives (µs a call, median of 5 repetitions)"));
+        println!("{}", res.flat(quick, &[]));
+        return;
+    }
     pingpong_section(&mut res, quick, &refs, limit);
     if !args.iter().any(|a| a == "--no-hosts") {
         for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp) {
             res.put(section, &row, system, &key, value);
         }
     }
-    // Quick runs compare over TCP only.
-    let ring_refs: Vec<_> = refs.iter().filter(|r| !quick || r.2).cloned().collect();
 
     let (ring_ranks, ring_loops): (&[u32], &[u64]) =
         if quick { (&[2, 8], &[2000]) } else { (&[2, 4, 8], &[5000, 20000]) };
@@ -410,6 +480,8 @@ fn main() {
     report += &res.table("hosts_bw", "between two hosts: bandwidth (MB/s)");
     report += &res.table("ring", "ring, 10-byte token (s, median of 3 rounds)");
     report += &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs within 20 s)"));
+    coll_section(&mut res, quick, &refs, limit);
+    report += &res.table("coll", "collectives (µs a call, median of 5 repetitions)");
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let raw_best =
         [res.get("raw_tcp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us")].into_iter().flatten().reduce(f64::min);

@@ -122,3 +122,35 @@ pub(crate) fn factor(n: u64, k: u64) -> Result<(), p2pmp_mpi::Error> {
     }
     w.finalize()
 }
+
+/// The collectives the C program `coll.c` times, through the Rust API:
+/// `coll <op> <bytes> <median µs per call>` from rank 0.
+pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let p = w.size() as usize;
+    for op in crate::COLL_OPS {
+        for bytes in crate::COLL_SIZES {
+            let n = crate::coll_iters(bytes, quick);
+            let doubles = vec![1.0f64; bytes / 8];
+            let blocks = vec![1u8; bytes * p];
+            let data = Bytes::from(vec![1u8; bytes]);
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                w.barrier()?;
+                let t = Instant::now();
+                for _ in 0..n {
+                    match op {
+                        "allreduce" => drop(w.allreduce(&doubles, p2pmp_mpi::Op::Sum)?),
+                        "alltoall" => drop(w.alltoall(&blocks)?),
+                        _ => drop(w.bcast_bytes(data.clone(), 0)?),
+                    }
+                }
+                samples.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+            }
+            if w.rank() == 0 {
+                println!("coll {op} {bytes} {}", median(samples));
+            }
+        }
+    }
+    w.finalize()
+}

@@ -130,7 +130,7 @@ pub(crate) fn build_refs(mpi: Mpi, out: &Path) -> RefBuild {
         let dir = out.join(mpi.name());
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c");
-        for prog in ["pingpong", "ring", "factor"] {
+        for prog in ["pingpong", "ring", "factor", "coll"] {
             let st = Command::new(mpi.cc())
                 .args(["-O2", "-o"])
                 .arg(dir.join(prog))

@@ -29,7 +29,9 @@ fn init(func: &'static str) -> c_int {
         epoch();
         match p2pmp_mpi::init() {
             Ok(world) => {
-                mpi.phase = Phase::Running(Box::new(Live { world, reqs: Requests::default() }));
+                mpi.comms.init(&world);
+                mpi.phase =
+                    Phase::Running(Box::new(Live { world, reqs: Requests::default(), bsend: Default::default() }));
                 Ok(())
             }
             Err(e) => {
@@ -168,6 +170,15 @@ pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Wtime() -> f64 {
     epoch().elapsed().as_secs_f64()
+}
+
+/// `MPI_Pcontrol`: profiling control; this library has no profiling levels,
+/// so it does nothing. (Declared variadic in mpi.h; the extra arguments are
+/// never read, and on the C ABIs this library targets a caller of a variadic
+/// function passes the first argument as to a plain one.)
+#[unsafe(no_mangle)]
+pub extern "C" fn MPI_Pcontrol(_level: c_int) -> c_int {
+    crate::consts::MPI_SUCCESS
 }
 
 /// `MPI_Wtick`: the resolution of `MPI_Wtime` (the monotonic clock's, 1 ns).

@@ -19,15 +19,25 @@
 // The exported functions carry the standard's names (MPI_Comm_rank, ...).
 #![allow(non_snake_case)]
 
+pub mod attr;
+pub mod bsend;
 mod buf;
 pub mod coll;
-pub mod comm;
+mod comm;
+pub mod comm_api;
 mod consts;
-pub mod datatype;
+pub mod errh;
 pub mod error;
+pub mod group;
+mod handles;
+pub mod info;
 pub mod init;
-mod op;
+pub mod intercoll;
+pub mod ops;
 pub mod p2p;
 pub mod request;
 mod state;
 pub mod status;
+pub mod topo;
+pub mod type_api;
+mod types;

@@ -1,19 +1,20 @@
-//! Point-to-point calls: `MPI_Send`, `MPI_Ssend`, `MPI_Recv`, `MPI_Sendrecv`,
-//! `MPI_Isend`, `MPI_Irecv`, `MPI_Probe`, `MPI_Iprobe`.
+//! Point-to-point calls: every send mode (`MPI_Send`, `_Bsend`, `_Ssend`,
+//! `_Rsend` and their `I` forms), `MPI_Recv`, `MPI_Irecv`, the persistent
+//! `_init` forms, `MPI_Sendrecv`, `MPI_Sendrecv_replace`, `MPI_Probe`,
+//! `MPI_Iprobe`. Data moves through its datatype's layout, packed once.
 
 use std::ffi::{c_int, c_void};
 
-use bytes::Bytes;
 use p2pmp_mpi::{Status, World};
 
-use crate::buf::{OutBuf, in_bytes, write_out};
+use crate::buf::write_out;
 use crate::comm::{Comm, Peer};
 use crate::consts::{Handle, MPI_ANY_TAG, MPI_ERR_ARG, MPI_ERR_TAG};
-use crate::datatype::Datatype;
 use crate::error::Fail;
-use crate::request::{Kind, Pending};
+use crate::request::{Kind, Pending, Persistent, make_persistent};
 use crate::state::{Ctx, call};
 use crate::status::{MpiStatus, StatusOut};
+use crate::types::{Buf, get};
 
 /// A receive tag: `MPI_ANY_TAG` or non-negative.
 fn recv_tag(tag: c_int) -> Result<Option<i32>, Fail> {
@@ -31,77 +32,75 @@ fn send_tag(tag: c_int) -> Result<i32, Fail> {
 /// How a send completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// Once the buffer may be reused (`MPI_Send`).
+    /// Once the buffer may be reused (`MPI_Send`; also `MPI_Rsend`: a ready
+    /// send may be a standard one).
     Standard,
+    /// At once, the message held in the attached buffer's space (`MPI_Bsend`).
+    Buffered,
     /// Once a receive took the message (`MPI_Ssend`).
     Synchronous,
 }
 
-/// A send with every argument checked: the message (copied from the caller's
-/// buffer) and where it goes.
-#[derive(Debug)]
-struct Outgoing {
-    data: Bytes,
-    to: Peer,
-    tag: i32,
-}
-
-impl Outgoing {
-    /// Checks a send's arguments and copies its message.
-    ///
-    /// # Safety
-    /// `buf` is null or holds `count` elements of `datatype`.
-    unsafe fn new(
-        w: &World,
-        buf: *const c_void,
-        count: c_int,
-        datatype: Handle,
-        dest: c_int,
-        tag: c_int,
-        comm: &Comm,
-    ) -> Result<Outgoing, Fail> {
-        let len = Datatype::from_handle(datatype)?.bytes(count)?;
-        // SAFETY: the caller vouches for `count` elements at `buf` (null refused when count > 0).
-        let data = unsafe { in_bytes(buf, len)? };
-        let tag = send_tag(tag)?;
-        let to = comm.dest(w, dest)?;
-        Ok(Outgoing { data: Bytes::copy_from_slice(data), to, tag })
-    }
-
-    /// Starts the send on `comm`; a request of none for `MPI_PROC_NULL`.
-    fn start(self, w: &mut World, comm: &Comm, mode: Mode) -> Result<Pending, Fail> {
-        let req = match (self.to, mode) {
-            (Peer::Rank(to), Mode::Standard) => Some(w.isend_bytes_in(comm.id, self.data, to, self.tag)?),
-            (Peer::Rank(to), Mode::Synchronous) => Some(w.issend_bytes_in(comm.id, self.data, to, self.tag)?),
-            _ => None,
-        };
-        Ok(Pending { req, kind: Kind::Send, comm: comm.handle })
+impl Mode {
+    fn name(self, nonblocking: bool) -> &'static str {
+        match (self, nonblocking) {
+            (Mode::Standard, false) => "MPI_Send",
+            (Mode::Buffered, false) => "MPI_Bsend",
+            (Mode::Synchronous, false) => "MPI_Ssend",
+            (Mode::Standard, true) => "MPI_Isend",
+            (Mode::Buffered, true) => "MPI_Ibsend",
+            (Mode::Synchronous, true) => "MPI_Issend",
+        }
     }
 }
 
-/// Posts a receive (checks every argument first).
+/// A send buffer argument.
+fn send_buf(cx: &Ctx<'_>, buf: *const c_void, count: c_int, datatype: Handle) -> Result<Buf, Fail> {
+    Buf::new(buf, count, get(cx.obj, datatype)?)
+}
+
+/// Starts a send of `buf` (checked, packed now); a request of none for
+/// `MPI_PROC_NULL` and buffered sends (complete at once).
 ///
 /// # Safety
-/// `buf` is null or writable for `count` elements of `datatype` until completion.
-unsafe fn start_recv(
+/// `buf` holds its elements, readable.
+pub(crate) unsafe fn start_send(
     cx: &mut Ctx<'_>,
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    source: c_int,
+    mode: Mode,
+    buf: &Buf,
+    dest: c_int,
     tag: c_int,
     comm: &Comm,
 ) -> Result<Pending, Fail> {
-    let len = Datatype::from_handle(datatype)?.bytes(count)?;
-    // SAFETY: the caller vouches for the buffer until the receive completes.
-    let out = unsafe { OutBuf::new(buf, len)? };
-    let tag = recv_tag(tag)?;
-    let req = match comm.source(cx.world, source)? {
-        Peer::Null => None,
-        Peer::Any => Some(cx.world.irecv_in(comm.id, None, tag)?),
-        Peer::Rank(r) => Some(cx.world.irecv_in(comm.id, Some(r), tag)?),
+    let tag = send_tag(tag)?;
+    let to = comm.dest(dest)?;
+    let send = Pending { req: None, kind: Kind::Send, comm: comm.handle };
+    let Peer::Rank(to) = to else { return Ok(send) };
+    let need = if mode == Mode::Buffered { Some(cx.bsend.reserve(cx.world, buf.bytes())?) } else { None };
+    // SAFETY: as the caller vouched.
+    let data = unsafe { buf.pack() };
+    let req = match mode {
+        Mode::Synchronous => cx.world.issend_in(&comm.c, data, to, tag)?,
+        _ => cx.world.isend_in(&comm.c, data, to, tag)?,
     };
-    Ok(Pending { req, kind: Kind::Recv { out, solo: comm.solo }, comm: comm.handle })
+    match need {
+        Some(n) => {
+            let ticket = cx.bsend.push(req, n);
+            Ok(Pending { kind: Kind::Bsend { ticket }, ..send })
+        }
+        None => Ok(Pending { req: Some(req), ..send }),
+    }
+}
+
+/// Posts a receive into `out`.
+pub(crate) fn start_recv(cx: &mut Ctx<'_>, out: Buf, source: c_int, tag: c_int, comm: &Comm) -> Result<Pending, Fail> {
+    let tag = recv_tag(tag)?;
+    let req = match comm.source(source)? {
+        Peer::Null => None,
+        Peer::Any => Some(cx.world.irecv_in(&comm.c, None, tag)?),
+        Peer::Rank(r) => Some(cx.world.irecv_in(&comm.c, Some(r), tag)?),
+    };
+    Ok(Pending { req, kind: Kind::Recv { out, comm: comm.c.clone() }, comm: comm.handle })
 }
 
 /// A blocking send in `mode`.
@@ -117,47 +116,228 @@ unsafe fn send(
     tag: c_int,
     comm: Handle,
 ) -> c_int {
-    let func = if mode == Mode::Standard { "MPI_Send" } else { "MPI_Ssend" };
-    call(func, comm, |cx| {
+    call(mode.name(false), comm, |mut cx| {
         let c = cx.comms.get(comm)?;
+        let b = send_buf(&cx, buf, count, datatype)?;
         // SAFETY: as the caller vouched.
-        let out = unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, &c)? };
-        out.start(cx.world, &c, mode)?.wait(cx.world).map(|_| ())
+        unsafe { start_send(&mut cx, mode, &b, dest, tag, &c)? }.wait(cx.world).map(|_| ())
     })
 }
 
-/// `MPI_Send`.
-///
-/// # Safety
-/// `buf` holds `count` elements of `datatype`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Send(
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-) -> c_int {
-    // SAFETY: as the caller vouched.
-    unsafe { send(Mode::Standard, buf, count, datatype, dest, tag, comm) }
+macro_rules! blocking_send {
+    ($(#[$doc:meta])* $name:ident, $mode:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+        ) -> c_int {
+            // SAFETY: as the caller vouched.
+            unsafe { send($mode, buf, count, datatype, dest, tag, comm) }
+        }
+    };
 }
 
-/// `MPI_Ssend`: returns once the matching receive took the message.
+blocking_send!(
+    /// `MPI_Send`.
+    MPI_Send,
+    Mode::Standard
+);
+blocking_send!(
+    /// `MPI_Bsend`: returns at once; `MPI_ERR_BUFFER` when the attached buffer lacks room.
+    MPI_Bsend,
+    Mode::Buffered
+);
+blocking_send!(
+    /// `MPI_Ssend`: returns once the matching receive took the message.
+    MPI_Ssend,
+    Mode::Synchronous
+);
+blocking_send!(
+    /// `MPI_Rsend` (a ready send may be a standard one).
+    MPI_Rsend,
+    Mode::Standard
+);
+
+/// Starts a non-blocking call with `start` and stores its request in `*request`.
+fn post(
+    func: &'static str,
+    comm: Handle,
+    request: *mut Handle,
+    start: impl FnOnce(&mut Ctx<'_>, &Comm) -> Result<Pending, Fail>,
+) -> c_int {
+    call(func, comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        let p = start(&mut cx, &c)?;
+        let h = cx.reqs.insert(p)?;
+        // SAFETY: non-null, the caller's handle.
+        unsafe { write_out(request, h) }
+    })
+}
+
+/// A non-blocking send in `mode`.
 ///
 /// # Safety
-/// `buf` holds `count` elements of `datatype`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Ssend(
+/// As `MPI_Isend`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn isend(
+    mode: Mode,
     buf: *const c_void,
     count: c_int,
     datatype: Handle,
     dest: c_int,
     tag: c_int,
     comm: Handle,
+    request: *mut Handle,
 ) -> c_int {
-    // SAFETY: as the caller vouched.
-    unsafe { send(Mode::Synchronous, buf, count, datatype, dest, tag, comm) }
+    post(mode.name(true), comm, request, |cx, c| {
+        let b = send_buf(cx, buf, count, datatype)?;
+        // SAFETY: as the caller vouched (the data is copied before this returns).
+        unsafe { start_send(cx, mode, &b, dest, tag, c) }
+    })
+}
+
+macro_rules! nonblocking_send {
+    ($(#[$doc:meta])* $name:ident, $mode:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` (copied before this
+        /// returns); `request` is writable.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            // SAFETY: as the caller vouched.
+            unsafe { isend($mode, buf, count, datatype, dest, tag, comm, request) }
+        }
+    };
+}
+
+nonblocking_send!(
+    /// `MPI_Isend`.
+    MPI_Isend,
+    Mode::Standard
+);
+nonblocking_send!(
+    /// `MPI_Ibsend`: complete at once.
+    MPI_Ibsend,
+    Mode::Buffered
+);
+nonblocking_send!(
+    /// `MPI_Issend`: its request completes once the matching receive took the message.
+    MPI_Issend,
+    Mode::Synchronous
+);
+nonblocking_send!(
+    /// `MPI_Irsend`.
+    MPI_Irsend,
+    Mode::Standard
+);
+
+/// Makes a persistent send request in `mode`.
+#[allow(clippy::too_many_arguments)]
+fn send_init(
+    func: &'static str,
+    mode: Mode,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(func, comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        let b = send_buf(&cx, buf, count, datatype)?;
+        send_tag(tag)?;
+        c.dest(dest)?;
+        make_persistent(&mut cx, Persistent::Send { mode, buf: b, dest, tag, comm: c }, request)
+    })
+}
+
+macro_rules! persistent_send {
+    ($(#[$doc:meta])* $name:ident, $mode:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` whenever the request is
+        /// started; `request` is writable.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            send_init(stringify!($name), $mode, buf, count, datatype, dest, tag, comm, request)
+        }
+    };
+}
+
+persistent_send!(
+    /// `MPI_Send_init`.
+    MPI_Send_init,
+    Mode::Standard
+);
+persistent_send!(
+    /// `MPI_Bsend_init`.
+    MPI_Bsend_init,
+    Mode::Buffered
+);
+persistent_send!(
+    /// `MPI_Ssend_init`.
+    MPI_Ssend_init,
+    Mode::Synchronous
+);
+persistent_send!(
+    /// `MPI_Rsend_init`.
+    MPI_Rsend_init,
+    Mode::Standard
+);
+
+/// `MPI_Recv_init`.
+///
+/// # Safety
+/// `buf` is writable for `count` elements of `datatype` while the request is
+/// active; `request` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Recv_init", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        let b = Buf::new(buf, count, get(cx.obj, datatype)?)?;
+        recv_tag(tag)?;
+        c.source(source)?;
+        make_persistent(&mut cx, Persistent::Recv { buf: b, source, tag, comm: c }, request)
+    })
 }
 
 /// `MPI_Recv`.
@@ -178,10 +358,31 @@ pub unsafe extern "C" fn MPI_Recv(
     call("MPI_Recv", comm, |mut cx| {
         let c = cx.comms.get(comm)?;
         let out = StatusOut::new(status)?;
-        // SAFETY: as the caller vouched; the receive completes before this returns.
-        let p = unsafe { start_recv(&mut cx, buf, count, datatype, source, tag, &c)? };
+        let b = Buf::new(buf, count, get(cx.obj, datatype)?)?;
+        let p = start_recv(&mut cx, b, source, tag, &c)?;
         out.write(p.wait(cx.world)?);
         Ok(())
+    })
+}
+
+/// `MPI_Irecv`.
+///
+/// # Safety
+/// `buf` stays writable for `count` elements of `datatype` until the request
+/// completes; `request` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    post("MPI_Irecv", comm, request, |cx, c| {
+        let b = Buf::new(buf, count, get(cx.obj, datatype)?)?;
+        start_recv(cx, b, source, tag, c)
     })
 }
 
@@ -208,11 +409,13 @@ pub unsafe extern "C" fn MPI_Sendrecv(
         let c = cx.comms.get(comm)?;
         let out = StatusOut::new(status)?;
         // Both argument sets are checked before anything starts.
+        let sb = send_buf(&cx, sendbuf, sendcount, sendtype)?;
+        send_tag(sendtag)?;
+        c.dest(dest)?;
+        let rb = Buf::new(recvbuf, recvcount, get(cx.obj, recvtype)?)?;
+        let r = start_recv(&mut cx, rb, source, recvtag, &c)?;
         // SAFETY: as the caller vouched.
-        let outgoing = unsafe { Outgoing::new(cx.world, sendbuf, sendcount, sendtype, dest, sendtag, &c)? };
-        // SAFETY: as the caller vouched; both complete before this returns.
-        let r = unsafe { start_recv(&mut cx, recvbuf, recvcount, recvtype, source, recvtag, &c)? };
-        let s = outgoing.start(cx.world, &c, Mode::Standard)?;
+        let s = unsafe { start_send(&mut cx, Mode::Standard, &sb, dest, sendtag, &c)? };
         let st = r.wait(cx.world)?;
         s.wait(cx.world)?;
         out.write(st);
@@ -220,83 +423,37 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     })
 }
 
-/// Starts a non-blocking call with `start` and stores its request in `*request`.
-fn post(
-    func: &'static str,
-    comm: Handle,
-    request: *mut Handle,
-    start: impl FnOnce(&mut Ctx<'_>, &Comm) -> Result<Pending, Fail>,
-) -> c_int {
-    call(func, comm, |mut cx| {
-        let c = cx.comms.get(comm)?;
-        if request.is_null() {
-            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
-        }
-        let p = start(&mut cx, &c)?;
-        let h = cx.reqs.insert(p)?;
-        // SAFETY: non-null (checked), the caller's handle.
-        unsafe { write_out(request, h) }
-    })
-}
-
-/// `MPI_Isend`.
+/// `MPI_Sendrecv_replace`: sends the buffer, then receives into it (the data
+/// went out packed before the receive can write).
 ///
 /// # Safety
-/// `buf` holds `count` elements of `datatype` (copied before this returns);
-/// `request` is writable.
+/// `buf` is readable and writable for `count` elements of `datatype`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Isend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-    request: *mut Handle,
-) -> c_int {
-    post("MPI_Isend", comm, request, |cx, c| {
-        // SAFETY: as the caller vouched.
-        unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, c) }?.start(cx.world, c, Mode::Standard)
-    })
-}
-
-/// `MPI_Issend`: its request completes once the matching receive took the message.
-///
-/// # Safety
-/// As `MPI_Isend`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Issend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-    request: *mut Handle,
-) -> c_int {
-    post("MPI_Issend", comm, request, |cx, c| {
-        // SAFETY: as the caller vouched.
-        unsafe { Outgoing::new(cx.world, buf, count, datatype, dest, tag, c) }?.start(cx.world, c, Mode::Synchronous)
-    })
-}
-
-/// `MPI_Irecv`.
-///
-/// # Safety
-/// `buf` stays writable for `count` elements of `datatype` until the request
-/// completes; `request` is writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn MPI_Irecv(
+pub unsafe extern "C" fn MPI_Sendrecv_replace(
     buf: *mut c_void,
     count: c_int,
     datatype: Handle,
+    dest: c_int,
+    sendtag: c_int,
     source: c_int,
-    tag: c_int,
+    recvtag: c_int,
     comm: Handle,
-    request: *mut Handle,
+    status: *mut MpiStatus,
 ) -> c_int {
-    // SAFETY: as the caller vouched.
-    post("MPI_Irecv", comm, request, |cx, c| unsafe { start_recv(cx, buf, count, datatype, source, tag, c) })
+    call("MPI_Sendrecv_replace", comm, |mut cx| {
+        let c = cx.comms.get(comm)?;
+        let out = StatusOut::new(status)?;
+        let b = Buf::new(buf, count, get(cx.obj, datatype)?)?;
+        send_tag(sendtag)?;
+        c.dest(dest)?;
+        // SAFETY: as the caller vouched; the data is packed before the receive is posted.
+        let s = unsafe { start_send(&mut cx, Mode::Standard, &b, dest, sendtag, &c)? };
+        let r = start_recv(&mut cx, b, source, recvtag, &c)?;
+        let st = r.wait(cx.world)?;
+        s.wait(cx.world)?;
+        out.write(st);
+        Ok(())
+    })
 }
 
 /// The status a probe reports, in `comm`'s ranks.
@@ -307,12 +464,12 @@ fn probed(c: &Comm, s: &Status) -> MpiStatus {
 /// Probes `source`/`tag` on `c`: blocking, or `None` when nothing matches yet.
 fn probe(w: &mut World, c: &Comm, source: c_int, tag: c_int, block: bool) -> Result<Option<MpiStatus>, Fail> {
     let tag = recv_tag(tag)?;
-    let src = match c.source(w, source)? {
+    let src = match c.source(source)? {
         Peer::Null => return Ok(Some(MpiStatus::PROC_NULL)),
         Peer::Any => None,
         Peer::Rank(r) => Some(r),
     };
-    let s = if block { Some(w.probe_in(c.id, src, tag)?) } else { w.iprobe_in(c.id, src, tag)? };
+    let s = if block { Some(w.probe_in(&c.c, src, tag)?) } else { w.iprobe_in(&c.c, src, tag)? };
     Ok(s.map(|s| probed(c, &s)))
 }
 

@@ -1,22 +1,56 @@
-//! Non-blocking requests: the handle table and `MPI_Wait`, `MPI_Waitall`,
-//! `MPI_Waitany`, `MPI_Test`, `MPI_Testall`.
+//! Requests: the handle table, persistent requests (`MPI_Send_init` & co.,
+//! `MPI_Start`, `MPI_Startall`), `MPI_Request_free`, `MPI_Cancel`,
+//! `MPI_Test_cancelled`, and the completion calls (`MPI_Wait`, `_Waitall`,
+//! `_Waitany`, `_Waitsome`, `MPI_Test`, `_Testall`, `_Testany`, `_Testsome`).
+//!
+//! A request is active (an engine request in flight, or none for
+//! `MPI_PROC_NULL` and buffered sends, which are complete at once) or, for a
+//! persistent one, inactive until started again. Completing a non-persistent
+//! request frees its handle; a persistent one stays, inactive.
 
 use std::ffi::c_int;
 
 use p2pmp_mpi::{Completed, Request, World};
 
-use crate::buf::{OutBuf, write_out};
+use crate::buf::write_out;
+use crate::comm::Comm;
 use crate::consts::{
-    Handle, MPI_COMM_WORLD, MPI_ERR_ARG, MPI_ERR_IN_STATUS, MPI_ERR_REQUEST, MPI_REQUEST_NULL, MPI_UNDEFINED,
+    Handle, MPI_ERR_ARG, MPI_ERR_COUNT, MPI_ERR_IN_STATUS, MPI_ERR_REQUEST, MPI_REQUEST_NULL, MPI_UNDEFINED,
 };
 use crate::error::Fail;
-use crate::state::call;
+use crate::handles::Table;
+use crate::p2p::{Mode, start_recv, start_send};
+use crate::state::{Ctx, call};
 use crate::status::{MpiStatus, StatusOut};
+use crate::types::Buf;
 
-/// What a request handle stands for: the engine request (none for
-/// `MPI_PROC_NULL`, already complete) and what to do when it completes.
+/// What completing a request means.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    Send,
+    /// A buffered send, complete at once; the attached buffer's pool tracks
+    /// the message by `ticket` (a cancel takes it back from there).
+    Bsend {
+        ticket: u64,
+    },
+    /// A receive into `out` on communicator `comm` (whose ranks its status names).
+    Recv {
+        out: Buf,
+        comm: p2pmp_mpi::Comm,
+    },
+}
+
+/// The arguments a persistent request starts with each time.
+#[derive(Debug, Clone)]
+pub(crate) enum Persistent {
+    Send { mode: Mode, buf: Buf, dest: c_int, tag: c_int, comm: Comm },
+    Recv { buf: Buf, source: c_int, tag: c_int, comm: Comm },
+}
+
+/// A request handle's state.
 #[derive(Debug)]
 pub(crate) struct Pending {
+    /// `None` once complete (or for `MPI_PROC_NULL`, buffered sends).
     pub(crate) req: Option<Request>,
     pub(crate) kind: Kind,
     /// The communicator whose error handler takes the request's failures.
@@ -24,13 +58,10 @@ pub(crate) struct Pending {
 }
 
 #[derive(Debug)]
-pub(crate) enum Kind {
-    Send,
-    /// A receive into `out` on a communicator (`solo`: sources read as rank 0).
-    Recv {
-        out: OutBuf,
-        solo: bool,
-    },
+pub(crate) struct Slot {
+    /// `None`: an inactive persistent request.
+    active: Option<Pending>,
+    persistent: Option<Persistent>,
 }
 
 impl Pending {
@@ -43,65 +74,89 @@ impl Pending {
         };
         finish(self.kind, c).map_err(|f| f.on(self.comm))
     }
+
+    fn is_done(&self, w: &mut World) -> Result<bool, Fail> {
+        match &self.req {
+            Some(r) => w.test(r).map_err(|e| Fail::from(e).on(self.comm)),
+            None => Ok(true),
+        }
+    }
 }
 
-/// The status of a request of `kind` that completed as `c` (`None`: a
-/// `MPI_PROC_NULL` request); copies a received message out.
-pub(crate) fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
+/// The status of a request of `kind` that completed as `c` (`None`: nothing
+/// moved, `MPI_PROC_NULL`); copies a received message out.
+fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
     match (kind, c) {
-        (Kind::Recv { out, solo }, Some(Completed::Received(m))) => {
-            let source = if solo { 0 } else { m.status.source as c_int };
-            out.fill(&m.data)?;
-            Ok(MpiStatus::received(&m.status, source))
+        (Kind::Recv { out, comm }, Some(Completed::Received(m))) => {
+            let source = comm.source_rank(m.status.source).map_or(crate::consts::MPI_ANY_SOURCE, |r| r as c_int);
+            let st = MpiStatus::received(&m.status, source);
+            // SAFETY: the receive buffer the caller vouched for until completion, which is now.
+            match unsafe { out.unpack(&m.data) } {
+                Ok(()) => Ok(st),
+                Err(f) => Err(f),
+            }
         }
+        (_, Some(Completed::Cancelled)) => Ok(MpiStatus { cancelled: 1, ..MpiStatus::EMPTY }),
         (Kind::Recv { .. }, None) => Ok(MpiStatus::PROC_NULL),
-        (Kind::Send, _) => Ok(MpiStatus::EMPTY),
+        (Kind::Send | Kind::Bsend { .. }, _) => Ok(MpiStatus::EMPTY),
         (Kind::Recv { .. }, Some(Completed::Sent)) => {
             Err(Fail::new(crate::consts::MPI_ERR_INTERN, "a receive completed as a send".into()))
         }
     }
 }
 
-/// Live requests; handle = slot index + 1 (0 is `MPI_REQUEST_NULL`).
-#[derive(Debug, Default)]
+/// Live requests by handle.
+#[derive(Debug)]
 pub(crate) struct Requests {
-    slots: Vec<Option<Pending>>,
-    free: Vec<usize>,
+    table: Table<Slot>,
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Requests { table: Table::new(MPI_REQUEST_NULL + 1, MPI_ERR_REQUEST, "request") }
+    }
 }
 
 impl Requests {
+    /// A new active request.
     pub(crate) fn insert(&mut self, p: Pending) -> Result<Handle, Fail> {
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(p);
-                i
-            }
-            None => {
-                self.slots.push(Some(p));
-                self.slots.len() - 1
-            }
-        };
-        Handle::try_from(i + 1).map_err(|_| Fail::new(MPI_ERR_REQUEST, "too many requests".into()))
+        self.table.insert(Slot { active: Some(p), persistent: None })
     }
 
-    fn slot(h: Handle) -> Result<usize, Fail> {
-        usize::try_from(h).ok().and_then(|h| h.checked_sub(1)).ok_or_else(|| bad(h))
+    /// A new inactive persistent request.
+    fn insert_persistent(&mut self, p: Persistent) -> Result<Handle, Fail> {
+        self.table.insert(Slot { active: None, persistent: Some(p) })
     }
 
-    pub(crate) fn get(&self, h: Handle) -> Result<&Pending, Fail> {
-        self.slots.get(Self::slot(h)?).and_then(Option::as_ref).ok_or_else(|| bad(h))
+    fn slot(&self, h: Handle) -> Result<&Slot, Fail> {
+        self.table.get(h)
     }
 
-    pub(crate) fn take(&mut self, h: Handle) -> Result<Pending, Fail> {
-        let i = Self::slot(h)?;
-        let p = self.slots.get_mut(i).and_then(Option::take).ok_or_else(|| bad(h))?;
-        self.free.push(i);
+    /// The active part of request `h` (`None`: inactive persistent).
+    fn active(&self, h: Handle) -> Result<Option<&Pending>, Fail> {
+        Ok(self.slot(h)?.active.as_ref())
+    }
+
+    /// Takes a completed (or about to be waited for) request's active part: a
+    /// non-persistent handle is freed (`*handle` set to null), a persistent
+    /// one turns inactive.
+    fn take(&mut self, handle: &mut Handle) -> Result<Option<Pending>, Fail> {
+        let h = *handle;
+        let slot = self.table.get_mut(h)?;
+        let p = slot.active.take();
+        if slot.persistent.is_none() {
+            self.table.remove(h)?;
+            *handle = MPI_REQUEST_NULL;
+        }
         Ok(p)
     }
 }
 
-fn bad(h: Handle) -> Fail {
-    Fail::new(MPI_ERR_REQUEST, format!("{h} is not an active request"))
+/// Stores a new persistent request in `*request`.
+pub(crate) fn make_persistent(cx: &mut Ctx<'_>, p: Persistent, request: *mut Handle) -> Result<(), Fail> {
+    let h = cx.reqs.insert_persistent(p)?;
+    // SAFETY: the caller's handle, or null (refused).
+    unsafe { write_out(request, h) }
 }
 
 /// The handles of an array argument.
@@ -109,7 +164,7 @@ fn bad(h: Handle) -> Fail {
 /// # Safety
 /// `reqs` is valid for `count` handles.
 unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a mut [Handle], Fail> {
-    let n = usize::try_from(count).map_err(|_| Fail::new(crate::consts::MPI_ERR_COUNT, format!("count {count}")))?;
+    let n = usize::try_from(count).map_err(|_| Fail::new(MPI_ERR_COUNT, format!("count {count}")))?;
     if n == 0 {
         return Ok(&mut []);
     }
@@ -120,27 +175,31 @@ unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a mut [Handle
     Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n) })
 }
 
-/// `MPI_Wait`.
+/// Finishes request `*h` (which completed, or is waited for now): its status.
+fn complete(cx: &mut Ctx<'_>, h: &mut Handle) -> Result<MpiStatus, Fail> {
+    match cx.reqs.take(h)? {
+        Some(p) => p.wait(cx.world),
+        None => Ok(MpiStatus::EMPTY),
+    }
+}
+
+/// `MPI_Wait` (a null or inactive request: an empty status at once).
 ///
 /// # Safety
 /// `request` is readable and writable; `status` is `MPI_STATUS_IGNORE` or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
-    call("MPI_Wait", MPI_COMM_WORLD, |cx| {
+    call("MPI_Wait", crate::consts::MPI_COMM_WORLD, |mut cx| {
         let out = StatusOut::new(status)?;
         if request.is_null() {
             return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
         }
         // SAFETY: non-null, the caller's handle.
-        let h = unsafe { request.read() };
-        if h == MPI_REQUEST_NULL {
-            out.write(MpiStatus::EMPTY);
-            return Ok(());
-        }
-        let p = cx.reqs.take(h)?;
+        let mut h = unsafe { request.read() };
+        let st = if h == MPI_REQUEST_NULL { Ok(MpiStatus::EMPTY) } else { complete(&mut cx, &mut h) };
         // SAFETY: non-null, the caller's handle.
-        unsafe { request.write(MPI_REQUEST_NULL) };
-        out.write(p.wait(cx.world)?);
+        unsafe { request.write(h) };
+        out.write(st?);
         Ok(())
     })
 }
@@ -151,25 +210,21 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
 /// `requests` holds `count` handles; `statuses` is `MPI_STATUSES_IGNORE` or holds `count`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Waitall(count: c_int, requests: *mut Handle, statuses: *mut MpiStatus) -> c_int {
-    call("MPI_Waitall", MPI_COMM_WORLD, |cx| {
+    call("MPI_Waitall", crate::consts::MPI_COMM_WORLD, |mut cx| {
         // SAFETY: the caller's array of `count` handles (null refused).
         let hs = unsafe { handles(count, requests)? };
         let outs = (0..hs.len()).map(|i| StatusOut::nth(statuses, i)).collect::<Result<Vec<_>, _>>()?;
-        let taken = take_all(cx.reqs, hs)?;
-        // Wait for all at once (progress on every request), then finish in order.
-        let mut kinds = Vec::new();
-        let mut live = Vec::new();
-        for (i, p) in taken {
-            let has_req = p.req.is_some();
-            live.extend(p.req);
-            kinds.push((i, p.kind, p.comm, has_req));
+        for &h in hs.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
+            cx.reqs.slot(h)?;
         }
-        let mut done = cx.world.waitall(live)?.into_iter();
+        // Progress on every request until all are done, then finish in order.
+        let refs = live(cx.reqs, hs)?;
+        cx.world.wait_all_done(&refs)?;
         let mut failed = None;
-        for (i, kind, comm, has_req) in kinds {
-            let c = if has_req { done.next() } else { None };
-            let st = finish(kind, c).unwrap_or_else(|f| {
-                failed = failed.or(Some(comm));
+        for (i, h) in hs.iter_mut().enumerate() {
+            let st = if *h == MPI_REQUEST_NULL { Ok(MpiStatus::EMPTY) } else { complete(&mut cx, h) };
+            let st = st.unwrap_or_else(|f| {
+                failed = failed.or(f.comm.or(Some(crate::consts::MPI_COMM_WORLD)));
                 MpiStatus { error: f.class, ..MpiStatus::EMPTY }
             });
             outs[i].write(st);
@@ -181,21 +236,36 @@ pub unsafe extern "C" fn MPI_Waitall(count: c_int, requests: *mut Handle, status
     })
 }
 
-/// Takes every non-null handle of `hs` out of the table (after checking them all),
-/// nulls it, and returns it with its index; null entries get an empty status.
-fn take_all(reqs: &mut Requests, hs: &mut [Handle]) -> Result<Vec<(usize, Pending)>, Fail> {
+/// The engine requests in flight among `hs`.
+fn live<'a>(reqs: &'a Requests, hs: &[Handle]) -> Result<Vec<&'a Request>, Fail> {
+    let mut out = Vec::new();
     for &h in hs.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
-        reqs.get(h)?;
+        if let Some(Pending { req: Some(r), .. }) = reqs.active(h)? {
+            out.push(r);
+        }
     }
-    let mut taken = Vec::new();
-    for (i, h) in hs.iter_mut().enumerate().filter(|(_, h)| **h != MPI_REQUEST_NULL) {
-        taken.push((i, reqs.take(*h)?));
-        *h = MPI_REQUEST_NULL;
-    }
-    Ok(taken)
+    Ok(out)
 }
 
-/// `MPI_Waitany`: `*index` = `MPI_UNDEFINED` when every request is null.
+/// The index of a completed request among `hs` (active ones only), testing
+/// without waiting; `None` when none is; `Some(None)` when none is active.
+fn find_done(cx: &mut Ctx<'_>, hs: &[Handle]) -> Result<Option<Option<usize>>, Fail> {
+    let mut any = false;
+    for (i, &h) in hs.iter().enumerate() {
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        if let Some(p) = cx.reqs.active(h)? {
+            any = true;
+            if p.is_done(cx.world)? {
+                return Ok(Some(Some(i)));
+            }
+        }
+    }
+    Ok(if any { None } else { Some(None) })
+}
+
+/// `MPI_Waitany`: `*index` = `MPI_UNDEFINED` when no request is active.
 ///
 /// # Safety
 /// `requests` holds `count` handles; `index` is writable; `status` is
@@ -207,36 +277,155 @@ pub unsafe extern "C" fn MPI_Waitany(
     index: *mut c_int,
     status: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Waitany", MPI_COMM_WORLD, |cx| {
+    call("MPI_Waitany", crate::consts::MPI_COMM_WORLD, |mut cx| {
         // SAFETY: the caller's array of `count` handles (null refused).
         let hs = unsafe { handles(count, requests)? };
         let out = StatusOut::new(status)?;
         if index.is_null() {
             return Err(Fail::new(MPI_ERR_ARG, "null index".into()));
         }
-        let mut live: Vec<(usize, &Pending)> = Vec::new();
-        for (i, &h) in hs.iter().enumerate().filter(|(_, h)| **h != MPI_REQUEST_NULL) {
-            live.push((i, cx.reqs.get(h)?));
-        }
-        // A MPI_PROC_NULL request is complete already.
-        let i = match live.iter().find(|(_, p)| p.req.is_none()) {
-            Some(&(i, _)) => Some(i),
-            None => {
-                let rs: Vec<&Request> = live.iter().filter_map(|(_, p)| p.req.as_ref()).collect();
-                cx.world.wait_any(&rs)?.map(|k| live[k].0)
+        let found = loop {
+            if let Some(found) = find_done(&mut cx, hs)? {
+                break found;
             }
+            let refs = live(cx.reqs, hs)?;
+            cx.world.wait_any(&refs)?;
         };
-        let Some(i) = i else {
+        let Some(i) = found else {
             out.write(MpiStatus::EMPTY);
             // SAFETY: non-null (checked), the caller's int.
             return unsafe { write_out(index, MPI_UNDEFINED) };
         };
-        let p = cx.reqs.take(hs[i])?;
-        hs[i] = MPI_REQUEST_NULL;
         // SAFETY: non-null (checked), the caller's int.
         unsafe { write_out(index, i as c_int)? };
-        out.write(p.wait(cx.world)?);
+        out.write(complete(&mut cx, &mut hs[i])?);
         Ok(())
+    })
+}
+
+/// `MPI_Testany`: `*flag` true with `*index` the request that completed, or
+/// with `MPI_UNDEFINED` when none is active.
+///
+/// # Safety
+/// As `MPI_Waitany`; `flag` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    requests: *mut Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Testany", crate::consts::MPI_COMM_WORLD, |mut cx| {
+        // SAFETY: the caller's array of `count` handles (null refused).
+        let hs = unsafe { handles(count, requests)? };
+        let out = StatusOut::new(status)?;
+        if index.is_null() || flag.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null index or flag".into()));
+        }
+        let found = find_done(&mut cx, hs)?;
+        // SAFETY: non-null (checked), the caller's ints.
+        unsafe {
+            flag.write(c_int::from(found.is_some()));
+            index.write(MPI_UNDEFINED);
+        }
+        match found {
+            Some(Some(i)) => {
+                // SAFETY: as above.
+                unsafe { index.write(i as c_int) };
+                out.write(complete(&mut cx, &mut hs[i])?);
+            }
+            Some(None) => out.write(MpiStatus::EMPTY),
+            None => {}
+        }
+        Ok(())
+    })
+}
+
+/// Completes every completed request of `hs`, writing indices and statuses;
+/// the number done, or `MPI_UNDEFINED` when none is active.
+///
+/// # Safety
+/// `indices` holds `hs.len()` ints; `statuses` as `MPI_Waitsome` says.
+unsafe fn some(
+    cx: &mut Ctx<'_>,
+    hs: &mut [Handle],
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> Result<c_int, Fail> {
+    let mut n = 0;
+    let mut any = false;
+    for (i, h) in hs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL {
+            continue;
+        }
+        let Some(p) = cx.reqs.active(*h)? else { continue };
+        any = true;
+        if p.is_done(cx.world)? {
+            let st = complete(cx, h)?;
+            // SAFETY: the caller's arrays hold an entry per request; n <= i.
+            unsafe { indices.add(n).write(i as c_int) };
+            StatusOut::nth(statuses, n)?.write(st);
+            n += 1;
+        }
+    }
+    Ok(if any { n as c_int } else { MPI_UNDEFINED })
+}
+
+/// `MPI_Waitsome`: waits until at least one active request completed.
+///
+/// # Safety
+/// `requests` and `indices` hold `incount` entries; `outcount` is writable;
+/// `statuses` is `MPI_STATUSES_IGNORE` or holds `incount`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    requests: *mut Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Waitsome", crate::consts::MPI_COMM_WORLD, |mut cx| {
+        // SAFETY: the caller's array of `incount` handles (null refused).
+        let hs = unsafe { handles(incount, requests)? };
+        if outcount.is_null() || (indices.is_null() && !hs.is_empty()) {
+            return Err(Fail::new(MPI_ERR_ARG, "null outcount or indices".into()));
+        }
+        loop {
+            // SAFETY: as the caller vouched.
+            let n = unsafe { some(&mut cx, hs, indices, statuses)? };
+            if n != 0 {
+                // SAFETY: non-null (checked), the caller's int.
+                return unsafe { write_out(outcount, n) };
+            }
+            let refs = live(cx.reqs, hs)?;
+            cx.world.wait_any(&refs)?;
+        }
+    })
+}
+
+/// `MPI_Testsome`.
+///
+/// # Safety
+/// As `MPI_Waitsome`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Testsome(
+    incount: c_int,
+    requests: *mut Handle,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> c_int {
+    call("MPI_Testsome", crate::consts::MPI_COMM_WORLD, |mut cx| {
+        // SAFETY: the caller's array of `incount` handles (null refused).
+        let hs = unsafe { handles(incount, requests)? };
+        if outcount.is_null() || (indices.is_null() && !hs.is_empty()) {
+            return Err(Fail::new(MPI_ERR_ARG, "null outcount or indices".into()));
+        }
+        // SAFETY: as the caller vouched.
+        let n = unsafe { some(&mut cx, hs, indices, statuses)? };
+        // SAFETY: non-null (checked), the caller's int.
+        unsafe { write_out(outcount, n) }
     })
 }
 
@@ -246,33 +435,26 @@ pub unsafe extern "C" fn MPI_Waitany(
 /// `request` and `flag` are writable; `status` is `MPI_STATUS_IGNORE` or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn MPI_Test(request: *mut Handle, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
-    call("MPI_Test", MPI_COMM_WORLD, |cx| {
+    call("MPI_Test", crate::consts::MPI_COMM_WORLD, |mut cx| {
         let out = StatusOut::new(status)?;
         if request.is_null() || flag.is_null() {
             return Err(Fail::new(MPI_ERR_ARG, "null request or flag".into()));
         }
         // SAFETY: non-null, the caller's handle.
-        let h = unsafe { request.read() };
-        let done = h == MPI_REQUEST_NULL || is_done(cx.world, cx.reqs.get(h)?)?;
+        let mut h = unsafe { request.read() };
+        let done = h == MPI_REQUEST_NULL || cx.reqs.active(h)?.map_or(Ok(true), |p| p.is_done(cx.world))?;
         // SAFETY: non-null (checked), the caller's int.
         unsafe { flag.write(c_int::from(done)) };
         if h == MPI_REQUEST_NULL {
             out.write(MpiStatus::EMPTY);
         } else if done {
-            let p = cx.reqs.take(h)?;
+            let st = complete(&mut cx, &mut h);
             // SAFETY: non-null, the caller's handle.
-            unsafe { request.write(MPI_REQUEST_NULL) };
-            out.write(p.wait(cx.world)?);
+            unsafe { request.write(h) };
+            out.write(st?);
         }
         Ok(())
     })
-}
-
-fn is_done(w: &mut World, p: &Pending) -> Result<bool, Fail> {
-    match &p.req {
-        Some(r) => w.test(r).map_err(|e| Fail::from(e).on(p.comm)),
-        None => Ok(true),
-    }
 }
 
 /// `MPI_Testall`: finishes every request only when all have completed.
@@ -287,7 +469,7 @@ pub unsafe extern "C" fn MPI_Testall(
     flag: *mut c_int,
     statuses: *mut MpiStatus,
 ) -> c_int {
-    let rc = call("MPI_Testall", MPI_COMM_WORLD, |cx| {
+    let rc = call("MPI_Testall", crate::consts::MPI_COMM_WORLD, |cx| {
         if flag.is_null() {
             return Err(Fail::new(MPI_ERR_ARG, "null flag".into()));
         }
@@ -295,7 +477,9 @@ pub unsafe extern "C" fn MPI_Testall(
         let hs = unsafe { handles(count, requests)? };
         let mut all = true;
         for &h in hs.iter().filter(|&&h| h != MPI_REQUEST_NULL) {
-            all &= is_done(cx.world, cx.reqs.get(h)?)?;
+            if let Some(p) = cx.reqs.active(h)? {
+                all &= p.is_done(cx.world)?;
+            }
         }
         // SAFETY: non-null (checked), the caller's int.
         unsafe { flag.write(c_int::from(all)) };
@@ -308,4 +492,118 @@ pub unsafe extern "C" fn MPI_Testall(
     // Every request completed: finishing them cannot block.
     // SAFETY: as the caller vouched above.
     unsafe { MPI_Waitall(count, requests, statuses) }
+}
+
+/// `MPI_Request_free`: an active request goes on (a send still delivers) and
+/// is forgotten; `*request` becomes `MPI_REQUEST_NULL`.
+///
+/// # Safety
+/// `request` is readable and writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
+    call("MPI_Request_free", crate::consts::MPI_COMM_WORLD, |cx| {
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        let slot = cx.reqs.table.remove(h)?;
+        if let Some(Pending { req: Some(r), .. }) = slot.active {
+            cx.world.forget(r);
+        }
+        // SAFETY: non-null, the caller's handle.
+        unsafe { request.write(MPI_REQUEST_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Cancel`: a receive not yet matched completes as cancelled; a send
+/// (already on its way) completes normally.
+///
+/// # Safety
+/// `request` is readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
+    call("MPI_Cancel", crate::consts::MPI_COMM_WORLD, |cx| {
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        // SAFETY: non-null, the caller's handle.
+        let h = unsafe { request.read() };
+        if let Some(p) = cx.reqs.table.get_mut(h)?.active.as_mut() {
+            if let (None, Kind::Bsend { ticket }) = (&p.req, &p.kind) {
+                // The buffered message goes back to its request, to be taken back.
+                p.req = cx.bsend.take(*ticket);
+            }
+            if let Some(r) = &p.req {
+                cx.world.cancel(r)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Test_cancelled`.
+///
+/// # Safety
+/// `status` points to a status; `flag` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+    crate::state::entry("MPI_Test_cancelled", crate::consts::MPI_COMM_WORLD, |_| {
+        if status.is_null() || status as usize == crate::consts::STATUS_IGNORE_ADDR {
+            return Err(Fail::new(MPI_ERR_ARG, "status is null or MPI_STATUS_IGNORE".into()));
+        }
+        // SAFETY: a status from C (checked non-null).
+        let c = unsafe { &*status }.cancelled;
+        // SAFETY: the caller's int, or null (refused).
+        unsafe { write_out(flag, c_int::from(c != 0)) }
+    })
+}
+
+/// Starts persistent request `h` (it must be inactive).
+fn start(cx: &mut Ctx<'_>, h: Handle) -> Result<(), Fail> {
+    let slot = cx.reqs.slot(h)?;
+    let p =
+        slot.persistent.clone().ok_or_else(|| Fail::new(MPI_ERR_REQUEST, format!("request {h} is not persistent")))?;
+    if slot.active.is_some() {
+        return Err(Fail::new(MPI_ERR_REQUEST, format!("request {h} is already active")));
+    }
+    let pending = match p {
+        // SAFETY: the buffers the caller vouched for when making the request.
+        Persistent::Send { mode, buf, dest, tag, comm } => unsafe { start_send(cx, mode, &buf, dest, tag, &comm)? },
+        Persistent::Recv { buf, source, tag, comm } => start_recv(cx, buf, source, tag, &comm)?,
+    };
+    cx.reqs.table.get_mut(h)?.active = Some(pending);
+    Ok(())
+}
+
+/// `MPI_Start`.
+///
+/// # Safety
+/// `request` is readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
+    call("MPI_Start", crate::consts::MPI_COMM_WORLD, |mut cx| {
+        if request.is_null() {
+            return Err(Fail::new(MPI_ERR_ARG, "null request pointer".into()));
+        }
+        // SAFETY: non-null, the caller's handle.
+        start(&mut cx, unsafe { request.read() })
+    })
+}
+
+/// `MPI_Startall`.
+///
+/// # Safety
+/// `requests` holds `count` handles.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, requests: *mut Handle) -> c_int {
+    call("MPI_Startall", crate::consts::MPI_COMM_WORLD, |mut cx| {
+        // SAFETY: the caller's array of `count` handles (null refused).
+        let hs = unsafe { handles(count, requests)? };
+        for &h in hs.iter() {
+            start(&mut cx, h)?;
+        }
+        Ok(())
+    })
 }

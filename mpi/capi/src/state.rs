@@ -19,9 +19,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use p2pmp_mpi::World;
 
+use p2pmp_mpi::Group;
+
+use crate::attr::Keyval;
 use crate::comm::Comms;
 use crate::consts::{Handle, MPI_ERR_OTHER, MPI_SUCCESS};
+use crate::errh::{Codes, HandlerFn};
 use crate::error::{Fail, raise};
+use crate::handles::Table;
 use crate::request::Requests;
 
 /// Where the library is in its life.
@@ -37,6 +42,7 @@ pub(crate) enum Phase {
 pub(crate) struct Live {
     pub(crate) world: World,
     pub(crate) reqs: Requests,
+    pub(crate) bsend: crate::bsend::Pool,
 }
 
 #[derive(Debug)]
@@ -45,13 +51,39 @@ pub(crate) struct Mpi {
     /// Communicators and their error handlers (these exist before `MPI_Init`, so
     /// `MPI_ERRORS_RETURN` can be chosen for calls made too early).
     pub(crate) comms: Comms,
+    pub(crate) obj: Objects,
+}
+
+/// The objects programs make that need no communication.
+#[derive(Debug)]
+pub(crate) struct Objects {
+    pub(crate) groups: Table<Group>,
+    pub(crate) types: Table<crate::types::Derived>,
+    pub(crate) ops: Table<crate::ops::UserOp>,
+    pub(crate) keyvals: Table<Keyval>,
+    pub(crate) errhandlers: Table<HandlerFn>,
+    pub(crate) codes: Codes,
+}
+
+impl Objects {
+    pub(crate) const fn new() -> Objects {
+        Objects {
+            groups: crate::group::groups(),
+            types: crate::types::types(),
+            ops: crate::ops::ops(),
+            keyvals: crate::attr::keyvals(),
+            errhandlers: crate::errh::errhandlers(),
+            codes: Codes::new(),
+        }
+    }
 }
 
 thread_local! {
     /// Never dropped (like a static): a program that exits without
     /// `MPI_Finalize` must not run the world's teardown from `exit`.
-    static MPI: ManuallyDrop<RefCell<Mpi>> =
-        const { ManuallyDrop::new(RefCell::new(Mpi { phase: Phase::Before, comms: Comms::new() })) };
+    static MPI: ManuallyDrop<RefCell<Mpi>> = const {
+        ManuallyDrop::new(RefCell::new(Mpi { phase: Phase::Before, comms: Comms::new(), obj: Objects::new() }))
+    };
 }
 
 /// The process-wide phase, as seen from every thread.
@@ -91,22 +123,37 @@ pub(crate) fn set_global(g: Global) {
 pub(crate) struct Ctx<'a> {
     pub(crate) world: &'a mut World,
     pub(crate) reqs: &'a mut Requests,
+    pub(crate) bsend: &'a mut crate::bsend::Pool,
     pub(crate) comms: &'a mut Comms,
+    pub(crate) obj: &'a mut Objects,
 }
 
 /// Runs `f` on the calling thread's state in any phase; a failure goes to the
 /// error handler of its own communicator if it names one, else of `comm` (the
 /// world's when that is not a communicator).
 pub(crate) fn entry(func: &'static str, comm: Handle, f: impl FnOnce(&mut Mpi) -> Result<(), Fail>) -> c_int {
-    // No MPI call is made while the state is borrowed (the library calls no user
-    // code), so the borrow cannot fail; the handler runs after it ends.
+    // The borrow ends before a handler runs (it may be the program's own, which
+    // may call MPI). A call made while the state is borrowed (from a callback of
+    // the program that the library runs: a user operation, an attribute
+    // callback) is refused rather than aliasing the state.
     let failed = MPI.with(|m| {
-        let mut mpi = m.borrow_mut();
-        f(&mut mpi).err().map(|fail| (mpi.comms.errhandler(fail.comm.unwrap_or(comm)), fail))
+        let Ok(mut mpi) = m.try_borrow_mut() else {
+            return Some((
+                crate::errh::Handler::Return,
+                comm,
+                Fail::new(MPI_ERR_OTHER, "called from a callback".into()),
+            ));
+        };
+        f(&mut mpi).err().map(|fail| {
+            let on = fail.comm.unwrap_or(comm);
+            let on = if mpi.comms.entry(on).is_ok() { on } else { crate::consts::MPI_COMM_WORLD };
+            let h = crate::errh::resolve(&mpi, mpi.comms.errhandler(on)).unwrap_or(crate::errh::Handler::Fatal);
+            (h, on, fail)
+        })
     });
     match failed {
         None => MPI_SUCCESS,
-        Some((handler, fail)) => raise(func, handler, fail),
+        Some((handler, on, fail)) => raise(func, handler, on, fail),
     }
 }
 
@@ -114,7 +161,8 @@ pub(crate) fn entry(func: &'static str, comm: Handle, f: impl FnOnce(&mut Mpi) -
 /// `MPI_Finalize`, and on a thread other than the one that called `MPI_Init`).
 pub(crate) fn call(func: &'static str, comm: Handle, f: impl FnOnce(Ctx<'_>) -> Result<(), Fail>) -> c_int {
     entry(func, comm, |mpi| {
-        let live = match &mut mpi.phase {
+        let Mpi { phase, comms, obj } = mpi;
+        let live = match phase {
             Phase::Running(live) => live,
             Phase::Before if global() != Global::Before => {
                 return Err(Fail::new(
@@ -125,7 +173,7 @@ pub(crate) fn call(func: &'static str, comm: Handle, f: impl FnOnce(Ctx<'_>) -> 
             Phase::Before => return Err(Fail::new(MPI_ERR_OTHER, "called before MPI_Init".into())),
             Phase::After => return Err(Fail::new(MPI_ERR_OTHER, "called after MPI_Finalize".into())),
         };
-        let Live { world, reqs } = &mut **live;
-        f(Ctx { world, reqs, comms: &mut mpi.comms })
+        let Live { world, reqs, bsend } = &mut **live;
+        f(Ctx { world, reqs, bsend, comms, obj })
     })
 }

@@ -7,7 +7,7 @@
 //! matches arrivals and posted receives the slow, obvious way (scan lists in order)
 //! and the engines must agree with it on every receive, probe and cancel.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -94,6 +94,18 @@ pub(super) struct World {
     gappy: Vec<bool>,
     /// Whether any frame was ever lost that way (the receiver then sees gaps).
     lost_mid_stream: bool,
+    /// Which message each send request sent, and back.
+    send_ids: BTreeMap<(usize, RequestId), usize>,
+    send_of: Vec<(usize, RequestId)>,
+    /// The message each arrived Eager or Rts frame carried, by (link, seq).
+    arrived_seq: BTreeMap<(usize, u64), usize>,
+    /// Sends whose cancel was asked for, and the answer the model expects once
+    /// the receiver decided.
+    cancel_asked: BTreeSet<(usize, RequestId)>,
+    cancel_expect: BTreeMap<(usize, RequestId), bool>,
+    cancel_answers: BTreeMap<(usize, RequestId), bool>,
+    /// Messages taken back: never delivered.
+    cancelled_msgs: BTreeSet<usize>,
 }
 
 impl World {
@@ -118,6 +130,13 @@ impl World {
             cancelled: Vec::new(),
             gappy: vec![false; n * n],
             lost_mid_stream: false,
+            send_ids: BTreeMap::new(),
+            send_of: Vec::new(),
+            arrived_seq: BTreeMap::new(),
+            cancel_asked: BTreeSet::new(),
+            cancel_expect: BTreeMap::new(),
+            cancel_answers: BTreeMap::new(),
+            cancelled_msgs: BTreeSet::new(),
         }
     }
 
@@ -173,6 +192,8 @@ impl World {
         };
         let req = req.unwrap();
         self.sends.push((from, req));
+        self.send_ids.insert((from, req), id);
+        self.send_of.push((from, req));
         if sync {
             self.sync_sends.insert((from, req), id);
         }
@@ -205,6 +226,36 @@ impl World {
         self.drain();
     }
 
+    /// Asks to cancel the `nth` send (of all ranks) not asked before. To itself
+    /// a rank decides at once; to another, the model decides when the request
+    /// reaches the receiver (see `deliver_one`).
+    pub(super) fn cancel_send(&mut self, nth: usize) {
+        let open: Vec<(usize, RequestId)> =
+            self.send_of.iter().copied().filter(|s| !self.cancel_asked.contains(s)).collect();
+        let Some(&(at, req)) = open.get(nth % open.len().max(1)) else { return };
+        self.cancel_asked.insert((at, req));
+        let id = self.send_ids[&(at, req)];
+        if self.msgs[id].dst as usize == at {
+            let taken = self.model_take_back(at, id);
+            self.cancel_expect.insert((at, req), taken);
+        }
+        self.engines[at].cancel_send(req);
+        self.drain();
+    }
+
+    /// Removes message `id` from its receiver's unexpected messages, if there.
+    fn model_take_back(&mut self, at: usize, id: usize) -> bool {
+        let u = &mut self.model[at].unexpected;
+        match u.iter().position(|&m| m == id) {
+            Some(i) => {
+                u.remove(i);
+                self.cancelled_msgs.insert(id);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Delivers up to `k` frames from the `pick`th non-empty link.
     pub(super) fn deliver(&mut self, pick: usize, k: usize) {
         let busy: Vec<usize> = (0..self.links.len()).filter(|&l| !self.links[l].is_empty()).collect();
@@ -227,7 +278,16 @@ impl World {
                 self.next_seq[l] += 1;
                 if matches!(t.msg, MpiMsg::Eager { .. } | MpiMsg::Rts { .. }) {
                     let id = self.in_transit[l].pop_front().expect("an arrival was sent");
+                    self.arrived_seq.insert((l, h.seq), id);
                     self.model_arrive(b, id);
+                }
+                if let MpiMsg::CancelReq { seq, .. } = t.msg {
+                    // The request follows its message in the stream: it arrived.
+                    let id = self.arrived_seq[&(l, seq)];
+                    let taken = self.model_take_back(b, id);
+                    let (from, req) = *self.send_ids.iter().find(|(_, m)| **m == id).expect("a sent message").0;
+                    assert_eq!(from, a);
+                    self.cancel_expect.insert((a, req), taken);
                 }
             }
         }
@@ -314,6 +374,16 @@ impl World {
 
     fn check_completion(&mut self, at: usize, c: Completion) {
         let req = c.req();
+        if let Completion::CancelAnswer { cancelled, .. } = c {
+            let want = self.cancel_expect.get(&(at, req)).copied();
+            assert_eq!(Some(cancelled), want, "rank {at}: cancel of {req:?}");
+            let prev = self.cancel_answers.insert((at, req), cancelled);
+            assert!(prev.is_none(), "rank {at}: {req:?} answered twice");
+            return;
+        }
+        if let (Completion::Send { .. }, Some(&id)) = (&c, self.send_ids.get(&(at, req))) {
+            assert!(!self.cancelled_msgs.contains(&id), "rank {at}: send #{id} completed after it was taken back");
+        }
         if let Completion::Recv { status, data, .. } = &c {
             let id = *self.matched.get(&(at, req)).unwrap_or_else(|| panic!("rank {at}: {req:?} completed unmatched"));
             let m = self.msgs[id];
@@ -389,18 +459,31 @@ impl World {
         }
         self.quiesce();
         for (id, &d) in self.delivered.iter().enumerate() {
-            assert_eq!(d, 1, "message #{id} {:?} delivered {d} times", self.msgs[id]);
+            let want = u32::from(!self.cancelled_msgs.contains(&id));
+            assert_eq!(d, want, "message #{id} {:?} delivered {d} times", self.msgs[id]);
+        }
+        for s in &self.cancel_asked {
+            assert!(self.cancel_answers.contains_key(s), "cancel of {s:?} never answered");
         }
         for (&(at, req), id) in &self.matched {
             assert!(self.done.contains_key(&(at, req)), "rank {at}: {req:?} matched #{id} but never completed");
         }
         for s in &self.sends {
-            assert!(matches!(self.done.get(s), Some(Completion::Send { .. })), "send {s:?} never completed");
+            let taken_back = self.cancel_answers.get(s) == Some(&true);
+            let sent = matches!(self.done.get(s), Some(Completion::Send { .. }));
+            assert!(sent || taken_back, "send {s:?} neither completed nor cancelled");
         }
         for c in &self.cancelled {
             assert!(matches!(self.done.get(c), Some(Completion::Cancelled { .. })), "cancel {c:?} not reported");
         }
+        // Finalize: every rank closes, and every one may then leave (nothing owed).
+        for e in &mut self.engines {
+            e.start_closing(self.now);
+        }
+        self.drain();
+        self.quiesce();
         for (r, e) in self.engines.iter().enumerate() {
+            assert!(e.may_leave(self.now), "rank {r} may not leave after everything settled");
             assert_eq!(e.unexpected_len(), 0, "rank {r}");
             assert_eq!(e.unexpected_charged(), 0, "rank {r}");
             assert_eq!(e.rendezvous_in_progress(), 0, "rank {r}");

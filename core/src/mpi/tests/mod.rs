@@ -355,6 +355,8 @@ fn golden_bytes_pin_the_messages() {
     assert_eq!(enc(&MpiMsg::Cts { hdr, rts_seq: 3 }), [2, 1, 2, 0xac, 0x02, 3]);
     assert_eq!(enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }), [3, 1, 2, 0xac, 0x02, 3, 0]);
     assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [4, 1, 2]);
+    assert_eq!(enc(&MpiMsg::CancelReq { hdr, seq: 7 }), [5, 1, 2, 0xac, 0x02, 7]);
+    assert_eq!(enc(&MpiMsg::CancelAns { hdr, seq: 7, cancelled: true }), [6, 1, 2, 0xac, 0x02, 7, 1]);
 }
 
 fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
@@ -377,6 +379,12 @@ fn arb_msg() -> impl Strategy<Value = MpiMsg> {
             offset
         }),
         (any::<u64>(), any::<u64>()).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+        (arb_hdr(), any::<u64>()).prop_map(|(hdr, seq)| MpiMsg::CancelReq { hdr, seq }),
+        (arb_hdr(), any::<u64>(), any::<bool>()).prop_map(|(hdr, seq, cancelled)| MpiMsg::CancelAns {
+            hdr,
+            seq,
+            cancelled
+        }),
     ]
 }
 
@@ -393,8 +401,10 @@ fn arb_near_msg() -> impl Strategy<Value = MpiMsg> {
             len
         }),
         (hdr.clone(), 0..6u64).prop_map(|(hdr, rts_seq)| MpiMsg::Cts { hdr, rts_seq }),
-        (hdr, 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
+        (hdr.clone(), 0..6u64, 0..300u64).prop_map(|(hdr, rts_seq, offset)| MpiMsg::Data { hdr, rts_seq, offset }),
         (0..6u64, 0..2000u64).prop_map(|(ack, credit)| MpiMsg::Ack { ack, credit }),
+        (hdr.clone(), 0..6u64).prop_map(|(hdr, seq)| MpiMsg::CancelReq { hdr, seq }),
+        (hdr, 0..6u64, any::<bool>()).prop_map(|(hdr, seq, cancelled)| MpiMsg::CancelAns { hdr, seq, cancelled }),
     ]
 }
 
@@ -464,4 +474,171 @@ fn engine_overhead_ping_pong() {
     }
     let per = start.elapsed() / n;
     eprintln!("engine round trip: {per:?} ({} acks)", p.e[0].stats().acks_sent + p.e[1].stats().acks_sent);
+}
+
+mod closing {
+    //! Leaving: a rank may go only once its peers have everything from it, or are
+    //! known to be gone.
+
+    use super::*;
+
+    /// The finalize hang (issue #13): rank 0's first attempt to reach rank 1
+    /// failed (rank 1 had not registered yet), so its barrier message waited
+    /// for a reconnect; rank 1's barrier message arrived, rank 0's barrier was
+    /// done, and rank 0 took the old failure as proof that rank 1 was gone, left,
+    /// and rank 1 waited forever. A failure seen before closing proves nothing.
+    #[test]
+    fn a_failure_before_closing_never_lets_a_rank_leave_with_a_frame_undelivered() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        // Rank 0's driver could not connect: the frame waits for a reconnect.
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].handle_unreachable(now, 1);
+        let r0 = p.e[0].irecv(now, 1, Some(1), Some(1)).unwrap();
+        p.e[0].isend(1, 1, 1, Bytes::new()).unwrap();
+        let r1 = p.e[1].irecv(now, 1, Some(0), Some(1)).unwrap();
+        p.e[1].isend(1, 0, 1, Bytes::new()).unwrap();
+        p.pump();
+        assert!(p.completions(0).iter().any(|c| c.req() == r0), "rank 0's barrier is done");
+        assert!(p.completions(1).iter().all(|c| c.req() != r1), "rank 1's is not");
+        p.e[0].start_closing(now);
+        p.pump();
+        assert!(!p.e[0].may_leave(now), "rank 1 still waits for rank 0's frame");
+        let later = now + 10 * GONE_GRACE;
+        assert!(!p.e[0].may_leave(later), "no failure while closing: no evidence rank 1 left");
+        assert_eq!(p.e[0].leave_deadline(), None);
+        // The retry (made while closing) succeeds: the frame goes, and its ack comes
+        // back at once because rank 1 closes too.
+        p.e[0].handle_reconnected(1).unwrap();
+        p.e[1].handle_reconnected(0).unwrap();
+        p.pump();
+        assert!(p.completions(1).iter().any(|c| c.req() == r1), "rank 1's barrier is done");
+        p.e[1].start_closing(now);
+        p.pump();
+        assert!(p.e[0].may_leave(now) && p.e[1].may_leave(now));
+    }
+
+    #[test]
+    fn closing_sends_owed_acknowledgements_at_once() {
+        let mut p = Pair::new(MpiConfig::default());
+        p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
+        p.pump();
+        assert_eq!(p.e[0].unacked_len(1), 1, "the receiver delays its ack");
+        assert!(p.e[1].poll_timeout().is_some());
+        assert!(!p.e[1].may_leave(p.now), "not before closing");
+        assert!(!p.e[0].may_leave(p.now));
+        p.e[1].start_closing(p.now);
+        assert!(!p.e[1].may_leave(p.now), "it owes rank 0 an acknowledgement");
+        p.pump();
+        assert_eq!(p.e[0].unacked_len(1), 0, "acknowledged without waiting for the timer");
+        assert!(p.e[1].may_leave(p.now));
+        p.e[0].start_closing(p.now);
+        assert!(p.e[0].may_leave(p.now));
+    }
+
+    #[test]
+    fn a_peer_heard_from_is_gone_at_the_first_failure_while_closing() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        p.e[0].irecv(now, 0, Some(1), Some(0)).unwrap();
+        p.e[1].isend(0, 0, 0, Bytes::new()).unwrap();
+        p.pump();
+        // Rank 1 leaves; a last frame from rank 0 never reaches it.
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].isend(0, 1, 5, Bytes::from_static(b"late")).unwrap();
+        p.e[0].start_closing(now);
+        assert!(!p.e[0].may_leave(now));
+        p.e[0].handle_unreachable(now, 1);
+        assert!(p.e[0].is_gone(now, 1) && p.e[0].may_leave(now));
+    }
+
+    #[test]
+    fn a_peer_never_heard_from_is_gone_only_after_the_grace() {
+        let mut p = Pair::new(MpiConfig::default());
+        let now = p.now;
+        p.e[0].handle_disconnected(1).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::new()).unwrap();
+        p.e[0].start_closing(now);
+        p.e[0].handle_unreachable(now, 1);
+        assert!(!p.e[0].may_leave(now), "it may just not have registered yet");
+        assert_eq!(p.e[0].leave_deadline(), Some(now + GONE_GRACE));
+        p.e[0].handle_unreachable(now + GONE_GRACE / 2, 1);
+        assert!(!p.e[0].may_leave(now + GONE_GRACE / 2), "the grace counts from the first failure");
+        assert!(p.e[0].may_leave(now + GONE_GRACE));
+        // A reconnect is evidence of life: the clock starts again.
+        p.e[0].handle_reconnected(1).unwrap();
+        assert!(!p.e[0].may_leave(now + GONE_GRACE));
+    }
+}
+
+mod cancel_send {
+    //! Taking sends back: only while no receive took the message.
+
+    use super::*;
+
+    fn answers(c: &[Completion]) -> Vec<(RequestId, bool)> {
+        c.iter()
+            .filter_map(|c| match c {
+                Completion::CancelAnswer { req, cancelled } => Some((*req, *cancelled)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unmatched_message_is_taken_back_and_its_credit_returned() {
+        let mut p = Pair::new(MpiConfig::default());
+        let s = p.e[0].isend(0, 1, 3, Bytes::from(vec![7u8; 100])).unwrap();
+        p.pump();
+        assert_eq!((p.e[1].unexpected_len(), p.e[1].buffered_from(0)), (1, 164));
+        p.e[0].cancel_send(s);
+        p.pump();
+        assert_eq!(answers(&p.completions(0)), [(s, true)]);
+        assert_eq!((p.e[1].unexpected_len(), p.e[1].buffered_from(0)), (0, 0), "gone, credit given back");
+        p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
+        p.pump();
+        assert!(recv_data(&p.completions(1)).is_empty(), "nothing left to receive");
+    }
+
+    #[test]
+    fn a_matched_message_stays_sent() {
+        let mut p = Pair::new(MpiConfig::default());
+        p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
+        let s = p.e[0].isend(0, 1, 3, Bytes::from_static(b"x")).unwrap();
+        p.pump();
+        p.e[0].cancel_send(s);
+        p.pump();
+        assert_eq!(answers(&p.completions(0)), [(s, false)]);
+        assert_eq!(recv_data(&p.completions(1)).len(), 1);
+    }
+
+    #[test]
+    fn a_rendezvous_taken_back_never_sends_its_data_nor_completes() {
+        let mut p = Pair::new(MpiConfig::default());
+        let s = p.e[0].issend(0, 1, 3, Bytes::from(vec![1u8; 10])).unwrap();
+        p.pump();
+        p.e[0].cancel_send(s);
+        p.pump();
+        let c = p.completions(0);
+        assert_eq!(answers(&c), [(s, true)]);
+        assert!(!c.iter().any(|c| matches!(c, Completion::Send { .. })), "{c:?}");
+        assert_eq!(p.e[0].rendezvous_in_progress(), 0);
+        assert_eq!(p.e[1].unexpected_len(), 0);
+    }
+
+    #[test]
+    fn to_itself_a_rank_decides_at_once_and_released_sends_are_not_cancelled() {
+        let mut p = Pair::new(MpiConfig::default());
+        let a = p.e[0].isend(0, 0, 1, Bytes::from_static(b"a")).unwrap();
+        let b = p.e[0].issend(0, 0, 2, Bytes::from_static(b"b")).unwrap();
+        let c = p.e[0].isend(0, 1, 1, Bytes::from_static(b"c")).unwrap();
+        p.e[0].cancel_send(a);
+        p.e[0].cancel_send(b);
+        p.e[0].release(c);
+        p.e[0].cancel_send(c);
+        assert_eq!(answers(&p.completions(0)), [(a, true), (b, true), (c, false)]);
+        assert_eq!(p.e[0].unexpected_len(), 0);
+        assert_eq!(p.e[0].unreleased_sends(), 2, "a and b until released");
+    }
 }

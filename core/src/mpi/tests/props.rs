@@ -1,5 +1,6 @@
-//! Random interleavings of sends, receives, probes, cancels, deliveries across
-//! links, connection breaks and reconnects, checked against the reference model.
+//! Random interleavings of sends, receives, probes, cancels (of receives and of
+//! sends), deliveries across links, connection breaks and reconnects, checked
+//! against the reference model.
 
 use proptest::prelude::*;
 
@@ -11,6 +12,7 @@ enum Op {
     Recv { at: usize, pat: Pat },
     Probe { at: usize, pat: Pat },
     Cancel { at: usize, nth: usize },
+    CancelSend { nth: usize },
     Deliver { pick: usize, k: usize },
     Break { a: usize, b: usize },
     Reconnect { a: usize, b: usize },
@@ -36,6 +38,7 @@ fn arb_op(n: usize, breaks: u32) -> impl Strategy<Value = Op> {
         5 => (r.clone(), arb_pat(n)).prop_map(|(at, pat)| Op::Recv { at, pat }),
         2 => (r.clone(), arb_pat(n)).prop_map(|(at, pat)| Op::Probe { at, pat }),
         1 => (r.clone(), any::<usize>()).prop_map(|(at, nth)| Op::Cancel { at, nth }),
+        1 => any::<usize>().prop_map(|nth| Op::CancelSend { nth }),
         10 => (any::<usize>(), 1..6usize).prop_map(|(pick, k)| Op::Deliver { pick, k }),
         breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Break { a, b }),
         breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Reconnect { a, b }),
@@ -73,6 +76,7 @@ fn run(n: usize, ops: &[Op]) {
             Op::Recv { at, pat } => w.recv(at, pat),
             Op::Probe { at, pat } => w.probe(at, pat),
             Op::Cancel { at, nth } => w.cancel(at, nth),
+            Op::CancelSend { nth } => w.cancel_send(nth),
             Op::Deliver { pick, k } => w.deliver(pick, k),
             Op::Break { a, b } => w.break_link(a, b),
             Op::Reconnect { a, b } => w.reconnect(a, b),

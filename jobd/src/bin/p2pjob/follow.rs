@@ -79,9 +79,17 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
     }
 }
 
-/// Reads the replies to request `id` until the job is over.
-pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show) -> anyhow::Result<End> {
+/// Reads the replies to request `id` until the job is over. With a `limit`
+/// (`MPIEXEC_TIMEOUT` of `p2pjob run`), a job still running after it is killed.
+pub(crate) fn follow(
+    client: &mut Client,
+    id: u64,
+    size: Option<u32>,
+    show: Show,
+    limit: Option<Duration>,
+) -> anyhow::Result<End> {
     let t0 = Instant::now();
+    let mut deadline = limit.map(|l| t0 + l);
     let mut end = End {
         job: None,
         phase: JobPhase::Running,
@@ -113,7 +121,22 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
         }
     };
     loop {
-        let (rid, reply, payload) = client.next(None)?;
+        let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+        let (rid, reply, payload) = match client.next(wait) {
+            Ok(r) => r,
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) && end.job.is_some() => {
+                // The job outlived its limit: kill it and follow it to its end.
+                deadline = None;
+                let job = end.job.expect("checked");
+                eprintln!(
+                    "p2pjob: job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
+                    limit.map_or(0, |l| l.as_secs())
+                );
+                client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if rid != id {
             continue;
         }

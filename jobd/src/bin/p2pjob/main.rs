@@ -100,6 +100,9 @@ enum Cmd {
         name: String,
     },
     /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
+    ///
+    /// As mpiexec does, a job still running after $MPIEXEC_TIMEOUT seconds is
+    /// killed (exit code 4).
     Run {
         /// Number of ranks.
         #[arg(short = 'n', long = "np", default_value_t = 1)]
@@ -198,13 +201,20 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 Some(t) => JobDescription { queue_timeout: Some(t), ..parsed.job }.to_xml(),
                 None => xml,
             };
-            submit(cli.node, local, xml, base, procs, wait || local.is_some(), json)
+            let follow = if wait || local.is_some() { Follow::Yes { limit: None } } else { Follow::No };
+            submit(cli.node, local, xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, queue_timeout, program, args } => {
             let exe = find_program(&program).map_err(input)?;
             let xml = JobDescription { queue_timeout, ..JobDescription::run(exe.to_string_lossy(), args, n) }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
-            submit(cli.node, local, xml, base, n, true, json)
+            // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds is killed.
+            let limit = std::env::var("MPIEXEC_TIMEOUT")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&s| s > 0)
+                .map(Duration::from_secs);
+            submit(cli.node, local, xml, base, n, Follow::Yes { limit }, json)
         }
         Cmd::Status { job } => {
             let job = job.as_deref().map(parse_job).transpose()?;
@@ -259,7 +269,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
             let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
-            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }).map_err(daemon)?;
+            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }, None).map_err(daemon)?;
             Ok(report(&end, json))
         }
         Cmd::Kill { job } => {
@@ -407,6 +417,13 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
 }
 
+/// Whether `submit` follows the job to its end, and for how long at most.
+#[derive(Debug, Clone, Copy)]
+enum Follow {
+    No,
+    Yes { limit: Option<Duration> },
+}
+
 /// Slots per node so `procs` ranks fit on `nodes` nodes.
 fn local_slots(procs: u32, nodes: usize) -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
@@ -419,7 +436,7 @@ fn submit(
     xml: String,
     base: PathBuf,
     procs: u32,
-    wait: bool,
+    follow_job: Follow,
     json: bool,
 ) -> Result<i32, Fail> {
     let net = match local {
@@ -440,8 +457,9 @@ fn submit(
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id()) << 48;
     let base_dir = base.to_string_lossy().into_owned();
+    let wait = matches!(follow_job, Follow::Yes { .. });
     let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: wait }).map_err(daemon)?;
-    if !wait {
+    let Follow::Yes { limit } = follow_job else {
         let (_, reply, _) = c.next(Some(Duration::from_secs(10))).map_err(daemon)?;
         return match reply {
             ToolReply::Submitted { job, .. } => {
@@ -455,9 +473,9 @@ fn submit(
             ToolReply::Error { message } => Err(input(anyhow!(message))),
             other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
         };
-    }
+    };
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, id, Some(procs), show)
+    let end = follow(&mut c, id, Some(procs), show, limit)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);
