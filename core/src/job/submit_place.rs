@@ -102,15 +102,20 @@ impl Submission {
     fn enqueue(&mut self, now: Instant) {
         use std::cmp::Reverse;
         self.phase = Phase::Queued;
-        let mut order: Vec<(Reverse<u32>, u32, NodeAddr, u32)> = self
+        // Ties (every node equally free, as on an idle network) go by a hash of
+        // the job and the node: jobs submitted together then wait at different
+        // nodes instead of all at the lowest addresses.
+        let job = self.job;
+        let spread = |a: &NodeAddr| Id::hash_parts([job.0.as_bytes(), a.to_string().as_bytes()]);
+        let mut order: Vec<(Reverse<u32>, u32, Id, NodeAddr, u32)> = self
             .nodes
             .iter()
             .filter(|(_, n)| !n.closed)
-            .map(|(a, n)| (Reverse(n.free_hint), n.load_milli, *a, n.slots))
+            .map(|(a, n)| (Reverse(n.free_hint), n.load_milli / 250, spread(a), *a, n.slots))
             .collect();
         order.sort();
         let (mut chosen, mut slots) = (Vec::new(), 0u64);
-        for (_, _, addr, n) in order {
+        for (_, _, _, addr, n) in order {
             if chosen.len() >= MAX_WANTED && slots >= u64::from(self.desc.processes) {
                 break;
             }
