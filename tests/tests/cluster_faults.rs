@@ -137,6 +137,33 @@ fn assert_clean(c: &Cluster, live: &[usize]) {
     }
 }
 
+/// `n` random hosts (never the submitting host 0) among those running ranks of
+/// the job, as `p2pjob status` on host 0 shows them; other hosts if too few.
+fn pick(c: &Cluster, rng: &mut Rng, n: usize) -> Vec<usize> {
+    let out = c.p2pjob(0, &["--json", "status"], Duration::from_secs(20));
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap_or_default();
+    let mut running: Vec<usize> = v["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|j| j["ranks"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["node"].as_str().map(str::to_owned))
+        .filter_map(|a| c.hosts.iter().position(|h| h.overlay().to_string() == a))
+        .filter(|i| *i != 0)
+        .collect();
+    running.sort_unstable();
+    running.dedup();
+    let mut chosen = Vec::new();
+    while chosen.len() < n {
+        let pool: Vec<usize> = if running.len() >= n { running.clone() } else { (1..c.hosts.len()).collect() };
+        let v = pool[rng.below(pool.len())];
+        if !chosen.contains(&v) {
+            chosen.push(v);
+        }
+    }
+    chosen
+}
+
 const DAEMON: &[&str] = &[
     "--stabilize-ms",
     "200",
@@ -172,15 +199,10 @@ fn the_network_heals_and_jobs_never_hang_or_lie_under_faults() {
 
     // 1. Crashes: two random hosts (never the submitting host 0) killed -9 mid-run.
     let mut victims = Vec::new();
-    while victims.len() < 2 {
-        let v = 1 + rng.below(hosts - 1);
-        if !victims.contains(&v) {
-            victims.push(v);
-        }
-    }
-    let vs = victims.clone();
-    let (verdict, detail) =
-        run_job_under(&mut c, &ring, (ranks, LOOPS), MID_RUN, |c| vs.iter().for_each(|v| c.crash(*v)));
+    let (verdict, detail) = run_job_under(&mut c, &ring, (ranks, LOOPS), MID_RUN, |c| {
+        victims = pick(c, &mut rng, 2);
+        victims.iter().for_each(|v| c.crash(*v));
+    });
     let live: Vec<usize> = all.iter().copied().filter(|i| !victims.contains(i)).collect();
     let t = Instant::now();
     c.wait_converged(&live, KEYS, Duration::from_secs(60));
@@ -193,8 +215,9 @@ fn the_network_heals_and_jobs_never_hang_or_lie_under_faults() {
     c.wait_converged(&all, KEYS, Duration::from_secs(60));
 
     // 2. A host paused (SIGSTOP) for twice the failure timeout, then resumed.
-    let paused = 1 + rng.below(hosts - 1);
+    let mut paused = 0;
     let (verdict, detail) = run_job_under(&mut c, &ring, (ranks, LOOPS), MID_RUN, |c| {
+        paused = pick(c, &mut rng, 1)[0];
         c.pause(paused);
         std::thread::sleep(Duration::from_millis(2 * FAILURE_TIMEOUT_MS));
         c.resume(paused);
