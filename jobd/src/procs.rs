@@ -121,6 +121,33 @@ fn setpriv() -> Option<&'static Path> {
         .as_deref()
 }
 
+/// Why `program` cannot be run, found before it is started: through `setpriv`
+/// an exec failure would only show as setpriv's exit code.
+fn runnable(program: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(program).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .map_err(|e| e.to_string())?;
+    let head = &head[..n];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
+        let text = String::from_utf8_lossy(line);
+        let interp = text.split_whitespace().next().unwrap_or_default();
+        if interp.is_empty() || !Path::new(interp).is_file() {
+            return Err(format!("its interpreter {interp:?} (the #! line) does not exist on this node"));
+        }
+        return Ok(());
+    }
+    if !head.starts_with(b"\x7fELF") {
+        return Err("not an executable: neither a #! script nor an ELF program".into());
+    }
+    Ok(())
+}
+
 impl Procs {
     pub(crate) fn new(remote: Remote<DaemonNode>) -> Self {
         setpriv(); // found now, not on the first job's critical path
@@ -173,6 +200,7 @@ impl Procs {
     }
 
     fn start(&self, s: &Spawn) -> std::io::Result<tokio::process::Child> {
+        runnable(Path::new(&s.program)).map_err(std::io::Error::other)?;
         let mut perm = std::fs::metadata(&s.program)?.permissions();
         perm.set_mode(0o755);
         std::fs::set_permissions(&s.program, perm)?;
@@ -251,5 +279,30 @@ impl Procs {
     /// Processes still running.
     pub(crate) fn running(&self) -> usize {
         self.live.lock().expect("process table lock").len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_cannot_run_is_said_before_it_is_started() {
+        let dir = std::env::temp_dir().join(format!("p2pmp-runnable-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, data: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, data).unwrap();
+            p
+        };
+        assert_eq!(runnable(&write("ok.sh", b"#!/bin/sh\necho hi\n")), Ok(()));
+        let bad = runnable(&write("py.sh", b"#!/no/such/python3 -u\nprint(1)\n")).unwrap_err();
+        assert!(bad.contains("\"/no/such/python3\"") && bad.contains("does not exist"), "{bad}");
+        let text = runnable(&write("notes.txt", b"just text\n")).unwrap_err();
+        assert!(text.contains("neither a #! script nor an ELF program"), "{text}");
+        assert_eq!(runnable(Path::new("/bin/true")), Ok(()));
+        assert!(runnable(&dir).unwrap_err().contains("not a regular file"));
+        assert!(runnable(&dir.join("missing")).unwrap_err().contains("No such file"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

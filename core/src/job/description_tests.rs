@@ -252,3 +252,12 @@ fn files_that_would_share_a_name_in_the_job_directory_are_refused_where_they_sta
         job("<executable>bin/prog</executable>\n<inputfile>a/data.txt</inputfile>\n<inputfile>a/other.txt</inputfile>");
     assert_eq!(JobDescription::parse(ok.as_bytes()).unwrap().job.inputfiles.len(), 2);
 }
+
+#[test]
+fn exits_are_described_with_signal_names() {
+    assert_eq!(crate::job::describe_exit(0), "exited with code 0");
+    assert_eq!(crate::job::describe_exit(3), "exited with code 3");
+    assert_eq!(crate::job::describe_exit(-11), "was killed by SIGSEGV");
+    assert_eq!(crate::job::describe_exit(-9), "was killed by SIGKILL");
+    assert_eq!(crate::job::describe_exit(-40), "was killed by signal 40");
+}

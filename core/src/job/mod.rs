@@ -64,6 +64,35 @@ impl fmt::Debug for JobId {
     }
 }
 
+/// How a process ended, in words: `exited with code 3`, or for a negative
+/// code (the executor's way of saying a signal killed it) `was killed by SIGSEGV`.
+pub fn describe_exit(code: i32) -> String {
+    if code >= 0 {
+        return format!("exited with code {code}");
+    }
+    let name = match -code {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        n => return format!("was killed by signal {n}"),
+    };
+    format!("was killed by {name}")
+}
+
 /// The overlay key a rank registers while it runs: SHA-1 of (job id, rank).
 pub fn process_key(job: JobId, rank: u32) -> Id {
     crate::local::process_key(job.0.as_bytes(), rank)

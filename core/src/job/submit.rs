@@ -122,7 +122,7 @@ pub enum SubmitError {
     StagingFailed { node: NodeAddr, file: u32 },
     /// A rank exited with a non-zero code (or was killed by a signal) while
     /// others still ran: like `mpirun`, the rest of the job is stopped.
-    #[error("rank {rank} exited with code {code} (negative: killed by that signal); the other ranks were stopped")]
+    #[error("rank {rank} {}; the other ranks were stopped", super::describe_exit(*code))]
     RankFailed { rank: u32, code: i32 },
     /// The job's `<timeout>` passed.
     #[error("the job's timeout passed")]

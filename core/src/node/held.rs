@@ -286,7 +286,7 @@ impl DaemonNode {
                     .iter()
                     .enumerate()
                     .filter(|(_, c)| **c != 0)
-                    .map(|(r, c)| format!("rank {r} exited with {c}"))
+                    .map(|(r, c)| format!("rank {r} {}", crate::job::describe_exit(*c)))
                     .collect();
                 (JobPhase::Failed, codes, Some(bad.join(", ")))
             }

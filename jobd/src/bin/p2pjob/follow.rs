@@ -198,7 +198,7 @@ pub(crate) fn follow(
                 if show.json && show.progress {
                     println!("{}", json!({"event": "exited", "rank": rank, "code": code, "ms": ms}));
                 } else if show.progress && code != 0 {
-                    eprintln!("  rank {rank} exited with {code}");
+                    eprintln!("  rank {rank} {}", p2pmp_core::job::describe_exit(code));
                 }
             }
             ToolReply::Finished { job, phase, codes, error } => {

@@ -104,8 +104,8 @@ enum Cmd {
     /// As mpiexec does, a job still running after $MPIEXEC_TIMEOUT seconds is
     /// killed (exit code 4).
     Run {
-        /// Number of ranks.
-        #[arg(short = 'n', long = "np", default_value_t = 1)]
+        /// Number of ranks (at least 1).
+        #[arg(short = 'n', long = "np", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         n: u32,
         /// Run on an embedded network of N local daemons.
         #[arg(long, value_name = "N")]
