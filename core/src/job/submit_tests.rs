@@ -119,22 +119,20 @@ impl Harness {
                         self.sent.push((to, msg.body.clone(), msg.payload.clone()));
                         inbox.extend(self.executor(to, msg.body, msg.payload.len()));
                     }
-                    Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
-                        overlay.push((token, name))
-                    }
+                    Action::Event(SubmitEvent::Query { query, name, .. }) => overlay.push((query, name)),
                     Action::Event(SubmitEvent::ReadFile { file, path, .. }) => reads.push((file, path)),
                     Action::Event(e) => self.events.push(e),
                 }
             }
             let idle = inbox.is_empty() && overlay.is_empty() && reads.is_empty();
-            for (token, name) in overlay {
+            for (query, name) in overlay {
                 let result = if self.query_errors > 0 {
                     self.query_errors -= 1;
                     Err(OverlayError::Timeout)
                 } else {
                     Ok(self.regs.get(&name).cloned().unwrap_or_default())
                 };
-                s.handle_overlay_event(self.now, &OverlayEvent::QueryDone { token, name, result });
+                s.handle_query_done(self.now, query, &result);
             }
             for (file, path) in reads {
                 let data = match self.file_size {
@@ -244,7 +242,7 @@ impl Harness {
 
 fn submission(h: &Harness, j: JobDescription) -> Submission {
     let id = JobId::derive(addr(0), 1, 7);
-    Submission::new(SubmitConfig::default(), addr(0), (id, 0), j, h.now, TOKEN_TAG)
+    Submission::new(SubmitConfig::default(), addr(0), (id, 0), j, h.now)
 }
 
 /// A two-rank job running on two one-slot nodes, its ranks not exiting.
@@ -443,18 +441,22 @@ fn submitter_retry_with_the_same_request_id_starts_nothing_new() {
     // Same seed, same ids: job ids are replayable.
     let mut again = Submitter::new(SubmitConfig::default(), addr(0), 42);
     assert_eq!(again.submit(now, 1, job(1, &["linux"]), 0).unwrap().0, a);
-    // Overlay answers are routed by token to the right job.
-    let token = first
+    // Overlay answers name the job and its query; an answer for a job or query
+    // that is not there is dropped.
+    let (job, query) = first
         .iter()
         .find_map(|a| match a {
-            Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, .. })) => Some(*token),
+            Action::Event(SubmitEvent::Query { job, query, .. }) => Some((*job, *query)),
             _ => None,
         })
         .unwrap();
-    let ev = OverlayEvent::QueryDone { token, name: ANY_NAME.into(), result: Ok(vec![]) };
-    assert!(sub.handle_overlay_event(now, &ev));
-    let foreign = OverlayEvent::QueryDone { token: 3, name: ANY_NAME.into(), result: Ok(vec![]) };
-    assert!(!sub.handle_overlay_event(now, &foreign));
+    assert_eq!(job, a);
+    while sub.poll_action().is_some() {} // job c's queries and reads
+    sub.handle_query_done(now, job, 99, &Ok(vec![]));
+    sub.handle_query_done(now, JobId::derive(addr(5), 1, 1), query, &Ok(vec![]));
+    assert!(sub.poll_action().is_none());
+    sub.handle_query_done(now, job, query, &Err(OverlayError::Timeout));
+    assert!(matches!(sub.poll_action(), Some(Action::Event(SubmitEvent::Query { .. }))), "a failed query is retried");
     assert_eq!(sub.handle_command(now, SubmitterCommand::Kill(a)), Ok(()));
     assert!(sub.handle_command(now, SubmitterCommand::Kill(JobId::derive(addr(5), 1, 1))).is_err());
 }
