@@ -114,8 +114,13 @@ pub enum SubmitError {
     /// Every rank ended, but output files did not all come back whole.
     #[error(
         "output file(s) not returned: {}",
-        files.iter().map(|(r, n, why)| format!("{n} of rank {r} ({why})")).collect::<Vec<_>>().join(", ")
+        files.iter().map(|(r, n, why)| match *r {
+            u32::MAX => format!("{n} ({why}: no rank wrote it)"),
+            r => format!("{n} of rank {r} ({why})"),
+        }).collect::<Vec<_>>().join(", ")
     )]
+    /// (rank, name, what went wrong); rank `u32::MAX`: no rank of a
+    /// multi-rank job wrote it.
     OutputFiles { files: Vec<(u32, String, String)> },
     /// A file kept arriving corrupt at a node.
     #[error("file {file} kept arriving corrupt at {node}")]

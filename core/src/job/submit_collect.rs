@@ -54,12 +54,10 @@ impl Submission {
                     return None;
                 }
                 self.ranks[rank as usize].exit = Some(code);
-                // Its files came before its exit: what is not here now never comes.
+                // Its files came before its exit: one begun and not finished now never is.
                 for name in &self.desc.outputfiles {
-                    let key = (rank, name.clone());
-                    if !self.out_ok.contains(&key) && !self.out_bad.iter().any(|(r, n, _)| (*r, n) == (rank, name)) {
-                        let why = if self.out_files.remove(&key).is_some() { "cut short" } else { "missing" };
-                        self.out_bad.push((rank, name.clone(), why));
+                    if self.out_files.remove(&(rank, name.clone())).is_some() {
+                        self.out_bad.push((rank, name.clone(), "cut short"));
                     }
                 }
                 self.event(SubmitEvent::Exited { job, rank, code });
@@ -73,6 +71,17 @@ impl Submission {
                         self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
                     for to in holding {
                         self.send(to, JobMsg::Done { job }, Bytes::new());
+                    }
+                    // An output file must come back from some rank (often only
+                    // rank 0 writes it); one that came back damaged always fails.
+                    for name in &self.desc.outputfiles {
+                        if !self.out_ok.iter().any(|(_, n)| n == name)
+                            && !self.out_bad.iter().any(|(_, n, _)| n == name)
+                        {
+                            let ranks = self.ranks.len() as u32;
+                            let rank = if ranks == 1 { 0 } else { u32::MAX };
+                            self.out_bad.push((rank, name.clone(), "missing"));
+                        }
                     }
                     if !self.out_bad.is_empty() {
                         let files = self.out_bad.iter().map(|(r, n, why)| (*r, n.clone(), (*why).to_owned())).collect();

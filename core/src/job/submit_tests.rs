@@ -51,6 +51,8 @@ enum FileFate {
     Missing,
     /// Sent with a digest that does not match its bytes.
     Corrupt,
+    /// Written by rank 0 only (the others write no such file).
+    Rank0Only,
 }
 
 fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
@@ -205,7 +207,12 @@ impl Harness {
                     }
                     let name = "result.txt".to_owned();
                     let of = JobMsg::OutputFile { job, rank, name, offset: 0, total, digest };
-                    if self.output_file != FileFate::Missing {
+                    let written = match self.output_file {
+                        FileFate::Missing => false,
+                        FileFate::Rank0Only => rank == 0,
+                        FileFate::Sent | FileFate::Corrupt => true,
+                    };
+                    if written {
                         out.push(reply(at, of, data));
                     }
                     if let Some(code) = self.exit_code {
@@ -655,13 +662,31 @@ fn a_missing_or_corrupt_output_file_fails_the_job_naming_it() {
         h.output_file = fate;
         let mut s = submission(&h, job(2, &["linux"]));
         h.run(&mut s, 50);
-        let files = vec![(0, "result.txt".to_owned(), why.to_owned()), (1, "result.txt".to_owned(), why.to_owned())];
+        let files = match fate {
+            // No rank wrote it: one entry for the file.
+            FileFate::Missing => vec![(u32::MAX, "result.txt".to_owned(), why.to_owned())],
+            _ => vec![(0, "result.txt".to_owned(), why.to_owned()), (1, "result.txt".to_owned(), why.to_owned())],
+        };
         let want = SubmitError::OutputFiles { files };
         assert_eq!(h.outcome(), Some(&Outcome::Failed(want.clone())), "{fate:?}: {:?}", h.events);
-        assert!(want.to_string().contains("result.txt of rank 1 ("), "{want}");
+        let text = want.to_string();
+        assert!(
+            text.contains("result.txt of rank 1 (arrived corrupt)")
+                || text.contains("result.txt (missing: no rank wrote it)"),
+            "{text}"
+        );
         // The ranks are over: the executor cleans up either way.
         assert_eq!(s.phase(), Phase::Finished);
     }
+}
+
+#[test]
+fn an_output_file_written_by_one_rank_of_many_is_enough() {
+    let mut h = Harness::new(&[(addr(1), res(2, 8000, &[]), Behave::Accept)]);
+    h.output_file = FileFate::Rank0Only;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
 }
 
 #[test]
