@@ -10,9 +10,9 @@ use super::ChordConfig;
 use super::finger::FingerTable;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer, Step};
-use super::registry::{OwnReg, QueryState, Store};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
+use crate::overlay::store::{OwnRegs, QueryState, Store};
 use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
@@ -107,50 +107,9 @@ pub(crate) enum Waiting {
 }
 
 /// One outstanding request.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) to: NodeAddr,
-    pub(crate) deadline: Instant,
-    pub(crate) what: Waiting,
-}
-
-/// Outstanding requests by request id, oldest first. A node has a handful at a
-/// time, so a Vec is smaller and faster than a map.
-#[derive(Debug, Default)]
-pub(crate) struct Requests(Vec<(u64, Pending)>);
-
-impl Requests {
-    fn insert(&mut self, id: u64, p: Pending) {
-        self.0.push((id, p));
-    }
-
-    pub(crate) fn get(&self, id: &u64) -> Option<&Pending> {
-        self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
-    }
-
-    pub(crate) fn remove(&mut self, id: &u64) -> Option<Pending> {
-        let at = self.0.iter().position(|(i, _)| i == id)?;
-        Some(self.0.remove(at).1)
-    }
-
-    pub(crate) fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
-        self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
-    }
-
-    pub(crate) fn any(&self, f: impl Fn(&Pending) -> bool) -> bool {
-        self.0.iter().any(|(_, p)| f(p))
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    /// The oldest request's id, for tests.
-    #[cfg(test)]
-    pub(crate) fn first_id(&self) -> Option<u64> {
-        self.0.first().map(|(id, _)| *id)
-    }
-}
+pub(crate) type Pending = crate::overlay::requests::Pending<Waiting>;
+/// Outstanding requests by request id.
+pub(crate) type Requests = crate::overlay::requests::Requests<Waiting>;
 
 /// Why a request got no useful answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,7 +204,7 @@ pub struct ChordNode {
     pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
     pub(crate) store: Store,
     /// This node's own registrations, refreshed until unregistered.
-    pub(crate) own: Vec<OwnReg>,
+    pub(crate) own: OwnRegs,
     pub(crate) rng: Pcg64Mcg,
     pub(crate) stats: ChordStats,
 }
@@ -287,7 +246,7 @@ impl ChordNode {
             timers: TimerTable::default(),
             actions: VecDeque::new(),
             store: Store::default(),
-            own: Vec::new(),
+            own: OwnRegs::default(),
             rng,
             stats: ChordStats::default(),
         };
@@ -411,13 +370,8 @@ impl ChordNode {
         d.mul_f64(self.rng.random_range(0.9..1.1))
     }
 
-    /// `now + d`, saturating far in the future instead of overflowing.
-    pub(crate) fn later(now: Instant, d: Duration) -> Instant {
-        now.checked_add(d).unwrap_or(now + Duration::from_secs(365 * 24 * 3600))
-    }
-
     fn rearm_requests(&mut self) {
-        match self.pending.0.iter().map(|(_, p)| p.deadline).min() {
+        match self.pending.next_deadline() {
             Some(t) => self.timers.set(Timer::Requests, t),
             None => self.timers.clear(Timer::Requests),
         }
@@ -712,7 +666,7 @@ impl Machine for ChordNode {
                 }
             }
             OverlayCommand::Register { name, value, ttl } => self.register(now, name, value, ttl)?,
-            OverlayCommand::Unregister { name, value } => self.own.retain(|r| r.name != name || r.value != value),
+            OverlayCommand::Unregister { name, value } => self.own.remove(&name, &value),
             OverlayCommand::Query { token, name } => self.query(now, token, name)?,
             OverlayCommand::Leave => self.leave(now),
         }

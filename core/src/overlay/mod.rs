@@ -8,6 +8,36 @@ use serde::{Deserialize, Serialize};
 use crate::id::Id;
 use crate::machine::NodeAddr;
 
+pub(crate) mod requests;
+pub(crate) mod store;
+
+/// A node of an overlay: its id and where it listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Peer {
+    /// The node id (SHA-1 of `addr`).
+    pub id: Id,
+    /// The node's advertised address.
+    pub addr: NodeAddr,
+}
+
+impl Peer {
+    /// The peer listening at `addr`, with the id that address maps to.
+    pub fn from_addr(addr: NodeAddr) -> Self {
+        Peer { id: addr.id(), addr }
+    }
+}
+
+/// One registration in flight between nodes (replication, key transfer, handover).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The registered name; its key is SHA-1(name).
+    pub name: String,
+    /// One value under that name.
+    pub value: String,
+    /// Milliseconds of life left.
+    pub ttl_ms: u64,
+}
+
 /// A caller-chosen number that comes back with the answer to a command.
 pub type Token = u64;
 
@@ -67,6 +97,10 @@ pub enum OverlayEvent {
     QueryDone { token: Token, name: String, result: Result<Vec<String>, OverlayError> },
     /// A graceful leave finished: everything stored here was handed over.
     Left,
+    /// A contact refused this node's join because it runs another overlay or
+    /// another shape of it (`reason` says which, for a person to read). The node
+    /// goes on trying its other contacts.
+    Refused { contact: NodeAddr, reason: String },
 }
 
 /// A command the node cannot carry out in its current state (API misuse).
