@@ -126,25 +126,37 @@ impl CanNode {
         let entries = self.entries_in(now, &zone);
         let mut neighbours: Vec<NodeInfo> =
             self.table.iter().filter(|n| n.info.zones.iter().any(|z| z.abuts(&zone))).map(|n| n.info.clone()).collect();
+        // Failed neighbours whose zones we were about to take over: the receiver
+        // takes our part in that.
+        for t in &self.takeovers {
+            if t.zones.iter().any(|z| z.abuts(&zone)) {
+                neighbours.push(NodeInfo { peer: t.dead, version: 0, zones: t.zones.clone() });
+            }
+        }
         neighbours.truncate(MAX_LIST - 1);
         self.zones.retain(|z| *z != zone);
         self.stats.handoffs += 1;
         if purpose == Give::Leave {
             self.set_leave_busy(true);
         }
+        let what = Waiting::Handoff { zone, purpose, neighbours: neighbours.clone() };
         let body = CanMsg::Handoff { zone, entries, neighbours };
-        self.request(now, to, body, Waiting::Handoff { zone, purpose }, Traffic::Maintenance);
+        self.request(now, to, body, what, Traffic::Maintenance);
         // After the hand-off on the same link: the receiver hears it first.
         self.zones_changed(None, &[]);
     }
 
-    /// A hand-off was refused or went unanswered: the zone is ours again.
-    pub(crate) fn handoff_failed(&mut self, now: Instant, zone: Zone, purpose: Give) {
+    /// A hand-off was refused or went unanswered: the zone is ours again, and so
+    /// are the neighbours we dropped with it (probed again).
+    pub(crate) fn handoff_failed(&mut self, now: Instant, zone: Zone, purpose: Give, neighbours: Vec<NodeInfo>) {
         if self.phase != Phase::Joined {
             return;
         }
         self.zones.push(zone);
         self.zones_changed(None, &[]);
+        for info in neighbours {
+            self.learn_hint(now, info);
+        }
         match purpose {
             Give::Leave => self.leave_retry(now),
             Give::Pair { leaver, request_id } => self.send(leaver, request_id, CanMsg::Retry, Traffic::Reply),

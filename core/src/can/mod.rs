@@ -15,6 +15,7 @@
 //! - `join`: joining by splitting, and rejoining.
 //! - `leave`: graceful departure (buddy merge, pair search, hand-offs).
 //! - `takeover`: failure detection and takeover.
+//! - `gaps`: finding unknown neighbours and unowned space next to a node's zones.
 //! - `registry`: registrations, replicas, queries.
 //! - `msg`: the wire messages ([`CanMsg`]).
 //! - [`check`]: a checker with global knowledge, for tests and benchmarks.
@@ -34,6 +35,7 @@
 use std::time::Duration;
 
 pub mod check;
+mod gaps;
 mod join;
 mod leave;
 mod msg;

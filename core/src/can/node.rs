@@ -101,8 +101,8 @@ pub(crate) enum Waiting {
     /// A probed node's zones.
     Probe,
     /// The receiver's acceptance of a zone we handed it (given up already; taken
-    /// back if it does not come).
-    Handoff { zone: Zone, purpose: Give },
+    /// back if it does not come, and its `neighbours` with it).
+    Handoff { zone: Zone, purpose: Give, neighbours: Vec<NodeInfo> },
     /// One step of the pair search for our leaving `zone`.
     FindPair { zone: Zone },
     /// The owner's confirmation that it stored one of our own registrations.
@@ -207,6 +207,9 @@ pub struct CanNode {
     pub(crate) list_dirty: bool,
     /// A route looks for the owner of a point next to us that no neighbour covers.
     pub(crate) discovering: bool,
+    /// Nodes heard from lately, newest last: where a node whose every neighbour
+    /// went routes from to find its new ones.
+    pub(crate) known: Vec<NodeAddr>,
     pub(crate) pending: Requests<Waiting>,
     pub(crate) next_request: u64,
     pub(crate) timers: TimerTable<Timer>,
@@ -253,6 +256,7 @@ impl CanNode {
             beats: 0,
             list_dirty: false,
             discovering: false,
+            known: Vec::new(),
             pending: Requests::default(),
             next_request: first_request,
             timers: TimerTable::default(),
@@ -448,7 +452,7 @@ impl CanNode {
             Waiting::Hop(state) => self.hop_failed(now, p.to, state),
             Waiting::Join => self.join_failed(now),
             Waiting::Probe => self.probe_failed(now, p.to),
-            Waiting::Handoff { zone, purpose } => self.handoff_failed(now, zone, purpose),
+            Waiting::Handoff { zone, purpose, neighbours } => self.handoff_failed(now, zone, purpose, neighbours),
             Waiting::FindPair { .. } => self.leave_retry(now),
             Waiting::Register { name, value } => self.retry_registration(now, &name, &value),
             Waiting::Query(q) => self.query_failed(now, *q),

@@ -111,13 +111,16 @@ impl CanNode {
         }
     }
 
-    /// Copies what we own to neighbours that do not have it yet (new ones, or all
-    /// after our zones changed).
+    /// Brings neighbours that are new (or whose zones or ours changed) up to date:
+    /// each gets a copy of what we own, and what we hold for its own zones (a node
+    /// that took a failed zone over without having been its neighbour for long
+    /// gets the failed owner's registrations from the others that were).
     pub(crate) fn sync_replicas(&mut self, now: Instant) {
         if !self.joined() || self.table.iter().all(|n| n.synced) {
             return;
         }
-        let unsynced: Vec<_> = self.table.iter().filter(|n| !n.synced).map(|n| n.info.peer.addr).collect();
+        let unsynced: Vec<_> =
+            self.table.iter().filter(|n| !n.synced).map(|n| (n.info.peer.addr, n.info.zones.clone())).collect();
         for n in self.table.iter_mut() {
             n.synced = true;
         }
@@ -125,16 +128,15 @@ impl CanNode {
             return;
         }
         let dims = self.dims();
-        let zones = &self.zones;
-        let entries = self.store.entries(now, |k| {
-            let p = Point::of_key(k, dims);
-            zones.iter().any(|z| z.contains(&p))
-        });
-        if entries.is_empty() {
-            return;
-        }
-        for to in unsynced {
-            self.send(to, 0, CanMsg::Replicate { entries: entries.clone() }, Traffic::Maintenance);
+        for (to, theirs) in unsynced {
+            let zones = &self.zones;
+            let entries = self.store.entries(now, |k| {
+                let p = Point::of_key(k, dims);
+                zones.iter().chain(&theirs).any(|z| z.contains(&p))
+            });
+            if !entries.is_empty() {
+                self.send(to, 0, CanMsg::Replicate { entries }, Traffic::Maintenance);
+            }
         }
     }
 

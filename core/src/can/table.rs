@@ -150,6 +150,8 @@ impl CanNode {
         match (self.table.get_mut(addr), abut) {
             (Some(n), true) => {
                 if n.info.zones != info.zones {
+                    // Its zones changed: it gets the copies we hold for its zones.
+                    n.synced = false;
                     self.list_dirty = true;
                 }
                 n.info = info;
@@ -164,6 +166,17 @@ impl CanNode {
                 let n = Neighbour { info, heard: now, direct: true, list: Vec::new(), synced: false };
                 self.table.insert(n);
                 self.list_dirty = true;
+                self.known.retain(|a| *a != addr);
+                if self.known.len() >= super::node::MAX_REJOIN {
+                    self.known.remove(0);
+                }
+                self.known.push(addr);
+                // Tell the other neighbours at once: should one of us fail now, the
+                // rest know whom to coordinate the takeover with.
+                let soon = now + self.cfg.heartbeat_period / 10;
+                if self.timers.get(Timer::Heartbeat).is_some_and(|t| t > soon) {
+                    self.timers.set(Timer::Heartbeat, soon);
+                }
             }
             (None, false) => {}
         }
@@ -173,7 +186,17 @@ impl CanNode {
     /// abuts us goes in as provisional and is probed.
     pub(crate) fn learn_hint(&mut self, now: Instant, info: NodeInfo) {
         let addr = info.peer.addr;
-        if addr == self.me.addr || self.is_dead(addr, now) || !self.sane_zones(&info.zones) {
+        if addr == self.me.addr || !self.sane_zones(&info.zones) {
+            return;
+        }
+        if self.is_dead(addr, now) {
+            // A failed node whose zones were handed to us with ours: its takeover
+            // is ours to take part in now.
+            if self.joined() && self.table.get(addr).is_none() && self.abuts_me(&info.zones) {
+                let n = Neighbour { info, heard: now, direct: false, list: Vec::new(), synced: true };
+                self.table.insert(n);
+                self.declare_dead(now, addr);
+            }
             return;
         }
         if self.table.get(addr).is_none() && self.abuts_me(&info.zones) {
@@ -411,27 +434,6 @@ impl CanNode {
         if self.joined() {
             self.learn(now, info);
             self.hearsay(now, &hints);
-        }
-    }
-
-    /// Looks for a point just outside our zones that no neighbour we know covers
-    /// (a neighbour nobody told us of, when zones moved on both sides at once, or a
-    /// failed node's zone not yet taken over) and routes to it: its owner, if any,
-    /// is probed and becomes a neighbour.
-    fn discover_gaps(&mut self, now: Instant) {
-        if self.discovering || self.leaving.is_some() || self.zones.is_empty() {
-            return;
-        }
-        let known: Vec<Zone> =
-            self.table.iter().flat_map(|n| n.info.zones.iter().copied()).chain(self.zones.iter().copied()).collect();
-        let gap = self.zones.iter().find_map(|z| {
-            (0..self.dims()).find_map(|k| {
-                [false, true].into_iter().find_map(|up| z.face(k, up).and_then(|r| r.uncovered_point(&known)))
-            })
-        });
-        if let Some(target) = gap {
-            self.discovering = true;
-            self.start_route(now, target, super::route::Purpose::Discover);
         }
     }
 

@@ -160,4 +160,3 @@ fn golden_bytes() {
     let bad = [0x0d, 0x01, 0x02, 0x01, 0x00]; // depth 1, corner (1, 0): not aligned
     assert!(postcard::from_bytes::<CanMsg>(&bad).is_err());
 }
-
