@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use p2pmp_core::can::check::CanTruth;
-use p2pmp_core::can::{CanConfig, CanNode, Point};
+use p2pmp_core::can::{CanConfig, CanNode, Point, Zone};
 use p2pmp_core::id::Id;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
@@ -99,6 +99,8 @@ struct World {
     contacts: BTreeMap<NodeIdx, Vec<NodeIdx>>,
     /// name -> (value, registering node, when)
     registered: BTreeMap<String, BTreeSet<(String, NodeIdx, Instant)>>,
+    /// Crashed nodes with the zones they owned, until live nodes cover them.
+    unrepaired: Vec<(NodeAddr, Vec<Zone>)>,
 }
 
 impl World {
@@ -113,6 +115,7 @@ impl World {
             left: BTreeMap::new(),
             contacts: BTreeMap::new(),
             registered: BTreeMap::new(),
+            unrepaired: Vec::new(),
         }
     }
 
@@ -135,20 +138,30 @@ impl World {
         idx
     }
 
-    /// Whether a crash of `victim` leaves its zones to a live neighbour that knows
-    /// it, and every registration of a live registrant it holds with another live
-    /// holder. Crashing a node together with every neighbour leaves a hole nobody
-    /// knows of, and crashing the last holder of an entry loses it until its next
-    /// refresh (TTL/3) whatever the protocol does; the schedule avoids both, as the
-    /// Chord schedule avoids crashing every successor of a node.
-    fn survivable(&self, victim: NodeIdx) -> bool {
+    /// Whether a crash of `victim` leaves its zones, and those of every earlier
+    /// victim not taken over yet, to a live node that knows their owner, and every
+    /// registration of a live registrant it holds with another live holder.
+    /// Crashing a node together with every neighbour that knows it leaves a hole
+    /// nobody knows of, and crashing the last holder of an entry loses it until its
+    /// next refresh (TTL/3) whatever the protocol does; the schedule avoids both, as
+    /// the Chord schedule avoids crashing every successor of a node.
+    fn survivable(&mut self, victim: NodeIdx) -> bool {
         let truth = CanTruth::of(&self.sim);
+        let owned: Vec<Zone> = truth.zones().copied().collect();
+        let covered = |z: &Zone| {
+            let inside: f64 = owned.iter().filter(|t| z.covers(t)).map(Zone::volume).sum();
+            owned.iter().any(|t| t.covers(z)) || (inside - z.volume()).abs() < 1e-15
+        };
+        self.unrepaired.retain(|(_, zones)| !zones.iter().all(covered));
         let vaddr = self.sim.addr(victim);
-        let watched = truth.true_neighbours(vaddr).into_iter().any(|a| {
-            self.sim.lookup_addr(a).is_some_and(|i| {
-                !self.leaving.contains_key(&i) && self.sim.node(i).neighbours().iter().any(|n| n.peer.addr == vaddr)
+        let watcher = |dead: NodeAddr| {
+            self.live().into_iter().any(|i| {
+                i != victim
+                    && self.sim.node(i).is_joined()
+                    && self.sim.node(i).neighbours().iter().any(|n| n.peer.addr == dead)
             })
-        });
+        };
+        let watched = watcher(vaddr) && self.unrepaired.iter().all(|(d, _)| watcher(*d));
         // Nobody is left knowing only failed nodes (it could never find the
         // others again: the CAN counterpart of a Chord node losing every successor).
         let live_peer =
@@ -171,7 +184,7 @@ impl World {
 
     /// A node that never joined and whose every contact is gone cannot join: by
     /// design it keeps retrying and never starts a second network. The scenario
-    /// takes it away before judging.
+    /// takes it away before judging (once joins under way have had time to end).
     fn drop_stranded(&mut self) {
         let stranded: Vec<NodeIdx> = self
             .live()
@@ -221,11 +234,18 @@ impl World {
                 self.leaving.insert(victim, self.sim.now());
             }
             Op::Crash(k) => {
-                let live: Vec<NodeIdx> = self.joined().into_iter().filter(|&v| self.survivable(v)).collect();
+                let mut live = Vec::new();
+                for v in self.joined() {
+                    if self.survivable(v) {
+                        live.push(v);
+                    }
+                }
                 if live.len() <= 2 {
                     return;
                 }
-                self.sim.crash(live[k.index(live.len())]);
+                let victim = live[k.index(live.len())];
+                self.unrepaired.push((self.sim.addr(victim), self.sim.node(victim).zones().to_vec()));
+                self.sim.crash(victim);
             }
             Op::Register { node, name } => {
                 let live = self.joined();
@@ -245,7 +265,8 @@ impl World {
     /// Runs until every leave finished, every live node has joined, and the tiling
     /// and tables are exact, for at most the limit.
     fn quiesce(&mut self) -> bool {
-        self.drop_stranded();
+        // Not before a quiet period: a joiner whose contact is leaving may have been
+        // given its zone already (and crashing it then is a crash like any other).
         self.run_for(MIN_QUIET);
         let deadline = self.sim.now() + QUIET_LIMIT;
         loop {
@@ -413,11 +434,15 @@ proptest! {
         let truth = CanTruth::of(&w.sim);
         let mut victims: Vec<NodeIdx> = Vec::new();
         for p in picks.iter().take(k) {
-            let cands: Vec<NodeIdx> = w.joined().into_iter().filter(|&v| {
-                !victims.contains(&v)
+            let mut cands = Vec::new();
+            for v in w.joined() {
+                if !victims.contains(&v)
                     && victims.iter().all(|&o| !truth.true_neighbours(w.sim.addr(o)).contains(&w.sim.addr(v)))
                     && w.survivable(v)
-            }).collect();
+                {
+                    cands.push(v);
+                }
+            }
             if cands.len() <= 2 {
                 break;
             }

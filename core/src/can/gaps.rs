@@ -36,11 +36,18 @@ impl CanNode {
         });
         let Some(target) = gap else { return };
         self.discovering = true;
-        // With no neighbour left to ask, start from a node we knew (or a contact).
-        let via = if self.table.iter().next().is_none() {
-            let alive: Vec<_> =
-                self.known.iter().chain(&self.bootstrap).copied().filter(|a| !self.is_dead(*a, now)).collect();
-            let pick = if alive.is_empty() { None } else { Some(alive[self.rng.random_range(0..alive.len())]) };
+        // With no neighbour left to ask, or after our neighbours could not find the
+        // owner (they may be cut off with us), start from a node we knew or a
+        // bootstrap contact outside the table.
+        let via = if self.table.iter().next().is_none() || self.discover_failures % 2 == 1 {
+            let outside: Vec<_> = self
+                .known
+                .iter()
+                .chain(&self.bootstrap)
+                .copied()
+                .filter(|a| !self.is_dead(*a, now) && self.table.get(*a).is_none())
+                .collect();
+            let pick = if outside.is_empty() { None } else { Some(outside[self.rng.random_range(0..outside.len())]) };
             pick.or_else(|| self.known.last().copied())
         } else {
             None

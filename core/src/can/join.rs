@@ -204,7 +204,8 @@ impl CanNode {
     pub(crate) fn lost_zones(&mut self, now: Instant) {
         self.stats.rejoins += 1;
         let mut known: Vec<NodeAddr> = std::mem::take(&mut self.rejoin);
-        for a in self.table.addrs() {
+        let recent: Vec<NodeAddr> = self.known.iter().rev().copied().collect();
+        for a in self.table.addrs().into_iter().chain(recent) {
             if !known.contains(&a) && !self.bootstrap.contains(&a) {
                 known.push(a);
             }

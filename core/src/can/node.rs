@@ -207,6 +207,8 @@ pub struct CanNode {
     pub(crate) list_dirty: bool,
     /// A route looks for the owner of a point next to us that no neighbour covers.
     pub(crate) discovering: bool,
+    /// Discovery routes in a row that found no owner.
+    pub(crate) discover_failures: u32,
     /// Nodes heard from lately, newest last: where a node whose every neighbour
     /// went routes from to find its new ones.
     pub(crate) known: Vec<NodeAddr>,
@@ -256,6 +258,7 @@ impl CanNode {
             beats: 0,
             list_dirty: false,
             discovering: false,
+            discover_failures: 0,
             known: Vec::new(),
             pending: Requests::default(),
             next_request: first_request,
@@ -462,7 +465,12 @@ impl CanNode {
     /// Everything an input may have left to do: copies for new neighbours, a node
     /// left without zones, the request timer.
     pub(crate) fn finish_input(&mut self, now: Instant) {
-        if self.joined() && self.zones.is_empty() && self.reserved.is_none() && self.leaving.is_none() {
+        if self.joined()
+            && self.zones.is_empty()
+            && self.reserved.is_none()
+            && self.leaving.is_none()
+            && !self.pending.any(|p| matches!(p.what, Waiting::Handoff { .. }))
+        {
             self.lost_zones(now);
         }
         self.sync_replicas(now);
@@ -557,6 +565,8 @@ impl CanNode {
             // The owner moved on (its zone was split or handed on), or it is busy
             // handing a zone over: look again shortly.
             (CanMsg::NotOwner | CanMsg::Busy, Waiting::Join) => self.join_retry(now),
+            // Alive but rejoining: not a failure, and nothing to learn from it.
+            (CanMsg::NotJoined, Waiting::Probe) => {}
             _ => self.request_failed(now, p),
         }
     }

@@ -165,7 +165,9 @@ impl CanNode {
                 }
                 for info in candidates.into_iter().take(MAX_LIST) {
                     let addr = info.peer.addr;
-                    if addr == self.me.addr || self.is_dead(addr, now) || !self.sane_zones(&info.zones) {
+                    // Nodes thought failed are not skipped: one that rejoined is the
+                    // owner, and a failed one costs only a timeout.
+                    if addr == self.me.addr || !self.sane_zones(&info.zones) {
                         continue;
                     }
                     if let Some(d) = distance(&info, &state.target) {
@@ -207,6 +209,11 @@ impl CanNode {
             },
             Purpose::Discover => {
                 self.discovering = false;
+                if result.is_err() {
+                    self.discover_failures = self.discover_failures.saturating_add(1);
+                } else {
+                    self.discover_failures = 0;
+                }
                 if let Ok(owner) = result
                     && owner.addr != self.me.addr
                     && self.table.get(owner.addr).is_none()

@@ -18,14 +18,16 @@
 //! - **Conflicts.** Two nodes owning overlapping zones (a takeover race, a node
 //!   wrongly thought dead) settle it from first-hand descriptions alone: the
 //!   larger zone gives up the smaller one's part; of two equal zones the node
-//!   whose other zones are smaller keeps it (then the lower id). Nothing is lost
-//!   either way, and both sides reach the same answer.
+//!   with the lower id keeps it. Nothing is lost either way, both sides reach the
+//!   same answer, and neither answer changes as their other zones do. Two owners
+//!   that do not know each other meet through a common neighbour, whose table
+//!   (sent with its heartbeats) names both.
 
 use std::time::Instant;
 
 use super::msg::{CanMsg, NodeInfo, Peer};
 use super::node::{CanNode, MAX_LIST, Timer, Traffic, Waiting};
-use super::zone::{Zone, total_volume};
+use super::zone::Zone;
 use crate::machine::NodeAddr;
 
 /// What a node knows of one neighbour.
@@ -147,6 +149,13 @@ impl CanNode {
         }
         self.takeover_seen(&info);
         let abut = self.joined() && self.abuts_me(&info.zones);
+        if abut {
+            self.known.retain(|a| *a != addr);
+            if self.known.len() >= super::node::MAX_REJOIN {
+                self.known.remove(0);
+            }
+            self.known.push(addr);
+        }
         match (self.table.get_mut(addr), abut) {
             (Some(n), true) => {
                 if n.info.zones != info.zones {
@@ -166,11 +175,6 @@ impl CanNode {
                 let n = Neighbour { info, heard: now, direct: true, list: Vec::new(), synced: false };
                 self.table.insert(n);
                 self.list_dirty = true;
-                self.known.retain(|a| *a != addr);
-                if self.known.len() >= super::node::MAX_REJOIN {
-                    self.known.remove(0);
-                }
-                self.known.push(addr);
                 // Tell the other neighbours at once: should one of us fail now, the
                 // rest know whom to coordinate the takeover with.
                 let soon = now + self.cfg.heartbeat_period / 10;
@@ -262,8 +266,6 @@ impl CanNode {
         if !any_intersect(&self.zones, &info.zones) {
             return;
         }
-        let my_total = total_volume(&self.zones);
-        let their_total = total_volume(&info.zones);
         let mut mine = self.zones.clone();
         let (mut changed, mut tell) = (false, false);
         for t in &info.zones {
@@ -272,9 +274,10 @@ impl CanNode {
                 if !m.intersects(t) {
                     next.push(m);
                 } else if m == *t {
-                    let me = (my_total - m.volume(), self.me.id);
-                    let them = (their_total - t.volume(), info.peer.id);
-                    if me.0 < them.0 || (me.0 == them.0 && me.1 < them.1) {
+                    // The lower id keeps it: a rule that cannot change while the two
+                    // learn of each other (unlike one on the zones they own), so
+                    // exactly one of them gives way.
+                    if self.me.id < info.peer.id {
                         next.push(m);
                         tell = true;
                     } else {

@@ -9,8 +9,7 @@
 //! owns already) and sends the claim to the failed node's neighbours and its own;
 //! a node that hears the claim before waking stands down. Should two claim all
 //! the same (they found the failure at different times, or knew different
-//! neighbours), the conflict rule of `table` keeps exactly one owner: the one
-//! whose other zones are smaller, as CAN's takeover rule wants. Registrations come
+//! neighbours), the conflict rule of `table` keeps exactly one owner. Registrations come
 //! from the replicas every owner keeps at its neighbours (see `registry`).
 
 use std::time::Instant;
