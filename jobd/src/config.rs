@@ -2,7 +2,7 @@
 //! resources it detects on its own.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -40,8 +40,12 @@ pub const DEFAULT_CONTROL: &str = "127.0.0.1:7420";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Overlay address to listen on (and advertise).
+    /// Overlay address to listen on (and advertise, unless `advertise` is set).
     pub listen: SocketAddr,
+    /// The address other hosts reach this node at (`ip` or `ip:port`; the port
+    /// defaults to the one listened on): needed when `listen` is `0.0.0.0`, or
+    /// on a host with several interfaces. Ranks of jobs listen on its IP.
+    pub advertise: Option<String>,
     /// Control socket (always loopback: the local node protocol and `p2pjob`).
     pub control: SocketAddr,
     /// Nodes to join through; empty starts a new network.
@@ -58,12 +62,20 @@ pub struct Config {
     pub log_level: String,
     /// Overlay maintenance period in milliseconds (stabilize, fix fingers).
     pub stabilize_ms: u64,
+    /// How often a peer with business (a job's submitter or executors) is sent
+    /// a heartbeat, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// How long such a peer may stay silent before its jobs fail, in milliseconds.
+    pub failure_timeout_ms: u64,
+    /// How long a finished job (status, exit codes, output) is kept, in seconds.
+    pub retention_s: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("a valid literal address"),
+            advertise: None,
             control: DEFAULT_CONTROL.parse().expect("a valid literal address"),
             bootstrap: Vec::new(),
             overlay: Overlay::Chord,
@@ -72,6 +84,9 @@ impl Default for Config {
             tags: Vec::new(),
             log_level: "info".into(),
             stabilize_ms: 1000,
+            heartbeat_ms: 1000,
+            failure_timeout_ms: 10_000,
+            retention_s: 3600,
         }
     }
 }
@@ -94,7 +109,29 @@ impl Config {
         if self.slots == Some(0) {
             bail!("slots must be at least 1");
         }
+        self.advertised(self.listen)?;
         Ok(())
+    }
+
+    /// The overlay address this node advertises, given the address its listener
+    /// got (`bound`: the port of `listen = ...:0` is known only once bound).
+    pub fn advertised(&self, bound: SocketAddr) -> anyhow::Result<SocketAddr> {
+        let addr = match self.advertise.as_deref().map(str::trim) {
+            None => bound,
+            Some(a) => match (a.parse::<SocketAddr>(), a.parse::<IpAddr>()) {
+                (Ok(sa), _) if sa.port() == 0 => SocketAddr::new(sa.ip(), bound.port()),
+                (Ok(sa), _) => sa,
+                (_, Ok(ip)) => SocketAddr::new(ip, bound.port()),
+                _ => bail!("advertise {a:?} is neither an IP address nor ip:port"),
+            },
+        };
+        if addr.ip().is_unspecified() {
+            bail!(
+                "listening on {} needs an address to advertise (--advertise ADDR: where other hosts reach this one)",
+                self.listen
+            );
+        }
+        Ok(addr)
     }
 
     /// The resources this node advertises: detected, plus configured slots and tags.
@@ -121,6 +158,18 @@ pub fn detect() -> Resources {
     }
 }
 
+/// The one-minute load average (thousandths) and available memory (MiB) now.
+pub fn host_stats() -> Option<(u32, u64)> {
+    let load = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mem = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some((parse_loadavg(&load)?, meminfo_mb(&mem, "MemAvailable:")?))
+}
+
+fn parse_loadavg(text: &str) -> Option<u32> {
+    let first: f64 = text.split_whitespace().next()?.parse().ok()?;
+    (first.is_finite() && first >= 0.0).then(|| (first * 1000.0).round().min(f64::from(u32::MAX)) as u32)
+}
+
 /// `MemTotal` of /proc/meminfo, in MiB.
 fn mem_mb() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -128,7 +177,11 @@ fn mem_mb() -> Option<u64> {
 }
 
 fn parse_meminfo(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    meminfo_mb(text, "MemTotal:")
+}
+
+fn meminfo_mb(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024)
 }
@@ -145,7 +198,20 @@ mod tests {
         assert_eq!(c.slots, Some(3));
         assert!(c.check().unwrap_err().to_string().contains("not built yet"));
         assert!(toml::from_str::<Config>("nonsense = 1").is_err());
+        let any = Config { listen: "0.0.0.0:7400".parse().unwrap(), ..Config::default() };
+        assert!(any.check().unwrap_err().to_string().contains("--advertise"), "0.0.0.0 alone cannot be advertised");
+        let bound: SocketAddr = "0.0.0.0:7401".parse().unwrap();
+        let ip = Config { advertise: Some("198.18.0.5".into()), ..any.clone() };
+        assert_eq!(ip.advertised(bound).unwrap(), "198.18.0.5:7401".parse().unwrap());
+        let full = Config { advertise: Some("198.18.0.5:9000".into()), ..any.clone() };
+        assert_eq!(full.advertised(bound).unwrap(), "198.18.0.5:9000".parse().unwrap());
+        let bad = Config { advertise: Some("nowhere".into()), ..any };
+        assert!(bad.check().is_err());
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
+        assert_eq!(meminfo_mb("MemTotal: 2048 kB\nMemAvailable:  1048576 kB\n", "MemAvailable:"), Some(1024));
+        assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));
+        assert_eq!(parse_loadavg("nan 0 0"), None);
+        assert!(host_stats().is_some(), "this is Linux: /proc is there");
         let r = Config { tags: vec!["gpu".into()], ..Config::default() }.resources();
         assert!(r.has_tag("gpu") && r.cores >= 1 && r.slots >= 1);
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use p2pmp_adapters::{DriverConfig, NodeHandle, Remote, RuntimeKind, spawn_node};
 use p2pmp_core::local::LocalRequest;
@@ -37,6 +37,12 @@ const MAX_TX_BYTES: usize = 128 << 20;
 
 type Conns = Arc<Mutex<BTreeMap<ConnId, mpsc::UnboundedSender<Bytes>>>>;
 
+/// Bytes of a kept log file per replayed chunk.
+const REPLAY_PIECE: usize = 256 << 10;
+
+/// How often the host's load and free memory are measured for the node.
+const HOST_STATS_EVERY: Duration = Duration::from_secs(2);
+
 /// A running daemon. Dropping it stops it (gracefully: it leaves the overlay).
 #[derive(Debug)]
 pub struct Daemon {
@@ -50,11 +56,8 @@ impl Daemon {
     /// Binds both sockets, joins the overlay and starts serving.
     pub fn start(cfg: &Config) -> anyhow::Result<Daemon> {
         cfg.check()?;
-        if cfg.listen.ip().is_unspecified() {
-            bail!("listen on a concrete address (it is advertised to other nodes), not {}", cfg.listen);
-        }
         let listener = TcpListener::bind(cfg.listen).with_context(|| format!("binding {}", cfg.listen))?;
-        let overlay = listener.local_addr()?;
+        let overlay = cfg.advertised(listener.local_addr()?)?;
         let control_l = TcpListener::bind(cfg.control).with_context(|| format!("binding {}", cfg.control))?;
         let control = control_l.local_addr()?;
         std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
@@ -63,6 +66,12 @@ impl Daemon {
         let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
         let mut dc = DaemonConfig::new(resources.clone(), control.to_string(), work_dir.to_string_lossy(), seed);
         dc.bootstrap = cfg.bootstrap.iter().map(|a| NodeAddr(*a)).collect();
+        dc.heartbeat_period = Duration::from_millis(cfg.heartbeat_ms.max(10));
+        dc.failure_timeout = Duration::from_millis(cfg.failure_timeout_ms.max(cfg.heartbeat_ms * 2));
+        dc.retention = Duration::from_secs(cfg.retention_s);
+        // Grows across restarts at one address: this run's lines outrank the last's.
+        let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
         let stab = Duration::from_millis(cfg.stabilize_ms.max(10));
         dc.chord.stabilize_period = stab;
         dc.chord.fix_fingers_period = stab;
@@ -147,8 +156,14 @@ async fn shell(
     let conns: Conns = Arc::default();
     let procs = Procs::new(remote.clone());
     let mut next_conn: ConnId = 0;
+    let mut stats = tokio::time::interval(HOST_STATS_EVERY);
     loop {
         tokio::select! {
+            _ = stats.tick() => {
+                if let Some((load_milli, mem_free_mb)) = crate::config::host_stats() {
+                    command(&remote, NodeCommand::HostStats { load_milli, mem_free_mb });
+                }
+            },
             ev = handle.events().recv() => match ev {
                 Ok(ev) => on_event(ev, &remote, &procs, &conns, me),
                 Err(_) => break,
@@ -224,6 +239,15 @@ fn on_event(ev: NodeEvent, remote: &Remote<DaemonNode>, procs: &Procs, conns: &C
             write_to(conns, conn, &Envelope::new(me.id(), me, request_id, reply).with_payload(payload));
         }
         NodeEvent::JobFinished { job, phase } => info!(%job, ?phase, "job finished"),
+        NodeEvent::ReplayOutput { replay, files } => {
+            for f in files {
+                files::read_pieces(&f.path, f.len, REPLAY_PIECE, |offset, data| {
+                    let (rank, stream) = (f.rank, f.stream);
+                    command(remote, NodeCommand::Replayed { replay, rank, stream, offset, data });
+                });
+            }
+            command(remote, NodeCommand::ReplayDone { replay });
+        }
         other => debug!(event = ?other, "unhandled node event"),
     }
 }

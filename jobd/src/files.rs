@@ -64,6 +64,25 @@ pub(crate) fn missing_is_fine(e: std::io::Error) -> std::io::Result<()> {
     if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }
 }
 
+/// Reads the first `len` bytes of `path` in pieces of at most `piece` bytes,
+/// handing each to `f` with its offset; stops early at the file's end or an error.
+pub(crate) fn read_pieces(path: &str, len: u64, piece: usize, mut f: impl FnMut(u64, bytes::Bytes)) {
+    let Ok(file) = File::open(path) else { return };
+    let mut r = file.take(len);
+    let mut offset = 0u64;
+    loop {
+        let mut buf = vec![0u8; piece];
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                f(offset, bytes::Bytes::from(buf));
+                offset += n as u64;
+            }
+        }
+    }
+}
+
 /// Reads a whole file, the error in words.
 pub(crate) fn read(path: &str) -> Result<bytes::Bytes, String> {
     std::fs::read(path).map(bytes::Bytes::from).map_err(|e| e.to_string())

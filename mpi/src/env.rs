@@ -1,6 +1,6 @@
 //! The environment the node gives each process it starts (DESIGN "Local node protocol").
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::error::{Error, Result};
 
@@ -12,6 +12,9 @@ pub const RANK_VAR: &str = "P2PMP_RANK";
 pub const SIZE_VAR: &str = "P2PMP_SIZE";
 /// The local node's control address (`127.0.0.1:port`).
 pub const NODE_VAR: &str = "P2PMP_NODE";
+/// The address of the host the node runs on: ranks listen there (optional;
+/// loopback when unset, as for ranks of one machine).
+pub const HOST_VAR: &str = "P2PMP_HOST";
 
 /// What `init` reads from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +25,8 @@ pub struct RankEnv {
     pub size: u32,
     /// The local node's control address.
     pub node: SocketAddr,
+    /// Where this rank listens: its host's address (`P2PMP_HOST`), loopback by default.
+    pub host: IpAddr,
 }
 
 impl RankEnv {
@@ -43,7 +48,11 @@ impl RankEnv {
             return Err(bad(RANK_VAR, format!("rank {rank} not below size {size}")));
         }
         let node = var(NODE_VAR)?.trim().parse().map_err(|e| bad(NODE_VAR, format!("{e} (want ip:port)")))?;
-        Ok(RankEnv { job, rank, size, node })
+        let host = match get(HOST_VAR) {
+            Some(h) => h.trim().parse().map_err(|e| bad(HOST_VAR, format!("{e} (want an IP address)")))?,
+            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        };
+        Ok(RankEnv { job, rank, size, node, host })
     }
 }
 
@@ -67,18 +76,26 @@ mod tests {
 
     #[test]
     fn reads_a_good_environment_and_refuses_bad_ones() {
-        let env = |job: &str, rank: &str, size: &str, node: &str| {
+        let with_host = |job: &str, rank: &str, size: &str, node: &str, host: Option<&str>| {
             let (job, rank, size, node) = (job.to_string(), rank.to_string(), size.to_string(), node.to_string());
+            let host = host.map(str::to_string);
             RankEnv::from_lookup(move |k| match k {
                 JOB_VAR => Some(job.clone()),
                 RANK_VAR => Some(rank.clone()),
                 SIZE_VAR => Some(size.clone()),
                 NODE_VAR => Some(node.clone()),
+                HOST_VAR => host.clone(),
                 _ => None,
             })
         };
+        let env = |job: &str, rank: &str, size: &str, node: &str| with_host(job, rank, size, node, None);
         let ok = env("00ff", "1", "4", "127.0.0.1:9").unwrap();
-        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node: "127.0.0.1:9".parse().unwrap() });
+        let node = "127.0.0.1:9".parse().unwrap();
+        let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node, host: loopback });
+        let there = with_host("00ff", "1", "4", "127.0.0.1:9", Some("198.18.0.7")).unwrap();
+        assert_eq!(there.host, "198.18.0.7".parse::<IpAddr>().unwrap());
+        assert!(with_host("00ff", "1", "4", "127.0.0.1:9", Some("somewhere")).is_err());
         assert!(env("0f0", "1", "4", "127.0.0.1:9").is_err());
         assert!(env("zz", "1", "4", "127.0.0.1:9").is_err());
         assert!(env("00", "4", "4", "127.0.0.1:9").is_err());

@@ -18,10 +18,11 @@
 //! # Ok::<(), p2pmp_mpi::Error>(())
 //! ```
 //!
-//! - [`init`] reads `P2PMP_JOB` (hex job id), `P2PMP_RANK`, `P2PMP_SIZE` and
-//!   `P2PMP_NODE` (the local node's control address), listens on an ephemeral
-//!   loopback port and registers the process key (SHA-1 of job id and rank) with
-//!   the node.
+//! - [`init`] reads `P2PMP_JOB` (hex job id), `P2PMP_RANK`, `P2PMP_SIZE`,
+//!   `P2PMP_NODE` (the local node's control address) and `P2PMP_HOST` (its
+//!   host's address; loopback when unset), listens on an ephemeral port of that
+//!   address and registers the process key (SHA-1 of job id and rank) with the
+//!   node.
 //! - [`World`]: point-to-point (`send`, `recv`, `isend`, `irecv`, `wait`,
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
@@ -46,7 +47,7 @@ mod transport;
 mod world;
 
 pub use comm::CommId;
-pub use env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
+pub use env::{HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
 pub use error::{Error, Result};
 pub use pod::{Op, Pod};
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

@@ -1,6 +1,6 @@
 //! The data path: a minimal mio loop run on the calling thread.
 //!
-//! Each rank listens on an ephemeral loopback port. A connection carries frames
+//! Each rank listens on an ephemeral port of its host's address (`P2PMP_HOST`). A connection carries frames
 //! both ways: frames for rank `r` (data, acknowledgements, clear-to-send) go out
 //! on the connection `r` already sends to us on, or else on one this rank opens
 //! to `r`. One connection per pair means a reply carries TCP's acknowledgement of
@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
@@ -117,10 +117,12 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// Listens on an ephemeral loopback port and registers with the node.
-    pub(crate) fn start(job: Vec<u8>, rank: u32, size: u32, node: SocketAddr) -> Result<Self> {
+    /// Listens on an ephemeral port of `host` (the address of the host the node
+    /// runs on, so ranks of other hosts reach it) and registers with the node.
+    pub(crate) fn start(job: Vec<u8>, rank: u32, size: u32, node: SocketAddr, host: IpAddr) -> Result<Self> {
         let poll = Poll::new()?;
-        let mut listener = TcpListener::bind("127.0.0.1:0".parse().expect("literal address"))?;
+        let mut listener = TcpListener::bind(SocketAddr::new(host, 0))
+            .map_err(|e| Error::Env { var: crate::env::HOST_VAR, problem: format!("cannot listen on {host}: {e}") })?;
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let addr = NodeAddr(listener.local_addr()?);
         let key = process_key(&job, rank);

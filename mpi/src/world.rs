@@ -130,7 +130,7 @@ pub struct World {
 }
 
 /// Starts MPI for this process from the environment its node gave it
-/// (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`).
+/// (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`, `P2PMP_HOST`).
 pub fn init() -> Result<World> {
     World::start(RankEnv::from_env()?, MpiConfig::default())
 }
@@ -145,7 +145,7 @@ impl World {
     pub fn start(env: RankEnv, config: MpiConfig) -> Result<World> {
         epoch();
         let engine = MpiEngine::new(config, env.rank, env.size)?;
-        let net = Transport::start(env.job, env.rank, env.size, env.node)?;
+        let net = Transport::start(env.job, env.rank, env.size, env.node, env.host)?;
         Ok(World {
             engine,
             net,

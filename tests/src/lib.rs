@@ -5,7 +5,8 @@
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
 //! [`cargo_build`] builds the binaries and examples a process test runs;
-//! [`run_to_end`] runs one to its end with a deadline.
+//! [`run_to_end`] runs one to its end with a deadline. [`cluster`] builds a
+//! cluster of hosts out of network namespaces, a `jobd` on each.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -16,6 +17,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use p2pmp_core::id::Id;
+
+pub mod cluster;
 
 /// `target/<profile>` of the running test binary.
 pub fn target_dir() -> PathBuf {
@@ -45,6 +48,8 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
 #[derive(Debug)]
 pub struct Finished {
     pub ok: bool,
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -81,7 +86,12 @@ pub fn run_to_end(mut cmd: Command, limit: Duration) -> Finished {
         assert!(Instant::now() < deadline, "{cmd:?} did not finish in {limit:?}");
         std::thread::sleep(Duration::from_millis(5));
     };
-    Finished { ok: status.success(), stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
+    Finished {
+        ok: status.success(),
+        code: status.code(),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
 }
 
 /// Longest wait for one answer line.

@@ -628,7 +628,7 @@ impl Machine for CanNode {
                 }
             }
             OverlayCommand::Register { name, value, ttl } => self.register(now, name, value, ttl)?,
-            OverlayCommand::Unregister { name, value } => self.own.remove(&name, &value),
+            OverlayCommand::Unregister { name, value } => self.unregister(now, name, value),
             OverlayCommand::Query { token, name } => self.query(now, token, name)?,
             OverlayCommand::Leave => self.leave(now),
         }

@@ -13,7 +13,7 @@ use super::node::{CanNode, Timer, Traffic, Waiting};
 use super::route::Purpose;
 use super::zone::Point;
 use crate::id::Id;
-use crate::overlay::store::QueryState;
+use crate::overlay::store::{Put, QueryState};
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (route, then ask the owner) before it reports a timeout.
@@ -32,6 +32,15 @@ impl CanNode {
         self.own.add(now, name, value, ttl.min(self.cfg.max_ttl));
         self.refresh_tick(now);
         Ok(())
+    }
+
+    /// `Unregister` command: stop refreshing the value and withdraw it from its
+    /// owner (and so from the owner's neighbours) with a TTL of 0.
+    pub(crate) fn unregister(&mut self, now: Instant, name: String, value: String) {
+        if self.own.remove(&name, &value) && self.joined() {
+            let target = Point::of_key(Id::hash(&name), self.dims());
+            self.start_route(now, target, Purpose::Register { name, value, ttl_ms: 0 });
+        }
     }
 
     /// Sends every own registration that is due to its owner; re-arms the timer.
@@ -93,11 +102,14 @@ impl CanNode {
 
     /// Stores one entry (owned, a copy, or handed over with a zone).
     pub(crate) fn store_entry(&mut self, now: Instant, entry: Entry) {
-        let Some(expires) = self.store.store(now, entry, &self.limits()) else {
-            return self.drop_input();
-        };
-        if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
-            self.timers.set(Timer::Expire, expires);
+        match self.store.store(now, entry, &self.limits()) {
+            Put::Stored(expires) => {
+                if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
+                    self.timers.set(Timer::Expire, expires);
+                }
+            }
+            Put::Withdrawn => {}
+            Put::Refused => self.drop_input(),
         }
     }
 

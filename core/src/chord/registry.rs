@@ -8,7 +8,7 @@ use super::msg::{ChordMsg, Entry, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::Id;
 use crate::machine::NodeAddr;
-use crate::overlay::store::{Limits, QueryState, Store};
+use crate::overlay::store::{Limits, Put, QueryState, Store};
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
@@ -39,6 +39,15 @@ impl ChordNode {
         self.own.add(now, name, value, ttl.min(self.cfg.max_ttl));
         self.refresh_tick(now);
         Ok(())
+    }
+
+    /// `Unregister` command: stop refreshing the value and withdraw it from its
+    /// owner and replicas now (a registration of TTL 0). Best effort: a copy the
+    /// withdrawal misses expires with its TTL.
+    pub(crate) fn unregister(&mut self, now: Instant, name: String, value: String) {
+        if self.own.remove(&name, &value) && self.joined() {
+            self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms: 0 });
+        }
     }
 
     /// Sends every own registration that is due to its owner; re-arms the timer.
@@ -138,12 +147,16 @@ impl ChordNode {
         self.store_entry(now, entry);
     }
 
+    /// Stores (or refreshes) one entry; an entry with a TTL of 0 withdraws its value.
     fn store_entry(&mut self, now: Instant, entry: Entry) {
-        let Some(expires) = self.store.store(now, entry, &self.limits()) else {
-            return self.drop_input();
-        };
-        if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
-            self.timers.set(Timer::Expire, expires);
+        match self.store.store(now, entry, &self.limits()) {
+            Put::Stored(expires) => {
+                if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
+                    self.timers.set(Timer::Expire, expires);
+                }
+            }
+            Put::Withdrawn => {}
+            Put::Refused => self.drop_input(),
         }
     }
 

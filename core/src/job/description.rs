@@ -30,6 +30,9 @@ use super::requirements::{Requirement, RequirementError};
 
 /// Largest job file accepted.
 pub const MAX_JOB_FILE: usize = 1 << 20;
+/// The name of the job file in the job directory (staged file 0).
+pub const STAGED_JOB_FILE: &str = "job.xml";
+
 /// Most processes one job may ask for.
 pub const MAX_PROCESSES: u32 = 4096;
 /// Most elements a job file may contain.
@@ -250,7 +253,27 @@ struct Builder {
     timeout: Option<Duration>,
 }
 
+/// The name a staged file gets in the job directory: its last path component.
+pub fn staged_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 impl Builder {
+    /// Files are staged by their base name into one job directory: two that
+    /// share one (or one named like the job file) would overwrite each other.
+    fn check_staged_name<'a>(&self, path: &str, others: impl Iterator<Item = &'a String>) -> Result<(), String> {
+        let name = staged_name(path);
+        if name == STAGED_JOB_FILE {
+            return Err(format!("{path:?} would be staged as {name:?}, the name of the job file itself"));
+        }
+        match others.into_iter().find(|o| staged_name(o) == name) {
+            Some(o) => Err(format!(
+                "{path:?} and {o:?} would both be staged as {name:?} (files go by base name into one job directory)"
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn set(&mut self, field: Field, text: String) -> Result<(), JobFileErrorKind> {
         let invalid = |reason: &str| JobFileErrorKind::Invalid { element: field.name(), reason: reason.into() };
         let once = |present: bool| if present { Err(JobFileErrorKind::Duplicate(field.name())) } else { Ok(()) };
@@ -265,6 +288,7 @@ impl Builder {
                 if t.is_empty() {
                     return Err(invalid("empty"));
                 }
+                self.check_staged_name(t, self.inputfiles.iter()).map_err(|r| invalid(&r))?;
                 self.executable = Some(t.to_owned());
             }
             Field::Arguments => self.arguments.extend(t.split_whitespace().map(str::to_owned)),
@@ -272,6 +296,10 @@ impl Builder {
             Field::InputFile | Field::OutputFile => {
                 if t.is_empty() {
                     return Err(invalid("empty"));
+                }
+                if field == Field::InputFile {
+                    let others = self.executable.iter().chain(&self.inputfiles);
+                    self.check_staged_name(t, others).map_err(|r| invalid(&r))?;
                 }
                 let list = if field == Field::InputFile { &mut self.inputfiles } else { &mut self.outputfiles };
                 list.push(t.to_owned());

@@ -171,6 +171,12 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
         any::<bool>(),
         proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
     )
+        // Staged files have distinct base names (the parser refuses others).
+        .prop_filter("staged names collide", |t| {
+            let names: Vec<&str> = std::iter::once(&t.0).chain(&t.2).map(|p| staged_name(p)).collect();
+            let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+            unique.len() == names.len() && !unique.contains(STAGED_JOB_FILE)
+        })
         .prop_map(
             |(executable, arguments, inputfiles, outputfiles, processes, requirements, checkpoint, r, timeout)| {
                 JobDescription {
@@ -209,4 +215,26 @@ proptest! {
         crate::fuzzing::job_file(&data);
         crate::fuzzing::job_file(&CLASSIC.as_bytes()[..cut]);
     }
+}
+
+#[test]
+fn files_that_would_share_a_name_in_the_job_directory_are_refused_where_they_stand() {
+    let job =
+        |body: &str| format!("<p2pjob>\n<processes>1</processes><requirement>linux</requirement>\n{body}\n</p2pjob>");
+    let e = err(&job(
+        "<executable>prog</executable>\n<inputfile>a/data.txt</inputfile>\n<inputfile>b/data.txt</inputfile>",
+    ));
+    assert_eq!((e.line, e.column), (5, 1), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("\"b/data.txt\" and \"a/data.txt\" would both be staged as \"data.txt\""), "{text}");
+    // The executable counts, whether it comes before or after the inputs.
+    assert!(err(&job("<inputfile>bin/prog</inputfile>\n<executable>./prog</executable>")).to_string().contains("prog"));
+    assert!(err(&job("<executable>x/run</executable>\n<inputfile>run</inputfile>")).to_string().contains("\"run\""));
+    assert!(
+        err(&job("<executable>p</executable>\n<inputfile>cfg/job.xml</inputfile>")).to_string().contains("job file")
+    );
+    // Different base names are fine, whatever their directories.
+    let ok =
+        job("<executable>bin/prog</executable>\n<inputfile>a/data.txt</inputfile>\n<inputfile>a/other.txt</inputfile>");
+    assert_eq!(JobDescription::parse(ok.as_bytes()).unwrap().job.inputfiles.len(), 2);
 }

@@ -11,7 +11,8 @@
 //!   [`JobMsg::Staged`] (so never started) until every file matches. File 0, the job
 //!   file, must also match the offer's digest; it is kept to read the arguments.
 //! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
-//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`); output comes in
+//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`, and
+//!   `P2PMP_HOST`: the node's advertised IP, where ranks listen); output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
 //!   back in chunks with at most [`ExecConfig::output_window`] bytes unacknowledged
@@ -209,6 +210,16 @@ impl Execution {
         self.jobs.keys().copied()
     }
 
+    /// The jobs this node runs for `submitter`.
+    pub fn jobs_of(&self, submitter: NodeAddr) -> impl Iterator<Item = JobId> + '_ {
+        self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id)
+    }
+
+    /// The submitters of the jobs this node holds.
+    pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        self.jobs.values().map(|j| j.submitter)
+    }
+
     fn event(&mut self, e: ExecEvent) {
         self.actions.push_back(Action::Event(e));
     }
@@ -296,6 +307,7 @@ impl Execution {
                         ("P2PMP_RANK".to_owned(), rank.to_string()),
                         ("P2PMP_SIZE".to_owned(), size.to_string()),
                         ("P2PMP_NODE".to_owned(), self.config.node_control.clone()),
+                        ("P2PMP_HOST".to_owned(), self.addr.0.ip().to_string()),
                     ];
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));

@@ -10,19 +10,34 @@
 //! A plain tag holds when the node advertises it as a tag or as its `os` or `arch`,
 //! so the classic requirements `linux` and `x86_64` keep working.
 //!
+//! Tags, and the values of the well-known attributes `os` and `arch`, match
+//! case-insensitively (`Linux` is `linux`). An architecture also answers to its
+//! family: `x86` is every one of `i386`, `i486`, `i586`, `i686`, `x86_64` (and
+//! `amd64`), `arm` is every `arm*` and `aarch64` (also called `arm64`); so the
+//! classic `<requirement>x86</requirement>` holds on an `x86_64` node, as does
+//! `arch=x86`. Other attributes compare exactly.
+//!
+//! # Live attributes
+//! Besides what a node is, its `res:any` line says what it has free right now:
+//! `slots` (free process slots), `slots_total`, `load` (the one-minute load
+//! average) and `mem_free_mb`, with `gen`, a number that grows with every
+//! re-advertisement (a reader that sees several lines of one node keeps the
+//! highest). They change, so they are never registered as narrowing names.
+//!
 //! # Registration naming scheme
 //! A node at control address `A` with [`Resources`] `r` registers (value = the text):
 //!
 //! | name                | value                        | for                                   |
 //! |---------------------|------------------------------|---------------------------------------|
 //! | `res:any`           | `A` + ` ` + `r.to_line()`    | every node: "any node" queries, comparisons, load |
-//! | `res:tag:T`         | `A`                          | each tag `T`, including `os` and `arch` values |
-//! | `res:K=V`           | `A`                          | each attribute but `slots` (it churns): `os`, `arch`, `cores`, `mem_mb`, extras |
+//! | `res:tag:T`         | `A`                          | each tag `T` (lower case), including `os`, `arch` and the arch's families |
+//! | `res:K=V`           | `A`                          | each attribute but the live ones: `os`, `arch`, `cores`, `mem_mb`, extras |
 //!
 //! [`Resources::registrations`] lists them; a resource line looks like
-//! `os=linux arch=x86_64 cores=2 mem_mb=24000 slots=1 tags=gpu,linux` (extra
-//! attributes appended as `K=V`). When its free slots change the node re-registers
-//! its `res:any` value.
+//! `os=linux arch=x86_64 cores=2 mem_mb=24000 slots=1 slots_total=2 load=0.25
+//! mem_free_mb=20000 gen=7 tags=gpu` (extra attributes appended as `K=V`). When
+//! its free slots, load or free memory change the node withdraws its `res:any`
+//! value and registers the new one.
 //!
 //! A submitter asks [`Requirement::query_name`] which name narrows each requirement:
 //! a tag queries `res:tag:T`, a string equality `res:K=V`, and everything else
@@ -128,6 +143,20 @@ fn is_attr(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
 
+/// `int[.frac]` (up to three decimals) as thousandths, e.g. `0.52` -> 520.
+fn parse_milli(s: &str) -> Option<u32> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty()
+        || int.len() > 6
+        || frac.len() > 3
+        || !(int.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let frac: u32 = format!("{frac:0<3}").parse().ok()?;
+    Some(int.parse::<u32>().ok()? * 1000 + frac)
+}
+
 /// A number as requirements understand it: `-?digits(.digits)?`.
 pub(crate) fn as_number(s: &str) -> Option<f64> {
     let body = s.strip_prefix('-').unwrap_or(s);
@@ -183,11 +212,18 @@ impl Requirement {
                 let Some(have) = res.attr(attr) else { return false };
                 match (as_number(&have), as_number(value)) {
                     (Some(a), Some(b)) => a.partial_cmp(&b).is_some_and(|o| op.holds(o)),
-                    _ => match op {
-                        Op::Eq => have == *value,
-                        Op::Ne => have != *value,
-                        _ => false,
-                    },
+                    _ => {
+                        let equal = match attr.as_str() {
+                            "os" => have.eq_ignore_ascii_case(value),
+                            "arch" => res.arch_names().contains(&value.to_ascii_lowercase()),
+                            _ => have == *value,
+                        };
+                        match op {
+                            Op::Eq => equal,
+                            Op::Ne => !equal,
+                            _ => false,
+                        }
+                    }
                 }
             }
         }
@@ -198,7 +234,11 @@ impl Requirement {
     pub fn query_name(&self) -> Option<String> {
         match self {
             Requirement::Tag(t) => Some(tag_name(t)),
-            Requirement::Compare { attr, op: Op::Eq, value } if as_number(value).is_none() && attr != "slots" => {
+            // Every node registers its os, arch and arch families as tags.
+            Requirement::Compare { attr, op: Op::Eq, value } if attr == "os" || attr == "arch" => Some(tag_name(value)),
+            Requirement::Compare { attr, op: Op::Eq, value }
+                if as_number(value).is_none() && !LIVE_ATTRS.contains(&attr.as_str()) =>
+            {
                 Some(attr_name(attr, value))
             }
             Requirement::Compare { .. } => None,
@@ -206,9 +246,32 @@ impl Requirement {
     }
 }
 
-/// The overlay name for tag `t`.
+/// The overlay name for tag `t` (tags are case-insensitive: always lower case).
 pub fn tag_name(t: &str) -> String {
-    format!("res:tag:{t}")
+    format!("res:tag:{}", t.to_ascii_lowercase())
+}
+
+/// Attributes that change while a node runs: on the `res:any` line only.
+pub const LIVE_ATTRS: [&str; 4] = ["slots", "slots_total", "load", "mem_free_mb"];
+
+/// The names an architecture answers to: itself, its aliases and its families.
+pub fn arch_names(arch: &str) -> Vec<String> {
+    let arch = arch.to_ascii_lowercase();
+    let mut v = vec![arch.clone()];
+    let alias = match arch.as_str() {
+        "x86_64" => Some("amd64"),
+        "amd64" => Some("x86_64"),
+        "aarch64" => Some("arm64"),
+        "arm64" => Some("aarch64"),
+        _ => None,
+    };
+    v.extend(alias.map(str::to_owned));
+    let x86 = matches!(arch.as_str(), "i386" | "i486" | "i586" | "i686" | "x86_64" | "amd64" | "x86");
+    let arm = arch.starts_with("arm") || arch == "aarch64";
+    v.extend([(x86, "x86"), (arm, "arm")].into_iter().filter(|(yes, _)| *yes).map(|(_, f)| f.to_owned()));
+    v.sort();
+    v.dedup();
+    v
 }
 
 /// The overlay name for attribute `k` with value `v`.
@@ -229,6 +292,15 @@ pub struct Resources {
     pub mem_mb: u64,
     /// Free process slots right now.
     pub slots: u32,
+    /// Process slots in all (0: not said, as in lines of older nodes).
+    pub slots_total: u32,
+    /// One-minute load average in thousandths, when known.
+    pub load_milli: Option<u32>,
+    /// Free memory in MiB (MemAvailable), when known.
+    pub mem_free_mb: Option<u64>,
+    /// Grows with every re-advertisement of the node's line: of two lines of one
+    /// node, the one with the higher `gen` is current.
+    pub generation: u64,
     /// Custom tags from the node's configuration.
     pub tags: BTreeSet<String>,
     /// Custom `key=value` attributes from the node's configuration.
@@ -254,16 +326,30 @@ pub enum ResourceLineError {
 }
 
 impl Resources {
-    /// Whether the node carries tag `t` (its `os` and `arch` count as tags).
+    /// Whether the node carries tag `t`, case-insensitively (its `os`, `arch` and
+    /// the arch's families count as tags).
     pub fn has_tag(&self, t: &str) -> bool {
-        self.tags.contains(t) || (!self.os.is_empty() && self.os == t) || (!self.arch.is_empty() && self.arch == t)
+        self.all_tags().contains(&t.to_ascii_lowercase())
     }
 
-    /// Every tag, `os` and `arch` included.
+    /// The names this node's architecture answers to (see [`arch_names`]).
+    pub fn arch_names(&self) -> Vec<String> {
+        if self.arch.is_empty() { Vec::new() } else { arch_names(&self.arch) }
+    }
+
+    /// Every tag in lower case, `os`, `arch` and the arch's families included.
     pub fn all_tags(&self) -> BTreeSet<String> {
-        let mut t = self.tags.clone();
-        t.extend([&self.os, &self.arch].into_iter().filter(|s| !s.is_empty()).cloned());
+        let mut t: BTreeSet<String> = self.tags.iter().map(|t| t.to_ascii_lowercase()).collect();
+        if !self.os.is_empty() {
+            t.insert(self.os.to_ascii_lowercase());
+        }
+        t.extend(self.arch_names());
         t
+    }
+
+    /// The load average, when known.
+    pub fn load(&self) -> Option<f64> {
+        self.load_milli.map(|l| f64::from(l) / 1000.0)
     }
 
     /// The value of attribute `k` as text.
@@ -274,6 +360,9 @@ impl Resources {
             "cores" => Some(self.cores.to_string()),
             "mem_mb" => Some(self.mem_mb.to_string()),
             "slots" => Some(self.slots.to_string()),
+            "slots_total" => (self.slots_total > 0).then(|| self.slots_total.to_string()),
+            "load" => self.load_milli.map(|l| format!("{}.{:03}", l / 1000, l % 1000)),
+            "mem_free_mb" => self.mem_free_mb.map(|m| m.to_string()),
             _ => self.extra.get(k).cloned(),
         }
     }
@@ -281,7 +370,7 @@ impl Resources {
     /// Every attribute, in line order.
     fn attrs(&self) -> Vec<(String, String)> {
         let mut v = Vec::new();
-        for k in ["os", "arch", "cores", "mem_mb", "slots"] {
+        for k in ["os", "arch", "cores", "mem_mb", "slots", "slots_total", "load", "mem_free_mb"] {
             if let Some(val) = self.attr(k) {
                 v.push((k.to_owned(), val));
             }
@@ -293,6 +382,9 @@ impl Resources {
     /// The resource line carried in `res:any` values.
     pub fn to_line(&self) -> String {
         let mut parts: Vec<String> = self.attrs().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if self.generation > 0 {
+            parts.push(format!("gen={}", self.generation));
+        }
         if !self.tags.is_empty() {
             parts.push(format!("tags={}", self.tags.iter().cloned().collect::<Vec<_>>().join(",")));
         }
@@ -314,6 +406,12 @@ impl Resources {
                 "cores" => r.cores = v.parse().map_err(|_| ResourceLineError::BadNumber("cores"))?,
                 "mem_mb" => r.mem_mb = v.parse().map_err(|_| ResourceLineError::BadNumber("mem_mb"))?,
                 "slots" => r.slots = v.parse().map_err(|_| ResourceLineError::BadNumber("slots"))?,
+                "slots_total" => r.slots_total = v.parse().map_err(|_| ResourceLineError::BadNumber("slots_total"))?,
+                "load" => r.load_milli = Some(parse_milli(v).ok_or(ResourceLineError::BadNumber("load"))?),
+                "mem_free_mb" => {
+                    r.mem_free_mb = Some(v.parse().map_err(|_| ResourceLineError::BadNumber("mem_free_mb"))?)
+                }
+                "gen" => r.generation = v.parse().map_err(|_| ResourceLineError::BadNumber("gen"))?,
                 "tags" => {
                     for t in v.split(',').filter(|t| !t.is_empty()) {
                         if !is_word(t) {
@@ -352,9 +450,10 @@ impl Resources {
         let a = addr.to_string();
         let mut v = vec![(ANY_NAME.to_owned(), self.any_value(addr))];
         v.extend(self.all_tags().iter().map(|t| (tag_name(t), a.clone())));
-        v.extend(
-            self.attrs().into_iter().filter(|(k, _)| k != "slots").map(|(k, val)| (attr_name(&k, &val), a.clone())),
-        );
+        v.extend(self.attrs().into_iter().filter(|(k, _)| !LIVE_ATTRS.contains(&k.as_str())).map(|(k, val)| {
+            let val = if k == "os" || k == "arch" { val.to_ascii_lowercase() } else { val };
+            (attr_name(&k, &val), a.clone())
+        }));
         v
     }
 }
@@ -373,6 +472,7 @@ mod tests {
             slots: 1,
             tags: ["gpu".to_owned()].into(),
             extra: [("site".to_owned(), "lab".to_owned())].into(),
+            ..Resources::default()
         }
     }
 
@@ -417,6 +517,60 @@ mod tests {
     }
 
     #[test]
+    fn well_known_attributes_match_case_insensitively_and_x86_is_a_family() {
+        let n = node();
+        // The thesis's own example job file asks for these.
+        for ok in ["Linux", "LINUX", "x86", "X86_64", "amd64", "os=Linux", "arch=x86", "arch=X86_64", "os!=windows"] {
+            assert!(req(ok).matches(&n), "{ok}");
+        }
+        for no in ["arm", "i686", "arch=arm", "arch!=x86", "os=windows", "site=LAB"] {
+            assert!(!req(no).matches(&n), "{no}");
+        }
+        let old = Resources { arch: "i686".into(), ..node() };
+        assert!(req("x86").matches(&old) && !req("x86_64").matches(&old));
+        let pi = Resources { arch: "aarch64".into(), ..node() };
+        assert!(req("arm").matches(&pi) && req("arm64").matches(&pi) && !req("x86").matches(&pi));
+        // The narrowing names are what nodes register: lower case, families included.
+        let regs: BTreeSet<String> =
+            n.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
+        for r in ["Linux", "x86", "os=LINUX", "arch=X86", "GPU"] {
+            let name = req(r).query_name().unwrap();
+            assert!(regs.contains(&name), "{r} queries {name}, which no node registers: {regs:?}");
+        }
+    }
+
+    #[test]
+    fn live_attributes_ride_the_line_but_are_never_narrowing_names() {
+        let live = Resources {
+            slots: 1,
+            slots_total: 4,
+            load_milli: Some(1520),
+            mem_free_mb: Some(2000),
+            generation: 42,
+            ..node()
+        };
+        let line = live.to_line();
+        assert!(
+            line.contains("slots=1 slots_total=4 load=1.520 mem_free_mb=2000") && line.contains("gen=42"),
+            "{line}"
+        );
+        assert_eq!(Resources::from_line(&line).unwrap(), live);
+        assert!(req("load<2").matches(&live) && !req("load<1.5").matches(&live));
+        assert!(req("mem_free_mb>=2000").matches(&live) && req("slots_total=4").matches(&live));
+        for r in ["load<2", "mem_free_mb>=1", "slots_total=4", "slots>=1"] {
+            assert_eq!(req(r).query_name(), None, "{r}");
+        }
+        let names: Vec<String> =
+            live.registrations("10.0.0.1:7000".parse().unwrap()).into_iter().map(|r| r.0).collect();
+        assert!(!names.iter().any(|n| ["slots", "load", "mem_free", "gen"].iter().any(|l| n.contains(l))), "{names:?}");
+        assert_eq!(parse_milli("0.5"), Some(500));
+        assert_eq!(parse_milli("12"), Some(12_000));
+        for bad in ["", ".5", "1.2345", "-1", "1e3", "9999999"] {
+            assert_eq!(parse_milli(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn registrations_follow_the_scheme() {
         let addr: NodeAddr = "10.0.0.1:7000".parse().unwrap();
         let regs = node().registrations(addr);
@@ -434,7 +588,11 @@ mod tests {
         assert!(!names.iter().any(|n| n.starts_with("res:slots")));
         assert_eq!(Resources::parse_any_value(&regs[0].1).unwrap(), (addr, node()));
         assert_eq!(req("linux").query_name().as_deref(), Some("res:tag:linux"));
-        assert_eq!(req("os=linux").query_name().as_deref(), Some("res:os=linux"));
+        assert_eq!(req("os=linux").query_name().as_deref(), Some("res:tag:linux"));
+        assert_eq!(req("site=lab").query_name().as_deref(), Some("res:site=lab"));
+        let mixed = Resources { extra: [("site".to_owned(), "Lab".to_owned())].into(), ..node() };
+        let regs = mixed.registrations(addr);
+        assert!(regs.contains(&(req("site=Lab").query_name().unwrap(), addr.to_string())), "{regs:?}");
         assert_eq!(req("cores>=2").query_name(), None);
         assert!(Resources::parse_any_value("nonsense os=linux").is_err());
         assert!(Resources::from_line("cores=x").is_err());
@@ -453,16 +611,25 @@ mod tests {
             0u32..8,
             proptest::collection::btree_set(arb_word(), 0..4),
             proptest::collection::btree_map("x[a-z]{1,4}", arb_word(), 0..3),
+            (0u32..64, proptest::option::of(0u32..100_000), proptest::option::of(0u64..100_000), 0u64..1 << 40),
         )
-            .prop_map(|(os, arch, cores, mem_mb, slots, tags, extra)| Resources {
-                os,
-                arch,
-                cores,
-                mem_mb,
-                slots,
-                tags,
-                extra,
-            })
+            .prop_map(
+                |(os, arch, cores, mem_mb, slots, tags, extra, (slots_total, load_milli, mem_free_mb, generation))| {
+                    Resources {
+                        os,
+                        arch,
+                        cores,
+                        mem_mb,
+                        slots,
+                        slots_total,
+                        load_milli,
+                        mem_free_mb,
+                        generation,
+                        tags,
+                        extra,
+                    }
+                },
+            )
     }
 
     fn arb_op() -> impl Strategy<Value = Op> {

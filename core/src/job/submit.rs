@@ -106,6 +106,16 @@ pub enum SubmitError {
     /// A node holding ranks became unreachable or stopped answering.
     #[error("node {node} holding rank(s) {ranks:?} was lost")]
     NodeLost { node: NodeAddr, ranks: Vec<u32> },
+    /// Nothing was heard from a node holding ranks for longer than the failure
+    /// timeout (a host paused, partitioned or gone without a reset).
+    #[error("node {node} holding rank(s) {ranks:?} stopped answering (nothing heard for {:.1} s)", *silent_ms as f64 / 1e3)]
+    NodeSilent { node: NodeAddr, ranks: Vec<u32>, silent_ms: u64 },
+    /// Every rank ended, but output files did not all come back whole.
+    #[error(
+        "output file(s) not returned: {}",
+        files.iter().map(|(r, n, why)| format!("{n} of rank {r} ({why})")).collect::<Vec<_>>().join(", ")
+    )]
+    OutputFiles { files: Vec<(u32, String, String)> },
     /// A file kept arriving corrupt at a node.
     #[error("file {file} kept arriving corrupt at {node}")]
     StagingFailed { node: NodeAddr, file: u32 },
@@ -267,6 +277,28 @@ impl Submitter {
     /// Every job, in id order.
     pub fn jobs(&self) -> impl Iterator<Item = &Submission> {
         self.jobs.values()
+    }
+
+    /// Every node some running job waits on (see [`Submission::peers`]).
+    pub fn peers(&self) -> BTreeSet<NodeAddr> {
+        self.jobs.values().flat_map(Submission::peers).collect()
+    }
+
+    /// Nothing was heard from `node` for `silent`: see [`Submission::handle_peer_silent`].
+    pub fn handle_peer_silent(&mut self, now: Instant, node: NodeAddr, silent: Duration) {
+        self.jobs.values_mut().for_each(|s| s.handle_peer_silent(now, node, silent));
+    }
+
+    /// Whether `job` is live here with ranks (or an offer) on `node`.
+    pub fn runs_on(&self, job: JobId, node: NodeAddr) -> bool {
+        self.jobs.get(&job).is_some_and(|s| s.peers().any(|p| p == node))
+    }
+
+    /// Forgets one job (its request id too).
+    pub fn forget(&mut self, job: JobId) {
+        self.jobs.remove(&job);
+        self.by_request.retain(|_, id| *id != job);
+        self.by_token.retain(|_, id| *id != job);
     }
 
     /// Forgets finished jobs (their request ids too).

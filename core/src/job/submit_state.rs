@@ -52,6 +52,8 @@ impl Stage {
 #[derive(Debug)]
 struct Node {
     slots: u32,
+    /// Its load average in thousandths when it advertised (0: not said).
+    load_milli: u32,
     accepted: Vec<u32>,
     offer: Option<(Vec<u32>, Instant)>,
     /// Rejected or timed out: no more offers.
@@ -102,6 +104,10 @@ pub struct Submission {
     closed: usize,
     deadline: Option<Instant>,
     out_files: BTreeMap<(u32, String), OutFile>,
+    /// Output files that arrived whole and matching their digest.
+    out_ok: BTreeSet<(u32, String)>,
+    /// Output files that did not: rank, name, what went wrong.
+    out_bad: Vec<(u32, String, &'static str)>,
     actions: VecDeque<Action<JobMsg, SubmitEvent>>,
     ignored: u64,
 }
@@ -125,7 +131,7 @@ impl Submission {
             .map(|(i, name)| Query { name, token: token_base + i as u64, attempts: 1, values: None })
             .collect();
         let xml = Bytes::from(desc.to_xml());
-        let mut files = vec![Some(("job.xml".to_owned(), xml.clone(), digest(&xml)))];
+        let mut files = vec![Some((crate::job::description::STAGED_JOB_FILE.to_owned(), xml.clone(), digest(&xml)))];
         files.extend(std::iter::repeat_n(None, 1 + desc.inputfiles.len()));
         let n = desc.processes;
         let valid = (1..=super::super::description::MAX_PROCESSES).contains(&n);
@@ -145,6 +151,8 @@ impl Submission {
             per_requirement: Vec::new(),
             closed: 0,
             out_files: BTreeMap::new(),
+            out_ok: BTreeSet::new(),
+            out_bad: Vec::new(),
             actions: VecDeque::new(),
             ignored: 0,
             desc,
@@ -228,6 +236,13 @@ impl Submission {
             }
         }
         self.phase = Phase::Finished;
+        // A finished job is kept for its status only: its files' bytes go now.
+        self.files = Vec::new();
+        self.out_files = BTreeMap::new();
+        for n in self.nodes.values_mut() {
+            n.stage = Stage::NotSent;
+            n.streamed = BTreeMap::new();
+        }
         self.event(SubmitEvent::Finished { job: self.job, outcome });
     }
 
@@ -270,8 +285,11 @@ impl Submission {
             let values = q.values.as_deref().unwrap_or_default();
             if q.name == ANY_NAME {
                 for (addr, res) in values.iter().filter_map(|v| Resources::parse_any_value(v).ok()) {
-                    // A node seen twice (a stale registration): trust the fewer slots.
-                    let keep = all.get(&addr).is_none_or(|old| old.slots > res.slots);
+                    // A node seen twice (a line it replaced, not yet withdrawn
+                    // everywhere): the newest line, or else the fewer free slots.
+                    let keep = all.get(&addr).is_none_or(|old| {
+                        (old.generation, std::cmp::Reverse(old.slots)) < (res.generation, std::cmp::Reverse(res.slots))
+                    });
                     if keep {
                         all.insert(addr, res);
                     }
@@ -287,6 +305,7 @@ impl Submission {
             if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
                 let node = Node {
                     slots: res.slots,
+                    load_milli: res.load_milli.unwrap_or(0),
                     accepted: Vec::new(),
                     offer: None,
                     closed: false,
@@ -319,20 +338,21 @@ impl Submission {
             self.fail(err);
             return;
         }
-        // Max-heap on free slots, ties to the lowest address.
-        let mut heap: BinaryHeap<(u32, std::cmp::Reverse<NodeAddr>)> = self
+        // Max-heap on free slots, ties to the least loaded, then the lowest address.
+        use std::cmp::Reverse;
+        let mut heap: BinaryHeap<(u32, Reverse<u32>, Reverse<NodeAddr>)> = self
             .nodes
             .iter()
             .filter(|(_, n)| !n.closed && n.offer.is_none() && n.free() > 0)
-            .map(|(a, n)| (n.free(), std::cmp::Reverse(*a)))
+            .map(|(a, n)| (n.free(), Reverse(n.load_milli), Reverse(*a)))
             .collect();
         let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
         while let Some(&rank) = self.unplaced.first() {
-            let Some((free, std::cmp::Reverse(addr))) = heap.pop() else { break };
+            let Some((free, load, Reverse(addr))) = heap.pop() else { break };
             self.unplaced.remove(&rank);
             offers.entry(addr).or_default().push(rank);
             if free > 1 {
-                heap.push((free - 1, std::cmp::Reverse(addr)));
+                heap.push((free - 1, load, Reverse(addr)));
             }
         }
         let digest = self.files[0].as_ref().map(|f| f.2).unwrap_or_default();
@@ -368,7 +388,7 @@ impl Submission {
         let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
         match data {
             Ok(FileData { bytes, digest }) => {
-                let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+                let name = crate::job::description::staged_name(&path).to_owned();
                 self.files[i] = Some((name, bytes, digest));
             }
             Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
@@ -557,6 +577,11 @@ impl Submission {
                 if complete {
                     let f = self.out_files.remove(&key)?;
                     let ok = f.received == total && Id::from_bytes(f.hasher.finalize().into()) == want;
+                    if ok {
+                        self.out_ok.insert((rank, name.clone()));
+                    } else {
+                        self.out_bad.push((rank, name.clone(), "arrived corrupt"));
+                    }
                     self.event(SubmitEvent::OutputFileDone { job, rank, name, ok });
                 }
             }
@@ -565,6 +590,14 @@ impl Submission {
                     return None;
                 }
                 self.ranks[rank as usize].exit = Some(code);
+                // Its files came before its exit: what is not here now never comes.
+                for name in &self.desc.outputfiles {
+                    let key = (rank, name.clone());
+                    if !self.out_ok.contains(&key) && !self.out_bad.iter().any(|(r, n, _)| (*r, n) == (rank, name)) {
+                        let why = if self.out_files.remove(&key).is_some() { "cut short" } else { "missing" };
+                        self.out_bad.push((rank, name.clone(), why));
+                    }
+                }
                 self.event(SubmitEvent::Exited { job, rank, code });
                 if code != 0 && self.ranks.iter().any(|r| r.exit.is_none()) {
                     // An MPI_Abort or a crash: the others would wait for it forever.
@@ -577,6 +610,11 @@ impl Submission {
                     for to in holding {
                         self.send(to, JobMsg::Done { job }, Bytes::new());
                     }
+                    if !self.out_bad.is_empty() {
+                        let files = self.out_bad.iter().map(|(r, n, why)| (*r, n.clone(), (*why).to_owned())).collect();
+                        self.fail(SubmitError::OutputFiles { files });
+                        return Some(());
+                    }
                     let codes = self.ranks.iter().map(|r| r.exit.unwrap_or_default()).collect();
                     self.finish(Outcome::Done { codes });
                 }
@@ -586,13 +624,45 @@ impl Submission {
         Some(())
     }
 
-    fn lost(&mut self, node: NodeAddr) {
+    fn lost(&mut self, node: NodeAddr, silent: Option<Duration>) {
         let ranks: Vec<u32> = self.nodes.get(&node).map(|n| n.accepted.clone()).unwrap_or_default();
         let ranks: Vec<u32> = ranks.into_iter().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
         if let Some(n) = self.nodes.get_mut(&node) {
             n.accepted.clear(); // it cannot be killed or told anything any more
         }
-        self.fail(SubmitError::NodeLost { node, ranks });
+        self.fail(match silent {
+            None => SubmitError::NodeLost { node, ranks },
+            Some(d) => {
+                SubmitError::NodeSilent { node, ranks, silent_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX) }
+            }
+        });
+    }
+
+    /// Nodes this job waits on: holding ranks that have not exited, or an offer.
+    pub fn peers(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        let live = self.phase != Phase::Finished;
+        self.nodes
+            .iter()
+            .filter(move |(_, n)| {
+                live && (n.offer.is_some() || n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none()))
+            })
+            .map(|(a, _)| *a)
+    }
+
+    /// Nothing was heard from `node` for `silent` (a heartbeat timeout): a node
+    /// holding live ranks fails the job naming it; one with an offer is dropped.
+    pub fn handle_peer_silent(&mut self, now: Instant, node: NodeAddr, silent: Duration) {
+        self.peer_gone(now, node, Some(silent));
+    }
+
+    fn peer_gone(&mut self, now: Instant, to: NodeAddr, silent: Option<Duration>) {
+        let Some(n) = self.nodes.get(&to) else { return };
+        let live = n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none());
+        match self.phase {
+            Phase::Placing | Phase::Running if live => self.lost(to, silent),
+            Phase::Placing if n.offer.is_some() => self.close(now, to),
+            _ => {}
+        }
     }
 }
 
@@ -613,13 +683,7 @@ impl Machine for Submission {
     }
 
     fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
-        let Some(n) = self.nodes.get(&to) else { return };
-        let live = n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none());
-        match self.phase {
-            Phase::Placing | Phase::Running if live => self.lost(to),
-            Phase::Placing if n.offer.is_some() => self.close(now, to),
-            _ => {}
-        }
+        self.peer_gone(now, to, None);
     }
 
     fn handle_command(&mut self, _now: Instant, cmd: SubmissionCommand) -> Result<(), SubmitCmdError> {
@@ -651,7 +715,7 @@ impl Machine for Submission {
         let stalled = self.nodes.iter().find(|(_, n)| n.stage.deadline().is_some_and(|d| d <= now));
         if let (Phase::Placing, Some((a, _))) = (self.phase, stalled) {
             let a = *a;
-            self.lost(a);
+            self.lost(a, None);
         }
     }
 

@@ -38,6 +38,17 @@ struct Harness {
     consumed: BTreeMap<NodeAddr, u64>,
     /// Files each executor claims to hold already.
     have: BTreeMap<NodeAddr, Vec<u32>>,
+    /// What becomes of each rank's output file.
+    output_file: FileFate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileFate {
+    Sent,
+    /// Never written by the rank: the executor sends nothing.
+    Missing,
+    /// Sent with a digest that does not match its bytes.
+    Corrupt,
 }
 
 fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
@@ -57,6 +68,7 @@ fn res(slots: u32, mem_mb: u64, tags: &[&str]) -> Resources {
         slots,
         tags: tags.iter().map(|t| t.to_string()).collect(),
         extra: BTreeMap::new(),
+        ..Resources::default()
     }
 }
 
@@ -87,6 +99,7 @@ impl Harness {
             file_size: 0,
             consumed: BTreeMap::new(),
             have: BTreeMap::new(),
+            output_file: FileFate::Sent,
         }
     }
 
@@ -181,10 +194,15 @@ impl Harness {
                     let text = Bytes::from(format!("hello from {rank}\n"));
                     out.push(reply(at, JobMsg::Output { job, rank, stream: Stream::Stdout, offset: 0 }, text));
                     let data = Bytes::from(format!("result {rank}"));
-                    let (total, digest) = (data.len() as u64, digest(&data));
+                    let (total, mut digest) = (data.len() as u64, digest(&data));
+                    if self.output_file == FileFate::Corrupt {
+                        digest = crate::id::Id::hash("something else");
+                    }
                     let name = "result.txt".to_owned();
                     let of = JobMsg::OutputFile { job, rank, name, offset: 0, total, digest };
-                    out.push(reply(at, of, data));
+                    if self.output_file != FileFate::Missing {
+                        out.push(reply(at, of, data));
+                    }
                     if let Some(code) = self.exit_code {
                         out.push(reply(at, JobMsg::Exit { job, rank, code }, Bytes::new()));
                     }
@@ -599,4 +617,47 @@ fn output_is_acknowledged_per_rank_every_stream_ack_bytes_and_only_for_ranks_pla
         s.handle_message(h.now, reply(addr(1), out(rank, 0), Bytes::from(vec![b'y'; STREAM_ACK_EVERY as usize])));
     }
     assert_eq!(acks(&mut s), vec![]);
+}
+
+#[test]
+fn a_missing_or_corrupt_output_file_fails_the_job_naming_it() {
+    for (fate, why) in [(FileFate::Missing, "missing"), (FileFate::Corrupt, "arrived corrupt")] {
+        let mut h = Harness::new(&[(addr(1), res(2, 8000, &[]), Behave::Accept)]);
+        h.output_file = fate;
+        let mut s = submission(&h, job(2, &["linux"]));
+        h.run(&mut s, 50);
+        let files = vec![(0, "result.txt".to_owned(), why.to_owned()), (1, "result.txt".to_owned(), why.to_owned())];
+        let want = SubmitError::OutputFiles { files };
+        assert_eq!(h.outcome(), Some(&Outcome::Failed(want.clone())), "{fate:?}: {:?}", h.events);
+        assert!(want.to_string().contains("result.txt of rank 1 ("), "{want}");
+        // The ranks are over: the executor cleans up either way.
+        assert_eq!(s.phase(), Phase::Finished);
+    }
+}
+
+#[test]
+fn a_silent_node_fails_the_job_naming_it_and_its_ranks() {
+    let (mut h, mut s) = running_on_two_nodes();
+    assert_eq!(s.peers().collect::<Vec<_>>(), vec![addr(1), addr(2)]);
+    s.handle_peer_silent(h.now, addr(2), Duration::from_millis(10_500));
+    h.run(&mut s, 5);
+    let e = SubmitError::NodeSilent { node: addr(2), ranks: vec![1], silent_ms: 10_500 };
+    assert!(e.to_string().contains("stopped answering (nothing heard for 10.5 s)"), "{e}");
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(e)));
+    assert_eq!(h.sent.iter().filter(|(to, m, _)| *to == addr(1) && matches!(m, JobMsg::Kill { .. })).count(), 1);
+    assert_eq!(s.peers().count(), 0, "a finished job waits on nobody");
+}
+
+#[test]
+fn of_two_lines_of_one_node_the_newest_counts() {
+    // Node 1 filled up: its newer line (gen 2) says no slot is free; the older
+    // line, not withdrawn everywhere yet, still says 4.
+    let full = Resources { slots: 0, generation: 2, ..res(4, 8000, &[]) };
+    let stale = Resources { slots: 4, generation: 1, ..res(4, 8000, &[]) };
+    let mut h = Harness::new(&[(addr(1), full, Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    h.regs.get_mut(ANY_NAME).unwrap().push(stale.any_value(addr(1)));
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.offers(), vec![(addr(2), vec![0])]);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0] }));
 }

@@ -8,6 +8,11 @@
 //! replies with its `request_id`, ending in [`ToolReply::Finished`]. Output bytes
 //! ride as the envelope's payload. postcard encodes variants by index: every enum
 //! here is append-only.
+//!
+//! Any node answers for any job: a request about a job submitted elsewhere is
+//! forwarded to the node holding it (found through the overlay under the job's
+//! key, [`job_key_name`]), and the answers come back the same way. `Status`
+//! without a job asks every node of the network.
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +37,15 @@ pub enum ToolRequest {
     Kill { job: JobId },
     /// Every node of the overlay with its resources.
     Nodes,
+    /// Everything a job's ranks wrote to stdout and stderr so far (kept by the
+    /// node that holds the job, from the first byte), as [`ToolReply::Output`]s,
+    /// then [`ToolReply::OutputEnd`]; only `rank`'s when given.
+    Output { job: JobId, rank: Option<u32> },
+}
+
+/// The overlay name under which the node holding `job` registers its address.
+pub fn job_key_name(job: JobId) -> String {
+    format!("job:{job}")
 }
 
 /// How far a job got, for status lines.
@@ -77,6 +91,8 @@ pub struct JobStatus {
     pub ranks: Vec<RankStatus>,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// The node that holds it (where it was submitted).
+    pub holder: NodeAddr,
 }
 
 /// A daemon's answer to a [`ToolRequest`].
@@ -104,4 +120,22 @@ pub enum ToolReply {
     Exited { job: JobId, rank: u32, code: i32 },
     /// The job is over; the last reply of a watch.
     Finished { job: JobId, phase: JobPhase, codes: Vec<i32>, error: Option<String> },
+    /// The last reply of [`ToolRequest::Output`]: nothing more was written yet.
+    OutputEnd { job: JobId },
+}
+
+impl ToolReply {
+    /// Whether this is the last reply to its request (everything but progress
+    /// and output, which a watch streams before its [`ToolReply::Finished`]).
+    pub fn ends_request(&self) -> bool {
+        !matches!(
+            self,
+            ToolReply::Submitted { .. }
+                | ToolReply::Placed { .. }
+                | ToolReply::Started { .. }
+                | ToolReply::Output { .. }
+                | ToolReply::OutputFile { .. }
+                | ToolReply::Exited { .. }
+        )
+    }
 }

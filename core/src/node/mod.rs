@@ -2,28 +2,40 @@
 //! submitter, the job executor and the local node protocol service, so a single
 //! adapters `Driver` runs a whole `jobd`.
 //!
-//! - **Messages.** [`NodeMsg`] is the union body on the wire: overlay traffic and
-//!   job traffic share one connection per peer. Job messages go to the executor or
-//!   the submitter by direction ([`for_executor`]).
+//! - **Messages.** [`NodeMsg`] is the union body on the wire: overlay traffic, job
+//!   traffic, heartbeats and forwarded tool requests share one connection per
+//!   peer. Job messages go to the executor or the submitter by direction
+//!   ([`for_executor`]).
 //! - **Overlay events.** Answers to queries whose token has bit 63 set belong to the
 //!   submitter ([`crate::job::submit::TOKEN_TAG`]); the rest answer the node's own
-//!   queries (rank resolutions, `nodes`), or are reported as [`NodeEvent::Overlay`].
-//! - **Resources.** Once joined (and after every rejoin) the node registers
-//!   [`Resources::registrations`] for its overlay address; the overlay node keeps
-//!   refreshing them. The `res:any` line carries the configured slot count, not the
-//!   free one: the overlay has no delete, so a churning value would linger as stale
-//!   duplicates until its TTL. A busy executor rejects an offer and the submitter
-//!   moves on to the next candidate.
-//! - **Local node protocol.** The I/O shell hands each request of a control
-//!   connection in as [`NodeCommand::Local`] and writes back every
-//!   [`NodeEvent::Reply`]: ranks register and resolve process keys through the
-//!   overlay (registrations die with their connection), the `p2pjob` tool submits,
-//!   watches, kills and asks for status and nodes ([`control`]).
+//!   queries (rank resolutions, `nodes`, finding a job's node), or are reported as
+//!   [`NodeEvent::Overlay`].
+//! - **Resources** ([`advert`]). Once joined the node registers
+//!   [`Resources::registrations`] for its overlay address; its `res:any` line is
+//!   live (free slots, load, free memory) and replaced as they change.
+//! - **Liveness** ([`heartbeat`]). A node heartbeats every peer it has business
+//!   with (the executors of its jobs, the submitters of the jobs it runs, nodes it
+//!   forwards requests to or streams output to); one silent past the failure
+//!   timeout counts as gone: its jobs fail with a message naming it.
+//! - **Jobs it holds** ([`held`]). A job belongs to the node it was submitted to:
+//!   that node registers the job's key, keeps its stdout and stderr (as files, so
+//!   a late `wait` or `output` shows all of it) and forgets the job a retention
+//!   time after it ended. Requests about a job held elsewhere are forwarded there
+//!   ([`remote`]).
+//! - **Local node protocol** ([`ranks`], [`tool`]). The I/O shell hands each
+//!   request of a control connection in as [`NodeCommand::Local`] or
+//!   [`NodeCommand::Tool`] and writes back every [`NodeEvent::Reply`] and
+//!   [`NodeEvent::ToolReply`].
 //! - **I/O.** Everything touching files or processes comes out as a [`NodeEvent`]
 //!   with concrete paths (job directories live under the configured work
 //!   directory); results come back as [`NodeCommand`]s.
 
+mod advert;
 pub mod control;
+mod heartbeat;
+mod held;
+mod ranks;
+mod remote;
 mod tool;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -37,9 +49,10 @@ use crate::id::Id;
 use crate::job::{
     ExecConfig, ExecEvent, Execution, FileData, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
 };
-use crate::local::{LocalError, LocalReply, LocalRequest};
+use crate::local::{LocalReply, LocalRequest};
 use crate::machine::{Action, Machine, NodeAddr};
-use crate::overlay::{OverlayCommand, OverlayError, OverlayEvent, Token};
+use crate::overlay::{OverlayCommand, OverlayEvent, Token};
+use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
 use control::{JobPhase, ToolReply, ToolRequest};
@@ -55,6 +68,18 @@ pub enum NodeMsg {
     Chord(ChordMsg),
     /// Submitter and executor traffic.
     Job(JobMsg),
+    /// "Still here", to a peer this node has business with ([`heartbeat`]),
+    /// with the jobs the sender runs for the receiver as their submitter: one the
+    /// receiver no longer runs (it failed the job while the sender was cut off)
+    /// is killed.
+    Heartbeat { running: Vec<JobId> },
+    /// A tool request about a job this node holds, forwarded by the node the tool
+    /// talks to; answered with [`NodeMsg::ToolReply`]s carrying the same `fwd`.
+    Tool { fwd: u64, req: ToolRequest },
+    /// An answer to a forwarded request (output bytes as the envelope's payload).
+    ToolReply { fwd: u64, reply: ToolReply },
+    /// The tool behind forwarded request `fwd` went away: stop answering it.
+    ToolCancel { fwd: u64 },
 }
 
 /// Whether a job message is meant for the executor side (else the submitter's).
@@ -103,8 +128,20 @@ pub struct DaemonConfig {
     pub submit: SubmitConfig,
     /// TTL of process-key registrations (refreshed while the process lives).
     pub process_ttl: Duration,
-    /// TTL of resource registrations (refreshed while the node lives).
+    /// TTL of resource and job-key registrations (refreshed while they hold).
     pub resource_ttl: Duration,
+    /// How often a peer this node has business with is sent a heartbeat.
+    pub heartbeat_period: Duration,
+    /// How long a peer with business may stay silent before it counts as gone.
+    pub failure_timeout: Duration,
+    /// How long a finished job (status, exit codes, output) is kept.
+    pub retention: Duration,
+    /// Shortest interval between two re-advertisements of the live resources.
+    pub advert_gap: Duration,
+    /// The first `gen` of the `res:any` line: give a value that grows across
+    /// restarts at one address (the shell uses the wall clock in ms), so a line
+    /// of this run outranks a stale line of the last.
+    pub generation_base: u64,
     /// Seeds the overlay node and the job-id nonces.
     pub seed: u64,
 }
@@ -121,6 +158,11 @@ impl DaemonConfig {
             submit: SubmitConfig::default(),
             process_ttl: Duration::from_secs(9),
             resource_ttl: Duration::from_secs(9),
+            heartbeat_period: Duration::from_secs(1),
+            failure_timeout: Duration::from_secs(10),
+            retention: Duration::from_secs(3600),
+            advert_gap: Duration::from_millis(250),
+            generation_base: 0,
             seed,
         }
     }
@@ -145,6 +187,13 @@ pub enum NodeCommand {
     OutputFileRead { job: JobId, rank: u32, name: String, data: Result<Bytes, String> },
     /// Leave the overlay gracefully.
     Leave,
+    /// The host's load average (thousandths) and free memory (MiB), measured
+    /// now; the node re-advertises when they moved enough.
+    HostStats { load_milli: u32, mem_free_mb: u64 },
+    /// A chunk of a log file read for [`NodeEvent::ReplayOutput`] `replay`.
+    Replayed { replay: u64, rank: u32, stream: Stream, offset: u64, data: Bytes },
+    /// Every file of [`NodeEvent::ReplayOutput`] `replay` has been read.
+    ReplayDone { replay: u64 },
 }
 
 /// What the node asks of its I/O shell, or reports.
@@ -184,6 +233,23 @@ pub enum NodeEvent {
     /// a process starts with [`crate::job::STREAM_WINDOW`] bytes of credit, and
     /// its pipes are read only while credit is left.
     OutputCredit { job: JobId, rank: u32, bytes: u64 },
+    /// Read the first `len` bytes of each log file (every earlier
+    /// [`NodeEvent::WriteFile`] to it is done) and hand them back in order as
+    /// [`NodeCommand::Replayed`] chunks, then [`NodeCommand::ReplayDone`].
+    ReplayOutput { replay: u64, files: Vec<LogFile> },
+}
+
+/// One rank's stdout or stderr as the node that holds its job keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFile {
+    /// The rank.
+    pub rank: u32,
+    /// Which stream.
+    pub stream: Stream,
+    /// Where it is kept.
+    pub path: String,
+    /// How many of its bytes to read.
+    pub len: u64,
 }
 
 /// A command the node cannot carry out.
@@ -195,19 +261,45 @@ pub enum NodeCmdError {
     Left,
 }
 
+/// A query of the node's own (not the submitter's) waiting for its answer.
 #[derive(Debug)]
 enum Pending {
+    /// A rank resolves a process key.
     Resolve { conn: ConnId, request_id: u64, key: Id },
+    /// `p2pjob nodes`.
     Nodes { conn: ConnId, request_id: u64 },
+    /// Where forwarded request `fwd` must go: the job's key.
+    Locate { fwd: u64 },
+    /// Which nodes forwarded status request `fwd` asks: `res:any`.
+    Gather { fwd: u64 },
 }
 
-/// What the node keeps about a job it submitted, beyond the submitter's state.
-#[derive(Debug)]
-struct JobMeta {
-    base_dir: String,
-    size: u32,
-    watchers: Vec<(ConnId, u64)>,
-    end: Option<(JobPhase, Vec<i32>, Option<String>)>,
+/// Who asked a tool request: a tool on a local connection, or another node
+/// that forwarded a tool's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Client {
+    Local { conn: ConnId, request_id: u64 },
+    Remote { node: NodeAddr, fwd: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// Heartbeats out, silent peers found.
+    Heartbeat,
+    /// Finished jobs past their retention forgotten.
+    Retention,
+    /// A postponed re-advertisement of the live resources.
+    Advert,
+    /// Forwarded requests and status gathers that ran out of time.
+    Forward,
+}
+
+impl TimerKey for Timer {
+    const COUNT: usize = 4;
+    const ALL: &'static [Self] = &[Timer::Heartbeat, Timer::Retention, Timer::Advert, Timer::Forward];
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// The daemon node. See the module docs.
@@ -217,15 +309,22 @@ pub struct DaemonNode {
     chord: ChordNode,
     submitter: Submitter,
     exec: Execution,
-    resources: Resources,
     work_dir: String,
     process_ttl: Duration,
     resource_ttl: Duration,
+    retention: Duration,
+    timers: TimerTable<Timer>,
     actions: VecDeque<Action<NodeMsg, NodeEvent>>,
     next_token: Token,
     pending: BTreeMap<Token, Pending>,
+    /// Process keys registered by ranks, by control connection.
     regs: BTreeMap<ConnId, Vec<(String, String)>>,
-    jobs: BTreeMap<JobId, JobMeta>,
+    /// Jobs submitted here.
+    jobs: BTreeMap<JobId, held::JobMeta>,
+    replays: held::Replays,
+    advert: advert::Advert,
+    liveness: heartbeat::Liveness,
+    forwards: remote::Forwards,
     left: bool,
 }
 
@@ -260,20 +359,27 @@ impl DaemonNode {
         let chord = ChordNode::new(config.chord, addr, config.bootstrap, now, config.seed);
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
         let exec = Execution::new(ExecConfig::new(config.resources.slots, config.control), addr);
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Heartbeat, now + config.heartbeat_period);
         let mut n = DaemonNode {
             addr,
             chord,
             submitter,
             exec,
-            resources: config.resources,
             work_dir: config.work_dir,
             process_ttl: config.process_ttl,
             resource_ttl: config.resource_ttl,
+            retention: config.retention,
+            timers,
             actions: VecDeque::new(),
             next_token: 1,
             pending: BTreeMap::new(),
             regs: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            replays: held::Replays::default(),
+            advert: advert::Advert::new(config.resources, config.advert_gap, config.generation_base),
+            liveness: heartbeat::Liveness::new(config.heartbeat_period, config.failure_timeout),
+            forwards: remote::Forwards::default(),
             left: false,
         };
         n.pump(now);
@@ -295,9 +401,14 @@ impl DaemonNode {
         &self.exec
     }
 
-    /// What this node advertises.
-    pub fn resources(&self) -> &Resources {
-        &self.resources
+    /// What this node advertises right now (free slots, load, ...).
+    pub fn resources(&self) -> Resources {
+        self.advert.current(self.exec.free_slots())
+    }
+
+    /// Jobs submitted here and not yet forgotten.
+    pub fn held_jobs(&self) -> usize {
+        self.jobs.len()
     }
 
     /// The directory of `job` on this node.
@@ -312,6 +423,11 @@ impl DaemonNode {
 
     fn event(&mut self, e: NodeEvent) {
         self.actions.push_back(Action::Event(e));
+    }
+
+    fn send(&mut self, to: NodeAddr, body: NodeMsg, payload: Bytes) {
+        let msg = Envelope::new(self.addr.id(), self.addr, 0, body).with_payload(payload);
+        self.actions.push_back(Action::Send { to, msg });
     }
 
     fn reply(&mut self, conn: ConnId, request_id: u64, reply: LocalReply) {
@@ -332,13 +448,6 @@ impl DaemonNode {
                 tracing::debug!(%e, "overlay command refused");
                 false
             }
-        }
-    }
-
-    fn advertise(&mut self, now: Instant) {
-        for (name, value) in self.resources.registrations(self.addr) {
-            let ttl = self.resource_ttl;
-            self.overlay(now, OverlayCommand::Register { name, value, ttl });
         }
     }
 
@@ -370,7 +479,7 @@ impl DaemonNode {
                     Action::Send { to, msg } => {
                         self.actions.push_back(Action::Send { to, msg: rewrap(msg, NodeMsg::Job) })
                     }
-                    Action::Event(e) => self.on_exec_event(e),
+                    Action::Event(e) => self.on_exec_event(now, e),
                 }
             }
             if !busy {
@@ -385,40 +494,23 @@ impl DaemonNode {
         }
         match e {
             OverlayEvent::QueryDone { token, result, .. } => match self.pending.remove(&token) {
-                Some(Pending::Resolve { conn, request_id, key }) => {
-                    let reply = match result {
-                        Ok(values) => {
-                            LocalReply::Resolved { key, addrs: values.iter().filter_map(|v| v.parse().ok()).collect() }
-                        }
-                        Err(OverlayError::NotConnected) => LocalReply::Failed { error: LocalError::NotConnected },
-                        Err(_) => LocalReply::Failed { error: LocalError::Timeout },
-                    };
-                    self.reply(conn, request_id, reply);
-                }
-                Some(Pending::Nodes { conn, request_id }) => {
-                    let reply = match result {
-                        Ok(mut nodes) => {
-                            nodes.sort();
-                            nodes.dedup();
-                            ToolReply::Nodes { nodes }
-                        }
-                        Err(e) => ToolReply::Error { message: format!("overlay query failed: {e}") },
-                    };
-                    self.tool_reply(conn, request_id, reply);
-                }
+                Some(Pending::Resolve { conn, request_id, key }) => self.resolved(conn, request_id, key, result),
+                Some(Pending::Nodes { conn, request_id }) => self.nodes_listed(conn, request_id, result),
+                Some(Pending::Locate { fwd }) => self.located(now, fwd, result),
+                Some(Pending::Gather { fwd }) => self.gather_nodes(now, fwd, result),
                 None => {}
             },
             OverlayEvent::LookupDone { .. } => {}
             other => {
                 if other == OverlayEvent::Joined && !self.left {
-                    self.advertise(now);
+                    self.advertise_all(now);
                 }
                 self.event(NodeEvent::Overlay(other));
             }
         }
     }
 
-    fn on_exec_event(&mut self, e: ExecEvent) {
+    fn on_exec_event(&mut self, now: Instant, e: ExecEvent) {
         match e {
             ExecEvent::WriteFile { job, name, offset, data } => {
                 let path = join(&self.job_dir(job), &name);
@@ -451,57 +543,40 @@ impl DaemonNode {
                 self.event(NodeEvent::CopyFile { from: self.cache_path(digest), to, link: program });
             }
             ExecEvent::CacheEvict { digest } => self.event(NodeEvent::RemoveFile { path: self.cache_path(digest) }),
-            // Capacity is advertised, not free slots (module docs).
-            ExecEvent::SlotsChanged { .. } => {}
+            ExecEvent::SlotsChanged { .. } => self.resources_changed(now),
             ExecEvent::OutputCredit { job, rank, bytes } => self.event(NodeEvent::OutputCredit { job, rank, bytes }),
         }
     }
 
-    fn on_local(&mut self, now: Instant, conn: ConnId, request_id: u64, req: LocalRequest) {
-        match req {
-            LocalRequest::Register { key, addr } => {
-                let (name, value) = (key.to_string(), addr.to_string());
-                let ttl = self.process_ttl;
-                let ok = self.overlay(now, OverlayCommand::Register { name: name.clone(), value: value.clone(), ttl });
-                if ok {
-                    self.regs.entry(conn).or_default().push((name, value));
-                    self.reply(conn, request_id, LocalReply::Registered { key });
-                } else {
-                    self.reply(conn, request_id, LocalReply::Failed { error: LocalError::Refused });
-                }
-            }
-            LocalRequest::Resolve { key } => {
-                if !self.chord.is_joined() {
-                    return self.reply(conn, request_id, LocalReply::Failed { error: LocalError::NotConnected });
-                }
-                let token = self.token();
-                if self.overlay(now, OverlayCommand::Query { token, name: key.to_string() }) {
-                    self.pending.insert(token, Pending::Resolve { conn, request_id, key });
-                } else {
-                    self.reply(conn, request_id, LocalReply::Failed { error: LocalError::Refused });
-                }
-            }
-            LocalRequest::Unregister { key, addr } => {
-                let (name, value) = (key.to_string(), addr.to_string());
-                if let Some(v) = self.regs.get_mut(&conn) {
-                    v.retain(|r| *r != (name.clone(), value.clone()));
-                }
-                self.overlay(now, OverlayCommand::Unregister { name, value });
-                self.reply(conn, request_id, LocalReply::Unregistered { key });
-            }
+    fn on_node_message(&mut self, now: Instant, from: NodeAddr, body: NodeMsg, payload: Bytes) {
+        match body {
+            NodeMsg::Chord(_) | NodeMsg::Job(_) => {}
+            NodeMsg::Heartbeat { running } => self.check_running(from, running),
+            NodeMsg::Tool { fwd, req } => self.on_forwarded(now, from, fwd, req),
+            NodeMsg::ToolReply { fwd, reply } => self.on_forwarded_reply(from, fwd, reply, payload),
+            NodeMsg::ToolCancel { fwd } => self.drop_client(Client::Remote { node: from, fwd }),
         }
     }
 
-    fn conn_closed(&mut self, now: Instant, conn: ConnId) {
-        for (name, value) in self.regs.remove(&conn).unwrap_or_default() {
-            self.overlay(now, OverlayCommand::Unregister { name, value });
+    fn on_timer(&mut self, now: Instant, t: Timer) {
+        match t {
+            Timer::Heartbeat => self.heartbeat(now),
+            Timer::Retention => self.forget_expired(now),
+            Timer::Advert => self.readvertise(now),
+            Timer::Forward => self.forwards_expired(now),
         }
-        for meta in self.jobs.values_mut() {
-            meta.watchers.retain(|(c, _)| *c != conn);
+    }
+
+    /// A peer is gone (a failed send, or silent for `silent`): everything that
+    /// depends on it is told.
+    fn peer_gone(&mut self, now: Instant, peer: NodeAddr, silent: Option<Duration>) {
+        match silent {
+            Some(d) => self.submitter.handle_peer_silent(now, peer, d),
+            None => self.submitter.handle_send_failed(now, peer),
         }
-        self.pending.retain(|_, p| match p {
-            Pending::Resolve { conn: c, .. } | Pending::Nodes { conn: c, .. } => *c != conn,
-        });
+        self.exec.handle_send_failed(now, peer);
+        self.forward_target_gone(peer, silent);
+        self.drop_remote_clients(peer);
     }
 }
 
@@ -516,12 +591,14 @@ impl Machine for DaemonNode {
     }
 
     fn handle_message(&mut self, now: Instant, msg: Envelope<NodeMsg>) {
+        self.liveness.heard(msg.sender_addr, now);
         let mut body = None;
         let head = rewrap(msg, |b| body = Some(b));
         match body {
             Some(NodeMsg::Chord(c)) => self.chord.handle_message(now, rewrap(head, |()| c)),
             Some(NodeMsg::Job(j)) if for_executor(&j) => self.exec.handle_message(now, rewrap(head, |()| j)),
             Some(NodeMsg::Job(j)) => self.submitter.handle_message(now, rewrap(head, |()| j)),
+            Some(other) => self.on_node_message(now, head.sender_addr, other, head.payload),
             None => {}
         }
         self.pump(now);
@@ -529,8 +606,7 @@ impl Machine for DaemonNode {
 
     fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
         self.chord.handle_send_failed(now, to);
-        self.submitter.handle_send_failed(now, to);
-        self.exec.handle_send_failed(now, to);
+        self.peer_gone(now, to, None);
         self.pump(now);
     }
 
@@ -541,7 +617,7 @@ impl Machine for DaemonNode {
                 Ok(())
             }
             NodeCommand::Tool { conn, request_id, req } => {
-                self.on_tool(now, conn, request_id, req);
+                self.on_tool(now, Client::Local { conn, request_id }, req);
                 Ok(())
             }
             NodeCommand::ConnClosed { conn } => {
@@ -563,6 +639,20 @@ impl Machine for DaemonNode {
             }
             NodeCommand::OutputFileRead { job, rank, name, data } => {
                 self.exec.handle_output_file(job, rank, &name, data);
+                Ok(())
+            }
+            NodeCommand::HostStats { load_milli, mem_free_mb } => {
+                if self.advert.host_stats(load_milli, mem_free_mb) {
+                    self.resources_changed(now);
+                }
+                Ok(())
+            }
+            NodeCommand::Replayed { replay, rank, stream, offset, data } => {
+                self.replayed(replay, rank, stream, offset, data);
+                Ok(())
+            }
+            NodeCommand::ReplayDone { replay } => {
+                self.replay_done(replay);
                 Ok(())
             }
             NodeCommand::Leave => {
@@ -589,6 +679,9 @@ impl Machine for DaemonNode {
         if self.exec.poll_timeout().is_some_and(|t| t <= now) {
             self.exec.handle_timeout(now);
         }
+        for t in self.timers.take_expired(now) {
+            self.on_timer(now, t);
+        }
         self.pump(now);
     }
 
@@ -597,7 +690,10 @@ impl Machine for DaemonNode {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.chord.poll_timeout(), self.submitter.poll_timeout(), self.exec.poll_timeout()].into_iter().flatten().min()
+        [self.chord.poll_timeout(), self.submitter.poll_timeout(), self.exec.poll_timeout(), self.timers.next()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 

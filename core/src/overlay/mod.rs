@@ -49,7 +49,9 @@ pub enum OverlayCommand {
     /// Store `value` under `name` for `ttl`, and keep refreshing it until
     /// [`OverlayCommand::Unregister`] or leave.
     Register { name: String, value: String, ttl: Duration },
-    /// Stop refreshing a registration (it expires after its TTL).
+    /// Withdraw a registration: stop refreshing it and remove it from its owner
+    /// (and replicas) now. Best effort: a copy the withdrawal misses expires with
+    /// its TTL.
     Unregister { name: String, value: String },
     /// Every live value registered under `name`.
     Query { token: Token, name: String },

@@ -64,6 +64,17 @@ struct Slot {
     values: Vec<(String, Instant)>,
 }
 
+/// What became of an entry offered to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// Stored (or refreshed) until then.
+    Stored(Instant),
+    /// Its TTL was 0: the value was withdrawn.
+    Withdrawn,
+    /// Too large, or a limit is reached.
+    Refused,
+}
+
 /// Registrations stored at this node (as owner or replica), each with its expiry.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Store {
@@ -72,14 +83,32 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Stores (or refreshes) `entry` received at `now`, within `limits`. Returns its
-    /// expiry, or `None` when it was refused (too large, or a limit is reached).
-    pub(crate) fn store(&mut self, now: Instant, entry: Entry, limits: &Limits) -> Option<Instant> {
+    /// Stores (or refreshes) `entry` received at `now`, within `limits`; an entry
+    /// with a TTL of 0 withdraws its value.
+    pub(crate) fn store(&mut self, now: Instant, entry: Entry, limits: &Limits) -> Put {
         if entry.name.len() > limits.max_name_len || entry.value.len() > limits.max_value_len {
-            return None;
+            return Put::Refused;
+        }
+        if entry.ttl_ms == 0 {
+            self.remove(&entry.name, &entry.value);
+            return Put::Withdrawn;
         }
         let expires = later(now, Duration::from_millis(entry.ttl_ms).min(limits.max_ttl));
-        self.put(entry.name, entry.value, expires, limits.per_name, limits.total).then_some(expires)
+        match self.put(entry.name, entry.value, expires, limits.per_name, limits.total) {
+            true => Put::Stored(expires),
+            false => Put::Refused,
+        }
+    }
+
+    /// Removes one value (a withdrawn registration).
+    fn remove(&mut self, name: &str, value: &str) {
+        let Some(slot) = self.names.get_mut(name) else { return };
+        let before = slot.values.len();
+        slot.values.retain(|(v, _)| v != value);
+        self.len -= before - slot.values.len();
+        if slot.values.is_empty() {
+            self.names.remove(name);
+        }
     }
 
     /// Stores or refreshes one value. False when a limit refused it.
@@ -154,7 +183,8 @@ impl Store {
             }
             for (value, e) in &slot.values {
                 if *e > now {
-                    let ttl_ms = u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX);
+                    // At least 1 ms: a TTL of 0 withdraws a value.
+                    let ttl_ms = u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX).max(1);
                     out.push(Entry { name: name.clone(), value: value.clone(), ttl_ms });
                 }
             }
@@ -170,13 +200,15 @@ pub(crate) struct OwnRegs(Vec<OwnReg>);
 impl OwnRegs {
     /// Adds (or replaces) a registration, due for its first store at `now`.
     pub(crate) fn add(&mut self, now: Instant, name: String, value: String, ttl: Duration) {
-        self.remove(&name, &value);
+        let _ = self.remove(&name, &value);
         self.0.push(OwnReg { name, value, ttl, next_refresh: now });
     }
 
-    /// Stops refreshing one registration.
-    pub(crate) fn remove(&mut self, name: &str, value: &str) {
+    /// Stops refreshing one registration; true if it was registered.
+    pub(crate) fn remove(&mut self, name: &str, value: &str) -> bool {
+        let before = self.0.len();
         self.0.retain(|r| r.name != name || r.value != value);
+        self.0.len() < before
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -11,8 +11,9 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 
 /// The p2pmp node daemon.
 ///
-/// Settings come from the TOML file given with --config (keys: listen, control,
-/// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms), then from
+/// Settings come from the TOML file given with --config (keys: listen, advertise, control,
+/// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
+/// failure_timeout_ms, retention_s), then from
 /// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
@@ -21,9 +22,14 @@ struct Args {
     /// TOML configuration file.
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Overlay address to listen on and advertise (default 127.0.0.1:7400).
+    /// Overlay address to listen on (default 127.0.0.1:7400; 0.0.0.0:PORT for
+    /// every interface, with --advertise).
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// The address other hosts reach this node at (IP or IP:PORT; the port
+    /// defaults to the listening one). Ranks of jobs listen on its IP.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
     /// Loopback control address for ranks and p2pjob (default 127.0.0.1:7420).
     #[arg(long)]
     control: Option<SocketAddr>,
@@ -48,6 +54,17 @@ struct Args {
     /// Overlay maintenance period in milliseconds.
     #[arg(long)]
     stabilize_ms: Option<u64>,
+    /// Heartbeat period towards a job's submitter and executors, in ms (default 1000).
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+    /// How long a job's submitter or executor may stay silent (a paused or
+    /// partitioned host) before the job fails naming it, in ms (default 10000).
+    #[arg(long)]
+    failure_timeout_ms: Option<u64>,
+    /// How long finished jobs (status, exit codes, output) are kept, in seconds
+    /// (default 3600).
+    #[arg(long)]
+    retention_s: Option<u64>,
     /// Print the control address on stdout once serving (for scripts and tests).
     #[arg(long)]
     print_addr: bool,
@@ -69,6 +86,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         None => Config::default(),
     };
     cfg.listen = a.listen.unwrap_or(cfg.listen);
+    cfg.advertise = a.advertise.clone().or(cfg.advertise);
     cfg.control = a.control.unwrap_or(cfg.control);
     if !a.bootstrap.is_empty() {
         cfg.bootstrap = a.bootstrap.clone();
@@ -79,6 +97,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.tags.extend(a.tags.iter().cloned());
     cfg.log_level = a.log_level.clone().unwrap_or(cfg.log_level);
     cfg.stabilize_ms = a.stabilize_ms.unwrap_or(cfg.stabilize_ms);
+    cfg.heartbeat_ms = a.heartbeat_ms.unwrap_or(cfg.heartbeat_ms);
+    cfg.failure_timeout_ms = a.failure_timeout_ms.unwrap_or(cfg.failure_timeout_ms);
+    cfg.retention_s = a.retention_s.unwrap_or(cfg.retention_s);
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;

@@ -124,10 +124,17 @@ fn registrations_expire_without_refresh_and_live_with_it() {
     assert!(holders(&net, "dying").is_empty(), "expired copies are swept");
     assert_eq!(query(&mut net, 0, "alive").unwrap(), vec!["1".to_string()]);
 
-    // Unregister stops the refresh; the value then expires.
+    // Unregister withdraws the value at once (from the owner and its replicas)
+    // and stops the refresh.
+    register(&mut net, 1, "alive", "other", secs(3));
+    net.run_for(secs(1));
     net.command(1, OverlayCommand::Unregister { name: "alive".into(), value: "1".into() });
+    net.run_for(Duration::from_millis(200));
+    assert_eq!(query(&mut net, 0, "alive").unwrap(), vec!["other".to_string()]);
+    assert_eq!(holders(&net, "alive").len(), 3, "the owner and its replicas keep the other value");
+    assert!(holders(&net, "alive").iter().all(|&i| net.nodes[i].stored_values("alive") == ["other"]));
     net.run_for(secs(10));
-    assert_eq!(query(&mut net, 0, "alive").unwrap(), Vec::<String>::new());
+    assert_eq!(query(&mut net, 0, "alive").unwrap(), vec!["other".to_string()]);
 }
 
 #[test]

@@ -56,7 +56,7 @@ pub(crate) fn exit_code(p: JobPhase) -> i32 {
     }
 }
 
-fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Show) {
+pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Show) {
     while let Some(pos) =
         buf.iter().position(|b| *b == b'\n').or(if all && !buf.is_empty() { Some(buf.len()) } else { None })
     {
@@ -170,7 +170,8 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
                     eprintln!("  rank {rank} exited with {code}");
                 }
             }
-            ToolReply::Finished { phase, codes, error, .. } => {
+            ToolReply::Finished { job, phase, codes, error } => {
+                end.job = Some(job);
                 if bar {
                     eprintln!();
                 }

@@ -58,10 +58,19 @@ enum Cmd {
         #[arg(long, value_name = "N")]
         local: Option<usize>,
     },
-    /// Status of every job submitted through this node, or of one.
+    /// Status of one job, or of every job the network knows (asked of every node).
     Status {
         /// Job id (hex).
         job: Option<String>,
+    },
+    /// Everything a job's ranks wrote to stdout and stderr so far, from the
+    /// first byte (kept by the node holding the job until its retention ends).
+    Output {
+        /// Job id (hex).
+        job: String,
+        /// Only this rank's output, without the "[rank]" prefix.
+        #[arg(long)]
+        rank: Option<u32>,
     },
     /// Follow a job to its end, showing output and progress.
     Wait {
@@ -177,7 +186,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                         let v: Vec<_> = jobs
                             .iter()
                             .map(|j| {
-                                json!({"job": j.job.to_string(), "executable": j.executable, "phase": phase_name(j.phase),
+                                json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable, "phase": phase_name(j.phase),
                                 "ranks": j.ranks.iter().map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()),
                                 "started": r.started, "exit": r.exit})).collect::<Vec<_>>(), "error": j.error})
                             })
@@ -190,11 +199,12 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                             let running = j.ranks.iter().filter(|r| r.started && r.exit.is_none()).count();
                             let exited = j.ranks.iter().filter(|r| r.exit.is_some()).count();
                             println!(
-                                "{}  {:<9} {} rank(s): {running} running, {exited} exited  {}{}",
+                                "{}  {:<9} {} rank(s): {running} running, {exited} exited  {}  (on {}){}",
                                 j.job,
                                 phase_name(j.phase),
                                 j.ranks.len(),
                                 j.executable,
+                                j.holder,
                                 j.error.as_deref().map(|e| format!("  ({e})")).unwrap_or_default()
                             );
                         }
@@ -204,6 +214,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 ToolReply::Error { message } => Err(daemon(anyhow!(message))),
                 other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
             }
+        }
+        Cmd::Output { job, rank } => {
+            let job = parse_job(&job)?;
+            let mut c = connect(cli.node)?;
+            let id = c.send(ToolRequest::Output { job, rank }).map_err(daemon)?;
+            print_output(&mut c, id, rank.is_some(), json).map_err(daemon)?;
+            Ok(0)
         }
         Cmd::Wait { job } => {
             let job = parse_job(&job)?;
@@ -243,6 +260,43 @@ fn run(cli: Cli) -> Result<i32, Fail> {
     }
 }
 
+/// Prints the replies to an output request until its end: lines prefixed by
+/// rank, or (`raw`, one rank asked for) the bytes as they were written.
+fn print_output(c: &mut Client, id: u64, raw: bool, json: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let show = Show { json, output: true, progress: false };
+    let mut lines: std::collections::BTreeMap<(u32, p2pmp_core::job::Stream), Vec<u8>> = Default::default();
+    loop {
+        let (rid, reply, payload) = c.next(Some(Duration::from_secs(60)))?;
+        if rid != id {
+            continue;
+        }
+        match reply {
+            ToolReply::Output { stream, .. } if raw && !json => {
+                if stream == p2pmp_core::job::Stream::Stdout {
+                    std::io::stdout().write_all(&payload)?;
+                } else {
+                    std::io::stderr().write_all(&payload)?;
+                }
+            }
+            ToolReply::Output { rank, stream, .. } => {
+                let buf = lines.entry((rank, stream)).or_default();
+                buf.extend_from_slice(&payload);
+                follow::flush_lines(buf, rank, stream, false, show);
+            }
+            ToolReply::OutputEnd { .. } => {
+                for ((rank, stream), buf) in lines.iter_mut() {
+                    follow::flush_lines(buf, *rank, *stream, true, show);
+                }
+                std::io::stdout().flush()?;
+                return Ok(());
+            }
+            ToolReply::Error { message } => anyhow::bail!("{message}"),
+            _ => {}
+        }
+    }
+}
+
 pub(crate) fn print_nodes(values: &[String], json: bool) {
     let nodes: Vec<(String, Resources)> =
         values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect();
@@ -251,16 +305,30 @@ pub(crate) fn print_nodes(values: &[String], json: bool) {
             .iter()
             .map(|(a, r)| {
                 json!({"addr": a, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
-                "slots": r.slots, "tags": r.tags.iter().collect::<Vec<_>>()})
+                "slots": r.slots, "slots_total": r.slots_total, "load": r.load(), "mem_free_mb": r.mem_free_mb,
+                "tags": r.tags.iter().collect::<Vec<_>>()})
             })
             .collect();
         println!("{}", json!({"nodes": v}));
         return;
     }
-    println!("{:<22} {:<7} {:<8} {:>5} {:>8} {:>5}  tags", "node", "os", "arch", "cores", "mem_mb", "slots");
+    println!(
+        "{:<22} {:<7} {:<8} {:>5} {:>8} {:>9} {:>5} {:>6}  tags",
+        "node", "os", "arch", "cores", "mem_mb", "mem_free", "slots", "load"
+    );
     for (a, r) in &nodes {
         let tags: Vec<&str> = r.tags.iter().map(String::as_str).collect();
-        println!("{a:<22} {:<7} {:<8} {:>5} {:>8} {:>5}  {}", r.os, r.arch, r.cores, r.mem_mb, r.slots, tags.join(","));
+        let slots = if r.slots_total > 0 { format!("{}/{}", r.slots, r.slots_total) } else { r.slots.to_string() };
+        let free = r.mem_free_mb.map_or("-".to_owned(), |m| m.to_string());
+        let load = r.load().map_or("-".to_owned(), |l| format!("{l:.2}"));
+        println!(
+            "{a:<22} {:<7} {:<8} {:>5} {:>8} {free:>9} {slots:>5} {load:>6}  {}",
+            r.os,
+            r.arch,
+            r.cores,
+            r.mem_mb,
+            tags.join(",")
+        );
     }
 }
 

@@ -1,0 +1,327 @@
+//! The jobs a node holds (those submitted to it): what the submitter reports
+//! becomes tool replies for their watchers, file writes for output files, and
+//! log files of every rank's stdout and stderr, kept from the first byte so a
+//! `wait` that attaches late, or `output`, shows all of it (a replay from the
+//! files, then the live stream). A finished job is forgotten `retention` after
+//! it ended: its state, its logs and its key in the overlay.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::control::{JobPhase, JobStatus, RankStatus, ToolReply, job_key_name};
+use super::{Client, DaemonNode, LogFile, NodeEvent, Timer, join, plain_name};
+use crate::job::{JobId, Outcome, Phase, Stream, SubmitEvent};
+use crate::overlay::OverlayCommand;
+
+/// How a held job ended.
+#[derive(Debug, Clone)]
+pub(super) struct End {
+    pub(super) phase: JobPhase,
+    pub(super) codes: Vec<i32>,
+    pub(super) error: Option<String>,
+    pub(super) at: Instant,
+}
+
+/// One client following a job; while its replay of the logs runs, live
+/// replies wait in `queued` so nothing overtakes the replay.
+#[derive(Debug)]
+pub(super) struct Watcher {
+    pub(super) client: Client,
+    replay: Option<u64>,
+    queued: Vec<(ToolReply, Bytes)>,
+}
+
+/// What a node keeps about a job submitted to it, beside the submitter's state.
+#[derive(Debug)]
+pub(super) struct JobMeta {
+    base_dir: String,
+    size: u32,
+    pub(super) watchers: Vec<Watcher>,
+    pub(super) end: Option<End>,
+    /// Bytes of each rank's stdout and stderr kept in its log file.
+    logs: BTreeMap<(u32, Stream), u64>,
+}
+
+/// A replay of a job's logs to one client under way.
+#[derive(Debug)]
+struct Replay {
+    job: JobId,
+    client: Client,
+    /// After the replay: follow the job (a watch), or end with `OutputEnd`.
+    follow: bool,
+}
+
+/// Replays under way, by number.
+#[derive(Debug, Default)]
+pub(super) struct Replays {
+    next: u64,
+    live: BTreeMap<u64, Replay>,
+}
+
+impl DaemonNode {
+    /// Where the node keeps `job`'s logs.
+    fn log_dir(&self, job: JobId) -> String {
+        format!("{}/out-{job}", self.work_dir.trim_end_matches('/'))
+    }
+
+    fn log_path(&self, job: JobId, rank: u32, stream: Stream) -> String {
+        let ext = if stream == Stream::Stdout { "out" } else { "err" };
+        format!("{}/{rank}.{ext}", self.log_dir(job))
+    }
+
+    /// A job was submitted here: hold it, register its key.
+    pub(super) fn hold(&mut self, now: Instant, job: JobId, base_dir: String, size: u32) {
+        if self.jobs.contains_key(&job) {
+            return;
+        }
+        let meta = JobMeta { base_dir, size, watchers: Vec::new(), end: None, logs: BTreeMap::new() };
+        self.jobs.insert(job, meta);
+        let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.resource_ttl);
+        self.overlay(now, OverlayCommand::Register { name, value, ttl });
+    }
+
+    /// `client` follows `job` from now on (its logs so far replayed first);
+    /// with `follow` false it gets the logs so far and `OutputEnd`.
+    pub(super) fn attach(&mut self, job: JobId, client: Client, follow: bool, rank: Option<u32>) {
+        let Some(meta) = self.jobs.get(&job) else { return };
+        let files: Vec<LogFile> = meta
+            .logs
+            .iter()
+            .filter(|((r, _), len)| **len > 0 && rank.is_none_or(|want| want == *r))
+            .map(|(&(rank, stream), &len)| LogFile { rank, stream, path: self.log_path(job, rank, stream), len })
+            .collect();
+        let replay = if files.is_empty() {
+            None
+        } else {
+            self.replays.next += 1;
+            let id = self.replays.next;
+            self.replays.live.insert(id, Replay { job, client, follow });
+            self.event(NodeEvent::ReplayOutput { replay: id, files });
+            Some(id)
+        };
+        match (replay, follow) {
+            (Some(_), false) => {}
+            (None, false) => self.send_reply(client, ToolReply::OutputEnd { job }, Bytes::new()),
+            (replay, true) => {
+                let Some(meta) = self.jobs.get_mut(&job) else { return };
+                meta.watchers.push(Watcher { client, replay, queued: Vec::new() });
+                if replay.is_none() {
+                    self.replay_end(job, client);
+                }
+            }
+        }
+    }
+
+    /// A chunk of a replayed log file.
+    pub(super) fn replayed(&mut self, replay: u64, rank: u32, stream: Stream, offset: u64, data: Bytes) {
+        let Some(r) = self.replays.live.get(&replay) else { return };
+        let (job, client) = (r.job, r.client);
+        self.send_reply(client, ToolReply::Output { job, rank, stream, offset }, data);
+    }
+
+    /// A replay is over: the client's queued live replies follow it.
+    pub(super) fn replay_done(&mut self, replay: u64) {
+        let Some(r) = self.replays.live.remove(&replay) else { return };
+        if !r.follow {
+            return self.send_reply(r.client, ToolReply::OutputEnd { job: r.job }, Bytes::new());
+        }
+        let Some(meta) = self.jobs.get_mut(&r.job) else { return };
+        let Some(w) = meta.watchers.iter_mut().find(|w| w.replay == Some(replay)) else { return };
+        w.replay = None;
+        let queued = std::mem::take(&mut w.queued);
+        let ended = queued.iter().any(|(reply, _)| matches!(reply, ToolReply::Finished { .. }));
+        if ended {
+            meta.watchers.retain(|w| w.client != r.client);
+        }
+        for (reply, payload) in queued {
+            self.send_reply(r.client, reply, payload);
+        }
+        if !ended {
+            self.replay_end(r.job, r.client);
+        }
+    }
+
+    /// A watcher of a job that is already over gets its end at once.
+    fn replay_end(&mut self, job: JobId, client: Client) {
+        let Some(meta) = self.jobs.get_mut(&job) else { return };
+        if let Some(end) = meta.end.clone() {
+            meta.watchers.retain(|w| w.client != client);
+            let fin = ToolReply::Finished { job, phase: end.phase, codes: end.codes, error: end.error };
+            self.send_reply(client, fin, Bytes::new());
+        }
+    }
+
+    /// Sends `reply` (with `payload`) to everyone following `job`.
+    fn tell_watchers(&mut self, job: JobId, reply: ToolReply, payload: Bytes) {
+        let Some(meta) = self.jobs.get_mut(&job) else { return };
+        let mut now_out = Vec::new();
+        for w in &mut meta.watchers {
+            if w.replay.is_some() {
+                w.queued.push((reply.clone(), payload.clone()));
+            } else {
+                now_out.push(w.client);
+            }
+        }
+        for client in now_out {
+            self.send_reply(client, reply.clone(), payload.clone());
+        }
+    }
+
+    /// Clients matching `pick` stop following anything.
+    pub(super) fn drop_clients(&mut self, pick: impl Fn(&Client) -> bool) {
+        for meta in self.jobs.values_mut() {
+            meta.watchers.retain(|w| !pick(&w.client));
+        }
+        self.replays.live.retain(|_, r| !pick(&r.client));
+    }
+
+    /// One client stops following anything.
+    pub(super) fn drop_client(&mut self, client: Client) {
+        self.drop_clients(|c| *c == client);
+    }
+
+    /// Every other node a job here streams to.
+    pub(super) fn remote_clients(&self) -> impl Iterator<Item = crate::machine::NodeAddr> + '_ {
+        let watching = self.jobs.values().flat_map(|m| m.watchers.iter().map(|w| w.client));
+        watching.chain(self.replays.live.values().map(|r| r.client)).filter_map(|c| match c {
+            Client::Remote { node, .. } => Some(node),
+            Client::Local { .. } => None,
+        })
+    }
+
+    /// Node `node` is gone: nothing more is streamed to it.
+    pub(super) fn drop_remote_clients(&mut self, node: crate::machine::NodeAddr) {
+        self.drop_clients(|c| matches!(c, Client::Remote { node: n, .. } if *n == node));
+    }
+
+    /// Where output file `name` of `rank` goes: `<base>/<name>` for a one-rank job,
+    /// `<base>/<name>.<rank>` otherwise.
+    fn output_path(&self, job: JobId, rank: u32, name: &str) -> Option<String> {
+        let meta = self.jobs.get(&job)?;
+        if !plain_name(name) {
+            return None;
+        }
+        let file = if meta.size == 1 { name.to_owned() } else { format!("{name}.{rank}") };
+        Some(join(&meta.base_dir, &file))
+    }
+
+    pub(super) fn status_of(&self, job: JobId) -> Option<JobStatus> {
+        let meta = self.jobs.get(&job)?;
+        let s = self.submitter.get(job)?;
+        let phase = match (&meta.end, s.phase()) {
+            (Some(end), _) => end.phase,
+            (None, Phase::Resolving) => JobPhase::Resolving,
+            (None, Phase::Placing) => JobPhase::Placing,
+            (None, _) => JobPhase::Running,
+        };
+        let ranks = s
+            .ranks()
+            .iter()
+            .map(|r| RankStatus { rank: r.rank, node: r.node, started: r.started, exit: r.exit })
+            .collect();
+        let error = meta.end.as_ref().and_then(|e| e.error.clone());
+        let executable = s.description().executable.clone();
+        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr })
+    }
+
+    pub(super) fn on_submit_event(&mut self, now: Instant, e: SubmitEvent) {
+        match e {
+            SubmitEvent::Overlay(cmd) => {
+                self.overlay(now, cmd);
+            }
+            SubmitEvent::ReadFile { job, file, path } => {
+                let base = self.jobs.get(&job).map(|m| m.base_dir.clone()).unwrap_or_default();
+                self.event(NodeEvent::ReadFile { job, file, path: join(&base, &path) });
+            }
+            SubmitEvent::Placed { job, ranks } => {
+                self.tell_watchers(job, ToolReply::Placed { job, ranks }, Bytes::new())
+            }
+            SubmitEvent::Started { job, rank, node } => {
+                self.tell_watchers(job, ToolReply::Started { job, rank, node }, Bytes::new())
+            }
+            SubmitEvent::Output { job, rank, stream, offset, data } => {
+                self.keep_log(job, rank, stream, &data);
+                self.tell_watchers(job, ToolReply::Output { job, rank, stream, offset }, data)
+            }
+            SubmitEvent::WriteFile { job, rank, name, offset, data } => {
+                if let Some(path) = self.output_path(job, rank, &name) {
+                    self.event(NodeEvent::WriteFile { path, offset, data });
+                }
+            }
+            SubmitEvent::OutputFileDone { job, rank, name, ok } => {
+                if let Some(path) = self.output_path(job, rank, &name) {
+                    self.tell_watchers(job, ToolReply::OutputFile { job, rank, path, ok }, Bytes::new());
+                }
+            }
+            SubmitEvent::Exited { job, rank, code } => {
+                self.tell_watchers(job, ToolReply::Exited { job, rank, code }, Bytes::new())
+            }
+            SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
+            SubmitEvent::Status { .. } => {}
+        }
+    }
+
+    /// Appends output to its rank's log file.
+    fn keep_log(&mut self, job: JobId, rank: u32, stream: Stream, data: &Bytes) {
+        let path = self.log_path(job, rank, stream);
+        let Some(meta) = self.jobs.get_mut(&job) else { return };
+        let len = meta.logs.entry((rank, stream)).or_default();
+        let offset = *len;
+        *len += data.len() as u64;
+        self.event(NodeEvent::WriteFile { path, offset, data: data.clone() });
+    }
+
+    fn finished(&mut self, now: Instant, job: JobId, outcome: Outcome) {
+        let (phase, codes, error) = match outcome {
+            Outcome::Done { codes } if codes.iter().all(|c| *c == 0) => (JobPhase::Done, codes, None),
+            Outcome::Done { codes } => {
+                let bad: Vec<String> = codes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c != 0)
+                    .map(|(r, c)| format!("rank {r} exited with {c}"))
+                    .collect();
+                (JobPhase::Failed, codes, Some(bad.join(", ")))
+            }
+            Outcome::Failed(e) => (JobPhase::Failed, Vec::new(), Some(e.to_string())),
+            Outcome::Killed => (JobPhase::Killed, Vec::new(), Some("killed".to_owned())),
+        };
+        let fin = ToolReply::Finished { job, phase, codes: codes.clone(), error: error.clone() };
+        self.tell_watchers(job, fin, Bytes::new());
+        if let Some(meta) = self.jobs.get_mut(&job) {
+            // Watchers still replaying get the end when their replay is done.
+            meta.watchers.retain(|w| w.replay.is_some());
+            meta.end = Some(End { phase, codes, error, at: now });
+        }
+        if self.timers.get(Timer::Retention).is_none() {
+            self.timers.set(Timer::Retention, now + self.retention);
+        }
+        self.event(NodeEvent::JobFinished { job, phase });
+    }
+
+    /// Forgets every job that ended `retention` ago or more.
+    pub(super) fn forget_expired(&mut self, now: Instant) {
+        let retention = self.retention;
+        let expired: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, m)| m.end.as_ref().is_some_and(|e| e.at + retention <= now))
+            .map(|(j, _)| *j)
+            .collect();
+        for job in expired {
+            self.jobs.remove(&job);
+            self.submitter.forget(job);
+            self.replays.live.retain(|_, r| r.job != job);
+            let (name, value) = (job_key_name(job), self.addr.to_string());
+            self.overlay(now, OverlayCommand::Unregister { name, value });
+            let path = self.log_dir(job);
+            self.event(NodeEvent::RemoveDir { path });
+        }
+        match self.jobs.values().filter_map(|m| m.end.as_ref().map(|e| e.at + retention)).min() {
+            Some(t) => self.timers.set(Timer::Retention, t),
+            None => self.timers.clear(Timer::Retention),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Requests about jobs held by other nodes. A tool may ask any node about any
+//! job: the node finds the job's holder through the overlay (the job's key,
+//! [`job_key_name`]), forwards the request there as [`NodeMsg::Tool`] and passes
+//! the answers back to the tool. `Status` without a job gathers the jobs of
+//! every node (`res:any` lists them) within [`GATHER_TIMEOUT`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::control::{JobStatus, ToolReply, ToolRequest, job_key_name};
+use super::tool::newest_lines;
+use super::{Client, ConnId, DaemonNode, NodeEvent, NodeMsg, Pending, Timer};
+use crate::job::{ANY_NAME, JobId};
+use crate::machine::NodeAddr;
+use crate::overlay::{OverlayCommand, OverlayError};
+
+/// How long a forwarded request that is not a stream may go unanswered.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a network-wide status waits for the nodes' answers.
+const GATHER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A status of every node's jobs being gathered.
+#[derive(Debug)]
+struct Gather {
+    waiting: BTreeSet<NodeAddr>,
+    jobs: Vec<JobStatus>,
+}
+
+/// A local tool's request that another node answers.
+#[derive(Debug)]
+struct Forward {
+    conn: ConnId,
+    request_id: u64,
+    /// What it is about (`None` for a gather).
+    job: Option<JobId>,
+    req: ToolRequest,
+    /// The node answering, once found.
+    to: Option<NodeAddr>,
+    deadline: Option<Instant>,
+    gather: Option<Gather>,
+}
+
+/// Forwarded requests by number (`fwd` on the wire).
+#[derive(Debug, Default)]
+pub(super) struct Forwards {
+    next: u64,
+    live: BTreeMap<u64, Forward>,
+}
+
+impl DaemonNode {
+    fn new_forward(&mut self, client: Client, job: Option<JobId>, req: ToolRequest) -> Option<u64> {
+        let Client::Local { conn, request_id } = client else { return None };
+        self.forwards.next += 1;
+        let fwd = self.forwards.next;
+        let f = Forward { conn, request_id, job, req, to: None, deadline: None, gather: None };
+        self.forwards.live.insert(fwd, f);
+        Some(fwd)
+    }
+
+    fn answer(&mut self, fwd: u64, reply: ToolReply, payload: Bytes) {
+        let Some(f) = self.forwards.live.get(&fwd) else { return };
+        let (conn, request_id) = (f.conn, f.request_id);
+        if reply.ends_request() {
+            self.forwards.live.remove(&fwd);
+        }
+        self.event(NodeEvent::ToolReply { conn, request_id, reply, payload });
+    }
+
+    fn fail_forward(&mut self, fwd: u64, message: String) {
+        self.answer(fwd, ToolReply::Error { message }, Bytes::new());
+    }
+
+    fn arm_forward_timer(&mut self) {
+        match self.forwards.live.values().filter_map(|f| f.deadline).min() {
+            Some(t) => self.timers.set(Timer::Forward, t),
+            None => self.timers.clear(Timer::Forward),
+        }
+    }
+
+    /// `req` is about `job`, which is held elsewhere: find its node.
+    pub(super) fn forward(&mut self, now: Instant, client: Client, job: JobId, req: ToolRequest) {
+        let Some(fwd) = self.new_forward(client, Some(job), req) else { return };
+        let token = self.token();
+        if self.overlay(now, OverlayCommand::Query { token, name: job_key_name(job) }) {
+            self.pending.insert(token, Pending::Locate { fwd });
+        } else {
+            self.fail_forward(fwd, "not connected to an overlay".to_owned());
+        }
+    }
+
+    /// The job's key was looked up: send the request to its node.
+    pub(super) fn located(&mut self, now: Instant, fwd: u64, result: Result<Vec<String>, OverlayError>) {
+        let Some(f) = self.forwards.live.get(&fwd) else { return };
+        let job = f.job.map(|j| j.to_string()).unwrap_or_default();
+        let holder = match result {
+            Ok(values) => values.iter().filter_map(|v| v.parse::<NodeAddr>().ok()).find(|a| *a != self.addr),
+            Err(e) => return self.fail_forward(fwd, format!("cannot find job {job}: overlay query failed: {e}")),
+        };
+        let Some(to) = holder else {
+            let keep = self.retention.as_secs();
+            let message = format!("no job {job} in the network (a finished job is kept for {keep} s after it ends)");
+            return self.fail_forward(fwd, message);
+        };
+        let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
+        f.to = Some(to);
+        let stream = matches!(f.req, ToolRequest::Watch { .. } | ToolRequest::Output { .. });
+        // A stream may run for as long as its job: heartbeats watch its node.
+        f.deadline = (!stream).then(|| now + REQUEST_TIMEOUT);
+        let req = f.req.clone();
+        self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+        self.arm_forward_timer();
+    }
+
+    /// A request forwarded by node `from`.
+    pub(super) fn on_forwarded(&mut self, now: Instant, from: NodeAddr, fwd: u64, req: ToolRequest) {
+        self.on_tool(now, Client::Remote { node: from, fwd }, req);
+    }
+
+    /// An answer to a request this node forwarded.
+    pub(super) fn on_forwarded_reply(&mut self, from: NodeAddr, fwd: u64, reply: ToolReply, payload: Bytes) {
+        let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
+        if let Some(g) = &mut f.gather {
+            if g.waiting.remove(&from) {
+                if let ToolReply::Jobs { jobs } = reply {
+                    g.jobs.extend(jobs);
+                }
+                if g.waiting.is_empty() {
+                    self.gathered(fwd);
+                }
+            }
+            return;
+        }
+        if f.to == Some(from) {
+            self.answer(fwd, reply, payload);
+        }
+    }
+
+    /// Nodes answering forwarded requests (heartbeats watch them).
+    pub(super) fn forward_targets(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        self.forwards.live.values().filter_map(|f| f.to)
+    }
+
+    /// Node `peer` is gone: requests it was answering fail, gathers stop waiting for it.
+    pub(super) fn forward_target_gone(&mut self, peer: NodeAddr, silent: Option<Duration>) {
+        let hit: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.to == Some(peer)).map(|(k, _)| *k).collect();
+        for fwd in hit {
+            let job = self.forwards.live[&fwd].job.map(|j| j.to_string()).unwrap_or_default();
+            let why = match silent {
+                Some(d) => format!("stopped answering (nothing heard for {:.1} s)", d.as_secs_f64()),
+                None => "is unreachable".to_owned(),
+            };
+            self.fail_forward(fwd, format!("node {peer} holding job {job} {why}"));
+        }
+        let waiting: Vec<u64> = self
+            .forwards
+            .live
+            .iter()
+            .filter(|(_, f)| f.gather.as_ref().is_some_and(|g| g.waiting.contains(&peer)))
+            .map(|(k, _)| *k)
+            .collect();
+        for fwd in waiting {
+            if let Some(g) = self.forwards.live.get_mut(&fwd).and_then(|f| f.gather.as_mut()) {
+                g.waiting.remove(&peer);
+                if g.waiting.is_empty() {
+                    self.gathered(fwd);
+                }
+            }
+        }
+    }
+
+    /// The tool on `conn` went away: its requests are cancelled where they went.
+    pub(super) fn cancel_forwards_of(&mut self, conn: ConnId) {
+        let mine: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.conn == conn).map(|(k, _)| *k).collect();
+        for fwd in mine {
+            if let Some(Forward { to: Some(to), gather: None, .. }) = self.forwards.live.remove(&fwd) {
+                self.send(to, NodeMsg::ToolCancel { fwd }, Bytes::new());
+            }
+        }
+        self.arm_forward_timer();
+    }
+
+    pub(super) fn forwards_expired(&mut self, now: Instant) {
+        let due: Vec<u64> =
+            self.forwards.live.iter().filter(|(_, f)| f.deadline.is_some_and(|d| d <= now)).map(|(k, _)| *k).collect();
+        for fwd in due {
+            let Some(f) = self.forwards.live.get(&fwd) else { continue };
+            if f.gather.is_some() {
+                self.gathered(fwd);
+            } else {
+                let to = f.to.map(|t| t.to_string()).unwrap_or_default();
+                let job = f.job.map(|j| j.to_string()).unwrap_or_default();
+                self.fail_forward(fwd, format!("node {to} holding job {job} did not answer in time"));
+            }
+        }
+        self.arm_forward_timer();
+    }
+
+    /// `p2pjob status` without a job: every node's jobs.
+    pub(super) fn gather(&mut self, now: Instant, client: Client) {
+        let Some(fwd) = self.new_forward(client, None, ToolRequest::Status { job: None }) else { return };
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        let jobs = ids.into_iter().filter_map(|j| self.status_of(j)).collect();
+        if let Some(f) = self.forwards.live.get_mut(&fwd) {
+            f.gather = Some(Gather { waiting: BTreeSet::new(), jobs });
+        }
+        let token = self.token();
+        if self.overlay(now, OverlayCommand::Query { token, name: ANY_NAME.to_owned() }) {
+            self.pending.insert(token, Pending::Gather { fwd });
+        } else {
+            self.gathered(fwd);
+        }
+    }
+
+    /// The network's nodes are known: ask each of them for its jobs.
+    pub(super) fn gather_nodes(&mut self, now: Instant, fwd: u64, result: Result<Vec<String>, OverlayError>) {
+        let nodes: BTreeSet<NodeAddr> = newest_lines(result.unwrap_or_default())
+            .iter()
+            .filter_map(|v| crate::job::Resources::parse_any_value(v).ok().map(|(a, _)| a))
+            .filter(|a| *a != self.addr)
+            .collect();
+        let Some(g) = self.forwards.live.get_mut(&fwd).and_then(|f| f.gather.as_mut()) else { return };
+        g.waiting = nodes.clone();
+        if nodes.is_empty() {
+            return self.gathered(fwd);
+        }
+        for to in nodes {
+            self.send(to, NodeMsg::Tool { fwd, req: ToolRequest::Status { job: None } }, Bytes::new());
+        }
+        if let Some(f) = self.forwards.live.get_mut(&fwd) {
+            f.deadline = Some(now + GATHER_TIMEOUT);
+        }
+        self.arm_forward_timer();
+    }
+
+    /// A gather is complete (or out of time): answer with what came.
+    fn gathered(&mut self, fwd: u64) {
+        let Some(g) = self.forwards.live.get_mut(&fwd).and_then(|f| f.gather.take()) else { return };
+        let mut jobs = g.jobs;
+        jobs.sort_by_key(|j| j.job);
+        jobs.dedup_by_key(|j| j.job);
+        self.answer(fwd, ToolReply::Jobs { jobs }, Bytes::new());
+    }
+}

@@ -1,0 +1,270 @@
+//! p2pmp on many hosts: a cluster of network namespaces (see
+//! `p2pmp_tests::cluster`), one `jobd` per host on its own address, jobs that
+//! span hosts, controlled from any node. Skipped, with a message, where
+//! namespaces cannot be made (not root, no iproute2 or nftables); CI sets
+//! `P2PMP_REQUIRE_NETNS=1` so there they must run.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use p2pmp_tests::cluster::{Cluster, cluster_or_skip};
+
+/// `target/<profile>`, with the programs this file runs freshly built.
+fn built() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"])
+    })
+}
+
+fn ring() -> String {
+    built().join("examples/mpi_ring").to_string_lossy().into_owned()
+}
+
+/// The flags every test daemon gets: quick maintenance (and one process slot
+/// unless a test says otherwise).
+const FAST: &[&str] = &["--stabilize-ms", "200", "--log-level", "info"];
+
+/// A cluster of `n` hosts with a jobd on each, once the overlay lists them all.
+fn cluster(test: &str, n: usize, extra: &[&str]) -> Option<Cluster> {
+    built();
+    let mut c = cluster_or_skip(test, n)?;
+    let mut flags: Vec<&str> = FAST.iter().chain(extra).copied().collect();
+    if !extra.contains(&"--slots") {
+        flags.extend(["--slots", "1"]);
+    }
+    c.start_all(&flags);
+    wait_for_nodes(&c, 0, n);
+    Some(c)
+}
+
+/// Waits until `p2pjob nodes` on host `from` lists `n` nodes.
+fn wait_for_nodes(c: &Cluster, from: usize, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = c.p2pjob(from, &["nodes"], Duration::from_secs(20));
+        let listed = out.stdout.lines().filter(|l| l.starts_with("198.18.")).count();
+        if listed == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the overlay lists {listed} of {n} nodes: {} {}", out.stdout, out.stderr);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Distinct nodes named in "placed rank(s) [..] on ADDR" lines.
+fn placed_nodes(stderr: &str) -> Vec<String> {
+    let mut v: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("placed rank(s) "))
+        .filter_map(|l| l.split(" on ").nth(1))
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn an_mpi_ring_spans_three_hosts() {
+    let Some(c) = cluster("ring_spans_hosts", 3, &[]) else { return };
+    let out = c.p2pjob(1, &["run", "-n", "3", &ring(), "500"], Duration::from_secs(60));
+    assert!(out.ok, "stdout {} stderr {}\njobd0: {}", out.stdout, out.stderr, c.log(0));
+    assert!(out.stdout.contains("[0] ring ok 500"), "{}", out.stdout);
+    let nodes = placed_nodes(&out.stderr);
+    assert_eq!(nodes.len(), 3, "one rank per host: {}", out.stderr);
+    assert!(nodes.iter().all(|n| n.starts_with("198.18.0.")), "{nodes:?}");
+}
+
+/// Writes `name` in the cluster's scratch directory (executable when it is a script).
+fn write(c: &Cluster, name: &str, text: &str) -> String {
+    let p = c.dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    if text.starts_with("#!") {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    p.to_string_lossy().into_owned()
+}
+
+fn job_file(c: &Cluster, name: &str, exe: &str, procs: u32, extra: &str) -> String {
+    let xml = format!(
+        "<?xml version=\"1.0\"?>\n<p2pjob>\n  <executable>{exe}</executable>\n{extra}  <processes>{procs}</processes>\n  \
+         <requirement>Linux</requirement>\n  <requirement>x86</requirement>\n</p2pjob>\n"
+    );
+    write(c, name, &xml)
+}
+
+/// Submits `job` through host `i` without waiting; returns the job id.
+fn submit(c: &Cluster, i: usize, job: &str) -> String {
+    let out = c.p2pjob(i, &["submit", job], Duration::from_secs(20));
+    assert!(out.ok, "submit: {} {}", out.stdout, out.stderr);
+    out.stdout.trim().to_owned()
+}
+
+/// Polls `p2pjob status JOB` on host `i` until its line contains `want`.
+fn wait_status(c: &Cluster, i: usize, job: &str, want: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = c.p2pjob(i, &["status", job], Duration::from_secs(20));
+        if s.stdout.contains(want) {
+            return s.stdout;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status of {job} on host {i} never showed {want:?}: {} {}",
+            s.stdout,
+            s.stderr
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn any_node_controls_any_job_and_a_late_wait_shows_all_output() {
+    let Some(c) = cluster("control_anywhere", 4, &[]) else { return };
+    // The classic requirements, in the thesis's spelling: "Linux" and "x86".
+    let talk = write(
+        &c,
+        "talk.sh",
+        "#!/bin/sh\nfor i in 1 2 3; do echo early $i; done\necho to stderr >&2\nsleep 3\necho late\n",
+    );
+    let job = job_file(&c, "talk.xml", &talk, 2, "");
+    let id = submit(&c, 0, &job);
+    let line = wait_status(&c, 2, &id, "2 running", Duration::from_secs(20));
+    assert!(line.contains("(on 198.18.0.1:7400)"), "the holder is the submitting node: {line}");
+    // Every node lists it among the network's jobs.
+    let all = c.p2pjob(3, &["status"], Duration::from_secs(20));
+    assert!(all.stdout.contains(&id), "{} {}", all.stdout, all.stderr);
+    // Output so far, from another node.
+    let so_far = c.p2pjob(3, &["output", &id], Duration::from_secs(20));
+    assert!(so_far.ok, "{}", so_far.stderr);
+    for rank in 0..2 {
+        assert!(so_far.stdout.contains(&format!("[{rank}] early 3")), "{}", so_far.stdout);
+        assert!(so_far.stderr.contains(&format!("[{rank}] to stderr")), "{}", so_far.stderr);
+    }
+    // A wait attached after the job printed shows everything from the start, then the rest.
+    let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(30));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    for rank in 0..2 {
+        for l in ["early 1", "early 2", "early 3", "late"] {
+            let want = format!("[{rank}] {l}");
+            assert_eq!(w.stdout.lines().filter(|x| *x == want).count(), 1, "{want} once in {}", w.stdout);
+        }
+    }
+    assert!(w.stderr.contains(&format!("job {id} done")), "{}", w.stderr);
+    // And so does a second wait, after the end; output of one rank comes raw.
+    let again = c.p2pjob(2, &["wait", &id], Duration::from_secs(20));
+    assert!(again.ok && again.stdout.contains("[1] late"), "{} {}", again.stdout, again.stderr);
+    let raw = c.p2pjob(3, &["output", &id, "--rank", "1"], Duration::from_secs(20));
+    assert_eq!(raw.stdout, "early 1\nearly 2\nearly 3\nlate\n");
+
+    // Kill from a node that neither submitted nor runs it.
+    let sleeper = job_file(&c, "sleep.xml", "/bin/sleep", 2, "  <arguments>300</arguments>\n");
+    let id = submit(&c, 1, &sleeper);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
+    let k = c.p2pjob(3, &["kill", &id], Duration::from_secs(20));
+    assert!(k.ok, "{} {}", k.stdout, k.stderr);
+    let w = c.p2pjob(2, &["wait", &id], Duration::from_secs(20));
+    assert_eq!(w.code, Some(4), "wait on a killed job exits 4: {}", w.stderr);
+    // A job nobody knows is said to be unknown, from any node.
+    let none = c.p2pjob(2, &["status", &"ab".repeat(20)], Duration::from_secs(20));
+    assert_eq!(none.code, Some(3));
+    assert!(none.stderr.contains("no job abab"), "{}", none.stderr);
+}
+
+/// Every process of a job named `tag` (its argument) on host `i`.
+fn ranks_on(c: &Cluster, i: usize, tag: &str) -> usize {
+    c.processes(i)
+        .iter()
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|l| l.contains(tag)))
+        .count()
+}
+
+#[test]
+fn a_paused_host_fails_its_job_within_the_failure_timeout_naming_it() {
+    let timeout_ms = "2000";
+    let Some(c) = cluster("paused_host", 3, &["--heartbeat-ms", "250", "--failure-timeout-ms", timeout_ms]) else {
+        return;
+    };
+    let tag = "271828";
+    let job = job_file(&c, "sleep.xml", "/bin/sleep", 3, &format!("  <arguments>{tag}</arguments>\n"));
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "3 running", Duration::from_secs(20));
+    // Host 2 goes silent: no reset, its daemon and rank stop answering.
+    c.pause(2);
+    let t0 = Instant::now();
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(30));
+    let took = t0.elapsed();
+    eprintln!("paused host detected after {took:?}: {}", w.stderr.trim());
+    assert_eq!(w.code, Some(1), "{} {}", w.stdout, w.stderr);
+    assert!(
+        w.stderr.contains("node 198.18.0.3:7400 holding rank(s) [") && w.stderr.contains("stopped answering"),
+        "{}",
+        w.stderr
+    );
+    assert!(took < Duration::from_secs(8), "detected after {took:?} with a 2 s failure timeout");
+    // The other hosts stopped their ranks; the paused one stops its own once it
+    // runs again and finds its submitter gone quiet.
+    for i in 0..2 {
+        p2pmp_tests::wait_until("the job's ranks gone", Duration::from_secs(10), || match ranks_on(&c, i, tag) {
+            0 => Ok(()),
+            n => Err(format!("{n} left on host {i}")),
+        });
+    }
+    c.resume(2);
+    let t1 = Instant::now();
+    p2pmp_tests::wait_until("the paused host's rank gone", Duration::from_secs(15), || match ranks_on(&c, 2, tag) {
+        0 => Ok(()),
+        n => Err(format!("{n} left on host 2")),
+    });
+    eprintln!("the paused host's rank was gone {:?} after it resumed", t1.elapsed());
+}
+
+/// The `slots` column (free/total) of every node `p2pjob nodes` lists on host `i`.
+fn slots_column(c: &Cluster, i: usize) -> Vec<String> {
+    let out = c.p2pjob(i, &["nodes"], Duration::from_secs(20));
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with("198.18."))
+        .filter_map(|l| l.split_whitespace().nth(6))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn free_slots_are_advertised_live_and_finished_jobs_are_forgotten_after_retention() {
+    let Some(c) = cluster("live_and_retention", 2, &["--retention-s", "3", "--slots", "2"]) else { return };
+    let all_free = || {
+        p2pmp_tests::wait_until("every slot free", Duration::from_secs(20), || match slots_column(&c, 1) {
+            v if v == ["2/2", "2/2"] => Ok(()),
+            v => Err(format!("{v:?}")),
+        })
+    };
+    all_free();
+    let job = job_file(&c, "sleep.xml", "/bin/sleep", 3, "  <arguments>300</arguments>\n");
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "3 running", Duration::from_secs(20));
+    // Three ranks on four slots: one slot is free, on one host or the other.
+    p2pmp_tests::wait_until("the slots in use advertised", Duration::from_secs(20), || {
+        let mut v = slots_column(&c, 1);
+        v.sort();
+        if v == ["0/2", "1/2"] { Ok(()) } else { Err(format!("{v:?}")) }
+    });
+    let k = c.p2pjob(1, &["kill", &id], Duration::from_secs(20));
+    assert!(k.ok, "{}", k.stderr);
+    all_free();
+    // Kept for its retention (3 s), then forgotten everywhere, logs and all.
+    let s = c.p2pjob(1, &["status", &id], Duration::from_secs(20));
+    assert!(s.stdout.contains("killed"), "{} {}", s.stdout, s.stderr);
+    p2pmp_tests::wait_until("the job forgotten", Duration::from_secs(20), || {
+        let s = c.p2pjob(1, &["status", &id], Duration::from_secs(20));
+        if s.code == Some(3) && s.stderr.contains("no job") {
+            Ok(())
+        } else {
+            Err(format!("{} {}", s.stdout, s.stderr))
+        }
+    });
+    assert!(c.leftovers(0).is_empty(), "files left on the holder: {:?}", c.leftovers(0));
+}
