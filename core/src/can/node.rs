@@ -654,3 +654,48 @@ impl Machine for CanNode {
         self.timers.next()
     }
 }
+
+impl crate::overlay::Overlay for CanNode {
+    type Config = CanConfig;
+
+    fn create(config: CanConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
+        CanNode::new(config, addr, bootstrap, now, seed)
+    }
+
+    fn kind(&self) -> crate::overlay::OverlayKind {
+        crate::overlay::OverlayKind::Can { dims: self.cfg.dims as u8 }
+    }
+
+    fn node_id(&self) -> Id {
+        self.me.id
+    }
+
+    fn joined(&self) -> bool {
+        self.is_joined()
+    }
+
+    fn left(&self) -> bool {
+        self.has_left()
+    }
+
+    fn stored(&self, name: &str) -> Vec<String> {
+        self.stored_values(name)
+    }
+
+    fn routing_entries(&self) -> usize {
+        self.table.iter().count()
+    }
+
+    fn traffic(&self) -> crate::overlay::OverlayTraffic {
+        let s = &self.stats;
+        crate::overlay::OverlayTraffic {
+            sent: s.sent,
+            maintenance: s.maintenance_sent,
+            user: s.user_sent,
+            replies: s.replies_sent,
+            lookups_ok: s.lookups_ok,
+            lookup_hops: s.lookup_hops,
+            lookups_failed: s.lookups_failed,
+        }
+    }
+}

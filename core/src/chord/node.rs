@@ -693,3 +693,52 @@ impl Machine for ChordNode {
         self.timers.next()
     }
 }
+
+impl crate::overlay::Overlay for ChordNode {
+    type Config = ChordConfig;
+
+    fn create(config: ChordConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
+        ChordNode::new(config, addr, bootstrap, now, seed)
+    }
+
+    fn kind(&self) -> crate::overlay::OverlayKind {
+        crate::overlay::OverlayKind::Chord
+    }
+
+    fn node_id(&self) -> Id {
+        self.me.id
+    }
+
+    fn joined(&self) -> bool {
+        self.is_joined()
+    }
+
+    fn left(&self) -> bool {
+        self.has_left()
+    }
+
+    fn stored(&self, name: &str) -> Vec<String> {
+        self.stored_values(name)
+    }
+
+    fn routing_entries(&self) -> usize {
+        let mut peers: Vec<NodeAddr> = self.succs.iter().chain(self.pred.iter()).map(|p| p.addr).collect();
+        peers.extend(self.fingers.runs().iter().map(|(_, p)| p.addr));
+        peers.sort();
+        peers.dedup();
+        peers.len()
+    }
+
+    fn traffic(&self) -> crate::overlay::OverlayTraffic {
+        let s = &self.stats;
+        crate::overlay::OverlayTraffic {
+            sent: s.sent,
+            maintenance: s.maintenance_sent,
+            user: s.user_sent,
+            replies: s.replies_sent,
+            lookups_ok: s.lookups_ok,
+            lookup_hops: s.lookup_hops,
+            lookups_failed: s.lookups_failed,
+        }
+    }
+}

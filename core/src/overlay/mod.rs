@@ -1,12 +1,14 @@
-//! The vocabulary both overlays (Chord, CAN) share, so the job layer and the MPI
-//! library can run over either.
+//! The vocabulary both overlays (Chord, CAN) share, so the job layer, the MPI
+//! library, the simulator and the benchmarks run over either: the commands and
+//! events, and the [`Overlay`] interface both nodes implement.
 
-use std::time::Duration;
+use std::fmt;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
-use crate::machine::NodeAddr;
+use crate::machine::{Machine, NodeAddr};
 
 pub(crate) mod requests;
 pub(crate) mod store;
@@ -115,4 +117,70 @@ pub enum CommandError {
     /// A name or value over the size limit.
     #[error("{what} of {len} bytes exceeds the limit of {max}")]
     TooLarge { what: &'static str, len: usize, max: usize },
+}
+
+/// Which overlay a network runs, and in what shape. Every node of a network runs
+/// the same one: a node of another kind is refused, with this in the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OverlayKind {
+    /// Chord, a ring of SHA-1 ids.
+    Chord,
+    /// CAN, a torus of `dims` dimensions.
+    Can { dims: u8 },
+}
+
+impl fmt::Display for OverlayKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverlayKind::Chord => write!(f, "Chord"),
+            OverlayKind::Can { dims } => write!(f, "CAN ({dims} dimensions)"),
+        }
+    }
+}
+
+/// Message counts of an overlay node, the same for both overlays.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OverlayTraffic {
+    /// Messages sent in all.
+    pub sent: u64,
+    /// Sent to keep the overlay (maintenance, joins, leaves, replicas, refreshes).
+    pub maintenance: u64,
+    /// Sent for the application's commands.
+    pub user: u64,
+    /// Replies to peers' requests.
+    pub replies: u64,
+    /// Application lookups answered with an owner, and their hops in all.
+    pub lookups_ok: u64,
+    pub lookup_hops: u64,
+    /// Application lookups that failed.
+    pub lookups_failed: u64,
+}
+
+/// One interface over both overlay nodes: build one, drive it as a [`Machine`]
+/// with [`OverlayCommand`]s, read its [`OverlayEvent`]s, and ask the few things
+/// the simulator, the benchmarks and the daemon need to know of it.
+pub trait Overlay:
+    Machine<Command = OverlayCommand, Event = OverlayEvent, CmdError = CommandError> + fmt::Debug + Sized
+{
+    /// The node's tunables.
+    type Config: Clone + fmt::Debug;
+
+    /// A node listening at `addr` that joins through `bootstrap` (or starts a
+    /// network alone with none). Drain `poll_action` afterwards.
+    fn create(config: Self::Config, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self;
+    /// The overlay and shape this node runs.
+    fn kind(&self) -> OverlayKind;
+    /// The node's id (SHA-1 of its address).
+    fn node_id(&self) -> Id;
+    /// Part of a network now.
+    fn joined(&self) -> bool;
+    /// Finished a graceful leave.
+    fn left(&self) -> bool;
+    /// Every value stored here under `name` (copies included).
+    fn stored(&self, name: &str) -> Vec<String>;
+    /// Distinct nodes in the routing state (fingers, successors and predecessor;
+    /// or neighbours).
+    fn routing_entries(&self) -> usize;
+    /// Message counts so far.
+    fn traffic(&self) -> OverlayTraffic;
 }
