@@ -19,6 +19,9 @@ use super::zone::{Point, Zone};
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent};
 
+/// Most redirects of one join to larger zones.
+const MAX_REDIRECTS: u8 = 8;
+
 impl CanNode {
     /// The node is part of a network now, owning `zones`.
     pub(crate) fn become_joined(&mut self, now: Instant, zones: Vec<Zone>) {
@@ -43,8 +46,10 @@ impl CanNode {
         let n = self.bootstrap.len();
         let addr = if contact < n { self.bootstrap.get(contact) } else { self.rejoin.get(contact - n) };
         if let Some(&addr) = addr {
+            // After a near miss, from the node that answered: it is next to the point.
+            let via = self.join_via.take().unwrap_or(addr);
             let target = self.join_point;
-            return self.start_route_via(now, target, Purpose::Join, Some(addr));
+            return self.start_route_via(now, target, Purpose::Join, Some(via));
         }
         if self.bootstrap.is_empty() && self.rejoin.is_empty() {
             // The network's creator, alone with nobody to ask: the whole space again.
@@ -69,7 +74,7 @@ impl CanNode {
         match result {
             Ok(owner) if owner.addr != self.me.addr => {
                 let body = CanMsg::Join { point: self.join_point, dims: self.dims() as u8 };
-                self.request(now, owner.addr, body, Waiting::Join, Traffic::Maintenance);
+                self.request(now, owner.addr, body, Waiting::Join { redirects: 0 }, Traffic::Maintenance);
             }
             _ => self.join_failed(now),
         }
@@ -83,9 +88,10 @@ impl CanNode {
         }
     }
 
-    /// The owner moved on or was busy: route again through the same contact shortly.
-    pub(crate) fn join_retry(&mut self, now: Instant) {
+    /// The owner `from` moved on or was busy: route again shortly, starting from it.
+    pub(crate) fn join_retry(&mut self, now: Instant, from: NodeAddr) {
         if matches!(self.phase, Phase::Joining { .. }) {
+            self.join_via = Some(from);
             let d = Duration::from_millis(self.rng.random_range(50..250));
             self.timers.set(Timer::Join, now + d);
         }
@@ -93,7 +99,7 @@ impl CanNode {
 
     /// The network has `dims` dimensions: this node cannot join it.
     pub(crate) fn on_wrong_dims(&mut self, now: Instant, from: Peer, rid: u64, dims: u8) {
-        let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Join | Waiting::Hop(_))) else {
+        let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Join { .. } | Waiting::Hop(_))) else {
             return;
         };
         if !matches!(self.phase, Phase::Joining { .. }) {
@@ -124,6 +130,11 @@ impl CanNode {
         let Some(&zone) = self.zones.iter().find(|z| z.contains(&point)) else {
             return self.send(from.addr, rid, CanMsg::NotOwner, Traffic::Reply);
         };
+        if self.zones.len() == 1
+            && let Some((to, point)) = self.larger_neighbour(&zone)
+        {
+            return self.send(from.addr, rid, CanMsg::JoinElsewhere { to, point }, Traffic::Reply);
+        }
         let give = if self.zones.len() > 1 {
             zone
         } else {
@@ -149,6 +160,45 @@ impl CanNode {
         self.send(from.addr, rid, CanMsg::JoinAccept { zone: give, neighbours, entries }, Traffic::Reply);
     }
 
+    /// The neighbour whose zone is larger than `zone` and the largest (the lowest
+    /// id of equals), with the middle of that zone: where a joiner should ask
+    /// instead, so that zones stay near equal. `None` when none is larger.
+    fn larger_neighbour(&self, zone: &Zone) -> Option<(Peer, Point)> {
+        let (depth, peer, z) = self
+            .table
+            .iter()
+            .filter(|n| n.direct && n.info.zones.len() == 1)
+            .map(|n| (n.info.zones[0].depth(), n.info.peer, n.info.zones[0]))
+            .min_by_key(|(d, p, _)| (*d, p.id))?;
+        if depth >= zone.depth() {
+            return None;
+        }
+        let middle: Vec<u32> = (0..self.dims())
+            .map(|k| {
+                let (lo, hi) = z.interval(k);
+                // Below 2^32: the middle of an interval within [0, 2^32).
+                ((lo + hi) / 2) as u32
+            })
+            .collect();
+        Some((peer, Point::new(&middle)?))
+    }
+
+    /// The owner we asked sends us on to a neighbour with a larger zone.
+    pub(crate) fn on_join_elsewhere(&mut self, now: Instant, from: Peer, rid: u64, to: Peer, point: Point) {
+        let fits = |w: &Waiting| matches!(w, Waiting::Join { .. });
+        let Some(Waiting::Join { redirects }) = self.take_pending(rid, from.addr, fits).map(|p| p.what) else {
+            return;
+        };
+        if !matches!(self.phase, Phase::Joining { .. }) || point.dims() != self.dims() || redirects >= MAX_REDIRECTS {
+            // Chained redirects only ever go to larger zones; this many means
+            // stale tables: route to our own point again instead.
+            return self.join_retry(now, from.addr);
+        }
+        self.join_point = point;
+        let body = CanMsg::Join { point, dims: self.dims() as u8 };
+        self.request(now, to.addr, body, Waiting::Join { redirects: redirects + 1 }, Traffic::Maintenance);
+    }
+
     /// Adds a node we just gave a zone to, before it has spoken for itself.
     fn learn_provisional(&mut self, now: Instant, info: NodeInfo) {
         if self.abuts_me(&info.zones) && self.table.get(info.peer.addr).is_none() {
@@ -168,7 +218,8 @@ impl CanNode {
         neighbours: Vec<NodeInfo>,
         entries: Vec<Entry>,
     ) {
-        let expected = self.pending.get(&rid).is_some_and(|p| p.to == from.addr && matches!(p.what, Waiting::Join));
+        let expected =
+            self.pending.get(&rid).is_some_and(|p| p.to == from.addr && matches!(p.what, Waiting::Join { .. }));
         if expected {
             self.pending.remove(&rid);
         } else if !self.joined() || zone.dims() != self.dims() {

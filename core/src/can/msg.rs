@@ -100,11 +100,15 @@ pub enum CanMsg {
     /// Reply to any request that reached a node not part of a network (joining,
     /// or rejoining): alive, but it cannot answer.
     NotJoined,
+    /// Reply to [`CanMsg::Join`]: a neighbour of the owner has a larger zone; ask
+    /// `to` to split it instead, at `point` (inside that zone). Keeps zones near
+    /// equal (CAN's uniform partitioning), and routes near (d/4)·N^(1/d) hops.
+    JoinElsewhere { to: Peer, point: Point },
 }
 
 impl CanMsg {
     /// Number of variants, for per-kind counters.
-    pub const KINDS: usize = 25;
+    pub const KINDS: usize = 26;
 
     /// Short names by [`CanMsg::kind`], for reports.
     pub const KIND_NAMES: [&'static str; CanMsg::KINDS] = [
@@ -133,6 +137,7 @@ impl CanMsg {
         "QueryResult",
         "Replicate",
         "NotJoined",
+        "JoinElsewhere",
     ];
 
     /// This variant's index (its postcard tag), below [`CanMsg::KINDS`].
@@ -163,6 +168,7 @@ impl CanMsg {
             CanMsg::QueryResult { .. } => 22,
             CanMsg::Replicate { .. } => 23,
             CanMsg::NotJoined => 24,
+            CanMsg::JoinElsewhere { .. } => 25,
         }
     }
 }

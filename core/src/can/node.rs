@@ -96,8 +96,8 @@ pub(crate) enum Give {
 pub(crate) enum Waiting {
     /// One hop of a route.
     Hop(Box<RouteState>),
-    /// The owner's answer to our join.
-    Join,
+    /// The owner's answer to our join (after `redirects` to larger zones).
+    Join { redirects: u8 },
     /// A probed node's zones.
     Probe,
     /// The receiver's acceptance of a zone we handed it (given up already; taken
@@ -189,6 +189,9 @@ pub struct CanNode {
     pub(crate) phase: Phase,
     /// Where this node asks to join (drawn anew for every join).
     pub(crate) join_point: Point,
+    /// Where the next join route starts, if not at the current contact: the owner
+    /// that just turned the join away (it is next to the point).
+    pub(crate) join_via: Option<NodeAddr>,
     /// The zones this node owns, sorted.
     pub(crate) zones: Vec<Zone>,
     /// Bumped with every change of `zones`.
@@ -247,6 +250,7 @@ impl CanNode {
             rejoin: Vec::new(),
             phase: Phase::Joining { contact: 0, backoff, reported: false },
             join_point,
+            join_via: None,
             zones: Vec::new(),
             version: 0,
             table: Table::default(),
@@ -453,7 +457,7 @@ impl CanNode {
         self.stats.request_failures += 1;
         match p.what {
             Waiting::Hop(state) => self.hop_failed(now, p.to, state),
-            Waiting::Join => self.join_failed(now),
+            Waiting::Join { .. } => self.join_failed(now),
             Waiting::Probe => self.probe_failed(now, p.to),
             Waiting::Handoff { zone, purpose, neighbours } => self.handoff_failed(now, zone, purpose, neighbours),
             Waiting::FindPair { .. } => self.leave_retry(now),
@@ -554,6 +558,7 @@ impl CanNode {
             }
             CanMsg::QueryResult { values } => self.on_query_result(from, rid, values),
             CanMsg::Replicate { entries } => self.on_replicate(now, from, entries),
+            CanMsg::JoinElsewhere { to, point } => self.on_join_elsewhere(now, from, rid, to, point),
         }
     }
 
@@ -564,7 +569,7 @@ impl CanNode {
         match (body, &p.what) {
             // The owner moved on (its zone was split or handed on), or it is busy
             // handing a zone over: look again shortly.
-            (CanMsg::NotOwner | CanMsg::Busy, Waiting::Join) => self.join_retry(now),
+            (CanMsg::NotOwner | CanMsg::Busy, Waiting::Join { .. }) => self.join_retry(now, from.addr),
             // Alive but rejoining: not a failure, and nothing to learn from it.
             (CanMsg::NotJoined, Waiting::Probe) => {}
             _ => self.request_failed(now, p),

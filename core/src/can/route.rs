@@ -23,9 +23,10 @@ use crate::overlay::{LookupResult, OverlayError, OverlayEvent, Token};
 /// Candidates a hop returns, and candidates a route keeps in reserve.
 const REPLY_CANDIDATES: usize = 4;
 const KEPT_CANDIDATES: usize = 8;
-/// Nodes a route remembers having asked (loops are rare: a route only turns away
-/// from the greedy path around a hop that did not answer).
-const KEPT_ASKED: usize = 64;
+/// Nodes a route remembers having asked, as 32-bit hashes of their addresses (a
+/// route turns away from the greedy path only around a hop that did not answer or
+/// a stale table, but in one dimension it may then walk a long way back).
+const KEPT_ASKED: usize = 4096;
 
 /// Why a route runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +52,8 @@ pub(crate) struct RouteState {
     deadline: Instant,
     /// Nodes to ask, closest first, with their squared distance to the target.
     candidates: Vec<(u128, Peer)>,
-    /// Nodes asked so far (the latest [`KEPT_ASKED`]).
-    asked: Vec<NodeAddr>,
+    /// Nodes asked so far (the latest [`KEPT_ASKED`]), as hashes of their addresses.
+    asked: Vec<u32>,
 }
 
 impl RouteState {
@@ -69,13 +70,20 @@ impl RouteState {
 
     /// Adds a candidate unless asked already; keeps the closest.
     fn offer(&mut self, dist: u128, peer: Peer) {
-        if self.asked.contains(&peer.addr) || self.candidates.iter().any(|(_, p)| p.addr == peer.addr) {
+        if self.asked.contains(&peer_hash(&peer)) || self.candidates.iter().any(|(_, p)| p.addr == peer.addr) {
             return;
         }
         let at = self.candidates.partition_point(|(d, p)| (*d, p.id) < (dist, peer.id));
         self.candidates.insert(at, (dist, peer));
         self.candidates.truncate(KEPT_CANDIDATES);
     }
+}
+
+/// A 32-bit hash of a node, for a route's memory of the nodes it asked (the first
+/// bytes of its id, SHA-1 of its address).
+fn peer_hash(p: &Peer) -> u32 {
+    let b = p.id.as_bytes();
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// The squared distance from `target` to the nearest zone of `info`.
@@ -131,7 +139,7 @@ impl CanNode {
         if state.asked.len() >= KEPT_ASKED {
             state.asked.remove(0);
         }
-        state.asked.push(next.addr);
+        state.asked.push(peer_hash(&next));
         let traffic = state.traffic();
         let target = state.target;
         self.request(now, next.addr, CanMsg::Route { target }, Waiting::Hop(state), traffic);
@@ -143,6 +151,11 @@ impl CanNode {
             // A node of another network shape (joining, say): tell it ours.
             let dims = self.dims() as u8;
             return self.send(from.addr, rid, CanMsg::WrongDims { dims }, Traffic::Reply);
+        }
+        if self.table.get(from.addr).is_none() && self.known.last() != Some(&from.addr) {
+            // Routes come from all over: a node far away, to route from when our
+            // neighbours are cut off with us (see `gaps`).
+            self.remember(from.addr);
         }
         let step = if self.owns_point(&target) {
             RouteStep::Done

@@ -150,11 +150,7 @@ impl CanNode {
         self.takeover_seen(&info);
         let abut = self.joined() && self.abuts_me(&info.zones);
         if abut {
-            self.known.retain(|a| *a != addr);
-            if self.known.len() >= super::node::MAX_REJOIN {
-                self.known.remove(0);
-            }
-            self.known.push(addr);
+            self.remember(addr);
         }
         match (self.table.get_mut(addr), abut) {
             (Some(n), true) => {
@@ -184,6 +180,16 @@ impl CanNode {
             }
             (None, false) => {}
         }
+    }
+
+    /// Remembers a node heard from directly (newest last, a bounded list): where to
+    /// route from when our neighbours cannot find a point (see `gaps`).
+    pub(crate) fn remember(&mut self, addr: NodeAddr) {
+        self.known.retain(|a| *a != addr);
+        if self.known.len() >= super::node::MAX_REJOIN {
+            self.known.remove(0);
+        }
+        self.known.push(addr);
     }
 
     /// Takes a description heard second hand, with a zone handed over: a node that

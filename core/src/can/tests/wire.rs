@@ -74,6 +74,7 @@ fn arb_msg() -> impl Strategy<Value = CanMsg> {
         proptest::collection::vec(".{0,10}", 0..4).prop_map(|values| CanMsg::QueryResult { values }),
         arb_entries().prop_map(|entries| CanMsg::Replicate { entries }),
         Just(CanMsg::NotJoined),
+        (arb_peer(), arb_point(2)).prop_map(|(to, point)| CanMsg::JoinElsewhere { to, point }),
     ]
 }
 
@@ -126,6 +127,7 @@ fn one_of_each() -> Vec<CanMsg> {
         CanMsg::QueryResult { values: vec!["v".into()] },
         CanMsg::Replicate { entries: vec![entry] },
         CanMsg::NotJoined,
+        CanMsg::JoinElsewhere { to: Peer::from_addr(a(3)), point },
     ]
 }
 
