@@ -18,6 +18,8 @@
 //! can_invariants` (`PROPTEST_RNG_SEED=N` replays a set). A failure prints the
 //! whole scenario; a found schedule belongs here as a named test.
 
+mod schedule;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -28,7 +30,8 @@ use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
 use p2pmp_core::sim::{Liveness, NetConfig, NodeIdx, Sim, SimConfig};
 use proptest::prelude::*;
-use proptest::test_runner::{RngSeed, TestCaseError};
+use proptest::test_runner::TestCaseError;
+use schedule::{Op, Pick, arb_op};
 
 /// Quiet time within which the tiling and every table must be exact again.
 const QUIET_LIMIT: Duration = Duration::from_secs(60);
@@ -37,39 +40,6 @@ const MIN_QUIET: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(3600);
 /// A registration this old has reached its owner and its replicas.
 const SETTLE: Duration = Duration::from_secs(3);
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
-}
-
-/// Picks one of `len` candidates (shrinks towards the first).
-#[derive(Debug, Clone, Copy)]
-struct Pick(u64);
-
-impl Pick {
-    fn index(self, len: usize) -> usize {
-        ((u128::from(self.0) * len as u128) >> 64) as usize
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Join { contact: Pick },
-    Leave(Pick),
-    Crash(Pick),
-    Register { node: Pick, name: u8 },
-    Run { ms: u16 },
-}
-
-fn arb_op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        3 => any::<u64>().prop_map(Pick).prop_map(|contact| Op::Join { contact }),
-        1 => any::<u64>().prop_map(Pick).prop_map(Op::Leave),
-        1 => any::<u64>().prop_map(Pick).prop_map(Op::Crash),
-        3 => (any::<u64>().prop_map(Pick), 0u8..6).prop_map(|(node, name)| Op::Register { node, name }),
-        2 => (1u16..5000).prop_map(|ms| Op::Run { ms }),
-    ]
-}
 
 #[derive(Debug, Clone)]
 struct Scenario {
@@ -382,22 +352,10 @@ fn check_recovery(s: &Scenario) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// The normal suite runs the same schedules every time (CI must not depend on
-/// luck); `PROPTEST_RNG_SEED=N` picks another set, `PROPTEST_RNG_SEED=random` a
-/// fresh one, for longer searches together with `PROPTEST_CASES`.
-fn config() -> ProptestConfig {
-    let rng_seed = match std::env::var("PROPTEST_RNG_SEED").ok().as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(v) => RngSeed::Fixed(v.parse().unwrap_or(DEFAULT_RNG_SEED)),
-        None => RngSeed::Fixed(DEFAULT_RNG_SEED),
-    };
-    ProptestConfig { cases: cases(), rng_seed, ..ProptestConfig::default() }
-}
-
 const DEFAULT_RNG_SEED: u64 = 0x00ca_f00d_c4a7;
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(schedule::config(DEFAULT_RNG_SEED))]
 
     /// After a quiet period the zones tile the space with one owner each, every
     /// table is exact, every route finds the true owner, and no registration of a
