@@ -36,10 +36,11 @@ impl CanNode {
         });
         let Some(target) = gap else { return };
         self.discovering = true;
-        // With no neighbour left to ask, or after our neighbours could not find the
-        // owner (they may be cut off with us), start from a node we knew or a
-        // bootstrap contact outside the table.
-        let via = if self.table.iter().next().is_none() || self.discover_failures % 2 == 1 {
+        // Our neighbours all lie farther from the point than we do (it touches our
+        // zone), so a route through them has to come round the far side; every
+        // other try starts from a node we heard from that is not a neighbour (route
+        // askers come from all over), from which the point may be near.
+        let via = if self.table.iter().next().is_none() || self.discover_failures % 2 == 0 {
             let outside: Vec<_> = self
                 .known
                 .iter()

@@ -200,8 +200,9 @@ pub struct CanNode {
     pub(crate) takeovers: Vec<Takeover>,
     /// Nodes found failed or gone (not taken back from hearsay), until when.
     pub(crate) dead: Vec<(NodeAddr, Instant)>,
-    /// Nodes probed lately (not probed again from hearsay), until when.
-    pub(crate) probed: Vec<(NodeAddr, Instant)>,
+    /// Nodes that answered a probe while joining: probed again at the given time,
+    /// at most a few times each (the count).
+    pub(crate) reprobe: Vec<(NodeAddr, Instant, u8)>,
     pub(crate) leaving: Option<Leaving>,
     pub(crate) reserved: Option<Reservation>,
     /// Heartbeats sent so far (every `list_every`th carries the neighbour table).
@@ -256,7 +257,7 @@ impl CanNode {
             table: Table::default(),
             takeovers: Vec::new(),
             dead: Vec::new(),
-            probed: Vec::new(),
+            reprobe: Vec::new(),
             leaving: None,
             reserved: None,
             beats: 0,
@@ -570,8 +571,9 @@ impl CanNode {
             // The owner moved on (its zone was split or handed on), or it is busy
             // handing a zone over: look again shortly.
             (CanMsg::NotOwner | CanMsg::Busy, Waiting::Join { .. }) => self.join_retry(now, from.addr),
-            // Alive but rejoining: not a failure, and nothing to learn from it.
-            (CanMsg::NotJoined, Waiting::Probe) => {}
+            // Alive but still joining (or rejoining): ask again shortly, or two
+            // new neighbours that probed each other too early never meet.
+            (CanMsg::NotJoined, Waiting::Probe) => self.probe_later(now, from.addr),
             _ => self.request_failed(now, p),
         }
     }

@@ -118,6 +118,11 @@ impl CanNode {
             return self.route_done(now, *state, Ok(self.me));
         }
         if let Some(addr) = via {
+            if state.purpose == Purpose::Discover {
+                // From there alone: our own neighbours lead back to where we stand.
+                state.candidates.push((u128::MAX, Peer::from_addr(addr)));
+                return self.ask_next(now, state);
+            }
             state.candidates.push((0, Peer::from_addr(addr)));
         }
         for (d, info) in self.closest_neighbours(&target, KEPT_CANDIDATES) {

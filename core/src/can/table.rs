@@ -30,6 +30,9 @@ use super::node::{CanNode, MAX_LIST, Timer, Traffic, Waiting};
 use super::zone::Zone;
 use crate::machine::NodeAddr;
 
+/// Times a node that answered a probe while joining is probed again.
+const REPROBES: u8 = 5;
+
 /// What a node knows of one neighbour.
 #[derive(Debug, Clone)]
 pub(crate) struct Neighbour {
@@ -166,6 +169,10 @@ impl CanNode {
             (Some(_), false) => {
                 self.table.remove(addr);
                 self.list_dirty = true;
+                if self.joined() && !any_intersect(&self.zones, &info.zones) {
+                    // It gave the part next to us away: its answer names who has it.
+                    self.probe(now, addr);
+                }
             }
             (None, true) => {
                 let n = Neighbour { info, heard: now, direct: true, list: Vec::new(), synced: false };
@@ -233,15 +240,33 @@ impl CanNode {
         }
     }
 
-    /// Asks `addr` for its zones, unless it was asked lately.
+    /// Asks `addr` for its zones, unless a probe to it is under way already.
     pub(crate) fn probe(&mut self, now: Instant, addr: NodeAddr) {
-        self.probed.retain(|(_, until)| *until > now);
-        if self.probed.iter().any(|(a, _)| *a == addr) {
+        if self.pending.any(|p| p.to == addr && matches!(p.what, Waiting::Probe)) {
             return;
         }
-        self.probed.push((addr, now + self.cfg.heartbeat_period));
         let info = self.info();
         self.request(now, addr, CanMsg::Probe { info }, Waiting::Probe, Traffic::Maintenance);
+    }
+
+    /// `addr` answered a probe while still joining: probe it again in half a
+    /// heartbeat period (a few times at most).
+    pub(crate) fn probe_later(&mut self, now: Instant, addr: NodeAddr) {
+        let at = now + self.cfg.heartbeat_period / 2;
+        let room = self.reprobe.len() < MAX_LIST;
+        match self.reprobe.iter_mut().find(|(a, _, _)| *a == addr) {
+            Some((_, t, n)) if *n < REPROBES => {
+                *t = at;
+                *n += 1;
+            }
+            Some(_) => {}
+            None if room => self.reprobe.push((addr, at, 1)),
+            None => {}
+        }
+        let soon = self.timers.get(Timer::Heartbeat).is_none_or(|t| t > at);
+        if soon && self.joined() {
+            self.timers.set(Timer::Heartbeat, at);
+        }
     }
 
     /// A probe got no answer: a provisional entry (never heard from) is taken for
@@ -377,7 +402,15 @@ impl CanNode {
             self.declare_dead(now, addr);
         }
         self.dead.retain(|(_, until)| *until > now);
-        self.probed.retain(|(_, until)| *until > now);
+        let due: Vec<NodeAddr> = self.reprobe.iter().filter(|(_, t, _)| *t <= now).map(|(a, _, _)| *a).collect();
+        for addr in due {
+            if let Some(r) = self.reprobe.iter_mut().find(|(a, _, _)| *a == addr) {
+                // Not again unless it answers `NotJoined` again.
+                r.1 = now + self.cfg.dead_after * 4;
+            }
+            self.probe(now, addr);
+        }
+        self.reprobe.retain(|(_, t, n)| *t > now && *n <= REPROBES);
         if self.beats % 2 == 0 {
             self.discover_gaps(now);
         }
