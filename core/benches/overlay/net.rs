@@ -111,7 +111,7 @@ pub(crate) fn build<O: BenchOverlay>(
     let wall = Instant::now();
     let mut sim = Sim::new(sim_config(seed), Instant::now());
     let mut rng = Pcg64Mcg::seed_from_u64(seed);
-    let rate = join_rate.unwrap_or_else(|| default_join_rate(n));
+    let rate = join_rate.unwrap_or_else(|| O::join_rate(cfg, n));
     let gap = Duration::from_secs(1) / u32::try_from(rate).unwrap_or(u32::MAX);
     let mut joined: Vec<NodeIdx> = Vec::with_capacity(n);
     // Whether each node is in `joined` (a node reports `Joined` again after a rejoin).

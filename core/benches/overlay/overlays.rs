@@ -50,6 +50,11 @@ pub(crate) trait BenchOverlay: Overlay + 'static {
     /// Messages sent so far by kind, summed over every node, largest first.
     fn kinds(sim: &Sim<Self>) -> Vec<(&'static str, u64)>;
 
+    /// Joins per virtual second when building `n` nodes, unless set on the command line.
+    fn join_rate(_cfg: &Self::Config, n: usize) -> usize {
+        crate::net::default_join_rate(n)
+    }
+
     /// Round trips besides the hops that checked an owner (Chord's `verify`).
     fn owner_checks(_sim: &Sim<Self>) -> Option<u64> {
         None
@@ -207,5 +212,13 @@ impl BenchOverlay for CanNode {
 
     fn kinds(sim: &Sim<Self>) -> Vec<(&'static str, u64)> {
         kinds_of(&CanMsg::KIND_NAMES, (0..sim.len()).map(|i| sim.node(i).stats().sent_by_kind))
+    }
+
+    /// At most 100 a second in one dimension: there a node has two neighbours, and
+    /// joins racing on both sides of one can leave two abutting nodes unaware of
+    /// each other for long (each repair is a route around the ring).
+    fn join_rate(cfg: &CanConfig, n: usize) -> usize {
+        let rate = crate::net::default_join_rate(n);
+        if cfg.dims == 1 { rate.min(100) } else { rate }
     }
 }
