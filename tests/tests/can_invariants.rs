@@ -38,8 +38,10 @@ const QUIET_LIMIT: Duration = Duration::from_secs(60);
 /// The shortest quiet period: failure detection plus a takeover round, twice.
 const MIN_QUIET: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(3600);
-/// A registration this old has reached its owner and its replicas.
-const SETTLE: Duration = Duration::from_secs(3);
+/// A registration this old has reached its owner and its replicas, even when its
+/// owner had just failed (found within `dead_after`, 3.5 s, taken over within a
+/// few takeover delays; the registrant retries every heartbeat period meanwhile).
+const SETTLE: Duration = Duration::from_secs(8);
 
 #[derive(Debug, Clone)]
 struct Scenario {

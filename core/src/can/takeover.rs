@@ -104,10 +104,11 @@ impl CanNode {
     }
 
     fn claim(&mut self, t: Takeover) {
-        if !self.joined() || self.leaving.is_some() {
-            // A leaving node takes nothing on; the next neighbour in line does.
+        if !self.joined() {
             return;
         }
+        // A leaving node claims too (it may be the failed node's last neighbour),
+        // and hands what it claimed over with the rest.
         let mut pieces = t.zones;
         let owned: Vec<Zone> =
             self.table.iter().flat_map(|n| n.info.zones.iter().copied()).chain(self.zones.iter().copied()).collect();
