@@ -237,7 +237,7 @@ impl CanNode {
         } else {
             self.become_joined(now, vec![zone]);
         }
-        for e in entries.into_iter().take(self.cfg.max_stored) {
+        for e in entries.into_iter().take(self.cfg.limits.total) {
             self.store_entry(now, e);
         }
         for info in neighbours.into_iter().take(MAX_LIST) {

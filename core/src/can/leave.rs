@@ -187,7 +187,7 @@ impl CanNode {
             self.timers.clear(Timer::Reserve);
         }
         self.zones.push(zone);
-        for e in entries.into_iter().take(self.cfg.max_stored) {
+        for e in entries.into_iter().take(self.cfg.limits.total) {
             self.store_entry(now, e);
         }
         // The sender gave the zone up: forget its old description of it.

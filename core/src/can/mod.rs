@@ -82,16 +82,8 @@ pub struct CanConfig {
     pub leave_timeout: Duration,
     /// How long a node freed by a pair search waits for the leaving node's zone.
     pub reservation: Duration,
-    /// Longest registration name, in bytes.
-    pub max_name_len: usize,
-    /// Longest registration value, in bytes.
-    pub max_value_len: usize,
-    /// Longest TTL honoured; longer ones (from commands or peers) are cut to this.
-    pub max_ttl: Duration,
-    /// Most values stored under one name.
-    pub max_values_per_name: usize,
-    /// Most values a node stores in all; more are dropped and counted.
-    pub max_stored: usize,
+    /// What the node registers and stores at most.
+    pub limits: crate::overlay::Limits,
 }
 
 impl Default for CanConfig {
@@ -109,11 +101,7 @@ impl Default for CanConfig {
             join_backoff_max: Duration::from_secs(8),
             leave_timeout: Duration::from_secs(20),
             reservation: Duration::from_secs(2),
-            max_name_len: 256,
-            max_value_len: 1024,
-            max_ttl: Duration::from_secs(24 * 3600),
-            max_values_per_name: 1024,
-            max_stored: 100_000,
+            limits: crate::overlay::Limits::default(),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::zone::{Point, Zone};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::requests::Requests;
-use crate::overlay::store::{Limits, OwnRegs, QueryState, Store};
+use crate::overlay::store::{OwnRegs, QueryState, Store};
 use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
@@ -358,16 +358,6 @@ impl CanNode {
 
     pub(crate) fn dims(&self) -> usize {
         self.cfg.dims
-    }
-
-    pub(crate) fn limits(&self) -> Limits {
-        Limits {
-            max_name_len: self.cfg.max_name_len,
-            max_value_len: self.cfg.max_value_len,
-            max_ttl: self.cfg.max_ttl,
-            per_name: self.cfg.max_values_per_name,
-            total: self.cfg.max_stored,
-        }
     }
 
     /// Whether `p` lies in one of this node's zones.

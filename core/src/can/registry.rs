@@ -28,8 +28,8 @@ impl CanNode {
         value: String,
         ttl: Duration,
     ) -> Result<(), CommandError> {
-        self.limits().check_sizes(&name, &value)?;
-        self.own.add(now, name, value, ttl.min(self.cfg.max_ttl));
+        self.cfg.limits.check_sizes(&name, &value)?;
+        self.own.add(now, name, value, ttl.min(self.cfg.limits.max_ttl));
         self.refresh_tick(now);
         Ok(())
     }
@@ -102,7 +102,7 @@ impl CanNode {
 
     /// Stores one entry (owned, a copy, or handed over with a zone).
     pub(crate) fn store_entry(&mut self, now: Instant, entry: Entry) {
-        match self.store.store(now, entry, &self.limits()) {
+        match self.store.store(now, entry, &self.cfg.limits) {
             Put::Stored(expires) => {
                 if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
                     self.timers.set(Timer::Expire, expires);
@@ -118,7 +118,7 @@ impl CanNode {
         if !self.joined() {
             return self.drop_input();
         }
-        for e in entries.into_iter().take(self.cfg.max_stored) {
+        for e in entries.into_iter().take(self.cfg.limits.total) {
             self.store_entry(now, e);
         }
     }
@@ -163,7 +163,7 @@ impl CanNode {
 
     /// `Query` command.
     pub(crate) fn query(&mut self, now: Instant, token: Token, name: String) -> Result<(), CommandError> {
-        self.limits().check_sizes(&name, "")?;
+        self.cfg.limits.check_sizes(&name, "")?;
         if !self.joined() {
             self.event(OverlayEvent::QueryDone { token, name, result: Err(OverlayError::NotConnected) });
             return Ok(());

@@ -8,7 +8,7 @@ use super::msg::{ChordMsg, Entry, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::Id;
 use crate::machine::NodeAddr;
-use crate::overlay::store::{Limits, Put, QueryState, Store};
+use crate::overlay::store::{Put, QueryState, Store};
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
@@ -17,16 +17,6 @@ const QUERY_ATTEMPTS: u8 = 3;
 pub(crate) const HANDOVER_HOPS: u8 = 8;
 
 impl ChordNode {
-    pub(crate) fn limits(&self) -> Limits {
-        Limits {
-            max_name_len: self.cfg.max_name_len,
-            max_value_len: self.cfg.max_value_len,
-            max_ttl: self.cfg.max_ttl,
-            per_name: self.cfg.max_values_per_name,
-            total: self.cfg.max_stored,
-        }
-    }
-
     /// `Register` command: remember it as our own and store it now (if joined).
     pub(crate) fn register(
         &mut self,
@@ -35,8 +25,8 @@ impl ChordNode {
         value: String,
         ttl: Duration,
     ) -> Result<(), CommandError> {
-        self.limits().check_sizes(&name, &value)?;
-        self.own.add(now, name, value, ttl.min(self.cfg.max_ttl));
+        self.cfg.limits.check_sizes(&name, &value)?;
+        self.own.add(now, name, value, ttl.min(self.cfg.limits.max_ttl));
         self.refresh_tick(now);
         Ok(())
     }
@@ -149,7 +139,7 @@ impl ChordNode {
 
     /// Stores (or refreshes) one entry; an entry with a TTL of 0 withdraws its value.
     fn store_entry(&mut self, now: Instant, entry: Entry) {
-        match self.store.store(now, entry, &self.limits()) {
+        match self.store.store(now, entry, &self.cfg.limits) {
             Put::Stored(expires) => {
                 if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
                     self.timers.set(Timer::Expire, expires);
@@ -237,7 +227,7 @@ impl ChordNode {
 
     /// `Query` command.
     pub(crate) fn query(&mut self, now: Instant, token: Token, name: String) -> Result<(), CommandError> {
-        self.limits().check_sizes(&name, "")?;
+        self.cfg.limits.check_sizes(&name, "")?;
         if !self.joined() {
             self.event(OverlayEvent::QueryDone { token, name, result: Err(OverlayError::NotConnected) });
             return Ok(());

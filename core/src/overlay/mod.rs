@@ -13,6 +13,8 @@ use crate::machine::{Machine, NodeAddr};
 pub(crate) mod requests;
 pub(crate) mod store;
 
+pub use store::Limits;
+
 /// A node of an overlay: its id and where it listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Peer {

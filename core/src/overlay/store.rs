@@ -11,14 +11,31 @@ use crate::id::Id;
 /// Shortest interval between refreshes of one registration.
 const MIN_REFRESH: Duration = Duration::from_millis(100);
 
-/// Limits on what a node stores and registers.
+/// Limits on what an overlay node registers and stores, the same for both overlays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limits {
-    pub(crate) max_name_len: usize,
-    pub(crate) max_value_len: usize,
-    pub(crate) max_ttl: Duration,
-    pub(crate) per_name: usize,
-    pub(crate) total: usize,
+pub struct Limits {
+    /// Longest registration name, in bytes.
+    pub max_name_len: usize,
+    /// Longest registration value, in bytes.
+    pub max_value_len: usize,
+    /// Longest TTL honoured; longer ones (from commands or peers) are cut to this.
+    pub max_ttl: Duration,
+    /// Most values stored under one name.
+    pub per_name: usize,
+    /// Most values a node stores in all; more are dropped and counted.
+    pub total: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_name_len: 256,
+            max_value_len: 1024,
+            max_ttl: Duration::from_secs(24 * 3600),
+            per_name: 1024,
+            total: 100_000,
+        }
+    }
 }
 
 impl Limits {
