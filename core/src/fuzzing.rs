@@ -54,7 +54,10 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<crate::local::LocalRequest>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalReply>(frame.clone()), len);
     check(decode_envelope::<crate::local::RankHello>(frame.clone()), len);
-    check(decode_envelope::<crate::job::JobMsg>(frame), len);
+    check(decode_envelope::<crate::job::JobMsg>(frame.clone()), len);
+    check(decode_envelope::<crate::node::NodeMsg>(frame.clone()), len);
+    check(decode_envelope::<crate::node::control::ToolRequest>(frame.clone()), len);
+    check(decode_envelope::<crate::node::control::ToolReply>(frame), len);
 }
 
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {
@@ -108,6 +111,16 @@ pub fn can_node(data: &[u8]) {
     }
 }
 
+/// A `res:any` line of a peer (any text) through the resource-line parser:
+/// it never panics, and what it accepts it writes back to the same resources.
+pub fn resource_line(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok((addr, res)) = crate::job::Resources::parse_any_value(text) {
+        let again = crate::job::Resources::parse_any_value(&res.any_value(addr));
+        assert_eq!(again, Ok((addr, res)), "a parsed line does not round-trip");
+    }
+}
+
 /// The `<p2pjob>` parser over arbitrary bytes: it never panics, and whatever it
 /// accepts it writes back ([`crate::job::JobDescription::to_xml`]) as a file that
 /// parses to the same description without warnings.
@@ -139,6 +152,7 @@ mod tests {
             ("envelope_decoder", super::envelope as fn(&[u8])),
             ("job_file", super::job_file as fn(&[u8])),
             ("can_node", super::can_node as fn(&[u8])),
+            ("resource_line", super::resource_line as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

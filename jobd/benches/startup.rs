@@ -8,6 +8,9 @@
 //! travels). Medians of 5 runs. A table for people, then one JSON line for
 //! scripts; a missing or timed-out reference is null, with the reason in the table.
 //!
+//! Then 8 ranks spread over 4 hosts of a namespace cluster (as root; skipped
+//! with the reason otherwise), cold and warm.
+//!
 //! Run: `cargo bench -p p2pmp-jobd --bench startup`.
 
 use std::path::{Path, PathBuf};
@@ -214,6 +217,65 @@ fn main() {
         }
     }
     drop(net);
+    let j = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.2}"));
+    match hosts_row(&hello, &dir) {
+        Ok([cold_run, cold_done, warm_run, warm_done]) => {
+            println!(
+                "8 ranks over 4 hosts (namespaces, 2 slots each): cold {cold_run:.1} / {cold_done:.1} ms, \
+                 warm {warm_run:.1} / {warm_done:.1} ms (all running / results back)"
+            );
+            for (k, v) in
+                [("running", cold_run), ("results", cold_done), ("warm_running", warm_run), ("warm_results", warm_done)]
+            {
+                json.push(format!("\"p2pmp_tcp_startup_{k}_8_on_4_hosts_ms\": {}", j(Some(v))));
+            }
+        }
+        Err(why) => {
+            println!("8 ranks over 4 hosts: - ({why})");
+            for k in ["running", "results", "warm_running", "warm_results"] {
+                json.push(format!("\"p2pmp_tcp_startup_{k}_8_on_4_hosts_ms\": null"));
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
     println!("{{{}}}", json.join(", "));
+}
+
+/// 8 ranks spread over 4 hosts of a namespace cluster (a jobd on each, 2 slots):
+/// medians of cold and warm runs, ms to all running and to results back, as
+/// `p2pjob --json run` on host 0 reports them.
+fn hosts_row(hello: &Path, dir: &Path) -> Result<[f64; 4], String> {
+    use p2pmp_tests::cluster::{Cluster, unavailable};
+    if let Some(why) = unavailable() {
+        return Err(format!("skipped: {why}"));
+    }
+    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]);
+    let mut c = Cluster::new(4, "startup-bench");
+    c.start_all(&["--slots", "2", "--stabilize-ms", "200", "--log-level", "warn"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.p2pjob(0, &["nodes"], Duration::from_secs(20)).stdout.lines().filter(|l| l.starts_with("198.18.")).count()
+        < 4
+    {
+        if Instant::now() > deadline {
+            return Err("the 4 hosts' overlay did not form".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let once = |prog: &Path| -> Result<(f64, f64), String> {
+        let out = c.p2pjob(0, &["--json", "run", "-n", "8", &prog.to_string_lossy()], Duration::from_secs(60));
+        let last = out.stdout.lines().last().unwrap_or_default().to_owned();
+        let v: serde_json::Value = serde_json::from_str(&last).map_err(|e| format!("{e}: {last:?} {}", out.stderr))?;
+        match (v["phase"].as_str(), v["all_running_ms"].as_f64(), v["total_ms"].as_f64()) {
+            (Some("done"), Some(run), Some(total)) => Ok((run, total)),
+            _ => Err(format!("run failed: {last}")),
+        }
+    };
+    let medians = |runs: Vec<(f64, f64)>| {
+        (median(runs.iter().map(|r| r.0).collect()), median(runs.iter().map(|r| r.1).collect()))
+    };
+    let cold: Vec<(f64, f64)> = (0..RUNS).map(|i| once(&fresh_copy(hello, dir, 900 + i))).collect::<Result<_, _>>()?;
+    once(hello)?; // fills the hosts' caches
+    let warm: Vec<(f64, f64)> = (0..RUNS).map(|_| once(hello)).collect::<Result<_, _>>()?;
+    let ((a, b), (w, x)) = (medians(cold), medians(warm));
+    Ok([a, b, w, x])
 }

@@ -50,7 +50,11 @@ impl Client {
                 let env: Envelope<ToolReply> = decode_envelope(frame)?;
                 return Ok((env.request_id, env.body, env.payload));
             }
-            let n = self.stream.read(&mut chunk).context("reading from jobd")?;
+            let n = match self.stream.read(&mut chunk) {
+                // A signal (a child of embedded daemons exiting) is no error.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => other.context("reading from jobd")?,
+            };
             if n == 0 {
                 bail!("jobd closed the connection");
             }

@@ -62,6 +62,12 @@ impl Daemon {
         let control = control_l.local_addr()?;
         std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
         let work_dir = cfg.work_dir.canonicalize()?.join(format!("node-{}", overlay.port()));
+        // A daemon killed -9 on this port leaves its job directories, logs and
+        // cache behind; its ranks died with it and this run knows none of them.
+        if work_dir.exists() {
+            info!(dir = %work_dir.display(), "removing what a previous run on this port left");
+            files::remove_dir(&work_dir.to_string_lossy());
+        }
         let resources = cfg.resources();
         let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
         let mut dc = DaemonConfig::new(resources.clone(), control.to_string(), work_dir.to_string_lossy(), seed);
@@ -161,7 +167,9 @@ async fn shell(
         tokio::select! {
             _ = stats.tick() => {
                 if let Some((load_milli, mem_free_mb)) = crate::config::host_stats() {
-                    command(&remote, NodeCommand::HostStats { load_milli, mem_free_mb });
+                    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                    let unix_ms = unix.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    command(&remote, NodeCommand::HostStats { load_milli, mem_free_mb, unix_ms });
                 }
             },
             ev = handle.events().recv() => match ev {

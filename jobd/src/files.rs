@@ -73,6 +73,7 @@ pub(crate) fn read_pieces(path: &str, len: u64, piece: usize, mut f: impl FnMut(
     loop {
         let mut buf = vec![0u8; piece];
         match r.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 buf.truncate(n);

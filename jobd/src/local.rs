@@ -23,11 +23,16 @@ impl LocalNet {
     /// Starts `n` daemons with `slots` slots each; the first creates the network,
     /// the others join through it.
     pub fn start(n: usize, slots: u32) -> anyhow::Result<LocalNet> {
+        Self::start_with(n, slots, |_| {})
+    }
+
+    /// As [`LocalNet::start`], with each daemon's configuration adjusted by `tweak`.
+    pub fn start_with(n: usize, slots: u32, tweak: impl Fn(&mut Config)) -> anyhow::Result<LocalNet> {
         let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!("p2pmp-local-{}-{nonce:x}", std::process::id()));
         let mut net = LocalNet { daemons: Vec::new(), dir: dir.clone() };
         for i in 0..n.max(1) {
-            let cfg = Config {
+            let mut cfg = Config {
                 listen: "127.0.0.1:0".parse()?,
                 control: "127.0.0.1:0".parse()?,
                 bootstrap: net.daemons.first().map(|d: &Daemon| vec![d.overlay_addr()]).unwrap_or_default(),
@@ -37,6 +42,7 @@ impl LocalNet {
                 stabilize_ms: 200,
                 ..Config::default()
             };
+            tweak(&mut cfg);
             let d = Daemon::start(&cfg)?;
             net.daemons.push(d);
             if i == 0 {
@@ -55,6 +61,11 @@ impl LocalNet {
     /// The first daemon's control address.
     pub fn control(&self) -> SocketAddr {
         self.daemons[0].control_addr()
+    }
+
+    /// Every daemon's control address.
+    pub fn controls(&self) -> Vec<SocketAddr> {
+        self.daemons.iter().map(Daemon::control_addr).collect()
     }
 
     /// Every daemon's overlay address.

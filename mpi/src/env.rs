@@ -1,6 +1,7 @@
 //! The environment the node gives each process it starts (DESIGN "Local node protocol").
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -15,6 +16,11 @@ pub const NODE_VAR: &str = "P2PMP_NODE";
 /// The address of the host the node runs on: ranks listen there (optional;
 /// loopback when unset, as for ranks of one machine).
 pub const HOST_VAR: &str = "P2PMP_HOST";
+/// How long a peer rank may stay silent before its connection counts as
+/// broken, in milliseconds (optional; [`DEFAULT_FAILURE_TIMEOUT`]).
+pub const FAILURE_TIMEOUT_VAR: &str = "P2PMP_FAILURE_TIMEOUT_MS";
+/// The failure timeout when the node does not give one.
+pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `init` reads from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +33,8 @@ pub struct RankEnv {
     pub node: SocketAddr,
     /// Where this rank listens: its host's address (`P2PMP_HOST`), loopback by default.
     pub host: IpAddr,
+    /// How long a silent peer is waited for (`P2PMP_FAILURE_TIMEOUT_MS`).
+    pub failure_timeout: Duration,
 }
 
 impl RankEnv {
@@ -52,7 +60,13 @@ impl RankEnv {
             Some(h) => h.trim().parse().map_err(|e| bad(HOST_VAR, format!("{e} (want an IP address)")))?,
             None => IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
-        Ok(RankEnv { job, rank, size, node, host })
+        let failure_timeout = match get(FAILURE_TIMEOUT_VAR) {
+            Some(ms) => Duration::from_millis(
+                ms.trim().parse::<u64>().map_err(|e| bad(FAILURE_TIMEOUT_VAR, format!("{e} (want milliseconds)")))?,
+            ),
+            None => DEFAULT_FAILURE_TIMEOUT,
+        };
+        Ok(RankEnv { job, rank, size, node, host, failure_timeout })
     }
 }
 
@@ -92,7 +106,8 @@ mod tests {
         let ok = env("00ff", "1", "4", "127.0.0.1:9").unwrap();
         let node = "127.0.0.1:9".parse().unwrap();
         let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node, host: loopback });
+        let failure_timeout = DEFAULT_FAILURE_TIMEOUT;
+        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node, host: loopback, failure_timeout });
         let there = with_host("00ff", "1", "4", "127.0.0.1:9", Some("198.18.0.7")).unwrap();
         assert_eq!(there.host, "198.18.0.7".parse::<IpAddr>().unwrap());
         assert!(with_host("00ff", "1", "4", "127.0.0.1:9", Some("somewhere")).is_err());

@@ -47,7 +47,10 @@ mod transport;
 mod world;
 
 pub use comm::CommId;
-pub use env::{HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex, to_hex};
+pub use env::{
+    DEFAULT_FAILURE_TIMEOUT, FAILURE_TIMEOUT_VAR, HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex,
+    to_hex,
+};
 pub use error::{Error, Result};
 pub use pod::{Op, Pod};
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};

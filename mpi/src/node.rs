@@ -49,7 +49,11 @@ impl NodeClient {
                     return Ok(env.body);
                 }
             }
-            let n = self.stream.read(&mut chunk)?;
+            let n = match self.stream.read(&mut chunk) {
+                // A signal the program handles is no error.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => other?,
+            };
             if n == 0 {
                 return Err(Error::Node("the local node closed the connection".into()));
             }

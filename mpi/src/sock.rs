@@ -93,6 +93,64 @@ pub(crate) fn blocking_with_timeout(sock: &impl AsRawFd, timeout: Duration) -> i
     Ok(())
 }
 
+/// Makes a silent peer an error within about `timeout`, whatever this rank is
+/// doing: the kernel probes an idle connection (keepalive) and gives up on
+/// data the peer does not acknowledge (`TCP_USER_TIMEOUT`). A paused or cut-off
+/// host sends no reset; without this a rank waiting on it would wait forever.
+pub(crate) fn fail_silent_peers_after(sock: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
+    let secs = |d: Duration| libc::c_int::try_from(d.as_secs().max(1)).unwrap_or(libc::c_int::MAX);
+    let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    let probes = 5;
+    let options = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(timeout / 2)),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(timeout / 2 / probes)),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, probes as libc::c_int),
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms),
+    ];
+    for (level, name, value) in options {
+        // SAFETY: setsockopt(2) reads one c_int from `&value`, which lives across the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                level,
+                name,
+                (&raw const value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `TCP_RTO_MIN_US` (Linux 6.15 and later): the least retransmission timeout.
+const TCP_RTO_MIN_US: libc::c_int = 45;
+/// The least retransmission timeout asked for. Linux's default of 200 ms is
+/// tuned for the wide area; between hosts of a LAN a lost segment of a
+/// ping-pong (nothing behind it to trigger a fast retransmit) would stall a
+/// message a thousand times its round trip. The timeout stays above the
+/// measured round trip plus its variance, so slow links keep theirs.
+const RTO_MIN: Duration = Duration::from_millis(5);
+
+/// Retransmits lost segments sooner ([`RTO_MIN`]) where the kernel allows it;
+/// elsewhere (older kernels) this does nothing.
+pub(crate) fn quick_retransmit(sock: &impl AsRawFd) {
+    let us = RTO_MIN.as_micros() as libc::c_int;
+    // SAFETY: setsockopt(2) reads one c_int from `&us`, which lives across the call.
+    let _ = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            TCP_RTO_MIN_US,
+            (&raw const us).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +163,24 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn silent_peer_options_are_set_as_asked() {
+        let (a, _b) = pair();
+        fail_silent_peers_after(&a, Duration::from_secs(10)).unwrap();
+        let get = |level, name| {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt(2) writes at most `len` bytes into `v`.
+            let rc = unsafe { libc::getsockopt(a.as_raw_fd(), level, name, (&raw mut v).cast(), &raw mut len) };
+            assert_eq!(rc, 0);
+            v
+        };
+        assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 5);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 1);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 10_000);
     }
 
     #[test]

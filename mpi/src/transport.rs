@@ -107,6 +107,8 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Stop reconnecting (finalize).
     pub(crate) closing: bool,
+    /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
+    failure_timeout: Duration,
     /// Fault injection for tests (`P2PMP_FAULT_DROP_EVERY=n`): every n-th frame
     /// is lost with its connection (frames queued before it are written first).
     drop_every: Option<u64>,
@@ -119,7 +121,14 @@ pub(crate) struct Transport {
 impl Transport {
     /// Listens on an ephemeral port of `host` (the address of the host the node
     /// runs on, so ranks of other hosts reach it) and registers with the node.
-    pub(crate) fn start(job: Vec<u8>, rank: u32, size: u32, node: SocketAddr, host: IpAddr) -> Result<Self> {
+    pub(crate) fn start(
+        job: Vec<u8>,
+        rank: u32,
+        size: u32,
+        node: SocketAddr,
+        host: IpAddr,
+        failure_timeout: Duration,
+    ) -> Result<Self> {
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(SocketAddr::new(host, 0))
             .map_err(|e| Error::Env { var: crate::env::HOST_VAR, problem: format!("cannot listen on {host}: {e}") })?;
@@ -157,6 +166,7 @@ impl Transport {
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             closing: false,
+            failure_timeout,
             drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             frames: 0,
             move_at: std::env::var("P2PMP_FAULT_MOVE").ok().and_then(|v| {
@@ -254,6 +264,8 @@ impl Transport {
                 Ok(s) => {
                     s.set_nodelay(true).map_err(|e| e.to_string())?;
                     sock::blocking_with_timeout(&s, DIRECT_MAX).map_err(|e| e.to_string())?;
+                    sock::fail_silent_peers_after(&s, self.failure_timeout).map_err(|e| e.to_string())?;
+                    sock::quick_retransmit(&s);
                     let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: to };
                     let (head, _) =
                         encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
@@ -418,6 +430,8 @@ impl Transport {
                 Ok((stream, _)) => {
                     stream.set_nodelay(true)?;
                     sock::blocking_with_timeout(&stream, DIRECT_MAX)?;
+                    sock::fail_silent_peers_after(&stream, self.failure_timeout)?;
+                    sock::quick_retransmit(&stream);
                     self.add_conn(stream, None, true)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),

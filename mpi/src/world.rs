@@ -145,7 +145,7 @@ impl World {
     pub fn start(env: RankEnv, config: MpiConfig) -> Result<World> {
         epoch();
         let engine = MpiEngine::new(config, env.rank, env.size)?;
-        let net = Transport::start(env.job, env.rank, env.size, env.node, env.host)?;
+        let net = Transport::start(env.job, env.rank, env.size, env.node, env.host, env.failure_timeout)?;
         Ok(World {
             engine,
             net,

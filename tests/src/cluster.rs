@@ -349,9 +349,57 @@ impl Cluster {
         assert!(out.status.success(), "nft failed on host {i}: {}\n{rules}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// Processes on host `i` other than its jobd (ranks, tools): once every job
+    /// there is over, none.
+    pub fn strays(&self, i: usize) -> Vec<u32> {
+        let jobd = self.hosts[i].jobd.as_ref().map(Child::id);
+        self.processes(i).into_iter().filter(|p| Some(*p) != jobd).collect()
+    }
+
     /// Every process running on host `i` (jobd, ranks, tools).
     pub fn processes(&self, i: usize) -> Vec<u32> {
         self.hosts[i].ns.pids()
+    }
+
+    /// Whether the overlay of the `live` hosts has converged: from every one,
+    /// `p2pjob lookup` of each of `keys` names the true owner among them, and
+    /// `p2pjob nodes` lists exactly them (so their registrations, refreshed by
+    /// live owners, are all there). The first discrepancy otherwise.
+    pub fn converged(&self, live: &[usize], keys: &[&str]) -> Result<(), String> {
+        let addrs: Vec<SocketAddr> = live.iter().map(|i| self.hosts[*i].overlay()).collect();
+        let mut want: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        want.sort();
+        for &i in live {
+            let out = self.p2pjob(i, &["nodes"], Duration::from_secs(30));
+            let mut listed: Vec<String> = out
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("198.18."))
+                .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+                .collect();
+            listed.sort();
+            if listed != want {
+                return Err(format!("host {i} lists {listed:?}, want {want:?} {}", out.stderr.trim()));
+            }
+            for k in keys {
+                let owner = crate::owner_of(p2pmp_core::id::Id::hash(k), &addrs);
+                let out = self.p2pjob(i, &["lookup", k], Duration::from_secs(30));
+                if !out.stdout.starts_with(&format!("owner {owner} ")) {
+                    return Err(format!("lookup {k} from host {i}: {}{} (want {owner})", out.stdout, out.stderr));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until [`Cluster::converged`] holds; returns how long it took.
+    ///
+    /// # Panics
+    /// If it does not within `limit`.
+    pub fn wait_converged(&self, live: &[usize], keys: &[&str], limit: Duration) -> Duration {
+        let t0 = Instant::now();
+        crate::wait_until("the overlay to converge", limit, || self.converged(live, keys));
+        t0.elapsed()
     }
 
     /// Job directories (`job-*`, where ranks run) and kept logs (`out-*`) under

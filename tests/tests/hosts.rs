@@ -268,3 +268,54 @@ fn free_slots_are_advertised_live_and_finished_jobs_are_forgotten_after_retentio
     });
     assert!(c.leftovers(0).is_empty(), "files left on the holder: {:?}", c.leftovers(0));
 }
+
+#[test]
+fn a_busy_network_queues_a_hundred_jobs_and_runs_them_all() {
+    let Some(c) = cluster("queue_hundred", 4, &["--slots", "4"]) else { return };
+    // 100 jobs of 4 ranks on 16 slots, submitted at once through the four hosts.
+    let job = job_file(&c, "true.xml", "/bin/true", 4, "");
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|h| {
+                let (c, job) = (&c, &job);
+                s.spawn(move || (0..25).map(|_| submit(c, h, job)).collect::<Vec<_>>())
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(ids.len(), 100);
+    p2pmp_tests::wait_until("every job done", Duration::from_secs(120), || {
+        let out = c.p2pjob(1, &["--json", "status"], Duration::from_secs(30));
+        let v: serde_json::Value =
+            serde_json::from_str(out.stdout.trim()).map_err(|e| format!("{e}: {}", out.stdout))?;
+        let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+        let failed: Vec<_> = jobs.iter().filter(|j| j["phase"] == "failed").collect();
+        assert!(failed.is_empty(), "a busy network failed jobs: {failed:?}");
+        let done = jobs.iter().filter(|j| j["phase"] == "done").count();
+        if done == 100 { Ok(()) } else { Err(format!("{done} of 100 done")) }
+    });
+}
+
+#[test]
+fn two_jobs_that_each_need_three_of_four_slots_both_complete() {
+    let Some(c) = cluster("queue_two", 2, &["--slots", "2"]) else { return };
+    let job = job_file(&c, "sleep.xml", "/bin/sleep", 3, "  <arguments>1</arguments>\n");
+    let outs: Vec<p2pmp_tests::Finished> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|h| {
+                let (c, job) = (&c, &job);
+                s.spawn(move || c.p2pjob(h, &["submit", "--wait", job], Duration::from_secs(60)))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &outs {
+        assert!(o.ok, "{} {}", o.stdout, o.stderr);
+    }
+    // One of them waited, and said why.
+    assert!(
+        outs.iter().any(|o| o.stderr.contains("queued: waiting for 3 slot(s)")),
+        "{:?}",
+        outs.iter().map(|o| &o.stderr).collect::<Vec<_>>()
+    );
+}

@@ -17,7 +17,8 @@
 //! `outputfile` (repeatable) are classic. Extensions, all optional: `argument` (one
 //! argument verbatim, spaces kept), `checkpoint` (an interval; empty, `yes` or `true`
 //! mean [`DEFAULT_CHECKPOINT_INTERVAL`]), `restart` (`restart` or `fail`, default
-//! `fail`) and `timeout`. Durations are a number with an optional unit `ms`, `s`
+//! `fail`), `timeout` (for the whole job) and `queuetimeout` (how long it may
+//! wait for free slots before it fails). Durations are a number with an optional unit `ms`, `s`
 //! (default), `m` or `h`. Unknown elements are skipped with a [`JobFileWarning`].
 
 use std::time::Duration;
@@ -77,6 +78,8 @@ pub struct JobDescription {
     pub restart: RestartPolicy,
     /// Wall-clock limit for the whole job.
     pub timeout: Option<Duration>,
+    /// How long the job may wait for free slots (unlimited when absent, within `timeout`).
+    pub queue_timeout: Option<Duration>,
 }
 
 /// A description and the warnings parsing it produced.
@@ -177,10 +180,11 @@ enum Field {
     Checkpoint,
     Restart,
     Timeout,
+    QueueTimeout,
 }
 
 impl Field {
-    const ALL: [(&'static str, Field); 10] = [
+    const ALL: [(&'static str, Field); 11] = [
         ("executable", Field::Executable),
         ("arguments", Field::Arguments),
         ("argument", Field::Argument),
@@ -191,6 +195,7 @@ impl Field {
         ("checkpoint", Field::Checkpoint),
         ("restart", Field::Restart),
         ("timeout", Field::Timeout),
+        ("queuetimeout", Field::QueueTimeout),
     ];
 
     fn from_name(name: &[u8]) -> Option<Field> {
@@ -251,6 +256,7 @@ struct Builder {
     checkpoint: Option<Duration>,
     restart: Option<RestartPolicy>,
     timeout: Option<Duration>,
+    queue_timeout: Option<Duration>,
 }
 
 /// The name a staged file gets in the job directory: its last path component.
@@ -336,9 +342,10 @@ impl Builder {
                     _ => return Err(invalid("expected restart or fail")),
                 });
             }
-            Field::Timeout => {
-                once(self.timeout.is_some())?;
-                self.timeout =
+            Field::Timeout | Field::QueueTimeout => {
+                let slot = if field == Field::Timeout { &mut self.timeout } else { &mut self.queue_timeout };
+                once(slot.is_some())?;
+                *slot =
                     Some(parse_duration(t).filter(|d| !d.is_zero()).ok_or_else(|| invalid("not a positive duration"))?);
             }
         }
@@ -498,6 +505,7 @@ impl JobDescription {
             checkpoint: b.checkpoint,
             restart: b.restart.unwrap_or_default(),
             timeout: b.timeout,
+            queue_timeout: b.queue_timeout,
         };
         Ok(ParsedJob { job, warnings })
     }
@@ -514,6 +522,7 @@ impl JobDescription {
             checkpoint: None,
             restart: RestartPolicy::Fail,
             timeout: None,
+            queue_timeout: None,
         }
     }
 
@@ -521,7 +530,7 @@ impl JobDescription {
     /// to an equal description. Arguments go in one classic `<arguments>` when none
     /// holds whitespace, else one `<argument>` each. A description without
     /// requirements (as [`JobDescription::run`] builds) gets the catch-all
-    /// requirement `slots>=1`, so the file stays valid.
+    /// requirement `cores>=1` (every node has a core), so the file stays valid.
     pub fn to_xml(&self) -> String {
         fn esc(s: &str) -> String {
             escape::escape(s).replace('\r', "&#13;")
@@ -540,7 +549,7 @@ impl JobDescription {
         self.outputfiles.iter().for_each(|f| elem("outputfile", f));
         elem("processes", &self.processes.to_string());
         if self.requirements.is_empty() {
-            elem("requirement", "slots>=1");
+            elem("requirement", "cores>=1");
         }
         self.requirements.iter().for_each(|r| elem("requirement", &r.to_string()));
         if let Some(c) = self.checkpoint {
@@ -551,6 +560,9 @@ impl JobDescription {
         }
         if let Some(t) = self.timeout {
             elem("timeout", &format_duration(t));
+        }
+        if let Some(t) = self.queue_timeout {
+            elem("queuetimeout", &format_duration(t));
         }
         out.push_str("</p2pjob>\n");
         out

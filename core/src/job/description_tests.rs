@@ -131,7 +131,7 @@ fn run_builds_a_valid_file() {
     let back = JobDescription::parse(j.to_xml().as_bytes()).unwrap().job;
     assert_eq!(
         back.requirements,
-        [Requirement::Compare { attr: "slots".into(), op: crate::job::Op::Ge, value: "1".into() }]
+        [Requirement::Compare { attr: "cores".into(), op: crate::job::Op::Ge, value: "1".into() }]
     );
     assert_eq!((back.executable, back.arguments, back.processes), (j.executable, j.arguments, 4));
 }
@@ -169,7 +169,10 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
         proptest::collection::vec(arb_requirement(), 1..4),
         proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
         any::<bool>(),
-        proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+        (
+            proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+            proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+        ),
     )
         // Staged files have distinct base names (the parser refuses others).
         .prop_filter("staged names collide", |t| {
@@ -178,7 +181,17 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
             unique.len() == names.len() && !unique.contains(STAGED_JOB_FILE)
         })
         .prop_map(
-            |(executable, arguments, inputfiles, outputfiles, processes, requirements, checkpoint, r, timeout)| {
+            |(
+                executable,
+                arguments,
+                inputfiles,
+                outputfiles,
+                processes,
+                requirements,
+                checkpoint,
+                r,
+                (timeout, queue_timeout),
+            )| {
                 JobDescription {
                     executable,
                     arguments,
@@ -189,6 +202,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     checkpoint,
                     restart: if r { RestartPolicy::Restart } else { RestartPolicy::Fail },
                     timeout,
+                    queue_timeout,
                 }
             },
         )

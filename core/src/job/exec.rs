@@ -11,8 +11,10 @@
 //!   [`JobMsg::Staged`] (so never started) until every file matches. File 0, the job
 //!   file, must also match the offer's digest; it is kept to read the arguments.
 //! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
-//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`, and
-//!   `P2PMP_HOST`: the node's advertised IP, where ranks listen); output comes in
+//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
+//!   `P2PMP_HOST`: the node's advertised IP, where ranks listen, and
+//!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for);
+//!   output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
 //!   back in chunks with at most [`ExecConfig::output_window`] bytes unacknowledged
@@ -53,6 +55,9 @@ pub struct ExecConfig {
     pub output_window: usize,
     /// Most bytes of verified staged files kept for later jobs (0: none).
     pub cache_bytes: u64,
+    /// How long a rank's peer may stay silent before their connection counts as
+    /// broken (`P2PMP_FAILURE_TIMEOUT_MS` of every rank).
+    pub failure_timeout: Duration,
 }
 
 impl ExecConfig {
@@ -65,6 +70,7 @@ impl ExecConfig {
             chunk_size: 256 * 1024,
             output_window: 4 << 20,
             cache_bytes: 1 << 30,
+            failure_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -173,6 +179,8 @@ pub struct Execution {
     free: u32,
     jobs: BTreeMap<JobId, ExecJob>,
     cache: FileCache,
+    /// Jobs waiting for slots here ([`queue`]).
+    waiting: queue::Waiting,
     actions: VecDeque<Action<JobMsg, ExecEvent>>,
     ignored: u64,
 }
@@ -190,6 +198,7 @@ impl Execution {
             config,
             addr,
             jobs: BTreeMap::new(),
+            waiting: queue::Waiting::default(),
             actions: VecDeque::new(),
             ignored: 0,
         }
@@ -212,12 +221,18 @@ impl Execution {
 
     /// The jobs this node runs for `submitter`.
     pub fn jobs_of(&self, submitter: NodeAddr) -> impl Iterator<Item = JobId> + '_ {
-        self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id)
+        let held = self.jobs.iter().filter(move |(_, j)| j.submitter == submitter).map(|(id, _)| *id);
+        held.chain(self.waiting.jobs_of(submitter))
     }
 
-    /// The submitters of the jobs this node holds.
+    /// The submitters of the jobs this node holds or queues.
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
-        self.jobs.values().map(|j| j.submitter)
+        self.jobs.values().map(|j| j.submitter).chain(self.waiting.submitters())
+    }
+
+    /// Jobs queued here, waiting for slots.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 
     fn event(&mut self, e: ExecEvent) {
@@ -233,6 +248,7 @@ impl Execution {
         if n > 0 {
             self.free = (self.free + n).min(self.config.slots);
             self.event(ExecEvent::SlotsChanged { free: self.free });
+            self.regrant();
         }
     }
 
@@ -257,8 +273,13 @@ impl Execution {
 
     fn on_message(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
         let job = body.job();
-        if let JobMsg::Offer { ranks, size, digest, .. } = body {
-            return self.on_offer(now, from, job, ranks, size, digest);
+        match body {
+            JobMsg::Offer { ranks, size, digest, .. } => return self.on_offer(now, from, job, ranks, size, digest),
+            JobMsg::Want { ranks, priority, .. } => return self.on_want(from, job, ranks, priority),
+            JobMsg::Unwant { .. } => return self.on_unwant(from, job),
+            // A kill of a job that only waits here ends its wait.
+            JobMsg::Kill { .. } if !self.jobs.contains_key(&job) => return self.on_unwant(from, job),
+            _ => {}
         }
         let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
         match body {
@@ -308,6 +329,7 @@ impl Execution {
                         ("P2PMP_SIZE".to_owned(), size.to_string()),
                         ("P2PMP_NODE".to_owned(), self.config.node_control.clone()),
                         ("P2PMP_HOST".to_owned(), self.addr.0.ip().to_string()),
+                        ("P2PMP_FAILURE_TIMEOUT_MS".to_owned(), self.config.failure_timeout.as_millis().to_string()),
                     ];
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));
@@ -389,11 +411,14 @@ impl Execution {
             }
         }
         let n = ranks.len() as u32;
-        if n > self.free {
+        // Slots granted to jobs waiting before this one are theirs.
+        if n > self.free.saturating_sub(self.waiting.granted_to_others(job)) {
             self.send(from, JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot }, Bytes::new());
             return Some(());
         }
         self.free -= n;
+        // Its grant (if it waited here) is taken by this offer.
+        self.stop_waiting(job);
         let deadline = now + self.config.start_timeout;
         let j = self.jobs.entry(job).or_insert_with(|| ExecJob {
             submitter: from,
@@ -485,7 +510,9 @@ impl Machine for Execution {
     }
 
     fn handle_send_failed(&mut self, _now: Instant, to: NodeAddr) {
-        // The submitter is gone: nobody can receive results, so stop its jobs.
+        // The submitter is gone: nobody can receive results, so stop its jobs
+        // and forget what it waits for (its grants go to others).
+        self.drop_waiting_of(to);
         let gone: Vec<JobId> = self.jobs.iter().filter(|(_, j)| j.submitter == to).map(|(k, _)| *k).collect();
         for job in gone {
             self.drop_job(job);
@@ -515,6 +542,8 @@ impl Machine for Execution {
 
 #[path = "exec_output.rs"]
 mod output;
+#[path = "exec_queue.rs"]
+mod queue;
 #[path = "exec_stage.rs"]
 mod stage;
 

@@ -212,7 +212,7 @@ fn submission_and_executors_run_a_job_end_to_end() {
     let mut desc = JobDescription::parse(XML.as_bytes()).unwrap().job;
     desc.processes = 4;
     let id = job_id(1);
-    let mut sub = Submission::new(SubmitConfig::default(), addr(0), id, desc, now, TOKEN_TAG);
+    let mut sub = Submission::new(SubmitConfig::default(), addr(0), (id, 0), desc, now, TOKEN_TAG);
     let mut outcome = None;
     let mut files = BTreeMap::new();
     for _ in 0..100 {
@@ -508,4 +508,99 @@ fn stream_acks_give_credit_only_for_output_sent_by_a_running_rank() {
         drain(&mut e).1
     };
     assert_eq!(ack(0, 1 << 41), [], "an exited rank reads no more");
+}
+
+/// A message from submitter `from`.
+fn from(at: NodeAddr, body: JobMsg) -> Envelope<JobMsg> {
+    Envelope::new(at.id(), at, 0, body)
+}
+
+/// The grants in `msgs`: (job, slots, ahead).
+fn grants(msgs: &[JobMsg]) -> Vec<(JobId, u32, u32)> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            JobMsg::Grant { job, slots, ahead } => Some((*job, *slots, *ahead)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn free_slots_are_granted_earliest_job_first_and_taken_back_for_an_earlier_one() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(4, "n"), addr(5));
+    let (a, b, c) = (job_id(1), job_id(2), job_id(3));
+    let (sa, sb) = (addr(1), addr(2));
+    // b (priority 20) wants 3: all 3 granted; then a (10, earlier) wants 3: it
+    // gets 3 (b keeps 1, told so).
+    e.handle_message(now, from(sb, JobMsg::Want { job: b, ranks: 3, priority: 20 }));
+    assert_eq!(grants(&drain(&mut e).0), [(b, 3, 0)]);
+    e.handle_message(now, from(sa, JobMsg::Want { job: a, ranks: 3, priority: 10 }));
+    assert_eq!(grants(&drain(&mut e).0), [(a, 3, 0), (b, 1, 1)]);
+    assert_eq!(e.waiting(), 2);
+    // b offers 3 ranks anyway (its grant was older news): refused, the slots are a's.
+    let offer = |job, ranks: Vec<u32>| JobMsg::Offer { job, ranks, size: 3, digest: digest(&xml3()) };
+    e.handle_message(now, from(sb, offer(b, vec![0, 1, 2])));
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::Reject { reason: RejectReason::NoSlot, .. }]));
+    // A job nobody queued cannot take granted slots either.
+    e.handle_message(now, from(sb, offer(c, vec![0])));
+    assert!(matches!(drain(&mut e).0[..], [JobMsg::Reject { .. }]));
+    // a takes its 3: it waits no more; b keeps its 1 (nothing new to tell: its
+    // place in line rides on its next grant).
+    e.handle_message(now, from(sa, offer(a, vec![0, 1, 2])));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::Accept { .. }]), "{msgs:?}");
+    assert_eq!(e.waiting(), 1);
+    // a's ranks run and end: b is granted the freed slots as they come back.
+    staged_more(&mut e, now, a, sa);
+    for rank in 0..3 {
+        e.handle_process_exit(a, rank, 0).unwrap();
+        e.handle_output_file(a, rank, "out.txt", Err("none written".into()));
+    }
+    let (msgs, _) = drain(&mut e);
+    assert_eq!(grants(&msgs).last(), Some(&(b, 3, 0)), "{msgs:?}");
+    // b withdraws; a second submitter cannot withdraw a's or b's wait.
+    e.handle_message(now, from(sa, JobMsg::Unwant { job: b }));
+    assert_eq!(e.waiting(), 1);
+    e.handle_message(now, from(sb, JobMsg::Unwant { job: b }));
+    assert_eq!(e.waiting(), 0);
+}
+
+/// The job file of a three-rank job.
+fn xml3() -> Bytes {
+    Bytes::from(XML.replace("<processes>2</processes>", "<processes>3</processes>"))
+}
+
+/// Stages `job` (3 ranks accepted from `sub`) and starts it.
+fn staged_more(e: &mut Execution, now: Instant, job: JobId, sub: NodeAddr) {
+    let xml = xml3();
+    let prog = Bytes::from_static(b"#!/bin/sh\n");
+    for (file, name, data) in [(0, "job.xml", xml), (1, "prog", prog)] {
+        let (total, d) = (data.len() as u64, digest(&data));
+        let body = JobMsg::Stage { job, file, name: name.into(), offset: 0, total, digest: d };
+        e.handle_message(now, Envelope::new(sub.id(), sub, 0, body).with_payload(data));
+    }
+    e.handle_message(now, from(sub, JobMsg::StageEnd { job, files: 2 }));
+    e.handle_message(now, from(sub, JobMsg::Start { job }));
+    drain(e);
+}
+
+#[test]
+fn a_gone_submitter_s_waits_are_dropped_and_their_grants_go_to_others() {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(2, "n"), addr(5));
+    let (a, b) = (job_id(1), job_id(2));
+    e.handle_message(now, from(addr(1), JobMsg::Want { job: a, ranks: 2, priority: 1 }));
+    e.handle_message(now, from(addr(2), JobMsg::Want { job: b, ranks: 2, priority: 2 }));
+    assert_eq!(grants(&drain(&mut e).0), [(a, 2, 0), (b, 0, 1)]);
+    assert_eq!(e.jobs_of(addr(1)).collect::<Vec<_>>(), [a], "heartbeats list waiting jobs too");
+    assert!(e.submitters().any(|s| s == addr(1)));
+    e.handle_send_failed(now, addr(1));
+    assert_eq!(grants(&drain(&mut e).0), [(b, 2, 0)]);
+    // A kill of a job that only waits here ends its wait.
+    e.handle_message(now, from(addr(2), JobMsg::Kill { job: b }));
+    assert_eq!(e.waiting(), 0);
+    // Nonsense is ignored.
+    e.handle_message(now, from(addr(2), JobMsg::Want { job: b, ranks: 0, priority: 2 }));
+    assert_eq!(e.waiting(), 0);
 }

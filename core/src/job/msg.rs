@@ -97,6 +97,17 @@ pub enum JobMsg {
     /// (stdout and stderr together) have arrived so far (cumulative), sent every
     /// [`STREAM_ACK_EVERY`] bytes: the rank's output window moves on.
     StreamAck { job: JobId, rank: u32, consumed: u64 },
+    /// Submitter -> executor: the job waits for `ranks` slots in all (on this
+    /// node and others); queue it by `priority` (the submission time in ms of
+    /// the submitting node's clock; ties by job id: lower first) and grant it
+    /// slots as they are free ([`JobMsg::Grant`]). Granted slots are held for
+    /// the job until it offers ranks, withdraws, or an earlier job needs them.
+    Want { job: JobId, ranks: u32, priority: u64 },
+    /// Executor -> submitter: this node holds `slots` free slots for the job now
+    /// (0: none, or taken back for an earlier job); `ahead` jobs wait before it here.
+    Grant { job: JobId, slots: u32, ahead: u32 },
+    /// Submitter -> executor: the job no longer waits here (placed elsewhere, or over).
+    Unwant { job: JobId },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -147,7 +158,10 @@ impl JobMsg {
             | JobMsg::Manifest { job, .. }
             | JobMsg::Have { job, .. }
             | JobMsg::OutputAck { job, .. }
-            | JobMsg::StreamAck { job, .. } => *job,
+            | JobMsg::StreamAck { job, .. }
+            | JobMsg::Want { job, .. }
+            | JobMsg::Grant { job, .. }
+            | JobMsg::Unwant { job } => *job,
         }
     }
 
@@ -198,6 +212,17 @@ mod tests {
         want.extend([0u8; 20]);
         want.extend([3, 0x80, 0x01]);
         assert_eq!(body_bytes(&JobMsg::StreamAck { job: z, rank: 3, consumed: 128 }), want);
+        let mut want = vec![21u8];
+        want.extend([0u8; 20]);
+        want.extend([4, 0x80, 0x01]); // ranks 4, priority 128
+        assert_eq!(body_bytes(&JobMsg::Want { job: z, ranks: 4, priority: 128 }), want);
+        let mut want = vec![22u8];
+        want.extend([0u8; 20]);
+        want.extend([2, 5]);
+        assert_eq!(body_bytes(&JobMsg::Grant { job: z, slots: 2, ahead: 5 }), want);
+        let mut want = vec![23u8];
+        want.extend([0u8; 20]);
+        assert_eq!(body_bytes(&JobMsg::Unwant { job: z }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
     }
@@ -233,7 +258,18 @@ mod tests {
             ),
             (job.clone(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, files)| JobMsg::Have { job, files }),
-            job.prop_map(|job| JobMsg::Kill { job }),
+            job.clone().prop_map(|job| JobMsg::Kill { job }),
+            (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, ranks, priority)| JobMsg::Want {
+                job,
+                ranks,
+                priority
+            }),
+            (job.clone(), any::<u32>(), any::<u32>()).prop_map(|(job, slots, ahead)| JobMsg::Grant {
+                job,
+                slots,
+                ahead
+            }),
+            job.prop_map(|job| JobMsg::Unwant { job }),
         ]
     }
 

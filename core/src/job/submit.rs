@@ -79,10 +79,11 @@ impl Default for SubmitConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubmitError {
-    /// Fewer free slots on matching nodes than ranks to place.
+    /// The nodes matching every requirement have fewer slots in all, idle, than
+    /// the job has ranks: it can never run (a busy network makes it wait instead).
     #[error(
-        "need {needed} more process slot(s) but only {slots} remain on {nodes} node(s) matching every requirement \
-         ({rejected} node(s) dropped after rejecting or not answering; per requirement: {})",
+        "the job needs {needed} process slot(s) but the {nodes} node(s) matching every requirement have {slots} in all \
+         ({rejected} node(s) dropped after refusing or not answering; per requirement: {})",
         per_requirement.iter().map(|(r, n)| format!("{r}: {n} node(s)")).collect::<Vec<_>>().join(", ")
     )]
     NotEnoughCandidates {
@@ -126,6 +127,9 @@ pub enum SubmitError {
     /// The job's `<timeout>` passed.
     #[error("the job's timeout passed")]
     Timeout,
+    /// The job waited for free slots longer than its `<queuetimeout>`.
+    #[error("waited {:.1} s for free slots ({reason})", *waited_ms as f64 / 1e3)]
+    QueueTimeout { waited_ms: u64, reason: String },
     /// The description asks for no process or more than [`super::description::MAX_PROCESSES`].
     #[error("a job needs 1 to {max} processes, not {0}", max = super::description::MAX_PROCESSES)]
     BadProcessCount(u32),
@@ -147,6 +151,8 @@ pub enum Outcome {
 pub enum Phase {
     /// Asking the overlay for candidates.
     Resolving,
+    /// Waiting at the candidates for free slots (see [`Submission::waiting_reason`]).
+    Queued,
     /// Offering ranks and staging files.
     Placing,
     /// Started; collecting results.
@@ -191,6 +197,8 @@ pub enum SubmitEvent {
     Exited { job: JobId, rank: u32, code: i32 },
     /// Answer to a status command.
     Status { job: JobId, phase: Phase, ranks: Vec<RankInfo> },
+    /// The job waits for free slots, for this reason (emitted when it changes).
+    Queued { job: JobId, reason: String },
     /// The job is over.
     Finished { job: JobId, outcome: Outcome },
 }
@@ -248,11 +256,15 @@ impl Submitter {
 
     /// Submits `job` under the caller's `request_id`. A retry with the same request
     /// id and description returns the same job id and `false` (nothing new starts).
+    ///
+    /// `priority` orders the job among those waiting for the same nodes: lower
+    /// first (the submission time in ms by the submitting node's clock).
     pub fn submit(
         &mut self,
         now: Instant,
         request_id: u64,
         job: JobDescription,
+        priority: u64,
     ) -> Result<(JobId, bool), SubmitCmdError> {
         if let Some(&id) = self.by_request.get(&request_id) {
             return match self.jobs.get(&id) {
@@ -265,7 +277,7 @@ impl Submitter {
         let token_base = TOKEN_TAG | (self.counter << 32);
         self.by_token.insert(self.counter, id);
         self.by_request.insert(request_id, id);
-        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, id, job, now, token_base));
+        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, (id, priority), job, now, token_base));
         Ok((id, true))
     }
 

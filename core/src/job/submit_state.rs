@@ -1,10 +1,14 @@
 //! The per-job [`Submission`] machine (see the parent module for its lifecycle).
 
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 use super::*;
+use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
+
+#[path = "submit_place.rs"]
+mod place;
 
 /// What the application asks of one submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +55,22 @@ impl Stage {
 
 #[derive(Debug)]
 struct Node {
+    /// Its process slots in all: what an offer may ask of it.
     slots: u32,
+    /// Its free slots when it advertised (the line may be a moment old): the
+    /// first key of placement, never a reason to pass a node over, since the
+    /// node's own accept or reject decides.
+    free_hint: u32,
     /// Its load average in thousandths when it advertised (0: not said).
     load_milli: u32,
+    /// The job waits here ([`JobMsg::Want`] sent, no offer yet).
+    wanted: bool,
+    /// Slots the node holds for the job ([`JobMsg::Grant`]).
+    granted: u32,
+    /// Jobs waiting before this one there, as last told.
+    ahead: u32,
+    /// It answered the last want (with a grant, of any size).
+    answered: bool,
     accepted: Vec<u32>,
     offer: Option<(Vec<u32>, Instant)>,
     /// Rejected or timed out: no more offers.
@@ -64,13 +81,6 @@ struct Node {
     /// Per rank: stdout + stderr bytes received from it, and how many of them
     /// were acknowledged ([`JobMsg::StreamAck`]).
     streamed: BTreeMap<u32, (u64, u64)>,
-}
-
-impl Node {
-    fn free(&self) -> u32 {
-        let pending = self.offer.as_ref().map_or(0, |(r, _)| r.len());
-        self.slots.saturating_sub(u32::try_from(self.accepted.len() + pending).unwrap_or(u32::MAX))
-    }
 }
 
 struct OutFile {
@@ -103,6 +113,15 @@ pub struct Submission {
     per_requirement: Vec<(String, usize)>,
     closed: usize,
     deadline: Option<Instant>,
+    /// Earlier submissions go first (the submission time in ms, then the job id).
+    priority: u64,
+    /// When waiting for slots must end ([`JobDescription::queue_timeout`]).
+    queue_deadline: Option<Instant>,
+    /// The last reason reported for waiting (reported again only when it changes).
+    waiting: Option<String>,
+    /// The grants cover the job: offers go out at this instant at the latest
+    /// ([`place::BID_GRACE`]), or once every node it waits at answered.
+    bid_deadline: Option<Instant>,
     out_files: BTreeMap<(u32, String), OutFile>,
     /// Output files that arrived whole and matching their digest.
     out_ok: BTreeSet<(u32, String)>,
@@ -113,12 +132,13 @@ pub struct Submission {
 }
 
 impl Submission {
-    /// Starts submitting `desc` as job `job`: emits the overlay queries (tokens from
+    /// Starts submitting `desc` as job `job` at `priority` (earlier submissions
+    /// first: the submission time in ms): emits the overlay queries (tokens from
     /// `token_base` up) and the file reads.
     pub fn new(
         config: SubmitConfig,
         addr: NodeAddr,
-        job: JobId,
+        (job, priority): (JobId, u64),
         desc: JobDescription,
         now: Instant,
         token_base: Token,
@@ -139,6 +159,10 @@ impl Submission {
         let ranks = if valid { n } else { 0 };
         let mut s = Submission {
             deadline: desc.timeout.map(|t| now + t),
+            queue_deadline: desc.queue_timeout.map(|t| now + t),
+            priority,
+            waiting: None,
+            bid_deadline: None,
             config,
             addr,
             job,
@@ -224,6 +248,10 @@ impl Submission {
         if self.phase == Phase::Finished {
             return;
         }
+        let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
+        for to in waiting_at {
+            self.send(to, JobMsg::Unwant { job: self.job }, Bytes::new());
+        }
         if !matches!(outcome, Outcome::Done { .. }) {
             let holding: Vec<NodeAddr> = self
                 .nodes
@@ -242,6 +270,7 @@ impl Submission {
         for n in self.nodes.values_mut() {
             n.stage = Stage::NotSent;
             n.streamed = BTreeMap::new();
+            n.wanted = false;
         }
         self.event(SubmitEvent::Finished { job: self.job, outcome });
     }
@@ -276,107 +305,6 @@ impl Submission {
             self.resolve(now);
         }
         true
-    }
-
-    fn resolve(&mut self, now: Instant) {
-        let mut all: BTreeMap<NodeAddr, Resources> = BTreeMap::new();
-        let mut narrowed: BTreeMap<String, BTreeSet<NodeAddr>> = BTreeMap::new();
-        for q in &self.queries {
-            let values = q.values.as_deref().unwrap_or_default();
-            if q.name == ANY_NAME {
-                for (addr, res) in values.iter().filter_map(|v| Resources::parse_any_value(v).ok()) {
-                    // A node seen twice (a line it replaced, not yet withdrawn
-                    // everywhere): the newest line, or else the fewer free slots.
-                    let keep = all.get(&addr).is_none_or(|old| {
-                        (old.generation, std::cmp::Reverse(old.slots)) < (res.generation, std::cmp::Reverse(res.slots))
-                    });
-                    if keep {
-                        all.insert(addr, res);
-                    }
-                }
-            } else {
-                narrowed.insert(q.name.clone(), values.iter().filter_map(|v| v.trim().parse().ok()).collect());
-            }
-        }
-        self.per_requirement = per_requirement_counts(&self.desc.requirements, &all, &narrowed);
-        for (addr, res) in all {
-            let listed =
-                |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
-            if res.slots > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
-                let node = Node {
-                    slots: res.slots,
-                    load_milli: res.load_milli.unwrap_or(0),
-                    accepted: Vec::new(),
-                    offer: None,
-                    closed: false,
-                    stage: Stage::NotSent,
-                    out_consumed: 0,
-                    streamed: BTreeMap::new(),
-                };
-                self.nodes.insert(addr, node);
-            }
-        }
-        self.phase = Phase::Placing;
-        self.place(now);
-    }
-
-    /// Offers the unplaced ranks to the open candidates with the most free slots.
-    fn place(&mut self, now: Instant) {
-        if self.phase != Phase::Placing {
-            return;
-        }
-        let open = self.nodes.values().filter(|n| !n.closed);
-        let capacity: u64 = open.map(|n| u64::from(n.free())).sum();
-        if self.unplaced.len() as u64 > capacity {
-            let err = SubmitError::NotEnoughCandidates {
-                needed: self.unplaced.len() as u32,
-                slots: capacity,
-                nodes: self.nodes.values().filter(|n| !n.closed).count(),
-                rejected: self.closed,
-                per_requirement: self.per_requirement.clone(),
-            };
-            self.fail(err);
-            return;
-        }
-        // Max-heap on free slots, ties to the least loaded, then the lowest address.
-        use std::cmp::Reverse;
-        let mut heap: BinaryHeap<(u32, Reverse<u32>, Reverse<NodeAddr>)> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.closed && n.offer.is_none() && n.free() > 0)
-            .map(|(a, n)| (n.free(), Reverse(n.load_milli), Reverse(*a)))
-            .collect();
-        let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
-        while let Some(&rank) = self.unplaced.first() {
-            let Some((free, load, Reverse(addr))) = heap.pop() else { break };
-            self.unplaced.remove(&rank);
-            offers.entry(addr).or_default().push(rank);
-            if free > 1 {
-                heap.push((free - 1, load, Reverse(addr)));
-            }
-        }
-        let digest = self.files[0].as_ref().map(|f| f.2).unwrap_or_default();
-        for (to, ranks) in offers {
-            if let Some(n) = self.nodes.get_mut(&to) {
-                n.offer = Some((ranks.clone(), now + self.config.offer_timeout));
-            }
-            let msg = JobMsg::Offer { job: self.job, ranks, size: self.desc.processes, digest };
-            self.send(to, msg, Bytes::new());
-        }
-        self.try_start(now);
-    }
-
-    /// Drops a node from further offers and puts its pending ranks back.
-    fn close(&mut self, now: Instant, addr: NodeAddr) {
-        let Some(n) = self.nodes.get_mut(&addr) else { return };
-        if let Some((ranks, _)) = n.offer.take() {
-            self.unplaced.extend(ranks);
-        }
-        if !n.closed {
-            n.closed = true;
-            self.closed += 1;
-        }
-        self.place(now);
     }
 
     /// The driver read (or failed to read) staged file number `file`.
@@ -501,15 +429,17 @@ impl Submission {
                 if first {
                     self.stage_node(now, from);
                 }
-                self.place(now);
+                self.try_start(now);
             }
-            JobMsg::Reject { ranks, .. } if self.phase == Phase::Placing => {
+            JobMsg::Reject { ranks, reason, .. } if self.phase == Phase::Placing => {
                 let n = self.nodes.get(&from)?;
                 if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
                     return None;
                 }
-                self.close(now, from);
+                // Busy (a grant taken back for an earlier job): wait again, there too.
+                self.retreat(now, from, reason != RejectReason::NoSlot);
             }
+            JobMsg::Grant { slots, ahead, .. } => return self.on_grant(now, from, slots, ahead),
             JobMsg::Resend { file, .. } if self.phase == Phase::Placing => {
                 let max = self.config.max_resends;
                 let deadline = now + self.config.stage_timeout;
@@ -644,7 +574,9 @@ impl Submission {
         self.nodes
             .iter()
             .filter(move |(_, n)| {
-                live && (n.offer.is_some() || n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none()))
+                live && (n.wanted
+                    || n.offer.is_some()
+                    || n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none()))
             })
             .map(|(a, _)| *a)
     }
@@ -659,8 +591,10 @@ impl Submission {
         let Some(n) = self.nodes.get(&to) else { return };
         let live = n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none());
         match self.phase {
-            Phase::Placing | Phase::Running if live => self.lost(to, silent),
-            Phase::Placing if n.offer.is_some() => self.close(now, to),
+            Phase::Running if live => self.lost(to, silent),
+            // Nothing runs yet: wait again without it.
+            Phase::Placing if live || n.offer.is_some() => self.retreat(now, to, true),
+            Phase::Queued | Phase::Placing => self.drop_candidate(now, to),
             _ => {}
         }
     }
@@ -703,19 +637,22 @@ impl Machine for Submission {
         if self.deadline.is_some_and(|d| d <= now) {
             return self.fail(SubmitError::Timeout);
         }
-        let expired: Vec<NodeAddr> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.offer.as_ref().is_some_and(|(_, d)| *d <= now))
-            .map(|(a, _)| *a)
-            .collect();
-        for a in expired {
-            self.close(now, a);
+        if self.queue_deadline.is_some_and(|d| d <= now) && self.phase <= Phase::Queued {
+            let reason = self.waiting_reason().unwrap_or_default();
+            let waited_ms = self.desc.queue_timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+            return self.fail(SubmitError::QueueTimeout { waited_ms, reason });
         }
-        let stalled = self.nodes.iter().find(|(_, n)| n.stage.deadline().is_some_and(|d| d <= now));
-        if let (Phase::Placing, Some((a, _))) = (self.phase, stalled) {
+        // An offer unanswered, or staging that stopped moving: that node is out,
+        // and the job waits again (all or nothing).
+        let stuck = self.nodes.iter().find(|(_, n)| {
+            n.offer.as_ref().is_some_and(|(_, d)| *d <= now) || n.stage.deadline().is_some_and(|d| d <= now)
+        });
+        if let (Phase::Placing, Some((a, _))) = (self.phase, stuck) {
             let a = *a;
-            self.lost(a, None);
+            self.retreat(now, a, true);
+        }
+        if self.bid_deadline.is_some_and(|d| d <= now) {
+            self.try_offer(now);
         }
     }
 
@@ -730,6 +667,7 @@ impl Machine for Submission {
         let offers = self.nodes.values().filter_map(|n| n.offer.as_ref().map(|(_, d)| *d));
         let placing = self.phase == Phase::Placing;
         let stages = self.nodes.values().filter_map(|n| n.stage.deadline().filter(|_| placing));
-        offers.chain(stages).chain(self.deadline).min()
+        let queue = self.queue_deadline.filter(|_| self.phase <= Phase::Queued);
+        offers.chain(stages).chain(self.deadline).chain(queue).chain(self.bid_deadline).min()
     }
 }

@@ -1,8 +1,10 @@
 //! What the node advertises: its fixed registrations (tags, attributes) once it
 //! joins, and its live `res:any` line (free slots, load, free memory), replaced
-//! whenever it changes enough: the old line is withdrawn and the new one, with a
-//! higher `gen`, registered. Changes closer together than `gap` are folded into
-//! one re-advertisement at the end of the gap.
+//! whenever it changes enough: the new line, with a higher `gen`, is registered,
+//! and the line before the old one withdrawn (readers keep a node's newest line;
+//! withdrawing the old line at once would leave a moment in which a query finds
+//! no line of the node at all). Changes closer together than `gap` are folded
+//! into one re-advertisement at the end of the gap.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,8 @@ pub(super) struct Advert {
     mem_free_mb: Option<u64>,
     /// The `res:any` value registered now, and what it said (its `gen` aside).
     registered: Option<(String, Resources)>,
+    /// The line it replaced, still registered until the next one replaces it.
+    previous: Option<String>,
     /// When it was registered.
     last: Option<Instant>,
 }
@@ -36,6 +40,7 @@ impl Advert {
             load_milli: None,
             mem_free_mb: None,
             registered: None,
+            previous: None,
             last: None,
         }
     }
@@ -102,11 +107,12 @@ impl DaemonNode {
         }
         self.advert.generation += 1;
         let value = Resources { generation: self.advert.generation, ..says.clone() }.any_value(self.addr);
-        if let Some((old, _)) = self.advert.registered.take() {
-            self.overlay(now, OverlayCommand::Unregister { name: ANY_NAME.to_owned(), value: old });
-        }
         let ttl = self.resource_ttl;
         self.overlay(now, OverlayCommand::Register { name: ANY_NAME.to_owned(), value: value.clone(), ttl });
+        if let Some(old) = self.advert.previous.take() {
+            self.overlay(now, OverlayCommand::Unregister { name: ANY_NAME.to_owned(), value: old });
+        }
+        self.advert.previous = self.advert.registered.take().map(|(v, _)| v);
         self.advert.registered = Some((value, says));
         self.advert.last = Some(now);
     }

@@ -41,6 +41,11 @@ pub enum ToolRequest {
     /// node that holds the job, from the first byte), as [`ToolReply::Output`]s,
     /// then [`ToolReply::OutputEnd`]; only `rank`'s when given.
     Output { job: JobId, rank: Option<u32> },
+    /// Overlay diagnostics: the node responsible for SHA-1(`name`), and the hops
+    /// it took to find out.
+    Lookup { name: String },
+    /// Overlay diagnostics: every live value registered under `name`.
+    Query { name: String },
 }
 
 /// The overlay name under which the node holding `job` registers its address.
@@ -63,6 +68,8 @@ pub enum JobPhase {
     Failed,
     /// Killed by the user.
     Killed,
+    /// Waiting for free slots on nodes that meet its requirements.
+    Queued,
 }
 
 /// One rank in a status answer.
@@ -93,6 +100,8 @@ pub struct JobStatus {
     pub error: Option<String>,
     /// The node that holds it (where it was submitted).
     pub holder: NodeAddr,
+    /// While it is queued: why, and its place.
+    pub waiting: Option<String>,
 }
 
 /// A daemon's answer to a [`ToolRequest`].
@@ -122,6 +131,12 @@ pub enum ToolReply {
     Finished { job: JobId, phase: JobPhase, codes: Vec<i32>, error: Option<String> },
     /// The last reply of [`ToolRequest::Output`]: nothing more was written yet.
     OutputEnd { job: JobId },
+    /// Answer to [`ToolRequest::Lookup`].
+    Owner { owner: NodeAddr, hops: u32 },
+    /// Answer to [`ToolRequest::Query`].
+    Values { values: Vec<String> },
+    /// The job waits for free slots, for this reason (sent when it changes).
+    Queued { job: JobId, reason: String },
 }
 
 impl ToolReply {
@@ -136,6 +151,7 @@ impl ToolReply {
                 | ToolReply::Output { .. }
                 | ToolReply::OutputFile { .. }
                 | ToolReply::Exited { .. }
+                | ToolReply::Queued { .. }
         )
     }
 }

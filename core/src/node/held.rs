@@ -78,7 +78,7 @@ impl DaemonNode {
         }
         let meta = JobMeta { base_dir, size, watchers: Vec::new(), end: None, logs: BTreeMap::new() };
         self.jobs.insert(job, meta);
-        let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.resource_ttl);
+        let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.job_key_ttl);
         self.overlay(now, OverlayCommand::Register { name, value, ttl });
     }
 
@@ -213,6 +213,7 @@ impl DaemonNode {
         let phase = match (&meta.end, s.phase()) {
             (Some(end), _) => end.phase,
             (None, Phase::Resolving) => JobPhase::Resolving,
+            (None, Phase::Queued) => JobPhase::Queued,
             (None, Phase::Placing) => JobPhase::Placing,
             (None, _) => JobPhase::Running,
         };
@@ -223,7 +224,8 @@ impl DaemonNode {
             .collect();
         let error = meta.end.as_ref().and_then(|e| e.error.clone());
         let executable = s.description().executable.clone();
-        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr })
+        let waiting = s.waiting_reason();
+        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting })
     }
 
     pub(super) fn on_submit_event(&mut self, now: Instant, e: SubmitEvent) {
@@ -257,6 +259,9 @@ impl DaemonNode {
             }
             SubmitEvent::Exited { job, rank, code } => {
                 self.tell_watchers(job, ToolReply::Exited { job, rank, code }, Bytes::new())
+            }
+            SubmitEvent::Queued { job, reason } => {
+                self.tell_watchers(job, ToolReply::Queued { job, reason }, Bytes::new())
             }
             SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
             SubmitEvent::Status { .. } => {}

@@ -36,6 +36,7 @@ mod heartbeat;
 mod held;
 mod ranks;
 mod remote;
+pub mod sim_shell;
 mod tool;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -95,7 +96,9 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Status { .. }
         | JobMsg::Done { .. }
         | JobMsg::OutputAck { .. }
-        | JobMsg::StreamAck { .. } => true,
+        | JobMsg::StreamAck { .. }
+        | JobMsg::Want { .. }
+        | JobMsg::Unwant { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -106,7 +109,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::OutputFile { .. }
         | JobMsg::StatusReply { .. }
         | JobMsg::StageAck { .. }
-        | JobMsg::Have { .. } => false,
+        | JobMsg::Have { .. }
+        | JobMsg::Grant { .. } => false,
     }
 }
 
@@ -128,8 +132,13 @@ pub struct DaemonConfig {
     pub submit: SubmitConfig,
     /// TTL of process-key registrations (refreshed while the process lives).
     pub process_ttl: Duration,
-    /// TTL of resource and job-key registrations (refreshed while they hold).
+    /// TTL of resource registrations (refreshed while the node lives).
     pub resource_ttl: Duration,
+    /// TTL of a held job's key (refreshed while the node keeps the job). Every
+    /// job a node holds, finished ones too until their retention ends, costs a
+    /// refresh a third of this apart; a key outliving a dead holder only makes
+    /// requests for that job answer that its node is unreachable.
+    pub job_key_ttl: Duration,
     /// How often a peer this node has business with is sent a heartbeat.
     pub heartbeat_period: Duration,
     /// How long a peer with business may stay silent before it counts as gone.
@@ -158,6 +167,7 @@ impl DaemonConfig {
             submit: SubmitConfig::default(),
             process_ttl: Duration::from_secs(9),
             resource_ttl: Duration::from_secs(9),
+            job_key_ttl: Duration::from_secs(120),
             heartbeat_period: Duration::from_secs(1),
             failure_timeout: Duration::from_secs(10),
             retention: Duration::from_secs(3600),
@@ -188,8 +198,9 @@ pub enum NodeCommand {
     /// Leave the overlay gracefully.
     Leave,
     /// The host's load average (thousandths) and free memory (MiB), measured
-    /// now; the node re-advertises when they moved enough.
-    HostStats { load_milli: u32, mem_free_mb: u64 },
+    /// now; the node re-advertises when they moved enough. `unix_ms` is the
+    /// wall clock now: jobs waiting for slots are ordered by submission time.
+    HostStats { load_milli: u32, mem_free_mb: u64, unix_ms: u64 },
     /// A chunk of a log file read for [`NodeEvent::ReplayOutput`] `replay`.
     Replayed { replay: u64, rank: u32, stream: Stream, offset: u64, data: Bytes },
     /// Every file of [`NodeEvent::ReplayOutput`] `replay` has been read.
@@ -272,6 +283,8 @@ enum Pending {
     Locate { fwd: u64 },
     /// Which nodes forwarded status request `fwd` asks: `res:any`.
     Gather { fwd: u64 },
+    /// `p2pjob lookup` or `p2pjob query`.
+    Diagnose { conn: ConnId, request_id: u64 },
 }
 
 /// Who asked a tool request: a tool on a local connection, or another node
@@ -312,6 +325,7 @@ pub struct DaemonNode {
     work_dir: String,
     process_ttl: Duration,
     resource_ttl: Duration,
+    job_key_ttl: Duration,
     retention: Duration,
     timers: TimerTable<Timer>,
     actions: VecDeque<Action<NodeMsg, NodeEvent>>,
@@ -325,6 +339,8 @@ pub struct DaemonNode {
     advert: advert::Advert,
     liveness: heartbeat::Liveness,
     forwards: remote::Forwards,
+    /// The wall clock (ms since the Unix epoch) at an instant, as the shell last said.
+    wall: (Instant, u64),
     left: bool,
 }
 
@@ -358,7 +374,9 @@ impl DaemonNode {
     pub fn new(config: DaemonConfig, addr: NodeAddr, now: Instant) -> Self {
         let chord = ChordNode::new(config.chord, addr, config.bootstrap, now, config.seed);
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
-        let exec = Execution::new(ExecConfig::new(config.resources.slots, config.control), addr);
+        let mut exec_config = ExecConfig::new(config.resources.slots, config.control);
+        exec_config.failure_timeout = config.failure_timeout;
+        let exec = Execution::new(exec_config, addr);
         let mut timers = TimerTable::default();
         timers.set(Timer::Heartbeat, now + config.heartbeat_period);
         let mut n = DaemonNode {
@@ -369,6 +387,7 @@ impl DaemonNode {
             work_dir: config.work_dir,
             process_ttl: config.process_ttl,
             resource_ttl: config.resource_ttl,
+            job_key_ttl: config.job_key_ttl,
             retention: config.retention,
             timers,
             actions: VecDeque::new(),
@@ -380,6 +399,7 @@ impl DaemonNode {
             advert: advert::Advert::new(config.resources, config.advert_gap, config.generation_base),
             liveness: heartbeat::Liveness::new(config.heartbeat_period, config.failure_timeout),
             forwards: remote::Forwards::default(),
+            wall: (now, 0),
             left: false,
         };
         n.pump(now);
@@ -419,6 +439,13 @@ impl DaemonNode {
     /// Where the file cache keeps a verified staged file (`<work_dir>/cache/<digest>`).
     pub fn cache_path(&self, digest: Id) -> String {
         format!("{}/cache/{digest}", self.work_dir.trim_end_matches('/'))
+    }
+
+    /// The wall clock at `now`, in ms (from the shell's last reading; time
+    /// since the node started when it never said).
+    fn wall_ms(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.wall.0);
+        self.wall.1.saturating_add(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
     }
 
     fn event(&mut self, e: NodeEvent) {
@@ -498,9 +525,24 @@ impl DaemonNode {
                 Some(Pending::Nodes { conn, request_id }) => self.nodes_listed(conn, request_id, result),
                 Some(Pending::Locate { fwd }) => self.located(now, fwd, result),
                 Some(Pending::Gather { fwd }) => self.gather_nodes(now, fwd, result),
+                Some(Pending::Diagnose { conn, request_id }) => {
+                    let reply = match result {
+                        Ok(values) => ToolReply::Values { values },
+                        Err(e) => ToolReply::Error { message: format!("overlay query failed: {e}") },
+                    };
+                    self.event(NodeEvent::ToolReply { conn, request_id, reply, payload: Bytes::new() });
+                }
                 None => {}
             },
-            OverlayEvent::LookupDone { .. } => {}
+            OverlayEvent::LookupDone { token, result, .. } => {
+                if let Some(Pending::Diagnose { conn, request_id }) = self.pending.remove(&token) {
+                    let reply = match result {
+                        Ok(r) => ToolReply::Owner { owner: r.owner, hops: r.hops },
+                        Err(e) => ToolReply::Error { message: format!("overlay lookup failed: {e}") },
+                    };
+                    self.event(NodeEvent::ToolReply { conn, request_id, reply, payload: Bytes::new() });
+                }
+            }
             other => {
                 if other == OverlayEvent::Joined && !self.left {
                     self.advertise_all(now);
@@ -641,7 +683,8 @@ impl Machine for DaemonNode {
                 self.exec.handle_output_file(job, rank, &name, data);
                 Ok(())
             }
-            NodeCommand::HostStats { load_milli, mem_free_mb } => {
+            NodeCommand::HostStats { load_milli, mem_free_mb, unix_ms } => {
+                self.wall = (now, unix_ms);
                 if self.advert.host_stats(load_milli, mem_free_mb) {
                     self.resources_changed(now);
                 }
@@ -697,5 +740,8 @@ impl Machine for DaemonNode {
     }
 }
 
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod queue_tests;
 #[cfg(test)]
 mod tests;

@@ -69,7 +69,9 @@ impl DaemonNode {
         self.drop_clients(|c| matches!(c, Client::Local { conn: c, .. } if *c == conn));
         self.cancel_forwards_of(conn);
         self.pending.retain(|_, p| match p {
-            Pending::Resolve { conn: c, .. } | Pending::Nodes { conn: c, .. } => *c != conn,
+            Pending::Resolve { conn: c, .. } | Pending::Nodes { conn: c, .. } | Pending::Diagnose { conn: c, .. } => {
+                *c != conn
+            }
             Pending::Locate { .. } | Pending::Gather { .. } => true,
         });
     }

@@ -11,17 +11,27 @@ use crate::job::Resources;
 use crate::local::{LocalReply, LocalRequest};
 use crate::sim::{NodeIdx, Sim, SimConfig};
 
-fn resources(slots: u32) -> Resources {
+pub(super) fn resources(slots: u32) -> Resources {
     Resources { os: "linux".into(), arch: "x86_64".into(), cores: 2, mem_mb: 4096, slots, ..Resources::default() }
 }
 
 fn net(n: u32, t0: Instant) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
+    net_of(n, 2, t0)
+}
+
+/// `n` daemon nodes of `slots` slots each, joined (20 virtual seconds).
+pub(super) fn net_of(n: u32, slots: u32, t0: Instant) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
+    net_with(n, t0, |_| resources(slots))
+}
+
+/// `n` daemon nodes, node `i` with resources `res(i)`, joined (20 virtual seconds).
+pub(super) fn net_with(n: u32, t0: Instant, res: impl Fn(u32) -> Resources) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
     let mut sim = Sim::new(SimConfig { codec_roundtrip: true, ..SimConfig::default() }, t0);
     let first = NodeAddr::loopback(1, 7000);
     let mut idx = Vec::new();
     for i in 0..n {
         let addr = NodeAddr::loopback(1 + i, 7000);
-        let mut cfg = DaemonConfig::new(resources(2), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
+        let mut cfg = DaemonConfig::new(res(i), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
         if i > 0 {
             cfg.bootstrap = vec![first];
         }
@@ -146,4 +156,131 @@ fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
     want.extend([5, 0, 0]);
     assert_eq!(postcard::to_allocvec(&fin).unwrap(), want);
     assert!(for_executor(&JobMsg::Kill { job }) && !for_executor(&JobMsg::Exit { job, rank: 0, code: 0 }));
+    // Appended variants keep their places.
+    assert_eq!(postcard::to_allocvec(&NodeMsg::Heartbeat { running: vec![] }).unwrap(), [2, 0]);
+    let fwd = NodeMsg::Tool { fwd: 3, req: ToolRequest::Status { job: None } };
+    assert_eq!(postcard::to_allocvec(&fwd).unwrap(), [3, 3, 2, 0]);
+    let back = NodeMsg::ToolReply { fwd: 3, reply: ToolReply::OutputEnd { job } };
+    let mut want = vec![4u8, 3, 11];
+    want.extend([0u8; 20]);
+    assert_eq!(postcard::to_allocvec(&back).unwrap(), want);
+    assert_eq!(postcard::to_allocvec(&NodeMsg::ToolCancel { fwd: 3 }).unwrap(), [5, 3]);
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Lookup { name: "a".into() }).unwrap(), [6, 1, b'a']);
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Query { name: "a".into() }).unwrap(), [7, 1, b'a']);
+    assert_eq!(postcard::to_allocvec(&ToolReply::Values { values: vec![] }).unwrap(), [13, 0]);
+}
+
+use super::sim_shell::SimShell as Shell;
+
+pub(super) fn tool(sim: &mut Sim<DaemonNode>, node: NodeIdx, conn: ConnId, req: ToolRequest) {
+    sim.command(node, NodeCommand::Tool { conn, request_id: conn, req }).unwrap();
+}
+
+pub(super) fn submitted(shell: &Shell, node: NodeIdx, conn: ConnId) -> crate::job::JobId {
+    shell
+        .on(node, conn)
+        .iter()
+        .find_map(|r| match r {
+            ToolReply::Submitted { job, .. } => Some(*job),
+            _ => None,
+        })
+        .expect("submitted")
+}
+
+#[test]
+fn any_node_answers_for_a_job_held_by_another_and_replays_its_output() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net(3, t0);
+    let mut shell = Shell::new(Some(Duration::ZERO));
+    let xml = crate::job::JobDescription::run("/bin/prog", vec![], 3).to_xml();
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let job = submitted(&shell, n[0], 1);
+    // Status from another node: forwarded to the holder.
+    tool(&mut sim, n[2], 2, ToolRequest::Status { job: Some(job) });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[2], 2));
+    let Some(ToolReply::Jobs { jobs }) = shell.on(n[2], 2).last().copied() else { panic!("{:?}", shell.on(n[2], 2)) };
+    assert_eq!((jobs.len(), jobs[0].holder, jobs[0].phase), (1, sim.addr(n[0]), JobPhase::Done));
+    // A watch attached after the end replays every rank's output, then the end.
+    tool(&mut sim, n[1], 3, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[1], 3));
+    let got = shell.on(n[1], 3);
+    let outputs: Vec<u32> =
+        got.iter().filter_map(|r| if let ToolReply::Output { rank, .. } = r { Some(*rank) } else { None }).collect();
+    assert_eq!(outputs, vec![0, 1, 2], "{got:?}");
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    // Output of one rank, from a third node, with its bytes.
+    tool(&mut sim, n[2], 4, ToolRequest::Output { job, rank: Some(1) });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[2], 4));
+    let bytes: Vec<&Bytes> = shell
+        .replies
+        .iter()
+        .filter(|r| r.0 == n[2] && r.1 == 4 && matches!(r.2, ToolReply::Output { .. }))
+        .map(|r| &r.3)
+        .collect();
+    assert_eq!(bytes, vec![&Bytes::from("hello from 1\n")]);
+    assert!(matches!(shell.on(n[2], 4).last(), Some(ToolReply::OutputEnd { .. })));
+    // Every node's jobs, asked of one.
+    tool(&mut sim, n[1], 5, ToolRequest::Status { job: None });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[1], 5));
+    assert!(
+        matches!(shell.on(n[1], 5).last(), Some(ToolReply::Jobs { jobs }) if jobs.len() == 1 && jobs[0].job == job)
+    );
+    // A job nobody holds.
+    let nope = crate::job::JobId(crate::id::Id::hash("nope"));
+    tool(&mut sim, n[2], 6, ToolRequest::Kill { job: nope });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[2], 6));
+    assert!(matches!(shell.on(n[2], 6).last(), Some(ToolReply::Error { message }) if message.contains("no job")));
+}
+
+#[test]
+fn a_finished_job_is_forgotten_with_its_logs_and_key_after_the_retention() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net(2, t0);
+    let mut shell = Shell::new(Some(Duration::ZERO));
+    let xml = crate::job::JobDescription::run("/bin/prog", vec![], 2).to_xml();
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let job = submitted(&shell, n[0], 1);
+    assert_eq!(sim.node(n[0]).held_jobs(), 1);
+    assert!(shell.files.keys().any(|p| p.contains(&format!("out-{job}"))), "logs kept: {:?}", shell.files.keys());
+    // The default retention is an hour: just short of it the job is still there ...
+    sim.run_for(Duration::from_secs(3590));
+    assert_eq!(sim.node(n[0]).held_jobs(), 1);
+    sim.run_for(Duration::from_secs(20));
+    shell.run(&mut sim, Duration::from_secs(1), |_| false);
+    // ... and then gone, with its logs and its key.
+    assert_eq!(sim.node(n[0]).held_jobs(), 0);
+    assert!(shell.removed.iter().any(|p| p.ends_with(&format!("out-{job}"))), "{:?}", shell.removed);
+    assert!(!shell.files.keys().any(|p| p.contains(&format!("out-{job}"))));
+    assert_eq!(sim.node(n[0]).submitter().jobs().count(), 0);
+    tool(&mut sim, n[1], 2, ToolRequest::Status { job: Some(job) });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[1], 2));
+    assert!(matches!(shell.on(n[1], 2).last(), Some(ToolReply::Error { message }) if message.contains("no job")));
+}
+
+#[test]
+fn a_silent_executor_fails_the_job_within_the_failure_timeout_naming_it() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net(2, t0);
+    let mut shell = Shell::new(None); // ranks never exit
+    let xml = crate::job::JobDescription::run("/bin/prog", vec![], 4).to_xml();
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
+    let started = |s: &Shell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 4;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    assert!(started(&shell));
+    sim.partition(n[0], n[1]);
+    let cut = sim.now();
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let took = sim.now() - cut;
+    let Some(ToolReply::Finished { phase: JobPhase::Failed, error: Some(e), .. }) = shell.on(n[0], 1).last().copied()
+    else {
+        panic!("{:?}", shell.on(n[0], 1));
+    };
+    assert!(e.contains(&format!("node {} holding rank(s)", sim.addr(n[1]))) && e.contains("stopped answering"), "{e}");
+    // The default failure timeout is 10 s, checked every 1 s heartbeat.
+    assert!(took > Duration::from_secs(10) && took <= Duration::from_secs(12), "{took:?}");
+    // The executor, cut off too, drops its ranks on its own.
+    sim.run_for(Duration::from_secs(15));
+    assert_eq!(sim.node(n[1]).execution().jobs().count(), 0);
 }

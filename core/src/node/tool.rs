@@ -28,7 +28,10 @@ impl DaemonNode {
         let job = match &req {
             ToolRequest::Watch { job } | ToolRequest::Kill { job } | ToolRequest::Output { job, .. } => Some(*job),
             ToolRequest::Status { job } => *job,
-            ToolRequest::Submit { .. } | ToolRequest::Nodes => None,
+            ToolRequest::Submit { .. }
+            | ToolRequest::Nodes
+            | ToolRequest::Lookup { .. }
+            | ToolRequest::Query { .. } => None,
         };
         let local = matches!(client, Client::Local { .. });
         match (job, local) {
@@ -69,9 +72,31 @@ impl DaemonNode {
                     self.error(client, "not connected to an overlay".to_owned());
                 }
             }
-            ToolRequest::Submit { .. } | ToolRequest::Nodes => {
+            ToolRequest::Lookup { name } if local => {
+                let token = self.token();
+                let key = crate::id::Id::hash(&name);
+                self.diagnose(now, client, token, OverlayCommand::Lookup { token, key });
+            }
+            ToolRequest::Query { name } if local => {
+                let token = self.token();
+                self.diagnose(now, client, token, OverlayCommand::Query { token, name });
+            }
+            ToolRequest::Submit { .. }
+            | ToolRequest::Nodes
+            | ToolRequest::Lookup { .. }
+            | ToolRequest::Query { .. } => {
                 self.error(client, "a node forwards only requests about a job".to_owned());
             }
+        }
+    }
+
+    fn diagnose(&mut self, now: Instant, client: Client, token: crate::overlay::Token, cmd: OverlayCommand) {
+        let Client::Local { conn, request_id } = client else { return };
+        match self.chord.handle_command(now, cmd) {
+            Ok(()) => {
+                self.pending.insert(token, Pending::Diagnose { conn, request_id });
+            }
+            Err(e) => self.error(client, format!("overlay refused: {e}")),
         }
     }
 
@@ -81,7 +106,7 @@ impl DaemonNode {
             Err(e) => return self.error(client, format!("bad job file: {e}")),
         };
         let size = parsed.job.processes;
-        match self.submitter.submit(now, nonce, parsed.job) {
+        match self.submitter.submit(now, nonce, parsed.job, self.wall_ms(now)) {
             Ok((job, new)) => {
                 self.hold(now, job, base_dir, size);
                 self.send_reply(client, ToolReply::Submitted { job, new }, Bytes::new());

@@ -4,7 +4,10 @@
 //! - ping-pong latency (half round trip) and bandwidth, 1 B to 4 MiB;
 //! - a 10-byte token around 2, 4 and 8 ranks, 5,000 and 20,000 loops;
 //! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
-//!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks.
+//!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks;
+//! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
+//!   them): p2pmp's ping-pong through two jobds beside a raw blocking TCP
+//!   ping-pong between processes on the same two hosts.
 //!
 //! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
 //! turns over three rounds (quick: one), so load drifting on a shared machine
@@ -24,6 +27,7 @@
 //! The same binary is the p2pmp rank program: under `p2pmp-launch` (P2PMP_RANK
 //! set) it runs the mode named by its first argument.
 
+mod hosts;
 mod plot;
 mod ranks;
 mod raw;
@@ -307,6 +311,10 @@ fn main() {
         raw::echo_main(&spec).expect("raw echo process failed");
         return;
     }
+    if let Ok(spec) = std::env::var(raw::CLIENT_VAR) {
+        raw::timer_main(&spec).expect("raw timing process failed");
+        return;
+    }
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
         let res = match args.first().map(String::as_str) {
@@ -346,6 +354,11 @@ fn main() {
     );
 
     pingpong_section(&mut res, quick, &refs, limit);
+    if !args.iter().any(|a| a == "--no-hosts") {
+        for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp) {
+            res.put(section, &row, system, &key, value);
+        }
+    }
     // Quick runs compare over TCP only.
     let ring_refs: Vec<_> = refs.iter().filter(|r| !quick || r.2).cloned().collect();
 
@@ -393,6 +406,8 @@ fn main() {
     let mut report = String::new();
     report += &res.table("lat", "ping-pong latency, half round trip (µs)");
     report += &res.table("bw", "ping-pong bandwidth (MB/s)");
+    report += &res.table("hosts_lat", "between two hosts (network namespaces on a bridge): latency (µs)");
+    report += &res.table("hosts_bw", "between two hosts: bandwidth (MB/s)");
     report += &res.table("ring", "ring, 10-byte token (s, median of 3 rounds)");
     report += &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs within 20 s)"));
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);

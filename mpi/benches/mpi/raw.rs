@@ -1,7 +1,8 @@
 //! Raw TCP ping-pong over loopback: the physical limit, blocking (sleeps in the
 //! kernel like a plain program) and busy-polling (spins on a non-blocking socket
 //! like the MPI libraries), between two threads and (blocking) between two
-//! processes, the shape of two MPI ranks.
+//! processes, the shape of two MPI ranks; and (blocking) between two processes
+//! on two hosts of a namespace cluster ([`timer_main`], [`echo_main`]).
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -47,9 +48,17 @@ pub(crate) enum Echo {
 /// `addr size count spin`.
 pub(crate) const ECHO_VAR: &str = "MPI_BENCH_RAW_ECHO";
 
-/// Connects to `addr` and echoes `count` messages of `size` bytes.
+/// Connects to `addr` (trying for up to 5 s: the other side may be a process
+/// still starting) and echoes `count` messages of `size` bytes.
 fn echo(addr: std::net::SocketAddr, size: usize, count: usize, spin: bool) -> io::Result<()> {
-    let mut s = TcpStream::connect(addr)?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    };
     s.set_nodelay(true)?;
     s.set_nonblocking(spin)?;
     let mut buf = vec![0u8; size];
@@ -90,6 +99,14 @@ pub(crate) fn pingpong(size: usize, quick: bool, spin: bool, peer: Echo) -> io::
             })
         }
     };
+    let figure = measure(&l, size, n, spin)?;
+    echoing()?;
+    Ok(figure)
+}
+
+/// Accepts one connection on `l` and times 5 x `n` ping-pongs of `size` bytes
+/// over it: the median half round trip in µs.
+fn measure(l: &TcpListener, size: usize, n: usize, spin: bool) -> io::Result<f64> {
     let (mut s, _) = l.accept()?;
     s.set_nodelay(true)?;
     s.set_nonblocking(spin)?;
@@ -103,6 +120,22 @@ pub(crate) fn pingpong(size: usize, quick: bool, spin: bool, peer: Echo) -> io::
         }
         samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
     }
-    echoing()?;
     Ok(median(samples))
+}
+
+/// Environment variable that makes this binary the timing side of a raw
+/// ping-pong between two hosts: `bind-addr size count`; it prints
+/// `rawpp <size> <median half round trip µs>`.
+pub(crate) const CLIENT_VAR: &str = "MPI_BENCH_RAW_TIMER";
+
+/// The timing process's main, from the [`CLIENT_VAR`] arguments.
+pub(crate) fn timer_main(spec: &str) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{CLIENT_VAR}={spec}"));
+    let mut it = spec.split_whitespace();
+    let addr: std::net::SocketAddr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let size = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let n = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let l = TcpListener::bind(addr)?;
+    println!("rawpp {size} {}", measure(&l, size, n, false)?);
+    Ok(())
 }

@@ -39,6 +39,7 @@ pub(crate) struct Show {
 pub(crate) fn phase_name(p: JobPhase) -> &'static str {
     match p {
         JobPhase::Resolving => "resolving",
+        JobPhase::Queued => "queued",
         JobPhase::Placing => "placing",
         JobPhase::Running => "running",
         JobPhase::Done => "done",
@@ -160,6 +161,13 @@ pub(crate) fn follow(client: &mut Client, id: u64, size: Option<u32>, show: Show
                     eprintln!("  rank {rank}: output file {path} {}", if ok { "back, digest ok" } else { "CORRUPT" });
                 }
                 end.files.push((rank, path, ok));
+            }
+            ToolReply::Queued { reason, .. } => {
+                if show.json && show.progress {
+                    println!("{}", json!({"event": "queued", "reason": reason, "ms": ms}));
+                } else if show.progress {
+                    eprintln!("  queued: {reason}");
+                }
             }
             ToolReply::Exited { rank, code, .. } => {
                 exited += 1;

@@ -57,6 +57,10 @@ enum Cmd {
         /// Run on an embedded network of N local daemons (implies --wait).
         #[arg(long, value_name = "N")]
         local: Option<usize>,
+        /// How long the job may wait for free slots before it fails (e.g. 90s,
+        /// 10m; the job file's <queuetimeout> otherwise; unlimited by default).
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        queue_timeout: Option<std::time::Duration>,
     },
     /// Status of one job, or of every job the network knows (asked of every node).
     Status {
@@ -84,6 +88,17 @@ enum Cmd {
     },
     /// Every node of the network with its resources.
     Nodes,
+    /// Overlay diagnostics: the node responsible for SHA-1(NAME), and the hops.
+    Lookup {
+        /// Any name (a registration name, a process key, ...).
+        name: String,
+    },
+    /// Overlay diagnostics: every live value registered under NAME (`res:any`,
+    /// `res:tag:linux`, `job:<id>`, ...).
+    Query {
+        /// The registration name.
+        name: String,
+    },
     /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
     Run {
         /// Number of ranks.
@@ -92,6 +107,9 @@ enum Cmd {
         /// Run on an embedded network of N local daemons.
         #[arg(long, value_name = "N")]
         local: Option<usize>,
+        /// How long the job may wait for free slots before it fails (unlimited by default).
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        queue_timeout: Option<std::time::Duration>,
         /// The program (a path, or a name found on $PATH).
         program: PathBuf,
         /// Its arguments.
@@ -149,6 +167,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// A duration as job files write them: a number and `ms`, `s` (default), `m` or `h`.
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    p2pmp_core::job::description::parse_duration(s)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?} is not a positive duration (e.g. 90s, 10m, 2h)"))
+}
+
 fn parse_job(s: &str) -> Result<JobId, Fail> {
     s.trim().parse().map(JobId).map_err(|_| input(anyhow!("{s:?} is not a job id (40 hex digits)")))
 }
@@ -160,7 +185,7 @@ fn connect(addr: SocketAddr) -> Result<Client, Fail> {
 fn run(cli: Cli) -> Result<i32, Fail> {
     let json = cli.json;
     match cli.cmd {
-        Cmd::Submit { job, wait, local } => {
+        Cmd::Submit { job, wait, local, queue_timeout } => {
             let xml =
                 std::fs::read_to_string(&job).with_context(|| format!("reading {}", job.display())).map_err(input)?;
             let parsed = JobDescription::parse(xml.as_bytes()).map_err(|e| input(anyhow!("{}: {e}", job.display())))?;
@@ -169,11 +194,15 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             }
             let base = job.canonicalize().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
             let procs = parsed.job.processes;
+            let xml = match queue_timeout {
+                Some(t) => JobDescription { queue_timeout: Some(t), ..parsed.job }.to_xml(),
+                None => xml,
+            };
             submit(cli.node, local, xml, base, procs, wait || local.is_some(), json)
         }
-        Cmd::Run { n, local, program, args } => {
+        Cmd::Run { n, local, queue_timeout, program, args } => {
             let exe = find_program(&program).map_err(input)?;
-            let xml = JobDescription::run(exe.to_string_lossy(), args, n).to_xml();
+            let xml = JobDescription { queue_timeout, ..JobDescription::run(exe.to_string_lossy(), args, n) }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
             submit(cli.node, local, xml, base, n, true, json)
         }
@@ -186,7 +215,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                         let v: Vec<_> = jobs
                             .iter()
                             .map(|j| {
-                                json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable, "phase": phase_name(j.phase),
+                                json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable, "phase": phase_name(j.phase), "waiting": j.waiting,
                                 "ranks": j.ranks.iter().map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()),
                                 "started": r.started, "exit": r.exit})).collect::<Vec<_>>(), "error": j.error})
                             })
@@ -205,7 +234,11 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                                 j.ranks.len(),
                                 j.executable,
                                 j.holder,
-                                j.error.as_deref().map(|e| format!("  ({e})")).unwrap_or_default()
+                                j.error
+                                    .as_deref()
+                                    .or(j.waiting.as_deref())
+                                    .map(|e| format!("  ({e})"))
+                                    .unwrap_or_default()
                             );
                         }
                     }
@@ -250,6 +283,36 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             match c.call(ToolRequest::Nodes, Duration::from_secs(15)).map_err(daemon)? {
                 ToolReply::Nodes { nodes } => {
                     print_nodes(&nodes, json);
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Lookup { name } => {
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Lookup { name }, Duration::from_secs(15)).map_err(daemon)? {
+                ToolReply::Owner { owner, hops } => {
+                    if json {
+                        println!("{}", json!({"owner": owner.to_string(), "hops": hops}));
+                    } else {
+                        println!("owner {owner} hops {hops}");
+                    }
+                    Ok(0)
+                }
+                ToolReply::Error { message } => Err(daemon(anyhow!(message))),
+                other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
+            }
+        }
+        Cmd::Query { name } => {
+            let mut c = connect(cli.node)?;
+            match c.call(ToolRequest::Query { name }, Duration::from_secs(15)).map_err(daemon)? {
+                ToolReply::Values { values } => {
+                    if json {
+                        println!("{}", json!({"values": values}));
+                    } else {
+                        values.iter().for_each(|v| println!("{v}"));
+                    }
                     Ok(0)
                 }
                 ToolReply::Error { message } => Err(daemon(anyhow!(message))),
