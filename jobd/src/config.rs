@@ -13,10 +13,10 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Overlay {
-    /// Chord (built).
+    /// Chord.
     #[default]
     Chord,
-    /// CAN (not built yet).
+    /// CAN, in `dims` dimensions.
     Can,
 }
 
@@ -52,6 +52,8 @@ pub struct Config {
     pub bootstrap: Vec<SocketAddr>,
     /// `chord` or `can`.
     pub overlay: Overlay,
+    /// CAN's dimensions (1 to 8); every node of a network must agree.
+    pub dims: u8,
     /// Where job directories go.
     pub work_dir: PathBuf,
     /// Process slots offered (default: the number of cores).
@@ -79,6 +81,7 @@ impl Default for Config {
             control: DEFAULT_CONTROL.parse().expect("a valid literal address"),
             bootstrap: Vec::new(),
             overlay: Overlay::Chord,
+            dims: 2,
             work_dir: std::env::temp_dir().join("p2pmp-jobd"),
             slots: None,
             tags: Vec::new(),
@@ -100,8 +103,8 @@ impl Config {
 
     /// Refuses what cannot run.
     pub fn check(&self) -> anyhow::Result<()> {
-        if self.overlay == Overlay::Can {
-            bail!("overlay \"can\" is not built yet; use \"chord\"");
+        if self.overlay == Overlay::Can && !(1..=8).contains(&self.dims) {
+            bail!("dims must be 1 to 8, not {}", self.dims);
         }
         if !self.control.ip().is_loopback() {
             bail!("the control socket must be on a loopback address, not {}", self.control);
@@ -196,7 +199,10 @@ mod tests {
             toml::from_str("listen = \"127.0.0.1:9000\"\nslots = 3\ntags = [\"gpu\"]\noverlay = \"can\"\n").unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.slots, Some(3));
-        assert!(c.check().unwrap_err().to_string().contains("not built yet"));
+        assert_eq!((c.overlay, c.dims), (Overlay::Can, 2));
+        c.check().unwrap();
+        let flat = Config { dims: 0, ..c };
+        assert!(flat.check().unwrap_err().to_string().contains("dims must be 1 to 8"));
         assert!(toml::from_str::<Config>("nonsense = 1").is_err());
         let any = Config { listen: "0.0.0.0:7400".parse().unwrap(), ..Config::default() };
         assert!(any.check().unwrap_err().to_string().contains("--advertise"), "0.0.0.0 alone cannot be advertised");

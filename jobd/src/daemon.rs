@@ -12,17 +12,18 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use p2pmp_adapters::{DriverConfig, NodeHandle, Remote, RuntimeKind, spawn_node};
+use p2pmp_core::can::CanConfig;
 use p2pmp_core::local::LocalRequest;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{TOOL_PREFACE, ToolRequest};
 use p2pmp_core::node::{ConnId, DaemonConfig, DaemonNode, NodeCommand, NodeEvent};
-use p2pmp_core::overlay::OverlayEvent;
+use p2pmp_core::overlay::{OverlayEvent, OverlayKind};
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, Overlay};
 use crate::files;
 use crate::procs::{Procs, Spawn};
 
@@ -84,8 +85,24 @@ impl Daemon {
         dc.chord.check_predecessor_period = stab * 2;
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
         dc.chord.join_backoff_max = (stab * 8).min(Duration::from_secs(8));
+        // CAN's heartbeats at the maintenance period, failures found in 3.5 of them.
+        let kind = match cfg.overlay {
+            Overlay::Chord => OverlayKind::Chord,
+            Overlay::Can => {
+                dc.can = Some(CanConfig {
+                    dims: usize::from(cfg.dims),
+                    heartbeat_period: stab,
+                    dead_after: stab * 7 / 2,
+                    takeover_delay: stab * 3 / 10,
+                    join_backoff_min: dc.chord.join_backoff_min,
+                    join_backoff_max: dc.chord.join_backoff_max,
+                    ..CanConfig::default()
+                });
+                OverlayKind::Can { dims: cfg.dims }
+            }
+        };
         let addr = NodeAddr(overlay);
-        let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
+        let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, overlay: Some(kind), ..DriverConfig::default() };
         let handle = spawn_node(RuntimeKind::Tokio, listener, driver, move |now| DaemonNode::new(dc, addr, now))?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
         let (stop_tx, stop_rx) = oneshot::channel();

@@ -34,6 +34,7 @@ mod advert;
 pub mod control;
 mod heartbeat;
 mod held;
+mod overlay;
 mod ranks;
 mod remote;
 pub mod sim_shell;
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::can::{CanConfig, CanMsg};
 use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
 use crate::job::{
@@ -57,6 +59,7 @@ use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
 use control::{JobPhase, ToolReply, ToolRequest};
+pub use overlay::OverlayNode;
 
 /// A control connection, numbered by the I/O shell.
 pub type ConnId = u64;
@@ -81,6 +84,8 @@ pub enum NodeMsg {
     ToolReply { fwd: u64, reply: ToolReply },
     /// The tool behind forwarded request `fwd` went away: stop answering it.
     ToolCancel { fwd: u64 },
+    /// CAN maintenance, routes and registrations (a daemon running CAN).
+    Can(CanMsg),
 }
 
 /// Whether a job message is meant for the executor side (else the submitter's).
@@ -120,6 +125,9 @@ pub fn for_executor(m: &JobMsg) -> bool {
 pub struct DaemonConfig {
     /// The overlay node's tunables.
     pub chord: ChordConfig,
+    /// Run CAN with this configuration instead of Chord. Every daemon of a network
+    /// runs the same overlay (and CAN shape); others are refused at the hello.
+    pub can: Option<CanConfig>,
     /// Nodes to join through; empty creates a new network.
     pub bootstrap: Vec<NodeAddr>,
     /// What this node advertises; `slots` is its process capacity.
@@ -160,6 +168,7 @@ impl DaemonConfig {
     pub fn new(resources: Resources, control: impl Into<String>, work_dir: impl Into<String>, seed: u64) -> Self {
         DaemonConfig {
             chord: ChordConfig::default(),
+            can: None,
             bootstrap: Vec::new(),
             resources,
             control: control.into(),
@@ -319,7 +328,7 @@ impl TimerKey for Timer {
 #[derive(Debug)]
 pub struct DaemonNode {
     addr: NodeAddr,
-    chord: ChordNode,
+    chord: OverlayNode,
     submitter: Submitter,
     exec: Execution,
     work_dir: String,
@@ -372,7 +381,7 @@ fn join(base: &str, path: &str) -> String {
 impl DaemonNode {
     /// A node listening at `addr`; it starts joining at once.
     pub fn new(config: DaemonConfig, addr: NodeAddr, now: Instant) -> Self {
-        let chord = ChordNode::new(config.chord, addr, config.bootstrap, now, config.seed);
+        let chord = OverlayNode::new(config.chord, config.can, addr, config.bootstrap, now, config.seed);
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
         let mut exec_config = ExecConfig::new(config.resources.slots, config.control);
         exec_config.failure_timeout = config.failure_timeout;
@@ -406,9 +415,14 @@ impl DaemonNode {
         n
     }
 
-    /// The overlay node, for inspection.
-    pub fn chord(&self) -> &ChordNode {
+    /// The overlay node (Chord or CAN), for inspection.
+    pub fn overlay_node(&self) -> &OverlayNode {
         &self.chord
+    }
+
+    /// The Chord node, for inspection, if the daemon runs Chord.
+    pub fn chord(&self) -> Option<&ChordNode> {
+        self.chord.chord()
     }
 
     /// The submitter, for inspection.
@@ -485,9 +499,7 @@ impl DaemonNode {
             while let Some(a) = self.chord.poll_action() {
                 busy = true;
                 match a {
-                    Action::Send { to, msg } => {
-                        self.actions.push_back(Action::Send { to, msg: rewrap(msg, NodeMsg::Chord) })
-                    }
+                    Action::Send { to, msg } => self.actions.push_back(Action::Send { to, msg }),
                     Action::Event(e) => self.on_overlay_event(now, e),
                 }
             }
@@ -592,7 +604,7 @@ impl DaemonNode {
 
     fn on_node_message(&mut self, now: Instant, from: NodeAddr, body: NodeMsg, payload: Bytes) {
         match body {
-            NodeMsg::Chord(_) | NodeMsg::Job(_) => {}
+            NodeMsg::Chord(_) | NodeMsg::Job(_) | NodeMsg::Can(_) => {}
             NodeMsg::Heartbeat { running } => self.check_running(from, running),
             NodeMsg::Tool { fwd, req } => self.on_forwarded(now, from, fwd, req),
             NodeMsg::ToolReply { fwd, reply } => self.on_forwarded_reply(from, fwd, reply, payload),
@@ -637,7 +649,7 @@ impl Machine for DaemonNode {
         let mut body = None;
         let head = rewrap(msg, |b| body = Some(b));
         match body {
-            Some(NodeMsg::Chord(c)) => self.chord.handle_message(now, rewrap(head, |()| c)),
+            Some(m @ (NodeMsg::Chord(_) | NodeMsg::Can(_))) => self.chord.handle_message(now, head, m),
             Some(NodeMsg::Job(j)) if for_executor(&j) => self.exec.handle_message(now, rewrap(head, |()| j)),
             Some(NodeMsg::Job(j)) => self.submitter.handle_message(now, rewrap(head, |()| j)),
             Some(other) => self.on_node_message(now, head.sender_addr, other, head.payload),
