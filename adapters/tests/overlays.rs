@@ -1,6 +1,6 @@
-//! One conformance test, three runtimes: three CAN nodes in one process join,
-//! register and query over loopback TCP, once per shell; and a node of the other
-//! overlay is refused at the hello.
+//! One conformance test per overlay, three runtimes each: three nodes in one
+//! process join, register and query over loopback TCP, once per shell; and a node
+//! of the other overlay is refused at the hello.
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -8,10 +8,25 @@ use std::time::{Duration, Instant};
 use p2pmp_adapters::{DriverConfig, NodeHandle, RuntimeKind, spawn_node};
 use p2pmp_core::can::{CanConfig, CanNode};
 use p2pmp_core::chord::{ChordConfig, ChordNode};
-use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::overlay::{OverlayCommand, OverlayEvent, OverlayKind};
+use p2pmp_core::machine::{Machine, NodeAddr};
+use p2pmp_core::overlay::{CommandError, OverlayCommand, OverlayEvent, OverlayKind};
 
 const WAIT: Duration = Duration::from_secs(20);
+
+fn chord(rt: RuntimeKind, bootstrap: Vec<NodeAddr>) -> NodeHandle<ChordNode> {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = NodeAddr(l.local_addr().unwrap());
+    let cfg = ChordConfig {
+        stabilize_period: Duration::from_millis(50),
+        fix_fingers_period: Duration::from_millis(50),
+        check_predecessor_period: Duration::from_millis(100),
+        request_timeout: Duration::from_millis(300),
+        join_backoff_min: Duration::from_millis(50),
+        ..ChordConfig::default()
+    };
+    let dcfg = DriverConfig { network_id: 3, overlay: Some(OverlayKind::Chord), ..DriverConfig::default() };
+    spawn_node(rt, l, dcfg, move |now| ChordNode::new(cfg, addr, bootstrap, now, 7)).unwrap()
+}
 
 fn driver(kind: OverlayKind) -> DriverConfig {
     DriverConfig { network_id: 4, overlay: Some(kind), ..DriverConfig::default() }
@@ -43,8 +58,50 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// Queries `svc` from `n` until it answers exactly `[want]`.
+fn expect_svc<M>(n: &NodeHandle<M>, token: u64, want: &str, what: &str)
+where
+    M: Machine<Command = OverlayCommand, Event = OverlayEvent, CmdError = CommandError> + Send + 'static,
+{
+    wait_for(what, || {
+        n.command(OverlayCommand::Query { token, name: "svc".into() }).unwrap().unwrap();
+        loop {
+            match n.events().recv_blocking().unwrap() {
+                OverlayEvent::QueryDone { token: t, result, .. } if t == token => {
+                    return result.ok().filter(|v| v == &[want.to_string()]).map(|_| ());
+                }
+                _ => continue,
+            }
+        }
+    });
+}
+
 #[test]
-fn three_nodes_join_register_and_query_on_every_runtime() {
+fn three_chord_nodes_join_register_and_query_on_every_runtime() {
+    for rt in RuntimeKind::available() {
+        let a = chord(rt, Vec::new());
+        let boot = vec![NodeAddr(a.local_addr())];
+        let b = chord(rt, boot.clone());
+        let c = chord(rt, boot);
+        let nodes = [&a, &b, &c];
+        wait_for(&format!("{rt}: a ring of three"), || {
+            let succs: Vec<NodeAddr> =
+                nodes.iter().map(|n| n.inspect(|d| d.machine().successor().addr).unwrap()).collect();
+            let mut seen = succs.clone();
+            seen.sort();
+            seen.dedup();
+            (seen.len() == 3).then_some(())
+        });
+        let ttl = Duration::from_secs(30);
+        a.command(OverlayCommand::Register { name: "svc".into(), value: format!("on-{rt}"), ttl }).unwrap().unwrap();
+        for (i, n) in nodes.iter().enumerate() {
+            expect_svc(n, i as u64 + 1, &format!("on-{rt}"), &format!("{rt}: query from node {i}"));
+        }
+    }
+}
+
+#[test]
+fn three_can_nodes_join_register_and_query_on_every_runtime() {
     for rt in RuntimeKind::available() {
         let a = can(rt, Vec::new());
         let boot = vec![NodeAddr(a.local_addr())];
@@ -60,18 +117,7 @@ fn three_nodes_join_register_and_query_on_every_runtime() {
         let ttl = Duration::from_secs(30);
         a.command(OverlayCommand::Register { name: "svc".into(), value: format!("on-{rt}"), ttl }).unwrap().unwrap();
         for (i, n) in nodes.iter().enumerate() {
-            wait_for(&format!("{rt}: query from node {i}"), || {
-                let token = i as u64 + 1;
-                n.command(OverlayCommand::Query { token, name: "svc".into() }).unwrap().unwrap();
-                loop {
-                    match n.events().recv_blocking().unwrap() {
-                        OverlayEvent::QueryDone { token: t, result, .. } if t == token => {
-                            return result.ok().filter(|v| v == &[format!("on-{rt}")]).map(|_| ());
-                        }
-                        _ => continue,
-                    }
-                }
-            });
+            expect_svc(n, i as u64 + 1, &format!("on-{rt}"), &format!("{rt}: query from node {i}"));
         }
     }
 }
