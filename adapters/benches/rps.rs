@@ -81,7 +81,7 @@ fn client<B: Serialize + DeserializeOwned>(
     s.set_nodelay(true).unwrap();
     let me = NodeAddr(s.local_addr().unwrap());
     let mut out = BytesMut::new();
-    frame(&Envelope::new(me.id(), me, 0, Hello { network_id: NETWORK, listen: me }), &mut out);
+    frame(&Envelope::new(me.id(), me, 0, Hello { network_id: NETWORK, listen: me, overlay: None }), &mut out);
     s.write_all(&out).unwrap();
     let mut dec = FrameDecoder::default();
     let mut buf = vec![0u8; 64 * 1024];

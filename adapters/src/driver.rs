@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use p2pmp_core::machine::{Action, Machine, NodeAddr};
+use p2pmp_core::overlay::OverlayKind;
 use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, Hello, WireError};
 use tracing::{debug, trace, warn};
 
@@ -31,6 +32,9 @@ const MAX_LOOPBACK: usize = 10_000;
 pub struct DriverConfig {
     /// Peers whose hello carries another network id are dropped.
     pub network_id: u64,
+    /// The overlay this node runs, if any: peers running another are dropped
+    /// with a message saying so.
+    pub overlay: Option<OverlayKind>,
     /// Largest frame sent or accepted (length prefix excluded).
     pub max_frame: usize,
     /// Most bytes queued for one connection; a message past it fails to send.
@@ -49,6 +53,7 @@ impl Default for DriverConfig {
     fn default() -> Self {
         DriverConfig {
             network_id: 0,
+            overlay: None,
             max_frame: DEFAULT_MAX_FRAME,
             max_tx_bytes: 8 << 20,
             hello_timeout: Duration::from_secs(5),
@@ -115,7 +120,8 @@ impl<M: Machine> Driver<M> {
     /// Takes over `machine` (already constructed) and drains what it queued at birth.
     pub fn new(machine: M, cfg: DriverConfig, now: Instant) -> Self {
         let me = machine.addr();
-        let hello = Envelope::new(me.id(), me, 0, Hello { network_id: cfg.network_id, listen: me });
+        let hello =
+            Envelope::new(me.id(), me, 0, Hello { network_id: cfg.network_id, listen: me, overlay: cfg.overlay });
         let mut head = BytesMut::new();
         // A hello is a few dozen bytes, far below any frame limit.
         wire::encode_frame(&hello, &mut head, HELLO_MAX_FRAME).expect("hello fits a frame");
@@ -352,6 +358,14 @@ impl<M: Machine> Driver<M> {
         let hello = env.body;
         if hello.network_id != self.cfg.network_id {
             return Err(format!("wrong network id {} (ours {})", hello.network_id, self.cfg.network_id));
+        }
+        if let (Some(ours), Some(theirs)) = (self.cfg.overlay, hello.overlay)
+            && ours != theirs
+        {
+            return Err(format!(
+                "{} runs {theirs} and this node {ours}: a network runs one overlay, refused",
+                hello.listen
+            ));
         }
         let max_frame = self.cfg.max_frame;
         // The caller found `conn` a moment ago.

@@ -148,7 +148,7 @@ impl Net {
 
 fn hello_frame(network_id: u64, listen: NodeAddr) -> BytesMut {
     let mut b = BytesMut::new();
-    let env = Envelope::new(listen.id(), listen, 0, Hello { network_id, listen });
+    let env = Envelope::new(listen.id(), listen, 0, Hello { network_id, listen, overlay: None });
     wire::encode_frame(&env, &mut b, 1024).unwrap();
     b
 }
@@ -311,6 +311,26 @@ fn simultaneous_dials_keep_both_connections_usable() {
     net.ping(0, addr(1), 3, p.clone());
     assert_eq!(net.events[0].last(), Some(&pong(1, 3, &p)));
     let _ = PingMsg::Ping { seq: 0 };
+}
+
+#[test]
+fn nodes_of_another_overlay_are_refused() {
+    use p2pmp_core::overlay::OverlayKind;
+    let chord = DriverConfig { overlay: Some(OverlayKind::Chord), ..cfg() };
+    let can = DriverConfig { overlay: Some(OverlayKind::Can { dims: 2 }), ..cfg() };
+    let mut net = Net::with_each(vec![chord.clone(), can.clone()]);
+    net.ping(0, addr(1), 1, Bytes::new());
+    assert_eq!(net.events[0], [PingEvent::SendFailed(addr(1))]);
+    assert!(net.events[1].is_empty(), "the ping was never delivered");
+    // Another CAN shape is another overlay too; the same kind is welcome.
+    let can3 = DriverConfig { overlay: Some(OverlayKind::Can { dims: 3 }), ..cfg() };
+    let mut net = Net::with_each(vec![can.clone(), can3]);
+    net.ping(0, addr(1), 1, Bytes::new());
+    assert_eq!(net.events[0], [PingEvent::SendFailed(addr(1))]);
+    let mut net = Net::with_each(vec![can.clone(), can]);
+    net.ping(0, addr(1), 1, Bytes::new());
+    assert_eq!(net.events[0].len(), 1);
+    assert_ne!(net.events[0][0], PingEvent::SendFailed(addr(1)));
 }
 
 #[test]

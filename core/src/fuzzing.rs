@@ -49,6 +49,7 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<Hello>(frame.clone()), len);
     check(decode_envelope::<Goodbye>(frame.clone()), len);
     check(decode_envelope::<crate::chord::ChordMsg>(frame.clone()), len);
+    check(decode_envelope::<crate::can::CanMsg>(frame.clone()), len);
     check(decode_envelope::<crate::mpi::MpiMsg>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalRequest>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalReply>(frame.clone()), len);
@@ -62,6 +63,51 @@ fn envelope_frame(frame: Bytes) {
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {
     if let Ok(env) = res {
         assert!(env.payload.len() <= len, "payload longer than its frame");
+    }
+}
+
+/// CAN messages from arbitrary bytes, fed to a live node: the bytes are cut into
+/// frames (the first byte of each chunk picks its length); each frame that decodes
+/// as a `CanMsg` envelope is handed to a node that owns part of a small network,
+/// time moving on a little between inputs. Nothing may panic, and every action the
+/// node emits must survive the codec.
+pub fn can_node(data: &[u8]) {
+    use std::time::{Duration, Instant};
+
+    use crate::can::{CanConfig, CanMsg, CanNode};
+    use crate::machine::{Action, Machine, NodeAddr};
+    let t0 = Instant::now();
+    let me = NodeAddr::loopback(1, 9000);
+    let mut node = CanNode::new(CanConfig::default(), me, vec![], t0, 7);
+    let mut now = t0;
+    let drain = |node: &mut CanNode| {
+        for _ in 0..10_000 {
+            match node.poll_action() {
+                Some(Action::Send { msg, .. }) => {
+                    crate::wire::round_trip(&msg, DEFAULT_MAX_FRAME)
+                        .expect("a CAN node emitted what the codec cannot carry");
+                }
+                Some(Action::Event(_)) => {}
+                None => return,
+            }
+        }
+        panic!("a CAN node kept emitting actions");
+    };
+    drain(&mut node);
+    let mut rest = data;
+    while let [len, tail @ ..] = rest {
+        let n = usize::from(*len).min(tail.len());
+        let (frame, more) = tail.split_at(n);
+        rest = more;
+        now += Duration::from_millis(u64::from(*len) * 7);
+        if let Ok(env) = decode_envelope::<CanMsg>(Bytes::copy_from_slice(frame)) {
+            node.handle_message(now, env);
+            drain(&mut node);
+        }
+        if node.poll_timeout().is_some_and(|t| t <= now) {
+            node.handle_timeout(now);
+            drain(&mut node);
+        }
     }
 }
 
@@ -105,6 +151,7 @@ mod tests {
             ("frame_decoder", super::frame_stream as fn(&[u8])),
             ("envelope_decoder", super::envelope as fn(&[u8])),
             ("job_file", super::job_file as fn(&[u8])),
+            ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
         ];
         for (name, run) in targets {

@@ -6,6 +6,7 @@
 //! crate drives these machines over real sockets, and [`sim`] drives them in a
 //! deterministic discrete-event simulation.
 //!
+//! - [`can`]: the CAN overlay node.
 //! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
@@ -19,6 +20,7 @@
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
 
+pub mod can;
 pub mod chord;
 pub mod id;
 pub mod job;

@@ -6,9 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use p2pmp_core::can::CanConfig;
 use p2pmp_core::job::Resources;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::DaemonConfig;
+use p2pmp_core::overlay::OverlayKind;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -16,10 +18,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Overlay {
-    /// Chord (built).
+    /// Chord.
     #[default]
     Chord,
-    /// CAN (not built yet).
+    /// CAN, in `dims` dimensions.
     Can,
 }
 
@@ -55,6 +57,8 @@ pub struct Config {
     pub bootstrap: Vec<SocketAddr>,
     /// `chord` or `can`.
     pub overlay: Overlay,
+    /// CAN's dimensions (1 to 8); every node of a network must agree.
+    pub dims: u8,
     /// Where job directories go.
     pub work_dir: PathBuf,
     /// Process slots offered (default: the number of cores).
@@ -82,6 +86,7 @@ impl Default for Config {
             control: DEFAULT_CONTROL.parse().expect("a valid literal address"),
             bootstrap: Vec::new(),
             overlay: Overlay::Chord,
+            dims: 2,
             work_dir: std::env::temp_dir().join("p2pmp-jobd"),
             slots: None,
             tags: Vec::new(),
@@ -103,8 +108,8 @@ impl Config {
 
     /// Refuses what cannot run.
     pub fn check(&self) -> anyhow::Result<()> {
-        if self.overlay == Overlay::Can {
-            bail!("overlay \"can\" is not built yet; use \"chord\"");
+        if self.overlay == Overlay::Can && !(1..=8).contains(&self.dims) {
+            bail!("dims must be 1 to 8, not {}", self.dims);
         }
         if !self.control.ip().is_loopback() {
             bail!("the control socket must be on a loopback address, not {}", self.control);
@@ -155,7 +160,27 @@ impl Config {
         dc.chord.check_predecessor_period = stab * 2;
         dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
         dc.chord.join_backoff_max = (stab * 8).min(Duration::from_secs(8));
+        if self.overlay == Overlay::Can {
+            // CAN's heartbeats at the maintenance period, failures found in 3.5 of them.
+            dc.can = Some(CanConfig {
+                dims: usize::from(self.dims),
+                heartbeat_period: stab,
+                dead_after: stab * 7 / 2,
+                takeover_delay: stab * 3 / 10,
+                join_backoff_min: dc.chord.join_backoff_min,
+                join_backoff_max: dc.chord.join_backoff_max,
+                ..CanConfig::default()
+            });
+        }
         dc
+    }
+
+    /// The overlay this node runs, as announced in every connection's hello.
+    pub fn overlay_kind(&self) -> OverlayKind {
+        match self.overlay {
+            Overlay::Chord => OverlayKind::Chord,
+            Overlay::Can => OverlayKind::Can { dims: self.dims },
+        }
     }
 
     /// The resources this node advertises: detected, plus configured slots and tags.
@@ -220,7 +245,10 @@ mod tests {
             toml::from_str("listen = \"127.0.0.1:9000\"\nslots = 3\ntags = [\"gpu\"]\noverlay = \"can\"\n").unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.slots, Some(3));
-        assert!(c.check().unwrap_err().to_string().contains("not built yet"));
+        assert_eq!((c.overlay, c.dims), (Overlay::Can, 2));
+        c.check().unwrap();
+        let flat = Config { dims: 0, ..c };
+        assert!(flat.check().unwrap_err().to_string().contains("dims must be 1 to 8"));
         assert!(toml::from_str::<Config>("nonsense = 1").is_err());
         let any = Config { listen: "0.0.0.0:7400".parse().unwrap(), ..Config::default() };
         assert!(any.check().unwrap_err().to_string().contains("--advertise"), "0.0.0.0 alone cannot be advertised");

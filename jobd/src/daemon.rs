@@ -61,7 +61,8 @@ impl Daemon {
         let dc = cfg.daemon_config(overlay, control, &work_dir);
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
-        let driver = DriverConfig { max_tx_bytes: MAX_TX_BYTES, ..DriverConfig::default() };
+        let driver =
+            DriverConfig { max_tx_bytes: MAX_TX_BYTES, overlay: Some(cfg.overlay_kind()), ..DriverConfig::default() };
         let (stop, stopped) = Stop::new();
         let codec = DaemonCodec::new(NodeAddr(control));
         let name = format!("jobd-files-{}", overlay.port());

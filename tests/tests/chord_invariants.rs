@@ -13,6 +13,8 @@
 //! named test (`regression_*`, or `limitation_*` with `#[ignore]` and the reason
 //! when it is beyond what the protocol promises); `-- --ignored` runs those.
 
+mod schedule;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -24,7 +26,8 @@ use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
 use p2pmp_core::sim::{Liveness, NetConfig, NodeIdx, Sim, SimConfig};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::{RngSeed, TestCaseError};
+use proptest::test_runner::TestCaseError;
+use schedule::{Op, Pick, arb_op};
 
 /// Quiet time within which the ring must be exact again (stabilize runs every second).
 const QUIET_LIMIT: Duration = Duration::from_secs(60);
@@ -33,39 +36,6 @@ const MIN_QUIET: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(3600);
 /// A registration this old has reached its owner and replicas.
 const SETTLE: Duration = Duration::from_secs(5);
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
-}
-
-/// Picks one of `len` candidates (shrinks towards the first).
-#[derive(Debug, Clone, Copy)]
-struct Pick(u64);
-
-impl Pick {
-    fn index(self, len: usize) -> usize {
-        ((u128::from(self.0) * len as u128) >> 64) as usize
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Join { contact: Pick },
-    Leave(Pick),
-    Crash(Pick),
-    Register { node: Pick, name: u8 },
-    Run { ms: u16 },
-}
-
-fn arb_op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        3 => any::<u64>().prop_map(Pick).prop_map(|contact| Op::Join { contact }),
-        1 => any::<u64>().prop_map(Pick).prop_map(Op::Leave),
-        1 => any::<u64>().prop_map(Pick).prop_map(Op::Crash),
-        3 => (any::<u64>().prop_map(Pick), 0u8..6).prop_map(|(node, name)| Op::Register { node, name }),
-        2 => (1u16..5000).prop_map(|ms| Op::Run { ms }),
-    ]
-}
 
 #[derive(Debug, Clone)]
 struct Scenario {
@@ -364,18 +334,6 @@ fn check_recovery(s: &Scenario) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// The normal suite runs the same schedules every time (CI must not depend on
-/// luck); `PROPTEST_RNG_SEED=N` picks another set, `PROPTEST_RNG_SEED=random` a
-/// fresh one, for longer searches together with `PROPTEST_CASES`.
-fn config() -> ProptestConfig {
-    let rng_seed = match std::env::var("PROPTEST_RNG_SEED").ok().as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(v) => RngSeed::Fixed(v.parse().unwrap_or(DEFAULT_RNG_SEED)),
-        None => RngSeed::Fixed(DEFAULT_RNG_SEED),
-    };
-    ProptestConfig { cases: cases(), rng_seed, ..ProptestConfig::default() }
-}
-
 const DEFAULT_RNG_SEED: u64 = 0x00c0_ffee_c40d;
 
 /// Regression (found by a 3,000-case search, seed 8576653464638379146): a node
@@ -546,7 +504,7 @@ fn limitation_registration_handed_only_to_departing_nodes() {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(schedule::config(DEFAULT_RNG_SEED))]
 
     /// After a quiet period the ring is exact, every lookup from every node finds the
     /// true owner, and no registration of a live (or gracefully departed) node is missing.

@@ -69,6 +69,17 @@ fn placed_nodes(stderr: &str) -> Vec<String> {
 #[test]
 fn an_mpi_ring_spans_three_hosts() {
     let Some(c) = cluster("ring_spans_hosts", 3, &[]) else { return };
+    ring_over_three_hosts(&c);
+}
+
+#[test]
+fn an_mpi_ring_spans_three_hosts_over_can() {
+    let Some(c) = cluster("ring_spans_hosts_can", 3, &["--overlay", "can", "--dims", "2"]) else { return };
+    ring_over_three_hosts(&c);
+}
+
+/// A 3-rank MPI ring placed one rank per host.
+fn ring_over_three_hosts(c: &Cluster) {
     let out = c.p2pjob(1, &["run", "-n", "3", &ring(), "500"], Duration::from_secs(60));
     assert!(out.ok, "stdout {} stderr {}\njobd0: {}", out.stdout, out.stderr, c.log(0));
     assert!(out.stdout.contains("[0] ring ok 500"), "{}", out.stdout);

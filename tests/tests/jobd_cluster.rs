@@ -67,6 +67,11 @@ struct Out {
 
 impl Cluster {
     fn start(n: usize, tag: &str) -> Cluster {
+        Cluster::start_with(n, tag, &[])
+    }
+
+    /// `n` daemons started with `extra` flags besides the usual ones.
+    fn start_with(n: usize, tag: &str, extra: &[&str]) -> Cluster {
         let bin = built().join("jobd");
         let dir = Scratch::new(tag);
         let mut c = Cluster { daemons: Vec::new(), dir };
@@ -76,6 +81,7 @@ impl Cluster {
             cmd.args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--slots", "2"]);
             cmd.args(["--stabilize-ms", "200", "--log-level", "warn", "--tag", "test"]);
             cmd.arg("--work-dir").arg(c.dir.0.join("work"));
+            cmd.args(extra);
             if let Some(b) = &first_overlay {
                 cmd.args(["--bootstrap", b]);
             }
@@ -245,6 +251,34 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
         assert!(Instant::now() < deadline, "job directories left behind: {left:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn an_mpi_job_runs_over_can_daemons_and_a_chord_daemon_is_refused() {
+    let c = Cluster::start_with(4, "can", &["--overlay", "can", "--dims", "2"]);
+    let out = c.p2pjob(1, &["run", "-n", "4", &ring(), "300"], Duration::from_secs(60));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("[0] ring ok 300"), "{}", out.stdout);
+    assert_eq!(placed_nodes(&out.stderr), 4, "{}", out.stderr);
+    // A Chord daemon pointed at the CAN network is refused at the hello: the
+    // network still lists its four nodes.
+    let bootstrap = c.p2pjob(0, &["nodes"], Duration::from_secs(20));
+    let first = bootstrap.stdout.lines().find(|l| l.starts_with("127.0.0.1:")).unwrap().split_whitespace().next();
+    let mut chord = Command::new(built().join("jobd"))
+        .args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--log-level", "warn"])
+        .arg("--work-dir")
+        .arg(c.base().join("chord-work"))
+        .args(["--bootstrap", first.unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning jobd");
+    std::thread::sleep(Duration::from_secs(2));
+    let out = c.p2pjob(0, &["nodes"], Duration::from_secs(20));
+    let listed = out.stdout.lines().filter(|l| l.starts_with("127.0.0.1:")).count();
+    let _ = chord.kill();
+    let _ = chord.wait();
+    assert_eq!(listed, 4, "{}", out.stdout);
 }
 
 /// Submits a 4-rank `/bin/sleep TAG` job through daemon 0 and waits until every

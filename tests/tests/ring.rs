@@ -56,9 +56,10 @@ fn a_mixed_network_interoperates() {
 }
 
 #[test]
-fn can_is_refused_with_a_clear_error() {
-    let out = std::process::Command::new(BIN).args(["--overlay", "can", "--listen", "127.0.0.1:0"]).output().unwrap();
+fn a_can_of_nine_dimensions_is_refused_with_a_clear_error() {
+    let args = ["--overlay", "can", "--dims", "9", "--listen", "127.0.0.1:0"];
+    let out = std::process::Command::new(BIN).args(args).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("CAN overlay is not built yet"), "{err}");
+    assert!(err.contains("--dims") && err.contains("1..=8"), "{err}");
 }

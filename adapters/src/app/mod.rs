@@ -5,13 +5,14 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use p2pmp_core::machine::NodeAddr;
 use tracing::info;
 
 use crate::{DriverConfig, RuntimeKind};
 
+mod can;
 mod chord;
 pub mod repl;
 
@@ -32,6 +33,9 @@ pub struct Args {
     /// Overlay to run.
     #[arg(long, value_enum, default_value = "chord")]
     pub overlay: OverlayKind,
+    /// Dimensions of the CAN torus (1 to 8); every node of a network must agree.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
+    pub dims: u8,
     /// Address to listen on (and advertise); port 0 picks a free one.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
@@ -45,7 +49,7 @@ pub struct Args {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Stabilization period in milliseconds (fix-fingers runs at the same pace,
-    /// check-predecessor at twice the period).
+    /// check-predecessor at twice the period; CAN's heartbeats at this period).
     #[arg(long, default_value_t = 1000)]
     pub stabilize_ms: u64,
     /// How long to wait for any one reply, in milliseconds.
@@ -94,12 +98,17 @@ fn try_main() -> anyhow::Result<()> {
 
 /// Runs a node with `args` (see [`main`]).
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.overlay == OverlayKind::Can {
-        bail!("the CAN overlay is not built yet (p2pmp-core has no can module); use --overlay chord");
-    }
     let listener = TcpListener::bind(&args.listen).with_context(|| format!("binding {}", args.listen))?;
     let addr = NodeAddr(listener.local_addr()?);
-    let cfg = DriverConfig { network_id: args.network_id, ..DriverConfig::default() };
-    info!(%addr, runtime = %args.runtime, overlay = ?args.overlay, "starting");
-    chord::run(&args, listener, addr, cfg)
+    // Peers running the other overlay (or another CAN shape) are refused at the hello.
+    let kind = match args.overlay {
+        OverlayKind::Chord => p2pmp_core::overlay::OverlayKind::Chord,
+        OverlayKind::Can => p2pmp_core::overlay::OverlayKind::Can { dims: args.dims },
+    };
+    let cfg = DriverConfig { network_id: args.network_id, overlay: Some(kind), ..DriverConfig::default() };
+    info!(%addr, runtime = %args.runtime, overlay = %kind, "starting");
+    match args.overlay {
+        OverlayKind::Chord => chord::run(&args, listener, addr, cfg),
+        OverlayKind::Can => can::run(&args, listener, addr, cfg),
+    }
 }

@@ -9,7 +9,8 @@ converge, then measures lookups.
 
 usage: cargo bench -p p2pmp-core --bench overlay -- [options]
 
-  --overlay chord          overlay to simulate (only chord exists yet)
+  --overlay chord|can      overlay to simulate (default chord)
+  --dims D                 CAN's dimensions, 1 to 8 (default 2)
   --nodes N                network size (default 1000)
   --lookups L              random lookups once converged (default 10000)
   --seed S                 seed of the whole run (default 1)
@@ -18,6 +19,11 @@ usage: cargo bench -p p2pmp-core --bench overlay -- [options]
   --sweep                  run N = 2..16, 100, 1000, 10000 (add --max-nodes 100000 for more)
   --max-nodes N            largest N of --sweep (default 10000)
   --churn                  ramp-up / steady churn / ramp-down experiment instead
+  --burst K                recovery instead: a converged network of --nodes, then K
+                           joins at once through random contacts; virtual time until
+                           the routing state is exact again, lookups meanwhile
+  --compare                --sweep of Chord and of CAN in 1, 2, 3 and 4 dimensions,
+                           one table, one plot (with --plot)
   --plot FILE.png          draw mean hops against N (or the churn curve)
   --out DIR                where to write the JSON data (default <workspace>/target/bench-results)
   --quiet                  no progress lines on stderr
@@ -29,6 +35,9 @@ Set OVERLAY_DEBUG=1 to print the checker's report while the network converges.
 #[derive(Debug, Clone)]
 pub(crate) struct Args {
     pub(crate) overlay: String,
+    pub(crate) dims: usize,
+    pub(crate) burst: Option<usize>,
+    pub(crate) compare: bool,
     pub(crate) nodes: usize,
     pub(crate) lookups: usize,
     pub(crate) seed: u64,
@@ -46,6 +55,9 @@ impl Args {
     pub(crate) fn parse(argv: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
         let mut a = Args {
             overlay: "chord".into(),
+            dims: 2,
+            burst: None,
+            compare: false,
             nodes: 1000,
             lookups: 10_000,
             seed: 1,
@@ -64,6 +76,9 @@ impl Args {
                 "-h" | "--help" => return Ok(None),
                 "--bench" => {}
                 "--overlay" => a.overlay = value("--overlay")?,
+                "--dims" => a.dims = number(&value("--dims")?, "--dims")?,
+                "--burst" => a.burst = Some(number(&value("--burst")?, "--burst")?),
+                "--compare" => a.compare = true,
                 "--nodes" => a.nodes = number(&value("--nodes")?, "--nodes")?,
                 "--lookups" => a.lookups = number(&value("--lookups")?, "--lookups")?,
                 "--seed" => a.seed = number(&value("--seed")?, "--seed")? as u64,
@@ -81,8 +96,14 @@ impl Args {
                 }
             }
         }
-        if a.overlay != "chord" {
-            return Err(format!("overlay {:?} is not built yet; only chord exists", a.overlay));
+        if a.overlay != "chord" && a.overlay != "can" {
+            return Err(format!("unknown overlay {:?}: chord or can", a.overlay));
+        }
+        if !(1..=8).contains(&a.dims) {
+            return Err(format!("--dims must be 1..=8, got {}", a.dims));
+        }
+        if a.burst == Some(0) {
+            return Err("--burst must be at least 1".into());
         }
         if a.join_rate == Some(0) {
             return Err("--join-rate must be at least 1".into());

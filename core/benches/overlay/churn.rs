@@ -3,16 +3,14 @@
 //! Nodes start at a steady rate; then, for a while, nodes start and stop in equal
 //! numbers; then they stop (half leave gracefully, half crash) until a quarter
 //! remain. Lookups of random keys run throughout, and each answer is judged
-//! against the true owner at the moment it arrives (a node that reports `Joined`
-//! later in the same tick does not count yet). A lookup whose asking node itself
+//! against the true owner as of the tick it arrived in (the owner at the start or
+//! at the end of that 100 ms tick: ownership may move within it). A lookup whose asking node itself
 //! left or crashed before an answer came has nobody to answer: it is counted apart
 //! (`asker gone`) and left out of the success rate.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use p2pmp_core::chord::ChordNode;
-use p2pmp_core::chord::check::RingTruth;
 use p2pmp_core::id::Id;
 use p2pmp_core::overlay::{OverlayCommand, OverlayEvent};
 use p2pmp_core::sim::{Liveness, NodeIdx, Sim};
@@ -21,6 +19,7 @@ use rand_pcg::Pcg64Mcg;
 
 use crate::args::Args;
 use crate::net;
+use crate::overlays::BenchOverlay;
 
 const TICK: Duration = Duration::from_millis(100);
 const BUCKET_S: f64 = 10.0;
@@ -44,8 +43,11 @@ impl Bucket {
     }
 }
 
-struct Run {
-    sim: Sim<ChordNode>,
+struct Run<O: BenchOverlay> {
+    sim: Sim<O>,
+    cfg: O::Config,
+    /// The truth at the end of the last tick.
+    truth: O::Truth,
     rng: Pcg64Mcg,
     seed: u64,
     spawned: usize,
@@ -57,7 +59,7 @@ struct Run {
     buckets: Vec<Bucket>,
 }
 
-impl Run {
+impl<O: BenchOverlay> Run<O> {
     fn bucket(&self) -> usize {
         (self.sim.elapsed().as_secs_f64() / BUCKET_S) as usize
     }
@@ -70,10 +72,10 @@ impl Run {
     }
 
     fn add(&mut self) {
-        let live: Vec<NodeIdx> = self.joined.iter().copied().filter(|&i| self.sim.node(i).is_joined()).collect();
+        let live: Vec<NodeIdx> = self.joined.iter().copied().filter(|&i| self.sim.node(i).joined()).collect();
         let i = self.spawned;
         self.spawned += 1;
-        let idx = net::spawn(&mut self.sim, i, &live, &mut self.rng, self.seed);
+        let idx = net::spawn(&mut self.sim, &self.cfg, i, None, &live, &mut self.rng, self.seed);
         self.joined.push(idx);
     }
 
@@ -93,7 +95,7 @@ impl Run {
     }
 
     fn lookup(&mut self) {
-        let candidates: Vec<NodeIdx> = self.joined.iter().copied().filter(|&i| self.sim.node(i).is_joined()).collect();
+        let candidates: Vec<NodeIdx> = self.joined.iter().copied().filter(|&i| self.sim.node(i).joined()).collect();
         if candidates.is_empty() {
             return;
         }
@@ -107,26 +109,21 @@ impl Run {
         self.sim.command(src, OverlayCommand::Lookup { token, key }).expect("a joined node takes lookups");
     }
 
-    /// Advances one tick and judges each answer against the truth when it arrived.
+    /// Advances one tick and judges each answer against the truth as of that tick.
     fn tick(&mut self) {
         self.sim.run_for(TICK);
-        let truth = RingTruth::of(&self.sim);
+        let truth = O::truth(&self.sim);
         let b = self.bucket();
         let live = self.sim.alive().count();
         self.bucket_mut(b).live = live;
         let events: Vec<_> = std::iter::from_fn(|| self.sim.poll_event()).collect();
-        // Nodes that joined during this tick, and when: not owners before that.
-        let joined_at: Vec<(Id, Instant)> = events
-            .iter()
-            .filter(|e| e.event == OverlayEvent::Joined)
-            .map(|e| (self.sim.node(e.node).id(), e.at))
-            .collect();
         for e in events {
             match e.event {
                 OverlayEvent::LookupDone { token, result, .. } => {
                     let Some((key, b, _)) = self.outstanding.remove(&token) else { continue };
-                    let right = !truth.is_empty()
-                        && result.as_ref().is_ok_and(|r| r.owner_id == owner_at(&truth, &joined_at, key, e.at));
+                    let right = result.as_ref().is_ok_and(|r| {
+                        Some(r.owner_id) == O::owner(&truth, key) || Some(r.owner_id) == O::owner(&self.truth, key)
+                    });
                     let bucket = self.bucket_mut(b);
                     match result {
                         Ok(r) if right => {
@@ -145,27 +142,19 @@ impl Run {
                 _ => {}
             }
         }
+        self.truth = truth;
     }
 }
 
-/// The owner of `key` at `at`: the truth at the end of the tick, skipping nodes
-/// that joined later than `at`.
-fn owner_at(truth: &RingTruth, joined_at: &[(Id, Instant)], key: Id, at: Instant) -> Id {
-    let mut owner = truth.owner(key).0;
-    for _ in 0..joined_at.len() {
-        if !joined_at.iter().any(|(id, t)| *id == owner && *t > at) {
-            break;
-        }
-        owner = truth.successor(owner).0;
-    }
-    owner
-}
-
-pub(crate) fn run(args: &Args) -> Result<(), String> {
+pub(crate) fn run<O: BenchOverlay>(args: &Args) -> Result<(), String> {
     let wall = Instant::now();
     let n = args.nodes.max(8);
+    let sim = Sim::new(net::sim_config(args.seed), Instant::now());
+    let truth = O::truth(&sim);
     let mut run = Run {
-        sim: Sim::new(net::sim_config(args.seed), Instant::now()),
+        cfg: O::config(args.dims, n),
+        truth,
+        sim,
         rng: Pcg64Mcg::seed_from_u64(args.seed),
         seed: args.seed,
         spawned: 0,
@@ -182,7 +171,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let steady_ticks = (60.0 / TICK.as_secs_f64()) as usize;
     let (mut acc_add, mut acc_rm, mut acc_look) = (0.0f64, 0.0f64, 0.0f64);
     let mut phase_ends = Vec::new();
-    let mut tick_with = |run: &mut Run, add: f64, rm: f64| {
+    let mut tick_with = |run: &mut Run<O>, add: f64, rm: f64| {
         acc_add += add;
         acc_rm += rm;
         acc_look += lookups;
@@ -221,7 +210,7 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     let gone: Vec<usize> = run
         .outstanding
         .values()
-        .filter(|(_, _, src)| run.sim.liveness(*src) != Liveness::Alive || run.sim.node(*src).has_left())
+        .filter(|(_, _, src)| run.sim.liveness(*src) != Liveness::Alive || run.sim.node(*src).left())
         .map(|(_, b, _)| *b)
         .collect();
     for b in gone {
@@ -230,9 +219,9 @@ pub(crate) fn run(args: &Args) -> Result<(), String> {
     report(args, &run, &phase_ends, wall)
 }
 
-fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Result<(), String> {
+fn report<O: BenchOverlay>(args: &Args, run: &Run<O>, phases: &[(&str, f64)], wall: Instant) -> Result<(), String> {
     println!();
-    println!("Chord under churn, {} nodes at the peak, seed {}", args.nodes, args.seed);
+    println!("{} under churn, {} nodes at the peak, seed {}", crate::label::<O>(args.dims), args.nodes, args.seed);
     for (name, end) in phases {
         println!("  {name:<13} ends at {end:>6.1} virtual s");
     }
@@ -272,18 +261,19 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         total.hops += b.hops;
     }
     let success = total.ok as f64 / total.answerable().max(1) as f64;
-    let checks: u64 = (0..run.sim.len()).map(|i| run.sim.node(i).stats().owner_checks).sum();
-    let checks_per_lookup = checks as f64 / total.issued.max(1) as f64;
+    let checks_per_lookup = O::owner_checks(&run.sim).map(|c| c as f64 / total.issued.max(1) as f64);
+    let checks_text = checks_per_lookup.map_or("no".into(), |c| format!("{c:.2}"));
+    let checks_json = checks_per_lookup.map_or("null".into(), |c| format!("{c:.4}"));
     let min_bucket = rows.iter().map(|r| r.1).fold(100.0, f64::min);
     println!(
-        "overall: {} lookups ({} whose asker went away), {:.3}% of the rest right, {} wrong owner, {} failed; worst bucket {:.2}%; {:.2} owner checks per lookup (round trips besides the hops); wall {:.1}s",
+        "overall: {} lookups ({} whose asker went away), {:.3}% of the rest right, {} wrong owner, {} failed; worst bucket {:.2}%; {} owner checks per lookup (round trips besides the hops); wall {:.1}s",
         total.issued,
         total.asker_gone,
         100.0 * success,
         total.wrong,
         total.failed,
         min_bucket,
-        checks_per_lookup,
+        checks_text,
         wall.elapsed().as_secs_f64()
     );
     let series: Vec<String> = rows
@@ -291,7 +281,9 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         .map(|(t, s, h, l)| format!("{{\"t\":{t},\"success_pct\":{s:.3},\"mean_hops\":{h:.3},\"live\":{l}}}"))
         .collect();
     let json = format!(
-        "{{\"overlay\":\"chord\",\"mode\":\"churn\",\"nodes\":{},\"seed\":{},\"lookups\":{},\"success_rate\":{:.6},\"wrong_owner\":{},\"failed\":{},\"asker_gone\":{},\"owner_checks_per_lookup\":{:.4},\"mean_hops\":{:.4},\"worst_bucket_success_pct\":{:.3},\"series\":[{}]}}",
+        "{{\"overlay\":\"{}\",\"dims\":{},\"mode\":\"churn\",\"nodes\":{},\"seed\":{},\"lookups\":{},\"success_rate\":{:.6},\"wrong_owner\":{},\"failed\":{},\"asker_gone\":{},\"owner_checks_per_lookup\":{},\"mean_hops\":{:.4},\"worst_bucket_success_pct\":{:.3},\"series\":[{}]}}",
+        O::NAME,
+        crate::dims_json::<O>(args.dims),
         args.nodes,
         args.seed,
         total.issued,
@@ -299,17 +291,21 @@ fn report(args: &Args, run: &Run, phases: &[(&str, f64)], wall: Instant) -> Resu
         total.wrong,
         total.failed,
         total.asker_gone,
-        checks_per_lookup,
+        checks_json,
         total.hops as f64 / total.ok.max(1) as f64,
         min_bucket,
         series.join(",")
     );
-    let path =
-        std::path::Path::new(&args.out).join(format!("overlay-chord-churn-{}-seed{}.json", args.nodes, args.seed));
+    let path = std::path::Path::new(&args.out).join(format!(
+        "overlay-{}-churn-{}-seed{}.json",
+        crate::file_label::<O>(args.dims),
+        args.nodes,
+        args.seed
+    ));
     std::fs::write(&path, &json).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!("data written to {}", path.display());
     if let Some(p) = &args.plot {
-        crate::plot::churn(p, &rows)?;
+        crate::plot::churn(p, &crate::label::<O>(args.dims), &rows)?;
         eprintln!("plot written to {p}");
     }
     println!("{json}");

@@ -4,8 +4,10 @@
 
 use std::time::Instant;
 
-use p2pmp_core::chord::{ChordMsg, ChordNode};
+use p2pmp_core::machine::Machine;
 use p2pmp_core::sim::{Sim, SimStats};
+
+use crate::overlays::BenchOverlay;
 
 /// A snapshot taken when a phase starts.
 pub(crate) struct PhaseStart {
@@ -26,7 +28,7 @@ pub(crate) struct PhaseRow {
 }
 
 impl PhaseStart {
-    pub(crate) fn new(name: &'static str, sim: &Sim<ChordNode>) -> Self {
+    pub(crate) fn new<M: Machine>(name: &'static str, sim: &Sim<M>) -> Self {
         PhaseStart {
             name,
             wall: Instant::now(),
@@ -36,7 +38,7 @@ impl PhaseStart {
         }
     }
 
-    pub(crate) fn finish(self, sim: &Sim<ChordNode>) -> PhaseRow {
+    pub(crate) fn finish<M: Machine>(self, sim: &Sim<M>) -> PhaseRow {
         let s = sim.stats();
         let b = self.stats;
         PhaseRow {
@@ -76,49 +78,13 @@ pub(crate) fn print<'a>(rows: impl IntoIterator<Item = &'a PhaseRow>) {
 }
 
 /// Prints every node's messages sent so far, summed by kind, largest first.
-pub(crate) fn print_kinds(sim: &Sim<ChordNode>) {
-    let mut by_kind = [0u64; ChordMsg::KINDS];
-    for i in 0..sim.len() {
-        for (k, n) in sim.node(i).stats().sent_by_kind.iter().enumerate() {
-            by_kind[k] += n;
-        }
-    }
-    let total: u64 = by_kind.iter().sum();
-    let mut kinds: Vec<(usize, u64)> = by_kind.into_iter().enumerate().filter(|(_, n)| *n > 0).collect();
-    kinds.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-    let line: Vec<String> = kinds
-        .iter()
-        .map(|(k, n)| format!("{}={:.1}%", KIND_NAMES[*k], 100.0 * *n as f64 / total.max(1) as f64))
-        .collect();
+pub(crate) fn print_kinds<O: BenchOverlay>(sim: &Sim<O>) {
+    let kinds = O::kinds(sim);
+    let total: u64 = kinds.iter().map(|(_, n)| n).sum();
+    let line: Vec<String> =
+        kinds.iter().map(|(k, n)| format!("{k}={:.1}%", 100.0 * *n as f64 / total.max(1) as f64)).collect();
     eprintln!("  messages sent by kind ({total} in all): {}", line.join(" "));
 }
-
-/// Short names of [`ChordMsg`] kinds, by [`ChordMsg::kind`].
-const KIND_NAMES: [&str; ChordMsg::KINDS] = [
-    "FindSucc",
-    "FindSuccReply",
-    "GetPred",
-    "Pred",
-    "Notify",
-    "Ping",
-    "Pong",
-    "Register",
-    "Query",
-    "QueryResult",
-    "LeavingToPred",
-    "LeavingToSucc",
-    "KeyTransfer",
-    "GetSuccList",
-    "SuccList",
-    "GetFingers",
-    "Fingers",
-    "NewPred",
-    "Registered",
-    "NotOwner",
-    "NotJoined",
-    "Handover",
-    "Pull",
-];
 
 /// User plus system CPU time of this process, from /proc (Linux only).
 pub(crate) fn cpu_seconds() -> Option<f64> {

@@ -1,4 +1,5 @@
-//! `--plot FILE.png`: mean hops against N, beside 0.5·log2 N.
+//! `--plot FILE.png`: mean hops against N beside the theory (one curve per overlay
+//! and shape), and the churn curve.
 
 use plotters::prelude::*;
 
@@ -20,41 +21,61 @@ fn register_font() -> Result<(), String> {
     Err("no DejaVuSans.ttf found (apt-get install fonts-dejavu-core)".into())
 }
 
-/// Draws `points` (N, mean hops) and the 0.5·log2 N reference on a log2 N axis.
-pub(crate) fn hops_vs_n(path: &str, title: &str, points: &[(usize, f64)]) -> Result<(), String> {
+/// One measured curve and the theory it is held against.
+pub(crate) struct Series {
+    pub(crate) label: String,
+    /// (N, mean hops) as measured.
+    pub(crate) points: Vec<(usize, f64)>,
+    /// Mean hops the theory expects at N.
+    pub(crate) theory: fn(usize, usize) -> f64,
+    /// CAN's dimensions (the theory's argument), 0 for Chord.
+    pub(crate) dims: usize,
+}
+
+const COLOURS: [RGBColor; 6] = [BLUE, RED, RGBColor(0, 150, 0), MAGENTA, RGBColor(230, 140, 0), CYAN];
+
+/// Draws every series (N, mean hops) as points joined by a line, each beside its
+/// theory (dashed, same colour), on a log2 N axis and a log hops axis.
+pub(crate) fn hops_vs_n(path: &str, title: &str, series: &[Series]) -> Result<(), String> {
     register_font()?;
     let err = |e: &dyn std::fmt::Display| format!("plotting {path}: {e}");
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let max_x = points.iter().map(|p| (p.0 as f64).log2()).fold(1.0, f64::max).ceil();
-    let max_y = points.iter().map(|p| p.1).fold(0.5 * max_x, f64::max).ceil() + 0.5;
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let max_x = all.clone().map(|p| (p.0 as f64).log2()).fold(1.0, f64::max).ceil();
+    let max_y = all.map(|p| p.1).fold(2.0, f64::max) * 2.0;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 24))
         .margin(16)
         .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..max_x, 0.0..max_y)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_x, (0.1..max_y).log_scale())
         .map_err(|e| err(&e))?;
     chart.configure_mesh().x_desc("log2 N (nodes)").y_desc("hops per lookup").draw().map_err(|e| err(&e))?;
-    let measured: Vec<(f64, f64)> = points.iter().map(|(n, h)| ((*n as f64).log2(), *h)).collect();
-    chart
-        .draw_series(LineSeries::new(measured.clone(), BLUE.stroke_width(2)))
-        .map_err(|e| err(&e))?
-        .label("measured mean hops")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-    chart.draw_series(measured.iter().map(|p| Circle::new(*p, 4, BLUE.filled()))).map_err(|e| err(&e))?;
-    chart
-        .draw_series(LineSeries::new((0..=(max_x as usize * 10)).map(|i| (i as f64 / 10.0, i as f64 / 20.0)), RED))
-        .map_err(|e| err(&e))?
-        .label("0.5 · log2 N")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    for (k, s) in series.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        let measured: Vec<(f64, f64)> = s.points.iter().map(|(n, h)| ((*n as f64).log2(), h.max(0.1))).collect();
+        chart
+            .draw_series(LineSeries::new(measured.clone(), colour.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        chart.draw_series(measured.iter().map(|p| Circle::new(*p, 3, colour.filled()))).map_err(|e| err(&e))?;
+        let lo = s.points.iter().map(|p| p.0).min().unwrap_or(2).max(2) as f64;
+        let hi = s.points.iter().map(|p| p.0).max().unwrap_or(2) as f64;
+        let theory: Vec<(f64, f64)> = (0..=100)
+            .map(|i| lo * (hi / lo).powf(i as f64 / 100.0))
+            .map(|n| (n.log2(), (s.theory)(s.dims, n as usize).max(0.1)))
+            .collect();
+        chart.draw_series(DashedLineSeries::new(theory, 6, 4, colour.stroke_width(1))).map_err(|e| err(&e))?;
+    }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
 
 /// Draws the churn curve: lookup success (%) and mean hops per time bucket.
-pub(crate) fn churn(path: &str, rows: &[(f64, f64, f64, usize)]) -> Result<(), String> {
+pub(crate) fn churn(path: &str, overlay: &str, rows: &[(f64, f64, f64, usize)]) -> Result<(), String> {
     register_font()?;
     let err = |e: &dyn std::fmt::Display| format!("plotting {path}: {e}");
     let root = BitMapBackend::new(path, (900, 700)).into_drawing_area();
@@ -63,7 +84,7 @@ pub(crate) fn churn(path: &str, rows: &[(f64, f64, f64, usize)]) -> Result<(), S
     let max_t = rows.iter().map(|r| r.0).fold(1.0, f64::max);
     let floor = rows.iter().map(|r| r.1).fold(90.0, f64::min).floor();
     let mut a = ChartBuilder::on(&top)
-        .caption("Chord under churn: lookup success", ("sans-serif", 20))
+        .caption(format!("{overlay} under churn: lookup success"), ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(50)

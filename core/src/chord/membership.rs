@@ -9,8 +9,9 @@ use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
 use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Pending, Phase, STRIKES, Timer, Traffic, Waiting};
-use super::registry::{HANDOVER_HOPS, Store};
+use super::registry::HANDOVER_HOPS;
 use crate::machine::NodeAddr;
+use crate::overlay::store::Store;
 use crate::overlay::{OverlayError, OverlayEvent};
 use crate::time::TimerTable;
 

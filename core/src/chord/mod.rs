@@ -88,16 +88,8 @@ pub struct ChordConfig {
     /// through a contact that is itself still joining waits this long after the
     /// contact joins, and such waits add up along a chain of joiners.
     pub join_backoff_max: Duration,
-    /// Longest registration name, in bytes.
-    pub max_name_len: usize,
-    /// Longest registration value, in bytes.
-    pub max_value_len: usize,
-    /// Longest TTL honoured; longer ones (from commands or peers) are cut to this.
-    pub max_ttl: Duration,
-    /// Most values stored under one name.
-    pub max_values_per_name: usize,
-    /// Most values a node stores in all; more are dropped and counted.
-    pub max_stored: usize,
+    /// What the node registers and stores at most.
+    pub limits: crate::overlay::Limits,
 }
 
 impl Default for ChordConfig {
@@ -113,11 +105,7 @@ impl Default for ChordConfig {
             max_hops: 64,
             join_backoff_min: Duration::from_secs(1),
             join_backoff_max: Duration::from_secs(8),
-            max_name_len: 256,
-            max_value_len: 1024,
-            max_ttl: Duration::from_secs(24 * 3600),
-            max_values_per_name: 1024,
-            max_stored: 100_000,
+            limits: crate::overlay::Limits::default(),
         }
     }
 }

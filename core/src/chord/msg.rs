@@ -7,34 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
-use crate::machine::NodeAddr;
-
-/// A node on the ring: its id and where it listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Peer {
-    /// The node id (SHA-1 of `addr`).
-    pub id: Id,
-    /// The node's advertised address.
-    pub addr: NodeAddr,
-}
-
-impl Peer {
-    /// The peer listening at `addr`, with the id that address maps to.
-    pub fn from_addr(addr: NodeAddr) -> Self {
-        Peer { id: addr.id(), addr }
-    }
-}
-
-/// One registration in flight between nodes (replication, key transfer).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// The registered name; its key is SHA-1(name).
-    pub name: String,
-    /// One value under that name.
-    pub value: String,
-    /// Milliseconds of life left.
-    pub ttl_ms: u64,
-}
+pub use crate::overlay::{Entry, Peer};
 
 /// A hop's answer to [`ChordMsg::FindSuccessor`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

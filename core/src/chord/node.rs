@@ -10,9 +10,9 @@ use super::ChordConfig;
 use super::finger::FingerTable;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer, Step};
-use super::registry::{OwnReg, QueryState, Store};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
+use crate::overlay::store::{OwnRegs, QueryState, Store};
 use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
@@ -107,50 +107,9 @@ pub(crate) enum Waiting {
 }
 
 /// One outstanding request.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) to: NodeAddr,
-    pub(crate) deadline: Instant,
-    pub(crate) what: Waiting,
-}
-
-/// Outstanding requests by request id, oldest first. A node has a handful at a
-/// time, so a Vec is smaller and faster than a map.
-#[derive(Debug, Default)]
-pub(crate) struct Requests(Vec<(u64, Pending)>);
-
-impl Requests {
-    fn insert(&mut self, id: u64, p: Pending) {
-        self.0.push((id, p));
-    }
-
-    pub(crate) fn get(&self, id: &u64) -> Option<&Pending> {
-        self.0.iter().find(|(i, _)| i == id).map(|(_, p)| p)
-    }
-
-    pub(crate) fn remove(&mut self, id: &u64) -> Option<Pending> {
-        let at = self.0.iter().position(|(i, _)| i == id)?;
-        Some(self.0.remove(at).1)
-    }
-
-    pub(crate) fn ids_where(&self, f: impl Fn(&Pending) -> bool) -> Vec<u64> {
-        self.0.iter().filter(|(_, p)| f(p)).map(|(id, _)| *id).collect()
-    }
-
-    pub(crate) fn any(&self, f: impl Fn(&Pending) -> bool) -> bool {
-        self.0.iter().any(|(_, p)| f(p))
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    /// The oldest request's id, for tests.
-    #[cfg(test)]
-    pub(crate) fn first_id(&self) -> Option<u64> {
-        self.0.first().map(|(id, _)| *id)
-    }
-}
+pub(crate) type Pending = crate::overlay::requests::Pending<Waiting>;
+/// Outstanding requests by request id.
+pub(crate) type Requests = crate::overlay::requests::Requests<Waiting>;
 
 /// Why a request got no useful answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,7 +204,7 @@ pub struct ChordNode {
     pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
     pub(crate) store: Store,
     /// This node's own registrations, refreshed until unregistered.
-    pub(crate) own: Vec<OwnReg>,
+    pub(crate) own: OwnRegs,
     pub(crate) rng: Pcg64Mcg,
     pub(crate) stats: ChordStats,
 }
@@ -287,7 +246,7 @@ impl ChordNode {
             timers: TimerTable::default(),
             actions: VecDeque::new(),
             store: Store::default(),
-            own: Vec::new(),
+            own: OwnRegs::default(),
             rng,
             stats: ChordStats::default(),
         };
@@ -411,13 +370,8 @@ impl ChordNode {
         d.mul_f64(self.rng.random_range(0.9..1.1))
     }
 
-    /// `now + d`, saturating far in the future instead of overflowing.
-    pub(crate) fn later(now: Instant, d: Duration) -> Instant {
-        now.checked_add(d).unwrap_or(now + Duration::from_secs(365 * 24 * 3600))
-    }
-
     fn rearm_requests(&mut self) {
-        match self.pending.0.iter().map(|(_, p)| p.deadline).min() {
+        match self.pending.next_deadline() {
             Some(t) => self.timers.set(Timer::Requests, t),
             None => self.timers.clear(Timer::Requests),
         }
@@ -737,5 +691,54 @@ impl Machine for ChordNode {
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next()
+    }
+}
+
+impl crate::overlay::Overlay for ChordNode {
+    type Config = ChordConfig;
+
+    fn create(config: ChordConfig, addr: NodeAddr, bootstrap: Vec<NodeAddr>, now: Instant, seed: u64) -> Self {
+        ChordNode::new(config, addr, bootstrap, now, seed)
+    }
+
+    fn kind(&self) -> crate::overlay::OverlayKind {
+        crate::overlay::OverlayKind::Chord
+    }
+
+    fn node_id(&self) -> Id {
+        self.me.id
+    }
+
+    fn joined(&self) -> bool {
+        self.is_joined()
+    }
+
+    fn left(&self) -> bool {
+        self.has_left()
+    }
+
+    fn stored(&self, name: &str) -> Vec<String> {
+        self.stored_values(name)
+    }
+
+    fn routing_entries(&self) -> usize {
+        let mut peers: Vec<NodeAddr> = self.succs.iter().chain(self.pred.iter()).map(|p| p.addr).collect();
+        peers.extend(self.fingers.runs().iter().map(|(_, p)| p.addr));
+        peers.sort();
+        peers.dedup();
+        peers.len()
+    }
+
+    fn traffic(&self) -> crate::overlay::OverlayTraffic {
+        let s = &self.stats;
+        crate::overlay::OverlayTraffic {
+            sent: s.sent,
+            maintenance: s.maintenance_sent,
+            user: s.user_sent,
+            replies: s.replies_sent,
+            lookups_ok: s.lookups_ok,
+            lookup_hops: s.lookup_hops,
+            lookups_failed: s.lookups_failed,
+        }
     }
 }

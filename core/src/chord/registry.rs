@@ -1,7 +1,6 @@
 //! Registrations: the store with TTLs, the node's own registrations and their
 //! refresh, replication down the successor list, queries and key transfer.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::lookup::Purpose;
@@ -9,156 +8,15 @@ use super::msg::{ChordMsg, Entry, Peer};
 use super::node::{ChordNode, Timer, Traffic, Waiting};
 use crate::id::Id;
 use crate::machine::NodeAddr;
+use crate::overlay::store::{Put, QueryState, Store};
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
 const QUERY_ATTEMPTS: u8 = 3;
 /// How often a handed-over entry may be passed on towards its owner.
 pub(crate) const HANDOVER_HOPS: u8 = 8;
-/// Shortest interval between refreshes of one registration.
-const MIN_REFRESH: Duration = Duration::from_millis(100);
-
-/// One of this node's own registrations.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnReg {
-    pub(crate) name: String,
-    pub(crate) value: String,
-    pub(crate) ttl: Duration,
-    pub(crate) next_refresh: Instant,
-}
-
-/// A query waiting for the owner's values.
-#[derive(Debug)]
-pub(crate) struct QueryState {
-    pub(crate) token: Token,
-    pub(crate) name: String,
-    pub(crate) attempt: u8,
-    pub(crate) deadline: Instant,
-}
-
-/// Values stored under one name.
-#[derive(Debug, Clone)]
-struct Slot {
-    key: Id,
-    values: Vec<(String, Instant)>,
-}
-
-/// Registrations stored at this node (as owner or replica), each with its expiry.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Store {
-    names: BTreeMap<String, Slot>,
-    len: usize,
-}
-
-impl Store {
-    /// Stores or refreshes one value. False when a limit refused it.
-    fn put(&mut self, name: String, value: String, expires: Instant, per_name: usize, total: usize) -> bool {
-        let full = self.len >= total;
-        let slot = match self.names.get_mut(&name) {
-            Some(s) => s,
-            None if full => return false,
-            None => {
-                let key = Id::hash(&name);
-                self.names.entry(name).or_insert(Slot { key, values: Vec::new() })
-            }
-        };
-        if let Some(v) = slot.values.iter_mut().find(|(v, _)| *v == value) {
-            v.1 = v.1.max(expires);
-            return true;
-        }
-        if full || slot.values.len() >= per_name {
-            return false;
-        }
-        slot.values.push((value, expires));
-        self.len += 1;
-        true
-    }
-
-    /// Removes one value (a withdrawn registration).
-    fn remove(&mut self, name: &str, value: &str) {
-        let Some(slot) = self.names.get_mut(name) else { return };
-        let before = slot.values.len();
-        slot.values.retain(|(v, _)| v != value);
-        self.len -= before - slot.values.len();
-        if slot.values.is_empty() {
-            self.names.remove(name);
-        }
-    }
-
-    /// Live values under `name`, sorted.
-    pub(crate) fn values(&self, name: &str, now: Instant) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .names
-            .get(name)
-            .map(|s| s.values.iter().filter(|(_, e)| *e > now).map(|(v, _)| v.clone()).collect())
-            .unwrap_or_default();
-        out.sort();
-        out
-    }
-
-    /// Every value under `name`, sorted, expired or not.
-    pub(crate) fn peek(&self, name: &str) -> Vec<String> {
-        let mut out: Vec<String> =
-            self.names.get(name).map(|s| s.values.iter().map(|(v, _)| v.clone()).collect()).unwrap_or_default();
-        out.sort();
-        out
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Drops expired values; returns the next expiry.
-    fn sweep(&mut self, now: Instant) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut removed = 0;
-        self.names.retain(|_, slot| {
-            let before = slot.values.len();
-            slot.values.retain(|(_, e)| *e > now);
-            removed += before - slot.values.len();
-            for (_, e) in &slot.values {
-                next = Some(next.map_or(*e, |n| n.min(*e)));
-            }
-            !slot.values.is_empty()
-        });
-        self.len -= removed;
-        next
-    }
-
-    /// Live entries whose key satisfies `pick`, with their remaining TTL.
-    pub(crate) fn entries(&self, now: Instant, pick: impl Fn(Id) -> bool) -> Vec<Entry> {
-        let mut out = Vec::new();
-        for (name, slot) in &self.names {
-            if !pick(slot.key) {
-                continue;
-            }
-            for (value, e) in &slot.values {
-                if *e > now {
-                    // At least 1 ms: a TTL of 0 withdraws a value (see `store_entry`).
-                    let ttl_ms = u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX).max(1);
-                    out.push(Entry { name: name.clone(), value: value.clone(), ttl_ms });
-                }
-            }
-        }
-        out
-    }
-}
 
 impl ChordNode {
-    fn check_sizes(&self, name: &str, value: &str) -> Result<(), CommandError> {
-        if name.len() > self.cfg.max_name_len {
-            return Err(CommandError::TooLarge { what: "name", len: name.len(), max: self.cfg.max_name_len });
-        }
-        if value.len() > self.cfg.max_value_len {
-            return Err(CommandError::TooLarge { what: "value", len: value.len(), max: self.cfg.max_value_len });
-        }
-        Ok(())
-    }
-
-    fn refresh_interval(ttl: Duration) -> Duration {
-        (ttl / 3).max(MIN_REFRESH)
-    }
-
     /// `Register` command: remember it as our own and store it now (if joined).
     pub(crate) fn register(
         &mut self,
@@ -167,11 +25,8 @@ impl ChordNode {
         value: String,
         ttl: Duration,
     ) -> Result<(), CommandError> {
-        self.check_sizes(&name, &value)?;
-        let ttl = ttl.min(self.cfg.max_ttl);
-        self.own.retain(|r| r.name != name || r.value != value);
-        let reg = OwnReg { name, value, ttl, next_refresh: now };
-        self.own.push(reg);
+        self.cfg.limits.check_sizes(&name, &value)?;
+        self.own.add(now, name, value, ttl.min(self.cfg.limits.max_ttl));
         self.refresh_tick(now);
         Ok(())
     }
@@ -180,9 +35,7 @@ impl ChordNode {
     /// owner and replicas now (a registration of TTL 0). Best effort: a copy the
     /// withdrawal misses expires with its TTL.
     pub(crate) fn unregister(&mut self, now: Instant, name: String, value: String) {
-        let before = self.own.len();
-        self.own.retain(|r| r.name != name || r.value != value);
-        if self.own.len() < before && self.joined() {
+        if self.own.remove(&name, &value) && self.joined() {
             self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms: 0 });
         }
     }
@@ -194,18 +47,10 @@ impl ChordNode {
             self.timers.clear(Timer::Refresh);
             return;
         }
-        let mut due = Vec::new();
-        for r in &mut self.own {
-            if r.next_refresh <= now {
-                r.next_refresh = now + Self::refresh_interval(r.ttl);
-                due.push((r.name.clone(), r.value.clone(), r.ttl));
-            }
-        }
-        for (name, value, ttl) in due {
-            let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        for (name, value, ttl_ms) in self.own.take_due(now) {
             self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms });
         }
-        match self.own.iter().map(|r| r.next_refresh).min() {
+        match self.own.next_due() {
             Some(t) => self.timers.set(Timer::Refresh, t),
             None => self.timers.clear(Timer::Refresh),
         }
@@ -231,10 +76,9 @@ impl ChordNode {
     /// again after a stabilization period, long before the regular refresh.
     pub(crate) fn retry_registration(&mut self, now: Instant, name: &str, value: &str) {
         let at = now + self.cfg.stabilize_period;
-        let Some(reg) = self.own.iter_mut().find(|r| r.name == name && r.value == value) else {
+        if !self.own.retry_at(name, value, at) {
             return; // unregistered meanwhile
-        };
-        reg.next_refresh = reg.next_refresh.min(at);
+        }
         if self.timers.get(Timer::Refresh).is_none_or(|t| t > at) {
             self.timers.set(Timer::Refresh, at);
         }
@@ -295,20 +139,14 @@ impl ChordNode {
 
     /// Stores (or refreshes) one entry; an entry with a TTL of 0 withdraws its value.
     fn store_entry(&mut self, now: Instant, entry: Entry) {
-        if entry.name.len() > self.cfg.max_name_len || entry.value.len() > self.cfg.max_value_len {
-            return self.drop_input();
-        }
-        if entry.ttl_ms == 0 {
-            return self.store.remove(&entry.name, &entry.value);
-        }
-        let ttl = Duration::from_millis(entry.ttl_ms).min(self.cfg.max_ttl);
-        let expires = Self::later(now, ttl);
-        let (per_name, total) = (self.cfg.max_values_per_name, self.cfg.max_stored);
-        if !self.store.put(entry.name, entry.value, expires, per_name, total) {
-            return self.drop_input();
-        }
-        if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
-            self.timers.set(Timer::Expire, expires);
+        match self.store.store(now, entry, &self.cfg.limits) {
+            Put::Stored(expires) => {
+                if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
+                    self.timers.set(Timer::Expire, expires);
+                }
+            }
+            Put::Withdrawn => {}
+            Put::Refused => self.drop_input(),
         }
     }
 
@@ -389,7 +227,7 @@ impl ChordNode {
 
     /// `Query` command.
     pub(crate) fn query(&mut self, now: Instant, token: Token, name: String) -> Result<(), CommandError> {
-        self.check_sizes(&name, "")?;
+        self.cfg.limits.check_sizes(&name, "")?;
         if !self.joined() {
             self.event(OverlayEvent::QueryDone { token, name, result: Err(OverlayError::NotConnected) });
             return Ok(());

@@ -97,7 +97,7 @@ impl DaemonNode {
 
     /// Replaces the `res:any` line with the current one.
     pub(super) fn readvertise(&mut self, now: Instant) {
-        if self.left || !self.chord.is_joined() {
+        if self.left || !self.overlay.is_joined() {
             return;
         }
         self.timers.clear(Timer::Advert);

@@ -34,6 +34,7 @@ mod advert;
 pub mod control;
 mod heartbeat;
 mod held;
+mod overlay;
 mod ranks;
 mod remote;
 pub mod sim_shell;
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::can::{CanConfig, CanMsg};
 use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
 use crate::job::{
@@ -57,6 +59,7 @@ use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
 use control::{JobPhase, ToolReply, ToolRequest};
+pub use overlay::OverlayNode;
 
 /// A control connection, numbered by the I/O shell.
 pub type ConnId = u64;
@@ -81,6 +84,8 @@ pub enum NodeMsg {
     ToolReply { fwd: u64, reply: ToolReply },
     /// The tool behind forwarded request `fwd` went away: stop answering it.
     ToolCancel { fwd: u64 },
+    /// CAN maintenance, routes and registrations (a daemon running CAN).
+    Can(CanMsg),
 }
 
 /// Whether a job message is meant for the executor side (else the submitter's).
@@ -120,6 +125,9 @@ pub fn for_executor(m: &JobMsg) -> bool {
 pub struct DaemonConfig {
     /// The overlay node's tunables.
     pub chord: ChordConfig,
+    /// Run CAN with this configuration instead of Chord. Every daemon of a network
+    /// runs the same overlay (and CAN shape); others are refused at the hello.
+    pub can: Option<CanConfig>,
     /// Nodes to join through; empty creates a new network.
     pub bootstrap: Vec<NodeAddr>,
     /// What this node advertises; `slots` is its process capacity.
@@ -160,6 +168,7 @@ impl DaemonConfig {
     pub fn new(resources: Resources, control: impl Into<String>, work_dir: impl Into<String>, seed: u64) -> Self {
         DaemonConfig {
             chord: ChordConfig::default(),
+            can: None,
             bootstrap: Vec::new(),
             resources,
             control: control.into(),
@@ -321,7 +330,7 @@ impl TimerKey for Timer {
 #[derive(Debug)]
 pub struct DaemonNode {
     addr: NodeAddr,
-    chord: ChordNode,
+    overlay: OverlayNode,
     submitter: Submitter,
     exec: Execution,
     work_dir: String,
@@ -363,7 +372,7 @@ fn join(base: &str, path: &str) -> String {
 impl DaemonNode {
     /// A node listening at `addr`; it starts joining at once.
     pub fn new(config: DaemonConfig, addr: NodeAddr, now: Instant) -> Self {
-        let chord = ChordNode::new(config.chord, addr, config.bootstrap, now, config.seed);
+        let overlay = OverlayNode::new(config.chord, config.can, addr, config.bootstrap, now, config.seed);
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
         let mut exec_config = ExecConfig::new(config.resources.slots, config.control);
         exec_config.failure_timeout = config.failure_timeout;
@@ -372,7 +381,7 @@ impl DaemonNode {
         timers.set(Timer::Heartbeat, now + config.heartbeat_period);
         let mut n = DaemonNode {
             addr,
-            chord,
+            overlay,
             submitter,
             exec,
             work_dir: config.work_dir,
@@ -397,9 +406,14 @@ impl DaemonNode {
         n
     }
 
-    /// The overlay node, for inspection.
-    pub fn chord(&self) -> &ChordNode {
-        &self.chord
+    /// The overlay node (Chord or CAN), for inspection.
+    pub fn overlay_node(&self) -> &OverlayNode {
+        &self.overlay
+    }
+
+    /// The Chord node, for inspection, if the daemon runs Chord.
+    pub fn chord(&self) -> Option<&ChordNode> {
+        self.overlay.chord()
     }
 
     /// The submitter, for inspection.
@@ -459,7 +473,7 @@ impl DaemonNode {
     }
 
     fn overlay(&mut self, now: Instant, cmd: OverlayCommand) -> bool {
-        match self.chord.handle_command(now, cmd) {
+        match self.overlay.handle_command(now, cmd) {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!(%e, "overlay command refused");
@@ -472,12 +486,10 @@ impl DaemonNode {
     fn pump(&mut self, now: Instant) {
         loop {
             let mut busy = false;
-            while let Some(a) = self.chord.poll_action() {
+            while let Some(a) = self.overlay.poll_action() {
                 busy = true;
                 match a {
-                    Action::Send { to, msg } => {
-                        self.actions.push_back(Action::Send { to, msg: msg.map(NodeMsg::Chord) })
-                    }
+                    Action::Send { to, msg } => self.actions.push_back(Action::Send { to, msg }),
                     Action::Event(e) => self.on_overlay_event(now, e),
                 }
             }
@@ -576,7 +588,7 @@ impl DaemonNode {
 
     fn on_node_message(&mut self, now: Instant, from: NodeAddr, body: NodeMsg, payload: Bytes) {
         match body {
-            NodeMsg::Chord(_) | NodeMsg::Job(_) => {}
+            NodeMsg::Chord(_) | NodeMsg::Job(_) | NodeMsg::Can(_) => {}
             NodeMsg::Heartbeat { running } => self.check_running(from, running),
             NodeMsg::Tool { fwd, req } => self.on_forwarded(now, from, fwd, req),
             NodeMsg::ToolReply { fwd, reply } => self.on_forwarded_reply(from, fwd, reply, payload),
@@ -620,7 +632,7 @@ impl Machine for DaemonNode {
         self.liveness.heard(msg.sender_addr, now);
         let (body, head) = msg.split();
         match body {
-            NodeMsg::Chord(c) => self.chord.handle_message(now, head.map(|()| c)),
+            m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
             NodeMsg::Job(j) if for_executor(&j) => self.exec.handle_message(now, head.map(|()| j)),
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),
@@ -629,7 +641,7 @@ impl Machine for DaemonNode {
     }
 
     fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
-        self.chord.handle_send_failed(now, to);
+        self.overlay.handle_send_failed(now, to);
         self.peer_gone(now, to, None);
         self.pump(now);
     }
@@ -695,8 +707,8 @@ impl Machine for DaemonNode {
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        if self.chord.poll_timeout().is_some_and(|t| t <= now) {
-            self.chord.handle_timeout(now);
+        if self.overlay.poll_timeout().is_some_and(|t| t <= now) {
+            self.overlay.handle_timeout(now);
         }
         if self.submitter.poll_timeout().is_some_and(|t| t <= now) {
             self.submitter.handle_timeout(now);
@@ -715,7 +727,7 @@ impl Machine for DaemonNode {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.chord.poll_timeout(), self.submitter.poll_timeout(), self.exec.poll_timeout(), self.timers.next()]
+        [self.overlay.poll_timeout(), self.submitter.poll_timeout(), self.exec.poll_timeout(), self.timers.next()]
             .into_iter()
             .flatten()
             .min()

@@ -23,7 +23,7 @@ impl DaemonNode {
                 }
             }
             LocalRequest::Resolve { key } => {
-                if !self.chord.is_joined() {
+                if !self.overlay.is_joined() {
                     return self.reply(conn, request_id, LocalReply::Failed { error: LocalError::NotConnected });
                 }
                 let token = self.token();

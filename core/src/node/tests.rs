@@ -26,12 +26,23 @@ pub(super) fn net_of(n: u32, slots: u32, t0: Instant) -> (Sim<DaemonNode>, Vec<N
 
 /// `n` daemon nodes, node `i` with resources `res(i)`, joined (20 virtual seconds).
 pub(super) fn net_with(n: u32, t0: Instant, res: impl Fn(u32) -> Resources) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
+    net_over(n, t0, res, None)
+}
+
+/// [`net_with`] over CAN with `can`, or over Chord.
+fn net_over(
+    n: u32,
+    t0: Instant,
+    res: impl Fn(u32) -> Resources,
+    can: Option<crate::can::CanConfig>,
+) -> (Sim<DaemonNode>, Vec<NodeIdx>) {
     let mut sim = Sim::new(SimConfig { codec_roundtrip: true, ..SimConfig::default() }, t0);
     let first = NodeAddr::loopback(1, 7000);
     let mut idx = Vec::new();
     for i in 0..n {
         let addr = NodeAddr::loopback(1 + i, 7000);
         let mut cfg = DaemonConfig::new(res(i), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
+        cfg.can = can.clone();
         if i > 0 {
             cfg.bootstrap = vec![first];
         }
@@ -77,8 +88,22 @@ fn shell(sim: &mut Sim<DaemonNode>, limit: Duration, mut done: impl FnMut(&[Tool
 #[test]
 fn a_job_runs_across_three_daemons_and_reports_to_its_watcher() {
     let t0 = Instant::now();
-    let (mut sim, n) = net(3, t0);
-    assert!(n.iter().all(|i| sim.node(*i).chord().is_joined()));
+    let (sim, n) = net(3, t0);
+    a_job_runs_across(sim, n);
+}
+
+#[test]
+fn a_job_runs_across_three_can_daemons() {
+    let t0 = Instant::now();
+    let can = crate::can::CanConfig { dims: 2, ..crate::can::CanConfig::default() };
+    let (sim, n) = net_over(3, t0, |_| resources(2), Some(can));
+    assert!(n.iter().all(|i| sim.node(*i).overlay_node().can().is_some()));
+    a_job_runs_across(sim, n);
+}
+
+/// A three-rank job submitted at the first of three daemons runs one rank on each.
+fn a_job_runs_across(mut sim: Sim<DaemonNode>, n: Vec<NodeIdx>) {
+    assert!(n.iter().all(|i| sim.node(*i).overlay_node().is_joined()));
     let xml = crate::job::JobDescription::run("/bin/prog", vec!["1".into()], 3).to_xml();
     let req = ToolRequest::Submit { nonce: 7, xml, base_dir: "/home".into(), watch: true };
     sim.command(n[0], NodeCommand::Tool { conn: 1, request_id: 1, req }).unwrap();

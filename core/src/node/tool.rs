@@ -92,7 +92,7 @@ impl DaemonNode {
 
     fn diagnose(&mut self, now: Instant, client: Client, token: crate::overlay::Token, cmd: OverlayCommand) {
         let Client::Local { conn, request_id } = client else { return };
-        match self.chord.handle_command(now, cmd) {
+        match self.overlay.handle_command(now, cmd) {
             Ok(()) => {
                 self.pending.insert(token, Pending::Diagnose { conn, request_id });
             }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::machine::NodeAddr;
+use crate::overlay::OverlayKind;
 
 /// Opens every connection: which network the peer belongs to and where it listens,
 /// so a node never joins a stranger's overlay by accident.
@@ -12,6 +13,9 @@ pub struct Hello {
     pub network_id: u64,
     /// The address the peer accepts connections on.
     pub listen: NodeAddr,
+    /// The overlay the peer's network runs, if it runs one: a network runs one
+    /// overlay, so peers of different kinds (or CAN shapes) refuse each other.
+    pub overlay: Option<OverlayKind>,
 }
 
 /// Closes a connection with a reason a person can read in the log.

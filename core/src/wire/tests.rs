@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::*;
 use crate::id::Id;
 use crate::machine::NodeAddr;
+use crate::overlay::OverlayKind;
 
 /// Encodes then decodes one envelope through the whole frame path.
 fn rt<B: Serialize + DeserializeOwned>(env: &Envelope<B>) -> Envelope<B> {
@@ -28,7 +29,12 @@ fn arb_addr() -> impl Strategy<Value = NodeAddr> {
 }
 
 fn arb_hello() -> impl Strategy<Value = Hello> {
-    (any::<u64>(), arb_addr()).prop_map(|(network_id, listen)| Hello { network_id, listen })
+    let kind = prop_oneof![
+        Just(None),
+        Just(Some(OverlayKind::Chord)),
+        any::<u8>().prop_map(|dims| Some(OverlayKind::Can { dims }))
+    ];
+    (any::<u64>(), arb_addr(), kind).prop_map(|(network_id, listen, overlay)| Hello { network_id, listen, overlay })
 }
 
 fn arb_goodbye() -> impl Strategy<Value = Goodbye> {

@@ -36,9 +36,12 @@ struct Args {
     /// A node to join through (repeatable); none starts a new network.
     #[arg(long)]
     bootstrap: Vec<SocketAddr>,
-    /// Overlay: chord, or can (not built yet).
+    /// Overlay: chord, or can.
     #[arg(long)]
     overlay: Option<Overlay>,
+    /// CAN's dimensions, 1 to 8 (default 2); every node of a network must agree.
+    #[arg(long)]
+    dims: Option<u8>,
     /// Where job directories are made.
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -92,6 +95,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         cfg.bootstrap = a.bootstrap.clone();
     }
     cfg.overlay = a.overlay.unwrap_or(cfg.overlay);
+    cfg.dims = a.dims.unwrap_or(cfg.dims);
     cfg.work_dir = a.work_dir.clone().unwrap_or(cfg.work_dir);
     cfg.slots = a.slots.or(cfg.slots);
     cfg.tags.extend(a.tags.iter().cloned());

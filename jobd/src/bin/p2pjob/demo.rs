@@ -8,7 +8,6 @@ use anyhow::bail;
 use p2pmp_core::job::JobDescription;
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
-use p2pmp_jobd::local::LocalNet;
 use serde_json::json;
 
 use crate::follow::{End, Show, follow, phase_name};
@@ -32,7 +31,7 @@ fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, 
     follow(&mut c, id, Some(ranks), Show { json, output: !json, progress: !json }, None)
 }
 
-pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
+pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), json: bool) -> anyhow::Result<i32> {
     // The C programs are compiled into `out`, made only then; an interrupt is
     // watched once the network exists (one watcher removes both directories).
     let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
@@ -42,7 +41,7 @@ pub(crate) fn run(nodes: usize, loops: u64, json: bool) -> anyhow::Result<i32> {
     if !json {
         println!("== starting {nodes} nodes on 127.0.0.1");
     }
-    let net = LocalNet::start(nodes, crate::local_slots(8, nodes))?;
+    let net = crate::local_net(nodes, crate::local_slots(8, nodes), shape)?;
     let formed = net.wait_formed(Duration::from_secs(30), |seen| {
         if !json {
             println!("   overlay lists {seen}/{nodes} node(s) after {:.0} ms", t0.elapsed().as_secs_f64() * 1000.0);

@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 use p2pmp_core::job::{JobDescription, JobId, Resources};
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
+use p2pmp_jobd::Overlay;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
 use p2pmp_jobd::local::LocalNet;
 use serde_json::json;
@@ -41,6 +42,12 @@ struct Cli {
     /// Machine-readable output: JSON lines, the last one a summary.
     #[arg(long, global = true)]
     json: bool,
+    /// The overlay of an embedded network (--local N, demo): chord or can.
+    #[arg(long, global = true, default_value = "chord")]
+    overlay: Overlay,
+    /// CAN's dimensions in an embedded network (1 to 8).
+    #[arg(long, global = true, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
+    dims: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -187,6 +194,7 @@ fn connect(addr: SocketAddr) -> Result<Client, Fail> {
 
 fn run(cli: Cli) -> Result<i32, Fail> {
     let json = cli.json;
+    let shape = (cli.overlay, cli.dims);
     match cli.cmd {
         Cmd::Submit { job, wait, local, queue_timeout } => {
             let xml =
@@ -202,7 +210,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 None => xml,
             };
             let follow = if wait || local.is_some() { Follow::Yes { limit: None } } else { Follow::No };
-            submit(cli.node, local, xml, base, procs, follow, json)
+            submit(cli.node, local.map(|n| (n, shape)), xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, queue_timeout, program, args } => {
             let exe = find_program(&program).map_err(input)?;
@@ -214,7 +222,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .filter(|&s| s > 0)
                 .map(Duration::from_secs);
-            submit(cli.node, local, xml, base, n, Follow::Yes { limit }, json)
+            submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes { limit }, json)
         }
         Cmd::Status { job } => {
             let job = job.as_deref().map(parse_job).transpose()?;
@@ -329,7 +337,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
             }
         }
-        Cmd::Demo { nodes, loops } => demo::run(nodes, loops, json).map_err(|e| Fail(1, e)),
+        Cmd::Demo { nodes, loops } => demo::run(nodes, loops, shape, json).map_err(|e| Fail(1, e)),
     }
 }
 
@@ -430,9 +438,17 @@ fn local_slots(procs: u32, nodes: usize) -> u32 {
     cores.max(procs.div_ceil(nodes.max(1) as u32))
 }
 
+/// An embedded network of `n` daemons of `slots` slots running `overlay` (CAN in `dims`).
+fn local_net(n: usize, slots: u32, (overlay, dims): (Overlay, u8)) -> anyhow::Result<LocalNet> {
+    LocalNet::start_with(n, slots, |c| {
+        c.overlay = overlay;
+        c.dims = dims;
+    })
+}
+
 fn submit(
     node: SocketAddr,
-    local: Option<usize>,
+    local: Option<(usize, (Overlay, u8))>,
     xml: String,
     base: PathBuf,
     procs: u32,
@@ -440,8 +456,8 @@ fn submit(
     json: bool,
 ) -> Result<i32, Fail> {
     let net = match local {
-        Some(n) => {
-            let net = LocalNet::start(n, local_slots(procs, n)).map_err(daemon)?;
+        Some((n, shape)) => {
+            let net = local_net(n, local_slots(procs, n), shape).map_err(daemon)?;
             if !net.wait_formed(Duration::from_secs(30), |_| {}) {
                 return Err(daemon(anyhow!("the embedded network of {n} nodes did not form")));
             }

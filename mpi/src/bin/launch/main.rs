@@ -105,7 +105,7 @@ fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHan
         },
     )
     .context("starting the node")?;
-    let is_joined = handle.inspect(|d| d.machine().chord().is_joined()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let is_joined = handle.inspect(|d| d.machine().overlay_node().is_joined()).map_err(|e| anyhow::anyhow!("{e}"))?;
     if !is_joined {
         joined.recv_timeout(Duration::from_secs(30)).context("the node did not join a network in time")?;
     }
