@@ -48,6 +48,8 @@ const HOST_STATS_EVERY: Duration = Duration::from_secs(2);
 pub struct Daemon {
     overlay: SocketAddr,
     control: SocketAddr,
+    /// The status page (`--http`), a client of the control socket.
+    http: Option<crate::http::StatusServer>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -101,7 +103,13 @@ impl Daemon {
                 Err(e) => warn!(%e, "cannot start the tokio runtime"),
             }
         })?;
-        Ok(Daemon { overlay, control, stop: Some(stop_tx), thread: Some(thread) })
+        let http = cfg.http_addr()?.map(|a| crate::http::StatusServer::start(a, control)).transpose()?;
+        Ok(Daemon { overlay, control, http, stop: Some(stop_tx), thread: Some(thread) })
+    }
+
+    /// Where the status page listens, when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(crate::http::StatusServer::addr)
     }
 
     /// The overlay address (what other nodes bootstrap through).

@@ -9,6 +9,8 @@ use p2pmp_core::node::control::{JobPhase, ToolReply};
 use p2pmp_jobd::Client;
 use serde_json::json;
 
+pub(crate) use p2pmp_jobd::json::phase_name;
+
 /// How a followed job ended, with timings from when following began.
 #[derive(Debug, Clone)]
 pub(crate) struct End {
@@ -34,18 +36,6 @@ pub(crate) struct Show {
     pub(crate) output: bool,
     /// Print progress lines (placement, start, exits) on stderr.
     pub(crate) progress: bool,
-}
-
-pub(crate) fn phase_name(p: JobPhase) -> &'static str {
-    match p {
-        JobPhase::Resolving => "resolving",
-        JobPhase::Queued => "queued",
-        JobPhase::Placing => "placing",
-        JobPhase::Running => "running",
-        JobPhase::Done => "done",
-        JobPhase::Failed => "failed",
-        JobPhase::Killed => "killed",
-    }
 }
 
 /// The process exit code for a job's end: 0 done, 1 failed, 4 killed.

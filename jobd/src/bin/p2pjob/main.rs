@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
-use p2pmp_core::job::{JobDescription, JobId, Resources};
+use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
@@ -222,15 +222,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             match c.call(ToolRequest::Status { job }, Duration::from_secs(10)).map_err(daemon)? {
                 ToolReply::Jobs { jobs } => {
                     if json {
-                        let v: Vec<_> = jobs
-                            .iter()
-                            .map(|j| {
-                                json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable, "phase": phase_name(j.phase), "waiting": j.waiting,
-                                "ranks": j.ranks.iter().map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()),
-                                "started": r.started, "exit": r.exit})).collect::<Vec<_>>(), "error": j.error})
-                            })
-                            .collect();
-                        println!("{}", json!({"jobs": v}));
+                        println!("{}", p2pmp_jobd::json::jobs(&jobs));
                     } else if jobs.is_empty() {
                         println!("no jobs");
                     } else {
@@ -371,20 +363,11 @@ fn print_output(c: &mut Client, id: u64, raw: bool, json: bool) -> anyhow::Resul
 }
 
 pub(crate) fn print_nodes(values: &[String], json: bool) {
-    let nodes: Vec<(String, Resources)> =
-        values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect();
     if json {
-        let v: Vec<_> = nodes
-            .iter()
-            .map(|(a, r)| {
-                json!({"addr": a, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
-                "slots": r.slots, "slots_total": r.slots_total, "load": r.load(), "mem_free_mb": r.mem_free_mb,
-                "tags": r.tags.iter().collect::<Vec<_>>()})
-            })
-            .collect();
-        println!("{}", json!({"nodes": v}));
+        println!("{}", p2pmp_jobd::json::nodes(values));
         return;
     }
+    let nodes = p2pmp_jobd::json::parse_nodes(values);
     println!(
         "{:<22} {:<7} {:<8} {:>5} {:>8} {:>9} {:>5} {:>6}  tags",
         "node", "os", "arch", "cores", "mem_mb", "mem_free", "slots", "load"
