@@ -72,10 +72,15 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -
     let mut r = open(addr, method, path, body)?;
     let (status, headers) = head(&mut r)?;
     let mut bytes = Vec::new();
+    let length = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
     if chunked(&headers) {
         while let Some(c) = next_chunk(&mut r)? {
             bytes.extend(c);
         }
+    } else if let Some(len) = length {
+        // chromedriver keeps the connection open whatever the request said.
+        bytes.resize(len, 0);
+        r.read_exact(&mut bytes)?;
     } else {
         r.read_to_end(&mut bytes)?;
     }
