@@ -7,6 +7,7 @@
 mod demo;
 mod follow;
 mod programs;
+mod progress;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
