@@ -17,7 +17,7 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 /// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(name = "jobd", version)]
 struct Args {
     /// TOML configuration file.
     #[arg(long, short)]
