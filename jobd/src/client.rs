@@ -24,8 +24,12 @@ pub struct Client {
 impl Client {
     /// Connects to the control socket at `addr`.
     pub fn connect(addr: SocketAddr) -> anyhow::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-            .with_context(|| format!("no jobd answers at {addr} (start one, or use --local N)"))?;
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).with_context(|| {
+            format!(
+                "no jobd answers at {addr} (start one with `jobd`, name a running one with --node or \
+                     $P2PJOB_NODE, or run without one: `p2pjob run --local 4 -n 4 PROGRAM`)"
+            )
+        })?;
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);

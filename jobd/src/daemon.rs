@@ -62,6 +62,7 @@ impl Daemon {
         let overlay = cfg.advertised(listener.local_addr()?)?;
         let control_l = TcpListener::bind(cfg.control).with_context(|| format!("binding {}", cfg.control))?;
         let control = control_l.local_addr()?;
+        let http = cfg.http_addr()?.map(|a| crate::http::StatusServer::start(a, control)).transpose()?;
         std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
         let work_dir = cfg.work_dir.canonicalize()?.join(format!("node-{}", overlay.port()));
         // A daemon killed -9 on this port leaves its job directories, logs and
@@ -103,7 +104,6 @@ impl Daemon {
                 Err(e) => warn!(%e, "cannot start the tokio runtime"),
             }
         })?;
-        let http = cfg.http_addr()?.map(|a| crate::http::StatusServer::start(a, control)).transpose()?;
         Ok(Daemon { overlay, control, http, stop: Some(stop_tx), thread: Some(thread) })
     }
 

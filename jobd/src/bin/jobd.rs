@@ -85,6 +85,21 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// An address already taken gets a word on what to do.
+fn port_hint(e: anyhow::Error) -> anyhow::Error {
+    let in_use = e
+        .chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse));
+    if in_use {
+        anyhow::anyhow!(
+            "{e:#}: another jobd (or another program) holds it; stop that one or choose other ports with \
+             --listen, --control and --http"
+        )
+    } else {
+        e
+    }
+}
+
 fn run(a: Args) -> anyhow::Result<()> {
     let mut cfg = match &a.config {
         Some(p) => Config::from_file(p)?,
@@ -109,7 +124,7 @@ fn run(a: Args) -> anyhow::Result<()> {
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;
-    let daemon = Daemon::start(&cfg)?;
+    let daemon = Daemon::start(&cfg).map_err(port_hint)?;
     if a.print_addr {
         println!("control {} overlay {}", daemon.control_addr(), daemon.overlay_addr());
     }
