@@ -7,8 +7,12 @@
 //! - Shells only wait, move bytes and report `now`: `runtime` (features `tokio`
 //!   and `smol`, one async loop over the small `AsyncRuntime` trait) and
 //!   `mio_loop` (feature `mio`, a readiness poll loop).
+//! - `local` serves a node's local control connections (ranks and tools of its
+//!   own host) beside its peers: `LocalConns` with the machine's `LocalCodec`.
 //! - `node` starts any machine on a chosen runtime in its own thread and hands
-//!   back a `NodeHandle` for commands, events and inspection.
+//!   back a `NodeHandle` for commands, events and inspection; `spawn_daemon`
+//!   runs a daemon node, its local connections and the application's own event
+//!   loop as one event loop on one tokio thread.
 //! - `app` (feature `app`, on by default with all three shells) is the node
 //!   program: `cargo run -p p2pmp-adapters --example node -- --help`.
 //! - `testing` (feature `testing`) is a ping/pong machine for tests and benches.
@@ -16,6 +20,7 @@
 #[cfg(feature = "app")]
 pub mod app;
 mod driver;
+pub mod local;
 mod peers;
 
 pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
@@ -23,6 +28,8 @@ pub use peers::ConnId;
 
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
 pub mod node;
+#[cfg(feature = "tokio")]
+pub use node::spawn_daemon;
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
 pub use node::{NodeHandle, Remote, RuntimeKind, spawn_node};
 

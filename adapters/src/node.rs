@@ -68,6 +68,8 @@ pub type Inspector<M> = Box<dyn FnOnce(&Driver<M>) + Send>;
 pub enum Control<M: Machine> {
     /// A command, and where its immediate result goes.
     Command(M::Command, Sender<Result<(), M::CmdError>>),
+    /// A command whose result nobody waits for (refusals are logged).
+    Post(M::Command),
     Inspect(Inspector<M>),
     /// Stop: pending writes get a short grace period, then every socket closes.
     Shutdown,
@@ -77,6 +79,7 @@ impl<M: Machine> fmt::Debug for Control<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Control::Command(..) => "Command",
+            Control::Post(_) => "Post",
             Control::Inspect(_) => "Inspect",
             Control::Shutdown => "Shutdown",
         })
@@ -91,6 +94,12 @@ pub(crate) fn apply_control<M: Machine>(driver: &mut Driver<M>, now: Instant, ct
             let _ = reply.try_send(res);
             true
         }
+        Control::Post(cmd) => {
+            if let Err(e) = driver.on_command(now, cmd) {
+                tracing::debug!(%e, "the node refused a command");
+            }
+            true
+        }
         Control::Inspect(f) => {
             f(driver);
             true
@@ -100,6 +109,7 @@ pub(crate) fn apply_control<M: Machine>(driver: &mut Driver<M>, now: Instant, ct
 }
 
 /// Hands the driver's events to the application (dropped if nobody listens).
+#[cfg(feature = "mio")]
 pub(crate) fn forward_events<M: Machine>(driver: &mut Driver<M>, events: &Sender<M::Event>) {
     while let Some(e) = driver.poll_event() {
         let _ = events.try_send(e);
@@ -152,11 +162,20 @@ impl<M: Machine> Remote<M> {
         Ok(())
     }
 
-    /// Runs `cmd` on the machine and waits for its immediate result.
+    /// Runs `cmd` on the machine and waits for its immediate result (from a
+    /// thread of its own: never from a task on the node's runtime).
     pub fn command(&self, cmd: M::Command) -> Result<Result<(), M::CmdError>, Stopped> {
         let (tx, rx) = async_channel::bounded(1);
         self.send(Control::Command(cmd, tx))?;
         rx.recv_blocking().map_err(|_| Stopped)
+    }
+
+    /// Hands `cmd` to the machine without waiting (never blocks: the control
+    /// channel is unbounded); a refusal is logged by the node.
+    pub fn post(&self, cmd: M::Command) -> Result<(), Stopped> {
+        self.ctrl.try_send(Control::Post(cmd)).map_err(|_| Stopped)?;
+        (self.wake)();
+        Ok(())
     }
 
     /// Runs `f` on the driver in the node's thread and returns what it returns.
@@ -229,6 +248,17 @@ impl<M: Machine> Drop for NodeHandle<M> {
     }
 }
 
+/// The listener made non-blocking, and the channels between a node and its handle.
+type Prepared<M> = (SocketAddr, Sender<Control<M>>, ShellIo<M>, Receiver<<M as Machine>::Event>);
+
+fn prepare<M: Machine>(listener: &TcpListener) -> io::Result<Prepared<M>> {
+    let addr = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let (ctrl_tx, ctrl_rx) = async_channel::unbounded();
+    let (ev_tx, ev_rx) = async_channel::unbounded();
+    Ok((addr, ctrl_tx, ShellIo { ctrl: ctrl_rx, events: ev_tx }, ev_rx))
+}
+
 /// Starts a node on `runtime` in a new thread, serving `listener`. The machine is
 /// built in that thread by `make(now)`, on the runtime's clock.
 pub fn spawn_node<M, F>(
@@ -244,15 +274,13 @@ where
     M::CmdError: Send,
     F: FnOnce(Instant) -> M + Send + 'static,
 {
-    let addr = listener.local_addr()?;
-    listener.set_nonblocking(true)?;
-    let (ctrl_tx, ctrl_rx) = async_channel::unbounded();
-    let (ev_tx, ev_rx) = async_channel::unbounded();
-    let io = ShellIo { ctrl: ctrl_rx, events: ev_tx };
+    let (addr, ctrl_tx, io, ev_rx) = prepare(&listener)?;
     let name = format!("p2pmp-{runtime}-{}", addr.port());
     let (wake, body): (Wake, Box<dyn FnOnce() -> io::Result<()> + Send>) = match runtime {
         #[cfg(feature = "tokio")]
-        RuntimeKind::Tokio => (Arc::new(|| {}), Box::new(move || crate::runtime::tokio::run(listener, cfg, make, io))),
+        RuntimeKind::Tokio => {
+            (Arc::new(|| {}), Box::new(move || crate::runtime::tokio::run(listener, None, cfg, make, io, None)))
+        }
         #[cfg(feature = "smol")]
         RuntimeKind::Smol => (Arc::new(|| {}), Box::new(move || crate::runtime::smol::run(listener, cfg, make, io))),
         #[cfg(feature = "mio")]
@@ -271,4 +299,41 @@ where
     };
     let thread = std::thread::Builder::new().name(name).spawn(body)?;
     Ok(NodeHandle { addr, remote: Remote { ctrl: ctrl_tx, wake }, events: ev_rx, thread: Some(thread) })
+}
+
+/// Starts a daemon node on a tokio runtime in a new thread: the node serving
+/// its peers on `listener` and the local control connections of its host on
+/// `control` (with `codec`), and the application's own event loop, `side(events,
+/// remote)`, on the same runtime: one event loop per daemon. `side` must never
+/// block (use [`Remote::post`], and a blocking pool for file work); the node
+/// stops when the returned handle is dropped or shut down, and `side` should
+/// end once its events channel closes.
+#[cfg(feature = "tokio")]
+pub fn spawn_daemon<M, F, S, Fut>(
+    listener: TcpListener,
+    control: TcpListener,
+    codec: impl crate::local::LocalCodec<M> + 'static,
+    cfg: DriverConfig,
+    make: F,
+    side: S,
+) -> io::Result<NodeHandle<M>>
+where
+    M: Machine + 'static,
+    M::Command: Send,
+    M::Event: Send,
+    M::CmdError: Send,
+    F: FnOnce(Instant) -> M + Send + 'static,
+    S: FnOnce(Receiver<M::Event>, Remote<M>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (addr, ctrl_tx, io, ev_rx) = prepare(&listener)?;
+    control.set_nonblocking(true)?;
+    let remote = Remote { ctrl: ctrl_tx, wake: Arc::new(|| {}) };
+    let side: crate::runtime::Sleep = Box::pin(side(ev_rx.clone(), remote.clone()));
+    let local = Some((control, crate::local::LocalConns::new(codec)));
+    let name = format!("p2pmp-daemon-{}", addr.port());
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || crate::runtime::tokio::run(listener, local, cfg, make, io, Some(side)))?;
+    Ok(NodeHandle { addr, remote, events: ev_rx, thread: Some(thread) })
 }

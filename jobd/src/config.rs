@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use p2pmp_core::job::Resources;
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::node::DaemonConfig;
 use serde::Deserialize;
+use std::time::Duration;
 
 /// Which overlay the daemon joins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -150,6 +153,27 @@ impl Config {
             );
         }
         Ok(addr)
+    }
+
+    /// The node's configuration: advertised at `overlay`, its control socket at
+    /// `control`, job directories under `work_dir`.
+    pub fn daemon_config(&self, overlay: SocketAddr, control: SocketAddr, work_dir: &Path) -> DaemonConfig {
+        let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
+        let mut dc = DaemonConfig::new(self.resources(), control.to_string(), work_dir.to_string_lossy(), seed);
+        dc.bootstrap = self.bootstrap.iter().map(|a| NodeAddr(*a)).collect();
+        dc.heartbeat_period = Duration::from_millis(self.heartbeat_ms.max(10));
+        dc.failure_timeout = Duration::from_millis(self.failure_timeout_ms.max(self.heartbeat_ms * 2));
+        dc.retention = Duration::from_secs(self.retention_s);
+        // Grows across restarts at one address: this run's lines outrank the last's.
+        let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
+        let stab = Duration::from_millis(self.stabilize_ms.max(10));
+        dc.chord.stabilize_period = stab;
+        dc.chord.fix_fingers_period = stab;
+        dc.chord.check_predecessor_period = stab * 2;
+        dc.chord.join_backoff_min = stab.min(Duration::from_secs(1));
+        dc.chord.join_backoff_max = (stab * 8).min(Duration::from_secs(8));
+        dc
     }
 
     /// The resources this node advertises: detected, plus configured slots and tags.

@@ -4,8 +4,10 @@
 //! logic (overlay, placement, staging, the local node protocol) lives in core.
 //!
 //! - [`config`]: the daemon's TOML configuration and automatic resource detection.
-//! - [`daemon`]: runs one daemon: the node on the tokio adapter, the control
-//!   socket, processes, files.
+//! - [`daemon`]: runs one daemon as one event loop: the node (its peers and the
+//!   local control connections, served by the adapters) and the shell.
+//! - `shell`: the daemon's own side of that loop: processes (`procs`) and the
+//!   file worker (`worker`, a thread of its own, so the loop never blocks).
 //! - [`client`]: the blocking control-socket client `p2pjob` uses.
 //! - [`local`]: an embedded network of daemons on loopback (`--local N`, `demo`).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
@@ -19,6 +21,8 @@ pub mod http;
 pub mod json;
 pub mod local;
 mod procs;
+mod shell;
+mod worker;
 
 pub use client::Client;
 pub use config::{Config, Overlay};

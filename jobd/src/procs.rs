@@ -1,7 +1,8 @@
-//! The processes a daemon runs: spawned in their job directory with the
-//! documented environment, output streamed to the node, killed on request, and
-//! killed with the daemon (`PR_SET_PDEATHSIG`, so even `kill -9` of the daemon
-//! leaves no rank behind).
+//! The processes a daemon runs: started (by the file worker, in order after
+//! their files) in their job directory with the documented environment, then
+//! owned by the daemon's event loop ([`Procs`]): output streamed to the node,
+//! killed on request, and killed with the daemon (`PR_SET_PDEATHSIG`, so even
+//! `kill -9` of the daemon leaves no rank behind).
 //!
 //! The death signal must be set inside the new process, between its creation
 //! and the exec of the program. Where util-linux's `setpriv --pdeathsig` is
@@ -18,7 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use p2pmp_adapters::Remote;
@@ -46,8 +47,6 @@ impl Live {
     }
 }
 
-type Lives = Arc<Mutex<BTreeMap<(JobId, u32), Live>>>;
-
 /// What one process is started with.
 #[derive(Debug)]
 pub(crate) struct Spawn {
@@ -59,17 +58,18 @@ pub(crate) struct Spawn {
     pub(crate) env: Vec<(String, String)>,
 }
 
-/// Every process of one daemon.
-#[derive(Debug, Clone)]
+/// Every process of one daemon, owned by its event loop.
+#[derive(Debug)]
 pub(crate) struct Procs {
     remote: Remote<DaemonNode>,
-    live: Lives,
+    live: BTreeMap<(JobId, u32), Live>,
+    /// Processes that ended, reported by their tasks (to leave the table).
+    ended_tx: async_channel::Sender<(JobId, u32)>,
+    ended: async_channel::Receiver<(JobId, u32)>,
 }
 
 fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
-    if let Ok(Err(e)) = remote.command(cmd) {
-        debug!(%e, "node refused a process report");
-    }
+    let _ = remote.post(cmd);
 }
 
 /// Sends what the process writes on `stream` to the node, as long as the
@@ -151,13 +151,13 @@ fn runnable(program: &Path) -> Result<(), String> {
 impl Procs {
     pub(crate) fn new(remote: Remote<DaemonNode>) -> Self {
         setpriv(); // found now, not on the first job's critical path
-        Procs { remote, live: Arc::default() }
+        let (ended_tx, ended) = async_channel::unbounded();
+        Procs { remote, live: BTreeMap::new(), ended_tx, ended }
     }
 
-    /// Starts a process; its output and exit go to the node.
-    pub(crate) fn spawn(&self, s: Spawn) {
+    /// A process the worker started (or could not): its output and exit go to the node.
+    pub(crate) fn adopt(&mut self, s: Spawn, child: std::io::Result<tokio::process::Child>) {
         let (job, rank) = (s.job, s.rank);
-        let child = self.start(&s);
         let remote = self.remote.clone();
         let mut child = match child {
             Ok(c) => c,
@@ -171,8 +171,8 @@ impl Procs {
         };
         let (kill, kill_rx) = oneshot::channel();
         let credit = Arc::new(Semaphore::new(STREAM_WINDOW as usize));
-        self.live.lock().expect("process table lock").insert((job, rank), Live { kill, credit: credit.clone() });
-        let live = self.live.clone();
+        self.live.insert((job, rank), Live { kill, credit: credit.clone() });
+        let ended = self.ended_tx.clone();
         let pump = |stream, r: Box<dyn AsyncRead + Send + Unpin>| {
             tokio::spawn(pump_output(remote.clone(), job, rank, stream, credit.clone(), r))
         };
@@ -189,7 +189,7 @@ impl Procs {
             for t in [out, err].into_iter().flatten() {
                 let _ = t.await;
             }
-            live.lock().expect("process table lock").remove(&(job, rank));
+            let _ = ended.send((job, rank)).await;
             let code = match status {
                 Ok(st) => st.code().unwrap_or_else(|| -st.signal().unwrap_or(9)),
                 Err(_) => -9,
@@ -199,78 +199,31 @@ impl Procs {
         });
     }
 
-    fn start(&self, s: &Spawn) -> std::io::Result<tokio::process::Child> {
-        runnable(Path::new(&s.program)).map_err(std::io::Error::other)?;
-        let mut perm = std::fs::metadata(&s.program)?.permissions();
-        perm.set_mode(0o755);
-        std::fs::set_permissions(&s.program, perm)?;
-        let mut cmd = match setpriv() {
-            Some(setpriv) => {
-                let mut cmd = tokio::process::Command::new(setpriv);
-                cmd.args(["--pdeathsig", "KILL", "--"]).arg(&s.program);
-                cmd
-            }
-            None => {
-                let mut cmd = tokio::process::Command::new(&s.program);
-                // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-                unsafe {
-                    cmd.pre_exec(|| {
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
-                cmd
-            }
-        };
-        cmd.args(&s.args)
-            .current_dir(&s.dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-            .env("HOME", &s.dir)
-            .envs(s.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // No file is open for writing while the new process is made (see
-        // `files::no_writers`). A fork elsewhere in the process (not ours) may
-        // still lend a descriptor for a moment: ETXTBSY is tried again. Through
-        // `setpriv` the program is exec'd after the spawn returned (and the lock
-        // was released): a failure there shows as setpriv's exit code and message.
-        let mut tries = 0;
-        loop {
-            let spawned = {
-                let _no_writers = files::no_writers();
-                cmd.spawn()
-            };
-            match spawned {
-                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                other => return other,
-            }
-        }
+    /// The next process that ended (for [`Procs::forget`]).
+    pub(crate) async fn ended(&self) -> Option<(JobId, u32)> {
+        self.ended.recv().await.ok()
+    }
+
+    /// An ended process leaves the table.
+    pub(crate) fn forget(&mut self, key: (JobId, u32)) {
+        self.live.remove(&key);
     }
 
     /// Stops a process (its exit is reported as usual).
-    pub(crate) fn kill(&self, job: JobId, rank: u32) {
-        if let Some(p) = self.live.lock().expect("process table lock").remove(&(job, rank)) {
+    pub(crate) fn kill(&mut self, job: JobId, rank: u32) {
+        if let Some(p) = self.live.remove(&(job, rank)) {
             p.stop();
         }
     }
 
     /// Stops every process.
-    pub(crate) fn kill_all(&self) {
-        let all = std::mem::take(&mut *self.live.lock().expect("process table lock"));
-        all.into_values().for_each(Live::stop);
+    pub(crate) fn kill_all(&mut self) {
+        std::mem::take(&mut self.live).into_values().for_each(Live::stop);
     }
 
     /// The submitter has `bytes` more of process (`job`, `rank`)'s output.
     pub(crate) fn credit(&self, job: JobId, rank: u32, bytes: u64) {
-        if let Some(p) = self.live.lock().expect("process table lock").get(&(job, rank)) {
+        if let Some(p) = self.live.get(&(job, rank)) {
             // The executor never grants more than was sent: at most a window.
             p.credit.add_permits(bytes.min(STREAM_WINDOW) as usize);
         }
@@ -278,7 +231,65 @@ impl Procs {
 
     /// Processes still running.
     pub(crate) fn running(&self) -> usize {
-        self.live.lock().expect("process table lock").len()
+        self.live.len()
+    }
+}
+
+/// Starts the process of `s` (on the file worker's thread, inside the event
+/// loop's runtime, after every file staged before it was written).
+pub(crate) fn start(s: &Spawn) -> std::io::Result<tokio::process::Child> {
+    runnable(Path::new(&s.program)).map_err(std::io::Error::other)?;
+    let mut perm = std::fs::metadata(&s.program)?.permissions();
+    perm.set_mode(0o755);
+    std::fs::set_permissions(&s.program, perm)?;
+    let mut cmd = match setpriv() {
+        Some(setpriv) => {
+            let mut cmd = tokio::process::Command::new(setpriv);
+            cmd.args(["--pdeathsig", "KILL", "--"]).arg(&s.program);
+            cmd
+        }
+        None => {
+            let mut cmd = tokio::process::Command::new(&s.program);
+            // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            cmd
+        }
+    };
+    cmd.args(&s.args)
+        .current_dir(&s.dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+        .env("HOME", &s.dir)
+        .envs(s.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // No file is open for writing while the new process is made (see
+    // `files::no_writers`). A fork elsewhere in the process (not ours) may
+    // still lend a descriptor for a moment: ETXTBSY is tried again. Through
+    // `setpriv` the program is exec'd after the spawn returned (and the lock
+    // was released): a failure there shows as setpriv's exit code and message.
+    let mut tries = 0;
+    loop {
+        let spawned = {
+            let _no_writers = files::no_writers();
+            cmd.spawn()
+        };
+        match spawned {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! The async shell, written once for tokio and smol over the small
 //! [`AsyncRuntime`] trait (in the manner of quinn's `Runtime`).
 //!
-//! One loop task owns the [`Driver`]; per connection, a reader task sends the
-//! bytes it reads and a writer task writes the chunks it is handed with vectored
-//! writes and reports back. The loop waits on those reports, the application's
-//! control channel and one timer, reset only when the deadline changes.
+//! One loop task owns the [`Driver`] and the node's [`LocalConns`]; per
+//! connection (a peer's, or a local control connection), a reader task sends
+//! the bytes it reads and a writer task writes the chunks it is handed with
+//! vectored writes and reports back. The loop waits on those reports, the
+//! application's control channel and one timer, reset only when the deadline
+//! changes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::{Future, poll_fn};
@@ -19,7 +21,8 @@ use bytes::{Buf, Bytes};
 use p2pmp_core::machine::Machine;
 use tracing::{debug, warn};
 
-use crate::node::{ShellIo, apply_control, forward_events};
+use crate::local::LocalConns;
+use crate::node::{ShellIo, apply_control};
 use crate::{ConnId, Driver, IoRequest};
 
 #[cfg(feature = "smol")]
@@ -81,14 +84,22 @@ pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, 
     .await
 }
 
+/// One connection of the loop: a peer's, or a local control connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Link {
+    Peer(ConnId),
+    Local(u64),
+}
+
 /// Reports from the connection tasks to the loop.
 enum Input<R: AsyncRuntime> {
     Accepted(R::Reader, R::Writer, SocketAddr),
+    LocalAccepted(R::Reader, R::Writer),
     Connected(ConnId, R::Reader, R::Writer),
     ConnectFailed(ConnId, io::Error),
-    Data(ConnId, Bytes),
-    Written(ConnId, usize),
-    Closed(ConnId, String),
+    Data(Link, Bytes),
+    Written(Link, usize),
+    Closed(Link, String),
 }
 
 /// The loop's side of one connection's tasks. Dropping it stops both.
@@ -101,26 +112,20 @@ struct ConnIo {
 struct Shell<R: AsyncRuntime, M: Machine> {
     rt: R,
     driver: Driver<M>,
-    conns: BTreeMap<ConnId, ConnIo>,
+    local: LocalConns<M>,
+    conns: BTreeMap<Link, ConnIo>,
     inputs: Sender<Input<R>>,
     io: ShellIo<M>,
 }
 
-/// Runs `driver` until the application asks it to stop or drops its handle.
-pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
-    rt: R,
-    listener: std::net::TcpListener,
-    driver: Driver<M>,
-    io: ShellIo<M>,
-) -> io::Result<()> {
-    let listener = rt.listener(listener)?;
-    let (in_tx, in_rx) = async_channel::bounded::<Input<R>>(1024);
-    let accepts = in_tx.clone();
+/// Accepts connections on `listener` for the loop, `local` ones or peers'.
+fn accept_into<R: AsyncRuntime>(rt: &R, listener: R::Listener, local: bool, inputs: Sender<Input<R>>) {
     rt.spawn(async move {
         loop {
             match R::accept(&listener).await {
                 Ok((r, w, remote)) => {
-                    if accepts.send(Input::Accepted(r, w, remote)).await.is_err() {
+                    let input = if local { Input::LocalAccepted(r, w) } else { Input::Accepted(r, w, remote) };
+                    if inputs.send(input).await.is_err() {
                         return;
                     }
                 }
@@ -129,7 +134,27 @@ pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
             }
         }
     });
-    let mut sh = Shell { rt, driver, conns: BTreeMap::new(), inputs: in_tx, io };
+}
+
+/// Runs `driver` until the application asks it to stop or drops its handle;
+/// with `local`, also serves local control connections on its listener.
+pub(crate) async fn run_loop<R: AsyncRuntime, M: Machine>(
+    rt: R,
+    listener: std::net::TcpListener,
+    local: Option<(std::net::TcpListener, LocalConns<M>)>,
+    driver: Driver<M>,
+    io: ShellIo<M>,
+) -> io::Result<()> {
+    let (in_tx, in_rx) = async_channel::bounded::<Input<R>>(1024);
+    accept_into(&rt, rt.listener(listener)?, false, in_tx.clone());
+    let local = match local {
+        Some((l, conns)) => {
+            accept_into(&rt, rt.listener(l)?, true, in_tx.clone());
+            conns
+        }
+        None => LocalConns::new(crate::local::NoLocal),
+    };
+    let mut sh = Shell { rt, driver, local, conns: BTreeMap::new(), inputs: in_tx, io };
     let mut timer: Option<(Instant, Sleep)> = None;
     let mut linger: Option<Instant> = None;
     loop {
@@ -187,25 +212,36 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
         match input {
             Input::Accepted(r, w, remote) => {
                 if let Some(conn) = self.driver.on_accepted(now, remote) {
-                    self.start(conn, r, w);
+                    self.start(Link::Peer(conn), r, w);
                 }
+            }
+            Input::LocalAccepted(r, w) => {
+                let conn = self.local.on_accepted();
+                self.start(Link::Local(conn), r, w);
             }
             Input::Connected(conn, r, w) => {
                 if self.driver.is_open(conn) {
-                    self.start(conn, r, w);
+                    self.start(Link::Peer(conn), r, w);
                     self.driver.on_connected(now, conn);
                 }
             }
             Input::ConnectFailed(conn, e) => self.driver.on_connect_failed(now, conn, &e),
-            Input::Data(conn, data) => self.driver.on_bytes(now, conn, &data),
-            Input::Written(conn, n) => {
-                self.driver.on_tx_done(conn, n);
-                if let Some(c) = self.conns.get_mut(&conn) {
+            Input::Data(Link::Peer(conn), data) => self.driver.on_bytes(now, conn, &data),
+            Input::Data(Link::Local(conn), data) => self.local.on_bytes(&mut self.driver, now, conn, &data),
+            Input::Written(link, n) => {
+                if let Link::Peer(conn) = link {
+                    self.driver.on_tx_done(conn, n);
+                }
+                if let Some(c) = self.conns.get_mut(&link) {
                     c.busy = false;
-                    Self::write(&mut self.driver, conn, c);
+                    Self::write(&mut self.driver, &mut self.local, link, c);
                 }
             }
-            Input::Closed(conn, why) => self.driver.on_closed(now, conn, why),
+            Input::Closed(Link::Peer(conn), why) => self.driver.on_closed(now, conn, why),
+            Input::Closed(link @ Link::Local(conn), _) => {
+                self.conns.remove(&link);
+                self.local.on_closed(&mut self.driver, now, conn);
+            }
         }
     }
 
@@ -224,23 +260,39 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
                     });
                 }
                 IoRequest::Close { conn } => {
-                    self.conns.remove(&conn);
+                    self.conns.remove(&Link::Peer(conn));
                 }
             }
         }
         while let Some(conn) = self.driver.poll_writable() {
-            if let Some(c) = self.conns.get_mut(&conn) {
-                Self::write(&mut self.driver, conn, c);
+            if let Some(c) = self.conns.get_mut(&Link::Peer(conn)) {
+                Self::write(&mut self.driver, &mut self.local, Link::Peer(conn), c);
             }
         }
-        forward_events(&mut self.driver, &self.io.events);
+        // Replies go to their local connections; the rest to the application.
+        while let Some(e) = self.driver.poll_event() {
+            if let Some(e) = self.local.route(e) {
+                let _ = self.io.events.try_send(e);
+            }
+        }
+        while let Some(conn) = self.local.poll_writable() {
+            if let Some(c) = self.conns.get_mut(&Link::Local(conn)) {
+                Self::write(&mut self.driver, &mut self.local, Link::Local(conn), c);
+            }
+        }
+        while let Some(conn) = self.local.poll_close() {
+            self.conns.remove(&Link::Local(conn));
+        }
     }
 
-    fn write(driver: &mut Driver<M>, conn: ConnId, c: &mut ConnIo) {
+    fn write(driver: &mut Driver<M>, local: &mut LocalConns<M>, link: Link, c: &mut ConnIo) {
         if c.busy {
             return; // the rest goes when the writer reports back
         }
-        let chunks = driver.take_tx(conn);
+        let chunks = match link {
+            Link::Peer(conn) => driver.take_tx(conn),
+            Link::Local(conn) => local.take_tx(conn),
+        };
         if !chunks.is_empty() {
             c.busy = true;
             let _ = c.writer.try_send(chunks);
@@ -248,7 +300,7 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
     }
 
     /// Starts the reader and writer tasks of a connection.
-    fn start(&mut self, conn: ConnId, mut r: R::Reader, mut w: R::Writer) {
+    fn start(&mut self, conn: Link, mut r: R::Reader, mut w: R::Writer) {
         let (wtx, wrx) = async_channel::unbounded::<Vec<Bytes>>();
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let inputs = self.inputs.clone();
@@ -280,7 +332,7 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
                     return;
                 }
             }
-            debug!(%conn, "writer done");
+            debug!(?conn, "writer done");
         });
         self.conns.insert(conn, ConnIo { writer: wtx, _stop: stop_tx, busy: false });
     }

@@ -83,6 +83,6 @@ pub(crate) fn run<M: Machine>(
     smol::block_on(ex.run(async move {
         let now = rt.now();
         let driver = Driver::new(make(now), cfg, now);
-        super::run_loop(rt, listener, driver, io).await
+        super::run_loop(rt, listener, None, driver, io).await
     }))
 }

@@ -12,6 +12,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::AsyncRuntime;
+use crate::local::LocalConns;
 use crate::node::ShellIo;
 use crate::{Driver, DriverConfig};
 
@@ -62,18 +63,28 @@ impl AsyncRuntime for TokioRuntime {
     }
 }
 
-/// Runs a node on a fresh current-thread tokio runtime until it is told to stop.
+/// Runs a node on a fresh current-thread tokio runtime until it is told to
+/// stop; `side` (the application's own event loop, if any) runs on the same
+/// runtime, so node and application are one event loop in one thread.
 pub(crate) fn run<M: Machine>(
     listener: std::net::TcpListener,
+    local: Option<(std::net::TcpListener, LocalConns<M>)>,
     cfg: DriverConfig,
     make: impl FnOnce(Instant) -> M,
     io: ShellIo<M>,
+    side: Option<super::Sleep>,
 ) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let now = TokioRuntime.now();
         let driver = Driver::new(make(now), cfg, now);
-        super::run_loop(TokioRuntime, listener, driver, io).await
+        let side = side.map(tokio::spawn);
+        let res = super::run_loop(TokioRuntime, listener, local, driver, io).await;
+        if let Some(side) = side {
+            // The side loop ends once the node's events stop (its channel closes).
+            let _ = side.await;
+        }
+        res
     })
 }
 
@@ -102,7 +113,7 @@ mod tests {
             let (events, _ev_rx) = async_channel::unbounded();
             let now = TokioRuntime.now();
             let driver = Driver::new(PingPong::new(NodeAddr(addr)), DriverConfig::default(), now);
-            tokio::spawn(super::super::run_loop(TokioRuntime, l, driver, ShellIo { ctrl, events }));
+            tokio::spawn(super::super::run_loop(TokioRuntime, l, None, driver, ShellIo { ctrl, events }));
             let mut s = TcpStream::connect(addr).await.unwrap();
             let t0 = tokio::time::Instant::now();
             let mut buf = [0u8; 256];

@@ -1,9 +1,8 @@
 //! The executor alone, then wired to a real [`Submission`].
 
 use super::*;
-use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, TOKEN_TAG, digest};
+use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, digest};
 use crate::job::{ANY_NAME, Resources, STREAM_WINDOW, StagedFile};
-use crate::overlay::{OverlayCommand, OverlayEvent};
 
 fn addr(i: u32) -> NodeAddr {
     NodeAddr::loopback(i, 7000)
@@ -212,7 +211,7 @@ fn submission_and_executors_run_a_job_end_to_end() {
     let mut desc = JobDescription::parse(XML.as_bytes()).unwrap().job;
     desc.processes = 4;
     let id = job_id(1);
-    let mut sub = Submission::new(SubmitConfig::default(), addr(0), (id, 0), desc, now, TOKEN_TAG);
+    let mut sub = Submission::new(SubmitConfig::default(), addr(0), (id, 0), desc, now);
     let mut outcome = None;
     let mut files = BTreeMap::new();
     for _ in 0..100 {
@@ -224,10 +223,10 @@ fn submission_and_executors_run_a_job_end_to_end() {
                     let i = execs.iter().position(|e| e.addr() == to).unwrap();
                     execs[i].handle_message(now, msg);
                 }
-                Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
+                Action::Event(SubmitEvent::Query { query, name, .. }) => {
                     let result = Ok(regs.get(&name).cloned().unwrap_or_default());
                     assert!(name == ANY_NAME || name.starts_with("res:tag:"));
-                    sub.handle_overlay_event(now, &OverlayEvent::QueryDone { token, name, result });
+                    sub.handle_query_done(now, query, &result);
                 }
                 Action::Event(SubmitEvent::ReadFile { file, .. }) => {
                     sub.handle_file_read(now, file, Ok(FileData::new(Bytes::from_static(b"ELF"))))

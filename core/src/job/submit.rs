@@ -35,7 +35,7 @@ use super::requirements::{ANY_NAME, Requirement, Resources};
 use super::{JobDescription, JobId};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
-use crate::overlay::{OverlayCommand, OverlayError, OverlayEvent, Token};
+use crate::overlay::OverlayError;
 use crate::wire::Envelope;
 
 #[path = "submit_state.rs"]
@@ -114,8 +114,13 @@ pub enum SubmitError {
     /// Every rank ended, but output files did not all come back whole.
     #[error(
         "output file(s) not returned: {}",
-        files.iter().map(|(r, n, why)| format!("{n} of rank {r} ({why})")).collect::<Vec<_>>().join(", ")
+        files.iter().map(|(r, n, why)| match *r {
+            u32::MAX => format!("{n} ({why}: no rank wrote it)"),
+            r => format!("{n} of rank {r} ({why})"),
+        }).collect::<Vec<_>>().join(", ")
     )]
+    /// (rank, name, what went wrong); rank `u32::MAX`: no rank of a
+    /// multi-rank job wrote it.
     OutputFiles { files: Vec<(u32, String, String)> },
     /// A file kept arriving corrupt at a node.
     #[error("file {file} kept arriving corrupt at {node}")]
@@ -178,8 +183,9 @@ pub struct RankInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SubmitEvent {
-    /// Forward to the overlay node; answer through `handle_overlay_event`.
-    Overlay(OverlayCommand),
+    /// Ask the overlay for every value under `name`; answer through
+    /// `handle_query_done(job, query, ..)`.
+    Query { job: JobId, query: u32, name: String },
     /// Read local file `path`; answer through `handle_file_read(job, file, ..)`
     /// with its bytes and digest ([`FileData`]).
     ReadFile { job: JobId, file: u32, path: String },
@@ -218,10 +224,6 @@ pub enum SubmitCmdError {
     RequestIdReused(u64),
 }
 
-/// Tokens the submitter uses for overlay queries have this bit set, so a driver can
-/// route [`OverlayEvent::QueryDone`]s (see [`Submitter::handle_overlay_event`]).
-pub const TOKEN_TAG: Token = 1 << 63;
-
 /// Every submission of one node, keyed by job id, with idempotent submit.
 #[derive(Debug)]
 pub struct Submitter {
@@ -231,7 +233,6 @@ pub struct Submitter {
     counter: u64,
     by_request: BTreeMap<u64, JobId>,
     jobs: BTreeMap<JobId, Submission>,
-    by_token: BTreeMap<u64, JobId>,
 }
 
 /// What a submitter is asked to do.
@@ -253,7 +254,6 @@ impl Submitter {
             counter: 0,
             by_request: BTreeMap::new(),
             jobs: BTreeMap::new(),
-            by_token: BTreeMap::new(),
         }
     }
 
@@ -277,10 +277,8 @@ impl Submitter {
         }
         self.counter += 1;
         let id = JobId::derive(self.addr, self.counter, self.rng.random());
-        let token_base = TOKEN_TAG | (self.counter << 32);
-        self.by_token.insert(self.counter, id);
         self.by_request.insert(request_id, id);
-        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, (id, priority), job, now, token_base));
+        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, (id, priority), job, now));
         Ok((id, true))
     }
 
@@ -313,7 +311,6 @@ impl Submitter {
     pub fn forget(&mut self, job: JobId) {
         self.jobs.remove(&job);
         self.by_request.retain(|_, id| *id != job);
-        self.by_token.retain(|_, id| *id != job);
     }
 
     /// Forgets finished jobs (their request ids too).
@@ -321,19 +318,18 @@ impl Submitter {
         self.jobs.retain(|_, s| s.phase() != Phase::Finished);
         let jobs = &self.jobs;
         self.by_request.retain(|_, id| jobs.contains_key(id));
-        self.by_token.retain(|_, id| jobs.contains_key(id));
     }
 
-    /// An overlay event; returns whether it answered one of this submitter's queries.
-    pub fn handle_overlay_event(&mut self, now: Instant, ev: &OverlayEvent) -> bool {
-        let OverlayEvent::QueryDone { token, .. } = ev else { return false };
-        if token & TOKEN_TAG == 0 {
-            return false;
-        }
-        let key = (token & !TOKEN_TAG) >> 32;
-        match self.by_token.get(&key).and_then(|id| self.jobs.get_mut(id)) {
-            Some(s) => s.handle_overlay_event(now, ev),
-            None => false,
+    /// The overlay answered query `query` of `job` ([`SubmitEvent::Query`]).
+    pub fn handle_query_done(
+        &mut self,
+        now: Instant,
+        job: JobId,
+        query: u32,
+        result: &Result<Vec<String>, OverlayError>,
+    ) {
+        if let Some(s) = self.jobs.get_mut(&job) {
+            s.handle_query_done(now, query, result);
         }
     }
 

@@ -51,6 +51,8 @@ enum FileFate {
     Missing,
     /// Sent with a digest that does not match its bytes.
     Corrupt,
+    /// Written by rank 0 only (the others write no such file).
+    Rank0Only,
 }
 
 fn reply(from: NodeAddr, body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
@@ -119,22 +121,20 @@ impl Harness {
                         self.sent.push((to, msg.body.clone(), msg.payload.clone()));
                         inbox.extend(self.executor(to, msg.body, msg.payload.len()));
                     }
-                    Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, name })) => {
-                        overlay.push((token, name))
-                    }
+                    Action::Event(SubmitEvent::Query { query, name, .. }) => overlay.push((query, name)),
                     Action::Event(SubmitEvent::ReadFile { file, path, .. }) => reads.push((file, path)),
                     Action::Event(e) => self.events.push(e),
                 }
             }
             let idle = inbox.is_empty() && overlay.is_empty() && reads.is_empty();
-            for (token, name) in overlay {
+            for (query, name) in overlay {
                 let result = if self.query_errors > 0 {
                     self.query_errors -= 1;
                     Err(OverlayError::Timeout)
                 } else {
                     Ok(self.regs.get(&name).cloned().unwrap_or_default())
                 };
-                s.handle_overlay_event(self.now, &OverlayEvent::QueryDone { token, name, result });
+                s.handle_query_done(self.now, query, &result);
             }
             for (file, path) in reads {
                 let data = match self.file_size {
@@ -207,7 +207,12 @@ impl Harness {
                     }
                     let name = "result.txt".to_owned();
                     let of = JobMsg::OutputFile { job, rank, name, offset: 0, total, digest };
-                    if self.output_file != FileFate::Missing {
+                    let written = match self.output_file {
+                        FileFate::Missing => false,
+                        FileFate::Rank0Only => rank == 0,
+                        FileFate::Sent | FileFate::Corrupt => true,
+                    };
+                    if written {
                         out.push(reply(at, of, data));
                     }
                     if let Some(code) = self.exit_code {
@@ -244,7 +249,7 @@ impl Harness {
 
 fn submission(h: &Harness, j: JobDescription) -> Submission {
     let id = JobId::derive(addr(0), 1, 7);
-    Submission::new(SubmitConfig::default(), addr(0), (id, 0), j, h.now, TOKEN_TAG)
+    Submission::new(SubmitConfig::default(), addr(0), (id, 0), j, h.now)
 }
 
 /// A two-rank job running on two one-slot nodes, its ranks not exiting.
@@ -443,18 +448,22 @@ fn submitter_retry_with_the_same_request_id_starts_nothing_new() {
     // Same seed, same ids: job ids are replayable.
     let mut again = Submitter::new(SubmitConfig::default(), addr(0), 42);
     assert_eq!(again.submit(now, 1, job(1, &["linux"]), 0).unwrap().0, a);
-    // Overlay answers are routed by token to the right job.
-    let token = first
+    // Overlay answers name the job and its query; an answer for a job or query
+    // that is not there is dropped.
+    let (job, query) = first
         .iter()
         .find_map(|a| match a {
-            Action::Event(SubmitEvent::Overlay(OverlayCommand::Query { token, .. })) => Some(*token),
+            Action::Event(SubmitEvent::Query { job, query, .. }) => Some((*job, *query)),
             _ => None,
         })
         .unwrap();
-    let ev = OverlayEvent::QueryDone { token, name: ANY_NAME.into(), result: Ok(vec![]) };
-    assert!(sub.handle_overlay_event(now, &ev));
-    let foreign = OverlayEvent::QueryDone { token: 3, name: ANY_NAME.into(), result: Ok(vec![]) };
-    assert!(!sub.handle_overlay_event(now, &foreign));
+    assert_eq!(job, a);
+    while sub.poll_action().is_some() {} // job c's queries and reads
+    sub.handle_query_done(now, job, 99, &Ok(vec![]));
+    sub.handle_query_done(now, JobId::derive(addr(5), 1, 1), query, &Ok(vec![]));
+    assert!(sub.poll_action().is_none());
+    sub.handle_query_done(now, job, query, &Err(OverlayError::Timeout));
+    assert!(matches!(sub.poll_action(), Some(Action::Event(SubmitEvent::Query { .. }))), "a failed query is retried");
     assert_eq!(sub.handle_command(now, SubmitterCommand::Kill(a)), Ok(()));
     assert!(sub.handle_command(now, SubmitterCommand::Kill(JobId::derive(addr(5), 1, 1))).is_err());
 }
@@ -653,13 +662,31 @@ fn a_missing_or_corrupt_output_file_fails_the_job_naming_it() {
         h.output_file = fate;
         let mut s = submission(&h, job(2, &["linux"]));
         h.run(&mut s, 50);
-        let files = vec![(0, "result.txt".to_owned(), why.to_owned()), (1, "result.txt".to_owned(), why.to_owned())];
+        let files = match fate {
+            // No rank wrote it: one entry for the file.
+            FileFate::Missing => vec![(u32::MAX, "result.txt".to_owned(), why.to_owned())],
+            _ => vec![(0, "result.txt".to_owned(), why.to_owned()), (1, "result.txt".to_owned(), why.to_owned())],
+        };
         let want = SubmitError::OutputFiles { files };
         assert_eq!(h.outcome(), Some(&Outcome::Failed(want.clone())), "{fate:?}: {:?}", h.events);
-        assert!(want.to_string().contains("result.txt of rank 1 ("), "{want}");
+        let text = want.to_string();
+        assert!(
+            text.contains("result.txt of rank 1 (arrived corrupt)")
+                || text.contains("result.txt (missing: no rank wrote it)"),
+            "{text}"
+        );
         // The ranks are over: the executor cleans up either way.
         assert_eq!(s.phase(), Phase::Finished);
     }
+}
+
+#[test]
+fn an_output_file_written_by_one_rank_of_many_is_enough() {
+    let mut h = Harness::new(&[(addr(1), res(2, 8000, &[]), Behave::Accept)]);
+    h.output_file = FileFate::Rank0Only;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 50);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
 }
 
 #[test]

@@ -230,8 +230,14 @@ impl DaemonNode {
 
     pub(super) fn on_submit_event(&mut self, now: Instant, e: SubmitEvent) {
         match e {
-            SubmitEvent::Overlay(cmd) => {
-                self.overlay(now, cmd);
+            SubmitEvent::Query { job, query, name } => {
+                let token = self.token();
+                if self.overlay(now, OverlayCommand::Query { token, name }) {
+                    self.pending.insert(token, super::Pending::Submit { job, query });
+                } else {
+                    let refused = Err(crate::overlay::OverlayError::NotConnected);
+                    self.submitter.handle_query_done(now, job, query, &refused);
+                }
             }
             SubmitEvent::ReadFile { job, file, path } => {
                 let base = self.jobs.get(&job).map(|m| m.base_dir.clone()).unwrap_or_default();

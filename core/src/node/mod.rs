@@ -6,9 +6,9 @@
 //!   traffic, heartbeats and forwarded tool requests share one connection per
 //!   peer. Job messages go to the executor or the submitter by direction
 //!   ([`for_executor`]).
-//! - **Overlay events.** Answers to queries whose token has bit 63 set belong to the
-//!   submitter ([`crate::job::submit::TOKEN_TAG`]); the rest answer the node's own
-//!   queries (rank resolutions, `nodes`, finding a job's node), or are reported as
+//! - **Overlay events.** Every overlay request the node makes gets a token of its
+//!   own and a [`Pending`] entry saying who asked (a submission's query, a
+//!   rank's resolution, `nodes`, finding a job's node); the rest are reported as
 //!   [`NodeEvent::Overlay`].
 //! - **Resources** ([`advert`]). Once joined the node registers
 //!   [`Resources::registrations`] for its overlay address; its `res:any` line is
@@ -285,6 +285,8 @@ enum Pending {
     Gather { fwd: u64 },
     /// `p2pjob lookup` or `p2pjob query`.
     Diagnose { conn: ConnId, request_id: u64 },
+    /// Query `query` of the submission of `job`.
+    Submit { job: JobId, query: u32 },
 }
 
 /// Who asked a tool request: a tool on a local connection, or another node
@@ -344,17 +346,6 @@ pub struct DaemonNode {
     left: bool,
 }
 
-fn rewrap<A, B>(e: Envelope<A>, f: impl FnOnce(A) -> B) -> Envelope<B> {
-    Envelope {
-        version: e.version,
-        sender: e.sender,
-        sender_addr: e.sender_addr,
-        request_id: e.request_id,
-        body: f(e.body),
-        payload: e.payload,
-    }
-}
-
 /// A file name that stays inside its directory.
 pub fn plain_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 255 && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
@@ -391,7 +382,7 @@ impl DaemonNode {
             retention: config.retention,
             timers,
             actions: VecDeque::new(),
-            next_token: 1,
+            next_token: 0,
             pending: BTreeMap::new(),
             regs: BTreeMap::new(),
             jobs: BTreeMap::new(),
@@ -462,10 +453,9 @@ impl DaemonNode {
     }
 
     fn token(&mut self) -> Token {
-        // Bit 63 belongs to the submitter; 2^62 tokens never run out.
-        let t = self.next_token;
-        self.next_token = (self.next_token + 1) & !crate::job::submit::TOKEN_TAG;
-        t
+        // 2^64 tokens never run out.
+        self.next_token += 1;
+        self.next_token
     }
 
     fn overlay(&mut self, now: Instant, cmd: OverlayCommand) -> bool {
@@ -486,7 +476,7 @@ impl DaemonNode {
                 busy = true;
                 match a {
                     Action::Send { to, msg } => {
-                        self.actions.push_back(Action::Send { to, msg: rewrap(msg, NodeMsg::Chord) })
+                        self.actions.push_back(Action::Send { to, msg: msg.map(NodeMsg::Chord) })
                     }
                     Action::Event(e) => self.on_overlay_event(now, e),
                 }
@@ -494,18 +484,14 @@ impl DaemonNode {
             while let Some(a) = self.submitter.poll_action() {
                 busy = true;
                 match a {
-                    Action::Send { to, msg } => {
-                        self.actions.push_back(Action::Send { to, msg: rewrap(msg, NodeMsg::Job) })
-                    }
+                    Action::Send { to, msg } => self.actions.push_back(Action::Send { to, msg: msg.map(NodeMsg::Job) }),
                     Action::Event(e) => self.on_submit_event(now, e),
                 }
             }
             while let Some(a) = self.exec.poll_action() {
                 busy = true;
                 match a {
-                    Action::Send { to, msg } => {
-                        self.actions.push_back(Action::Send { to, msg: rewrap(msg, NodeMsg::Job) })
-                    }
+                    Action::Send { to, msg } => self.actions.push_back(Action::Send { to, msg: msg.map(NodeMsg::Job) }),
                     Action::Event(e) => self.on_exec_event(now, e),
                 }
             }
@@ -516,15 +502,13 @@ impl DaemonNode {
     }
 
     fn on_overlay_event(&mut self, now: Instant, e: OverlayEvent) {
-        if self.submitter.handle_overlay_event(now, &e) {
-            return;
-        }
         match e {
             OverlayEvent::QueryDone { token, result, .. } => match self.pending.remove(&token) {
                 Some(Pending::Resolve { conn, request_id, key }) => self.resolved(conn, request_id, key, result),
                 Some(Pending::Nodes { conn, request_id }) => self.nodes_listed(conn, request_id, result),
                 Some(Pending::Locate { fwd }) => self.located(now, fwd, result),
                 Some(Pending::Gather { fwd }) => self.gather_nodes(now, fwd, result),
+                Some(Pending::Submit { job, query }) => self.submitter.handle_query_done(now, job, query, &result),
                 Some(Pending::Diagnose { conn, request_id }) => {
                     let reply = match result {
                         Ok(values) => ToolReply::Values { values },
@@ -634,14 +618,12 @@ impl Machine for DaemonNode {
 
     fn handle_message(&mut self, now: Instant, msg: Envelope<NodeMsg>) {
         self.liveness.heard(msg.sender_addr, now);
-        let mut body = None;
-        let head = rewrap(msg, |b| body = Some(b));
+        let (body, head) = msg.split();
         match body {
-            Some(NodeMsg::Chord(c)) => self.chord.handle_message(now, rewrap(head, |()| c)),
-            Some(NodeMsg::Job(j)) if for_executor(&j) => self.exec.handle_message(now, rewrap(head, |()| j)),
-            Some(NodeMsg::Job(j)) => self.submitter.handle_message(now, rewrap(head, |()| j)),
-            Some(other) => self.on_node_message(now, head.sender_addr, other, head.payload),
-            None => {}
+            NodeMsg::Chord(c) => self.chord.handle_message(now, head.map(|()| c)),
+            NodeMsg::Job(j) if for_executor(&j) => self.exec.handle_message(now, head.map(|()| j)),
+            NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
+            other => self.on_node_message(now, head.sender_addr, other, head.payload),
         }
         self.pump(now);
     }

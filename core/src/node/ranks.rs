@@ -72,7 +72,7 @@ impl DaemonNode {
             Pending::Resolve { conn: c, .. } | Pending::Nodes { conn: c, .. } | Pending::Diagnose { conn: c, .. } => {
                 *c != conn
             }
-            Pending::Locate { .. } | Pending::Gather { .. } => true,
+            Pending::Locate { .. } | Pending::Gather { .. } | Pending::Submit { .. } => true,
         });
     }
 }

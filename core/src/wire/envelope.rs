@@ -38,6 +38,19 @@ impl<B> Envelope<B> {
         self.payload = payload;
         self
     }
+
+    /// The same envelope with its body turned into another by `f` (a machine's
+    /// message wrapped into a composite's union body, or taken out of it).
+    pub fn map<C>(self, f: impl FnOnce(B) -> C) -> Envelope<C> {
+        let Envelope { version, sender, sender_addr, request_id, body, payload } = self;
+        Envelope { version, sender, sender_addr, request_id, body: f(body), payload }
+    }
+
+    /// The body, and the envelope around it (its body taken out).
+    pub fn split(self) -> (B, Envelope<()>) {
+        let Envelope { version, sender, sender_addr, request_id, body, payload } = self;
+        (body, Envelope { version, sender, sender_addr, request_id, body: (), payload })
+    }
 }
 
 #[derive(Serialize)]

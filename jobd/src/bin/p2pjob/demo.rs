@@ -191,13 +191,8 @@ fn print_results(rows: &[Row], factors: &str) {
     }
 }
 
-/// The factoring job. Rank 0 alone writes `factors.txt`, and an output file
-/// is asked of every rank (one missing fails the job), so only the one-rank
-/// job asks for it back.
 fn factor_job(factor: &Path, ranks: u32) -> JobDescription {
     let mut d = JobDescription::run(factor.to_string_lossy(), vec![FACTOR_N.to_string()], ranks);
-    if ranks == 1 {
-        d.outputfiles.push("factors.txt".into());
-    }
+    d.outputfiles.push("factors.txt".into());
     d
 }

@@ -1,22 +1,27 @@
 //! `p2pmp-launch -n N [--timeout S] [--bootstrap ADDR] -- prog args...`: runs a
-//! local overlay node (Chord, on the adapters' mio shell; alone, or joined through
-//! `--bootstrap`), serves the local node protocol on 127.0.0.1, starts N ranks of `prog` with the documented
-//! environment (a fresh random job id per run), forwards their output with a rank
-//! prefix, and exits non-zero if any rank failed. Until the daemon exists, tests
-//! and benchmarks start their ranks with it.
-
-mod registry;
+//! daemon node (the same [`DaemonNode`] as `jobd`, alone or joined through
+//! `--bootstrap`, with its local node protocol served by the adapters on
+//! 127.0.0.1), starts N ranks of `prog` itself with the documented environment
+//! (a fresh random job id per run), forwards their output with a rank prefix,
+//! and exits non-zero if any rank failed. The MPI tests and benchmarks start
+//! their ranks with it: no job protocol, no staging, just the ranks and the
+//! node they register with.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use clap::Parser;
+use p2pmp_adapters::local::DaemonCodec;
+use p2pmp_adapters::{DriverConfig, NodeHandle, spawn_daemon};
+use p2pmp_core::job::Resources;
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::node::{DaemonConfig, DaemonNode, NodeEvent};
+use p2pmp_core::overlay::OverlayEvent;
 use p2pmp_mpi::{JOB_VAR, NODE_VAR, RANK_VAR, SIZE_VAR, to_hex};
 
 #[derive(Debug, Parser)]
@@ -68,16 +73,52 @@ fn forward(rank: u32, src: impl std::io::Read + Send + 'static, to_stderr: bool)
     })
 }
 
+/// Starts the daemon node: overlay on `listen`, local node protocol on a
+/// loopback port; returns once it is part of a network.
+fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHandle<DaemonNode>, NodeAddr)> {
+    let listener = TcpListener::bind(listen).with_context(|| format!("binding the overlay address {listen}"))?;
+    let control = TcpListener::bind("127.0.0.1:0").context("binding the control address")?;
+    let (addr, node) = (NodeAddr(listener.local_addr()?), NodeAddr(control.local_addr()?));
+    let seed = u64::from(addr.0.port()) ^ u64::from(std::process::id()) << 16;
+    // The launcher starts the ranks itself: the node runs no jobs (one slot, never offered).
+    let res = Resources {
+        os: std::env::consts::OS.into(),
+        arch: std::env::consts::ARCH.into(),
+        slots: 1,
+        ..Resources::default()
+    };
+    let mut cfg = DaemonConfig::new(res, node.to_string(), std::env::temp_dir().to_string_lossy(), seed);
+    cfg.bootstrap = bootstrap;
+    let (joined_tx, joined) = std::sync::mpsc::channel();
+    let handle = spawn_daemon(
+        listener,
+        control,
+        DaemonCodec::new(node),
+        DriverConfig::default(),
+        move |now| DaemonNode::new(cfg, addr, now),
+        move |events, _remote| async move {
+            while let Ok(ev) = events.recv().await {
+                if ev == NodeEvent::Overlay(OverlayEvent::Joined) {
+                    let _ = joined_tx.send(());
+                }
+            }
+        },
+    )
+    .context("starting the node")?;
+    let is_joined = handle.inspect(|d| d.machine().chord().is_joined()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !is_joined {
+        joined.recv_timeout(Duration::from_secs(30)).context("the node did not join a network in time")?;
+    }
+    Ok((handle, node))
+}
+
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     if args.n == 0 {
         anyhow::bail!("-n must be at least 1");
     }
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding the control address")?;
-    let node = listener.local_addr()?;
-    let overlay = registry::OverlayRegistry::start(&args.overlay_listen, args.bootstrap.clone())?;
-    let overlay_addr = overlay.addr();
-    registry::serve(listener, Arc::new(overlay));
+    let (handle, node) = start_node(&args.overlay_listen, args.bootstrap.clone())?;
+    let overlay_addr = handle.local_addr();
     let job = to_hex(&job_id());
     if args.verbose {
         eprintln!("p2pmp-launch: job {job}, node {node}, overlay {overlay_addr}, {} ranks", args.n);

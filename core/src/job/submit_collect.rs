@@ -1,0 +1,117 @@
+//! Collecting: once the job runs, the ranks' start, output (acknowledged so
+//! the executors read on), output files (checked against their digests) and
+//! exits, and the job's end.
+
+use super::*;
+
+impl Submission {
+    /// A message while the job runs.
+    pub(super) fn while_running(&mut self, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
+        let job = self.job;
+        match body {
+            JobMsg::Started { rank, .. } if self.holds(from, rank) => {
+                self.ranks[rank as usize].started = true;
+                self.event(SubmitEvent::Started { job, rank, node: from });
+            }
+            JobMsg::Output { rank, stream, offset, .. } => {
+                self.ack_stream(from, rank, payload.len());
+                if !self.holds(from, rank) {
+                    return None;
+                }
+                self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
+            }
+            JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } => {
+                // Every chunk from a node moves its window, whether it is used or not.
+                let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
+                n.out_consumed += payload.len() as u64;
+                let consumed = n.out_consumed;
+                self.send(from, JobMsg::OutputAck { job, consumed }, Bytes::new());
+                if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
+                    return None;
+                }
+                let key = (rank, name.clone());
+                let f = self.out_files.entry(key.clone()).or_insert(OutFile { hasher: Sha1::new(), received: 0 });
+                if offset != f.received {
+                    return None;
+                }
+                f.hasher.update(&payload);
+                f.received += payload.len() as u64;
+                let complete = f.received >= total;
+                self.event(SubmitEvent::WriteFile { job, rank, name: name.clone(), offset, total, data: payload });
+                if complete {
+                    let f = self.out_files.remove(&key)?;
+                    let ok = f.received == total && Id::from_bytes(f.hasher.finalize().into()) == want;
+                    if ok {
+                        self.out_ok.insert((rank, name.clone()));
+                    } else {
+                        self.out_bad.push((rank, name.clone(), "arrived corrupt"));
+                    }
+                    self.event(SubmitEvent::OutputFileDone { job, rank, name, ok });
+                }
+            }
+            JobMsg::Exit { rank, code, .. } if self.holds(from, rank) => {
+                if self.ranks[rank as usize].exit.is_some() {
+                    return None;
+                }
+                self.ranks[rank as usize].exit = Some(code);
+                // Its files came before its exit: one begun and not finished now never is.
+                for name in &self.desc.outputfiles {
+                    if self.out_files.remove(&(rank, name.clone())).is_some() {
+                        self.out_bad.push((rank, name.clone(), "cut short"));
+                    }
+                }
+                self.event(SubmitEvent::Exited { job, rank, code });
+                if code != 0 && self.ranks.iter().any(|r| r.exit.is_none()) {
+                    // An MPI_Abort or a crash: the others would wait for it forever.
+                    self.fail(SubmitError::RankFailed { rank, code });
+                    return Some(());
+                }
+                if self.ranks.iter().all(|r| r.exit.is_some()) {
+                    let holding: Vec<NodeAddr> =
+                        self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
+                    for to in holding {
+                        self.send(to, JobMsg::Done { job }, Bytes::new());
+                    }
+                    // An output file must come back from some rank (often only
+                    // rank 0 writes it); one that came back damaged always fails.
+                    for name in &self.desc.outputfiles {
+                        if !self.out_ok.iter().any(|(_, n)| n == name)
+                            && !self.out_bad.iter().any(|(_, n, _)| n == name)
+                        {
+                            let ranks = self.ranks.len() as u32;
+                            let rank = if ranks == 1 { 0 } else { u32::MAX };
+                            self.out_bad.push((rank, name.clone(), "missing"));
+                        }
+                    }
+                    if !self.out_bad.is_empty() {
+                        let files = self.out_bad.iter().map(|(r, n, why)| (*r, n.clone(), (*why).to_owned())).collect();
+                        self.fail(SubmitError::OutputFiles { files });
+                        return Some(());
+                    }
+                    let codes = self.ranks.iter().map(|r| r.exit.unwrap_or_default()).collect();
+                    self.finish(Outcome::Done { codes });
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Counts `len` bytes of `rank`'s output from `from`, acknowledged every
+    /// [`STREAM_ACK_EVERY`] bytes so the executor reads the rank's pipes on.
+    fn ack_stream(&mut self, from: NodeAddr, rank: u32, len: usize) {
+        // Only ranks placed there: a peer's made-up ranks must not grow the map.
+        let Some(n) = self.nodes.get_mut(&from).filter(|n| n.accepted.contains(&rank)) else { return };
+        let (got, acked) = n.streamed.entry(rank).or_default();
+        *got += len as u64;
+        if *got - *acked >= STREAM_ACK_EVERY {
+            *acked = *got;
+            let msg = JobMsg::StreamAck { job: self.job, rank, consumed: *got };
+            self.send(from, msg, Bytes::new());
+        }
+    }
+
+    fn holds(&self, from: NodeAddr, rank: u32) -> bool {
+        self.ranks.get(rank as usize).is_some_and(|r| r.node == Some(from))
+    }
+}

@@ -1,0 +1,188 @@
+//! Staging: the files every accepting node needs (the job file, the
+//! executable, the inputs), announced with a manifest, sent in chunks under a
+//! window the node acknowledges, re-sent when they arrive corrupt; the start
+//! once every rank is placed and every node staged.
+
+use super::*;
+
+impl Submission {
+    /// A message while the ranks are offered and the files staged.
+    pub(super) fn while_placing(&mut self, now: Instant, from: NodeAddr, body: JobMsg) -> Option<()> {
+        match body {
+            JobMsg::Accept { ranks, .. } => {
+                let n = self.nodes.get_mut(&from)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                    return None;
+                }
+                n.offer = None;
+                n.accepted.extend(&ranks);
+                let first = n.stage == Stage::NotSent;
+                for r in ranks {
+                    self.ranks[r as usize].node = Some(from);
+                }
+                if first {
+                    self.stage_node(now, from);
+                }
+                self.try_start(now);
+            }
+            JobMsg::Reject { ranks, reason, .. } => {
+                let n = self.nodes.get(&from)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                    return None;
+                }
+                // Busy (a grant taken back for an earlier job): wait again, there too.
+                self.retreat(now, from, reason != RejectReason::NoSlot);
+            }
+            JobMsg::Resend { file, .. } => {
+                let max = self.config.max_resends;
+                let deadline = now + self.config.stage_timeout;
+                let len = self.file_len(file);
+                let n = self.nodes.get_mut(&from)?;
+                let Stage::Sent { resends, deadline: d, out, total } = &mut n.stage else { return None };
+                if file as usize >= self.files.len() {
+                    return None;
+                }
+                *total += len;
+                let count = resends.entry(file).or_insert(0);
+                *count += 1;
+                if *count > max {
+                    self.fail(SubmitError::StagingFailed { node: from, file });
+                    return Some(());
+                }
+                *d = deadline;
+                out.push_file(file);
+                self.pump(from);
+            }
+            JobMsg::Have { files, .. } => return self.on_have(now, from, &files),
+            JobMsg::StageAck { consumed, .. } => {
+                let stage_timeout = self.config.stage_timeout;
+                let Stage::Sent { deadline, out, total, .. } = &mut self.nodes.get_mut(&from)?.stage else { return None };
+                if out.ack(consumed) {
+                    *deadline = now + stage_timeout;
+                    let (done, total) = (out.acked(), *total);
+                    self.event(SubmitEvent::Staging { job: self.job, node: from, done, total });
+                }
+                self.pump(from);
+            }
+            JobMsg::Staged { .. } => {
+                let n = self.nodes.get_mut(&from)?;
+                if !matches!(n.stage, Stage::Sent { .. }) {
+                    return None;
+                }
+                n.stage = Stage::Staged;
+                self.try_start(now);
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// The driver read (or failed to read) staged file number `file`.
+    pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
+        let i = file as usize;
+        if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
+            return;
+        }
+        let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
+        match data {
+            Ok(FileData { bytes, digest }) => {
+                let name = crate::job::description::staged_name(&path).to_owned();
+                self.files[i] = Some((name, bytes, digest));
+            }
+            Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
+        }
+        let waiting: Vec<NodeAddr> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| !n.accepted.is_empty() && n.stage == Stage::NotSent)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in waiting {
+            self.stage_node(now, a);
+        }
+    }
+
+    /// Once every file is read, tells `to` what is coming; [`JobMsg::Have`] starts the transfer.
+    fn stage_node(&mut self, now: Instant, to: NodeAddr) {
+        let Some(files) = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                f.as_ref().map(|(name, data, digest)| StagedFile {
+                    file: i as u32,
+                    name: name.clone(),
+                    total: data.len() as u64,
+                    digest: *digest,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
+        if let Some(n) = self.nodes.get_mut(&to) {
+            n.stage = Stage::Asked { deadline: now + self.config.stage_timeout };
+        }
+        self.send(to, JobMsg::Manifest { job: self.job, files }, Bytes::new());
+    }
+
+    /// `to` holds `have` already: every other file goes out, as far as the window allows.
+    fn on_have(&mut self, now: Instant, to: NodeAddr, have: &[u32]) -> Option<()> {
+        let mut out = Outbox::default();
+        let mut total = 0;
+        // The job file always travels: the executor reads its arguments from it.
+        for f in (0..self.files.len() as u32).filter(|f| *f == 0 || !have.contains(f)) {
+            out.push_file(f);
+            total += self.file_len(f);
+        }
+        let n = self.nodes.get_mut(&to).filter(|n| matches!(n.stage, Stage::Asked { .. }))?;
+        n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out, total };
+        self.event(SubmitEvent::Staging { job: self.job, node: to, done: 0, total });
+        self.pump(to);
+        Some(())
+    }
+
+    /// The length of staged file `file` (0 while it is being read).
+    fn file_len(&self, file: u32) -> u64 {
+        self.files.get(file as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len() as u64)
+    }
+
+    /// Sends what is due to `to` until its window is full.
+    fn pump(&mut self, to: NodeAddr) {
+        let (window, chunk) = (self.config.stage_window as u64, self.config.chunk_size);
+        loop {
+            let Some(Node { stage: Stage::Sent { out, .. }, .. }) = self.nodes.get_mut(&to) else { return };
+            let files = &self.files;
+            let len = |f: u32| files.get(f as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len());
+            match out.next(window, chunk, len) {
+                None => return,
+                Some(Piece::End) => {
+                    self.send(to, JobMsg::StageEnd { job: self.job, files: self.files.len() as u32 }, Bytes::new())
+                }
+                Some(Piece::Chunk { file, start, end }) => {
+                    let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
+                    let (offset, total) = (start as u64, data.len() as u64);
+                    let msg = JobMsg::Stage { job: self.job, file, name, offset, total, digest };
+                    self.send(to, msg, data.slice(start..end));
+                }
+            }
+        }
+    }
+
+    pub(super) fn try_start(&mut self, _now: Instant) {
+        let ready = self.phase == Phase::Placing
+            && self.unplaced.is_empty()
+            && self.nodes.values().all(|n| n.offer.is_none() && (n.accepted.is_empty() || n.stage == Stage::Staged));
+        if !ready {
+            return;
+        }
+        self.phase = Phase::Running;
+        let placed = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
+        self.event(SubmitEvent::Placed { job: self.job, ranks: placed });
+        let holding: Vec<NodeAddr> =
+            self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
+        for to in holding {
+            self.send(to, JobMsg::Start { job: self.job }, Bytes::new());
+        }
+    }
+}
