@@ -1,4 +1,5 @@
-//! A blocking client of a daemon's control socket, for `p2pjob`.
+//! Clients of a daemon's control socket: [`Client`] blocks (`p2pjob`),
+//! [`AsyncClient`] runs on tokio (the status page).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,8 +24,12 @@ pub struct Client {
 impl Client {
     /// Connects to the control socket at `addr`.
     pub fn connect(addr: SocketAddr) -> anyhow::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-            .with_context(|| format!("no jobd answers at {addr} (start one, or use --local N)"))?;
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).with_context(|| {
+            format!(
+                "no jobd answers at {addr} (start one with `jobd`, name a running one with --node or \
+                     $P2PJOB_NODE, or run without one: `p2pjob run --local 4 -n 4 PROGRAM`)"
+            )
+        })?;
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
@@ -34,10 +39,7 @@ impl Client {
     /// Sends a request; its replies carry the returned request id.
     pub fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
         self.next_id += 1;
-        let env = Envelope::new(Id::hash(self.me.to_string()), self.me, self.next_id, req);
-        let mut buf = BytesMut::new();
-        encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME)?;
-        self.stream.write_all(&buf)?;
+        self.stream.write_all(&request_frame(self.me, self.next_id, req)?)?;
         Ok(self.next_id)
     }
 
@@ -46,9 +48,8 @@ impl Client {
         self.stream.set_read_timeout(timeout)?;
         let mut chunk = [0u8; 64 * 1024];
         loop {
-            if let Some(frame) = self.dec.decode()? {
-                let env: Envelope<ToolReply> = decode_envelope(frame)?;
-                return Ok((env.request_id, env.body, env.payload));
+            if let Some(reply) = next_reply(&mut self.dec)? {
+                return Ok(reply);
             }
             let n = match self.stream.read(&mut chunk) {
                 // A signal (a child of embedded daemons exiting) is no error.
@@ -70,6 +71,73 @@ impl Client {
             if rid == id {
                 return Ok(reply);
             }
+        }
+    }
+}
+
+/// The frame of request `id` from `me`.
+fn request_frame(me: NodeAddr, id: u64, req: ToolRequest) -> anyhow::Result<BytesMut> {
+    let env = Envelope::new(Id::hash(me.to_string()), me, id, req);
+    let mut buf = BytesMut::new();
+    encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME)?;
+    Ok(buf)
+}
+
+/// The next whole reply in `dec`: request id, reply, payload.
+fn next_reply(dec: &mut FrameDecoder) -> anyhow::Result<Option<(u64, ToolReply, Bytes)>> {
+    let Some(frame) = dec.decode()? else { return Ok(None) };
+    let env: Envelope<ToolReply> = decode_envelope(frame)?;
+    Ok(Some((env.request_id, env.body, env.payload)))
+}
+
+/// The same connection for async code (the status page): requests go out
+/// at once, replies of every request come back in order on one stream.
+#[derive(Debug)]
+pub struct AsyncClient {
+    stream: tokio::net::TcpStream,
+    dec: FrameDecoder,
+    buf: Vec<u8>,
+    me: NodeAddr,
+    next_id: u64,
+}
+
+impl AsyncClient {
+    /// Connects to the control socket at `addr`.
+    pub async fn connect(addr: SocketAddr) -> anyhow::Result<AsyncClient> {
+        use tokio::io::AsyncWriteExt;
+        let connect = tokio::net::TcpStream::connect(addr);
+        let mut stream = tokio::time::timeout(Duration::from_secs(3), connect)
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r.map_err(anyhow::Error::from))
+            .with_context(|| format!("no jobd answers at {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.write_all(TOOL_PREFACE).await?;
+        let me = NodeAddr(stream.local_addr()?);
+        Ok(AsyncClient { stream, dec: FrameDecoder::default(), buf: vec![0; 64 * 1024], me, next_id: 0 })
+    }
+
+    /// Sends a request; its replies carry the returned request id.
+    pub async fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
+        use tokio::io::AsyncWriteExt;
+        self.next_id += 1;
+        self.stream.write_all(&request_frame(self.me, self.next_id, req)?).await?;
+        Ok(self.next_id)
+    }
+
+    /// The next reply to any request. Cancel-safe: a reply half read stays
+    /// buffered for the next call.
+    pub async fn next(&mut self) -> anyhow::Result<(u64, ToolReply, Bytes)> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some(reply) = next_reply(&mut self.dec)? {
+                return Ok(reply);
+            }
+            let n = self.stream.read(&mut self.buf).await.context("reading from jobd")?;
+            if n == 0 {
+                bail!("jobd closed the connection");
+            }
+            self.dec.push(&self.buf[..n]);
         }
     }
 }

@@ -76,6 +76,9 @@ pub struct Config {
     pub failure_timeout_ms: u64,
     /// How long a finished job (status, exit codes, output) is kept, in seconds.
     pub retention_s: u64,
+    /// Serve the status page here (`PORT` alone is loopback, `127.0.0.1:PORT`);
+    /// off when unset.
+    pub http: Option<String>,
 }
 
 impl Default for Config {
@@ -95,6 +98,7 @@ impl Default for Config {
             heartbeat_ms: 1000,
             failure_timeout_ms: 10_000,
             retention_s: 3600,
+            http: None,
         }
     }
 }
@@ -118,7 +122,21 @@ impl Config {
             bail!("slots must be at least 1");
         }
         self.advertised(self.listen)?;
+        self.http_addr()?;
         Ok(())
+    }
+
+    /// Where the status page listens, if it is on: `http` as `ip:port`, or a
+    /// port alone on loopback.
+    pub fn http_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(h) = self.http.as_deref().map(str::trim) else { return Ok(None) };
+        if let Ok(port) = h.parse::<u16>() {
+            return Ok(Some(SocketAddr::from(([127, 0, 0, 1], port))));
+        }
+        match h.parse() {
+            Ok(addr) => Ok(Some(addr)),
+            Err(_) => bail!("http {h:?} is neither a port nor ip:port (e.g. 7480 or 127.0.0.1:7480)"),
+        }
     }
 
     /// The overlay address this node advertises, given the address its listener
@@ -259,6 +277,13 @@ mod tests {
         assert_eq!(full.advertised(bound).unwrap(), "198.18.0.5:9000".parse().unwrap());
         let bad = Config { advertise: Some("nowhere".into()), ..any };
         assert!(bad.check().is_err());
+        let page = |h: &str| Config { http: Some(h.into()), ..Config::default() }.http_addr();
+        assert_eq!(page("7480").unwrap(), Some("127.0.0.1:7480".parse().unwrap()), "a port alone is loopback");
+        assert_eq!(page("0.0.0.0:80").unwrap(), Some("0.0.0.0:80".parse().unwrap()));
+        assert!(page("localhost").unwrap_err().to_string().contains("neither a port"));
+        assert_eq!(Config::default().http_addr().unwrap(), None, "off unless asked for");
+        let c: Config = toml::from_str("http = \"127.0.0.1:8080\"\n").unwrap();
+        assert_eq!(c.http_addr().unwrap().map(|a| a.port()), Some(8080));
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
         assert_eq!(meminfo_mb("MemTotal: 2048 kB\nMemAvailable:  1048576 kB\n", "MemAvailable:"), Some(1024));
         assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));

@@ -37,6 +37,8 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 pub struct Daemon {
     overlay: SocketAddr,
     control: SocketAddr,
+    /// The status page (`--http`), a client of the control socket.
+    http: Option<crate::http::StatusServer>,
     work_dir: std::path::PathBuf,
     handle: Option<NodeHandle<DaemonNode>>,
     stop: Option<Stop>,
@@ -50,6 +52,7 @@ impl Daemon {
         let overlay = cfg.advertised(listener.local_addr()?)?;
         let control_l = TcpListener::bind(cfg.control).with_context(|| format!("binding {}", cfg.control))?;
         let control = control_l.local_addr()?;
+        let http = cfg.http_addr()?.map(|a| crate::http::StatusServer::start(a, control)).transpose()?;
         std::fs::create_dir_all(&cfg.work_dir).with_context(|| format!("creating {}", cfg.work_dir.display()))?;
         let work_dir = cfg.work_dir.canonicalize()?.join(format!("node-{}", overlay.port()));
         // A daemon killed -9 on this port leaves its job directories, logs and
@@ -75,7 +78,12 @@ impl Daemon {
             move |events, remote| Shell::run(name, events, remote, stopped),
         )?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
-        Ok(Daemon { overlay, control, work_dir, handle: Some(handle), stop: Some(stop) })
+        Ok(Daemon { overlay, control, http, work_dir, handle: Some(handle), stop: Some(stop) })
+    }
+
+    /// Where the status page listens, when it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(crate::http::StatusServer::addr)
     }
 
     /// The overlay address (what other nodes bootstrap through).

@@ -10,11 +10,15 @@
 //!   file worker (`worker`, a thread of its own, so the loop never blocks).
 //! - [`client`]: the blocking control-socket client `p2pjob` uses.
 //! - [`local`]: an embedded network of daemons on loopback (`--local N`, `demo`).
+//! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
+//! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
 pub mod client;
 pub mod config;
 pub mod daemon;
 mod files;
+pub mod http;
+pub mod json;
 pub mod local;
 mod procs;
 mod shell;

@@ -63,6 +63,11 @@ impl LocalNet {
         self.daemons[0].control_addr()
     }
 
+    /// The first daemon's status page, when it serves one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.daemons.first().and_then(Daemon::http_addr)
+    }
+
     /// Every daemon's control address.
     pub fn controls(&self) -> Vec<SocketAddr> {
         self.daemons.iter().map(Daemon::control_addr).collect()

@@ -53,6 +53,20 @@ impl RingTruth {
         RingTruth { ring }
     }
 
+    /// The ring these nodes would form (ids from their addresses): what a
+    /// converged network of them looks like.
+    pub fn of_addrs(addrs: impl IntoIterator<Item = NodeAddr>) -> Self {
+        let mut ring: Vec<(Id, NodeAddr)> = addrs.into_iter().map(|a| (a.id(), a)).collect();
+        ring.sort_unstable();
+        ring.dedup();
+        RingTruth { ring }
+    }
+
+    /// Every node, in id order.
+    pub fn nodes(&self) -> &[(Id, NodeAddr)] {
+        &self.ring
+    }
+
     /// Number of nodes in the ring.
     pub fn len(&self) -> usize {
         self.ring.len()

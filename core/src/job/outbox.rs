@@ -49,6 +49,11 @@ impl Outbox {
         moved
     }
 
+    /// Bytes the node has acknowledged in all.
+    pub(crate) fn acked(&self) -> u64 {
+        self.acked
+    }
+
     /// Bytes sent and not yet acknowledged.
     pub(crate) fn in_flight(&self) -> u64 {
         self.sent - self.acked

@@ -195,8 +195,8 @@ pub enum SubmitEvent {
     Started { job: JobId, rank: u32, node: NodeAddr },
     /// Output of a rank.
     Output { job: JobId, rank: u32, stream: Stream, offset: u64, data: Bytes },
-    /// Write `data` at `offset` of output file `name` of `rank`.
-    WriteFile { job: JobId, rank: u32, name: String, offset: u64, data: Bytes },
+    /// Write `data` at `offset` of output file `name` of `rank` (`total` bytes long).
+    WriteFile { job: JobId, rank: u32, name: String, offset: u64, total: u64, data: Bytes },
     /// Output file `name` of `rank` is complete; `ok` when its digest matched.
     OutputFileDone { job: JobId, rank: u32, name: String, ok: bool },
     /// A rank exited.
@@ -207,6 +207,9 @@ pub enum SubmitEvent {
     Queued { job: JobId, reason: String },
     /// The job is over.
     Finished { job: JobId, outcome: Outcome },
+    /// Staging to `node`: it has taken `done` of the `total` bytes that travel
+    /// to it (files its cache holds do not travel). Emitted as it moves.
+    Staging { job: JobId, node: NodeAddr, done: u64, total: u64 },
 }
 
 /// A submitter command that cannot be carried out.

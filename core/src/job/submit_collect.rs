@@ -37,7 +37,7 @@ impl Submission {
                 f.hasher.update(&payload);
                 f.received += payload.len() as u64;
                 let complete = f.received >= total;
-                self.event(SubmitEvent::WriteFile { job, rank, name: name.clone(), offset, data: payload });
+                self.event(SubmitEvent::WriteFile { job, rank, name: name.clone(), offset, total, data: payload });
                 if complete {
                     let f = self.out_files.remove(&key)?;
                     let ok = f.received == total && Id::from_bytes(f.hasher.finalize().into()) == want;

@@ -36,11 +36,13 @@ impl Submission {
             JobMsg::Resend { file, .. } => {
                 let max = self.config.max_resends;
                 let deadline = now + self.config.stage_timeout;
+                let len = self.file_len(file);
                 let n = self.nodes.get_mut(&from)?;
-                let Stage::Sent { resends, deadline: d, out } = &mut n.stage else { return None };
+                let Stage::Sent { resends, deadline: d, out, total } = &mut n.stage else { return None };
                 if file as usize >= self.files.len() {
                     return None;
                 }
+                *total += len;
                 let count = resends.entry(file).or_insert(0);
                 *count += 1;
                 if *count > max {
@@ -54,9 +56,13 @@ impl Submission {
             JobMsg::Have { files, .. } => return self.on_have(now, from, &files),
             JobMsg::StageAck { consumed, .. } => {
                 let stage_timeout = self.config.stage_timeout;
-                let Stage::Sent { deadline, out, .. } = &mut self.nodes.get_mut(&from)?.stage else { return None };
+                let Stage::Sent { deadline, out, total, .. } = &mut self.nodes.get_mut(&from)?.stage else {
+                    return None;
+                };
                 if out.ack(consumed) {
                     *deadline = now + stage_timeout;
+                    let (done, total) = (out.acked(), *total);
+                    self.event(SubmitEvent::Staging { job: self.job, node: from, done, total });
                 }
                 self.pump(from);
             }
@@ -124,15 +130,23 @@ impl Submission {
 
     /// `to` holds `have` already: every other file goes out, as far as the window allows.
     fn on_have(&mut self, now: Instant, to: NodeAddr, have: &[u32]) -> Option<()> {
-        let n = self.nodes.get_mut(&to).filter(|n| matches!(n.stage, Stage::Asked { .. }))?;
         let mut out = Outbox::default();
+        let mut total = 0;
         // The job file always travels: the executor reads its arguments from it.
         for f in (0..self.files.len() as u32).filter(|f| *f == 0 || !have.contains(f)) {
             out.push_file(f);
+            total += self.file_len(f);
         }
-        n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out };
+        let n = self.nodes.get_mut(&to).filter(|n| matches!(n.stage, Stage::Asked { .. }))?;
+        n.stage = Stage::Sent { deadline: now + self.config.stage_timeout, resends: BTreeMap::new(), out, total };
+        self.event(SubmitEvent::Staging { job: self.job, node: to, done: 0, total });
         self.pump(to);
         Some(())
+    }
+
+    /// The length of staged file `file` (0 while it is being read).
+    fn file_len(&self, file: u32) -> u64 {
+        self.files.get(file as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len() as u64)
     }
 
     /// Sends what is due to `to` until its window is full.

@@ -42,6 +42,8 @@ enum Stage {
         deadline: Instant,
         resends: BTreeMap<u32, u32>,
         out: Outbox,
+        /// Bytes that travel to the node (resends included): the progress total.
+        total: u64,
     },
     Staged,
 }

@@ -46,6 +46,9 @@ pub enum ToolRequest {
     Lookup { name: String },
     /// Overlay diagnostics: every live value registered under `name`.
     Query { name: String },
+    /// The Chord state of the node asked: its predecessor, successor list and
+    /// fingers, answered with [`ToolReply::Ring`] (the status page draws them).
+    Ring,
 }
 
 /// The overlay name under which the node holding `job` registers its address.
@@ -137,6 +140,14 @@ pub enum ToolReply {
     Values { values: Vec<String> },
     /// The job waits for free slots, for this reason (sent when it changes).
     Queued { job: JobId, reason: String },
+    /// Answer to [`ToolRequest::Ring`]: `me` and its neighbours on the ring
+    /// (fingers as `(first finger index, node)`, distinct nodes only).
+    Ring { me: NodeAddr, predecessor: Option<NodeAddr>, successors: Vec<NodeAddr>, fingers: Vec<(u8, NodeAddr)> },
+    /// Staging the job's files to `node`: `done` of the `total` bytes that
+    /// travel there (what its cache holds does not) have arrived.
+    Staging { job: JobId, node: NodeAddr, done: u64, total: u64 },
+    /// Output file `name` of `rank` is coming back: `done` of `total` bytes.
+    Fetching { job: JobId, rank: u32, name: String, done: u64, total: u64 },
 }
 
 impl ToolReply {
@@ -152,6 +163,8 @@ impl ToolReply {
                 | ToolReply::OutputFile { .. }
                 | ToolReply::Exited { .. }
                 | ToolReply::Queued { .. }
+                | ToolReply::Staging { .. }
+                | ToolReply::Fetching { .. }
         )
     }
 }

@@ -253,10 +253,15 @@ impl DaemonNode {
                 self.keep_log(job, rank, stream, &data);
                 self.tell_watchers(job, ToolReply::Output { job, rank, stream, offset }, data)
             }
-            SubmitEvent::WriteFile { job, rank, name, offset, data } => {
+            SubmitEvent::WriteFile { job, rank, name, offset, total, data } => {
                 if let Some(path) = self.output_path(job, rank, &name) {
+                    let done = offset + data.len() as u64;
                     self.event(NodeEvent::WriteFile { path, offset, data });
+                    self.tell_watchers(job, ToolReply::Fetching { job, rank, name, done, total }, Bytes::new());
                 }
+            }
+            SubmitEvent::Staging { job, node, done, total } => {
+                self.tell_watchers(job, ToolReply::Staging { job, node, done, total }, Bytes::new())
             }
             SubmitEvent::OutputFileDone { job, rank, name, ok } => {
                 if let Some(path) = self.output_path(job, rank, &name) {

@@ -27,6 +27,8 @@ pub struct SimShell {
     pub run_time: Option<Duration>,
     /// Processes started so far.
     pub spawned: u64,
+    /// What every output file a rank leaves holds (`None`: it left none).
+    pub output_file: Option<Bytes>,
     /// Processes to end: when, node, job, rank.
     exits: BinaryHeap<Reverse<(Instant, NodeIdx, JobId, u32)>>,
 }
@@ -96,7 +98,7 @@ impl SimShell {
                 f.extend_from_slice(&data);
             }
             NodeEvent::ReadOutputFile { job, rank, name, .. } => {
-                let data = Err("no such file".to_owned());
+                let data = self.output_file.clone().ok_or_else(|| "no such file".to_owned());
                 later.push((node, NodeCommand::OutputFileRead { job, rank, name, data }));
             }
             NodeEvent::ReplayOutput { replay, files } => {

@@ -193,6 +193,21 @@ fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
     assert_eq!(postcard::to_allocvec(&ToolRequest::Lookup { name: "a".into() }).unwrap(), [6, 1, b'a']);
     assert_eq!(postcard::to_allocvec(&ToolRequest::Query { name: "a".into() }).unwrap(), [7, 1, b'a']);
     assert_eq!(postcard::to_allocvec(&ToolReply::Values { values: vec![] }).unwrap(), [13, 0]);
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Ring).unwrap(), [8]);
+    let a = NodeAddr("127.0.0.1:7".parse().unwrap());
+    let ring = ToolReply::Ring { me: a, predecessor: None, successors: vec![], fingers: vec![(3, a)] };
+    assert_eq!(postcard::to_allocvec(&ring).unwrap(), [15, 0, 127, 0, 0, 1, 7, 0, 0, 1, 3, 0, 127, 0, 0, 1, 7]);
+    let staging = ToolReply::Staging { job, node: a, done: 1, total: 2 };
+    let mut want = vec![16u8];
+    want.extend([0u8; 20]);
+    want.extend([0, 127, 0, 0, 1, 7, 1, 2]);
+    assert_eq!(postcard::to_allocvec(&staging).unwrap(), want);
+    let fetching = ToolReply::Fetching { job, rank: 1, name: "f".into(), done: 1, total: 2 };
+    let mut want = vec![17u8];
+    want.extend([0u8; 20]);
+    want.extend([1, 1, b'f', 1, 2]);
+    assert_eq!(postcard::to_allocvec(&fetching).unwrap(), want);
+    assert!(!staging.ends_request() && !fetching.ends_request() && ring.ends_request());
 }
 
 use super::sim_shell::SimShell as Shell;
@@ -308,4 +323,52 @@ fn a_silent_executor_fails_the_job_within_the_failure_timeout_naming_it() {
     // The executor, cut off too, drops its ranks on its own.
     sim.run_for(Duration::from_secs(15));
     assert_eq!(sim.node(n[1]).execution().jobs().count(), 0);
+}
+
+#[test]
+fn a_watch_shows_staging_and_output_files_coming_back_and_a_node_tells_its_ring() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net(2, t0);
+    let mut shell = Shell::new(Some(Duration::from_millis(10)));
+    shell.output_file = Some(Bytes::from(vec![7u8; 300 << 10]));
+    let mut desc = crate::job::JobDescription::run("/bin/prog", vec![], 4);
+    desc.outputfiles.push("out.txt".into());
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/h".into(), watch: true });
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let got = shell.on(n[0], 1);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    // Per node, staging starts at 0 and ends with everything that travelled there.
+    let mut staged: BTreeMap<NodeAddr, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in &got {
+        if let ToolReply::Staging { node, done, total, .. } = r {
+            staged.entry(*node).or_default().push((*done, *total));
+        }
+    }
+    assert_eq!(staged.len(), 2, "both nodes hold ranks: {got:?}");
+    for steps in staged.values() {
+        let (first, last) = (steps[0], steps[steps.len() - 1]);
+        assert!(first.0 == 0 && last.1 > 0 && last.0 == last.1, "{steps:?}");
+    }
+    // Every rank's output file comes back in chunks, up to its whole length.
+    for rank in 0..4 {
+        let steps: Vec<(u64, u64)> = got
+            .iter()
+            .filter_map(|r| match r {
+                ToolReply::Fetching { rank: r, name, done, total, .. } if *r == rank && name == "out.txt" => {
+                    Some((*done, *total))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(steps.len() >= 2 && steps.windows(2).all(|w| w[0].0 < w[1].0), "rank {rank}: {steps:?}");
+        assert_eq!(steps.last(), Some(&(300 << 10, 300 << 10)));
+    }
+    // The ring as the node sees it.
+    tool(&mut sim, n[1], 2, ToolRequest::Ring);
+    shell.run(&mut sim, Duration::from_secs(5), |s| s.ended(n[1], 2));
+    let Some(ToolReply::Ring { me, predecessor, successors, fingers }) = shell.on(n[1], 2).last().copied() else {
+        panic!("{:?}", shell.on(n[1], 2))
+    };
+    assert_eq!((*me, *predecessor, successors.first()), (sim.addr(n[1]), Some(sim.addr(n[0])), Some(&sim.addr(n[0]))));
+    assert!(fingers.iter().all(|(_, a)| *a == sim.addr(n[0])) && !fingers.is_empty(), "{fingers:?}");
 }

@@ -31,7 +31,8 @@ impl DaemonNode {
             ToolRequest::Submit { .. }
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
-            | ToolRequest::Query { .. } => None,
+            | ToolRequest::Query { .. }
+            | ToolRequest::Ring => None,
         };
         let local = matches!(client, Client::Local { .. });
         match (job, local) {
@@ -81,10 +82,20 @@ impl DaemonNode {
                 let token = self.token();
                 self.diagnose(now, client, token, OverlayCommand::Query { token, name });
             }
+            ToolRequest::Ring if local => match self.overlay.chord() {
+                Some(c) => {
+                    let (me, predecessor) = (c.me().addr, c.predecessor().map(|p| p.addr));
+                    let successors = c.successor_list().iter().map(|p| p.addr).collect();
+                    let fingers = c.fingers().iter().map(|(i, p)| (*i, p.addr)).collect();
+                    self.send_reply(client, ToolReply::Ring { me, predecessor, successors, fingers }, Bytes::new());
+                }
+                None => self.error(client, "this node's overlay is CAN, which has no ring".to_owned()),
+            },
             ToolRequest::Submit { .. }
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
-            | ToolRequest::Query { .. } => {
+            | ToolRequest::Query { .. }
+            | ToolRequest::Ring => {
                 self.error(client, "a node forwards only requests about a job".to_owned());
             }
         }

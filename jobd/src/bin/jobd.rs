@@ -13,11 +13,11 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s), then from
+/// failure_timeout_ms, retention_s, http), then from
 /// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(name = "jobd", version)]
 struct Args {
     /// TOML configuration file.
     #[arg(long, short)]
@@ -68,6 +68,11 @@ struct Args {
     /// (default 3600).
     #[arg(long)]
     retention_s: Option<u64>,
+    /// Serve the status page (nodes, the ring, jobs, live; JSON under /api/) at
+    /// ADDR: a port alone is loopback (127.0.0.1:PORT). Off by default; no
+    /// access control yet, so give another address only on a trusted network.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
     /// Print the control address on stdout once serving (for scripts and tests).
     #[arg(long)]
     print_addr: bool,
@@ -80,6 +85,21 @@ fn main() -> std::process::ExitCode {
             eprintln!("jobd: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+/// An address already taken gets a word on what to do.
+fn port_hint(e: anyhow::Error) -> anyhow::Error {
+    let in_use = e
+        .chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse));
+    if in_use {
+        anyhow::anyhow!(
+            "{e:#}: another jobd (or another program) holds it; stop that one or choose other ports with \
+             --listen, --control and --http"
+        )
+    } else {
+        e
     }
 }
 
@@ -104,12 +124,16 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.heartbeat_ms = a.heartbeat_ms.unwrap_or(cfg.heartbeat_ms);
     cfg.failure_timeout_ms = a.failure_timeout_ms.unwrap_or(cfg.failure_timeout_ms);
     cfg.retention_s = a.retention_s.unwrap_or(cfg.retention_s);
+    cfg.http = a.http.clone().or(cfg.http);
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;
-    let daemon = Daemon::start(&cfg)?;
+    let daemon = Daemon::start(&cfg).map_err(port_hint)?;
     if a.print_addr {
         println!("control {} overlay {}", daemon.control_addr(), daemon.overlay_addr());
+    }
+    if let Some(page) = daemon.http_addr() {
+        eprintln!("jobd: status page at http://{page}/");
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {

@@ -31,7 +31,28 @@ fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, 
     follow(&mut c, id, Some(ranks), Show { json, output: !json, progress: !json }, None)
 }
 
-pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), json: bool) -> anyhow::Result<i32> {
+/// What `p2pjob demo` was asked for.
+#[derive(Debug)]
+pub(crate) struct Tour {
+    pub(crate) nodes: usize,
+    pub(crate) loops: u64,
+    /// Where the status page should listen.
+    pub(crate) http: String,
+    /// Stay up after the jobs until Ctrl-C.
+    pub(crate) keep: bool,
+    /// The overlay the nodes form and, for CAN, its dimensions.
+    pub(crate) shape: (p2pmp_jobd::Overlay, u8),
+}
+
+/// `want` when it can be bound now, else a free loopback port.
+fn page_addr(want: &str) -> anyhow::Result<String> {
+    let cfg = p2pmp_jobd::Config { http: Some(want.to_owned()), ..p2pmp_jobd::Config::default() };
+    let addr = cfg.http_addr()?.expect("http is set");
+    Ok(if std::net::TcpListener::bind(addr).is_ok() { addr.to_string() } else { "127.0.0.1:0".to_owned() })
+}
+
+pub(crate) fn run(tour: Tour, json: bool) -> anyhow::Result<i32> {
+    let Tour { nodes, loops, .. } = tour;
     // The C programs are compiled into `out`, made only then; an interrupt is
     // watched once the network exists (one watcher removes both directories).
     let out = std::env::temp_dir().join(format!("p2pmp-demo-{}", std::process::id()));
@@ -41,7 +62,16 @@ pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), js
     if !json {
         println!("== starting {nodes} nodes on 127.0.0.1");
     }
-    let net = crate::local_net(nodes, crate::local_slots(8, nodes), shape)?;
+    let page = page_addr(&tour.http)?;
+    let net = crate::local_net(nodes, crate::local_slots(8, nodes), tour.shape, |c| {
+        if c.bootstrap.is_empty() {
+            c.http = Some(page.clone());
+        }
+    })?;
+    let url = net.http_addr().map(|a| format!("http://{a}/")).unwrap_or_default();
+    if !json {
+        println!("== status page: {url} (the nodes, the ring and the jobs, live)");
+    }
     let formed = net.wait_formed(Duration::from_secs(30), |seen| {
         if !json {
             println!("   overlay lists {seen}/{nodes} node(s) after {:.0} ms", t0.elapsed().as_secs_f64() * 1000.0);
@@ -59,7 +89,12 @@ pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), js
         }
     }
     std::fs::create_dir_all(&out)?;
-    crate::cleanup_on_interrupt(vec![out.clone(), net.dir().to_path_buf()]);
+    let dirs = vec![out.clone(), net.dir().to_path_buf()];
+    if tour.keep {
+        crate::on_interrupt(dirs, "stopped; the embedded network is gone", 0);
+    } else {
+        crate::cleanup_on_interrupt(dirs);
+    }
     let mut rows = Vec::new();
     let mut jobs: Vec<(String, JobDescription)> = vec![
         (
@@ -95,11 +130,10 @@ pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), js
         rows.push(Row { name, ranks, end });
     }
     let result = std::fs::read_to_string(out.join("factors.txt")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&out);
-    let stop = Instant::now();
-    drop(net);
-    let stop_ms = stop.elapsed().as_secs_f64() * 1000.0;
-    if json {
+    if !json {
+        print_results(&rows, &result);
+    }
+    let summary = |shutdown_ms: Option<f64>| {
         let v: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -108,33 +142,54 @@ pub(crate) fn run(nodes: usize, loops: u64, shape: (p2pmp_jobd::Overlay, u8), js
                 "total_ms": r.end.total.as_secs_f64() * 1000.0, "stdout_rank0": r.end.stdout0.trim()})
             })
             .collect();
-        println!("{}", json!({"nodes": nodes, "formed_ms": formed_ms, "jobs": v, "shutdown_ms": stop_ms}));
-    } else {
-        println!("== results");
-        println!(
-            "{:<26} {:>5} {:>8} {:>14} {:>10}  rank 0 said",
-            "job", "ranks", "state", "all running ms", "total ms"
-        );
-        for r in &rows {
-            let running = r.end.all_running.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0));
+        json!({"nodes": nodes, "formed_ms": formed_ms, "jobs": v, "shutdown_ms": shutdown_ms, "status_page": url})
+    };
+    if tour.keep {
+        if json {
+            println!("{}", summary(None));
+        } else {
             println!(
-                "{:<26} {:>5} {:>8} {:>14} {:>10.0}  {}",
-                r.name,
-                r.ranks,
-                phase_name(r.end.phase),
-                running,
-                r.end.total.as_secs_f64() * 1000.0,
-                r.end.stdout0.lines().last().unwrap_or("")
+                "== the network stays up (--keep): {url}; `p2pjob --node {}` talks to it; Ctrl-C stops it",
+                net.control()
             );
         }
-        if !result.is_empty() {
-            println!("factors.txt came back: {}", result.trim());
+        loop {
+            std::thread::park();
         }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    let stop = Instant::now();
+    drop(net);
+    let stop_ms = stop.elapsed().as_secs_f64() * 1000.0;
+    if json {
+        println!("{}", summary(Some(stop_ms)));
+    } else {
         println!(
             "== overlay formed in {formed_ms:.0} ms; all {nodes} nodes left and every file was removed in {stop_ms:.0} ms"
         );
     }
     Ok(if failed { 1 } else { 0 })
+}
+
+/// The table of how each job went, and the factors that came back.
+fn print_results(rows: &[Row], factors: &str) {
+    println!("== results");
+    println!("{:<26} {:>5} {:>8} {:>14} {:>10}  rank 0 said", "job", "ranks", "state", "all running ms", "total ms");
+    for r in rows {
+        let running = r.end.all_running.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0));
+        println!(
+            "{:<26} {:>5} {:>8} {:>14} {:>10.0}  {}",
+            r.name,
+            r.ranks,
+            phase_name(r.end.phase),
+            running,
+            r.end.total.as_secs_f64() * 1000.0,
+            r.end.stdout0.lines().last().unwrap_or("")
+        );
+    }
+    if !factors.is_empty() {
+        println!("factors.txt came back: {}", factors.trim());
+    }
 }
 
 fn factor_job(factor: &Path, ranks: u32) -> JobDescription {

@@ -1,13 +1,17 @@
 //! Following a job: progress, rank-prefixed output, the end.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use p2pmp_core::job::{JobId, Stream};
 use p2pmp_core::node::control::{JobPhase, ToolReply};
 use p2pmp_jobd::Client;
 use serde_json::json;
+
+use crate::progress::Progress;
+
+pub(crate) use p2pmp_jobd::json::phase_name;
 
 /// How a followed job ended, with timings from when following began.
 #[derive(Debug, Clone)]
@@ -36,18 +40,6 @@ pub(crate) struct Show {
     pub(crate) progress: bool,
 }
 
-pub(crate) fn phase_name(p: JobPhase) -> &'static str {
-    match p {
-        JobPhase::Resolving => "resolving",
-        JobPhase::Queued => "queued",
-        JobPhase::Placing => "placing",
-        JobPhase::Running => "running",
-        JobPhase::Done => "done",
-        JobPhase::Failed => "failed",
-        JobPhase::Killed => "killed",
-    }
-}
-
 /// The process exit code for a job's end: 0 done, 1 failed, 4 killed.
 pub(crate) fn exit_code(p: JobPhase) -> i32 {
     match p {
@@ -57,6 +49,8 @@ pub(crate) fn exit_code(p: JobPhase) -> i32 {
     }
 }
 
+/// Prints every whole line of `buf` (and, with `all`, what is left), prefixed
+/// by rank: stdout to stdout, stderr to stderr; JSON lines with `show.json`.
 pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: bool, show: Show) {
     while let Some(pos) =
         buf.iter().position(|b| *b == b'\n').or(if all && !buf.is_empty() { Some(buf.len()) } else { None })
@@ -64,10 +58,6 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
         let line: Vec<u8> = buf.drain(..(pos + 1).min(buf.len())).collect();
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches('\n');
-        if show.progress && !show.json && std::io::stderr().is_terminal() {
-            // Clear the progress bar's line first.
-            eprint!("\r\x1b[2K");
-        }
         if show.json {
             let s = if stream == Stream::Stdout { "stdout" } else { "stderr" };
             println!("{}", json!({"event": "output", "rank": rank, "stream": s, "line": text}));
@@ -104,20 +94,11 @@ pub(crate) fn follow(
     let mut size = size;
     let mut started = 0u32;
     let mut exited = 0u32;
-    let bar = show.progress && !show.json && std::io::stderr().is_terminal();
-    let progress = |started: u32, exited: u32, size: Option<u32>| {
-        if bar {
-            let n = size.unwrap_or(started).max(1);
-            let w = 30usize;
-            let done = (exited as usize * w) / n as usize;
-            let run = ((started.saturating_sub(exited)) as usize * w) / n as usize;
-            let rest = w.saturating_sub(done + run);
-            eprint!(
-                "\r  [{}{}{}] {started}/{n} started, {exited}/{n} exited ",
-                "#".repeat(done),
-                ">".repeat(run),
-                ".".repeat(rest)
-            );
+    let mut bar = Progress::new(show.progress && !show.json);
+    // A line for people, above the live line.
+    let note = |bar: &Progress, text: String| {
+        if show.progress && !show.json {
+            bar.above(|| eprintln!("{text}"));
         }
     };
     loop {
@@ -141,32 +122,38 @@ pub(crate) fn follow(
             continue;
         }
         let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let event = |v: serde_json::Value| {
+            if show.json && show.progress {
+                println!("{v}");
+            }
+        };
+        if let (None, Some(job)) = (end.job, about(&reply)) {
+            end.job = Some(job);
+            bar.job(job);
+        }
         match reply {
-            ToolReply::Submitted { job, .. } => end.job = Some(job),
-            ToolReply::Error { message } => anyhow::bail!("{message}"),
+            ToolReply::Error { message } => {
+                bar.finish();
+                anyhow::bail!("{message}");
+            }
             ToolReply::Placed { ranks, .. } => {
                 size = Some(ranks.len() as u32);
-                if show.progress && !show.json {
-                    let mut per: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-                    for (r, n) in &ranks {
-                        per.entry(n.to_string()).or_default().push(*r);
-                    }
-                    for (n, rs) in per {
-                        eprintln!("  placed rank(s) {rs:?} on {n}");
-                    }
+                bar.ranks(started, exited, size);
+                let mut per: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+                for (r, n) in &ranks {
+                    per.entry(n.to_string()).or_default().push(*r);
+                }
+                for (n, rs) in per {
+                    note(&bar, format!("  placed rank(s) {rs:?} on {n}"));
                 }
             }
             ToolReply::Started { rank, node, .. } => {
                 started += 1;
-                progress(started, exited, size);
-                if show.json && show.progress {
-                    println!("{}", json!({"event": "started", "rank": rank, "node": node.to_string(), "ms": ms}));
-                }
+                bar.ranks(started, exited, size);
+                event(json!({"event": "started", "rank": rank, "node": node.to_string(), "ms": ms}));
                 if size.is_some_and(|s| started >= s) && end.all_running.is_none() {
                     end.all_running = Some(t0.elapsed());
-                    if show.progress && !show.json {
-                        eprintln!("  all {started} rank(s) running after {ms:.0} ms");
-                    }
+                    note(&bar, format!("  all {started} rank(s) running after {ms:.0} ms"));
                 }
             }
             ToolReply::Output { rank, stream, .. } => {
@@ -176,36 +163,40 @@ pub(crate) fn follow(
                 if show.output {
                     let buf = lines.entry((rank, stream)).or_default();
                     buf.extend_from_slice(&payload);
-                    flush_lines(buf, rank, stream, false, show);
+                    bar.above(|| flush_lines(buf, rank, stream, false, show));
                 }
             }
             ToolReply::OutputFile { rank, path, ok, .. } => {
-                if show.progress && !show.json {
-                    eprintln!("  rank {rank}: output file {path} {}", if ok { "back, digest ok" } else { "CORRUPT" });
-                }
+                note(
+                    &bar,
+                    format!("  rank {rank}: output file {path} {}", if ok { "back, digest ok" } else { "CORRUPT" }),
+                );
                 end.files.push((rank, path, ok));
             }
             ToolReply::Queued { reason, .. } => {
-                if show.json && show.progress {
-                    println!("{}", json!({"event": "queued", "reason": reason, "ms": ms}));
-                } else if show.progress {
-                    eprintln!("  queued: {reason}");
-                }
+                event(json!({"event": "queued", "reason": reason, "ms": ms}));
+                note(&bar, format!("  queued: {reason}"));
+                bar.queued(&reason);
+            }
+            ToolReply::Staging { node, done, total, .. } => {
+                event(json!({"event": "staging", "node": node.to_string(), "done": done, "total": total, "ms": ms}));
+                bar.staging(node, done, total);
+            }
+            ToolReply::Fetching { rank, name, done, total, .. } => {
+                event(json!({"event": "fetching", "rank": rank, "name": name, "done": done, "total": total, "ms": ms}));
+                bar.fetching(rank, name, done, total);
             }
             ToolReply::Exited { rank, code, .. } => {
                 exited += 1;
-                progress(started, exited, size);
-                if show.json && show.progress {
-                    println!("{}", json!({"event": "exited", "rank": rank, "code": code, "ms": ms}));
-                } else if show.progress && code != 0 {
-                    eprintln!("  rank {rank} {}", p2pmp_core::job::describe_exit(code));
+                bar.ranks(started, exited, size);
+                event(json!({"event": "exited", "rank": rank, "code": code, "ms": ms}));
+                if code != 0 {
+                    note(&bar, format!("  rank {rank} {}", p2pmp_core::job::describe_exit(code)));
                 }
             }
             ToolReply::Finished { job, phase, codes, error } => {
                 end.job = Some(job);
-                if bar {
-                    eprintln!();
-                }
+                bar.finish();
                 for ((rank, stream), buf) in lines.iter_mut() {
                     if show.output {
                         flush_lines(buf, *rank, *stream, true, show);
@@ -220,5 +211,21 @@ pub(crate) fn follow(
             }
             _ => {}
         }
+    }
+}
+
+/// The job a progress reply is about.
+fn about(reply: &ToolReply) -> Option<JobId> {
+    match reply {
+        ToolReply::Submitted { job, .. }
+        | ToolReply::Placed { job, .. }
+        | ToolReply::Started { job, .. }
+        | ToolReply::Output { job, .. }
+        | ToolReply::OutputFile { job, .. }
+        | ToolReply::Exited { job, .. }
+        | ToolReply::Queued { job, .. }
+        | ToolReply::Staging { job, .. }
+        | ToolReply::Fetching { job, .. } => Some(*job),
+        _ => None,
     }
 }

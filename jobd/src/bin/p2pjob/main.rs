@@ -7,6 +7,9 @@
 mod demo;
 mod follow;
 mod programs;
+mod progress;
+mod tables;
+mod top;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,8 +17,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use clap::{Parser, Subcommand};
-use p2pmp_core::job::{JobDescription, JobId, Resources};
+use clap::{CommandFactory, Parser, Subcommand};
+use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
 use p2pmp_jobd::Overlay;
@@ -34,7 +37,7 @@ use follow::{End, Show, exit_code, follow, phase_name};
 /// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
 /// a daemon error, 4 the job was killed.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(name = "p2pjob", version)]
 struct Cli {
     /// The jobd control address.
     #[arg(long, global = true, env = "P2PJOB_NODE", default_value = DEFAULT_CONTROL)]
@@ -112,7 +115,7 @@ enum Cmd {
     /// killed (exit code 4).
     Run {
         /// Number of ranks (at least 1).
-        #[arg(short = 'n', long = "np", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(short = 'n', long = "np", default_value_t = 1, value_parser = ranks)]
         n: u32,
         /// Run on an embedded network of N local daemons.
         #[arg(long, value_name = "N")]
@@ -125,6 +128,28 @@ enum Cmd {
         /// Its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// The network's jobs and nodes, redrawn every interval until Ctrl-C.
+    Top {
+        /// Seconds between two refreshes.
+        #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+        every: f64,
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Shell completions for p2pjob, on stdout (e.g. `p2pjob completions bash >
+    /// /etc/bash_completion.d/p2pjob`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff) on stdout (`p2pjob man | man -l -`); with --dir,
+    /// p2pjob.1 and a page for each subcommand written there.
+    Man {
+        /// Write the pages into this directory (e.g. /usr/local/share/man/man1).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// A tour: 8 local nodes, the bundled MPI ring and factoring jobs, timings.
     ///
@@ -141,6 +166,13 @@ enum Cmd {
         /// Ring loops.
         #[arg(long, default_value_t = 20000)]
         loops: u64,
+        /// Where the first node serves the status page (a port alone is
+        /// loopback; another free port is taken when this one is busy).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7480")]
+        http: String,
+        /// Keep the network (and its status page) up after the jobs, until Ctrl-C.
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -175,6 +207,24 @@ fn main() -> ExitCode {
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// A number of ranks: at least 1.
+fn ranks(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("a job needs at least 1 rank".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of ranks (1 or more)")),
+    }
+}
+
+/// A positive number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.1)
+        .ok_or_else(|| format!("{s:?} is not a number of seconds of at least 0.1"))
 }
 
 /// A duration as job files write them: a number and `ms`, `s` (default), `m` or `h`.
@@ -230,21 +280,12 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             match c.call(ToolRequest::Status { job }, Duration::from_secs(10)).map_err(daemon)? {
                 ToolReply::Jobs { jobs } => {
                     if json {
-                        let v: Vec<_> = jobs
-                            .iter()
-                            .map(|j| {
-                                json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable, "phase": phase_name(j.phase), "waiting": j.waiting,
-                                "ranks": j.ranks.iter().map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()),
-                                "started": r.started, "exit": r.exit})).collect::<Vec<_>>(), "error": j.error})
-                            })
-                            .collect();
-                        println!("{}", json!({"jobs": v}));
+                        println!("{}", p2pmp_jobd::json::jobs(&jobs));
                     } else if jobs.is_empty() {
                         println!("no jobs");
                     } else {
                         for j in &jobs {
-                            let running = j.ranks.iter().filter(|r| r.started && r.exit.is_none()).count();
-                            let exited = j.ranks.iter().filter(|r| r.exit.is_some()).count();
+                            let (running, exited) = tables::rank_counts(j);
                             println!(
                                 "{}  {:<9} {} rank(s): {running} running, {exited} exited  {}  (on {}){}",
                                 j.job,
@@ -337,7 +378,27 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
             }
         }
-        Cmd::Demo { nodes, loops } => demo::run(nodes, loops, shape, json).map_err(|e| Fail(1, e)),
+        Cmd::Top { every, once } => {
+            top::run(cli.node, Duration::from_secs_f64(every), once, json).map_err(daemon)?;
+            Ok(0)
+        }
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "p2pjob", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man { dir: None } => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(|e| input(e.into()))?;
+            Ok(0)
+        }
+        Cmd::Man { dir: Some(dir) } => {
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("writing the manual pages into {}", dir.display()))
+                .map_err(input)?;
+            Ok(0)
+        }
+        Cmd::Demo { nodes, loops, http, keep } => {
+            demo::run(demo::Tour { nodes, loops, http, keep, shape }, json).map_err(|e| Fail(1, e))
+        }
     }
 }
 
@@ -379,37 +440,10 @@ fn print_output(c: &mut Client, id: u64, raw: bool, json: bool) -> anyhow::Resul
 }
 
 pub(crate) fn print_nodes(values: &[String], json: bool) {
-    let nodes: Vec<(String, Resources)> =
-        values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect();
     if json {
-        let v: Vec<_> = nodes
-            .iter()
-            .map(|(a, r)| {
-                json!({"addr": a, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
-                "slots": r.slots, "slots_total": r.slots_total, "load": r.load(), "mem_free_mb": r.mem_free_mb,
-                "tags": r.tags.iter().collect::<Vec<_>>()})
-            })
-            .collect();
-        println!("{}", json!({"nodes": v}));
-        return;
-    }
-    println!(
-        "{:<22} {:<7} {:<8} {:>5} {:>8} {:>9} {:>5} {:>6}  tags",
-        "node", "os", "arch", "cores", "mem_mb", "mem_free", "slots", "load"
-    );
-    for (a, r) in &nodes {
-        let tags: Vec<&str> = r.tags.iter().map(String::as_str).collect();
-        let slots = if r.slots_total > 0 { format!("{}/{}", r.slots, r.slots_total) } else { r.slots.to_string() };
-        let free = r.mem_free_mb.map_or("-".to_owned(), |m| m.to_string());
-        let load = r.load().map_or("-".to_owned(), |l| format!("{l:.2}"));
-        println!(
-            "{a:<22} {:<7} {:<8} {:>5} {:>8} {free:>9} {slots:>5} {load:>6}  {}",
-            r.os,
-            r.arch,
-            r.cores,
-            r.mem_mb,
-            tags.join(",")
-        );
+        println!("{}", p2pmp_jobd::json::nodes(values));
+    } else {
+        print!("{}", tables::nodes(values));
     }
 }
 
@@ -439,10 +473,18 @@ fn local_slots(procs: u32, nodes: usize) -> u32 {
 }
 
 /// An embedded network of `n` daemons of `slots` slots running `overlay` (CAN in `dims`).
-fn local_net(n: usize, slots: u32, (overlay, dims): (Overlay, u8)) -> anyhow::Result<LocalNet> {
+/// An embedded network of `n` nodes forming the overlay `shape`, each daemon's
+/// configuration then adjusted by `tweak`.
+fn local_net(
+    n: usize,
+    slots: u32,
+    (overlay, dims): (Overlay, u8),
+    tweak: impl Fn(&mut p2pmp_jobd::Config),
+) -> anyhow::Result<LocalNet> {
     LocalNet::start_with(n, slots, |c| {
         c.overlay = overlay;
         c.dims = dims;
+        tweak(c);
     })
 }
 
@@ -457,7 +499,7 @@ fn submit(
 ) -> Result<i32, Fail> {
     let net = match local {
         Some((n, shape)) => {
-            let net = local_net(n, local_slots(procs, n), shape).map_err(daemon)?;
+            let net = local_net(n, local_slots(procs, n), shape, |_| {}).map_err(daemon)?;
             if !net.wait_formed(Duration::from_secs(30), |_| {}) {
                 return Err(daemon(anyhow!("the embedded network of {n} nodes did not form")));
             }
@@ -502,6 +544,11 @@ fn submit(
 /// daemons' processes die with this process (they are spawned with
 /// `PR_SET_PDEATHSIG`), so nothing is left behind.
 pub(crate) fn cleanup_on_interrupt(dirs: Vec<PathBuf>) {
+    on_interrupt(dirs, "interrupted; the embedded network is gone", 130);
+}
+
+/// On Ctrl-C or SIGTERM, removes `dirs`, says `what` and exits with `code`.
+pub(crate) fn on_interrupt(dirs: Vec<PathBuf>, what: &'static str, code: i32) {
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
@@ -516,8 +563,8 @@ pub(crate) fn cleanup_on_interrupt(dirs: Vec<PathBuf>) {
         for d in &dirs {
             let _ = std::fs::remove_dir_all(d);
         }
-        eprintln!("p2pjob: interrupted; the embedded network is gone");
-        std::process::exit(130);
+        eprintln!("p2pjob: {what}");
+        std::process::exit(code);
     });
 }
 

@@ -1,0 +1,233 @@
+// The p2pmp status page: reads the JSON API once, then follows its
+// server-sent events (/api/events); nothing is reloaded. No framework, no build step.
+"use strict";
+
+const state = { nodes: [], jobs: [], ring: null, daemon: null, hover: null };
+const openJobs = new Set();
+const SVG = "http://www.w3.org/2000/svg";
+const R = 110;
+
+function el(tag, attrs, ...kids) {
+  const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) if (k !== null && k !== undefined) e.append(k);
+  return e;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "-";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined || ms < 0) return "-";
+  const s = ms / 1000;
+  if (s < 10) return s.toFixed(1) + " s";
+  if (s < 120) return Math.round(s) + " s";
+  const m = Math.floor(s / 60);
+  if (m < 120) return m + " min " + Math.round(s % 60) + " s";
+  return Math.floor(m / 60) + " h " + (m % 60) + " min";
+}
+
+const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+  9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM" };
+
+function exitText(code) {
+  if (code === null || code === undefined) return null;
+  if (code < 0) return "killed by " + (SIGNALS[-code] || "signal " + -code);
+  return "exit " + code;
+}
+
+function bar(done, total, busy) {
+  const pct = total > 0 ? Math.min(100, Math.round((100 * done) / total)) : 100;
+  return el("span", { class: busy ? "bar busy" : "bar", title: pct + "%" }, el("i", { style: "width:" + pct + "%" }));
+}
+
+// ---- nodes -----------------------------------------------------------------
+
+function freeRatio(n) {
+  return n.slots_total > 0 ? n.slots / n.slots_total : n.slots > 0 ? 1 : 0;
+}
+
+function renderNodes() {
+  const body = document.querySelector("#nodes tbody");
+  body.replaceChildren(...state.nodes.map((n) => {
+    const total = n.slots_total || n.slots;
+    return el("tr", { "data-addr": n.addr, id: "node-" + n.addr },
+      el("td", { class: "mono", text: n.addr }),
+      el("td", { text: n.os + " / " + n.arch }),
+      el("td", { class: "num", text: n.cores }),
+      el("td", { class: "num", text: bytes(n.mem_mb * 1048576) }),
+      el("td", {}, bar(n.slots, total, freeRatio(n) < 0.5), el("span", { class: "slots", text: n.slots + " / " + total })),
+      el("td", { class: "num", text: n.load === null ? "-" : n.load.toFixed(2) }),
+      el("td", { class: "num", text: n.mem_free_mb === null ? "-" : bytes(n.mem_free_mb * 1048576) }),
+      el("td", { text: n.tags.join(", ") }));
+  }));
+  document.getElementById("node-count").textContent = state.nodes.length + " in the overlay";
+}
+
+// ---- the ring ---------------------------------------------------------------
+
+function at(pos, r) {
+  const a = pos * 2 * Math.PI - Math.PI / 2;
+  return [r * Math.cos(a), r * Math.sin(a)];
+}
+
+function renderRing() {
+  const svg = document.getElementById("ring");
+  const ring = state.ring;
+  const nodes = ring ? ring.nodes : [];
+  const byAddr = new Map(nodes.map((n) => [n.addr, n]));
+  const free = new Map(state.nodes.map((n) => [n.addr, freeRatio(n)]));
+  const kids = [el("svg:circle", { class: "orbit", r: R }), el("svg:line", { class: "zero", x1: 0, y1: -R - 6, x2: 0, y2: -R + 6 }),
+    el("svg:text", { class: "label", x: 3, y: -R - 8, text: "id 0" })];
+  const hot = state.hover && byAddr.get(state.hover);
+  if (hot) {
+    const [x0, y0] = at(hot.pos, R);
+    for (const f of hot.fingers) {
+      const t = byAddr.get(f.node);
+      if (!t) continue;
+      const [x1, y1] = at(t.pos, R);
+      kids.push(el("svg:path", { class: "finger", d: `M${x0},${y0} Q0,0 ${x1},${y1}` }));
+    }
+    for (const s of hot.successors) {
+      const t = byAddr.get(s);
+      if (!t) continue;
+      const [x1, y1] = at(t.pos, R);
+      kids.push(el("svg:line", { class: "succ", x1: x0, y1: y0, x2: x1, y2: y1 }));
+    }
+  }
+  const labels = nodes.length <= 24;
+  for (const n of nodes) {
+    const [x, y] = at(n.pos, R);
+    const f = free.get(n.addr);
+    const fill = f === undefined ? "#999" : f >= 0.5 ? "#23884a" : f > 0 ? "#b7791f" : "#c23b30";
+    const cls = "node" + (ring.me === n.addr ? " me" : "") + (state.hover === n.addr ? " hot" : "");
+    kids.push(el("svg:circle", { class: cls, cx: x, cy: y, r: 6, fill, "data-addr": n.addr,
+      onmouseenter: () => { state.hover = n.addr; renderRing(); }, onclick: () => { state.hover = n.addr; renderRing(); } }));
+    if (labels) {
+      const [lx, ly] = at(n.pos, R + 16);
+      kids.push(el("svg:text", { class: "label", x: lx, y: ly + 3, "text-anchor": "middle", text: ":" + n.addr.split(":").pop() }));
+    }
+  }
+  svg.replaceChildren(...kids);
+  document.getElementById("ring-count").textContent = nodes.length + " node(s), ids on a 2^" + (ring ? ring.bits : 160) + " ring";
+  const info = document.getElementById("ring-info");
+  if (!hot) {
+    info.replaceChildren("Point at a node: its ", el("span", { class: "key-succ", text: "successors" }), " and ",
+      el("span", { class: "key-finger", text: "fingers" }), ". The outlined node is the one serving this page.");
+    return;
+  }
+  const src = hot.source === "node" ? "as the node itself reports them" : "computed from the node list (a settled ring of these nodes)";
+  info.replaceChildren(
+    el("div", {}, el("b", { class: "mono", text: hot.addr }), " id ", el("span", { class: "mono", text: hot.id.slice(0, 12) + "\u2026" })),
+    el("div", { class: "muted", text: "Neighbours " + src + "." }),
+    el("div", {}, "predecessor ", el("span", { class: "mono", text: hot.predecessor || "-" })),
+    el("div", {}, el("span", { class: "key-succ", text: "successors " }), el("span", { class: "mono", text: hot.successors.join(", ") || "-" })),
+    el("div", {}, el("span", { class: "key-finger", text: "fingers " }),
+      el("span", { class: "mono", text: hot.fingers.map((f) => "[" + f.index + "] " + f.node).join(", ") || "-" })));
+}
+
+// ---- jobs -------------------------------------------------------------------
+
+function elapsed(j) {
+  const t = j.times || {};
+  if (t.ended_ms) return "took " + duration(t.ended_ms - t.seen_ms);
+  if (["done", "failed", "killed"].includes(j.phase)) return "ended before this page saw it";
+  return duration(Date.now() - t.seen_ms);
+}
+
+function rankState(r) {
+  if (r.exit !== null) return exitText(r.exit);
+  if (r.started) return "running";
+  return r.node ? "placed" : "waiting";
+}
+
+function renderJob(j) {
+  const running = j.ranks.filter((r) => r.started && r.exit === null).length;
+  const exited = j.ranks.filter((r) => r.exit !== null).length;
+  const summary = el("summary", {},
+    el("span", { class: "phase " + j.phase, text: j.phase }),
+    el("span", { class: "mono", title: j.job, text: j.job.slice(0, 12) }),
+    el("b", { text: j.executable.split("/").pop(), title: j.executable }),
+    el("span", { class: "counts", text: `${j.ranks.length} rank(s): ${running} running, ${exited} exited` }),
+    el("span", { class: "muted", text: "on " + j.holder }),
+    el("span", { class: "muted elapsed", text: elapsed(j) }),
+    j.error ? el("span", { class: "why", text: j.error }) : null,
+    j.waiting ? el("span", { class: "waiting", text: j.waiting }) : null);
+  const ranks = el("table", {}, el("thead", {}, el("tr", {}, ["rank", "node", "state"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, j.ranks.map((r) => el("tr", { "data-rank": r.rank },
+      el("td", { text: r.rank }), el("td", { class: "mono", text: r.node || "-" }), el("td", { text: rankState(r) })))));
+  const tr = j.transfers || { staging: [], fetching: [] };
+  const moving = [...tr.staging.map((s) => ["files to " + s.node, s]), ...tr.fetching.map((f) => [f.name + " of rank " + f.rank, f])];
+  const transfers = moving.length === 0 ? null : el("div", { class: "transfers" }, moving.map(([what, t]) =>
+    el("div", {}, bar(t.done, t.total, t.done < t.total), `${what}: ${bytes(t.done)} of ${bytes(t.total)}`)));
+  const tails = el("div", { class: "tails" }, Object.entries(j.tail || {}).map(([rank, lines]) =>
+    el("div", { class: "tail" }, el("h4", { text: "rank " + rank + ", last lines" }),
+      el("pre", {}, lines.map((l) => el("span", { class: l.stream, text: l.line + "\n" }))))));
+  const details = el("details", { class: "job", id: "job-" + j.job, "data-job": j.job, "data-phase": j.phase },
+    summary, el("div", { class: "body" }, ranks, transfers, tails));
+  details.open = openJobs.has(j.job);
+  details.addEventListener("toggle", () => { if (details.open) openJobs.add(j.job); else openJobs.delete(j.job); });
+  return details;
+}
+
+function renderJobs() {
+  const box = document.getElementById("jobs");
+  if (state.jobs.length === 0) {
+    box.replaceChildren(el("p", { class: "muted" }, "No jobs yet. ", el("code", { text: "p2pjob run -n 4 PROGRAM" }), " starts one."));
+  } else {
+    box.replaceChildren(...state.jobs.map(renderJob));
+  }
+  const live = state.jobs.filter((j) => !["done", "failed", "killed"].includes(j.phase)).length;
+  document.getElementById("job-count").textContent = state.jobs.length + " known, " + live + " not over";
+}
+
+function renderDaemon() {
+  const d = state.daemon;
+  if (!d) return;
+  document.getElementById("daemon").textContent = "node " + (d.overlay || "?") + " (control " + d.control + ")";
+  const p = document.getElementById("problem");
+  p.hidden = !d.error;
+  p.textContent = d.error ? "The daemon cannot be asked: " + d.error + ". Retrying every second." : "";
+}
+
+// ---- data -------------------------------------------------------------------
+
+const apply = {
+  nodes: (d) => { state.nodes = d.nodes; renderNodes(); renderRing(); },
+  jobs: (d) => { state.jobs = d.jobs; renderJobs(); },
+  ring: (d) => { state.ring = d; renderRing(); },
+  daemon: (d) => { state.daemon = d; renderDaemon(); },
+};
+
+function live(on) {
+  const e = document.getElementById("live");
+  e.className = "live " + (on ? "on" : "off");
+  e.textContent = on ? "live" : "reconnecting\u2026";
+}
+
+async function start() {
+  for (const name of Object.keys(apply)) {
+    try {
+      const r = await fetch("/api/" + name);
+      if (r.ok) apply[name](await r.json());
+    } catch (e) { live(false); }
+  }
+  const events = new EventSource("/api/events");
+  for (const name of Object.keys(apply)) events.addEventListener(name, (e) => apply[name](JSON.parse(e.data)));
+  events.onopen = () => live(true);
+  events.onerror = () => live(false);
+  // Running jobs' elapsed times move on.
+  setInterval(() => { if (state.jobs.some((j) => !j.times.ended_ms)) renderJobs(); }, 1000);
+}
+
+start();

@@ -1,0 +1,98 @@
+//! The JSON shapes of what a daemon tells about jobs and nodes, written once:
+//! `p2pjob status --json` and `p2pjob nodes --json` print them, and the status
+//! page's API (`/api/jobs`, `/api/nodes`) serves them.
+
+use p2pmp_core::job::Resources;
+use p2pmp_core::node::control::{JobPhase, JobStatus};
+use serde_json::{Value, json};
+
+/// The word for a job's phase, as status lines and JSON write it.
+pub fn phase_name(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Resolving => "resolving",
+        JobPhase::Queued => "queued",
+        JobPhase::Placing => "placing",
+        JobPhase::Running => "running",
+        JobPhase::Done => "done",
+        JobPhase::Failed => "failed",
+        JobPhase::Killed => "killed",
+    }
+}
+
+/// Whether a job in this phase is over.
+pub fn phase_is_over(p: JobPhase) -> bool {
+    matches!(p, JobPhase::Done | JobPhase::Failed | JobPhase::Killed)
+}
+
+/// One job, as `p2pjob status --json` lists it.
+pub fn job(j: &JobStatus) -> Value {
+    let ranks: Vec<Value> = j
+        .ranks
+        .iter()
+        .map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()), "started": r.started, "exit": r.exit}))
+        .collect();
+    json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable,
+        "phase": phase_name(j.phase), "waiting": j.waiting, "ranks": ranks, "error": j.error})
+}
+
+/// Every job: `{"jobs": [...]}`.
+pub fn jobs(jobs: &[JobStatus]) -> Value {
+    json!({"jobs": jobs.iter().map(job).collect::<Vec<_>>()})
+}
+
+/// The nodes of `res:any` lines (unparsable ones left out), by address.
+pub fn parse_nodes(values: &[String]) -> Vec<(String, Resources)> {
+    values.iter().filter_map(|v| Resources::parse_any_value(v).ok()).map(|(a, r)| (a.to_string(), r)).collect()
+}
+
+/// One node, as `p2pjob nodes --json` lists it.
+pub fn node(addr: &str, r: &Resources) -> Value {
+    json!({"addr": addr, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
+        "slots": r.slots, "slots_total": r.slots_total, "load": r.load(), "mem_free_mb": r.mem_free_mb,
+        "tags": r.tags.iter().collect::<Vec<_>>()})
+}
+
+/// Every node of the `res:any` lines: `{"nodes": [...]}`.
+pub fn nodes(values: &[String]) -> Value {
+    json!({"nodes": parse_nodes(values).iter().map(|(a, r)| node(a, r)).collect::<Vec<_>>()})
+}
+
+#[cfg(test)]
+mod tests {
+    use p2pmp_core::id::Id;
+    use p2pmp_core::job::JobId;
+    use p2pmp_core::machine::NodeAddr;
+    use p2pmp_core::node::control::RankStatus;
+
+    use super::*;
+
+    #[test]
+    fn a_job_and_a_node_in_json() {
+        let a = NodeAddr("127.0.0.1:7400".parse().unwrap());
+        let ranks = vec![RankStatus { rank: 0, node: Some(a), started: true, exit: Some(-11) }];
+        let s = JobStatus {
+            job: JobId(Id::ZERO),
+            executable: "ring".into(),
+            phase: JobPhase::Failed,
+            ranks,
+            error: Some("rank 0 was killed by SIGSEGV".into()),
+            holder: a,
+            waiting: None,
+        };
+        let v = jobs(&[s]);
+        assert_eq!(v["jobs"][0]["phase"], "failed");
+        assert_eq!(v["jobs"][0]["ranks"][0]["node"], "127.0.0.1:7400");
+        assert_eq!(v["jobs"][0]["ranks"][0]["exit"], -11);
+        assert_eq!(v["jobs"][0]["job"], "0".repeat(40));
+        let r =
+            Resources { os: "linux".into(), slots: 2, slots_total: 4, load_milli: Some(1500), ..Resources::default() };
+        let line = r.any_value(a);
+        let v = nodes(&[line, "garbage".into()]);
+        assert_eq!(v["nodes"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            (v["nodes"][0]["addr"].as_str(), v["nodes"][0]["load"].as_f64()),
+            (Some("127.0.0.1:7400"), Some(1.5))
+        );
+        assert!(phase_is_over(JobPhase::Killed) && !phase_is_over(JobPhase::Queued));
+    }
+}

@@ -1,0 +1,81 @@
+//! `p2pjob` as a user meets it: `top`, shell completions, the man page, and
+//! what it says about a bad rank count and a finished job.
+
+mod web;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use p2pmp_core::job::JobDescription;
+
+fn p2pjob(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_p2pjob")).args(args).output().expect("run p2pjob")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_line_definitions() {
+    let bash = p2pjob(&["completions", "bash"]);
+    assert!(bash.status.success());
+    let script = text(&bash.stdout);
+    assert!(script.contains("_p2pjob()") && script.contains("complete -F _p2pjob"), "{script}");
+    for sub in ["submit", "status", "top", "run", "demo"] {
+        assert!(script.contains(sub), "bash completion of {sub}");
+    }
+    let zsh = p2pjob(&["completions", "zsh"]);
+    assert!(zsh.status.success() && text(&zsh.stdout).starts_with("#compdef p2pjob"));
+    let man = p2pjob(&["man"]);
+    let page = text(&man.stdout);
+    assert!(man.status.success() && page.contains(".TH p2pjob 1"), "{page}");
+    assert!(page.contains("Submit and control jobs") && page.contains("completions"), "{page}");
+    let dir = std::env::temp_dir().join(format!("p2pjob-man-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = p2pjob(&["man", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in ["p2pjob.1", "p2pjob-run.1", "p2pjob-top.1", "p2pjob-submit.1"] {
+        let roff = std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(roff.contains(".TH"), "{page}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_rank_count_is_refused_saying_what_is_wanted() {
+    let out = p2pjob(&["run", "-n", "0", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("a job needs at least 1 rank"), "{err}");
+    assert!(!err.contains("line "), "no job file line numbers for a flag: {err}");
+}
+
+#[test]
+fn top_shows_the_nodes_and_jobs_and_wait_names_the_job() {
+    let net = web::network(3);
+    let node = net.control().to_string();
+    let dir = std::env::temp_dir().join(format!("p2pjob-top-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let desc = JobDescription::run("/bin/sh", vec!["-c".into(), "echo hi".into()], 2);
+    let job = web::submit(net.control(), &desc, &dir).to_string();
+    // `wait` of a job: its id on every line about it.
+    let wait = p2pjob(&["--node", &node, "wait", &job]);
+    assert!(wait.status.success(), "{}", text(&wait.stderr));
+    let said = text(&wait.stderr);
+    assert!(said.contains(&format!("job {job} done")), "{said}");
+    let frame = web::until(Duration::from_secs(10), "top to list the job", || {
+        let out = p2pjob(&["--node", &node, "top", "--once"]);
+        let t = text(&out.stdout);
+        (out.status.success() && t.contains(&job[..12])).then_some(t)
+    });
+    assert!(frame.contains("3 node(s), 1 job(s) (0 not over"), "{frame}");
+    for addr in net.overlay_addrs() {
+        assert!(frame.contains(&addr.to_string()), "{addr} in {frame}");
+    }
+    assert!(frame.lines().any(|l| l.starts_with(&job[..12]) && l.contains("done") && l.contains("0/2/2")), "{frame}");
+    let json = p2pjob(&["--node", &node, "--json", "top", "--once"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON line");
+    assert_eq!((v["nodes"].as_array().map(Vec::len), v["jobs"][0]["job"].as_str()), (Some(3), Some(job.as_str())));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,202 @@
+//! The status page in a real browser: headless Chromium driven through
+//! chromedriver (W3C WebDriver over plain HTTP). The nodes appear; a job
+//! submitted during the test appears, runs and finishes on the page without a
+//! reload; pointing at a ring node shows its neighbours. A screenshot is kept
+//! at `target/status-page.png`.
+//!
+//! Without Chromium and chromedriver (`apt-get install chromium
+//! chromium-driver`; or name them in P2PMP_CHROMIUM and P2PMP_CHROMEDRIVER)
+//! the test says so and passes, unless P2PMP_REQUIRE_CHROMIUM=1.
+
+mod web;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use p2pmp_core::job::JobDescription;
+use serde_json::{Value, json};
+
+/// The key W3C WebDriver names element references by.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// `env` if set, else the first of `names` on $PATH.
+fn find(env: &str, names: &[&str]) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).flat_map(|d| names.iter().map(move |n| d.join(n))).find(|p| p.is_file())
+}
+
+/// A chromedriver with one headless Chromium session; dropped, both end.
+struct Browser {
+    driver: Child,
+    addr: SocketAddr,
+    session: String,
+    profile: PathBuf,
+}
+
+impl Browser {
+    fn start(chromium: &std::path::Path, chromedriver: &std::path::Path) -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let profile = std::env::temp_dir().join(format!("p2pmp-chromium-{}-{port}", std::process::id()));
+        let mut b = Browser { driver, addr, session: String::new(), profile };
+        web::until(Duration::from_secs(20), "chromedriver", || {
+            let r = web::request(addr, "GET", "/status", None).ok()?;
+            r.json()["value"]["ready"].as_bool().filter(|r| *r)
+        });
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1400,1250",
+            &format!("--user-data-dir={}", b.profile.display()),
+        ];
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium.to_string_lossy(), "args": args}}}});
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_owned();
+        b
+    }
+
+    /// A WebDriver command; its `value`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let body = body.map(|b| b.to_string());
+        let r = web::request(self.addr, method, path, body.as_deref()).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let v = r.json();
+        assert_eq!(r.status, 200, "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    fn session(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    /// Runs `js` (a function body) in the page; what it returns.
+    fn script(&self, js: &str) -> Value {
+        self.session("POST", "/execute/sync", Some(json!({"script": js, "args": []})))
+    }
+
+    fn element(&self, css: &str) -> Value {
+        let v = self.session("POST", "/element", Some(json!({"using": "css selector", "value": css})));
+        v[ELEMENT].clone()
+    }
+
+    /// Moves the mouse onto the element `css` names (a real hover).
+    fn hover(&self, css: &str) {
+        let el = self.element(css);
+        let origin = json!({ ELEMENT: el });
+        let actions = json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 0, "origin": origin, "x": 0, "y": 0}]}]});
+        self.session("POST", "/actions", Some(actions));
+    }
+
+    fn screenshot(&self, to: &std::path::Path) {
+        let b64 = self.session("GET", "/screenshot", None);
+        let png = base64::engine::general_purpose::STANDARD.decode(b64.as_str().unwrap()).expect("a base64 PNG");
+        std::fs::write(to, png).expect("write the screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = web::request(self.addr, "DELETE", &format!("/session/{}", self.session), None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+#[test]
+fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
+    let (Some(chromium), Some(chromedriver)) = (
+        find("P2PMP_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]),
+        find("P2PMP_CHROMEDRIVER", &["chromedriver"]),
+    ) else {
+        let why = "Chromium or chromedriver is missing (apt-get install chromium chromium-driver)";
+        assert!(std::env::var("P2PMP_REQUIRE_CHROMIUM").as_deref() != Ok("1"), "P2PMP_REQUIRE_CHROMIUM=1: {why}");
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let net = web::network(4);
+    let page = net.http_addr().expect("the page is on");
+    let browser = Browser::start(&chromium, &chromedriver);
+    browser.session("POST", "/url", Some(json!({"url": format!("http://{page}/")})));
+    // A mark in the page's window: a reload would wipe it.
+    browser.script("window.p2pmpMark = 'still here'; return true;");
+    let seen = web::until(Duration::from_secs(20), "four nodes on the page", || {
+        let v = browser.script(
+            "return [document.querySelectorAll('#nodes tbody tr').length, document.querySelectorAll('#ring circle.node').length];",
+        );
+        (v == json!([4, 4])).then_some(v)
+    });
+    assert_eq!(seen, json!([4, 4]));
+    let addrs =
+        browser.script("return [...document.querySelectorAll('#nodes tbody tr')].map(r => r.dataset.addr).sort();");
+    let mut want: Vec<String> = net.overlay_addrs().iter().map(|a| a.to_string()).collect();
+    want.sort();
+    assert_eq!(addrs, json!(want));
+    // A job submitted now: it appears, runs, and finishes, on the same page.
+    let dir = std::env::temp_dir().join(format!("p2pmp-browser-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = "echo computing on rank $P2PMP_RANK of $P2PMP_SIZE; sleep 3; echo rank $P2PMP_RANK done";
+    let desc = JobDescription::run("/bin/sh", vec!["-c".into(), script.into()], 4);
+    let job = web::submit(net.control(), &desc, &dir).to_string();
+    let phase_of =
+        format!("const j = document.querySelector('[data-job=\"{job}\"]'); return j ? j.dataset.phase : null;");
+    let mut phases: Vec<String> = Vec::new();
+    web::until(Duration::from_secs(40), "the job to finish on the page", || {
+        let p = browser.script(&phase_of).as_str().map(str::to_owned);
+        if let Some(p) = &p {
+            if phases.last() != Some(p) {
+                phases.push(p.clone());
+            }
+        }
+        (p.as_deref() == Some("done")).then_some(())
+    });
+    assert!(phases.iter().any(|p| p == "running"), "the page showed it running: {phases:?}");
+    assert_eq!(browser.script("return window.p2pmpMark;"), json!("still here"), "the page was not reloaded");
+    // Its details: where each rank ran, and the last lines of its output.
+    let summary = format!("[data-job=\"{job}\"] > summary");
+    let id = browser.element(&summary);
+    browser.session("POST", &format!("/element/{}/click", id.as_str().unwrap()), Some(json!({})));
+    let text = web::until(Duration::from_secs(5), "the job's output on the page", || {
+        let t = browser.script(&format!("return document.querySelector('[data-job=\"{job}\"]').innerText;"));
+        t.as_str().filter(|t| t.contains("rank 3 done")).map(str::to_owned)
+    });
+    for rank in 0..4 {
+        assert!(text.contains(&format!("computing on rank {rank} of 4")), "{text}");
+    }
+    assert!(net.overlay_addrs().iter().any(|a| text.contains(&a.to_string())), "where ranks ran: {text}");
+    // Pointing at the page's own node shows its neighbours, as it reports them.
+    let me = net.overlay_addrs()[0];
+    browser.hover(&format!("#ring circle[data-addr=\"{me}\"]"));
+    let info = browser.script("return document.getElementById('ring-info').innerText;");
+    let info = info.as_str().unwrap_or_default();
+    assert!(info.contains("successors") && info.contains("as the node itself reports them"), "{info}");
+    let lines = browser.script("return document.querySelectorAll('#ring .succ').length;");
+    assert_eq!(lines, json!(3), "a line to each of its three successors");
+    let shot =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp is in target").join("status-page.png");
+    browser.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000, "a real screenshot");
+    eprintln!("screenshot: {}", shot.display());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
