@@ -39,8 +39,10 @@
 //! - [`datatype`]: derived datatypes as [`datatype::Layout`]s (the (offset,
 //!   length) runs of a committed type) with packing.
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
-//!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
-//!   TCP (see `transport`, one connection per rank pair) on the calling thread:
+//!   sans-IO engine of `p2pmp_core::mpi`, and when to resolve, connect, back off
+//!   and give up is its link machine (`p2pmp_core::mpi::Links`); this crate only
+//!   moves frames over TCP (see `transport`, one connection per rank pair) on
+//!   the calling thread, resolving and connecting without waiting:
 //!   a blocking call may spin briefly when every rank has a core
 //!   ([`SpinPolicy`]), then sleeps in `recv` on the one peer it waits for (one
 //!   system call per message, as a plain blocking program), or in `epoll` when

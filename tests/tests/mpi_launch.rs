@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use p2pmp_tests::Finished;
 
-/// `target/<profile>`, with the programs this file runs freshly built.
+/// `target/<profile>`, with the programs this file runs freshly built (with
+/// fault injection: the `P2PMP_FAULT_*` variables below act only then).
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples"]))
+    DIR.get_or_init(|| {
+        p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples", "--features", "fault-injection"])
+    })
 }
 
 /// Runs `prog args` on `n` ranks, waiting at most `limit`.
@@ -87,6 +90,7 @@ fn reconnects_after_dropped_connections() {
         (2, "7", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
     ] {
         let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", every)]);
+        assert!(r.stderr.contains("fault injection"), "built without fault injection:\n{}", r.stderr);
         assert!(
             r.ok && r.stdout.contains(want),
             "{prog} on {n} ranks, drop every {every}:\n{}\n{}",
@@ -109,6 +113,7 @@ fn a_rank_moved_to_a_new_port_mid_conversation() {
         (2, "1:5", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
     ] {
         let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_MOVE", mv)]);
+        assert!(r.stderr.contains("fault injection"), "built without fault injection:\n{}", r.stderr);
         assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks, move {mv}:\n{}\n{}", r.stdout, r.stderr);
     }
 }
