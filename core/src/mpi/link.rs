@@ -8,8 +8,9 @@
 //! - [`LinkAction::Resolve`]: ask the local node for the addresses registered
 //!   under the peer's process key; the answer comes back as
 //!   [`Links::handle_resolved`] (never wait for it inside progress);
-//! - [`LinkAction::Connect`]: start a connection to one address; the outcome
-//!   comes back as [`Links::handle_connected`] or [`Links::handle_connect_failed`];
+//! - [`LinkAction::Connect`]: start a connection to one address, over shared
+//!   memory or TCP ([`Path`]); the outcome comes back as
+//!   [`Links::handle_connected`] or [`Links::handle_connect_failed`];
 //! - [`LinkAction::Abort`]: give the attempt in progress up (it timed out);
 //! - [`LinkAction::UseInbound`]: send on the connection the peer opened to us;
 //! - [`LinkAction::Failed`]: the first attempt failed: drop the frames held for
@@ -33,6 +34,11 @@
 //! - **Newest registration first.** A resolve may return several addresses (a
 //!   moved rank's old one may linger); they are tried last to first, each within
 //!   [`LinkConfig::connect_timeout`].
+//! - **Shared memory on one host, TCP otherwise.** An address on this rank's
+//!   own host ([`LinkConfig::same_host`]) is tried over shared memory first and,
+//!   if that fails for any reason, over TCP. The path is chosen afresh at every
+//!   attempt, so a peer that moves to another host is reached over TCP after
+//!   the break, and over shared memory again once it is back.
 //! - **Back-off.** A failed link is retried after a back-off doubling from
 //!   [`LinkConfig::min_backoff`] to [`LinkConfig::max_backoff`]; a link that broke
 //!   is retried at once (the peer may have moved).
@@ -47,6 +53,7 @@
 //!   ([`MpiEngine::handle_unreachable`]); a closing rank never gives up.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use super::MpiEngine;
@@ -67,6 +74,9 @@ pub struct LinkConfig {
     /// How long a peer with frames waiting may stay unreachable before the rank
     /// gives up (default 60 s; never while closing).
     pub unreachable_after: Duration,
+    /// The address of this rank's host, when shared memory may be used: peers
+    /// registered there are on this host (default: none, TCP only).
+    pub same_host: Option<IpAddr>,
 }
 
 impl Default for LinkConfig {
@@ -77,6 +87,7 @@ impl Default for LinkConfig {
             connect_timeout: Duration::from_secs(2),
             resolve_timeout: Duration::from_secs(30),
             unreachable_after: Duration::from_secs(60),
+            same_host: None,
         }
     }
 }
@@ -88,9 +99,9 @@ pub enum LinkAction {
     /// Look up the addresses registered under `peer`'s process key; answer with
     /// [`Links::handle_resolved`].
     Resolve { peer: u32 },
-    /// Open a connection to `addr` for `peer` (its hello first); answer with
-    /// [`Links::handle_connected`] or [`Links::handle_connect_failed`].
-    Connect { peer: u32, addr: NodeAddr },
+    /// Open a connection to `addr` for `peer` over `path` (its hello first);
+    /// answer with [`Links::handle_connected`] or [`Links::handle_connect_failed`].
+    Connect { peer: u32, addr: NodeAddr, path: Path },
     /// Abandon the connection attempt to `peer` in progress (it timed out).
     Abort { peer: u32 },
     /// Send `peer`'s frames on the connection its frames arrive on.
@@ -99,6 +110,15 @@ pub enum LinkAction {
     Failed { peer: u32 },
     /// `peer` stayed unreachable too long with frames waiting.
     GiveUp { peer: u32, why: String },
+}
+
+/// How a link carries frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Path {
+    /// Rings in memory shared by two ranks of one host.
+    Shm,
+    /// A TCP connection.
+    Tcp,
 }
 
 /// Where a frame the engine emitted goes.
@@ -134,10 +154,12 @@ impl TimerKey for Timer {
 enum Attempt {
     None,
     Resolving,
-    /// Trying `addrs[next]`; the newest registration is last, tried first.
+    /// Trying `addrs[next]` over `path`; the newest registration is last,
+    /// tried first.
     Connecting {
         addrs: Vec<NodeAddr>,
         next: usize,
+        path: Path,
     },
 }
 
@@ -149,6 +171,8 @@ struct Link {
     attempt: Attempt,
     /// The peer's frames arrive on a connection we may answer on.
     inbound: bool,
+    /// How the open link (or the latest one) carries frames.
+    path: Path,
     /// Whether the engine believes frames for the peer can be sent.
     engine_up: bool,
     backoff: Duration,
@@ -167,6 +191,7 @@ impl Link {
             open: false,
             attempt: Attempt::None,
             inbound: false,
+            path: Path::Tcp,
             engine_up: true,
             backoff: Duration::ZERO,
             down_since: None,
@@ -225,9 +250,20 @@ impl Links {
         self.links.get(peer as usize).is_some_and(|l| l.attempt != Attempt::None)
     }
 
+    /// How `peer`'s open link (or its latest one) carries frames.
+    pub fn path(&self, peer: u32) -> Option<Path> {
+        self.links.get(peer as usize).map(|l| l.path)
+    }
+
     /// The back-off the next failure of `peer` would extend.
     pub fn backoff(&self, peer: u32) -> Duration {
         self.links.get(peer as usize).map_or(Duration::ZERO, |l| l.backoff)
+    }
+
+    /// Whether every link is settled: none down, no attempt running (then no
+    /// answer from the node or a listener is awaited).
+    pub fn is_settled(&self) -> bool {
+        self.unsettled.is_empty()
     }
 
     /// Whether [`Links::start_closing`] was called.
@@ -268,12 +304,12 @@ impl Links {
         }
         match answer {
             Ok(addrs) if !addrs.is_empty() => {
-                let l = &mut self.links[peer as usize];
                 let next = addrs.len() - 1;
-                let addr = addrs[next];
-                l.attempt = Attempt::Connecting { addrs, next };
+                let (addr, path) = (addrs[next], self.first_path(addrs[next]));
+                let l = &mut self.links[peer as usize];
+                l.attempt = Attempt::Connecting { addrs, next, path };
                 l.timers.set(Timer::Attempt, now + self.config.connect_timeout);
-                self.actions.push_back(LinkAction::Connect { peer, addr });
+                self.actions.push_back(LinkAction::Connect { peer, addr, path });
             }
             Ok(_) => self.fail(now, peer, "not registered (yet)".into(), engine),
             Err(why) => self.fail(now, peer, why, engine),
@@ -283,28 +319,34 @@ impl Links {
     /// The connection [`LinkAction::Connect`] asked for is established. False
     /// when no attempt to `peer` was in progress: the driver closes it.
     pub fn handle_connected(&mut self, now: Instant, peer: u32, engine: &mut MpiEngine) -> bool {
-        if !self.links.get(peer as usize).is_some_and(|l| matches!(l.attempt, Attempt::Connecting { .. })) {
-            return false;
-        }
+        let Some(l) = self.links.get_mut(peer as usize) else { return false };
+        let Attempt::Connecting { path, .. } = l.attempt else { return false };
+        l.path = path;
         self.opened(now, peer, engine);
         true
     }
 
-    /// The connection attempt to `peer` failed (`why`): the next address is
-    /// tried, or the attempt fails. Ignored when no attempt was in progress.
+    /// The connection attempt to `peer` failed (`why`): the same address over
+    /// TCP if shared memory failed, else the next address, or the attempt
+    /// fails. Ignored when no attempt was in progress.
     pub fn handle_connect_failed(&mut self, now: Instant, peer: u32, why: String, engine: &mut MpiEngine) {
+        let same_host = self.config.same_host;
         let Some(l) = self.links.get_mut(peer as usize) else { return };
-        let Attempt::Connecting { addrs, next } = &mut l.attempt else { return };
-        let why = format!("{}: {why}", addrs[*next]);
-        if *next == 0 {
+        let Attempt::Connecting { addrs, next, path } = &mut l.attempt else { return };
+        let why = format!("{} ({path:?}): {why}", addrs[*next]);
+        if *path == Path::Shm {
+            *path = Path::Tcp;
+        } else if *next == 0 {
             self.fail(now, peer, why, engine);
             return;
+        } else {
+            *next -= 1;
+            *path = first_path(same_host, addrs[*next]);
         }
-        *next -= 1;
-        let addr = addrs[*next];
+        let (addr, path) = (addrs[*next], *path);
         l.why = why;
         l.timers.set(Timer::Attempt, now + self.config.connect_timeout);
-        self.actions.push_back(LinkAction::Connect { peer, addr });
+        self.actions.push_back(LinkAction::Connect { peer, addr, path });
     }
 
     /// The connection `peer`'s frames went out on broke: the engine stops
@@ -398,6 +440,11 @@ impl Links {
     }
 
     // ----- internals
+
+    /// The path tried first to reach `addr`.
+    fn first_path(&self, addr: NodeAddr) -> Path {
+        first_path(self.config.same_host, addr)
+    }
 
     /// Whether `peer` is down and should be reconnected now or later: the engine
     /// wants the link, and it carries frames or we have not given up on it.
@@ -503,6 +550,11 @@ impl Links {
     pub fn rank(&self) -> u32 {
         self.rank
     }
+}
+
+/// Shared memory for an address on this host (when allowed), else TCP.
+fn first_path(same_host: Option<IpAddr>, addr: NodeAddr) -> Path {
+    if same_host == Some(addr.0.ip()) { Path::Shm } else { Path::Tcp }
 }
 
 #[cfg(test)]

@@ -16,6 +16,24 @@ fn addr(n: u32) -> NodeAddr {
     NodeAddr::loopback(n, 4000 + n as u16)
 }
 
+fn tcp(peer: u32, addr: NodeAddr) -> LinkAction {
+    LinkAction::Connect { peer, addr, path: Path::Tcp }
+}
+
+fn shm(peer: u32, addr: NodeAddr) -> LinkAction {
+    LinkAction::Connect { peer, addr, path: Path::Shm }
+}
+
+/// Links that take addresses on `addr(0)`'s host for this host's.
+fn on_host_of_addr0() -> LinkConfig {
+    LinkConfig { same_host: Some(addr(0).0.ip()), ..LinkConfig::default() }
+}
+
+/// The `n`th port on the host of `addr(0)`.
+fn here(n: u16) -> NodeAddr {
+    NodeAddr(std::net::SocketAddr::new(addr(0).0.ip(), 5000 + n))
+}
+
 /// Rank 0 of a world of `size`, its links, and what the driver holds.
 struct Rig {
     now: Instant,
@@ -28,20 +46,29 @@ struct Rig {
     /// What the driver was asked and has not answered: per peer.
     resolving: Vec<bool>,
     connecting: Vec<Option<NodeAddr>>,
+    /// The latest connect asked for, per peer, and whether it failed.
+    last_connect: Vec<Option<(NodeAddr, Path)>>,
+    failed_last: Vec<bool>,
     actions: Vec<LinkAction>,
 }
 
 impl Rig {
     fn new(size: u32) -> Self {
+        Rig::with(size, LinkConfig::default())
+    }
+
+    fn with(size: u32, config: LinkConfig) -> Self {
         let n = size as usize;
         Rig {
             now: Instant::now(),
             engine: MpiEngine::new(MpiConfig::default(), 0, size).unwrap(),
-            links: Links::new(LinkConfig::default(), 0, size),
+            links: Links::new(config, 0, size),
             sent: vec![Vec::new(); n],
             held: vec![Vec::new(); n],
             resolving: vec![false; n],
             connecting: vec![None; n],
+            last_connect: vec![None; n],
+            failed_last: vec![false; n],
             actions: Vec::new(),
         }
     }
@@ -66,8 +93,16 @@ impl Rig {
                     assert!(self.connecting[*peer as usize].is_none(), "resolve while connecting to {peer}");
                     self.resolving[*peer as usize] = true;
                 }
-                LinkAction::Connect { peer, addr } => {
+                LinkAction::Connect { peer, addr, path } => {
                     assert!(self.connecting[*peer as usize].is_none(), "two connects to {peer} at once");
+                    let here = self.links.config.same_host == Some(addr.0.ip());
+                    assert!(*path == Path::Tcp || here, "shared memory to another host");
+                    if let Some((a, Path::Shm)) = self.last_connect[*peer as usize] {
+                        if self.failed_last[*peer as usize] {
+                            assert_eq!((*addr, *path), (a, Path::Tcp), "shared memory failed: TCP next");
+                        }
+                    }
+                    self.last_connect[*peer as usize] = Some((*addr, *path));
                     self.connecting[*peer as usize] = Some(*addr);
                 }
                 LinkAction::Abort { peer } => {
@@ -99,6 +134,7 @@ impl Rig {
 
     fn connected(&mut self, peer: u32) -> bool {
         self.connecting[peer as usize] = None;
+        self.failed_last[peer as usize] = false;
         let ok = self.links.handle_connected(self.now, peer, &mut self.engine);
         if ok {
             self.flush(peer);
@@ -109,6 +145,7 @@ impl Rig {
 
     fn connect_failed(&mut self, peer: u32) {
         self.connecting[peer as usize] = None;
+        self.failed_last[peer as usize] = true;
         self.links.handle_connect_failed(self.now, peer, "refused".into(), &mut self.engine);
         self.pump();
     }
@@ -168,7 +205,7 @@ fn the_first_frame_resolves_connects_and_flushes_in_order() {
     assert_eq!(r.took(), vec![LinkAction::Resolve { peer: 1 }]);
     assert_eq!(r.held[1].len(), 2, "frames wait for the link");
     r.resolved(1, Ok(vec![addr(1), addr(2)]));
-    assert_eq!(r.took(), vec![LinkAction::Connect { peer: 1, addr: addr(2) }], "the newest registration first");
+    assert_eq!(r.took(), vec![tcp(1, addr(2))], "the newest registration first");
     assert!(r.connected(1));
     assert!(r.links.is_open(1));
     assert_eq!(r.sent[1].len(), 2);
@@ -186,8 +223,8 @@ fn addresses_are_tried_newest_first_then_the_attempt_fails_and_backs_off() {
     r.connect_failed(1);
     r.connect_failed(1);
     let a = r.took();
-    assert_eq!(a[1], LinkAction::Connect { peer: 1, addr: addr(2) });
-    assert_eq!(a[2], LinkAction::Connect { peer: 1, addr: addr(1) });
+    assert_eq!(a[1], tcp(1, addr(2)));
+    assert_eq!(a[2], tcp(1, addr(1)));
     assert_eq!(a[3], LinkAction::Failed { peer: 1 });
     assert!(r.held[1].is_empty(), "held frames dropped: the engine resends them");
     assert!(r.links.is_down(1));
@@ -253,7 +290,7 @@ fn a_slow_connect_is_aborted_and_the_next_address_tried() {
     r.resolved(1, Ok(vec![addr(1), addr(2)]));
     r.took();
     r.tick(Duration::from_secs(2));
-    assert_eq!(r.took(), vec![LinkAction::Abort { peer: 1 }, LinkAction::Connect { peer: 1, addr: addr(1) }]);
+    assert_eq!(r.took(), vec![LinkAction::Abort { peer: 1 }, tcp(1, addr(1))]);
     r.check();
 }
 
@@ -329,6 +366,47 @@ fn frames_unreachable_for_a_minute_give_up_but_not_while_closing() {
     }
 }
 
+#[test]
+fn a_peer_on_this_host_is_tried_over_shared_memory_then_tcp() {
+    let mut r = Rig::with(3, on_host_of_addr0());
+    r.send(1, 10);
+    r.resolved(1, Ok(vec![here(1)]));
+    assert_eq!(r.took()[1], shm(1, here(1)));
+    r.connect_failed(1);
+    assert_eq!(r.took(), vec![tcp(1, here(1))], "the same address over TCP");
+    assert!(r.connected(1));
+    assert_eq!(r.links.path(1), Some(Path::Tcp));
+    r.send(2, 10);
+    r.resolved(2, Ok(vec![addr(2)]));
+    assert_eq!(r.took()[1], tcp(2, addr(2)), "another host: TCP at once");
+    r.check();
+}
+
+#[test]
+fn a_peer_that_moves_between_hosts_switches_paths() {
+    let mut r = Rig::with(2, on_host_of_addr0());
+    r.send(1, 10);
+    r.resolved(1, Ok(vec![here(1)]));
+    assert!(r.connected(1));
+    assert_eq!(r.links.path(1), Some(Path::Shm));
+    // It moves away: the link breaks, the resolve names another host.
+    r.closed(1);
+    r.tick(Duration::ZERO);
+    r.resolved(1, Ok(vec![here(1), addr(7)]));
+    assert_eq!(r.took().last(), Some(&tcp(1, addr(7))), "the newest registration, over TCP");
+    assert!(r.connected(1));
+    assert_eq!(r.links.path(1), Some(Path::Tcp));
+    // And back.
+    r.closed(1);
+    r.tick(Duration::ZERO);
+    r.resolved(1, Ok(vec![here(2)]));
+    assert_eq!(r.took().last(), Some(&shm(1, here(2))));
+    assert!(r.connected(1));
+    assert_eq!(r.links.path(1), Some(Path::Shm));
+    assert_eq!(r.sent[1].len(), 3, "sent once and resent after each move");
+    r.check();
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Send { peer: u32, len: usize },
@@ -367,13 +445,19 @@ proptest! {
     /// past after a timeout, and a closing rank never gives up. Once every
     /// attempt succeeds, every frame reaches the peer.
     #[test]
-    fn links_always_have_a_way_forward(size in 2..5u32, ops in prop::collection::vec(arb_op(4), 1..120)) {
-        let mut r = Rig::new(size);
+    fn links_always_have_a_way_forward(
+        size in 2..5u32,
+        shm_here in any::<bool>(),
+        ops in prop::collection::vec(arb_op(4), 1..120),
+    ) {
+        let mut r = if shm_here { Rig::with(size, on_host_of_addr0()) } else { Rig::new(size) };
         for op in ops {
             match op {
                 Op::Send { peer, len } if peer < size => r.send(peer, len),
                 Op::Resolve { peer, n, err } if peer < size && r.resolving[peer as usize] => {
-                    let answer = if err { Err("no".into()) } else { Ok((0..n as u32).map(addr).collect()) };
+                    // Some addresses on this host, some elsewhere.
+                    let pick = |i: u32| if i % 2 == 0 { here(i as u16) } else { addr(i) };
+                    let answer = if err { Err("no".into()) } else { Ok((0..n as u32).map(pick).collect()) };
                     r.resolved(peer, answer);
                 }
                 Op::Connect { peer, ok } if peer < size && r.connecting[peer as usize].is_some() => {

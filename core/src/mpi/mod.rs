@@ -94,7 +94,7 @@ mod rendezvous;
 pub use closing::GONE_GRACE;
 pub use config::MpiConfig;
 pub use engine::MpiEngine;
-pub use link::{LinkAction, LinkConfig, Links, Route};
+pub use link::{LinkAction, LinkConfig, Links, Path, Route};
 pub use msg::{MpiMsg, SeqHdr};
 
 use bytes::Bytes;

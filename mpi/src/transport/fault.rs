@@ -4,7 +4,9 @@
 //!   (frames queued before it are written first);
 //! - `P2PMP_FAULT_MOVE=rank:n`: that rank moves to a new port after its n-th
 //!   frame, as a migrated process would: it listens elsewhere, registers the
-//!   new address, withdraws the old one and closes its accepted connections.
+//!   new address, withdraws the old one and closes its accepted connections;
+//! - `P2PMP_FAULT_SHM_REFUSE=1`: every shared-memory link offered is refused
+//!   (as a bad segment would be), so peers fall back to TCP.
 
 use std::time::Instant;
 
@@ -15,7 +17,7 @@ use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::MpiEngine;
 use tracing::{debug, warn};
 
-use super::{LISTENER, Transport, conn};
+use super::{LISTENER, Transport};
 use crate::error::Result;
 
 /// What to do to the frame about to be queued.
@@ -29,6 +31,7 @@ pub(super) enum Inject {
 /// The faults asked for in the environment, and the frames counted so far.
 #[derive(Debug, Default)]
 pub(super) struct Faults {
+    pub(super) refuse_shm: bool,
     drop_every: Option<u64>,
     move_at: Option<u64>,
     frames: u64,
@@ -39,6 +42,7 @@ impl Faults {
     /// check that they were).
     pub(super) fn from_env(rank: u32) -> Self {
         let f = Faults {
+            refuse_shm: std::env::var("P2PMP_FAULT_SHM_REFUSE").is_ok_and(|v| v.trim() == "1"),
             drop_every: std::env::var("P2PMP_FAULT_DROP_EVERY").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             move_at: std::env::var("P2PMP_FAULT_MOVE").ok().and_then(|v| {
                 let (r, n) = v.split_once(':')?;
@@ -46,7 +50,7 @@ impl Faults {
             }),
             frames: 0,
         };
-        if f.drop_every.is_some() || f.move_at.is_some() {
+        if f.drop_every.is_some() || f.move_at.is_some() || f.refuse_shm {
             eprintln!("p2pmp: rank {rank}: fault injection: {f:?}");
         }
         f
@@ -68,7 +72,7 @@ impl Transport {
             // kernel did not take) dies with the connection.
             debug!(to, "fault injection: dropping the connection");
             if let Some(c) = self.conns[slot].as_mut() {
-                let _ = conn::write_queue(&c.stream, &mut c.tx);
+                let _ = c.write_tx();
             }
             self.close_conn(engine, now, slot);
             return Inject::Drop;

@@ -18,43 +18,95 @@
 //! connection is opened without waiting (its outcome is an event too), so
 //! nothing inside progress waits for the node or a peer's listener.
 //!
+//! Ranks of one host talk through shared memory instead (see `shm`): a link
+//! there is a connection like a TCP one, with rings for its bytes, and the
+//! link machine falls back to TCP whenever it cannot be had. `P2PMP_SHM=0`
+//! turns shared memory off.
+//!
 //! Sockets stay in blocking mode with a receive timeout ([`DIRECT_MAX`]); the poll
 //! loop reads and writes with `MSG_DONTWAIT`, and a rank waiting for one peer may
-//! sleep in `recv` on that peer's socket ([`Transport::read_direct`]).
+//! sleep in `recv` on that peer's socket ([`Transport::read_direct`]). A rank
+//! waiting on shared memory checks the rings without any system call, and
+//! before it sleeps asks its peers to ring its doorbell (an eventfd in the poll
+//! set) at their next bytes ([`Transport::before_sleep`]).
 
 mod conn;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod shm;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{LocalReply, LocalRequest, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Route, Transmit};
+use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
 use tracing::{debug, warn};
 
-use self::conn::{Conn, decode_frames, write_queue};
+use self::conn::{Conn, Io, decode_frames};
+use self::shm::{Setup, ShmSetup};
 use crate::error::{Error, Result};
 use crate::node::{self, NodeClient};
-use crate::sock::{self, Wait};
+use crate::sock::Wait;
 
 const LISTENER: Token = Token(usize::MAX);
 const NODE: Token = Token(usize::MAX - 1);
+const SHM_LISTENER: Token = Token(usize::MAX - 2);
+const DOORBELL: Token = Token(usize::MAX - 3);
+/// While shared-memory links exist, a poll that must not wait asks the kernel
+/// about sockets at most this often (the rings are looked at every time).
+const ZERO_POLL_EVERY: Duration = Duration::from_micros(20);
 /// Longest a direct (blocking) read of one peer's connection sleeps: the receive
 /// timeout of every data socket. Other sockets, timers and reconnects wait at
 /// most this long while a rank sleeps on one peer.
 pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
-/// Every this many blocking direct reads, the poll loop looks at every socket
-/// first (without waiting), so a steady stream from one peer starves no other.
-const POLL_EVERY: u32 = 64;
+/// A direct read of one peer looks at every socket first (without waiting)
+/// when the kernel was last asked longer ago than this, so that neither a
+/// steady stream from one peer nor a wait on it starves the others (answers
+/// of the node, connections set up, a peer that reconnected elsewhere).
+const POLL_EVERY: Duration = Duration::from_micros(500);
+
+/// What shared memory needs on this rank's side.
+#[derive(Debug)]
+struct Local {
+    listener: UnixListener,
+    bell: OwnedFd,
+    /// Bytes of each ring this rank creates.
+    cap: usize,
+    /// Whether this rank opens shared-memory links (`P2PMP_SHM=0`: no; it
+    /// still accepts them, and its socket still says it is here).
+    open_links: bool,
+    /// This job's ranks found on this host, and when they were counted.
+    here: u32,
+    counted: Option<Instant>,
+}
+
+/// How often the ranks of this host are counted again while some may be missing.
+const RECOUNT: Duration = Duration::from_millis(200);
+
+impl Local {
+    /// Listens for links from ranks of this host, unless the socket cannot be
+    /// had (then everything goes over TCP).
+    fn start(poll: &Poll, key: Id, size: u32) -> Option<Local> {
+        let made = (|| -> io::Result<Local> {
+            let mut listener = shm::listen(key)?;
+            let bell = crate::shm::segment::doorbell()?;
+            poll.registry().register(&mut listener, SHM_LISTENER, Interest::READABLE)?;
+            poll.registry().register(&mut mio::unix::SourceFd(&bell.as_raw_fd()), DOORBELL, Interest::READABLE)?;
+            let open_links = !std::env::var("P2PMP_SHM").is_ok_and(|v| v.trim() == "0");
+            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, here: 1, counted: None })
+        })();
+        made.map_err(|e| warn!(%e, "no shared memory: everything goes over TCP")).ok()
+    }
+}
 
 /// Sockets, connections and the local node client of one rank.
 #[derive(Debug)]
@@ -83,8 +135,6 @@ pub(crate) struct Transport {
     conns: Vec<Option<Conn>>,
     /// The connection each rank's frames last arrived on.
     heard_on: Vec<Option<usize>>,
-    /// Blocking direct reads so far (every [`POLL_EVERY`]-th polls first).
-    direct_reads: u32,
     /// Connections whose queue may have bytes to write.
     dirty: Vec<usize>,
     /// Ready tokens of the last poll (reused, so polling allocates nothing).
@@ -95,6 +145,12 @@ pub(crate) struct Transport {
     gave_up: Option<Error>,
     /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
     failure_timeout: Duration,
+    /// Shared memory: where peers of this host reach us, and our doorbell.
+    local: Option<Local>,
+    /// Slots of the established shared-memory links.
+    shm_slots: Vec<usize>,
+    /// When the kernel was last asked about sockets.
+    last_poll: Instant,
     #[cfg(feature = "fault-injection")]
     faults: fault::Faults,
 }
@@ -121,6 +177,9 @@ impl Transport {
         poll.registry().register(&mut node.stream, NODE, Interest::READABLE | Interest::WRITABLE)?;
         debug!(rank, %addr, %key, "registered");
         let n = size as usize;
+        let local = Local::start(&poll, key, size);
+        let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
+        let config = LinkConfig { same_host, ..LinkConfig::default() };
         Ok(Transport {
             poll,
             events: Events::with_capacity(256),
@@ -132,18 +191,20 @@ impl Transport {
             node,
             node_failed: None,
             resolves: BTreeMap::new(),
-            links: Links::new(LinkConfig::default(), rank, size),
+            links: Links::new(config, rank, size),
             out: vec![None; n],
             attempt: vec![None; n],
             held: vec![VecDeque::new(); n],
             conns: Vec::new(),
             heard_on: vec![None; n],
-            direct_reads: 0,
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             replies: Vec::new(),
             gave_up: None,
             failure_timeout,
+            local,
+            shm_slots: Vec::new(),
+            last_poll: Instant::now(),
             #[cfg(feature = "fault-injection")]
             faults: fault::Faults::from_env(rank),
         })
@@ -202,10 +263,7 @@ impl Transport {
     fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
-            if conn.connecting {
-                continue;
-            }
-            if let Err(e) = write_queue(&conn.stream, &mut conn.tx) {
+            if let Err(e) = conn.write_tx() {
                 debug!(slot, %e, "write failed");
                 self.close_conn(engine, now, slot);
             }
@@ -247,10 +305,16 @@ impl Transport {
                     Err(why) => self.links.handle_resolved(now, peer, Err(why), engine),
                 }
             }
-            LinkAction::Connect { peer, addr } => match self.connect(peer, addr.0) {
-                Ok(slot) => self.attempt[peer as usize] = Some(slot),
-                Err(e) => self.links.handle_connect_failed(now, peer, e.to_string(), engine),
-            },
+            LinkAction::Connect { peer, addr, path } => {
+                let started = match path {
+                    Path::Tcp => self.connect(peer, addr.0),
+                    Path::Shm => self.connect_shm(peer),
+                };
+                match started {
+                    Ok(slot) => self.attempt[peer as usize] = Some(slot),
+                    Err(e) => self.links.handle_connect_failed(now, peer, e.to_string(), engine),
+                }
+            }
             LinkAction::Abort { peer } => {
                 if let Some(slot) = self.attempt[peer as usize].take() {
                     self.drop_conn(slot);
@@ -270,18 +334,81 @@ impl Transport {
     fn connect(&mut self, peer: u32, at: SocketAddr) -> io::Result<usize> {
         let stream = TcpStream::connect(at)?;
         debug!(to = peer, %at, "connecting");
-        self.add_conn(stream, Some(peer), false, true)
+        self.add_conn(Io::Tcp { stream, connecting: true }, Some(peer), false)
     }
 
-    /// Frames for `peer` go out on connection `slot` from now on, those held first.
-    fn set_out(&mut self, peer: u32, slot: usize) {
-        self.out[peer as usize] = Some(slot);
-        let held = std::mem::take(&mut self.held[peer as usize]);
-        if let Some(c) = self.conns[slot].as_mut() {
-            c.tx.extend(held);
-        }
-        if !self.dirty.contains(&slot) {
-            self.dirty.push(slot);
+    /// Who we are, for shared-memory hellos (only with shared memory on).
+    fn me(&self) -> Option<shm::Me<'_>> {
+        let l = self.local.as_ref()?;
+        let size = self.heard_on.len() as u32;
+        Some(shm::Me {
+            job: &self.job,
+            rank: self.rank,
+            size,
+            key: self.key,
+            addr: self.addr,
+            bell: l.bell.as_raw_fd(),
+        })
+    }
+
+    /// Starts a shared-memory link to `peer` (its answer comes as an event).
+    fn connect_shm(&mut self, peer: u32) -> io::Result<usize> {
+        let me = self.me().ok_or_else(|| io::Error::other("shared memory is off"))?;
+        let cap = self.local.as_ref().map_or(0, |l| l.cap);
+        let setup = ShmSetup::connect(&me, peer, process_key(&self.job, peer), cap)?;
+        debug!(to = peer, "connecting over shared memory");
+        self.add_conn(Io::ShmSetup(Box::new(setup)), Some(peer), false)
+    }
+
+    /// A shared-memory link being set up has news: established (its peer
+    /// known), still waiting, or failed (ended; an attempt of ours falls back).
+    fn on_shm_setup(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(mut conn) = self.conns[slot].take() else { return };
+        let setup = match conn.io {
+            Io::ShmSetup(s) => s,
+            other => {
+                conn.io = other;
+                self.conns[slot] = Some(conn);
+                return;
+            }
+        };
+        let mine = setup.peer();
+        // Invariant: set-ups exist only while shared memory is on.
+        let me = self.me().expect("shared memory is on");
+        match setup.advance(&me) {
+            Ok((Setup::Pending, Some(setup))) => {
+                conn.io = Io::ShmSetup(setup);
+                self.conns[slot] = Some(conn);
+            }
+            Ok((Setup::Done(io, from), _)) => {
+                conn.io = Io::Shm(io);
+                conn.rank = Some(from);
+                self.conns[slot] = Some(conn);
+                self.shm_slots.push(slot);
+                if mine.is_none() {
+                    debug!(from, "accepted a shared-memory link");
+                    return;
+                }
+                if self.attempt[from as usize] == Some(slot) {
+                    self.attempt[from as usize] = None;
+                }
+                if self.links.handle_connected(now, from, engine) {
+                    debug!(to = from, "connected over shared memory");
+                    self.set_out(from, slot);
+                } else {
+                    self.drop_conn(slot);
+                }
+            }
+            Ok((Setup::Pending, None)) => unreachable!("a pending set-up comes back"),
+            Err(e) => {
+                // The set-up (and its socket, which leaves the poll set as it
+                // closes) is gone; an attempt of ours falls back.
+                debug!(?mine, %e, "shared-memory link failed");
+                if let Some(peer) = mine.filter(|&p| self.attempt[p as usize] == Some(slot)) {
+                    self.attempt[peer as usize] = None;
+                    self.links.handle_connect_failed(now, peer, e.to_string(), engine);
+                }
+            }
         }
     }
 
@@ -296,11 +423,12 @@ impl Transport {
             self.attempt[peer as usize] = None;
         }
         let outcome = outcome.and_then(|()| {
-            conn::configure(&c.stream, DIRECT_MAX, self.failure_timeout).map_err(|e| e.to_string())?;
+            let Io::Tcp { stream, connecting } = &mut c.io else { return Err("not a TCP connection".into()) };
+            conn::configure(stream, DIRECT_MAX, self.failure_timeout).map_err(|e| e.to_string())?;
             let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: peer };
             let (head, _) = encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
                 .map_err(|e| e.to_string())?;
-            c.connecting = false;
+            *connecting = false;
             c.tx.push_front(head.freeze());
             Ok(())
         });
@@ -317,14 +445,20 @@ impl Transport {
         }
     }
 
+    /// Frames for `peer` go out on connection `slot` from now on, those held first.
+    fn set_out(&mut self, peer: u32, slot: usize) {
+        self.out[peer as usize] = Some(slot);
+        let held = std::mem::take(&mut self.held[peer as usize]);
+        if let Some(c) = self.conns[slot].as_mut() {
+            c.tx.extend(held);
+        }
+        if !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
     /// Registers a connection in a free slot.
-    fn add_conn(
-        &mut self,
-        mut stream: TcpStream,
-        rank: Option<u32>,
-        accepted: bool,
-        connecting: bool,
-    ) -> io::Result<usize> {
+    fn add_conn(&mut self, io: Io, rank: Option<u32>, accepted: bool) -> io::Result<usize> {
         let slot = match self.conns.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -332,15 +466,21 @@ impl Transport {
                 self.conns.len() - 1
             }
         };
-        self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)?;
-        self.conns[slot] = Some(Conn::new(stream, rank, accepted, connecting));
+        let mut c = Conn::new(io, rank, accepted);
+        let interest = match c.io {
+            Io::Tcp { .. } => Interest::READABLE | Interest::WRITABLE,
+            _ => Interest::READABLE,
+        };
+        self.poll.registry().register(c.source(), Token(slot), interest)?;
+        self.conns[slot] = Some(c);
         Ok(slot)
     }
 
     /// Closes connection `slot` without telling anyone (an attempt abandoned).
     fn drop_conn(&mut self, slot: usize) {
         if let Some(mut c) = self.conns[slot].take() {
-            let _ = self.poll.registry().deregister(&mut c.stream);
+            let _ = self.poll.registry().deregister(c.source());
+            self.shm_slots.retain(|&s| s != slot);
         }
     }
 
@@ -348,10 +488,11 @@ impl Transport {
     /// link machine is told (the engine stops sending and a reconnect is due).
     fn close_conn(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
         let Some(mut c) = self.conns[slot].take() else { return };
-        let _ = self.poll.registry().deregister(&mut c.stream);
+        let _ = self.poll.registry().deregister(c.source());
+        self.shm_slots.retain(|&s| s != slot);
         debug!(rank = ?c.rank, accepted = c.accepted, "connection closed");
         let Some(r) = c.rank else { return };
-        if c.connecting {
+        if c.setting_up() {
             if self.attempt[r as usize] == Some(slot) {
                 self.attempt[r as usize] = None;
                 self.links.handle_connect_failed(now, r, "closed".into(), engine);
@@ -389,6 +530,31 @@ impl Transport {
         self.links.poll_timeout(engine)
     }
 
+    /// This job's ranks on this host, this one included, as last counted (by
+    /// their shared-memory sockets; counted again now and then while fewer
+    /// than the job's ranks were found, at most as far as matters: one more
+    /// than the cores). 1 without shared memory.
+    pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
+        let size = self.heard_on.len() as u32;
+        let Some(l) = self.local.as_mut() else { return 1 };
+        let due = l.counted.is_none_or(|t| now.duration_since(t) >= RECOUNT * if l.here >= size { 10 } else { 1 });
+        if due {
+            let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
+            let mut here = 1;
+            for r in (0..size).filter(|&r| r != self.rank) {
+                if size > 64 && here >= enough {
+                    break;
+                }
+                if shm::present(process_key(&self.job, r)) {
+                    here += 1;
+                }
+            }
+            l.here = here;
+            l.counted = Some(now);
+        }
+        l.here
+    }
+
     /// Whether every outgoing queue is empty (all handed to the kernel).
     pub(crate) fn tx_empty(&self) -> bool {
         self.conns.iter().flatten().all(|c| c.tx.is_empty())
@@ -397,13 +563,28 @@ impl Transport {
     /// Waits up to `timeout` for socket readiness and handles what is ready.
     /// Returns whether anything happened.
     pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>) -> Result<bool> {
+        let rings = self.service_shm(engine);
+        if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
+            // Spinning on the rings: the sockets only now and then.
+            let now = Instant::now();
+            if rings || now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
+                self.apply_links(engine, now)?;
+                self.flush_dirty(engine, now);
+                return Ok(rings);
+            }
+        }
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(true),
             Err(e) => return Err(e.into()),
         }
+        self.last_poll = Instant::now();
         if self.events.is_empty() {
-            return Ok(false);
+            if rings {
+                self.apply_links(engine, Instant::now())?;
+                self.flush_dirty(engine, Instant::now());
+            }
+            return Ok(rings);
         }
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
@@ -413,19 +594,26 @@ impl Transport {
             match token {
                 LISTENER => self.accept_all()?,
                 NODE => self.node_ready(engine, now),
-                Token(slot) if self.conns.get(slot).is_some_and(|c| c.as_ref().is_some_and(|c| c.connecting)) => {
-                    self.on_connect_ready(engine, now, slot);
+                SHM_LISTENER => self.accept_shm(),
+                DOORBELL => {
+                    if let Some(l) = &self.local {
+                        crate::shm::segment::drain_bell(l.bell.as_raw_fd());
+                    }
+                    self.service_shm(engine);
                 }
-                Token(slot) => {
-                    if readable {
+                Token(slot) => match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
+                    None => {}
+                    Some(Io::Tcp { connecting: true, .. }) => self.on_connect_ready(engine, now, slot),
+                    Some(Io::ShmSetup(_)) => self.on_shm_setup(engine, now, slot),
+                    Some(Io::Shm(s)) => {
+                        s.check_closed();
                         self.read_conn(engine, slot, Wait::No);
                     }
-                    if writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
-                        self.dirty.push(slot);
-                    }
-                }
+                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, readable, writable),
+                },
             }
         }
+
         self.ready = ready;
         self.apply_links(engine, now)?;
         self.flush_dirty(engine, Instant::now());
@@ -457,12 +645,98 @@ impl Transport {
         }
     }
 
+    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, readable: bool, writable: bool) {
+        if readable {
+            self.read_conn(engine, slot, Wait::No);
+        }
+        if writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Reads every shared-memory ring that has bytes, and queues for writing
+    /// every link with bytes waiting: whether any ring had bytes.
+    fn service_shm(&mut self, engine: &mut MpiEngine) -> bool {
+        let mut got = false;
+        for i in 0..self.shm_slots.len() {
+            let Some(&slot) = self.shm_slots.get(i) else { break };
+            let Some(c) = self.conns[slot].as_ref() else { continue };
+            let (input, output) = match &c.io {
+                Io::Shm(s) => (s.has_input() || s.eof, !c.tx.is_empty()),
+                _ => (false, false),
+            };
+            if output && !self.dirty.contains(&slot) {
+                self.dirty.push(slot);
+            }
+            if input {
+                got |= self.read_conn(engine, slot, Wait::No);
+            }
+        }
+        got
+    }
+
+    /// About to sleep: asks every shared-memory peer to ring our doorbell.
+    /// False when a ring already has bytes or room (do not sleep; nothing was
+    /// asked).
+    pub(crate) fn before_sleep(&mut self) -> bool {
+        for i in 0..self.shm_slots.len() {
+            let slot = self.shm_slots[i];
+            let Some(c) = self.conns[slot].as_mut() else { continue };
+            let waiting = !c.tx.is_empty();
+            if let Io::Shm(s) = &mut c.io {
+                if !s.begin_sleep(waiting) {
+                    self.after_sleep_upto(i);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Awake again: the peers need not ring any more.
+    pub(crate) fn after_sleep(&mut self) {
+        self.after_sleep_upto(self.shm_slots.len());
+    }
+
+    fn after_sleep_upto(&mut self, n: usize) {
+        for &slot in &self.shm_slots[..n] {
+            if let Some(Conn { io: Io::Shm(s), .. }) = self.conns[slot].as_mut() {
+                s.end_sleep();
+            }
+        }
+    }
+
+    /// Accepts shared-memory links (their hellos come as events).
+    fn accept_shm(&mut self) {
+        loop {
+            let Some(l) = &self.local else { return };
+            match l.listener.accept() {
+                Ok((sock, _)) => {
+                    #[cfg(feature = "fault-injection")]
+                    if self.faults.refuse_shm {
+                        drop(sock);
+                        continue;
+                    }
+                    if let Err(e) = self.add_conn(Io::ShmSetup(Box::new(ShmSetup::accepted(sock))), None, true) {
+                        warn!(%e, "cannot watch a shared-memory link");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(%e, "accept of a shared-memory link failed");
+                    return;
+                }
+            }
+        }
+    }
+
     fn accept_all(&mut self) -> Result<()> {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     conn::configure(&stream, DIRECT_MAX, self.failure_timeout)?;
-                    self.add_conn(stream, None, true, false)?;
+                    self.add_conn(Io::Tcp { stream, connecting: false }, None, true)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -477,22 +751,25 @@ impl Transport {
     /// Reads rank `from`'s connection directly, without `epoll`: [`Wait::No`] to
     /// spin on it, [`Wait::Block`] to sleep in `recv` until its next bytes (at
     /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or when
-    /// bytes wait to be written: then only the poll loop can make progress. Every [`POLL_EVERY`]-th blocking read polls every socket first
-    /// without waiting, and returns if that found anything. Otherwise, whether
-    /// anything happened.
+    /// bytes wait to be written: then only the poll loop can make progress.
+    /// When the kernel was last asked about every socket [`POLL_EVERY`] ago or
+    /// longer, it is asked first (without waiting), and this returns if that
+    /// found anything. Otherwise, whether anything happened.
     pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
         let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
+        // A ring cannot be slept on, and while links are being set up the
+        // answers come as events of the poll loop: it sleeps then.
+        if wait == Wait::Block && (self.shm_slots.contains(&slot) || !self.links.is_settled()) {
+            return Ok(None);
+        }
         // Bytes waiting to be written move only on the poll loop's writable
         // events: with any queued, reading one socket directly would starve them
         // (a rendezvous exchange both ways then crawled, a chunk per sleep).
         if !self.tx_empty() {
             return Ok(None);
         }
-        if wait == Wait::Block {
-            self.direct_reads = self.direct_reads.wrapping_add(1);
-            if self.direct_reads % POLL_EVERY == 0 && self.poll_io(engine, Some(Duration::ZERO))? {
-                return Ok(Some(true));
-            }
+        if self.last_poll.elapsed() >= POLL_EVERY && self.poll_io(engine, Some(Duration::ZERO))? {
+            return Ok(Some(true));
         }
         let got = self.read_conn(engine, slot, wait);
         self.apply_links(engine, Instant::now())?;
@@ -506,7 +783,7 @@ impl Transport {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
         let mut got = false;
         let keep = loop {
-            match sock::recv_spare(&conn.stream, conn.dec.buffer_mut(), wait) {
+            match conn.recv(wait) {
                 Ok((0, _)) => break false,
                 Ok((n, room)) => {
                     got = true;
