@@ -163,7 +163,10 @@ fn involuntary_switches() -> i64 {
 impl World {
     /// Drains the engine into the sockets and its completions into `done`.
     pub(crate) fn after_call(&mut self) -> Result<()> {
-        let now = Instant::now();
+        self.after_call_at(Instant::now())
+    }
+
+    fn after_call_at(&mut self, now: Instant) -> Result<()> {
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
             match c {
@@ -183,39 +186,46 @@ impl World {
 
     /// One round: wait up to `timeout` for sockets, fire timers, reconnect, drain.
     pub(crate) fn progress_once(&mut self, timeout: Option<Duration>) -> Result<bool> {
-        let got = self.net.poll_io(&mut self.engine, timeout)?;
-        self.after_io()?;
+        self.progress_once_at(timeout, Instant::now())
+    }
+
+    /// [`World::progress_once`] called at `now` (the clock is read once per
+    /// round: on a virtual machine a read costs as much as the rest of a look).
+    fn progress_once_at(&mut self, timeout: Option<Duration>, now: Instant) -> Result<bool> {
+        let got = self.net.poll_io(&mut self.engine, timeout, now)?;
+        let now = if timeout == Some(Duration::ZERO) { now } else { Instant::now() };
+        self.after_io(now)?;
         Ok(got)
     }
 
     /// After input: fires due timers, reconnects, drains the engine.
-    fn after_io(&mut self) -> Result<()> {
-        let now = Instant::now();
+    fn after_io(&mut self, now: Instant) -> Result<()> {
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
         self.net.retry_due(&mut self.engine, now)?;
-        self.after_call()
+        self.after_call_at(now)
     }
 
     /// One round reading only rank `from`'s connection (see
     /// `Transport::read_direct`); `None` when that cannot be done now.
-    fn progress_direct(&mut self, from: u32, wait: Wait) -> Result<Option<bool>> {
-        let got = self.net.read_direct(&mut self.engine, from, wait)?;
+    fn progress_direct(&mut self, from: u32, wait: Wait, now: Instant) -> Result<Option<bool>> {
+        let got = self.net.read_direct(&mut self.engine, from, wait, now)?;
         if got.is_some() {
-            self.after_io()?;
+            let now = if wait == Wait::Block { Instant::now() } else { now };
+            self.after_io(now)?;
         }
         Ok(got)
     }
 
     /// One look without waiting: at `from`'s connection if known, else at all.
-    fn look(&mut self, from: Option<u32>) -> Result<bool> {
+    fn look(&mut self, from: Option<u32>, now: Instant) -> Result<bool> {
         if let Some(f) = from {
-            if let Some(got) = self.progress_direct(f, Wait::No)? {
+            if let Some(got) = self.progress_direct(f, Wait::No, now)? {
                 return Ok(got);
             }
         }
-        self.progress_once(Some(Duration::ZERO))
+        self.progress_once_at(Some(Duration::ZERO), now)
     }
 
     /// Makes progress until `done(self)`, polling, yielding and sleeping as
@@ -234,23 +244,27 @@ impl World {
             let start = Instant::now();
             let local = self.net.local_ranks(start);
             let plan = self.waits.plan(start, from, local);
-            let (mut last, mut rounds) = (start, 0u32);
+            let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
             // Only a wait that polls by its own budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
             let won = plan.polls()
                 && loop {
-                    let got = self.look(from)?;
+                    let now = Instant::now();
+                    let got = self.look(from, now)?;
                     if done(self) {
+                        last = now;
                         break true;
                     }
                     if got {
+                        // Handling input takes time of its own: no gap to judge.
+                        fresh = true;
                         continue;
                     }
-                    let now = Instant::now();
                     let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
                     last = now;
-                    if spinning && gap > PREEMPTED_GAP {
+                    let judged = !std::mem::take(&mut fresh);
+                    if spinning && judged && gap > PREEMPTED_GAP {
                         // Something else ran on this core meanwhile.
                         self.waits.contended(now);
                         break false;
@@ -291,7 +305,7 @@ impl World {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
-            if self.progress_direct(f, Wait::Block)?.is_some() {
+            if self.progress_direct(f, Wait::Block, now)?.is_some() {
                 return Ok(());
             }
         }

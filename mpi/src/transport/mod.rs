@@ -562,11 +562,11 @@ impl Transport {
 
     /// Waits up to `timeout` for socket readiness and handles what is ready.
     /// Returns whether anything happened.
-    pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>) -> Result<bool> {
-        let rings = self.service_shm(engine);
+    /// `now`: the time when called (a wait that sleeps reads the clock again).
+    pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>, now: Instant) -> Result<bool> {
+        let rings = self.service_shm(engine, now);
         if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
             // Spinning on the rings: the sockets only now and then.
-            let now = Instant::now();
             if rings || now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
                 self.apply_links(engine, now)?;
                 self.flush_dirty(engine, now);
@@ -578,18 +578,18 @@ impl Transport {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(true),
             Err(e) => return Err(e.into()),
         }
-        self.last_poll = Instant::now();
+        let now = if timeout == Some(Duration::ZERO) { now } else { Instant::now() };
+        self.last_poll = now;
         if self.events.is_empty() {
             if rings {
-                self.apply_links(engine, Instant::now())?;
-                self.flush_dirty(engine, Instant::now());
+                self.apply_links(engine, now)?;
+                self.flush_dirty(engine, now);
             }
             return Ok(rings);
         }
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
         ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
-        let now = Instant::now();
         for &(token, readable, writable) in &ready {
             match token {
                 LISTENER => self.accept_all()?,
@@ -599,7 +599,7 @@ impl Transport {
                     if let Some(l) = &self.local {
                         crate::shm::segment::drain_bell(l.bell.as_raw_fd());
                     }
-                    self.service_shm(engine);
+                    self.service_shm(engine, now);
                 }
                 Token(slot) => match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
                     None => {}
@@ -607,16 +607,16 @@ impl Transport {
                     Some(Io::ShmSetup(_)) => self.on_shm_setup(engine, now, slot),
                     Some(Io::Shm(s)) => {
                         s.check_closed();
-                        self.read_conn(engine, slot, Wait::No);
+                        self.read_conn(engine, slot, Wait::No, now);
                     }
-                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, readable, writable),
+                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, readable, writable, now),
                 },
             }
         }
 
         self.ready = ready;
         self.apply_links(engine, now)?;
-        self.flush_dirty(engine, Instant::now());
+        self.flush_dirty(engine, now);
         Ok(true)
     }
 
@@ -645,9 +645,9 @@ impl Transport {
         }
     }
 
-    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, readable: bool, writable: bool) {
+    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, readable: bool, writable: bool, now: Instant) {
         if readable {
-            self.read_conn(engine, slot, Wait::No);
+            self.read_conn(engine, slot, Wait::No, now);
         }
         if writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
             self.dirty.push(slot);
@@ -656,7 +656,7 @@ impl Transport {
 
     /// Reads every shared-memory ring that has bytes, and queues for writing
     /// every link with bytes waiting: whether any ring had bytes.
-    fn service_shm(&mut self, engine: &mut MpiEngine) -> bool {
+    fn service_shm(&mut self, engine: &mut MpiEngine, now: Instant) -> bool {
         let mut got = false;
         for i in 0..self.shm_slots.len() {
             let Some(&slot) = self.shm_slots.get(i) else { break };
@@ -669,7 +669,7 @@ impl Transport {
                 self.dirty.push(slot);
             }
             if input {
-                got |= self.read_conn(engine, slot, Wait::No);
+                got |= self.read_conn(engine, slot, Wait::No, now);
             }
         }
         got
@@ -755,7 +755,13 @@ impl Transport {
     /// When the kernel was last asked about every socket [`POLL_EVERY`] ago or
     /// longer, it is asked first (without waiting), and this returns if that
     /// found anything. Otherwise, whether anything happened.
-    pub(crate) fn read_direct(&mut self, engine: &mut MpiEngine, from: u32, wait: Wait) -> Result<Option<bool>> {
+    pub(crate) fn read_direct(
+        &mut self,
+        engine: &mut MpiEngine,
+        from: u32,
+        wait: Wait,
+        now: Instant,
+    ) -> Result<Option<bool>> {
         let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
         // A ring cannot be slept on, and while links are being set up the
         // answers come as events of the poll loop: it sleeps then.
@@ -768,18 +774,20 @@ impl Transport {
         if !self.tx_empty() {
             return Ok(None);
         }
-        if self.last_poll.elapsed() >= POLL_EVERY && self.poll_io(engine, Some(Duration::ZERO))? {
+        if now.saturating_duration_since(self.last_poll) >= POLL_EVERY
+            && self.poll_io(engine, Some(Duration::ZERO), now)?
+        {
             return Ok(Some(true));
         }
-        let got = self.read_conn(engine, slot, wait);
-        self.apply_links(engine, Instant::now())?;
+        let got = self.read_conn(engine, slot, wait, now);
+        self.apply_links(engine, now)?;
         Ok(Some(got))
     }
 
     /// Reads everything available on connection `slot` (the first read waiting
     /// as `wait` says) and hands whole frames to the engine; closes it at end of
     /// stream or on bad input. Whether anything happened.
-    fn read_conn(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait) -> bool {
+    fn read_conn(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait, now: Instant) -> bool {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
         let mut got = false;
         let keep = loop {
@@ -788,7 +796,7 @@ impl Transport {
                 Ok((n, room)) => {
                     got = true;
                     wait = Wait::No;
-                    if !decode_frames(conn, engine, Instant::now(), &self.job, self.rank) {
+                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
                         break false;
                     }
                     if let Some(r) = conn.rank {
@@ -812,7 +820,7 @@ impl Transport {
             }
         };
         if !keep {
-            self.close_conn(engine, Instant::now(), slot);
+            self.close_conn(engine, now, slot);
             return true;
         }
         got
