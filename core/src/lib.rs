@@ -16,7 +16,8 @@
 //! - [`overlay`]: commands and events both overlays share.
 //! - [`node`]: the daemon node, Chord plus the job machines plus the local node
 //!   protocol, as one machine.
-//! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine.
+//! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine, and the
+//!   link machine of a rank's connections (resolve, connect, back-off, give-up).
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
 

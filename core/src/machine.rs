@@ -1,4 +1,31 @@
-//! The one shape every protocol machine has (Chord, CAN, job lifecycle, MPI engine).
+//! The one shape of the overlay and job machines (Chord, the job lifecycle,
+//! the daemon's composite node).
+//!
+//! The MPI engine ([`crate::mpi::MpiEngine`]) and its link machine
+//! ([`crate::mpi::Links`]) are sans-IO in the same way (inputs with `now`,
+//! `poll_*` outputs, timers in a [`crate::time::TimerTable`]) but do not
+//! implement this trait, so MPI ranks do not run in [`crate::sim`]:
+//! - the engine needs a *stream* between two ranks: frames arrive in order and
+//!   exactly once until the stream breaks, and a break is reported; it resends
+//!   only after a reconnect. This trait's [`Action::Send`] is a datagram the
+//!   simulator may lose silently ([`crate::sim::NetConfig::loss`]), and one lost
+//!   frame would stall a stream forever;
+//! - the link machine opens connections and waits for their outcome (connect
+//!   requests out; connected / failed in); this trait knows no connections, only
+//!   [`Machine::handle_send_failed`] after the fact;
+//! - peers are ranks found by resolving their process keys through the local
+//!   node, not overlay addresses: a resolve is a request whose answer arrives
+//!   later ([`crate::mpi::Links::handle_resolved`]), which this trait has no
+//!   input for;
+//! - the application calls the engine synchronously and gets request ids back
+//!   ([`crate::mpi::MpiEngine::isend`]); [`Machine::handle_command`] returns
+//!   only success or misuse.
+//!
+//! Running ranks in the simulator needs a stream model there (ordered,
+//! lossless until a reported break) and connection and resolve inputs; the
+//! engine's own tests drive it over such in-memory streams instead
+//! (`core/src/mpi/tests/harness.rs`), and the link machine against a scripted
+//! driver (`core/src/mpi/link_tests.rs`).
 //!
 //! Contract: after any `handle_*` call, the driver drains [`Machine::poll_action`]
 //! until it returns `None`, then reads [`Machine::poll_timeout`] and calls

@@ -39,12 +39,15 @@
 //! - [`datatype`]: derived datatypes as [`datatype::Layout`]s (the (offset,
 //!   length) runs of a committed type) with packing.
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
-//!   sans-IO engine of `p2pmp_core::mpi`; this crate only moves its frames over
-//!   TCP (see `transport`, one connection per rank pair) on the calling thread:
-//!   a blocking call may spin briefly when every rank has a core
-//!   ([`SpinPolicy`]), then sleeps in `recv` on the one peer it waits for (one
-//!   system call per message, as a plain blocking program), or in `epoll` when
-//!   it waits for several.
+//!   sans-IO engine of `p2pmp_core::mpi`, and when to resolve, connect, back off
+//!   and give up is its link machine (`p2pmp_core::mpi::Links`); this crate only
+//!   moves frames over TCP (see `transport`, one connection per rank pair) on
+//!   the calling thread, resolving and connecting without waiting, and between
+//!   ranks of one host through shared memory; a blocking call polls while a
+//!   core is free and the answer is likely near, yields when this host's ranks
+//!   outnumber its cores, and sleeps when the wait is long (in `recv` on the
+//!   one TCP peer it waits for, else in `epoll`, woken by a doorbell for shared
+//!   memory); [`SpinPolicy`] fixes the policy instead.
 
 mod coll;
 mod collv;
@@ -57,7 +60,9 @@ mod group;
 mod intercoll;
 mod node;
 mod pod;
+mod progress;
 mod reduce;
+mod shm;
 mod sock;
 mod transport;
 mod world;
@@ -71,5 +76,6 @@ pub use error::{Error, Result};
 pub use group::{Group, Similarity};
 pub use intercoll::InterRoot;
 pub use pod::{Op, Pod};
+pub use progress::SpinPolicy;
 pub use reduce::Combine;
-pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, SpinPolicy, Status, World, init};
+pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, Status, World, init};

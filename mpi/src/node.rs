@@ -1,63 +1,132 @@
-//! The rank's side of the local node protocol: a blocking request/reply
+//! The rank's side of the local node protocol: a framed request/reply
 //! connection to `P2PMP_NODE`. Control traffic only, never on the data path.
+//!
+//! Inside progress nothing waits for the node: [`NodeClient::request`] queues a
+//! request and returns its id, the poll loop writes it ([`NodeClient::flush`])
+//! and reads the replies ([`NodeClient::read_replies`]) when the socket is
+//! ready. Only start-up and shutdown, outside progress, wait for an answer
+//! ([`NodeClient::call`]).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
+use mio::net::TcpStream;
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
 
 use crate::error::{Error, Result};
+use crate::sock::{self, Wait};
+
+/// How long a blocking call waits for the node's answer.
+const CALL_WAIT: Duration = Duration::from_secs(30);
 
 /// A connection to the local node. The node keeps this process's registration
 /// alive while the connection is open.
 #[derive(Debug)]
 pub(crate) struct NodeClient {
-    stream: TcpStream,
+    pub(crate) stream: TcpStream,
     dec: FrameDecoder,
+    tx: VecDeque<Bytes>,
     me: Id,
     my_addr: NodeAddr,
     next_id: u64,
+    /// Replies read while a blocking call waited for its own.
+    stash: Vec<(u64, LocalReply)>,
 }
 
 impl NodeClient {
     /// Connects to the node at `node`; `me`/`my_addr` stamp the envelopes.
     pub(crate) fn connect(node: SocketAddr, me: Id, my_addr: NodeAddr) -> Result<Self> {
-        let stream = TcpStream::connect_timeout(&node, Duration::from_secs(10))
+        let stream = std::net::TcpStream::connect_timeout(&node, Duration::from_secs(10))
             .map_err(|e| Error::Node(format!("cannot reach the local node at {node}: {e}")))?;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(NodeClient { stream, dec: FrameDecoder::default(), me, my_addr, next_id: 0 })
+        stream.set_nonblocking(true)?;
+        let stream = TcpStream::from_std(stream);
+        Ok(NodeClient {
+            stream,
+            dec: FrameDecoder::default(),
+            tx: VecDeque::new(),
+            me,
+            my_addr,
+            next_id: 0,
+            stash: Vec::new(),
+        })
     }
 
-    /// Sends `req` and waits for its reply.
-    pub(crate) fn call(&mut self, req: LocalRequest) -> Result<LocalReply> {
+    /// Queues `req` and writes what the socket takes now: its request id.
+    pub(crate) fn request(&mut self, req: LocalRequest) -> Result<u64> {
         self.next_id += 1;
         let id = self.next_id;
         let mut buf = BytesMut::new();
         encode_frame(&Envelope::new(self.me, self.my_addr, id, req), &mut buf, DEFAULT_MAX_FRAME)?;
-        self.stream.write_all(&buf)?;
-        let mut chunk = [0u8; 4096];
+        self.tx.push_back(buf.freeze());
+        self.flush()?;
+        Ok(id)
+    }
+
+    /// Writes queued requests without waiting.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        while let Some(front) = self.tx.front_mut() {
+            match sock::send_vectored(&self.stream, &[IoSlice::new(front)]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) if n == front.len() => drop(self.tx.pop_front()),
+                Ok(n) => front.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the node sent, without waiting, and appends every whole reply
+    /// to `out` (request id, reply). An error when the node closed the
+    /// connection or sent malformed bytes.
+    pub(crate) fn read_replies(&mut self, out: &mut Vec<(u64, LocalReply)>) -> Result<()> {
+        out.append(&mut self.stash);
         loop {
-            while let Some(frame) = self.dec.decode()? {
-                let env: Envelope<LocalReply> = decode_envelope(frame)?;
-                if env.request_id == id {
-                    return Ok(env.body);
+            match sock::recv_spare(&self.stream, self.dec.buffer_mut(), Wait::No) {
+                Ok((0, _)) => return Err(Error::Node("the local node closed the connection".into())),
+                Ok(_) => {
+                    while let Some(frame) = self.dec.decode()? {
+                        let env: Envelope<LocalReply> = decode_envelope(frame)?;
+                        out.push((env.request_id, env.body));
+                    }
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
             }
-            let n = match self.stream.read(&mut chunk) {
-                // A signal the program handles is no error.
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                other => other?,
-            };
-            if n == 0 {
-                return Err(Error::Node("the local node closed the connection".into()));
+        }
+    }
+
+    /// Sends `req` and waits for its reply (start-up and shutdown only: never
+    /// inside progress). Other replies read meanwhile are kept for
+    /// [`NodeClient::read_replies`].
+    pub(crate) fn call(&mut self, req: LocalRequest) -> Result<LocalReply> {
+        let id = self.request(req)?;
+        let deadline = std::time::Instant::now() + CALL_WAIT;
+        let mut got = Vec::new();
+        loop {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::Node("the local node did not answer in time".into()));
             }
-            self.dec.push(&chunk[..n]);
+            let events = if self.tx.is_empty() { libc::POLLIN } else { libc::POLLIN | libc::POLLOUT };
+            sock::wait_fd(self.stream.as_raw_fd(), events, deadline - now)?;
+            self.flush()?;
+            self.read_replies(&mut got)?;
+            if let Some(i) = got.iter().position(|(rid, _)| *rid == id) {
+                let (_, reply) = got.remove(i);
+                self.stash.append(&mut got);
+                return Ok(reply);
+            }
         }
     }
 
@@ -69,22 +138,29 @@ impl NodeClient {
         }
     }
 
-    /// Every address registered under `key` (empty when none yet).
-    pub(crate) fn resolve(&mut self, key: Id) -> Result<Vec<NodeAddr>> {
-        match self.call(LocalRequest::Resolve { key })? {
-            LocalReply::Resolved { addrs, .. } => Ok(addrs),
-            LocalReply::Failed { error } => Err(Error::Node(format!("resolve failed: {error}"))),
-            other => Err(Error::Node(format!("unexpected reply {other:?}"))),
-        }
-    }
-
-    /// Stamps later requests (and registrations) with `addr`, where we listen now.
+    /// Stamps later requests with `addr`, where we listen now.
+    #[cfg(feature = "fault-injection")]
     pub(crate) fn set_addr(&mut self, addr: NodeAddr) {
         self.my_addr = addr;
+    }
+
+    /// Where we listen, as the node was told.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn addr(&self) -> NodeAddr {
+        self.my_addr
     }
 
     /// Withdraws our registration of `key`.
     pub(crate) fn unregister(&mut self, key: Id) -> Result<()> {
         self.call(LocalRequest::Unregister { key, addr: self.my_addr }).map(|_| ())
+    }
+}
+
+/// What a reply to a resolve says: the addresses, or why there are none.
+pub(crate) fn resolved(reply: LocalReply) -> Result<Vec<NodeAddr>, String> {
+    match reply {
+        LocalReply::Resolved { addrs, .. } => Ok(addrs),
+        LocalReply::Failed { error } => Err(format!("resolve failed: {error}")),
+        other => Err(format!("unexpected reply {other:?}")),
     }
 }

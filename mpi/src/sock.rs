@@ -59,6 +59,22 @@ pub(crate) fn send_vectored(sock: &impl AsRawFd, bufs: &[IoSlice<'_>]) -> io::Re
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
+/// Waits up to `timeout` until `fd` is ready for `events` (`poll(2)` flags):
+/// whether it is (a signal counts as not yet).
+pub(crate) fn wait_fd(fd: std::os::fd::RawFd, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd, events, revents: 0 };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: poll(2) reads and writes the one pollfd `p` points at, which lives across the call.
+    match unsafe { libc::poll(&raw mut p, 1, ms) } {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) }
+        }
+    }
+}
+
 /// Puts `sock` in blocking mode (reads that must not block pass `MSG_DONTWAIT`)
 /// with reads bounded by `timeout`.
 pub(crate) fn blocking_with_timeout(sock: &impl AsRawFd, timeout: Duration) -> io::Result<()> {

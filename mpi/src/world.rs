@@ -14,8 +14,8 @@ use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::pod::{self, Pod};
-use crate::sock::Wait;
-use crate::transport::{DIRECT_MAX, Transport};
+use crate::progress::{SpinPolicy, Waits};
+use crate::transport::Transport;
 
 /// Communicator id of point-to-point traffic on the world communicator.
 pub(crate) const COMM_WORLD: u32 = 0;
@@ -68,65 +68,23 @@ impl Completed {
     }
 }
 
-/// How long a blocking call polls before it sleeps in the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpinPolicy {
-    /// Busy-polling (non-blocking socket checks) before anything else.
-    pub spin: Duration,
-    /// Then this many rounds of yielding the CPU between checks.
-    pub yields: u32,
-}
-
-impl SpinPolicy {
-    /// Spin (at most 100 µs, adapted per wait) when every rank can have a core
-    /// (counting the host's load average as busy cores); block at once when ranks
-    /// outnumber cores (spinning then steals the CPU the
-    /// sender needs). `P2PMP_SPIN_US` and
-    /// `P2PMP_YIELDS` override.
-    pub fn for_world(size: u32) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        // Other work on the host (the one-minute load average) counts as ranks.
-        let load = std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|l| l.parse::<f64>().ok()))
-            .unwrap_or(0.0);
-        let mut p = if f64::from(size) + load <= cores {
-            SpinPolicy { spin: Duration::from_micros(100), yields: 0 }
-        } else {
-            SpinPolicy { spin: Duration::ZERO, yields: 0 }
-        };
-        if let Some(us) = std::env::var("P2PMP_SPIN_US").ok().and_then(|v| v.parse().ok()) {
-            p.spin = Duration::from_micros(us);
-        }
-        if let Some(y) = std::env::var("P2PMP_YIELDS").ok().and_then(|v| v.parse().ok()) {
-            p.yields = y;
-        }
-        p
-    }
-}
-
 /// The world communicator of one rank: every MPI call goes through it.
 ///
-/// Progress happens inside calls, on the calling thread: a blocking call polls
-/// the sockets, spins briefly (only when ranks do not outnumber cores), then
-/// sleeps until data arrives: in `recv` on the socket of the one rank it waits
-/// for, else in `epoll`.
+/// Progress happens inside calls, on the calling thread: a blocking call polls,
+/// yields or sleeps as the machine is at that moment (see `progress`).
 #[derive(Debug)]
 pub struct World {
     pub(crate) engine: MpiEngine,
     pub(crate) net: Transport,
     rank: u32,
     size: u32,
-    done: HashMap<RequestId, Completion>,
+    pub(crate) done: HashMap<RequestId, Completion>,
     /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
-    forgotten: std::collections::HashSet<RequestId>,
+    pub(crate) forgotten: std::collections::HashSet<RequestId>,
     /// Sends being cancelled: the receiver's answer once it came.
-    cancels: HashMap<RequestId, Option<bool>>,
-    spin: SpinPolicy,
-    /// The current spin budget, adapted between zero and `spin.spin`: doubled when
-    /// a wait ended while spinning, halved when it had to sleep anyway (on a busy
-    /// host spinning only steals the CPU the sender needs).
-    spin_now: Duration,
+    pub(crate) cancels: HashMap<RequestId, Option<bool>>,
+    /// How waits poll, yield and sleep, and what they learned.
+    pub(crate) waits: Waits,
     /// The latest receive posted for one known source, and that source: waiting
     /// for it can read that peer's socket directly.
     recv_hint: Option<(RequestId, u32)>,
@@ -172,8 +130,7 @@ impl World {
             done: HashMap::new(),
             forgotten: std::collections::HashSet::new(),
             cancels: HashMap::new(),
-            spin: SpinPolicy::for_world(env.size),
-            spin_now: SpinPolicy::for_world(env.size).spin,
+            waits: Waits::new(env.size),
             recv_hint: None,
             finalized: false,
             coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
@@ -206,10 +163,9 @@ impl World {
         epoch().elapsed().as_secs_f64()
     }
 
-    /// The spin-then-block policy of blocking calls.
+    /// Replaces the adaptive waits with a fixed spin-then-block policy.
     pub fn set_spin_policy(&mut self, p: SpinPolicy) {
-        self.spin = p;
-        self.spin_now = p.spin;
+        self.waits.set_fixed(p);
     }
 
     // ----- point to point
@@ -440,139 +396,6 @@ impl World {
             self.progress_once(Some(Duration::from_millis(1)))?;
         }
         self.net.unregister();
-        Ok(())
-    }
-
-    // ----- progress
-
-    /// Drains the engine into the sockets and its completions into `done`.
-    fn after_call(&mut self) -> Result<()> {
-        let now = Instant::now();
-        self.net.pump(&mut self.engine, now)?;
-        while let Some(c) = self.engine.poll_completion() {
-            match c {
-                Completion::CancelAnswer { req, cancelled } => {
-                    if let Some(a) = self.cancels.get_mut(&req) {
-                        *a = Some(cancelled);
-                    }
-                }
-                c if self.forgotten.remove(&c.req()) => {}
-                c => {
-                    self.done.insert(c.req(), c);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// One round: wait up to `timeout` for sockets, fire timers, reconnect, drain.
-    pub(crate) fn progress_once(&mut self, timeout: Option<Duration>) -> Result<bool> {
-        let got = self.net.poll_io(&mut self.engine, timeout)?;
-        self.after_io()?;
-        Ok(got)
-    }
-
-    /// After socket input: fires due timers, reconnects, drains the engine.
-    fn after_io(&mut self) -> Result<()> {
-        let now = Instant::now();
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-        }
-        self.net.retry_due(&mut self.engine, now)?;
-        self.after_call()
-    }
-
-    /// One round reading only rank `from`'s socket (see [`Transport::read_direct`]);
-    /// `None` when that cannot be done now.
-    fn progress_direct(&mut self, from: u32, wait: Wait) -> Result<Option<bool>> {
-        let got = self.net.read_direct(&mut self.engine, from, wait)?;
-        if got.is_some() {
-            self.after_io()?;
-        }
-        Ok(got)
-    }
-
-    /// Makes progress until `done(self)`: busy-polls for `spin`, then polls and
-    /// yields, then sleeps in the kernel until the next socket event or deadline.
-    /// `from`: the one rank whose bytes can finish the wait, if known; its socket
-    /// is then read directly, spinning and sleeping in `recv` itself.
-    pub(crate) fn progress_until(&mut self, from: Option<u32>, mut done: impl FnMut(&World) -> bool) -> Result<()> {
-        if done(self) {
-            return Ok(());
-        }
-        let mut slept = false;
-        loop {
-            // Reading one peer's socket alone is right only while nothing else
-            // is under way: a rendezvous with another peer needs its
-            // clear-to-send or data seen (else that peer, perhaps waiting on us,
-            // stalls until a read times out).
-            let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
-            // Poll hot, then politely, then sleep; after any wake-up, hot again.
-            // Without a spin or yield budget, sleep at once: a blocking read or
-            // poll returns at once when something is ready.
-            if self.spin.spin.is_zero() && self.spin.yields == 0 {
-                self.sleep_once(from)?;
-                if done(self) {
-                    return Ok(());
-                }
-                continue;
-            }
-            let start = Instant::now();
-            let mut rounds = 0u32;
-            loop {
-                let got = match from {
-                    Some(f) => match self.progress_direct(f, Wait::No)? {
-                        Some(got) => got,
-                        None => self.progress_once(Some(Duration::ZERO))?,
-                    },
-                    None => self.progress_once(Some(Duration::ZERO))?,
-                };
-                if done(self) {
-                    if !slept && rounds == 0 {
-                        let grown = (self.spin_now * 2).max(Duration::from_micros(1));
-                        self.spin_now = grown.min(self.spin.spin);
-                    }
-                    return Ok(());
-                }
-                if got {
-                    continue;
-                }
-                if start.elapsed() < self.spin_now {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                if rounds < self.spin.yields {
-                    rounds += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                break;
-            }
-            if !slept {
-                slept = true;
-                self.spin_now /= 2;
-            }
-            self.sleep_once(from)?;
-            if done(self) {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Sleeps in the kernel until a socket event or the next deadline, then
-    /// handles what happened. With `from` known, no deadline within
-    /// [`DIRECT_MAX`] and nothing left to write, it sleeps in `recv` on that
-    /// rank's socket (one system call) rather than in `epoll_wait`.
-    fn sleep_once(&mut self, from: Option<u32>) -> Result<()> {
-        let now = Instant::now();
-        let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
-        if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
-            if self.progress_direct(f, Wait::Block)?.is_some() {
-                return Ok(());
-            }
-        }
-        let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
-        self.progress_once(Some(timeout.min(Duration::from_secs(1))))?;
         Ok(())
     }
 }

@@ -179,6 +179,12 @@ impl Host {
         self.ns.command(program)
     }
 
+    /// Its network namespace, as a path `nsenter --net=PATH` takes (for
+    /// launchers of other systems, such as MPICH's hydra).
+    pub fn netns_path(&self) -> String {
+        self.ns.path()
+    }
+
     /// Whether its jobd is running.
     pub fn jobd_running(&mut self) -> bool {
         self.jobd.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))

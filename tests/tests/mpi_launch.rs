@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use p2pmp_tests::Finished;
 
-/// `target/<profile>`, with the programs this file runs freshly built.
+/// `target/<profile>`, with the programs this file runs freshly built (with
+/// fault injection: the `P2PMP_FAULT_*` variables below act only then).
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples"]))
+    DIR.get_or_init(|| {
+        p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples", "--features", "fault-injection"])
+    })
 }
 
 /// Runs `prog args` on `n` ranks, waiting at most `limit`.
@@ -80,19 +83,23 @@ fn launcher_reports_failed_ranks() {
 /// them the peer's sends stall: the 3-rank ring used to hang after ~100 loops).
 #[test]
 fn reconnects_after_dropped_connections() {
-    for (n, every, prog, args, want) in [
-        (2, "7", "mpi_ring", &["500"][..], "[0] ring ok 500"),
-        (3, "50", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
-        (3, "7", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
-        (2, "7", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
-    ] {
-        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_DROP_EVERY", every)]);
-        assert!(
-            r.ok && r.stdout.contains(want),
-            "{prog} on {n} ranks, drop every {every}:\n{}\n{}",
-            r.stdout,
-            r.stderr
-        );
+    for shm in ["1", "0"] {
+        for (n, every, prog, args, want) in [
+            (2, "7", "mpi_ring", &["500"][..], "[0] ring ok 500"),
+            (3, "50", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+            (3, "7", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+            (2, "7", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+        ] {
+            let env = [("P2PMP_FAULT_DROP_EVERY", every), ("P2PMP_SHM", shm)];
+            let r = launch_env(n, prog, args, Duration::from_secs(60), &env);
+            assert!(r.stderr.contains("fault injection"), "built without fault injection:\n{}", r.stderr);
+            assert!(
+                r.ok && r.stdout.contains(want),
+                "{prog} on {n} ranks, drop every {every}, shared memory {shm}:\n{}\n{}",
+                r.stdout,
+                r.stderr
+            );
+        }
     }
 }
 
@@ -100,15 +107,40 @@ fn reconnects_after_dropped_connections() {
 /// its n-th frame it listens elsewhere, registers the new address and closes its
 /// inbound connections, as a migrated process would). Its peers look it up again,
 /// reconnect and resend; every message arrives once and in order. (A process that
-/// restarts from scratch would need the engine state from a checkpoint.)
+/// restarts from scratch would need the engine state from a checkpoint.) Over
+/// TCP, and with shared memory between the ranks.
 #[test]
 fn a_rank_moved_to_a_new_port_mid_conversation() {
-    for (n, mv, prog, args, want) in [
-        (3, "1:300", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
-        (3, "0:3", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
-        (2, "1:5", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+    for shm in ["1", "0"] {
+        for (n, mv, prog, args, want) in [
+            (3, "1:300", "mpi_ring", &["2000"][..], "[0] ring ok 2000"),
+            (3, "0:3", "mpi_stress", &["1000"][..], "[0] stress ok 2000"),
+            (2, "1:5", "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+        ] {
+            let env = [("P2PMP_FAULT_MOVE", mv), ("P2PMP_SHM", shm)];
+            let r = launch_env(n, prog, args, Duration::from_secs(60), &env);
+            assert!(r.stderr.contains("fault injection"), "built without fault injection:\n{}", r.stderr);
+            assert!(
+                r.ok && r.stdout.contains(want),
+                "{prog} on {n} ranks, move {mv}, shm {shm}:\n{}\n{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+}
+
+/// Every shared-memory link is refused (as a bad segment would be): the ranks
+/// of one host fall back to TCP and the programs still finish correctly.
+#[test]
+fn refused_shared_memory_falls_back_to_tcp() {
+    for (n, prog, args, want) in [
+        (3, "mpi_ring", &["1000"][..], "[0] ring ok 1000"),
+        (2, "mpi_sizes", &["8000000"][..], "[0] sizes ok 10"),
+        (4, "mpi_stress", &["500"][..], "[0] stress ok 1500"),
     ] {
-        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_MOVE", mv)]);
-        assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks, move {mv}:\n{}\n{}", r.stdout, r.stderr);
+        let r = launch_env(n, prog, args, Duration::from_secs(60), &[("P2PMP_FAULT_SHM_REFUSE", "1")]);
+        assert!(r.stderr.contains("fault injection"), "built without fault injection:\n{}", r.stderr);
+        assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks:\n{}\n{}", r.stdout, r.stderr);
     }
 }

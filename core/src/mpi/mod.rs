@@ -17,6 +17,11 @@
 //! After any input or application call, drain `poll_transmit` and `poll_completion`
 //! to `None`, then read `poll_timeout`.
 //!
+//! Beside it, [`Links`] (see `link`) keeps the state of the rank's connections to
+//! its peers: when to resolve a peer's address, connect, back off, reconnect and
+//! give up. The driver carries out its actions and tells the engine nothing
+//! itself: the link machine reports breaks and reconnects to the engine.
+//!
 //! ```
 //! use std::time::Instant;
 //! use bytes::Bytes;
@@ -81,6 +86,7 @@ mod closing;
 mod config;
 mod engine;
 mod flow;
+pub mod link;
 mod msg;
 mod queues;
 mod rendezvous;
@@ -88,6 +94,7 @@ mod rendezvous;
 pub use closing::GONE_GRACE;
 pub use config::MpiConfig;
 pub use engine::MpiEngine;
+pub use link::{LinkAction, LinkConfig, Links, Path, Route};
 pub use msg::{MpiMsg, SeqHdr};
 
 use bytes::Bytes;

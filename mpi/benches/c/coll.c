@@ -1,5 +1,6 @@
 /* Collectives: MPI_Allreduce (MPI_SUM on doubles), MPI_Alltoall and MPI_Bcast
- * (bytes) of 8 B, 64 KiB and 1 MiB per rank (per block for Alltoall); for
+ * (bytes) of 8 B, 64 KiB and 1 MiB per rank (per block for Alltoall), and
+ * MPI_Barrier (printed as 8 B only); for
  * each, rank 0 prints "coll <op> <bytes> <median µs per call>" over 5
  * repetitions. Usage: coll [quick] */
 #include <mpi.h>
@@ -22,13 +23,14 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *ops[3] = {"allreduce", "alltoall", "bcast"};
+    const char *ops[4] = {"allreduce", "alltoall", "bcast", "barrier"};
     long sizes[3] = {8, 64 << 10, 1 << 20};
     char *a = malloc((size_t)(1 << 20) * size), *b = malloc((size_t)(1 << 20) * size);
     memset(a, 1, (size_t)(1 << 20) * size);
-    for (int o = 0; o < 3; o++) {
+    for (int o = 0; o < 4; o++) {
         for (int s = 0; s < 3; s++) {
             long bytes = sizes[s];
+            if (o == 3 && bytes != 8) continue;
             int n = iters(bytes, quick);
             double t[5];
             for (int rep = 0; rep < 5; rep++) {
@@ -37,7 +39,8 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < n; i++) {
                     if (o == 0) MPI_Allreduce(a, b, (int)(bytes / 8), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                     else if (o == 1) MPI_Alltoall(a, (int)bytes, MPI_BYTE, b, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
-                    else MPI_Bcast(a, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+                    else if (o == 2) MPI_Bcast(a, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+                    else MPI_Barrier(MPI_COMM_WORLD);
                 }
                 t[rep] = (MPI_Wtime() - t0) * 1e6 / n;
             }

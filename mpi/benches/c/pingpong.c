@@ -1,5 +1,7 @@
 /* Ping-pong between ranks 0 and 1: for each size, 5 repetitions of `iters`
  * round trips; rank 0 prints "pp <size> <median half round trip in us>".
+ * Then a window of 64 non-blocking 1 MiB sends (and receives), answered by a
+ * zero-byte message, 5 repetitions: "win <size> <median MB/s>".
  * Usage: pingpong [quick]   (the same sizes and counts as the p2pmp rank program) */
 #include <mpi.h>
 #include <stdio.h>
@@ -43,6 +45,33 @@ int main(int argc, char **argv) {
         qsort(samples, 5, sizeof samples[0], cmp);
         if (rank == 0) printf("pp %ld %.4f\n", size, samples[2]);
         fflush(stdout);
+    }
+    {
+        long size = 1 << 20, n = quick ? 2 : 10;
+        char *wb = malloc((size_t)size * 64);
+        memset(wb, 7, (size_t)size * 64);
+        MPI_Request rq[64];
+        double samples[5];
+        for (int rep = 0; rep < 5; rep++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (long i = 0; i < n; i++) {
+                if (rank == 0) {
+                    for (int k = 0; k < 64; k++) MPI_Isend(wb + (long)k * size, (int)size, MPI_BYTE, 1, 1, MPI_COMM_WORLD, &rq[k]);
+                    MPI_Waitall(64, rq, MPI_STATUSES_IGNORE);
+                    MPI_Recv(wb, 0, MPI_BYTE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                } else if (rank == 1) {
+                    for (int k = 0; k < 64; k++) MPI_Irecv(wb + (long)k * size, (int)size, MPI_BYTE, 0, 1, MPI_COMM_WORLD, &rq[k]);
+                    MPI_Waitall(64, rq, MPI_STATUSES_IGNORE);
+                    MPI_Send(wb, 0, MPI_BYTE, 0, 2, MPI_COMM_WORLD);
+                }
+            }
+            samples[rep] = (double)size * 64.0 * (double)n / ((MPI_Wtime() - t) * 1e6);
+        }
+        qsort(samples, 5, sizeof samples[0], cmp);
+        if (rank == 0) printf("win %ld %.1f\n", size, samples[2]);
+        fflush(stdout);
+        free(wb);
     }
     free(buf);
     MPI_Finalize();

@@ -1,7 +1,10 @@
 //! Ping-pong between two hosts: a two-host namespace cluster
 //! (`p2pmp_tests::cluster`, a jobd on each, one slot each) runs the p2pmp
-//! ping-pong as a two-rank job, one rank per host, and, beside it, a raw
-//! blocking TCP ping-pong between a process on each of the same two hosts.
+//! ping-pong (and its window of 64 sends) as a two-rank job, one rank per
+//! host, and, beside it, a raw blocking TCP ping-pong between a process on
+//! each of the same two hosts, and MPICH over TCP between them (hydra started
+//! on host 0, its proxy on host 1 through a launcher that enters host 1's
+//! namespace instead of ssh).
 
 use std::time::{Duration, Instant};
 
@@ -13,13 +16,20 @@ use crate::{SIZES, iters, raw, run, size_label};
 pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64, String>);
 
 /// Every figure of the two-host rows (with the reason where there is none).
-pub(crate) fn pingpong(quick: bool, limit: Duration) -> Vec<Figure> {
-    let got: Vec<(&'static str, Figures)> = match measure(quick, limit) {
+/// `mpich`: the directory of the MPICH-built programs, if built.
+pub(crate) fn pingpong(quick: bool, limit: Duration, mpich: Result<&std::path::Path, String>) -> Vec<Figure> {
+    let got: Vec<(&'static str, Figures)> = match measure(quick, limit, mpich) {
         Ok(v) => v,
-        Err(why) => ["p2pmp", "raw_tcp"].map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).collect())).into(),
+        Err(why) => ["p2pmp", "raw_tcp", "mpich_tcp"]
+            .map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).chain([(WIN, Err(why.clone()))]).collect()))
+            .into(),
     };
     let mut out = Vec::new();
     for (system, figures) in got {
+        let (win, figures): (Figures, Figures) = figures.into_iter().partition(|f| f.0 == WIN);
+        for (_, v) in win {
+            out.push(("hosts_bw", "window 64 x 1 MiB".into(), system, "hosts_win_1mib_mbps".into(), v));
+        }
         for (size, lat) in figures {
             let l = size_label(size);
             let row = format!("{size} B");
@@ -32,7 +42,26 @@ pub(crate) fn pingpong(quick: bool, limit: Duration) -> Vec<Figure> {
 
 type Figures = Vec<(usize, Result<f64, String>)>;
 
-fn measure(quick: bool, limit: Duration) -> Result<Vec<(&'static str, Figures)>, String> {
+/// The size under which a window figure travels among the ping-pong ones.
+const WIN: usize = usize::MAX;
+
+/// Per size, the `pp` figures of a run's lines (or why not), and its `win`.
+fn figures_of(lines: &[String], why: &str) -> Figures {
+    let v = run::values(lines, "pp");
+    let win = run::values(lines, "win").first().and_then(|x| x.get(1).copied());
+    SIZES
+        .iter()
+        .map(|&z| (z, v.iter().find(|x| x.len() >= 2 && x[0] as usize == z).map(|x| x[1])))
+        .chain([(WIN, win)])
+        .map(|(z, f)| (z, f.ok_or_else(|| why.to_string())))
+        .collect()
+}
+
+fn measure(
+    quick: bool,
+    limit: Duration,
+    mpich: Result<&std::path::Path, String>,
+) -> Result<Vec<(&'static str, Figures)>, String> {
     if let Some(why) = unavailable() {
         return Err(format!("skipped: {why}"));
     }
@@ -58,18 +87,48 @@ fn measure(quick: bool, limit: Duration) -> Result<Vec<(&'static str, Figures)>,
     let out = c.p2pjob(0, &args, limit);
     let p2pmp: Figures = {
         let lines: Vec<String> = out.stdout.lines().filter_map(|l| l.strip_prefix("[0] ").map(str::to_owned)).collect();
-        let v = run::values(&lines, "pp");
         let why = if out.ok { "failed: no figure".into() } else { format!("failed: {}", out.stderr.trim()) };
-        SIZES
-            .iter()
-            .map(|&z| {
-                (z, v.iter().find(|x| x.len() >= 2 && x[0] as usize == z).map(|x| x[1]).ok_or_else(|| why.clone()))
-            })
-            .collect()
+        figures_of(&lines, &why)
     };
     eprintln!("  hosts     p2pmp ping-pong over the bridge took {:.1} s", started.elapsed().as_secs_f64());
     let raw: Figures = SIZES.iter().map(|&z| (z, raw_between(&c, &me, z, iters(z, quick)))).collect();
-    Ok(vec![("p2pmp", p2pmp), ("raw_tcp", raw)])
+    let mpich = match mpich {
+        Ok(dir) => mpich_between(&c, dir, quick, limit),
+        Err(why) => figures_of(&[], &why),
+    };
+    Ok(vec![("p2pmp", p2pmp), ("raw_tcp", raw), ("mpich_tcp", mpich)])
+}
+
+/// MPICH's ping-pong over TCP between hosts 0 and 1: hydra's `mpirun` on
+/// host 0, its "ssh" a script entering the named host's namespace.
+fn mpich_between(c: &Cluster, dir: &std::path::Path, quick: bool, limit: Duration) -> Figures {
+    let (a, b) = (c.hosts[0].ip.to_string(), c.hosts[1].ip.to_string());
+    let script = c.dir.join("hydra-launcher.sh");
+    let body = format!(
+        "#!/bin/sh\n# hydra's ssh: [-x] HOST COMMAND\nwhile [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1; shift\ncase $host in\n  {a}) ns={} ;;\n  {b}) ns={} ;;\n  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec nsenter --net=$ns -- sh -c \"$*\"\n",
+        c.hosts[0].netns_path(),
+        c.hosts[1].netns_path()
+    );
+    let made = std::fs::write(&script, body).and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+    });
+    if let Err(e) = made {
+        return figures_of(&[], &format!("failed: {e}"));
+    }
+    let mut cmd = c.hosts[0].command("mpirun.mpich");
+    cmd.args(["-launcher", "ssh", "-launcher-exec"])
+        .arg(&script)
+        .args(["-localhost", &a, "-hosts", &format!("{a},{b}"), "-n", "2", "-ppn", "1"])
+        .arg(dir.join("pingpong"))
+        .args(if quick { &["quick"][..] } else { &[][..] })
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", "eth0")
+        .env("MPIR_CVAR_NOLOCAL", "1");
+    match run::run_limited(cmd, limit) {
+        Ok(lines) => figures_of(&lines, "failed: no figure"),
+        Err(f) => figures_of(&f.partial, &f.why),
+    }
 }
 
 /// A raw blocking ping-pong of `n` x 5 messages of `size` bytes: the timing

@@ -35,6 +35,7 @@ mod plot;
 mod ranks;
 mod raw;
 mod run;
+mod verdicts;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -48,7 +49,7 @@ const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
 /// Rounds of the p2pmp and raw ping-pongs, taking turns (quick: one).
 const PP_ROUNDS: usize = 3;
 /// The collectives timed, and the bytes per rank.
-pub(crate) const COLL_OPS: [&str; 3] = ["allreduce", "alltoall", "bcast"];
+pub(crate) const COLL_OPS: [&str; 4] = ["allreduce", "alltoall", "bcast", "barrier"];
 pub(crate) const COLL_SIZES: [usize; 3] = [8, 64 << 10, 1 << 20];
 
 /// Calls timed per repetition of a collective of `bytes` (as `coll.c` does).
@@ -129,6 +130,14 @@ impl Results {
         eprintln!("  {section:<9} {row:<22} {system:<16} {shown}");
         let (row, system, key) = (row.to_string(), system.to_string(), key.to_string());
         self.cells.push(Cell { section, row, system, key, value });
+    }
+
+    /// Every figure measured, by `<system>_<key>`.
+    fn figures(&self) -> BTreeMap<String, f64> {
+        self.cells
+            .iter()
+            .filter_map(|c| c.value.as_ref().ok().map(|v| (format!("{}_{}", c.system, c.key), *v)))
+            .collect()
     }
 
     fn get(&self, system: &str, key: &str) -> Option<f64> {
@@ -239,12 +248,16 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
             res.put("bw", &format!("{size} B"), system, &format!("bw_{l}_mbps"), lat.map(|us| size as f64 / us));
         }
     };
-    // The sizes a run printed, even if it then timed out or failed.
-    let parse = |r: RunResult| -> PpFigures {
+    // The sizes a run printed, even if it then timed out or failed (and its
+    // window bandwidth, kept apart).
+    let mut windows: Vec<(String, Result<f64, String>)> = Vec::new();
+    let mut parse_as = |system: &str, r: RunResult| -> PpFigures {
         let (lines, why) = match r {
             Ok(lines) => (lines, "failed: no figure".to_string()),
             Err(f) => (f.partial, f.why),
         };
+        let win = run::values(&lines, "win").first().and_then(|x| x.get(1).copied()).ok_or_else(|| why.clone());
+        windows.push((system.to_string(), win));
         let v = run::values(&lines, "pp");
         let figure = |size: usize| v.iter().find(|x| x.len() >= 2 && x[0] as usize == size).map(|x| x[1]);
         SIZES.iter().map(|&size| (size, figure(size).ok_or_else(|| why.clone()))).collect()
@@ -256,7 +269,7 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
     let mut rounds: BTreeMap<&str, Vec<PpFigures>> = BTreeMap::new();
     for _ in 0..if quick { 1 } else { PP_ROUNDS } {
-        rounds.entry("p2pmp").or_default().push(parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
+        rounds.entry("p2pmp").or_default().push(parse_as("p2pmp", run::p2pmp(2, &pp_args, limit.p2pmp)));
         for (system, spin, peer) in raws {
             let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin, peer).map_err(|e| e.to_string())));
             rounds.entry(system).or_default().push(got.collect());
@@ -269,11 +282,74 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // once, with the quick counts, so it cannot hold the run up for minutes.
     let spin = SIZES.iter().map(|&s| (s, raw::pingpong(s, true, true, raw::Echo::Thread).map_err(|e| e.to_string())));
     put_pp(res, "raw_tcp_spin", spin.collect());
+    // Raw shared memory between two processes, busy-polling: the same caveat.
+    let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
+    put_pp(res, "raw_shm", shm.collect());
     for (name, b, tcp) in refs {
-        if quick && !tcp {
+        let got = parse_as(name, run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2));
+        put_pp(res, name, got);
+    }
+    // The p2pmp window: the median of the rounds that gave one.
+    let mut p2pmp_win: Vec<f64> = Vec::new();
+    for (system, win) in windows {
+        if system == "p2pmp" {
+            if let Ok(v) = win {
+                p2pmp_win.push(v);
+            }
             continue;
         }
-        put_pp(res, name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)));
+        res.put("bw", "window 64 x 1 MiB", &system, "win_1mib_mbps", win);
+    }
+    let v = if p2pmp_win.is_empty() { Err("failed: no figure".to_string()) } else { Ok(median(p2pmp_win)) };
+    res.put("bw", "window 64 x 1 MiB", "p2pmp", "win_1mib_mbps", v);
+}
+
+/// The 8-byte latency and the 2 x 2,000 ring beside a CPU hog on each core
+/// (busy threads of this process), for p2pmp and the references' default
+/// transports.
+fn hog_section(res: &mut Results, refs: &[(String, &RefBuild, bool)], limit: Limits) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let q = vec!["quick".to_string()];
+    let lat = |r: RunResult| -> Result<f64, String> {
+        let lines = r.map_err(|f| f.why)?;
+        let v = run::values(&lines, "pp");
+        v.iter().find(|x| x.len() >= 2 && x[0] as usize == 8).map(|x| x[1]).ok_or_else(|| "failed: no figure".into())
+    };
+    let ring = |r: RunResult| -> Result<f64, String> {
+        let lines = r.map_err(|f| f.why)?;
+        run::values(&lines, "ring").first().and_then(|v| v.first().copied()).ok_or_else(|| "failed: no output".into())
+    };
+    let (lat_row, ring_row) = (format!("8 B latency (µs), {cores} hogs"), format!("ring 2 x 2000 (s), {cores} hogs"));
+    let pp = [vec!["pingpong".to_string()], q.clone()].concat();
+    res.put("hog", &lat_row, "p2pmp", "hog_lat_8b_us", lat(run::p2pmp(2, &pp, limit.p2pmp)));
+    let ring_args = vec!["ring".to_string(), "2000".to_string()];
+    res.put("hog", &ring_row, "p2pmp", "hog_ring_2x2000_s", ring(run::p2pmp(2, &ring_args, limit.p2pmp)));
+    for (name, b, tcp) in refs.iter().filter(|r| !r.2) {
+        res.put(
+            "hog",
+            &lat_row,
+            name,
+            "hog_lat_8b_us",
+            lat(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)),
+        );
+        let r = run::mpirun(b, *tcp, 2, "ring", &["2000".to_string()], limit.reference * 2);
+        res.put("hog", &ring_row, name, "hog_ring_2x2000_s", ring(r));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        let _ = h.join();
     }
 }
 
@@ -351,6 +427,9 @@ fn coll_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool
             };
             for op in COLL_OPS {
                 for bytes in COLL_SIZES {
+                    if op == "barrier" && bytes != 8 {
+                        continue;
+                    }
                     let fig = lines
                         .iter()
                         .filter_map(|l| l.strip_prefix(&format!("coll {op} {bytes} ")))
@@ -376,6 +455,10 @@ fn main() {
     }
     if let Ok(spec) = std::env::var(raw::CLIENT_VAR) {
         raw::timer_main(&spec).expect("raw timing process failed");
+        return;
+    }
+    if let Ok(spec) = std::env::var(raw::SHM_ECHO_VAR) {
+        raw::shm_echo_main(&spec).expect("raw shared-memory echo failed");
         return;
     }
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
@@ -417,8 +500,7 @@ fn main() {
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
 
-    // Quick runs compare over TCP only.
-    let ring_refs: Vec<_> = refs.iter().filter(|r| !quick || r.2).cloned().collect();
+    let ring_refs: Vec<_> = refs.to_vec();
     if args.iter().any(|a| a == "--coll") {
         coll_section(&mut res, quick, &refs, limit);
         println!("{}", res.table("coll", "collectives (µs a call, median of 5 repetitions)"));
@@ -427,7 +509,11 @@ fn main() {
     }
     pingpong_section(&mut res, quick, &refs, limit);
     if !args.iter().any(|a| a == "--no-hosts") {
-        for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp) {
+        let mpich = built.iter().find(|b| b.mpi == run::Mpi::Mpich).map_or_else(
+            || Err("missing: MPICH not installed".to_string()),
+            |b| b.dir.as_deref().map_err(Clone::clone),
+        );
+        for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp, mpich) {
             res.put(section, &row, system, &key, value);
         }
     }
@@ -461,7 +547,8 @@ fn main() {
     } else {
         SEMIPRIME
     };
-    let (f_ranks, f_ks): (&[u32], &[u64]) = if quick { (&[1, 8], &[500]) } else { (&[1, 2, 4, 8], &[10_000, 500]) };
+    let (f_ranks, f_ks): (&[u32], &[u64]) =
+        if quick { (&[1, 8], &[10_000, 500]) } else { (&[1, 2, 4, 8], &[10_000, 500]) };
     for &k in f_ks {
         let mut gave_up = BTreeMap::new();
         for &n in f_ranks {
@@ -482,32 +569,9 @@ fn main() {
     report += &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs within 20 s)"));
     coll_section(&mut res, quick, &refs, limit);
     report += &res.table("coll", "collectives (µs a call, median of 5 repetitions)");
-    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-    let raw_best =
-        [res.get("raw_tcp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us")].into_iter().flatten().reduce(f64::min);
-    let raw_bw_best = [res.get("raw_tcp", "bw_1mib_mbps"), res.get("raw_tcp_spin", "bw_1mib_mbps")]
-        .into_iter()
-        .flatten()
-        .reduce(f64::max);
-    let fmt = |r: Option<f64>| r.map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"));
-    let ring_key = if quick { "ring_8x2000_s" } else { "ring_8x20000_s" };
-    let _ = write!(
-        report,
-        "\ntargets (ratio = p2pmp / reference):\n  8 B latency vs raw TCP (blocking) {} , vs raw TCP (busy-poll) {} , best raw {} (target <= 1.2); vs raw TCP between two processes {}\n  8 B latency vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  1 MiB bandwidth vs raw TCP (best) {} (target >= 0.9)\n  8-rank ring vs MPICH tcp {} , vs Open MPI tcp {} (target <= 1.0)\n  8-rank factoring (K=500) vs MPICH tcp {} , vs ideal (1-rank / 2 cores) {} (target <= 1.25)\n  8-rank factoring (K=10000) vs MPICH tcp {} , vs ideal {}\n",
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp", "lat_8b_us"))),
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp_spin", "lat_8b_us"))),
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), raw_best)),
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("raw_tcp_proc", "lat_8b_us"))),
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("mpich_tcp", "lat_8b_us"))),
-        fmt(ratio(res.get("p2pmp", "lat_8b_us"), res.get("openmpi_tcp", "lat_8b_us"))),
-        fmt(ratio(res.get("p2pmp", "bw_1mib_mbps"), raw_bw_best)),
-        fmt(ratio(res.get("p2pmp", ring_key), res.get("mpich_tcp", ring_key))),
-        fmt(ratio(res.get("p2pmp", ring_key), res.get("openmpi_tcp", ring_key))),
-        fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("mpich_tcp", "factor_8_s"))),
-        fmt(ratio(res.get("p2pmp", "factor_8_s"), res.get("p2pmp", "factor_1_s").map(|t| t / 2.0))),
-        fmt(ratio(res.get("p2pmp", "factor_8_k10000_s"), res.get("mpich_tcp", "factor_8_k10000_s"))),
-        fmt(ratio(res.get("p2pmp", "factor_8_k10000_s"), res.get("p2pmp", "factor_1_k10000_s").map(|t| t / 2.0))),
-    );
+    hog_section(&mut res, &refs, limit);
+    report += &res.table("hog", "beside a CPU hog on each core");
+    report += &verdicts::report(&res.figures(), quick);
     println!("{report}");
     let required = [
         "p2pmp_lat_8b_us",
@@ -538,6 +602,7 @@ fn main() {
         "raw_tcp",
         "raw_tcp_spin",
         "raw_tcp_proc",
+        "raw_shm",
         "mpich_tcp",
         "openmpi_tcp",
         "mpich_default",

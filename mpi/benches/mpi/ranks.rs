@@ -33,7 +33,36 @@ pub(crate) fn pingpong(quick: bool) -> Result<(), p2pmp_mpi::Error> {
             println!("pp {size} {}", median(samples));
         }
     }
+    window(&mut w, quick)?;
     w.finalize()
+}
+
+/// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
+/// by an empty message, 5 repetitions: `win <size> <median MB/s>` from rank 0.
+fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error> {
+    let (size, rounds) = (1usize << 20, if quick { 2 } else { 10 });
+    let data = Bytes::from(vec![7u8; size]);
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        w.barrier()?;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            if w.rank() == 0 {
+                let reqs = (0..64).map(|_| w.isend_bytes(data.clone(), 1, 1)).collect::<Result<Vec<_>, _>>()?;
+                w.waitall(reqs)?;
+                w.recv_bytes(Some(1), Some(2))?;
+            } else if w.rank() == 1 {
+                let reqs = (0..64).map(|_| w.irecv(Some(0), Some(1))).collect::<Result<Vec<_>, _>>()?;
+                w.waitall(reqs)?;
+                w.send_bytes(Bytes::new(), 0, 2)?;
+            }
+        }
+        samples.push((size * 64 * rounds) as f64 / (t.elapsed().as_secs_f64() * 1e6));
+    }
+    if w.rank() == 0 {
+        println!("win {size} {}", median(samples));
+    }
+    Ok(())
 }
 
 /// `ring <median seconds>` of 3 repetitions, from rank 0.
@@ -130,6 +159,9 @@ pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
     let p = w.size() as usize;
     for op in crate::COLL_OPS {
         for bytes in crate::COLL_SIZES {
+            if op == "barrier" && bytes != 8 {
+                continue;
+            }
             let n = crate::coll_iters(bytes, quick);
             let doubles = vec![1.0f64; bytes / 8];
             let blocks = vec![1u8; bytes * p];
@@ -142,7 +174,8 @@ pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
                     match op {
                         "allreduce" => drop(w.allreduce(&doubles, p2pmp_mpi::Op::Sum)?),
                         "alltoall" => drop(w.alltoall(&blocks)?),
-                        _ => drop(w.bcast_bytes(data.clone(), 0)?),
+                        "bcast" => drop(w.bcast_bytes(data.clone(), 0)?),
+                        _ => w.barrier()?,
                     }
                 }
                 samples.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);

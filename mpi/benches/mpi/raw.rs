@@ -139,3 +139,123 @@ pub(crate) fn timer_main(spec: &str) -> io::Result<()> {
     println!("rawpp {size} {}", measure(&l, size, n, false)?);
     Ok(())
 }
+
+/// Environment variable that makes this binary the echoing side of a raw
+/// shared-memory ping-pong: `fd size count` (the segment's inherited fd).
+pub(crate) const SHM_ECHO_VAR: &str = "MPI_BENCH_RAW_SHM";
+
+/// Offset of the data buffers in the raw shared segment (a page of flags first).
+const SHM_DATA: usize = 4096;
+
+/// The two sequence flags and the two buffers of a raw shared-memory
+/// ping-pong, in one mapping.
+struct ShmPair {
+    base: *mut u8,
+    len: usize,
+}
+
+impl ShmPair {
+    /// Maps `fd` (the segment: a page of flags, then two 4 MiB buffers).
+    fn map(fd: i32) -> io::Result<Self> {
+        let len = SHM_DATA + 2 * (4 << 20);
+        // SAFETY: a fresh shared mapping of `len` bytes of the caller's fd.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ShmPair { base: p.cast(), len })
+    }
+
+    fn flag(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: flags 0 and 1 sit at 64-byte aligned offsets of the mapped page.
+        unsafe { &*self.base.add(i * 64).cast::<std::sync::atomic::AtomicU64>() }
+    }
+
+    fn buf(&self, i: usize) -> *mut u8 {
+        // SAFETY: buffer 0 and 1 lie inside the mapping.
+        unsafe { self.base.add(SHM_DATA + i * (4 << 20)) }
+    }
+
+    /// Waits (spinning) until flag `i` reaches `v`.
+    fn wait(&self, i: usize, v: u64) {
+        while self.flag(i).load(std::sync::atomic::Ordering::Acquire) < v {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for ShmPair {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// The echoing process of a raw shared-memory ping-pong: for each message,
+/// copy it out of buffer 0 into private memory, then into buffer 1.
+pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{SHM_ECHO_VAR}={spec}"));
+    let mut it = spec.split_whitespace();
+    let fd: i32 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let size: usize = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let count: u64 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let m = ShmPair::map(fd)?;
+    let mut own = vec![0u8; size];
+    for i in 1..=count {
+        m.wait(0, i);
+        // SAFETY: the pinger wrote `size` bytes of buffer 0 before raising flag 0
+        // to `i`, and touches neither buffer until flag 1 reaches `i`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(m.buf(0), own.as_mut_ptr(), size);
+            std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(1), size);
+        }
+        m.flag(1).store(i, std::sync::atomic::Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Median half round trip in µs of a raw shared-memory ping-pong of `size`
+/// bytes between this process and a child (both busy-polling; each message
+/// copied in by its sender and out by its receiver, as TCP copies it in and
+/// out of the kernel): the physical limit of a one-host transport.
+pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
+    let n = iters(size, quick);
+    // SAFETY: memfd_create(2) reads the NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"raw-shm".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor, ours; ftruncate takes no memory.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: as above.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), (SHM_DATA + 2 * (4 << 20)) as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let m = ShmPair::map(fd.as_raw_fd())?;
+    let spec = format!("{} {size} {}", fd.as_raw_fd(), 5 * n);
+    let mut child = std::process::Command::new(std::env::current_exe()?).env(SHM_ECHO_VAR, spec).spawn()?;
+    let own = vec![7u8; size];
+    let mut back = vec![0u8; size];
+    let (mut samples, mut i) = (Vec::new(), 0u64);
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            i += 1;
+            // SAFETY: the echo touches buffer 0 only after flag 0 reaches `i`,
+            // and buffer 1 is complete once flag 1 reaches `i`.
+            unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(0), size) };
+            m.flag(0).store(i, std::sync::atomic::Ordering::Release);
+            m.wait(1, i);
+            unsafe { std::ptr::copy_nonoverlapping(m.buf(1), back.as_mut_ptr(), size) };
+        }
+        samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
+    }
+    let st = child.wait()?;
+    if !st.success() {
+        return Err(io::Error::other(format!("echo process: {st}")));
+    }
+    Ok(median(samples))
+}

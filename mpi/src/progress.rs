@@ -1,0 +1,380 @@
+//! How a blocking call waits: poll, yield or sleep, decided at each wait from
+//! what the rank sees of the machine right then.
+//!
+//! - **Poll** (busy, no system call on shared memory) while the answer is
+//!   likely near and a core is free: for as long as waits on that peer have
+//!   recently taken (a budget per peer, doubled when a wait ends while polling,
+//!   halved when polling did not pay), at most [`MAX_SPIN`].
+//! - **Yield** between checks (`sched_yield`) when this job's ranks on this
+//!   host outnumber its cores: the rank that holds the answer needs the core.
+//!   The ranks of this host are counted by their shared-memory sockets
+//!   (`Transport::local_ranks`), not by a load average.
+//! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
+//!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
+//!   is long, or at once when other work competes for the core: a spinning
+//!   rank that is preempted (a gap in its polling, or involuntary context
+//!   switches) leaves polling for [`CONTENDED_FOR`], and a woken sleeper gets
+//!   the core back sooner than a yielder would.
+//!
+//! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
+//! replace all this with a fixed policy.
+
+use std::time::{Duration, Instant};
+
+use p2pmp_core::mpi::Completion;
+
+use crate::error::Result;
+use crate::sock::Wait;
+use crate::transport::DIRECT_MAX;
+use crate::world::World;
+
+/// Longest busy-poll of one wait.
+const MAX_SPIN: Duration = Duration::from_micros(200);
+/// Least poll budget a peer keeps (a wait always looks twice before sleeping).
+const MIN_SPIN: Duration = Duration::from_micros(2);
+/// Longest yielding of one wait before it sleeps.
+const MAX_YIELD: Duration = Duration::from_millis(2);
+/// A gap this long between two polls means the rank was preempted.
+const PREEMPTED_GAP: Duration = Duration::from_micros(40);
+/// How long a rank that saw other work take its core stays off polling.
+const CONTENDED_FOR: Duration = Duration::from_millis(50);
+
+/// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinPolicy {
+    /// Busy-polling (non-blocking checks) before anything else.
+    pub spin: Duration,
+    /// Then this many rounds of yielding the CPU between checks.
+    pub yields: u32,
+}
+
+impl SpinPolicy {
+    /// The policy `P2PMP_SPIN_US` and `P2PMP_YIELDS` ask for, if either is set
+    /// (the other then defaults to zero).
+    pub fn from_env() -> Option<Self> {
+        let spin = std::env::var("P2PMP_SPIN_US").ok().and_then(|v| v.trim().parse().ok());
+        let yields = std::env::var("P2PMP_YIELDS").ok().and_then(|v| v.trim().parse().ok());
+        if spin.is_none() && yields.is_none() {
+            return None;
+        }
+        Some(SpinPolicy { spin: Duration::from_micros(spin.unwrap_or(0)), yields: yields.unwrap_or(0) })
+    }
+}
+
+/// How one wait goes on: busy-poll for `spin`, then poll and yield (at most
+/// `yields` rounds, until `spin + yield_for`), then sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    spin: Duration,
+    yields: u32,
+    yield_for: Duration,
+}
+
+impl Plan {
+    const SLEEP: Plan = Plan { spin: Duration::ZERO, yields: 0, yield_for: Duration::ZERO };
+
+    fn spin(d: Duration) -> Plan {
+        Plan { spin: d, ..Plan::SLEEP }
+    }
+
+    fn polls(&self) -> bool {
+        !self.spin.is_zero() || self.yields > 0
+    }
+}
+
+/// What this rank learned about its waits.
+#[derive(Debug)]
+pub(crate) struct Waits {
+    fixed: Option<SpinPolicy>,
+    cores: u32,
+    /// Poll budget per peer; the last entry is for waits on several peers.
+    budget: Vec<Duration>,
+    /// Until when other work is taken to compete for this rank's core.
+    contended_until: Option<Instant>,
+    /// Involuntary context switches of this thread when last looked at.
+    nivcsw: i64,
+}
+
+impl Waits {
+    pub(crate) fn new(size: u32) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        Waits {
+            fixed: SpinPolicy::from_env(),
+            cores,
+            budget: vec![MAX_SPIN / 4; size as usize + 1],
+            contended_until: None,
+            nivcsw: involuntary_switches(),
+        }
+    }
+
+    pub(crate) fn set_fixed(&mut self, p: SpinPolicy) {
+        self.fixed = Some(p);
+    }
+
+    fn slot(&self, peer: Option<u32>) -> usize {
+        peer.map_or(self.budget.len() - 1, |p| (p as usize).min(self.budget.len() - 1))
+    }
+
+    fn plan(&self, now: Instant, peer: Option<u32>, local_ranks: u32) -> Plan {
+        if let Some(f) = self.fixed {
+            return Plan { spin: f.spin, yields: f.yields, yield_for: Duration::MAX };
+        }
+        if local_ranks > self.cores {
+            return Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
+        }
+        if self.contended_until.is_some_and(|t| now < t) {
+            return Plan::spin(MIN_SPIN);
+        }
+        Plan::spin(self.budget[self.slot(peer)])
+    }
+
+    /// A wait on `peer` took `waited` in all: a short one says polling
+    /// longer would have paid (the budget grows to twice it), a long one that
+    /// it did not (the budget halves).
+    fn learn(&mut self, peer: Option<u32>, waited: Duration) {
+        let i = self.slot(peer);
+        let b = &mut self.budget[i];
+        *b = if waited <= MAX_SPIN { (*b).max(waited * 2) } else { *b / 2 }.clamp(MIN_SPIN, MAX_SPIN);
+    }
+
+    /// Other work took this rank's core (seen at `now`): stop polling for a while.
+    fn contended(&mut self, now: Instant) {
+        self.contended_until = Some(now + CONTENDED_FOR);
+    }
+
+    /// Whether the thread was switched out against its will since last asked.
+    fn preempted_since_last(&mut self) -> bool {
+        let n = involuntary_switches();
+        let was = std::mem::replace(&mut self.nivcsw, n);
+        n > was
+    }
+}
+
+/// Involuntary context switches of the calling thread so far.
+fn involuntary_switches() -> i64 {
+    // SAFETY: getrusage(2) writes one rusage into `ru`, which lives across the call.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_nivcsw
+}
+
+impl World {
+    /// Drains the engine into the sockets and its completions into `done`.
+    pub(crate) fn after_call(&mut self) -> Result<()> {
+        self.after_call_at(Instant::now())
+    }
+
+    fn after_call_at(&mut self, now: Instant) -> Result<()> {
+        self.net.pump(&mut self.engine, now)?;
+        while let Some(c) = self.engine.poll_completion() {
+            match c {
+                Completion::CancelAnswer { req, cancelled } => {
+                    if let Some(a) = self.cancels.get_mut(&req) {
+                        *a = Some(cancelled);
+                    }
+                }
+                c if self.forgotten.remove(&c.req()) => {}
+                c => {
+                    self.done.insert(c.req(), c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: wait up to `timeout` for sockets, fire timers, reconnect, drain.
+    pub(crate) fn progress_once(&mut self, timeout: Option<Duration>) -> Result<bool> {
+        self.progress_once_at(timeout, Instant::now())
+    }
+
+    /// [`World::progress_once`] called at `now` (the clock is read once per
+    /// round: on a virtual machine a read costs as much as the rest of a look).
+    fn progress_once_at(&mut self, timeout: Option<Duration>, now: Instant) -> Result<bool> {
+        let got = self.net.poll_io(&mut self.engine, timeout, now)?;
+        let now = if timeout == Some(Duration::ZERO) { now } else { Instant::now() };
+        self.after_io(now)?;
+        Ok(got)
+    }
+
+    /// After input: fires due timers, reconnects, drains the engine.
+    fn after_io(&mut self, now: Instant) -> Result<()> {
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        self.net.retry_due(&mut self.engine, now)?;
+        self.after_call_at(now)
+    }
+
+    /// One round reading only rank `from`'s connection (see
+    /// `Transport::read_direct`); `None` when that cannot be done now.
+    fn progress_direct(&mut self, from: u32, wait: Wait, now: Instant) -> Result<Option<bool>> {
+        let got = self.net.read_direct(&mut self.engine, from, wait, now)?;
+        if got.is_some() {
+            let now = if wait == Wait::Block { Instant::now() } else { now };
+            self.after_io(now)?;
+        }
+        Ok(got)
+    }
+
+    /// One look without waiting: at `from`'s connection if known, else at all.
+    fn look(&mut self, from: Option<u32>, now: Instant) -> Result<bool> {
+        if let Some(f) = from {
+            if let Some(got) = self.progress_direct(f, Wait::No, now)? {
+                return Ok(got);
+            }
+        }
+        self.progress_once_at(Some(Duration::ZERO), now)
+    }
+
+    /// Makes progress until `done(self)`, polling, yielding and sleeping as
+    /// the module docs say. `from`: the one rank whose bytes can finish the
+    /// wait, if known; its connection is then read directly.
+    pub(crate) fn progress_until(&mut self, from: Option<u32>, mut done: impl FnMut(&World) -> bool) -> Result<()> {
+        if done(self) {
+            return Ok(());
+        }
+        loop {
+            // Reading one peer's connection alone is right only while nothing
+            // else is under way: a rendezvous with another peer needs its
+            // clear-to-send or data seen (else that peer, perhaps waiting on us,
+            // stalls until a read times out).
+            let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
+            let start = Instant::now();
+            let local = self.net.local_ranks(start);
+            let plan = self.waits.plan(start, from, local);
+            let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
+            // Only a wait that polls by its own budget learns from how it went.
+            let contended = self.waits.contended_until.is_some_and(|t| start < t);
+            let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
+            let won = plan.polls()
+                && loop {
+                    let now = Instant::now();
+                    let got = self.look(from, now)?;
+                    if done(self) {
+                        last = now;
+                        break true;
+                    }
+                    if got {
+                        // Handling input takes time of its own: no gap to judge.
+                        fresh = true;
+                        continue;
+                    }
+                    let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
+                    last = now;
+                    let judged = !std::mem::take(&mut fresh);
+                    if spinning && judged && gap > PREEMPTED_GAP {
+                        // Something else ran on this core meanwhile.
+                        self.waits.contended(now);
+                        break false;
+                    }
+                    if elapsed < plan.spin {
+                        std::hint::spin_loop();
+                    } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
+                        rounds += 1;
+                        std::thread::yield_now();
+                    } else {
+                        break false;
+                    }
+                };
+            if spinning && last.duration_since(start) >= MAX_SPIN / 4 && self.waits.preempted_since_last() {
+                self.waits.contended(last);
+            }
+            if won {
+                if spinning {
+                    self.waits.learn(from, last.duration_since(start));
+                }
+                return Ok(());
+            }
+            self.sleep_once(from)?;
+            if done(self) {
+                if spinning {
+                    self.waits.learn(from, start.elapsed());
+                }
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sleeps in the kernel until a socket event, a doorbell or the next
+    /// deadline, then handles what happened. With `from` known over TCP, no
+    /// deadline within [`DIRECT_MAX`] and nothing left to write, it sleeps in
+    /// `recv` on that rank's socket (one system call) rather than in `epoll`.
+    fn sleep_once(&mut self, from: Option<u32>) -> Result<()> {
+        let now = Instant::now();
+        let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
+        if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
+            if self.progress_direct(f, Wait::Block, now)?.is_some() {
+                return Ok(());
+            }
+        }
+        let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+        let timeout = timeout.min(Duration::from_secs(1));
+        if self.net.before_sleep() {
+            let r = self.progress_once(Some(timeout));
+            self.net.after_sleep();
+            r?;
+        } else {
+            self.progress_once(Some(Duration::ZERO))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits(cores: u32) -> Waits {
+        Waits { fixed: None, cores, budget: vec![MAX_SPIN / 4; 5], contended_until: None, nivcsw: 0 }
+    }
+
+    #[test]
+    fn ranks_outnumbering_cores_yield_and_others_poll() {
+        let now = Instant::now();
+        let w = waits(2);
+        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+        let p = w.plan(now, Some(1), 3);
+        assert!(p.spin.is_zero() && p.yields > 0, "{p:?}");
+    }
+
+    #[test]
+    fn the_poll_budget_follows_each_peers_waits() {
+        let now = Instant::now();
+        let mut w = waits(2);
+        w.learn(Some(1), Duration::from_micros(80));
+        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(Duration::from_micros(160)), "twice a short wait");
+        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MAX_SPIN / 4), "another peer keeps its own");
+        for _ in 0..10 {
+            w.learn(Some(2), Duration::from_millis(5));
+        }
+        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MIN_SPIN), "long waits: polling does not pay");
+        w.learn(Some(2), Duration::from_micros(3));
+        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(Duration::from_micros(6)), "a short one brings it back");
+        w.learn(Some(1), MAX_SPIN);
+        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(MAX_SPIN), "capped");
+        w.learn(None, Duration::from_secs(1));
+        assert_eq!(w.plan(now, None, 2), Plan::spin(MAX_SPIN / 8), "waits on several peers learn apart");
+    }
+
+    #[test]
+    fn a_preempted_rank_stops_polling_for_a_while() {
+        let now = Instant::now();
+        let mut w = waits(2);
+        w.contended(now);
+        assert_eq!(w.plan(now + CONTENDED_FOR / 2, Some(1), 2), Plan::spin(MIN_SPIN));
+        assert_eq!(w.plan(now + CONTENDED_FOR, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+    }
+
+    #[test]
+    fn a_fixed_policy_overrides_everything() {
+        let now = Instant::now();
+        let mut w = waits(2);
+        w.set_fixed(SpinPolicy { spin: Duration::ZERO, yields: 0 });
+        assert!(!w.plan(now, Some(1), 8).polls(), "sleep at once");
+        w.set_fixed(SpinPolicy { spin: Duration::from_micros(5), yields: 3 });
+        let p = w.plan(now, Some(1), 1);
+        assert_eq!((p.spin, p.yields), (Duration::from_micros(5), 3));
+    }
+}

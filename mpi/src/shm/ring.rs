@@ -1,0 +1,314 @@
+//! A single-producer single-consumer byte ring in memory shared with another
+//! process: the bytes of one direction of a shared-memory link, used as a
+//! stream (the frame codec runs over it as over a TCP socket).
+//!
+//! The ring's header sits in three cache lines: the producer's (`head`, the
+//! bytes written so far, and `wepoch`, its wait epoch), the consumer's (`tail`,
+//! the bytes consumed so far, and `repoch`, its sleep epoch). Each side writes
+//! only its own line and keeps its own index privately: the other process may
+//! write anything into the shared header, so every index read from it is
+//! checked (`tail <= head <= tail + capacity`) and a bad one is [`Corrupt`],
+//! never a panic or an access outside the ring. Positions grow without bound;
+//! a position's byte is at `pos & (capacity - 1)`.
+//!
+//! Wake-ups: a consumer about to sleep makes its epoch odd, then looks once
+//! more; a producer that published bytes looks at the epoch and rings the
+//! consumer's doorbell once per odd epoch. The same, the other way round, for
+//! a producer waiting for room ([`Producer::begin_wait`]). Both sides order
+//! their store and their load with a full fence, so at least one of them sees
+//! the other (no lost wake-up).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+use bytes::BytesMut;
+
+/// Bytes of ring header: three cache lines.
+pub(crate) const HEADER: usize = 192;
+const HEAD: usize = 0;
+const WEPOCH: usize = 8;
+const TAIL: usize = 64;
+const REPOCH: usize = 72;
+
+/// The other process broke the ring's invariants (or its memory is not a ring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Corrupt;
+
+impl std::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the shared-memory ring is corrupt")
+    }
+}
+
+/// Where one ring lives: its header and its data, `cap` bytes (a power of two).
+#[derive(Debug, Clone, Copy)]
+struct Mem {
+    header: *mut u8,
+    data: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: a `Mem` is a pair of pointers into a mapping that outlives every
+// `Producer` and `Consumer` made from it (their owner keeps the mapping); the
+// fields at those pointers are only touched through atomics or, for data
+// bytes, only in the range the ring's protocol gives the side that touches them.
+unsafe impl Send for Mem {}
+
+impl Mem {
+    fn atomic64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is one of the 8-aligned offsets above, inside the
+        // HEADER bytes at `header` (64-aligned), which stay mapped while `self` lives.
+        unsafe { &*self.header.add(off).cast::<AtomicU64>() }
+    }
+
+    fn atomic32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in `atomic64`, for a 4-aligned offset.
+        unsafe { &*self.header.add(off).cast::<AtomicU32>() }
+    }
+
+    /// Copies `src` into the ring at position `pos` (wrapping at the end).
+    ///
+    /// # Safety
+    /// The caller owns bytes `pos..pos + src.len()` of the ring (the producer's
+    /// free room), and `src.len() <= cap`.
+    unsafe fn put(&self, pos: u64, src: &[u8]) {
+        let at = (pos as usize) & (self.cap - 1);
+        let first = src.len().min(self.cap - at);
+        // SAFETY: `at + first <= cap` and the rest starts at 0 with length
+        // `src.len() - first <= cap`; the caller owns those bytes; `src` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+        }
+    }
+
+    /// Copies ring bytes from position `pos` into `dst` (wrapping at the end).
+    ///
+    /// # Safety
+    /// Bytes `pos..pos + dst.len()` were published to the caller (the
+    /// consumer's readable range), and `dst.len() <= cap`.
+    unsafe fn get(&self, pos: u64, dst: &mut [std::mem::MaybeUninit<u8>]) {
+        let at = (pos as usize) & (self.cap - 1);
+        let first = dst.len().min(self.cap - at);
+        // SAFETY: as in `put`, in the other direction; `dst` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr().cast(), first);
+            std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first).cast(), dst.len() - first);
+        }
+    }
+}
+
+/// Makes an empty ring's header (all indexes and epochs zero).
+///
+/// # Safety
+/// `header` points at [`HEADER`] writable bytes, 64-aligned, nobody else uses yet.
+pub(crate) unsafe fn init(header: *mut u8) {
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::write_bytes(header, 0, HEADER) };
+}
+
+/// The writing side of a ring.
+#[derive(Debug)]
+pub(crate) struct Producer {
+    mem: Mem,
+    /// Bytes written so far (ours; the shared copy is only published).
+    head: u64,
+    /// The consumer's sleep epoch we last rang the doorbell for.
+    rung: u32,
+    /// Our own wait epoch (odd while waiting for room).
+    wepoch: u32,
+}
+
+/// The reading side of a ring.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    mem: Mem,
+    /// Bytes consumed so far (ours).
+    tail: u64,
+    /// The producer's wait epoch we last rang its doorbell for.
+    rung: u32,
+    /// Our own sleep epoch (odd while asleep or about to be).
+    repoch: u32,
+}
+
+/// A ring's memory and its current (head, tail), checked: the geometry (a
+/// power-of-two capacity of at least 64 bytes) and `tail <= head <= tail + cap`.
+fn open(header: *mut u8, data: *mut u8, cap: usize) -> Result<(Mem, u64, u64), Corrupt> {
+    assert!(cap.is_power_of_two() && cap >= 64, "ring capacity {cap} must be a power of two >= 64");
+    let mem = Mem { header, data, cap };
+    let head = mem.atomic64(HEAD).load(Ordering::Acquire);
+    let tail = mem.atomic64(TAIL).load(Ordering::Acquire);
+    if tail > head || head - tail > cap as u64 {
+        return Err(Corrupt);
+    }
+    Ok((mem, head, tail))
+}
+
+/// Whether the other side's epoch at `off` says it waits and was not rung for
+/// yet (then it is rung for now: `rung` remembers the epoch).
+fn due(mem: &Mem, off: usize, rung: &mut u32) -> bool {
+    fence(Ordering::SeqCst);
+    let e = mem.atomic32(off).load(Ordering::Relaxed);
+    if e & 1 == 1 && e != *rung {
+        *rung = e;
+        return true;
+    }
+    false
+}
+
+impl Producer {
+    /// The producer of the ring at `header` with `cap` data bytes at `data`,
+    /// taking over the positions the header holds now.
+    ///
+    /// # Safety
+    /// `header` ([`HEADER`] bytes, 64-aligned) and `data` (`cap` bytes) stay
+    /// mapped while the producer lives, and no one else in this process
+    /// produces into this ring. `cap` is a power of two of at least 64.
+    pub(crate) unsafe fn new(header: *mut u8, data: *mut u8, cap: usize) -> Result<Self, Corrupt> {
+        let (mem, head, _) = open(header, data, cap)?;
+        Ok(Producer { mem, head, rung: 0, wepoch: mem.atomic32(WEPOCH).load(Ordering::Relaxed) & !1 })
+    }
+
+    /// The consumer's position, checked against ours.
+    fn tail(&self) -> Result<u64, Corrupt> {
+        let tail = self.mem.atomic64(TAIL).load(Ordering::Acquire);
+        if tail > self.head || self.head - tail > self.mem.cap as u64 { Err(Corrupt) } else { Ok(tail) }
+    }
+
+    /// Room for more bytes now.
+    pub(crate) fn room(&self) -> Result<usize, Corrupt> {
+        Ok(self.mem.cap - (self.head - self.tail()?) as usize)
+    }
+
+    /// Bytes written and not yet consumed.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> Result<usize, Corrupt> {
+        Ok((self.head - self.tail()?) as usize)
+    }
+
+    /// Copies as much of `bufs`, in order, as there is room for and publishes
+    /// it: the number of bytes taken (0 when full).
+    pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
+        let mut room = self.room()?;
+        let mut put = 0;
+        for b in bufs {
+            if room == 0 {
+                break;
+            }
+            let n = b.len().min(room);
+            // SAFETY: `n <= room`: bytes head..head + n are free (the consumer
+            // is past them), so they are ours until we publish them.
+            unsafe { self.mem.put(self.head + put as u64, &b[..n]) };
+            put += n;
+            room -= n;
+        }
+        if put > 0 {
+            self.head += put as u64;
+            self.mem.atomic64(HEAD).store(self.head, Ordering::Release);
+        }
+        Ok(put)
+    }
+
+    /// After publishing: whether the consumer is asleep and not yet rung for
+    /// (then ring its doorbell; asked once per sleep).
+    pub(crate) fn must_wake(&mut self) -> bool {
+        due(&self.mem, REPOCH, &mut self.rung)
+    }
+
+    /// About to sleep waiting for room: tells the consumer to ring us once it
+    /// frees some. False when room appeared meanwhile (then do not sleep).
+    pub(crate) fn begin_wait(&mut self) -> Result<bool, Corrupt> {
+        self.wepoch = self.wepoch.wrapping_add(1) | 1;
+        self.mem.atomic32(WEPOCH).store(self.wepoch, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.room()? > 0 {
+            self.end_wait();
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Awake again (or never slept).
+    pub(crate) fn end_wait(&mut self) {
+        if self.wepoch & 1 == 1 {
+            self.wepoch = self.wepoch.wrapping_add(1);
+            self.mem.atomic32(WEPOCH).store(self.wepoch, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Consumer {
+    /// The consumer of the ring at `header`, taking over the position the
+    /// header holds now.
+    ///
+    /// # Safety
+    /// As for [`Producer::new`], with "consumes" for "produces".
+    pub(crate) unsafe fn new(header: *mut u8, data: *mut u8, cap: usize) -> Result<Self, Corrupt> {
+        let (mem, _, tail) = open(header, data, cap)?;
+        Ok(Consumer { mem, tail, rung: 0, repoch: mem.atomic32(REPOCH).load(Ordering::Relaxed) & !1 })
+    }
+
+    /// Bytes published and not yet consumed, checked.
+    pub(crate) fn available(&self) -> Result<usize, Corrupt> {
+        let head = self.mem.atomic64(HEAD).load(Ordering::Acquire);
+        if head < self.tail || head - self.tail > self.mem.cap as u64 {
+            return Err(Corrupt);
+        }
+        Ok((head - self.tail) as usize)
+    }
+
+    /// Whether bytes may be waiting: one load, no check (then call
+    /// [`Consumer::read_into`], which checks).
+    pub(crate) fn has_data(&self) -> bool {
+        self.mem.atomic64(HEAD).load(Ordering::Relaxed) != self.tail
+    }
+
+    /// Copies what is there, at most `max` bytes, to the end of `buf` and frees
+    /// it: the number of bytes (0 when empty).
+    pub(crate) fn read_into(&mut self, buf: &mut BytesMut, max: usize) -> Result<usize, Corrupt> {
+        let n = self.available()?.min(max);
+        if n == 0 {
+            return Ok(0);
+        }
+        buf.reserve(n);
+        let spare = &mut buf.spare_capacity_mut()[..n];
+        // SAFETY: bytes tail..tail + n were published to us (checked above) and
+        // `n <= cap`; `spare` has room for `n` bytes.
+        unsafe { self.mem.get(self.tail, spare) };
+        // SAFETY: the copy initialised the first `n` spare bytes.
+        unsafe { buf.set_len(buf.len() + n) };
+        self.tail += n as u64;
+        self.mem.atomic64(TAIL).store(self.tail, Ordering::Release);
+        Ok(n)
+    }
+
+    /// After consuming: whether the producer waits for room and was not yet
+    /// rung for (then ring its doorbell).
+    pub(crate) fn must_wake(&mut self) -> bool {
+        due(&self.mem, WEPOCH, &mut self.rung)
+    }
+
+    /// About to sleep: tells the producer to ring us at its next bytes. False
+    /// when bytes arrived meanwhile (then do not sleep).
+    pub(crate) fn begin_sleep(&mut self) -> bool {
+        self.repoch = self.repoch.wrapping_add(1) | 1;
+        self.mem.atomic32(REPOCH).store(self.repoch, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.has_data() {
+            self.end_sleep();
+            return false;
+        }
+        true
+    }
+
+    /// Awake again (or never slept).
+    pub(crate) fn end_sleep(&mut self) {
+        if self.repoch & 1 == 1 {
+            self.repoch = self.repoch.wrapping_add(1);
+            self.mem.atomic32(REPOCH).store(self.repoch, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "ring_tests.rs"]
+mod tests;

@@ -1,0 +1,214 @@
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// A ring in this process's memory (header and data, 64-aligned).
+struct Region {
+    ptr: *mut u8,
+    layout: Layout,
+    cap: usize,
+}
+
+impl Region {
+    fn new(cap: usize) -> Self {
+        let layout = Layout::from_size_align(HEADER + cap, 64).unwrap();
+        // SAFETY: a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Region { ptr, layout, cap }
+    }
+
+    /// Both ends, positions starting at `start` (to put wrap-around anywhere).
+    fn ends(&self, start: u64) -> (Producer, Consumer) {
+        self.set(HEAD, start);
+        self.set(TAIL, start);
+        // SAFETY: the region outlives both ends in every test; one of each.
+        unsafe {
+            let data = self.ptr.add(HEADER);
+            (Producer::new(self.ptr, data, self.cap).unwrap(), Consumer::new(self.ptr, data, self.cap).unwrap())
+        }
+    }
+
+    /// What the other process could do: write any index.
+    fn set(&self, off: usize, v: u64) {
+        // SAFETY: an aligned offset inside the header.
+        unsafe { (*self.ptr.add(off).cast::<AtomicU64>()).store(v, Ordering::SeqCst) };
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+fn read_all(c: &mut Consumer) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    c.read_into(&mut b, usize::MAX).unwrap();
+    b.to_vec()
+}
+
+#[test]
+fn bytes_come_out_in_order_across_the_end_of_the_ring() {
+    let r = Region::new(64);
+    let (mut p, mut c) = r.ends(u64::from(u32::MAX) * 64 - 5);
+    let msg: Vec<u8> = (0..40).collect();
+    assert_eq!(p.write(&[&msg[..10], &msg[10..]]).unwrap(), 40);
+    assert_eq!(c.available().unwrap(), 40);
+    assert_eq!(read_all(&mut c), msg, "wrapped around the end at 5 bytes");
+    assert_eq!(p.room().unwrap(), 64);
+}
+
+#[test]
+fn a_full_ring_takes_what_fits_then_nothing_until_read() {
+    let r = Region::new(64);
+    let (mut p, mut c) = r.ends(7);
+    let big = vec![9u8; 100];
+    assert_eq!(p.write(&[&big]).unwrap(), 64, "only the room is taken");
+    assert_eq!(p.write(&[b"more"]).unwrap(), 0, "full");
+    assert_eq!(p.room().unwrap(), 0);
+    let mut b = BytesMut::new();
+    assert_eq!(c.read_into(&mut b, 10).unwrap(), 10, "at most max");
+    assert_eq!(p.room().unwrap(), 10);
+    assert_eq!(p.write(&[b"0123456789abc"]).unwrap(), 10);
+    let rest = read_all(&mut c);
+    assert_eq!(rest.len(), 64);
+    assert_eq!(&rest[54..], b"0123456789");
+    assert_eq!(c.read_into(&mut b, 10).unwrap(), 0, "empty");
+}
+
+#[test]
+fn indexes_a_peer_wrote_wrong_are_corrupt_never_a_panic() {
+    let r = Region::new(64);
+    let (mut p, mut c) = r.ends(1000);
+    p.write(&[b"abc"]).unwrap();
+    r.set(HEAD, 999); // behind the consumer
+    assert_eq!(c.available(), Err(Corrupt));
+    assert_eq!(c.read_into(&mut BytesMut::new(), 10), Err(Corrupt));
+    r.set(HEAD, 1000 + 65); // more than the ring holds
+    assert_eq!(c.available(), Err(Corrupt));
+    r.set(HEAD, u64::MAX);
+    assert_eq!(c.available(), Err(Corrupt));
+    r.set(TAIL, 1004); // past what we wrote
+    assert_eq!(p.room(), Err(Corrupt));
+    assert_eq!(p.write(&[b"x"]), Err(Corrupt));
+    r.set(TAIL, 0); // far behind: more unread than the ring holds
+    assert_eq!(p.write(&[b"x"]), Err(Corrupt));
+    // A ring found in a bad state is refused up front.
+    r.set(HEAD, 5);
+    r.set(TAIL, 6);
+    // SAFETY: as in `ends`.
+    unsafe {
+        assert!(Producer::new(r.ptr, r.ptr.add(HEADER), 64).is_err());
+        assert!(Consumer::new(r.ptr, r.ptr.add(HEADER), 64).is_err());
+    }
+}
+
+#[test]
+fn a_sleeping_consumer_is_rung_once_per_sleep() {
+    let r = Region::new(64);
+    let (mut p, mut c) = r.ends(0);
+    p.write(&[b"a"]).unwrap();
+    assert!(!p.must_wake(), "an awake consumer needs no doorbell");
+    assert!(!c.begin_sleep(), "bytes are there: do not sleep");
+    read_all(&mut c);
+    assert!(c.begin_sleep());
+    p.write(&[b"b"]).unwrap();
+    assert!(p.must_wake(), "asleep: ring");
+    p.write(&[b"c"]).unwrap();
+    assert!(!p.must_wake(), "rung already for this sleep");
+    c.end_sleep();
+    read_all(&mut c);
+    assert!(c.begin_sleep());
+    p.write(&[b"d"]).unwrap();
+    assert!(p.must_wake(), "a new sleep, a new ring");
+}
+
+#[test]
+fn a_producer_waiting_for_room_is_rung_when_some_frees() {
+    let r = Region::new(64);
+    let (mut p, mut c) = r.ends(0);
+    p.write(&[&[0u8; 64]]).unwrap();
+    assert!(p.begin_wait().unwrap(), "full: wait");
+    let mut b = BytesMut::new();
+    c.read_into(&mut b, 1).unwrap();
+    assert!(c.must_wake(), "room freed for a waiting producer");
+    assert!(!c.must_wake(), "once per wait");
+    p.end_wait();
+    c.read_into(&mut b, 1).unwrap();
+    assert!(!c.must_wake(), "not waiting any more");
+    assert!(!p.begin_wait().unwrap(), "room is there: do not wait");
+}
+
+#[test]
+fn two_threads_stream_every_byte_in_order() {
+    let r = Region::new(256);
+    let (mut p, mut c) = r.ends(123);
+    let total = 200_000usize;
+    let byte = |i: usize| (i * 7 + i / 251) as u8;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut i = 0;
+            while i < total {
+                let chunk: Vec<u8> = (i..(i + 97).min(total)).map(byte).collect();
+                let n = p.write(&[&chunk]).unwrap();
+                i += n;
+                if n == 0 {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut got = 0;
+        let mut b = BytesMut::new();
+        while got < total {
+            b.clear();
+            let n = c.read_into(&mut b, 61).unwrap();
+            for (k, &v) in b.iter().enumerate() {
+                assert_eq!(v, byte(got + k), "byte {}", got + k);
+            }
+            got += n;
+        }
+    });
+}
+
+proptest! {
+    /// Any interleaving of writes (of several parts) and bounded reads, from any
+    /// start position: the bytes read are the bytes written, in order, and the
+    /// room plus what is pending is the capacity.
+    #[test]
+    fn the_ring_is_a_fifo_of_bytes(
+        start in any::<u64>().prop_map(|s| s / 2),
+        ops in prop::collection::vec(prop_oneof![
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..4).prop_map(Ok),
+            (0..90usize).prop_map(Err),
+        ], 1..100),
+    ) {
+        let r = Region::new(64);
+        let (mut p, mut c) = r.ends(start);
+        let mut model: VecDeque<u8> = VecDeque::new();
+        for op in ops {
+            match op {
+                Ok(parts) => {
+                    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    let room = 64 - model.len();
+                    let n = p.write(&slices).unwrap();
+                    prop_assert_eq!(n, parts.iter().map(Vec::len).sum::<usize>().min(room));
+                    model.extend(parts.concat().into_iter().take(n));
+                }
+                Err(max) => {
+                    let mut b = BytesMut::new();
+                    let n = c.read_into(&mut b, max).unwrap();
+                    let want: Vec<u8> = model.drain(..max.min(model.len())).collect();
+                    prop_assert_eq!(n, want.len());
+                    prop_assert_eq!(&b[..], &want[..]);
+                }
+            }
+            prop_assert_eq!(p.room().unwrap() + p.pending().unwrap(), 64);
+            prop_assert_eq!(c.available().unwrap(), model.len());
+        }
+    }
+}

@@ -1,0 +1,836 @@
+//! The data path: a minimal mio loop run on the calling thread.
+//!
+//! Each rank listens on an ephemeral port of its host's address (`P2PMP_HOST`). A connection carries frames
+//! both ways: frames for rank `r` (data, acknowledgements, clear-to-send) go out
+//! on the connection `r` already sends to us on, or else on one this rank opens
+//! to `r`. One connection per pair means a reply carries TCP's acknowledgement of
+//! the request, so a message costs one TCP segment instead of a segment and a
+//! bare ACK. Frames for one rank use one connection at a time (switching only
+//! after a break, when the engine resends by sequence number). A connection
+//! starts with a [`RankHello`] from the side that opened it; the acceptor checks
+//! it and then hands every frame to the engine as coming from that rank.
+//!
+//! When to connect, to which address, how long to back off and when to give
+//! up is the link machine's ([`Links`], in core); this loop only carries out
+//! its actions and reports back. A rank's address comes from the local node
+//! (its process key, resolved through the overlay): the request goes out on
+//! the node connection and its answer arrives as an event of this loop, and a
+//! connection is opened without waiting (its outcome is an event too), so
+//! nothing inside progress waits for the node or a peer's listener.
+//!
+//! Ranks of one host talk through shared memory instead (see `shm`): a link
+//! there is a connection like a TCP one, with rings for its bytes, and the
+//! link machine falls back to TCP whenever it cannot be had. `P2PMP_SHM=0`
+//! turns shared memory off.
+//!
+//! Sockets stay in blocking mode with a receive timeout ([`DIRECT_MAX`]); the poll
+//! loop reads and writes with `MSG_DONTWAIT`, and a rank waiting for one peer may
+//! sleep in `recv` on that peer's socket ([`Transport::read_direct`]). A rank
+//! waiting on shared memory checks the rings without any system call, and
+//! before it sleeps asks its peers to ring its doorbell (an eventfd in the poll
+//! set) at their next bytes ([`Transport::before_sleep`]).
+
+mod conn;
+#[cfg(feature = "fault-injection")]
+mod fault;
+mod shm;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mio::net::{TcpListener, TcpStream, UnixListener};
+use mio::{Events, Interest, Poll, Token};
+use p2pmp_core::id::Id;
+use p2pmp_core::local::{LocalReply, LocalRequest, RankHello, process_key};
+use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
+use tracing::{debug, warn};
+
+use self::conn::{Conn, Io, decode_frames};
+use self::shm::{Setup, ShmSetup};
+use crate::error::{Error, Result};
+use crate::node::{self, NodeClient};
+use crate::sock::Wait;
+
+const LISTENER: Token = Token(usize::MAX);
+const NODE: Token = Token(usize::MAX - 1);
+const SHM_LISTENER: Token = Token(usize::MAX - 2);
+const DOORBELL: Token = Token(usize::MAX - 3);
+/// While shared-memory links exist, a poll that must not wait asks the kernel
+/// about sockets at most this often (the rings are looked at every time).
+const ZERO_POLL_EVERY: Duration = Duration::from_micros(20);
+/// Longest a direct (blocking) read of one peer's connection sleeps: the receive
+/// timeout of every data socket. Other sockets, timers and reconnects wait at
+/// most this long while a rank sleeps on one peer.
+pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
+/// A direct read of one peer looks at every socket first (without waiting)
+/// when the kernel was last asked longer ago than this, so that neither a
+/// steady stream from one peer nor a wait on it starves the others (answers
+/// of the node, connections set up, a peer that reconnected elsewhere).
+const POLL_EVERY: Duration = Duration::from_micros(500);
+
+/// What shared memory needs on this rank's side.
+#[derive(Debug)]
+struct Local {
+    listener: UnixListener,
+    bell: OwnedFd,
+    /// Bytes of each ring this rank creates.
+    cap: usize,
+    /// Whether this rank opens shared-memory links (`P2PMP_SHM=0`: no; it
+    /// still accepts them, and its socket still says it is here).
+    open_links: bool,
+    /// This job's ranks found on this host, and when they were counted.
+    here: u32,
+    counted: Option<Instant>,
+}
+
+/// How often the ranks of this host are counted again while some may be missing.
+const RECOUNT: Duration = Duration::from_millis(200);
+
+impl Local {
+    /// Listens for links from ranks of this host, unless the socket cannot be
+    /// had (then everything goes over TCP).
+    fn start(poll: &Poll, key: Id, size: u32) -> Option<Local> {
+        let made = (|| -> io::Result<Local> {
+            let mut listener = shm::listen(key)?;
+            let bell = crate::shm::segment::doorbell()?;
+            poll.registry().register(&mut listener, SHM_LISTENER, Interest::READABLE)?;
+            poll.registry().register(&mut mio::unix::SourceFd(&bell.as_raw_fd()), DOORBELL, Interest::READABLE)?;
+            let open_links = !std::env::var("P2PMP_SHM").is_ok_and(|v| v.trim() == "0");
+            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, here: 1, counted: None })
+        })();
+        made.map_err(|e| warn!(%e, "no shared memory: everything goes over TCP")).ok()
+    }
+}
+
+/// Sockets, connections and the local node client of one rank.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    poll: Poll,
+    events: Events,
+    listener: TcpListener,
+    pub(crate) addr: NodeAddr,
+    pub(crate) key: Id,
+    job: Vec<u8>,
+    rank: u32,
+    node: NodeClient,
+    /// The node connection failed: every resolve fails with this.
+    node_failed: Option<String>,
+    /// Resolves waiting for the node's answer: request id -> peer.
+    resolves: BTreeMap<u64, u32>,
+    /// When to connect, back off, give up: the link machine.
+    links: Links,
+    /// The connection (slot) frames for each rank go out on.
+    out: Vec<Option<usize>>,
+    /// The connection being opened to each rank.
+    attempt: Vec<Option<usize>>,
+    /// Frames for each rank held while its first connection is being opened.
+    held: Vec<VecDeque<Bytes>>,
+    /// Connections by slot (the slot is the poll token).
+    conns: Vec<Option<Conn>>,
+    /// The connection each rank's frames last arrived on.
+    heard_on: Vec<Option<usize>>,
+    /// Connections whose queue may have bytes to write.
+    dirty: Vec<usize>,
+    /// Ready tokens of the last poll (reused, so polling allocates nothing).
+    ready: Vec<(Token, bool, bool)>,
+    /// Replies of the node read in the last poll (reused).
+    replies: Vec<(u64, LocalReply)>,
+    /// A peer stayed unreachable too long (reported by the next call that can).
+    gave_up: Option<Error>,
+    /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
+    failure_timeout: Duration,
+    /// Shared memory: where peers of this host reach us, and our doorbell.
+    local: Option<Local>,
+    /// Slots of the established shared-memory links.
+    shm_slots: Vec<usize>,
+    /// When the kernel was last asked about sockets.
+    last_poll: Instant,
+    #[cfg(feature = "fault-injection")]
+    faults: fault::Faults,
+}
+
+impl Transport {
+    /// Listens on an ephemeral port of `host` (the address of the host the node
+    /// runs on, so ranks of other hosts reach it) and registers with the node.
+    pub(crate) fn start(
+        job: Vec<u8>,
+        rank: u32,
+        size: u32,
+        node: SocketAddr,
+        host: IpAddr,
+        failure_timeout: Duration,
+    ) -> Result<Self> {
+        let poll = Poll::new()?;
+        let mut listener = TcpListener::bind(SocketAddr::new(host, 0))
+            .map_err(|e| Error::Env { var: crate::env::HOST_VAR, problem: format!("cannot listen on {host}: {e}") })?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let addr = NodeAddr(listener.local_addr()?);
+        let key = process_key(&job, rank);
+        let mut node = NodeClient::connect(node, key, addr)?;
+        node.register(key)?;
+        poll.registry().register(&mut node.stream, NODE, Interest::READABLE | Interest::WRITABLE)?;
+        debug!(rank, %addr, %key, "registered");
+        let n = size as usize;
+        let local = Local::start(&poll, key, size);
+        let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
+        let config = LinkConfig { same_host, ..LinkConfig::default() };
+        Ok(Transport {
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            addr,
+            key,
+            job,
+            rank,
+            node,
+            node_failed: None,
+            resolves: BTreeMap::new(),
+            links: Links::new(config, rank, size),
+            out: vec![None; n],
+            attempt: vec![None; n],
+            held: vec![VecDeque::new(); n],
+            conns: Vec::new(),
+            heard_on: vec![None; n],
+            dirty: Vec::new(),
+            ready: Vec::with_capacity(256),
+            replies: Vec::new(),
+            gave_up: None,
+            failure_timeout,
+            local,
+            shm_slots: Vec::new(),
+            last_poll: Instant::now(),
+            #[cfg(feature = "fault-injection")]
+            faults: fault::Faults::from_env(rank),
+        })
+    }
+
+    /// Moves every frame the engine has into the connections and writes what the
+    /// sockets take.
+    pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+        while let Some(t) = engine.poll_transmit() {
+            self.enqueue(engine, now, t);
+        }
+        self.apply_links(engine, now)?;
+        self.flush_dirty(engine, now);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, engine: &mut MpiEngine, now: Instant, t: Transmit) {
+        let to = t.to;
+        let route = self.links.on_transmit(now, to, engine);
+        if route == Route::Drop {
+            return; // the engine keeps it and resends after the reconnect
+        }
+        // A link that opens on the spot (the peer's own connection) is set up now.
+        self.apply_links_now(engine, now);
+        #[cfg(feature = "fault-injection")]
+        if route == Route::Send && self.inject(engine, now, to) == fault::Inject::Drop {
+            return;
+        }
+        let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
+        // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
+        let (head, payload) = encode_frame_parts(&env, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
+        let slot = match (route, self.out[to as usize]) {
+            (Route::Send, Some(slot)) => slot,
+            // Held until the first connection is up (or dropped if it fails).
+            (Route::Hold, _) => {
+                let held = &mut self.held[to as usize];
+                held.push_back(head.freeze());
+                if !payload.is_empty() {
+                    held.push_back(payload);
+                }
+                return;
+            }
+            // The link broke just now (a fault): the engine resends.
+            _ => return,
+        };
+        let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
+        conn.tx.push_back(head.freeze());
+        if !payload.is_empty() {
+            conn.tx.push_back(payload);
+        }
+        if !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
+    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
+        while let Some(slot) = self.dirty.pop() {
+            let Some(conn) = self.conns[slot].as_mut() else { continue };
+            if let Err(e) = conn.write_tx() {
+                debug!(slot, %e, "write failed");
+                self.close_conn(engine, now, slot);
+            }
+        }
+    }
+
+    /// Carries out the link machine's actions; an error when a peer stayed
+    /// unreachable too long.
+    fn apply_links(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+        self.apply_links_now(engine, now);
+        self.gave_up.take().map_or(Ok(()), Err)
+    }
+
+    /// [`Transport::apply_links`] where no error can be returned: a give-up is
+    /// kept for the next one to report.
+    fn apply_links_now(&mut self, engine: &mut MpiEngine, now: Instant) {
+        while let Some(a) = self.links.poll_action() {
+            if let Some(e) = self.apply(engine, now, a) {
+                self.gave_up.get_or_insert(e);
+            }
+        }
+    }
+
+    fn apply(&mut self, engine: &mut MpiEngine, now: Instant, a: LinkAction) -> Option<Error> {
+        match a {
+            LinkAction::Resolve { peer } => {
+                let asked = match &self.node_failed {
+                    Some(why) => Err(why.clone()),
+                    None => self
+                        .node
+                        .request(LocalRequest::Resolve { key: process_key(&self.job, peer) })
+                        .map_err(|e| e.to_string()),
+                };
+                if let Err(why) = &asked {
+                    self.node_failed.get_or_insert_with(|| why.clone());
+                }
+                match asked {
+                    Ok(id) => drop(self.resolves.insert(id, peer)),
+                    Err(why) => self.links.handle_resolved(now, peer, Err(why), engine),
+                }
+            }
+            LinkAction::Connect { peer, addr, path } => {
+                let started = match path {
+                    Path::Tcp => self.connect(peer, addr.0),
+                    Path::Shm => self.connect_shm(peer),
+                };
+                match started {
+                    Ok(slot) => self.attempt[peer as usize] = Some(slot),
+                    Err(e) => self.links.handle_connect_failed(now, peer, e.to_string(), engine),
+                }
+            }
+            LinkAction::Abort { peer } => {
+                if let Some(slot) = self.attempt[peer as usize].take() {
+                    self.drop_conn(slot);
+                }
+                self.resolves.retain(|_, p| *p != peer);
+            }
+            LinkAction::UseInbound { peer } => match self.heard_on[peer as usize] {
+                Some(slot) => self.set_out(peer, slot),
+                None => self.links.handle_closed(now, peer, engine),
+            },
+            LinkAction::Failed { peer } => self.held[peer as usize].clear(),
+            LinkAction::GiveUp { peer, why } => return Some(Error::Unreachable { rank: peer, why }),
+        }
+        None
+    }
+
+    /// Starts a connection to `peer` at `at` without waiting for it.
+    fn connect(&mut self, peer: u32, at: SocketAddr) -> io::Result<usize> {
+        let stream = TcpStream::connect(at)?;
+        debug!(to = peer, %at, "connecting");
+        self.add_conn(Io::Tcp { stream, connecting: true }, Some(peer), false)
+    }
+
+    /// Who we are, for shared-memory hellos (only with shared memory on).
+    fn me(&self) -> Option<shm::Me<'_>> {
+        let l = self.local.as_ref()?;
+        let size = self.heard_on.len() as u32;
+        Some(shm::Me {
+            job: &self.job,
+            rank: self.rank,
+            size,
+            key: self.key,
+            addr: self.addr,
+            bell: l.bell.as_raw_fd(),
+        })
+    }
+
+    /// Starts a shared-memory link to `peer` (its answer comes as an event).
+    fn connect_shm(&mut self, peer: u32) -> io::Result<usize> {
+        let me = self.me().ok_or_else(|| io::Error::other("shared memory is off"))?;
+        let cap = self.local.as_ref().map_or(0, |l| l.cap);
+        let setup = ShmSetup::connect(&me, peer, process_key(&self.job, peer), cap)?;
+        debug!(to = peer, "connecting over shared memory");
+        self.add_conn(Io::ShmSetup(Box::new(setup)), Some(peer), false)
+    }
+
+    /// A shared-memory link being set up has news: established (its peer
+    /// known), still waiting, or failed (ended; an attempt of ours falls back).
+    fn on_shm_setup(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(mut conn) = self.conns[slot].take() else { return };
+        let setup = match conn.io {
+            Io::ShmSetup(s) => s,
+            other => {
+                conn.io = other;
+                self.conns[slot] = Some(conn);
+                return;
+            }
+        };
+        let mine = setup.peer();
+        // Invariant: set-ups exist only while shared memory is on.
+        let me = self.me().expect("shared memory is on");
+        match setup.advance(&me) {
+            Ok((Setup::Pending, Some(setup))) => {
+                conn.io = Io::ShmSetup(setup);
+                self.conns[slot] = Some(conn);
+            }
+            Ok((Setup::Done(io, from), _)) => {
+                conn.io = Io::Shm(io);
+                conn.rank = Some(from);
+                self.conns[slot] = Some(conn);
+                self.shm_slots.push(slot);
+                if mine.is_none() {
+                    debug!(from, "accepted a shared-memory link");
+                    return;
+                }
+                if self.attempt[from as usize] == Some(slot) {
+                    self.attempt[from as usize] = None;
+                }
+                if self.links.handle_connected(now, from, engine) {
+                    debug!(to = from, "connected over shared memory");
+                    self.set_out(from, slot);
+                } else {
+                    self.drop_conn(slot);
+                }
+            }
+            Ok((Setup::Pending, None)) => unreachable!("a pending set-up comes back"),
+            Err(e) => {
+                // The set-up (and its socket, which leaves the poll set as it
+                // closes) is gone; an attempt of ours falls back.
+                debug!(?mine, %e, "shared-memory link failed");
+                if let Some(peer) = mine.filter(|&p| self.attempt[p as usize] == Some(slot)) {
+                    self.attempt[peer as usize] = None;
+                    self.links.handle_connect_failed(now, peer, e.to_string(), engine);
+                }
+            }
+        }
+    }
+
+    /// A connection we opened became writable or failed: established (hello
+    /// first, then the frames held), failed (the next address), or not yet.
+    fn on_connect_ready(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(outcome) = c.connect_outcome() else { return };
+        // Invariant: connections we open know their rank from the start.
+        let peer = c.rank.expect("an opened connection knows its peer");
+        if self.attempt[peer as usize] == Some(slot) {
+            self.attempt[peer as usize] = None;
+        }
+        let outcome = outcome.and_then(|()| {
+            let Io::Tcp { stream, connecting } = &mut c.io else { return Err("not a TCP connection".into()) };
+            conn::configure(stream, DIRECT_MAX, self.failure_timeout).map_err(|e| e.to_string())?;
+            let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: peer };
+            let (head, _) = encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
+                .map_err(|e| e.to_string())?;
+            *connecting = false;
+            c.tx.push_front(head.freeze());
+            Ok(())
+        });
+        match outcome {
+            Ok(()) if self.links.handle_connected(now, peer, engine) => {
+                debug!(to = peer, "connected");
+                self.set_out(peer, slot);
+            }
+            Ok(()) => self.drop_conn(slot),
+            Err(why) => {
+                self.drop_conn(slot);
+                self.links.handle_connect_failed(now, peer, why, engine);
+            }
+        }
+    }
+
+    /// Frames for `peer` go out on connection `slot` from now on, those held first.
+    fn set_out(&mut self, peer: u32, slot: usize) {
+        self.out[peer as usize] = Some(slot);
+        let held = std::mem::take(&mut self.held[peer as usize]);
+        if let Some(c) = self.conns[slot].as_mut() {
+            c.tx.extend(held);
+        }
+        if !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Registers a connection in a free slot.
+    fn add_conn(&mut self, io: Io, rank: Option<u32>, accepted: bool) -> io::Result<usize> {
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        let mut c = Conn::new(io, rank, accepted);
+        let interest = match c.io {
+            Io::Tcp { .. } => Interest::READABLE | Interest::WRITABLE,
+            _ => Interest::READABLE,
+        };
+        self.poll.registry().register(c.source(), Token(slot), interest)?;
+        self.conns[slot] = Some(c);
+        Ok(slot)
+    }
+
+    /// Closes connection `slot` without telling anyone (an attempt abandoned).
+    fn drop_conn(&mut self, slot: usize) {
+        if let Some(mut c) = self.conns[slot].take() {
+            let _ = self.poll.registry().deregister(c.source());
+            self.shm_slots.retain(|&s| s != slot);
+        }
+    }
+
+    /// Closes connection `slot`; if frames for its rank went out on it, the
+    /// link machine is told (the engine stops sending and a reconnect is due).
+    fn close_conn(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
+        let Some(mut c) = self.conns[slot].take() else { return };
+        let _ = self.poll.registry().deregister(c.source());
+        self.shm_slots.retain(|&s| s != slot);
+        debug!(rank = ?c.rank, accepted = c.accepted, "connection closed");
+        let Some(r) = c.rank else { return };
+        if c.setting_up() {
+            if self.attempt[r as usize] == Some(slot) {
+                self.attempt[r as usize] = None;
+                self.links.handle_connect_failed(now, r, "closed".into(), engine);
+            }
+            return;
+        }
+        if self.heard_on[r as usize] == Some(slot) {
+            self.heard_on[r as usize] = None;
+            self.links.handle_inbound_closed(r);
+        }
+        if self.out[r as usize] == Some(slot) {
+            self.out[r as usize] = None;
+            self.links.handle_closed(now, r, engine);
+        }
+    }
+
+    /// Time passed and input arrived: the link machine reconnects, moves on
+    /// from slow attempts, or gives up.
+    pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+        self.links.handle_timeout(now, engine);
+        self.apply_links(engine, now)?;
+        self.flush_dirty(engine, now);
+        Ok(())
+    }
+
+    /// Finalize starts: peers given up on before get one more attempt now, so
+    /// the engine learns whether they are gone (only failures seen while
+    /// closing count as evidence).
+    pub(crate) fn start_closing(&mut self, now: Instant) {
+        self.links.start_closing(now);
+    }
+
+    /// The link machine's next deadline (an attempt's, or a reconnect's).
+    pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
+        self.links.poll_timeout(engine)
+    }
+
+    /// This job's ranks on this host, this one included, as last counted (by
+    /// their shared-memory sockets; counted again now and then while fewer
+    /// than the job's ranks were found, at most as far as matters: one more
+    /// than the cores). 1 without shared memory.
+    pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
+        let size = self.heard_on.len() as u32;
+        let Some(l) = self.local.as_mut() else { return 1 };
+        let due = l.counted.is_none_or(|t| now.duration_since(t) >= RECOUNT * if l.here >= size { 10 } else { 1 });
+        if due {
+            let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
+            let mut here = 1;
+            for r in (0..size).filter(|&r| r != self.rank) {
+                if size > 64 && here >= enough {
+                    break;
+                }
+                if shm::present(process_key(&self.job, r)) {
+                    here += 1;
+                }
+            }
+            l.here = here;
+            l.counted = Some(now);
+        }
+        l.here
+    }
+
+    /// Whether every outgoing queue is empty (all handed to the kernel).
+    pub(crate) fn tx_empty(&self) -> bool {
+        self.conns.iter().flatten().all(|c| c.tx.is_empty())
+    }
+
+    /// Waits up to `timeout` for socket readiness and handles what is ready.
+    /// Returns whether anything happened.
+    /// `now`: the time when called (a wait that sleeps reads the clock again).
+    pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>, now: Instant) -> Result<bool> {
+        let rings = self.service_shm(engine, now);
+        if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
+            // Spinning on the rings: the sockets only now and then.
+            if rings || now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
+                self.apply_links(engine, now)?;
+                self.flush_dirty(engine, now);
+                return Ok(rings);
+            }
+        }
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(true),
+            Err(e) => return Err(e.into()),
+        }
+        let now = if timeout == Some(Duration::ZERO) { now } else { Instant::now() };
+        self.last_poll = now;
+        if self.events.is_empty() {
+            if rings {
+                self.apply_links(engine, now)?;
+                self.flush_dirty(engine, now);
+            }
+            return Ok(rings);
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
+        for &(token, readable, writable) in &ready {
+            match token {
+                LISTENER => self.accept_all()?,
+                NODE => self.node_ready(engine, now),
+                SHM_LISTENER => self.accept_shm(),
+                DOORBELL => {
+                    if let Some(l) = &self.local {
+                        crate::shm::segment::drain_bell(l.bell.as_raw_fd());
+                    }
+                    self.service_shm(engine, now);
+                }
+                Token(slot) => match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
+                    None => {}
+                    Some(Io::Tcp { connecting: true, .. }) => self.on_connect_ready(engine, now, slot),
+                    Some(Io::ShmSetup(_)) => self.on_shm_setup(engine, now, slot),
+                    Some(Io::Shm(s)) => {
+                        s.check_closed();
+                        self.read_conn(engine, slot, Wait::No, now);
+                    }
+                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, readable, writable, now),
+                },
+            }
+        }
+
+        self.ready = ready;
+        self.apply_links(engine, now)?;
+        self.flush_dirty(engine, now);
+        Ok(true)
+    }
+
+    /// The node connection is ready: write what waits, hand resolve answers to
+    /// the link machine. A broken node connection fails every resolve.
+    fn node_ready(&mut self, engine: &mut MpiEngine, now: Instant) {
+        if self.node_failed.is_some() {
+            return;
+        }
+        let mut replies = std::mem::take(&mut self.replies);
+        let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
+        for (id, reply) in replies.drain(..) {
+            if let Some(peer) = self.resolves.remove(&id) {
+                self.links.handle_resolved(now, peer, node::resolved(reply), engine);
+            }
+        }
+        self.replies = replies;
+        if let Err(e) = res {
+            warn!(%e, "the local node connection failed");
+            let why = e.to_string();
+            let _ = self.poll.registry().deregister(&mut self.node.stream);
+            for (_, peer) in std::mem::take(&mut self.resolves) {
+                self.links.handle_resolved(now, peer, Err(why.clone()), engine);
+            }
+            self.node_failed = Some(why);
+        }
+    }
+
+    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, readable: bool, writable: bool, now: Instant) {
+        if readable {
+            self.read_conn(engine, slot, Wait::No, now);
+        }
+        if writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Reads every shared-memory ring that has bytes, and queues for writing
+    /// every link with bytes waiting: whether any ring had bytes.
+    fn service_shm(&mut self, engine: &mut MpiEngine, now: Instant) -> bool {
+        let mut got = false;
+        for i in 0..self.shm_slots.len() {
+            let Some(&slot) = self.shm_slots.get(i) else { break };
+            let Some(c) = self.conns[slot].as_ref() else { continue };
+            let (input, output) = match &c.io {
+                Io::Shm(s) => (s.has_input() || s.eof, !c.tx.is_empty()),
+                _ => (false, false),
+            };
+            if output && !self.dirty.contains(&slot) {
+                self.dirty.push(slot);
+            }
+            if input {
+                got |= self.read_conn(engine, slot, Wait::No, now);
+            }
+        }
+        got
+    }
+
+    /// About to sleep: asks every shared-memory peer to ring our doorbell.
+    /// False when a ring already has bytes or room (do not sleep; nothing was
+    /// asked).
+    pub(crate) fn before_sleep(&mut self) -> bool {
+        for i in 0..self.shm_slots.len() {
+            let slot = self.shm_slots[i];
+            let Some(c) = self.conns[slot].as_mut() else { continue };
+            let waiting = !c.tx.is_empty();
+            if let Io::Shm(s) = &mut c.io {
+                if !s.begin_sleep(waiting) {
+                    self.after_sleep_upto(i);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Awake again: the peers need not ring any more.
+    pub(crate) fn after_sleep(&mut self) {
+        self.after_sleep_upto(self.shm_slots.len());
+    }
+
+    fn after_sleep_upto(&mut self, n: usize) {
+        for &slot in &self.shm_slots[..n] {
+            if let Some(Conn { io: Io::Shm(s), .. }) = self.conns[slot].as_mut() {
+                s.end_sleep();
+            }
+        }
+    }
+
+    /// Accepts shared-memory links (their hellos come as events).
+    fn accept_shm(&mut self) {
+        loop {
+            let Some(l) = &self.local else { return };
+            match l.listener.accept() {
+                Ok((sock, _)) => {
+                    #[cfg(feature = "fault-injection")]
+                    if self.faults.refuse_shm {
+                        drop(sock);
+                        continue;
+                    }
+                    if let Err(e) = self.add_conn(Io::ShmSetup(Box::new(ShmSetup::accepted(sock))), None, true) {
+                        warn!(%e, "cannot watch a shared-memory link");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(%e, "accept of a shared-memory link failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self) -> Result<()> {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    conn::configure(&stream, DIRECT_MAX, self.failure_timeout)?;
+                    self.add_conn(Io::Tcp { stream, connecting: false }, None, true)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(%e, "accept failed");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Reads rank `from`'s connection directly, without `epoll`: [`Wait::No`] to
+    /// spin on it, [`Wait::Block`] to sleep in `recv` until its next bytes (at
+    /// most [`DIRECT_MAX`]). `None` when `from` has sent nothing yet, or when
+    /// bytes wait to be written: then only the poll loop can make progress.
+    /// When the kernel was last asked about every socket [`POLL_EVERY`] ago or
+    /// longer, it is asked first (without waiting), and this returns if that
+    /// found anything. Otherwise, whether anything happened.
+    pub(crate) fn read_direct(
+        &mut self,
+        engine: &mut MpiEngine,
+        from: u32,
+        wait: Wait,
+        now: Instant,
+    ) -> Result<Option<bool>> {
+        let Some(slot) = self.heard_on.get(from as usize).copied().flatten() else { return Ok(None) };
+        // A ring cannot be slept on, and while links are being set up the
+        // answers come as events of the poll loop: it sleeps then.
+        if wait == Wait::Block && (self.shm_slots.contains(&slot) || !self.links.is_settled()) {
+            return Ok(None);
+        }
+        // Bytes waiting to be written move only on the poll loop's writable
+        // events: with any queued, reading one socket directly would starve them
+        // (a rendezvous exchange both ways then crawled, a chunk per sleep).
+        if !self.tx_empty() {
+            return Ok(None);
+        }
+        if now.saturating_duration_since(self.last_poll) >= POLL_EVERY
+            && self.poll_io(engine, Some(Duration::ZERO), now)?
+        {
+            return Ok(Some(true));
+        }
+        let got = self.read_conn(engine, slot, wait, now);
+        self.apply_links(engine, now)?;
+        Ok(Some(got))
+    }
+
+    /// Reads everything available on connection `slot` (the first read waiting
+    /// as `wait` says) and hands whole frames to the engine; closes it at end of
+    /// stream or on bad input. Whether anything happened.
+    fn read_conn(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait, now: Instant) -> bool {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
+        let mut got = false;
+        let keep = loop {
+            match conn.recv(wait) {
+                Ok((0, _)) => break false,
+                Ok((n, room)) => {
+                    got = true;
+                    wait = Wait::No;
+                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
+                        break false;
+                    }
+                    if let Some(r) = conn.rank {
+                        self.heard_on[r as usize] = Some(slot);
+                        self.links.handle_heard(r);
+                    }
+                    // A short read drained the socket: readiness is edge-triggered,
+                    // so later bytes raise a new event; skip the EAGAIN read.
+                    if n < room {
+                        break true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break true,
+                // A signal: a blocking read returns to let the caller look around.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    if wait == Wait::Block {
+                        break true;
+                    }
+                }
+                Err(_) => break false,
+            }
+        };
+        if !keep {
+            self.close_conn(engine, now, slot);
+            return true;
+        }
+        got
+    }
+
+    /// Tells the node we are gone (best effort).
+    pub(crate) fn unregister(&mut self) {
+        if self.node_failed.is_none() {
+            let _ = self.node.unregister(self.key);
+        }
+    }
+}
