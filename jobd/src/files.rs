@@ -59,6 +59,15 @@ pub(crate) fn copy(from: &str, to: &str, link: bool) -> std::io::Result<()> {
     std::fs::copy(from, to).map(|_| ())
 }
 
+/// Why `path` is not a file of exactly `len` bytes, or `None` when it is.
+pub(crate) fn not_whole(path: &str, len: u64) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() == len => None,
+        Ok(m) => Some(format!("{path}: {} of {len} bytes", m.len())),
+        Err(e) => Some(format!("{path}: {e}")),
+    }
+}
+
 /// Maps "not found" to success: removing what is already gone is fine.
 pub(crate) fn missing_is_fine(e: std::io::Error) -> std::io::Result<()> {
     if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) }

@@ -173,6 +173,7 @@ impl Shell {
                 self.work(Work::ReadOutputFile { job, rank, name, path })
             }
             NodeEvent::RemoveDir { path } => self.work(Work::RemoveDir { path }),
+            NodeEvent::VerifyFiles { job, files } => self.work(Work::VerifyFiles { job, files }),
             NodeEvent::CopyFile { from, to, link } => self.work(Work::CopyFile { from, to, link }),
             NodeEvent::RemoveFile { path } => self.work(Work::RemoveFile { path }),
             NodeEvent::ReplayOutput { replay, files } => self.work(Work::Replay { replay, files }),

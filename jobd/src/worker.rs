@@ -27,6 +27,7 @@ pub(crate) enum Work {
     CopyFile { from: String, to: String, link: bool },
     RemoveFile { path: String },
     RemoveDir { path: String },
+    VerifyFiles { job: JobId, files: Vec<(String, u64)> },
     Replay { replay: u64, files: Vec<LogFile> },
     Spawn(Spawn),
 }
@@ -93,6 +94,10 @@ fn run(remote: &Remote<DaemonNode>, started: &async_channel::Sender<Started>, wo
             }
         }
         Work::RemoveDir { path } => files::remove_dir(&path),
+        Work::VerifyFiles { job, files } => {
+            let bad = files.into_iter().filter_map(|(path, len)| files::not_whole(&path, len)).collect();
+            post(remote, NodeCommand::FilesVerified { job, bad });
+        }
         Work::Replay { replay, files } => {
             for f in files {
                 files::read_pieces(&f.path, f.len, REPLAY_PIECE, |offset, data| {

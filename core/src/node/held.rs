@@ -42,6 +42,11 @@ pub(super) struct JobMeta {
     pub(super) end: Option<End>,
     /// Bytes of each rank's stdout and stderr kept in its log file.
     logs: BTreeMap<(u32, Stream), u64>,
+    /// The output files written here and the length each will have.
+    outputs: BTreeMap<String, u64>,
+    /// How the job ended, held while the shell makes sure its output files are
+    /// whole on disk ([`NodeEvent::VerifyFiles`]): the end is told only then.
+    verifying: Option<(JobPhase, Vec<i32>, Option<String>)>,
 }
 
 /// A replay of a job's logs to one client under way.
@@ -76,7 +81,15 @@ impl DaemonNode {
         if self.jobs.contains_key(&job) {
             return;
         }
-        let meta = JobMeta { base_dir, size, watchers: Vec::new(), end: None, logs: BTreeMap::new() };
+        let meta = JobMeta {
+            base_dir,
+            size,
+            watchers: Vec::new(),
+            end: None,
+            logs: BTreeMap::new(),
+            outputs: BTreeMap::new(),
+            verifying: None,
+        };
         self.jobs.insert(job, meta);
         let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.job_key_ttl);
         self.overlay(now, OverlayCommand::Register { name, value, ttl });
@@ -256,6 +269,9 @@ impl DaemonNode {
             SubmitEvent::WriteFile { job, rank, name, offset, total, data } => {
                 if let Some(path) = self.output_path(job, rank, &name) {
                     let done = offset + data.len() as u64;
+                    if let Some(meta) = self.jobs.get_mut(&job) {
+                        meta.outputs.insert(path.clone(), total);
+                    }
                     self.event(NodeEvent::WriteFile { path, offset, data });
                     self.tell_watchers(job, ToolReply::Fetching { job, rank, name, done, total }, Bytes::new());
                 }
@@ -304,6 +320,32 @@ impl DaemonNode {
             Outcome::Failed(e) => (JobPhase::Failed, Vec::new(), Some(e.to_string())),
             Outcome::Killed => (JobPhase::Killed, Vec::new(), Some("killed".to_owned())),
         };
+        // The shell writes output files in the background: the end waits until
+        // they are whole on disk, so nobody reads a file still being written.
+        if let Some(meta) = self.jobs.get_mut(&job) {
+            if !meta.outputs.is_empty() {
+                let files = std::mem::take(&mut meta.outputs).into_iter().collect();
+                meta.verifying = Some((phase, codes, error));
+                self.event(NodeEvent::VerifyFiles { job, files });
+                return;
+            }
+        }
+        self.conclude(now, job, phase, codes, error);
+    }
+
+    /// The shell checked `job`'s output files: `bad` names those not whole
+    /// (a write failed: a full disk, a removed directory), which fail a job
+    /// that would otherwise be done.
+    pub(super) fn files_verified(&mut self, now: Instant, job: JobId, bad: Vec<String>) {
+        let Some((phase, codes, error)) = self.jobs.get_mut(&job).and_then(|m| m.verifying.take()) else { return };
+        if bad.is_empty() || phase != JobPhase::Done {
+            return self.conclude(now, job, phase, codes, error);
+        }
+        let error = format!("output file(s) not written whole: {}", bad.join("; "));
+        self.conclude(now, job, JobPhase::Failed, codes, Some(error));
+    }
+
+    fn conclude(&mut self, now: Instant, job: JobId, phase: JobPhase, codes: Vec<i32>, error: Option<String>) {
         let fin = ToolReply::Finished { job, phase, codes: codes.clone(), error: error.clone() };
         self.tell_watchers(job, fin, Bytes::new());
         if let Some(meta) = self.jobs.get_mut(&job) {

@@ -214,6 +214,9 @@ pub enum NodeCommand {
     Replayed { replay: u64, rank: u32, stream: Stream, offset: u64, data: Bytes },
     /// Every file of [`NodeEvent::ReplayOutput`] `replay` has been read.
     ReplayDone { replay: u64 },
+    /// Answer to [`NodeEvent::VerifyFiles`]: a line for each file that is not
+    /// whole (missing, shorter or longer), empty when all are.
+    FilesVerified { job: JobId, bad: Vec<String> },
 }
 
 /// What the node asks of its I/O shell, or reports.
@@ -243,6 +246,10 @@ pub enum NodeEvent {
     CopyFile { from: String, to: String, link: bool },
     /// Remove one file; a missing one is fine.
     RemoveFile { path: String },
+    /// Once every earlier [`NodeEvent::WriteFile`] is done, check that each
+    /// file exists with exactly its length; answer with
+    /// [`NodeCommand::FilesVerified`].
+    VerifyFiles { job: JobId, files: Vec<(String, u64)> },
     /// Write `reply` to a rank's control connection `conn`.
     Reply { conn: ConnId, request_id: u64, reply: LocalReply },
     /// Write `reply` (with `payload`) to a tool's control connection `conn`.
@@ -690,6 +697,10 @@ impl Machine for DaemonNode {
             }
             NodeCommand::ReplayDone { replay } => {
                 self.replay_done(replay);
+                Ok(())
+            }
+            NodeCommand::FilesVerified { job, bad } => {
+                self.files_verified(now, job, bad);
                 Ok(())
             }
             NodeCommand::Leave => {

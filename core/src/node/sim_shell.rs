@@ -29,6 +29,8 @@ pub struct SimShell {
     pub spawned: u64,
     /// What every output file a rank leaves holds (`None`: it left none).
     pub output_file: Option<Bytes>,
+    /// Writes to paths ending so are lost, as on a full disk.
+    pub lose_writes_to: Option<String>,
     /// Processes to end: when, node, job, rank.
     exits: BinaryHeap<Reverse<(Instant, NodeIdx, JobId, u32)>>,
 }
@@ -92,6 +94,7 @@ impl SimShell {
             NodeEvent::Kill { job, rank } => {
                 later.push((node, NodeCommand::ProcessExited { job, rank, code: -9 }));
             }
+            NodeEvent::WriteFile { path, .. } if self.lose_writes_to.as_ref().is_some_and(|s| path.ends_with(s)) => {}
             NodeEvent::WriteFile { path, offset, data } => {
                 let f = self.files.entry(path).or_default();
                 f.truncate(usize::try_from(offset).unwrap_or(usize::MAX));
@@ -110,6 +113,14 @@ impl SimShell {
                     later.push((node, NodeCommand::Replayed { replay, rank, stream, offset: 0, data }));
                 }
                 later.push((node, NodeCommand::ReplayDone { replay }));
+            }
+            NodeEvent::VerifyFiles { job, files } => {
+                let bad = files
+                    .into_iter()
+                    .filter(|(path, len)| self.files.get(path).map(|f| f.len() as u64) != Some(*len))
+                    .map(|(path, len)| format!("{path}: not {len} bytes"))
+                    .collect();
+                later.push((node, NodeCommand::FilesVerified { job, bad }));
             }
             NodeEvent::RemoveDir { path } => {
                 let prefix = format!("{path}/");

@@ -326,6 +326,25 @@ fn a_silent_executor_fails_the_job_within_the_failure_timeout_naming_it() {
 }
 
 #[test]
+fn an_output_file_that_could_not_be_written_whole_fails_the_job_naming_it() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net(2, t0);
+    let mut shell = Shell::new(Some(Duration::from_millis(10)));
+    shell.output_file = Some(Bytes::from(vec![7u8; 100 << 10]));
+    shell.lose_writes_to = Some("out.txt.1".into());
+    let mut desc = crate::job::JobDescription::run("/bin/prog", vec![], 2);
+    desc.outputfiles.push("out.txt".into());
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/h".into(), watch: true });
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let got = shell.on(n[0], 1);
+    let Some(ToolReply::Finished { phase: JobPhase::Failed, error: Some(e), .. }) = got.last() else {
+        panic!("a lost output file must fail the job: {got:?}")
+    };
+    assert!(e.contains("/h/out.txt.1") && !e.contains("out.txt.0"), "{e}");
+    assert_eq!(shell.files.get("/h/out.txt.0").map(Vec::len), Some(100 << 10), "the other file is whole");
+}
+
+#[test]
 fn a_watch_shows_staging_and_output_files_coming_back_and_a_node_tells_its_ring() {
     let t0 = Instant::now();
     let (mut sim, n) = net(2, t0);
