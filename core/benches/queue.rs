@@ -8,7 +8,13 @@
 //! the jobs cost (total minus the same network idle for as long), and the
 //! simulator's own CPU time. A table, then one JSON line.
 //!
-//! Run: `cargo bench -p p2pmp-core --bench queue [-- --nodes 200 --jobs 2000 --ranks 4 --run-s 10]`.
+//! Then what waiting costs: on a second network of as many nodes, every slot is
+//! taken by jobs that run until the end, `--waiting` more jobs (default 10) are
+//! submitted and wait, and the messages of a minute with them waiting are
+//! compared with a minute of the full network before they came: the difference,
+//! per waiting job and second, is what a queued job costs.
+//!
+//! Run: `cargo bench -p p2pmp-core --bench queue [-- --nodes 200 --jobs 2000 --ranks 4 --run-s 10 --waiting 10]`.
 
 use std::time::{Duration, Instant};
 
@@ -112,5 +118,47 @@ fn main() {
         span.as_secs_f64(),
         bound.as_secs_f64(),
         job_msgs / jobs as f64
+    );
+    waiting_cost(nodes, arg("--waiting", 10) as usize);
+}
+
+/// Messages per second that jobs cost while they wait on a full network.
+fn waiting_cost(nodes: u32, waiting: usize) {
+    let mut sim = network(nodes, Instant::now());
+    let mut shell = SimShell::new(None);
+    let submit = |sim: &mut Sim<DaemonNode>, i: usize| {
+        let xml = JobDescription::run("/bin/prog", vec![], 4).to_xml();
+        let req = ToolRequest::Submit { nonce: i as u64, xml, base_dir: "/h".into(), watch: true };
+        let node = i % nodes as usize;
+        sim.command(node, NodeCommand::Tool { conn: i as u64 + 1, request_id: 1, req }).expect("a live node");
+    };
+    // One job of 4 ranks per node's 4 slots: the network is full.
+    for i in 0..nodes as usize {
+        submit(&mut sim, i);
+        shell.run(&mut sim, Duration::from_millis(50), |_| false);
+    }
+    shell.run(&mut sim, Duration::from_secs(30), |_| false);
+    let minute = Duration::from_secs(60);
+    let before = sim.stats().sent;
+    shell.run(&mut sim, minute, |_| false);
+    let full = sim.stats().sent - before;
+    for i in 0..waiting {
+        submit(&mut sim, nodes as usize + i);
+    }
+    shell.run(&mut sim, Duration::from_secs(10), |_| false);
+    let late = |conn: u64| conn > u64::from(nodes);
+    let told = shell.replies.iter().filter(|r| late(r.1) && matches!(r.2, ToolReply::Queued { .. })).map(|r| r.1);
+    let queued = told.collect::<std::collections::BTreeSet<_>>().len();
+    let before = sim.stats().sent;
+    shell.run(&mut sim, minute, |_| false);
+    let with = sim.stats().sent - before;
+    let per_job_s = (with as f64 - full as f64) / 60.0 / waiting as f64;
+    println!("\n{nodes} nodes, every slot taken; {waiting} more jobs of 4 ranks wait ({queued} told they wait)");
+    println!("| figure | value |\n|---|---|");
+    println!("| full network, a minute | {full} messages ({:.1}/s) |", full as f64 / 60.0);
+    println!("| the same with the jobs waiting | {with} messages ({:.1}/s) |", with as f64 / 60.0);
+    println!("| a waiting job costs | {per_job_s:.2} messages/s |");
+    println!(
+        "{{\"waiting\": {waiting}, \"queued\": {queued}, \"full_msgs_min\": {full}, \"with_msgs_min\": {with}, \"per_job_s\": {per_job_s:.3}}}"
     );
 }
