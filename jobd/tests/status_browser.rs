@@ -226,10 +226,9 @@ fn a_browser_sees_the_can_zones_as_boxes_and_a_zones_neighbours() {
     let mut want: Vec<String> = net.overlay_addrs().iter().map(|a| a.to_string()).collect();
     want.sort();
     // What the API says each node owns and neighbours, once the zones tile the space.
-    let api = web::until(Duration::from_secs(20), "the zones of four nodes", || {
+    let api = web::until(Duration::from_secs(30), "the zones of four nodes", || {
         let v = web::get(page, "/api/zones").json();
-        let total: f64 = v["nodes"].as_array()?.iter().filter_map(|n| n["volume"].as_f64()).sum();
-        (v["nodes"].as_array()?.len() == 4 && (total - 1.0).abs() < 1e-9).then_some(v)
+        web::zones_settled(&v, 4).then_some(v)
     });
     let browser = Browser::start(&chromium, &chromedriver);
     browser.session("POST", "/url", Some(json!({"url": format!("http://{page}/")})));

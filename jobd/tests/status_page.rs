@@ -137,11 +137,9 @@ fn on_can_the_api_tells_every_nodes_zones_and_neighbours() {
     let mut want: Vec<String> = net.overlay_addrs().iter().map(|a| a.to_string()).collect();
     want.sort();
     // Every node tells its zones; together they tile the square.
-    let zones = web::until(Duration::from_secs(20), "four nodes' zones that tile the space", || {
+    let zones = web::until(Duration::from_secs(30), "four nodes' zones that tile the space", || {
         let v = web::get(page, "/api/zones").json();
-        let nodes = v["nodes"].as_array()?;
-        let total: f64 = nodes.iter().filter_map(|n| n["volume"].as_f64()).sum();
-        (nodes.len() == 4 && (total - 1.0).abs() < 1e-9).then_some(v)
+        web::zones_settled(&v, 4).then_some(v)
     });
     assert_eq!((zones["me"].as_str(), zones["dims"].as_u64()), (Some(me.as_str()), Some(2)));
     let nodes = zones["nodes"].as_array().unwrap();

@@ -190,3 +190,22 @@ pub fn submit(
         other => panic!("submit answered {other:?}"),
     }
 }
+
+/// Whether a `/api/zones` document shows `n` nodes whose zones fill the space
+/// and whose neighbours are mutual (a settled CAN: right after joins a node
+/// may know a neighbour that does not know it yet).
+pub fn zones_settled(v: &serde_json::Value, n: usize) -> bool {
+    let Some(nodes) = v["nodes"].as_array() else { return false };
+    let total: f64 = nodes.iter().filter_map(|z| z["volume"].as_f64()).sum();
+    let mutual = nodes.iter().all(|z| {
+        z["neighbours"].as_array().is_some_and(|ns| {
+            !ns.is_empty()
+                && ns.iter().all(|o| {
+                    nodes
+                        .iter()
+                        .any(|y| y["addr"] == *o && y["neighbours"].as_array().is_some_and(|b| b.contains(&z["addr"])))
+                })
+        })
+    });
+    nodes.len() == n && (total - 1.0).abs() < 1e-9 && mutual
+}
