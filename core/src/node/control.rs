@@ -12,7 +12,7 @@
 //! Any node answers for any job: a request about a job submitted elsewhere is
 //! forwarded to the node holding it (found through the overlay under the job's
 //! key, [`job_key_name`]), and the answers come back the same way. `Status`
-//! without a job asks every node of the network.
+//! without a job, and `Zones`, ask every node of the network.
 
 use serde::{Deserialize, Serialize};
 
