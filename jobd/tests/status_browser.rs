@@ -1,8 +1,10 @@
 //! The status page in a real browser: headless Chromium driven through
 //! chromedriver (W3C WebDriver over plain HTTP). The nodes appear; a job
 //! submitted during the test appears, runs and finishes on the page without a
-//! reload; pointing at a ring node shows its neighbours. A screenshot is kept
-//! at `target/status-page.png`.
+//! reload; pointing at a ring node shows its neighbours. On CAN the page
+//! draws every node's zone as a box, and pointing at one shows its
+//! neighbours. Screenshots are kept at `target/status-page.png` and
+//! `target/status-page-can.png`.
 //!
 //! Without Chromium and chromedriver (`apt-get install chromium
 //! chromium-driver`; or name them in P2PMP_CHROMIUM and P2PMP_CHROMEDRIVER)
@@ -124,8 +126,8 @@ impl Drop for Browser {
     }
 }
 
-#[test]
-fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
+/// Chromium and chromedriver, or `None` after saying why the test is skipped.
+fn chromium() -> Option<(PathBuf, PathBuf)> {
     let (Some(chromium), Some(chromedriver)) = (
         find("P2PMP_CHROMIUM", &["chromium", "chromium-browser", "google-chrome"]),
         find("P2PMP_CHROMEDRIVER", &["chromedriver"]),
@@ -133,8 +135,19 @@ fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
         let why = "Chromium or chromedriver is missing (apt-get install chromium chromium-driver)";
         assert!(std::env::var("P2PMP_REQUIRE_CHROMIUM").as_deref() != Ok("1"), "P2PMP_REQUIRE_CHROMIUM=1: {why}");
         eprintln!("skipped: {why}");
-        return;
+        return None;
     };
+    Some((chromium, chromedriver))
+}
+
+/// Where a screenshot named `name` is kept: `target/name`.
+fn screenshot_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp is in target").join(name)
+}
+
+#[test]
+fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
+    let Some((chromium, chromedriver)) = chromium() else { return };
     let net = web::network(4);
     let page = net.http_addr().expect("the page is on");
     let browser = Browser::start(&chromium, &chromedriver);
@@ -193,10 +206,69 @@ fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
     assert!(info.contains("successors") && info.contains("as the node itself reports them"), "{info}");
     let lines = browser.script("return document.querySelectorAll('#ring .succ').length;");
     assert_eq!(lines, json!(3), "a line to each of its three successors");
-    let shot =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp is in target").join("status-page.png");
+    assert_eq!(
+        browser.script("return document.getElementById('zones-panel').hidden;"),
+        json!(true),
+        "no zones on Chord"
+    );
+    let shot = screenshot_path("status-page.png");
     browser.screenshot(&shot);
     assert!(std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000, "a real screenshot");
     eprintln!("screenshot: {}", shot.display());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_browser_sees_the_can_zones_as_boxes_and_a_zones_neighbours() {
+    let Some((chromium, chromedriver)) = chromium() else { return };
+    let net = web::network_over(4, Some(2));
+    let page = net.http_addr().expect("the page is on");
+    let mut want: Vec<String> = net.overlay_addrs().iter().map(|a| a.to_string()).collect();
+    want.sort();
+    // What the API says each node owns and neighbours, once the zones tile the space.
+    let api = web::until(Duration::from_secs(30), "the zones of four nodes", || {
+        let v = web::get(page, "/api/zones").json();
+        web::zones_settled(&v, 4).then_some(v)
+    });
+    let browser = Browser::start(&chromium, &chromedriver);
+    browser.session("POST", "/url", Some(json!({"url": format!("http://{page}/")})));
+    // One box per zone, every node's, in the zones panel; the ring panel is hidden.
+    let zones: usize = api["nodes"].as_array().unwrap().iter().map(|n| n["zones"].as_array().unwrap().len()).sum();
+    let owners = web::until(Duration::from_secs(20), "the zones drawn", || {
+        let v = browser.script(
+            "if (document.getElementById('zones-panel').hidden) return null;
+             const r = [...document.querySelectorAll('#zones rect.zone')];
+             return [r.length, [...new Set(r.map(e => e.dataset.addr))].sort()];",
+        );
+        (v[0].as_u64() == Some(zones as u64) && v[1].as_array().is_some_and(|a| a.len() == 4)).then_some(v[1].clone())
+    });
+    assert_eq!(owners, json!(want), "a box for every node");
+    assert_eq!(browser.script("return document.getElementById('ring-panel').hidden;"), json!(true));
+    // Boxes fill the square: their areas sum to its area (no gap, no overlap).
+    let area = browser.script(
+        "const s = document.querySelector('#zones rect.frame');
+         const a = [...document.querySelectorAll('#zones rect.zone')].reduce((t, r) => t + r.width.baseVal.value * r.height.baseVal.value, 0);
+         return a / (s.width.baseVal.value * s.height.baseVal.value);",
+    );
+    assert!((area.as_f64().unwrap() - 1.0).abs() < 1e-6, "{area}");
+    // Pointing at the page's own node's zone shows its neighbours' zones.
+    let me = net.overlay_addrs()[0].to_string();
+    let mine = api["nodes"].as_array().unwrap().iter().find(|n| n["addr"] == me.as_str()).unwrap().clone();
+    browser.hover(&format!("#zones rect.zone[data-addr=\"{me}\"]"));
+    let info = browser.script("return document.getElementById('zones-info').innerText;");
+    let info = info.as_str().unwrap_or_default();
+    assert!(info.contains(&me) && info.contains("neighbours"), "{info}");
+    for n in mine["neighbours"].as_array().unwrap() {
+        assert!(info.contains(n.as_str().unwrap()), "{n} in {info}");
+    }
+    let lit = browser.script(
+        "return [...new Set([...document.querySelectorAll('#zones rect.nbr')].map(e => e.dataset.addr))].sort();",
+    );
+    let mut nbrs: Vec<&str> = mine["neighbours"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    nbrs.sort();
+    assert_eq!(lit, json!(nbrs), "the neighbours' zones are lit");
+    let shot = screenshot_path("status-page-can.png");
+    browser.screenshot(&shot);
+    assert!(std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000, "a real screenshot");
+    eprintln!("screenshot: {}", shot.display());
 }

@@ -57,6 +57,8 @@ fn the_api_matches_p2pjob_and_follows_a_job_live() {
     });
     let me = net.overlay_addrs()[0].to_string();
     assert_eq!(ring["me"], me.as_str());
+    assert_eq!(web::get(page, "/api/daemon").json()["overlay_kind"], "chord");
+    assert_eq!(web::get(page, "/api/zones").json()["nodes"], serde_json::json!([]), "Chord has no zones");
     for n in ring["nodes"].as_array().unwrap() {
         assert_eq!(n["source"] == "node", n["addr"] == me.as_str(), "{n}");
         assert_eq!(n["successors"].as_array().unwrap().len(), 2, "{n}");
@@ -79,7 +81,7 @@ fn the_api_matches_p2pjob_and_follows_a_job_live() {
     });
     let (job, events) = events;
     let names: BTreeSet<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, BTreeSet::from(["daemon", "jobs", "nodes", "ring"]), "every document is sent");
+    assert_eq!(names, BTreeSet::from(["daemon", "jobs", "nodes", "ring", "zones"]), "every document is sent");
     let phases: Vec<String> = events
         .iter()
         .filter(|(n, _)| n == "jobs")
@@ -120,4 +122,56 @@ fn the_api_matches_p2pjob_and_follows_a_job_live() {
     assert!(html.status == 200 && html.body.contains("/app.js"));
     assert!(web::get(page, "/app.js").body.contains("EventSource"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A box's extent along dimension `k`: `[lo, hi)` as fractions.
+fn side(z: &Value, k: usize) -> (f64, f64) {
+    (z["lo"][k].as_f64().unwrap(), z["hi"][k].as_f64().unwrap())
+}
+
+#[test]
+fn on_can_the_api_tells_every_nodes_zones_and_neighbours() {
+    let net = web::network_over(4, Some(2));
+    let page = net.http_addr().expect("the first daemon serves the page");
+    let me = net.overlay_addrs()[0].to_string();
+    let mut want: Vec<String> = net.overlay_addrs().iter().map(|a| a.to_string()).collect();
+    want.sort();
+    // Every node tells its zones; together they tile the square.
+    let zones = web::until(Duration::from_secs(30), "four nodes' zones that tile the space", || {
+        let v = web::get(page, "/api/zones").json();
+        web::zones_settled(&v, 4).then_some(v)
+    });
+    assert_eq!((zones["me"].as_str(), zones["dims"].as_u64()), (Some(me.as_str()), Some(2)));
+    let nodes = zones["nodes"].as_array().unwrap();
+    let addrs: Vec<String> = nodes.iter().map(|n| n["addr"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(addrs, want, "every node, by address");
+    let boxes: Vec<&Value> = nodes.iter().flat_map(|n| n["zones"].as_array().unwrap()).collect();
+    for (i, a) in boxes.iter().enumerate() {
+        for k in 0..2 {
+            let (lo, hi) = side(a, k);
+            assert!((0.0..1.0).contains(&lo) && lo < hi && hi <= 1.0, "{a}");
+        }
+        // No two boxes overlap (their areas then sum to one: a tiling).
+        for b in &boxes[i + 1..] {
+            let meet = (0..2).all(|k| side(a, k).0 < side(b, k).1 && side(b, k).0 < side(a, k).1);
+            assert!(!meet, "{a} and {b} overlap");
+        }
+    }
+    // Neighbours are nodes of the network, and mutual.
+    for n in nodes {
+        let mine = n["neighbours"].as_array().unwrap();
+        assert!(!mine.is_empty(), "{n}");
+        for other in mine {
+            let o = nodes.iter().find(|m| m["addr"] == *other).unwrap_or_else(|| panic!("{other} is no node"));
+            assert!(o["neighbours"].as_array().unwrap().contains(&n["addr"]), "{n} / {o}");
+        }
+    }
+    let daemon = web::get(page, "/api/daemon").json();
+    assert_eq!((daemon["overlay_kind"].as_str(), daemon["overlay"].as_str()), (Some("can"), Some(me.as_str())));
+    // The ring stays served (computed from the node list), and so does the page.
+    assert_eq!(web::get(page, "/api/ring").status, 200);
+    let events = web::events(page, "/api/events", Duration::from_secs(10), |got| got.iter().any(|(n, _)| n == "zones"));
+    let (_, data) = events.iter().find(|(n, _)| n == "zones").unwrap();
+    assert_eq!(serde_json::from_str::<Value>(data).unwrap()["dims"], 2);
+    assert!(web::get(page, "/app.js").body.contains("renderZones"));
 }

@@ -12,10 +12,11 @@
 //! Any node answers for any job: a request about a job submitted elsewhere is
 //! forwarded to the node holding it (found through the overlay under the job's
 //! key, [`job_key_name`]), and the answers come back the same way. `Status`
-//! without a job asks every node of the network.
+//! without a job, and `Zones`, ask every node of the network.
 
 use serde::{Deserialize, Serialize};
 
+use crate::can::Zone;
 use crate::job::{JobId, Stream};
 use crate::machine::NodeAddr;
 
@@ -49,6 +50,11 @@ pub enum ToolRequest {
     /// The Chord state of the node asked: its predecessor, successor list and
     /// fingers, answered with [`ToolReply::Ring`] (the status page draws them).
     Ring,
+    /// The CAN zones of the network: every node's zones and neighbours,
+    /// answered with [`ToolReply::Zones`] (the status page draws them). Asked by
+    /// a tool, the node gathers every node's answer as `Status` without a job
+    /// does; forwarded by a node, it answers for itself.
+    Zones,
 }
 
 /// The overlay name under which the node holding `job` registers its address.
@@ -148,6 +154,22 @@ pub enum ToolReply {
     Staging { job: JobId, node: NodeAddr, done: u64, total: u64 },
     /// Output file `name` of `rank` is coming back: `done` of `total` bytes.
     Fetching { job: JobId, rank: u32, name: String, done: u64, total: u64 },
+    /// Answer to [`ToolRequest::Zones`]: the node that answered (`me`), the
+    /// CAN's dimensions, and what each node that answered in time told of
+    /// itself, sorted by node.
+    Zones { me: NodeAddr, dims: u8, nodes: Vec<NodeZones> },
+}
+
+/// One CAN node in a [`ToolReply::Zones`], as it tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeZones {
+    /// The node.
+    pub node: NodeAddr,
+    /// The zones it owns, sorted (usually one; more after a takeover; none
+    /// while it joins).
+    pub zones: Vec<Zone>,
+    /// Its neighbours, by address.
+    pub neighbours: Vec<NodeAddr>,
 }
 
 impl ToolReply {

@@ -2,14 +2,15 @@
 //! job: the node finds the job's holder through the overlay (the job's key,
 //! [`job_key_name`]), forwards the request there as [`NodeMsg::Tool`] and passes
 //! the answers back to the tool. `Status` without a job gathers the jobs of
-//! every node (`res:any` lists them) within [`GATHER_TIMEOUT`].
+//! every node (`res:any` lists them) within [`GATHER_TIMEOUT`], and `Zones`
+//! their CAN zones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::control::{JobStatus, ToolReply, ToolRequest, job_key_name};
+use super::control::{JobStatus, NodeZones, ToolReply, ToolRequest, job_key_name};
 use super::tool::newest_lines;
 use super::{Client, ConnId, DaemonNode, NodeEvent, NodeMsg, Pending, Timer};
 use crate::job::{ANY_NAME, JobId};
@@ -21,11 +22,50 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a network-wide status waits for the nodes' answers.
 const GATHER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A status of every node's jobs being gathered.
+/// An answer of every node being gathered.
 #[derive(Debug)]
 struct Gather {
     waiting: BTreeSet<NodeAddr>,
-    jobs: Vec<JobStatus>,
+    got: Gathered,
+}
+
+/// What a gather collected so far.
+#[derive(Debug)]
+pub(super) enum Gathered {
+    /// Every node's jobs (`Status` without a job).
+    Jobs(Vec<JobStatus>),
+    /// Every CAN node's zones (`Zones`), each as the node told it.
+    Zones { dims: u8, nodes: Vec<NodeZones> },
+}
+
+impl Gathered {
+    /// Takes what node `from` answered, if it is the kind asked for.
+    fn add(&mut self, from: NodeAddr, reply: ToolReply) {
+        match (self, reply) {
+            (Gathered::Jobs(jobs), ToolReply::Jobs { jobs: more }) => jobs.extend(more),
+            // A node tells only of itself, in the same space.
+            (Gathered::Zones { dims, nodes }, ToolReply::Zones { dims: d, nodes: more, .. }) if *dims == d => {
+                nodes.extend(more.into_iter().filter(|z| z.node == from).take(1));
+            }
+            _ => {}
+        }
+    }
+
+    /// The answer to the tool.
+    fn reply(self, me: NodeAddr) -> ToolReply {
+        match self {
+            Gathered::Jobs(mut jobs) => {
+                jobs.sort_by_key(|j| j.job);
+                jobs.dedup_by_key(|j| j.job);
+                ToolReply::Jobs { jobs }
+            }
+            Gathered::Zones { dims, mut nodes } => {
+                nodes.sort_by_key(|z| z.node);
+                nodes.dedup_by_key(|z| z.node);
+                ToolReply::Zones { me, dims, nodes }
+            }
+        }
+    }
 }
 
 /// A local tool's request that another node answers.
@@ -123,9 +163,7 @@ impl DaemonNode {
         let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
         if let Some(g) = &mut f.gather {
             if g.waiting.remove(&from) {
-                if let ToolReply::Jobs { jobs } = reply {
-                    g.jobs.extend(jobs);
-                }
+                g.got.add(from, reply);
                 if g.waiting.is_empty() {
                     self.gathered(fwd);
                 }
@@ -197,13 +235,12 @@ impl DaemonNode {
         self.arm_forward_timer();
     }
 
-    /// `p2pjob status` without a job: every node's jobs.
-    pub(super) fn gather(&mut self, now: Instant, client: Client) {
-        let Some(fwd) = self.new_forward(client, None, ToolRequest::Status { job: None }) else { return };
-        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
-        let jobs = ids.into_iter().filter_map(|j| self.status_of(j)).collect();
+    /// A request about every node (`Status` without a job, `Zones`): this
+    /// node's own answer is `got`; ask each other node of the network.
+    pub(super) fn gather(&mut self, now: Instant, client: Client, req: ToolRequest, got: Gathered) {
+        let Some(fwd) = self.new_forward(client, None, req) else { return };
         if let Some(f) = self.forwards.live.get_mut(&fwd) {
-            f.gather = Some(Gather { waiting: BTreeSet::new(), jobs });
+            f.gather = Some(Gather { waiting: BTreeSet::new(), got });
         }
         let token = self.token();
         if self.overlay(now, OverlayCommand::Query { token, name: ANY_NAME.to_owned() }) {
@@ -213,20 +250,22 @@ impl DaemonNode {
         }
     }
 
-    /// The network's nodes are known: ask each of them for its jobs.
+    /// The network's nodes are known: ask each of them.
     pub(super) fn gather_nodes(&mut self, now: Instant, fwd: u64, result: Result<Vec<String>, OverlayError>) {
         let nodes: BTreeSet<NodeAddr> = newest_lines(result.unwrap_or_default())
             .iter()
             .filter_map(|v| crate::job::Resources::parse_any_value(v).ok().map(|(a, _)| a))
             .filter(|a| *a != self.addr)
             .collect();
-        let Some(g) = self.forwards.live.get_mut(&fwd).and_then(|f| f.gather.as_mut()) else { return };
+        let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
+        let req = f.req.clone();
+        let Some(g) = f.gather.as_mut() else { return };
         g.waiting = nodes.clone();
         if nodes.is_empty() {
             return self.gathered(fwd);
         }
         for to in nodes {
-            self.send(to, NodeMsg::Tool { fwd, req: ToolRequest::Status { job: None } }, Bytes::new());
+            self.send(to, NodeMsg::Tool { fwd, req: req.clone() }, Bytes::new());
         }
         if let Some(f) = self.forwards.live.get_mut(&fwd) {
             f.deadline = Some(now + GATHER_TIMEOUT);
@@ -237,9 +276,7 @@ impl DaemonNode {
     /// A gather is complete (or out of time): answer with what came.
     fn gathered(&mut self, fwd: u64) {
         let Some(g) = self.forwards.live.get_mut(&fwd).and_then(|f| f.gather.take()) else { return };
-        let mut jobs = g.jobs;
-        jobs.sort_by_key(|j| j.job);
-        jobs.dedup_by_key(|j| j.job);
-        self.answer(fwd, ToolReply::Jobs { jobs }, Bytes::new());
+        let reply = g.got.reply(self.addr);
+        self.answer(fwd, reply, Bytes::new());
     }
 }

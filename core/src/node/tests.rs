@@ -210,6 +210,74 @@ fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
     assert!(!staging.ends_request() && !fetching.ends_request() && ring.ends_request());
 }
 
+#[test]
+fn golden_bytes_pin_the_zones_request_and_reply() {
+    use super::control::NodeZones;
+    assert_eq!(postcard::to_allocvec(&ToolRequest::Zones).unwrap(), [9]);
+    let a = NodeAddr("127.0.0.1:7".parse().unwrap());
+    let b = NodeAddr("127.0.0.1:8".parse().unwrap());
+    let (lo, hi) = crate::can::Zone::root(2).halves().unwrap();
+    let nodes = vec![NodeZones { node: a, zones: vec![lo, hi], neighbours: vec![b] }];
+    let zones = ToolReply::Zones { me: a, dims: 2, nodes };
+    #[rustfmt::skip]
+    let want = [18, 0, 127, 0, 0, 1, 7, 2, // variant, me, dims
+        1, 0, 127, 0, 0, 1, 7, // one node: its address
+        2, 1, 2, 0, 0, 1, 2, 128, 128, 128, 128, 8, 0, // two zones: depth 1, corner (0,0) and (2^31,0)
+        1, 0, 127, 0, 0, 1, 8]; // one neighbour
+    assert_eq!(postcard::to_allocvec(&zones).unwrap(), want);
+    assert!(zones.ends_request());
+    let fwd = NodeMsg::Tool { fwd: 3, req: ToolRequest::Zones };
+    assert_eq!(postcard::to_allocvec(&fwd).unwrap(), [3, 3, 9]);
+    // Malformed zones are refused, not taken: a corner off the split grid, too many dimensions.
+    let mut bad = want;
+    bad[20] = 129;
+    assert!(postcard::from_bytes::<ToolReply>(&bad).is_err());
+    let mut nine = vec![18, 0, 127, 0, 0, 1, 7, 2, 1, 0, 127, 0, 0, 1, 7, 1, 0, 9];
+    nine.extend([0; 9]);
+    nine.push(0);
+    assert!(postcard::from_bytes::<ToolReply>(&nine).is_err());
+    // Every truncation of a good reply is an error, never a panic.
+    for n in 0..want.len() {
+        assert!(postcard::from_bytes::<ToolReply>(&want[..n]).is_err(), "{n} bytes");
+    }
+}
+
+#[test]
+fn a_can_node_tells_the_zones_of_the_whole_network() {
+    let t0 = Instant::now();
+    let can = crate::can::CanConfig { dims: 2, ..crate::can::CanConfig::default() };
+    let (mut sim, n) = net_over(4, t0, |_| resources(2), Some(can));
+    let mut shell = Shell::new(None);
+    tool(&mut sim, n[2], 1, ToolRequest::Zones);
+    shell.run(&mut sim, Duration::from_secs(10), |s| s.ended(n[2], 1));
+    let got = shell.on(n[2], 1);
+    let Some(ToolReply::Zones { me, dims, nodes }) = got.last().copied() else { panic!("{got:?}") };
+    assert_eq!((*me, *dims), (sim.addr(n[2]), 2));
+    let mut want: Vec<NodeAddr> = n.iter().map(|i| sim.addr(*i)).collect();
+    want.sort();
+    assert_eq!(nodes.iter().map(|z| z.node).collect::<Vec<_>>(), want, "every node, sorted");
+    // Each node tells the zones it owns and the neighbours it knows: together
+    // they tile the space, and neighbourhood is mutual.
+    for (z, i) in nodes.iter().zip(want.iter().map(|a| n.iter().find(|i| sim.addr(**i) == *a).unwrap())) {
+        assert_eq!(z.zones, sim.node(*i).overlay_node().can().unwrap().zones());
+    }
+    let all: Vec<crate::can::Zone> = nodes.iter().flat_map(|z| z.zones.iter().copied()).collect();
+    assert!(crate::can::volumes_sum_to_one(&all), "{all:?}");
+    for z in nodes {
+        assert!(!z.neighbours.is_empty() && !z.neighbours.contains(&z.node), "{z:?}");
+        for other in &z.neighbours {
+            let o = nodes.iter().find(|y| y.node == *other).unwrap();
+            assert!(o.neighbours.contains(&z.node), "{z:?} / {o:?}");
+        }
+    }
+    // A Chord node has no zones, and says so.
+    let (mut sim, n) = net(2, t0);
+    tool(&mut sim, n[0], 1, ToolRequest::Zones);
+    shell.run(&mut sim, Duration::from_secs(5), |s| s.ended(n[0], 1));
+    let got = shell.on(n[0], 1);
+    assert!(matches!(got.last(), Some(ToolReply::Error { message }) if message.contains("Chord")), "{got:?}");
+}
+
 use super::sim_shell::SimShell as Shell;
 
 pub(super) fn tool(sim: &mut Sim<DaemonNode>, node: NodeIdx, conn: ConnId, req: ToolRequest) {

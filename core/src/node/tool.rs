@@ -5,8 +5,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::control::{ToolReply, ToolRequest};
+use super::control::{NodeZones, ToolReply, ToolRequest};
+use super::remote::Gathered;
 use super::{Client, DaemonNode, NodeEvent, NodeMsg, Pending};
+use crate::can::CanNode;
 use crate::job::{ANY_NAME, JobDescription, JobId, SubmitterCommand};
 use crate::machine::{Machine, NodeAddr};
 use crate::overlay::{OverlayCommand, OverlayError};
@@ -32,7 +34,8 @@ impl DaemonNode {
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
             | ToolRequest::Query { .. }
-            | ToolRequest::Ring => None,
+            | ToolRequest::Ring
+            | ToolRequest::Zones => None,
         };
         let local = matches!(client, Client::Local { .. });
         match (job, local) {
@@ -54,7 +57,11 @@ impl DaemonNode {
                 self.send_reply(client, ToolReply::Jobs { jobs }, Bytes::new());
             }
             // A tool asks for the whole network; a node asks what is held here.
-            ToolRequest::Status { job: None } if local => self.gather(now, client),
+            ToolRequest::Status { job: None } if local => {
+                let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+                let jobs = ids.into_iter().filter_map(|j| self.status_of(j)).collect();
+                self.gather(now, client, ToolRequest::Status { job: None }, Gathered::Jobs(jobs));
+            }
             ToolRequest::Status { job: None } => {
                 let ids: Vec<JobId> = self.jobs.keys().copied().collect();
                 let jobs = ids.into_iter().filter_map(|j| self.status_of(j)).collect();
@@ -90,6 +97,17 @@ impl DaemonNode {
                     self.send_reply(client, ToolReply::Ring { me, predecessor, successors, fingers }, Bytes::new());
                 }
                 None => self.error(client, "this node's overlay is CAN, which has no ring".to_owned()),
+            },
+            ToolRequest::Zones => match self.overlay.can().map(|c| (c.config().dims, own_zones(c))) {
+                Some((dims, mine)) if local => {
+                    let got = Gathered::Zones { dims: dims as u8, nodes: vec![mine] };
+                    self.gather(now, client, ToolRequest::Zones, got);
+                }
+                Some((dims, mine)) => {
+                    let reply = ToolReply::Zones { me: self.addr, dims: dims as u8, nodes: vec![mine] };
+                    self.send_reply(client, reply, Bytes::new());
+                }
+                None => self.error(client, "this node's overlay is Chord, which has no zones".to_owned()),
             },
             ToolRequest::Submit { .. }
             | ToolRequest::Nodes
@@ -140,6 +158,12 @@ impl DaemonNode {
             Err(e) => self.error(client, format!("overlay query failed: {e}")),
         }
     }
+}
+
+/// What a CAN node tells of itself in a [`ToolReply::Zones`].
+fn own_zones(c: &CanNode) -> NodeZones {
+    let neighbours = c.neighbours().iter().map(|n| n.peer.addr).collect();
+    NodeZones { node: c.me().addr, zones: c.zones().to_vec(), neighbours }
 }
 
 /// Of several `res:any` lines of one node (a replaced one not yet withdrawn

@@ -1,5 +1,6 @@
 //! Keeps the page's [`View`] current: one connection to the daemon's control
-//! socket asks for the nodes, every job and the ring every [`POLL`], and
+//! socket asks for the nodes, every job, the ring and the zones (a daemon
+//! answers one of the two, as its overlay is Chord or CAN) every [`POLL`], and
 //! watches jobs (as `p2pjob wait` does) so progress and output show at once.
 //! The documents are published at most every [`PUBLISH_GAP`]. When the daemon
 //! cannot be reached the page says so, and the connection is tried again.
@@ -17,7 +18,7 @@ use tokio::time::Instant;
 use super::view::{Docs, View, Watch};
 use crate::client::AsyncClient;
 
-/// How often the nodes, the jobs and the ring are asked for.
+/// How often the nodes, the jobs, the ring and the zones are asked for.
 pub(crate) const POLL: Duration = Duration::from_millis(1000);
 /// Shortest time between two publications of the documents.
 const PUBLISH_GAP: Duration = Duration::from_millis(200);
@@ -32,6 +33,7 @@ enum Asked {
     Nodes,
     Jobs,
     Ring,
+    Zones,
     Watch(JobId),
 }
 
@@ -71,7 +73,7 @@ async fn session(mut c: AsyncClient, view: &mut View, docs: &watch::Sender<Arc<D
         tokio::select! {
             _ = poll.tick() => {
                 for (req, kind) in [(ToolRequest::Nodes, Asked::Nodes), (ToolRequest::Status { job: None }, Asked::Jobs),
-                    (ToolRequest::Ring, Asked::Ring)] {
+                    (ToolRequest::Ring, Asked::Ring), (ToolRequest::Zones, Asked::Zones)] {
                     if !asked.values().any(|k| *k == kind) {
                         match c.send(req).await {
                             Ok(id) => asked.insert(id, kind),
@@ -94,6 +96,7 @@ async fn session(mut c: AsyncClient, view: &mut View, docs: &watch::Sender<Arc<D
                     (Asked::Nodes, ToolReply::Nodes { nodes }) => view.set_nodes(nodes),
                     (Asked::Jobs, ToolReply::Jobs { jobs }) => view.set_jobs(jobs, unix_ms()),
                     (Asked::Ring, reply @ ToolReply::Ring { .. }) => view.set_ring(&reply),
+                    (Asked::Zones, reply @ ToolReply::Zones { .. }) => view.set_zones(reply),
                     (Asked::Watch(job), reply) => {
                         view.on_watch(job, reply, &payload, unix_ms());
                         if ends {

@@ -1,5 +1,6 @@
 //! The status page: `jobd --http ADDR` serves, on its own thread and tokio
-//! runtime, a page of the network's nodes, the Chord ring and the jobs, kept
+//! runtime, a page of the network's nodes, the overlay (the Chord ring, or the
+//! CAN zones as boxes) and the jobs, kept
 //! live by server-sent events, and the read-only JSON API it uses:
 //!
 //! - `GET /api/nodes`: `{"nodes": [...]}`, what `p2pjob nodes --json` prints;
@@ -11,10 +12,14 @@
 //! - `GET /api/jobs/ID`: one of those jobs;
 //! - `GET /api/ring`: every node at its id with predecessor, successors and
 //!   fingers, `"source": "node"` where the daemon told them, `"computed"` else;
-//! - `GET /api/daemon`: the daemon asked (control and overlay address), and why
-//!   it cannot be asked, while it cannot;
-//! - `GET /api/events`: server-sent events named `nodes`, `jobs`, `ring` and
-//!   `daemon`, each carrying that document whenever it changes (all of them
+//! - `GET /api/zones`: on a CAN network, every node's zones (`lo` and `hi`
+//!   corners as fractions of the space, one per dimension; the page draws the
+//!   first two) and neighbours, as each node told them; `"nodes": []` on Chord;
+//! - `GET /api/daemon`: the daemon asked (control and overlay address, and
+//!   `overlay_kind`, `"chord"` or `"can"` once it answered), and why it cannot
+//!   be asked, while it cannot;
+//! - `GET /api/events`: server-sent events named `nodes`, `jobs`, `ring`,
+//!   `zones` and `daemon`, each carrying that document whenever it changes (all of them
 //!   first).
 //!
 //! It is a client of the daemon's control socket like `p2pjob` ([`collect`]):
@@ -24,6 +29,7 @@
 mod collect;
 mod ring;
 mod view;
+mod zones;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -131,6 +137,7 @@ fn router(docs: Feed) -> Router {
         .route("/api/jobs", get(|State(d): State<Feed>| async move { json(d.borrow().jobs.clone()) }))
         .route("/api/jobs/{id}", get(one_job))
         .route("/api/ring", get(|State(d): State<Feed>| async move { json(d.borrow().ring.clone()) }))
+        .route("/api/zones", get(|State(d): State<Feed>| async move { json(d.borrow().zones.clone()) }))
         .route("/api/daemon", get(|State(d): State<Feed>| async move { json(d.borrow().daemon.clone()) }))
         .route("/api/events", get(events))
         .with_state(docs)
@@ -174,6 +181,7 @@ impl Sent {
                 ("nodes", d.nodes.clone()),
                 ("jobs", d.jobs.clone()),
                 ("ring", d.ring.clone()),
+                ("zones", d.zones.clone()),
                 ("daemon", d.daemon.clone()),
             ]
         };

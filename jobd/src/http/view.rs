@@ -1,6 +1,6 @@
 //! What the status page knows, from the daemon's answers to the requests
 //! `p2pjob` makes: the nodes' `res:any` lines, every job's status, the ring as
-//! the daemon sees it, and what a watch of each job streams (progress, the last
+//! the daemon sees it (Chord) or every node's zones (CAN), and what a watch of each job streams (progress, the last
 //! lines of every rank's output, when it ran). [`View::docs`] writes it as the
 //! JSON documents the page and the API serve.
 
@@ -14,6 +14,7 @@ use p2pmp_core::node::control::{JobPhase, JobStatus, ToolReply};
 use serde_json::{Value, json};
 
 use super::ring::{self, Neighbours};
+use super::zones::{self, Told};
 use crate::json;
 
 /// Lines of each rank's output kept for the page.
@@ -31,6 +32,7 @@ pub(crate) struct Docs {
     pub(crate) nodes: Arc<str>,
     pub(crate) jobs: Arc<str>,
     pub(crate) ring: Arc<str>,
+    pub(crate) zones: Arc<str>,
     pub(crate) daemon: Arc<str>,
     /// Each job's document, by id (lowercase hex).
     pub(crate) job: BTreeMap<String, Arc<str>>,
@@ -44,6 +46,7 @@ impl Docs {
             nodes: keep(&self.nodes, fresh.nodes),
             jobs: keep(&self.jobs, fresh.jobs),
             ring: keep(&self.ring, fresh.ring),
+            zones: keep(&self.zones, fresh.zones),
             daemon: keep(&self.daemon, fresh.daemon),
             job: fresh.job,
         }
@@ -199,6 +202,7 @@ pub(crate) struct View {
     pub(crate) error: Option<String>,
     nodes: Vec<String>,
     ring: Option<(NodeAddr, Neighbours)>,
+    zones: Option<Told>,
     jobs: BTreeMap<JobId, JobView>,
     next_seq: u64,
     last: Option<Docs>,
@@ -208,7 +212,8 @@ impl View {
     /// The view of the daemon whose control socket is `control`, knowing nothing yet.
     pub(crate) fn new(control: impl ToString) -> View {
         let control = control.to_string();
-        View { control, error: None, nodes: Vec::new(), ring: None, jobs: BTreeMap::new(), next_seq: 0, last: None }
+        let (ring, zones, jobs) = (None, None, BTreeMap::new());
+        View { control, error: None, nodes: Vec::new(), ring, zones, jobs, next_seq: 0, last: None }
     }
 
     /// The answer to `Nodes`.
@@ -219,6 +224,17 @@ impl View {
     /// The answer to `Ring`.
     pub(crate) fn set_ring(&mut self, reply: &ToolReply) {
         self.ring = Neighbours::told(reply);
+        if self.ring.is_some() {
+            self.zones = None;
+        }
+    }
+
+    /// The answer to `Zones` (the daemon runs CAN).
+    pub(crate) fn set_zones(&mut self, reply: ToolReply) {
+        self.zones = Told::of(reply);
+        if self.zones.is_some() {
+            self.ring = None;
+        }
     }
 
     /// The answer to `Status` of every job: jobs no longer listed are gone
@@ -291,16 +307,23 @@ impl View {
 
     /// The documents as of now; unchanged ones shared with the last call's.
     pub(crate) fn docs(&mut self) -> Docs {
-        let me = self.ring.as_ref().map(|(a, _)| *a);
+        let me = self.ring.as_ref().map(|(a, _)| *a).or(self.zones.as_ref().map(|z| z.me));
+        let kind = match (&self.ring, &self.zones) {
+            (Some(_), _) => Some("chord"),
+            (None, Some(_)) => Some("can"),
+            (None, None) => None,
+        };
         let addrs: Vec<NodeAddr> = json::parse_nodes(&self.nodes).iter().filter_map(|(a, _)| a.parse().ok()).collect();
         let mut jobs: Vec<&JobView> = self.jobs.values().collect();
         jobs.sort_by_key(|v| std::cmp::Reverse(v.seq));
         let each: Vec<(String, Value)> = jobs.iter().map(|v| (v.status.job.to_string(), v.json())).collect();
-        let daemon = json!({"control": self.control, "overlay": me.map(|m| m.to_string()), "error": self.error});
+        let daemon = json!({"control": self.control, "overlay": me.map(|m| m.to_string()), "overlay_kind": kind,
+            "error": self.error});
         let fresh = Docs {
             nodes: json::nodes(&self.nodes).to_string().into(),
             jobs: json!({"jobs": each.iter().map(|(_, v)| v).collect::<Vec<_>>()}).to_string().into(),
             ring: ring::doc(me, &addrs, self.ring.as_ref()).to_string().into(),
+            zones: zones::doc(self.zones.as_ref()).to_string().into(),
             daemon: daemon.to_string().into(),
             job: each.into_iter().map(|(id, v)| (id, v.to_string().into())).collect(),
         };

@@ -156,9 +156,18 @@ pub fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -
 /// `n` local daemons, the first serving the status page on a free loopback
 /// port; returns once the overlay lists every node.
 pub fn network(n: usize) -> p2pmp_jobd::local::LocalNet {
+    network_over(n, None)
+}
+
+/// [`network`] over CAN in `dims` dimensions when given, else over Chord.
+pub fn network_over(n: usize, can_dims: Option<u8>) -> p2pmp_jobd::local::LocalNet {
     let net = p2pmp_jobd::local::LocalNet::start_with(n, 2, |c| {
         if c.bootstrap.is_empty() {
             c.http = Some("127.0.0.1:0".into());
+        }
+        if let Some(d) = can_dims {
+            c.overlay = p2pmp_jobd::Overlay::Can;
+            c.dims = d;
         }
     })
     .expect("start the network");
@@ -180,4 +189,23 @@ pub fn submit(
         ToolReply::Submitted { job, .. } => job,
         other => panic!("submit answered {other:?}"),
     }
+}
+
+/// Whether a `/api/zones` document shows `n` nodes whose zones fill the space
+/// and whose neighbours are mutual (a settled CAN: right after joins a node
+/// may know a neighbour that does not know it yet).
+pub fn zones_settled(v: &serde_json::Value, n: usize) -> bool {
+    let Some(nodes) = v["nodes"].as_array() else { return false };
+    let total: f64 = nodes.iter().filter_map(|z| z["volume"].as_f64()).sum();
+    let mutual = nodes.iter().all(|z| {
+        z["neighbours"].as_array().is_some_and(|ns| {
+            !ns.is_empty()
+                && ns.iter().all(|o| {
+                    nodes
+                        .iter()
+                        .any(|y| y["addr"] == *o && y["neighbours"].as_array().is_some_and(|b| b.contains(&z["addr"])))
+                })
+        })
+    });
+    nodes.len() == n && (total - 1.0).abs() < 1e-9 && mutual
 }

@@ -70,7 +70,8 @@ pub(crate) fn run(tour: Tour, json: bool) -> anyhow::Result<i32> {
     })?;
     let url = net.http_addr().map(|a| format!("http://{a}/")).unwrap_or_default();
     if !json {
-        println!("== status page: {url} (the nodes, the ring and the jobs, live)");
+        let overlay = if tour.shape.0 == p2pmp_jobd::Overlay::Can { "the CAN zones" } else { "the Chord ring" };
+        println!("== status page: {url} (the nodes, {overlay} and the jobs, live)");
     }
     let formed = net.wait_formed(Duration::from_secs(30), |seen| {
         if !json {

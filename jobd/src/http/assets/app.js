@@ -2,7 +2,7 @@
 // server-sent events (/api/events); nothing is reloaded. No framework, no build step.
 "use strict";
 
-const state = { nodes: [], jobs: [], ring: null, daemon: null, hover: null };
+const state = { nodes: [], jobs: [], ring: null, zones: null, daemon: null, hover: null, zoneHover: null };
 const openJobs = new Set();
 const SVG = "http://www.w3.org/2000/svg";
 const R = 110;
@@ -136,6 +136,72 @@ function renderRing() {
       el("span", { class: "mono", text: hot.fingers.map((f) => "[" + f.index + "] " + f.node).join(", ") || "-" })));
 }
 
+// ---- CAN zones --------------------------------------------------------------
+
+const SIDE = 232;
+
+// A colour per node, apart from its neighbours' (nodes in address order, hues a golden angle apart).
+function hueOf(i) { return "hsl(" + Math.round((i * 137.508) % 360) + ", 55%, 55%)"; }
+
+// A zone's box in the first two dimensions (one dimension: the full height).
+function box(z) {
+  const y0 = z.lo.length > 1 ? z.lo[1] : 0, y1 = z.hi.length > 1 ? z.hi[1] : 1;
+  return { x: z.lo[0] * SIDE, y: (1 - y1) * SIDE, w: (z.hi[0] - z.lo[0]) * SIDE, h: (y1 - y0) * SIDE };
+}
+
+function pct(f) { return (100 * f).toFixed(f > 0 && f < 0.01 ? 2 : 1) + "%"; }
+
+function renderZones() {
+  const svg = document.getElementById("zones");
+  const doc = state.zones;
+  const nodes = doc ? doc.nodes : [];
+  const byAddr = new Map(nodes.map((n) => [n.addr, n]));
+  const hot = state.zoneHover && byAddr.get(state.zoneHover);
+  const nbrs = new Set(hot ? hot.neighbours : []);
+  const kids = [el("svg:rect", { class: "frame", x: 0, y: 0, width: SIDE, height: SIDE }),
+    el("svg:text", { class: "axis", x: 0, y: SIDE + 9, text: "0" }),
+    el("svg:text", { class: "axis", x: SIDE, y: SIDE + 9, "text-anchor": "end", text: "dimension 0 \u2192 1" }),
+    el("svg:text", { class: "axis", x: -4, y: 0, "text-anchor": "end", transform: `rotate(-90 -4 0)`,
+      text: doc && doc.dims > 1 ? "dimension 1 \u2192" : "" })];
+  const labels = [];
+  for (const [i, n] of nodes.entries()) {
+    const cls = "zone" + (doc.me === n.addr ? " me" : "") + (hot && hot.addr === n.addr ? " hot" : "") + (nbrs.has(n.addr) ? " nbr" : "");
+    let biggest = null;
+    for (const z of n.zones) {
+      const b = box(z);
+      if (!biggest || b.w * b.h > biggest.w * biggest.h) biggest = b;
+      const pick = () => { state.zoneHover = n.addr; renderZones(); };
+      kids.push(el("svg:rect", { class: cls, x: b.x, y: b.y, width: b.w, height: b.h, fill: hueOf(i),
+        "data-addr": n.addr, "data-depth": z.depth, onmouseenter: pick, onclick: pick }));
+    }
+    if (biggest && nodes.length <= 32 && biggest.w >= 18 && biggest.h >= 10) {
+      labels.push(el("svg:text", { class: "label", x: biggest.x + biggest.w / 2, y: biggest.y + biggest.h / 2 + 3,
+        "text-anchor": "middle", text: ":" + n.addr.split(":").pop() }));
+    }
+  }
+  svg.replaceChildren(...kids, ...labels);
+  const dims = doc && doc.dims;
+  document.getElementById("zones-count").textContent = nodes.length + " node(s) told their zones" +
+    (dims ? ", " + dims + " dimension(s)" + (dims > 2 ? " (the first two drawn: boxes may overlap)" : "") : "");
+  const info = document.getElementById("zones-info");
+  if (!hot) {
+    info.replaceChildren("Point at a zone: its node and the node's ", el("span", { class: "key-nbr", text: "neighbours" }),
+      ". The outlined zone is the node serving this page; each node tells its own zones and neighbours.");
+    return;
+  }
+  const zs = hot.zones.map((z) => "[" + z.lo.map((l, k) => pct(l) + "\u2013" + pct(z.hi[k])).join(" \u00d7 ") + "]");
+  info.replaceChildren(
+    el("div", {}, el("b", { class: "mono", text: hot.addr }), " owns " + pct(hot.volume) + " of the space"),
+    el("div", {}, "zones ", el("span", { class: "mono", text: zs.join(", ") || "none (joining)" })),
+    el("div", {}, el("span", { class: "key-nbr", text: "neighbours " }), el("span", { class: "mono", text: hot.neighbours.join(", ") || "-" })));
+}
+
+function renderOverlay() {
+  const kind = state.daemon && state.daemon.overlay_kind;
+  document.getElementById("ring-panel").hidden = kind === "can";
+  document.getElementById("zones-panel").hidden = kind !== "can";
+}
+
 // ---- jobs -------------------------------------------------------------------
 
 function elapsed(j) {
@@ -203,10 +269,11 @@ function renderDaemon() {
 // ---- data -------------------------------------------------------------------
 
 const apply = {
-  nodes: (d) => { state.nodes = d.nodes; renderNodes(); renderRing(); },
+  nodes: (d) => { state.nodes = d.nodes; renderNodes(); renderRing(); renderZones(); },
   jobs: (d) => { state.jobs = d.jobs; renderJobs(); },
   ring: (d) => { state.ring = d; renderRing(); },
-  daemon: (d) => { state.daemon = d; renderDaemon(); },
+  zones: (d) => { state.zones = d; renderZones(); },
+  daemon: (d) => { state.daemon = d; renderDaemon(); renderOverlay(); },
 };
 
 function live(on) {
