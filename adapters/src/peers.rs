@@ -3,10 +3,11 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
 
 /// Names one connection for as long as it lives; never reused by a driver.
@@ -160,18 +161,9 @@ impl Conn {
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Backoff {
-    pub(crate) failures: u32,
+pub(crate) struct Redial {
+    pub(crate) backoff: Backoff,
     pub(crate) until: Instant,
-}
-
-impl Backoff {
-    /// The back-off after one more failure: `min * 2^(failures-1)`, capped at `max`.
-    pub(crate) fn next(prev: Option<Backoff>, now: Instant, min: Duration, max: Duration) -> Backoff {
-        let failures = prev.map_or(0, |b| b.failures).saturating_add(1);
-        let wait = min.saturating_mul(1u32 << (failures - 1).min(16)).min(max);
-        Backoff { failures, until: now + wait }
-    }
 }
 
 #[cfg(test)]
@@ -236,17 +228,5 @@ mod tests {
         assert_eq!((q.queued(), q.waiting()), (5, 2));
         q.done(3);
         assert_eq!((q.queued(), q.waiting()), (2, 2));
-    }
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let t = Instant::now();
-        let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
-        let b1 = Backoff::next(None, t, min, max);
-        let b2 = Backoff::next(Some(b1), t, min, max);
-        let b9 = (0..8).fold(b2, |b, _| Backoff::next(Some(b), t, min, max));
-        assert_eq!(b1.until - t, min);
-        assert_eq!(b2.until - t, 2 * min);
-        assert_eq!(b9.until - t, max);
     }
 }
