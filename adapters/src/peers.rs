@@ -2,13 +2,15 @@
 //! frame decoder of the receive side, and the bounded queue of the send side.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, Write};
 use std::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
+
+use crate::vectored;
 
 /// Names one connection for as long as it lives; never reused by a driver.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -86,33 +88,12 @@ impl TxQueue {
     pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<bool> {
         debug_assert_eq!(self.in_flight, 0, "one queue is written one way");
         self.seal();
-        while !self.chunks.is_empty() {
-            let slices: Vec<IoSlice<'_>> = self.chunks.iter().take(MAX_IOV).map(|c| IoSlice::new(c)).collect();
-            let n = match w.write_vectored(&slices) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.advance(n);
-        }
-        Ok(true)
-    }
-
-    fn advance(&mut self, mut n: usize) {
-        self.queued -= n;
-        while n > 0 {
-            // The writer never reports more bytes than the slices it was given.
-            let front = self.chunks.front_mut().expect("written bytes were queued");
-            if n >= front.len() {
-                n -= front.len();
-                self.chunks.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
-            }
-        }
+        let queued = &mut self.queued;
+        vectored::write_queue::<MAX_IOV>(&mut self.chunks, |iov| {
+            let n = w.write_vectored(iov)?;
+            *queued -= n;
+            Ok(n)
+        })
     }
 }
 
@@ -169,6 +150,7 @@ pub(crate) struct Redial {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::IoSlice;
 
     /// A writer that accepts at most `limit` bytes per call, then blocks after `calls`.
     struct Trickle {

@@ -8,13 +8,14 @@
 //! ([`NodeClient::call`]).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
+use p2pmp_adapters::vectored::write_queue;
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
@@ -72,17 +73,8 @@ impl NodeClient {
 
     /// Writes queued requests without waiting.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
-        while let Some(front) = self.tx.front_mut() {
-            match sock::send_vectored(&self.stream, &[IoSlice::new(front)]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) if n == front.len() => drop(self.tx.pop_front()),
-                Ok(n) => front.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        let stream = &self.stream;
+        write_queue::<8>(&mut self.tx, |iov| sock::send_vectored(stream, iov)).map(drop)
     }
 
     /// Reads what the node sent, without waiting, and appends every whole reply
