@@ -512,3 +512,6 @@ fn encode<B: serde::Serialize>(msg: &Envelope<B>, max_frame: usize) -> Result<(B
         Ok((head, Bytes::new()))
     }
 }
+
+#[cfg(test)]
+mod tests;

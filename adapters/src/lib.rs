@@ -44,6 +44,3 @@ mod mio_loop;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-
-#[cfg(test)]
-mod driver_tests;

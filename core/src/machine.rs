@@ -25,7 +25,7 @@
 //! lossless until a reported break) and connection and resolve inputs; the
 //! engine's own tests drive it over such in-memory streams instead
 //! (`core/src/mpi/tests/harness.rs`), and the link machine against a scripted
-//! driver (`core/src/mpi/link_tests.rs`).
+//! driver (`core/src/mpi/link/tests.rs`).
 //!
 //! Contract: after any `handle_*` call, the driver drains [`Machine::poll_action`]
 //! until it returns `None`, then reads [`Machine::poll_timeout`] and calls

@@ -562,5 +562,4 @@ fn first_path(same_host: Option<IpAddr>, addr: NodeAddr) -> Path {
 }
 
 #[cfg(test)]
-#[path = "link_tests.rs"]
 mod tests;
