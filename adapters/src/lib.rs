@@ -9,7 +9,7 @@
 //!   `mio_loop` (feature `mio`, a readiness poll loop).
 //! - `local` serves a node's local control connections (ranks and tools of its
 //!   own host) beside its peers: `LocalConns` with the machine's `LocalCodec`.
-//! - `node` starts any machine on a chosen runtime in its own thread and hands
+//! - `spawn` starts any machine on a chosen runtime in its own thread and hands
 //!   back a `NodeHandle` for commands, events and inspection; `spawn_daemon`
 //!   runs a daemon node, its local connections and the application's own event
 //!   loop as one event loop on one tokio thread.
@@ -30,11 +30,11 @@ pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
 pub use peers::ConnId;
 
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
-pub mod node;
+pub mod spawn;
 #[cfg(feature = "tokio")]
-pub use node::spawn_daemon;
+pub use spawn::spawn_daemon;
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
-pub use node::{NodeHandle, Remote, RuntimeKind, spawn_node};
+pub use spawn::{NodeHandle, Remote, RuntimeKind, spawn_node};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub mod runtime;

@@ -22,7 +22,7 @@ use p2pmp_core::machine::Machine;
 use tracing::{debug, warn};
 
 use crate::local::LocalConns;
-use crate::node::{ShellIo, apply_control};
+use crate::spawn::{ShellIo, apply_control};
 use crate::{ConnId, Driver, IoRequest, vectored};
 
 #[cfg(feature = "smol")]
