@@ -1,5 +1,8 @@
-//! The one shape of the overlay and job machines (Chord, the job lifecycle,
-//! the daemon's composite node).
+//! The one shape of the overlay and job machines: the Chord and CAN nodes
+//! ([`crate::chord::ChordNode`], [`crate::can::CanNode`]), the job submitter and
+//! executor ([`crate::job::Submitter`], [`crate::job::Execution`]) and the
+//! daemon's composite node ([`crate::node::DaemonNode`]), which the adapters'
+//! `Driver` and the simulator ([`crate::sim`]) both drive.
 //!
 //! The MPI engine ([`crate::mpi::MpiEngine`]) and its link machine
 //! ([`crate::mpi::Links`]) are sans-IO in the same way (inputs with `now`,

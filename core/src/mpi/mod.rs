@@ -14,8 +14,12 @@
 //! - outputs: [`MpiEngine::poll_transmit`] (frames for rank `r`),
 //!   [`MpiEngine::poll_completion`] (finished requests), [`MpiEngine::poll_timeout`].
 //!
-//! After any input or application call, drain `poll_transmit` and `poll_completion`
-//! to `None`, then read `poll_timeout`.
+//! The calls that start requests ([`MpiEngine::isend`], [`MpiEngine::issend`],
+//! [`MpiEngine::irecv`]) take `now`, as [`MpiEngine::handle_message`] and
+//! [`MpiEngine::handle_timeout`] do. After any input or application call, drain
+//! `poll_transmit` and `poll_completion` to `None`, then read `poll_timeout`.
+//! Neither the engine nor the link machine is a [`crate::machine::Machine`],
+//! so ranks do not run in [`crate::sim`]; the [`crate::machine`] docs say why.
 //!
 //! Beside it, [`Links`] (see `link`) keeps the state of the rank's connections to
 //! its peers: when to resolve a peer's address, connect, back off, reconnect and
