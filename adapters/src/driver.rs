@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use p2pmp_core::machine::{Action, Machine, NodeAddr};
 use p2pmp_core::overlay::OverlayKind;
+use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, Hello, WireError};
 use tracing::{debug, trace, warn};
 
-use crate::peers::{Backoff, Conn, ConnId, ZERO_COPY_MIN};
+use crate::peers::{Conn, ConnId, Redial, ZERO_COPY_MIN};
 
 /// Largest frame accepted before a connection's hello (a hello is ~60 bytes).
 const HELLO_MAX_FRAME: usize = 1024;
@@ -93,7 +94,7 @@ pub struct Driver<M: Machine> {
     conns: BTreeMap<ConnId, Conn>,
     /// The connection messages to a peer's listen address go through.
     by_peer: BTreeMap<NodeAddr, ConnId>,
-    backoff: BTreeMap<NodeAddr, Backoff>,
+    backoff: BTreeMap<NodeAddr, Redial>,
     next_conn: u64,
     io: VecDeque<IoRequest>,
     writable: VecDeque<ConnId>,
@@ -404,8 +405,8 @@ impl<M: Machine> Driver<M> {
         self.io.push_back(IoRequest::Close { conn });
         let Some(peer) = c.peer else { return };
         if c.outbound && !c.hello_seen {
-            let b = Backoff::next(self.backoff.get(&peer).copied(), now, self.cfg.backoff_min, self.cfg.backoff_max);
-            self.backoff.insert(peer, b);
+            let r = self.backoff.entry(peer).or_insert(Redial { backoff: Backoff::default(), until: now });
+            r.until = now + r.backoff.fail(self.cfg.backoff_min, self.cfg.backoff_max);
         }
         if self.by_peer.get(&peer) == Some(&conn) {
             self.by_peer.remove(&peer);
@@ -511,3 +512,6 @@ fn encode<B: serde::Serialize>(msg: &Envelope<B>, max_frame: usize) -> Result<(B
         Ok((head, Bytes::new()))
     }
 }
+
+#[cfg(test)]
+mod tests;

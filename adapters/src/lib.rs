@@ -9,10 +9,12 @@
 //!   `mio_loop` (feature `mio`, a readiness poll loop).
 //! - `local` serves a node's local control connections (ranks and tools of its
 //!   own host) beside its peers: `LocalConns` with the machine's `LocalCodec`.
-//! - `node` starts any machine on a chosen runtime in its own thread and hands
+//! - `spawn` starts any machine on a chosen runtime in its own thread and hands
 //!   back a `NodeHandle` for commands, events and inspection; `spawn_daemon`
 //!   runs a daemon node, its local connections and the application's own event
 //!   loop as one event loop on one tokio thread.
+//! - [`vectored`] writes a queue of byte chunks with vectored writes, the one
+//!   loop the shells and the MPI library's connections share.
 //! - `app` (feature `app`, on by default with all three shells) is the node
 //!   program: `cargo run -p p2pmp-adapters --example node -- --help`.
 //! - `testing` (feature `testing`) is a ping/pong machine for tests and benches.
@@ -22,16 +24,17 @@ pub mod app;
 mod driver;
 pub mod local;
 mod peers;
+pub mod vectored;
 
 pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
 pub use peers::ConnId;
 
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
-pub mod node;
+pub mod spawn;
 #[cfg(feature = "tokio")]
-pub use node::spawn_daemon;
+pub use spawn::spawn_daemon;
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]
-pub use node::{NodeHandle, Remote, RuntimeKind, spawn_node};
+pub use spawn::{NodeHandle, Remote, RuntimeKind, spawn_node};
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub mod runtime;
@@ -41,6 +44,3 @@ mod mio_loop;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-
-#[cfg(test)]
-mod driver_tests;

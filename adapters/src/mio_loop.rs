@@ -12,7 +12,7 @@ use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::machine::Machine;
 use tracing::warn;
 
-use crate::node::{ShellIo, apply_control, forward_events};
+use crate::spawn::{ShellIo, apply_control, forward_events};
 use crate::{ConnId, Driver, DriverConfig, IoRequest};
 
 const LISTENER: Token = Token(0);

@@ -2,12 +2,15 @@
 //! frame decoder of the receive side, and the bounded queue of the send side.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
-use std::time::{Duration, Instant};
+use std::io::{self, Write};
+use std::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
+
+use crate::vectored;
 
 /// Names one connection for as long as it lives; never reused by a driver.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -85,33 +88,12 @@ impl TxQueue {
     pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<bool> {
         debug_assert_eq!(self.in_flight, 0, "one queue is written one way");
         self.seal();
-        while !self.chunks.is_empty() {
-            let slices: Vec<IoSlice<'_>> = self.chunks.iter().take(MAX_IOV).map(|c| IoSlice::new(c)).collect();
-            let n = match w.write_vectored(&slices) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.advance(n);
-        }
-        Ok(true)
-    }
-
-    fn advance(&mut self, mut n: usize) {
-        self.queued -= n;
-        while n > 0 {
-            // The writer never reports more bytes than the slices it was given.
-            let front = self.chunks.front_mut().expect("written bytes were queued");
-            if n >= front.len() {
-                n -= front.len();
-                self.chunks.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
-            }
-        }
+        let queued = &mut self.queued;
+        vectored::write_queue::<MAX_IOV>(&mut self.chunks, |iov| {
+            let n = w.write_vectored(iov)?;
+            *queued -= n;
+            Ok(n)
+        })
     }
 }
 
@@ -160,23 +142,15 @@ impl Conn {
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Backoff {
-    pub(crate) failures: u32,
+pub(crate) struct Redial {
+    pub(crate) backoff: Backoff,
     pub(crate) until: Instant,
-}
-
-impl Backoff {
-    /// The back-off after one more failure: `min * 2^(failures-1)`, capped at `max`.
-    pub(crate) fn next(prev: Option<Backoff>, now: Instant, min: Duration, max: Duration) -> Backoff {
-        let failures = prev.map_or(0, |b| b.failures).saturating_add(1);
-        let wait = min.saturating_mul(1u32 << (failures - 1).min(16)).min(max);
-        Backoff { failures, until: now + wait }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::IoSlice;
 
     /// A writer that accepts at most `limit` bytes per call, then blocks after `calls`.
     struct Trickle {
@@ -236,17 +210,5 @@ mod tests {
         assert_eq!((q.queued(), q.waiting()), (5, 2));
         q.done(3);
         assert_eq!((q.queued(), q.waiting()), (2, 2));
-    }
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let t = Instant::now();
-        let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
-        let b1 = Backoff::next(None, t, min, max);
-        let b2 = Backoff::next(Some(b1), t, min, max);
-        let b9 = (0..8).fold(b2, |b, _| Backoff::next(Some(b), t, min, max));
-        assert_eq!(b1.until - t, min);
-        assert_eq!(b2.until - t, 2 * min);
-        assert_eq!(b9.until - t, max);
     }
 }

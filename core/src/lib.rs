@@ -10,16 +10,18 @@
 //! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
-//! - [`wire`]: the message envelope, postcard encoding and the length-prefixed frame codec.
+//! - [`wire`]: the message envelope, postcard encoding, the length-prefixed frame
+//!   codec, and the client side of a request/reply exchange.
 //! - [`local`]: the local node protocol (a process and its node) and the rank hello.
 //! - [`machine`]: the one shape every protocol machine has.
 //! - [`overlay`]: commands and events both overlays share.
-//! - [`node`]: the daemon node, Chord plus the job machines plus the local node
-//!   protocol, as one machine.
+//! - [`node`]: the daemon node, its overlay node (Chord or CAN) plus the job
+//!   machines plus the local node protocol, as one machine.
 //! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine, and the
 //!   link machine of a rank's connections (resolve, connect, back-off, give-up).
 //! - [`sim`]: the deterministic discrete-event simulator.
-//! - [`time`]: the enum-indexed timer table machines keep their wake-ups in.
+//! - [`time`]: the enum-indexed timer table machines keep their wake-ups in, and
+//!   the retry back-off.
 
 pub mod can;
 pub mod chord;

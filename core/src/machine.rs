@@ -1,5 +1,8 @@
-//! The one shape of the overlay and job machines (Chord, the job lifecycle,
-//! the daemon's composite node).
+//! The one shape of the overlay and job machines: the Chord and CAN nodes
+//! ([`crate::chord::ChordNode`], [`crate::can::CanNode`]), the job submitter and
+//! executor ([`crate::job::Submitter`], [`crate::job::Execution`]) and the
+//! daemon's composite node ([`crate::node::DaemonNode`]), which the adapters'
+//! `Driver` and the simulator ([`crate::sim`]) both drive.
 //!
 //! The MPI engine ([`crate::mpi::MpiEngine`]) and its link machine
 //! ([`crate::mpi::Links`]) are sans-IO in the same way (inputs with `now`,
@@ -25,7 +28,7 @@
 //! lossless until a reported break) and connection and resolve inputs; the
 //! engine's own tests drive it over such in-memory streams instead
 //! (`core/src/mpi/tests/harness.rs`), and the link machine against a scripted
-//! driver (`core/src/mpi/link_tests.rs`).
+//! driver (`core/src/mpi/link/tests.rs`).
 //!
 //! Contract: after any `handle_*` call, the driver drains [`Machine::poll_action`]
 //! until it returns `None`, then reads [`Machine::poll_timeout`] and calls

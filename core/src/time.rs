@@ -1,10 +1,12 @@
-//! Timers as a table indexed by an enum, not as tasks.
+//! Timers as a table indexed by an enum, not as tasks, and the retry back-off.
 //!
 //! A machine keeps one [`TimerTable`] whose keys are its own `enum Timer`;
 //! `poll_timeout` is the table's minimum and `handle_timeout` asks which entries
-//! have expired.
+//! have expired. [`Backoff`] is how long to wait before the next try after
+//! failures in a row: the drivers' reconnects (`p2pmp_adapters::Driver`) and the
+//! MPI link machine ([`crate::mpi::Links`]) both keep one per peer.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A timer enum usable as a [`TimerTable`] key.
 pub trait TimerKey: Copy + Eq + std::fmt::Debug + 'static {
@@ -69,10 +71,36 @@ impl<K: TimerKey> TimerTable<K> {
     }
 }
 
+/// A doubling retry back-off: the first failure in a row waits `min`, each
+/// further one twice the wait before, never more than `max`; a success resets
+/// it. The bounds come with each failure (they live in the owner's config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backoff {
+    wait: Duration,
+}
+
+impl Backoff {
+    /// Records one more failure: how long to wait before the next try.
+    pub fn fail(&mut self, min: Duration, max: Duration) -> Duration {
+        let next = if self.wait.is_zero() { min } else { self.wait.saturating_mul(2) };
+        self.wait = next.min(max);
+        self.wait
+    }
+
+    /// The wait after the latest failure (zero after none, or after a reset).
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// A try succeeded: the next failure waits `min` again.
+    pub fn reset(&mut self) {
+        self.wait = Duration::ZERO;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     enum T {
@@ -102,5 +130,17 @@ mod tests {
         assert_eq!(t.next(), Some(t0 + Duration::from_secs(2)));
         t.clear(T::A);
         assert_eq!(t.next(), None);
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let (min, max) = (Duration::from_millis(100), Duration::from_secs(1));
+        let mut b = Backoff::default();
+        assert_eq!(b.fail(min, max), min);
+        assert_eq!(b.fail(min, max), 2 * min);
+        let b9 = (0..8).map(|_| b.fail(min, max)).last();
+        assert_eq!(b9, Some(max));
+        b.reset();
+        assert_eq!((b.wait(), b.fail(min, max)), (Duration::ZERO, min));
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use p2pmp_core::job::JobDescription;
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
-use p2pmp_jobd::local::LocalNet;
+use p2pmp_jobd::embedded::EmbeddedNet;
 
 const CLIENTS: usize = 4;
 
@@ -68,7 +68,7 @@ fn main() {
     let jobs = arg("--jobs", 10_000) as usize;
     let retention = arg("--retention-s", 10);
     let every = (jobs / 10).max(1);
-    let net = LocalNet::start_with(2, CLIENTS as u32, |c| c.retention_s = retention).expect("starting 2 daemons");
+    let net = EmbeddedNet::start_with(2, CLIENTS as u32, |c| c.retention_s = retention).expect("starting 2 daemons");
     assert!(net.wait_formed(Duration::from_secs(30), |_| {}), "the network did not form");
     let dir = std::env::temp_dir().to_string_lossy().into_owned();
     let done = AtomicUsize::new(0);

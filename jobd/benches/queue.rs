@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use p2pmp_core::job::JobDescription;
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
-use p2pmp_jobd::local::LocalNet;
+use p2pmp_jobd::embedded::EmbeddedNet;
 
 const RUNS: usize = 3;
 const BATCHES: [(usize, u32); 4] = [(100, 1), (100, 4), (25, 16), (1000, 1)];
@@ -30,7 +30,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Seconds until every job of the batch is done (all submitted at once).
-fn p2pmp_batch(net: &LocalNet, jobs: usize, ranks: u32, round: usize) -> Result<f64, String> {
+fn p2pmp_batch(net: &EmbeddedNet, jobs: usize, ranks: u32, round: usize) -> Result<f64, String> {
     let controls = net.controls();
     let t0 = Instant::now();
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
@@ -135,7 +135,7 @@ fn main() {
     let exe = std::env::current_exe().expect("bench path");
     let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps").join("queue-bench");
     std::fs::create_dir_all(&dir).expect("bench dir");
-    let net = LocalNet::start(4, 4).expect("4 daemons");
+    let net = EmbeddedNet::start(4, 4).expect("4 daemons");
     assert!(net.wait_formed(Duration::from_secs(30), |_| {}), "the overlay did not form");
     let hq = hyperqueue(&dir);
     eprintln!(

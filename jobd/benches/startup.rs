@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use p2pmp_core::job::JobDescription;
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
-use p2pmp_jobd::local::LocalNet;
+use p2pmp_jobd::embedded::EmbeddedNet;
 
 const RUNS: usize = 5;
 const SIZES: [u32; 4] = [1, 2, 4, 8];
@@ -50,7 +50,7 @@ fn hello_p2pmp() -> PathBuf {
 }
 
 /// One p2pmp run: (ms to all running, ms to results back).
-fn p2pmp_once(net: &LocalNet, prog: &Path, n: u32, dir: &Path) -> Result<(f64, f64), String> {
+fn p2pmp_once(net: &EmbeddedNet, prog: &Path, n: u32, dir: &Path) -> Result<(f64, f64), String> {
     let mut c = Client::connect(net.control()).map_err(|e| e.to_string())?;
     let xml = JobDescription::run(prog.to_string_lossy(), Vec::new(), n).to_xml();
     let nonce = Instant::now().elapsed().as_nanos() as u64 ^ rand_nonce();
@@ -138,7 +138,7 @@ fn fresh_copy(prog: &Path, dir: &Path, nonce: usize) -> PathBuf {
 
 /// Medians of `RUNS` p2pmp runs, each with the program `prog(i)` gives; `None`
 /// (the reason on stderr) unless every run succeeded.
-fn p2pmp_median(net: &LocalNet, n: u32, dir: &Path, prog: impl Fn(usize) -> PathBuf) -> (Option<f64>, Option<f64>) {
+fn p2pmp_median(net: &EmbeddedNet, n: u32, dir: &Path, prog: impl Fn(usize) -> PathBuf) -> (Option<f64>, Option<f64>) {
     let runs: Vec<Result<(f64, f64), String>> = (0..RUNS).map(|i| p2pmp_once(net, &prog(i), n, dir)).collect();
     let ok: Vec<(f64, f64)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
     if ok.len() == RUNS {
@@ -154,7 +154,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("p2pmp-startup-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let hello = hello_p2pmp();
-    let net = LocalNet::start(8, 2).expect("8 local daemons");
+    let net = EmbeddedNet::start(8, 2).expect("8 local daemons");
     assert!(net.wait_formed(Duration::from_secs(30), |_| {}), "the overlay did not form");
     let refs: Vec<Reference> = vec![
         (

@@ -1,24 +1,22 @@
 //! Clients of a daemon's control socket: [`Client`] blocks (`p2pjob`),
-//! [`AsyncClient`] runs on tokio (the status page).
+//! [`AsyncClient`] runs on tokio (the status page). Both frame requests and
+//! decode replies with [`Calls`], as a rank's client of its node does.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bytes::{Bytes, BytesMut};
-use p2pmp_core::id::Id;
+use bytes::Bytes;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{TOOL_PREFACE, ToolReply, ToolRequest};
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+use p2pmp_core::wire::Calls;
 
 /// One connection to a daemon's control socket.
 #[derive(Debug)]
 pub struct Client {
     stream: TcpStream,
-    dec: FrameDecoder,
-    me: NodeAddr,
-    next_id: u64,
+    calls: Calls<ToolRequest, ToolReply>,
 }
 
 impl Client {
@@ -33,14 +31,14 @@ impl Client {
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(Client { stream, dec: FrameDecoder::default(), me, next_id: 0 })
+        Ok(Client { stream, calls: Calls::new(me.id(), me) })
     }
 
     /// Sends a request; its replies carry the returned request id.
     pub fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
-        self.next_id += 1;
-        self.stream.write_all(&request_frame(self.me, self.next_id, req)?)?;
-        Ok(self.next_id)
+        let (id, frame) = self.calls.request(req)?;
+        self.stream.write_all(&frame)?;
+        Ok(id)
     }
 
     /// The next reply to a tool request (waits up to `timeout`, forever with `None`).
@@ -48,7 +46,7 @@ impl Client {
         self.stream.set_read_timeout(timeout)?;
         let mut chunk = [0u8; 64 * 1024];
         loop {
-            if let Some(reply) = next_reply(&mut self.dec)? {
+            if let Some(reply) = self.calls.next_reply()? {
                 return Ok(reply);
             }
             let n = match self.stream.read(&mut chunk) {
@@ -59,7 +57,7 @@ impl Client {
             if n == 0 {
                 bail!("jobd closed the connection");
             }
-            self.dec.push(&chunk[..n]);
+            self.calls.decoder().push(&chunk[..n]);
         }
     }
 
@@ -75,30 +73,13 @@ impl Client {
     }
 }
 
-/// The frame of request `id` from `me`.
-fn request_frame(me: NodeAddr, id: u64, req: ToolRequest) -> anyhow::Result<BytesMut> {
-    let env = Envelope::new(Id::hash(me.to_string()), me, id, req);
-    let mut buf = BytesMut::new();
-    encode_frame(&env, &mut buf, DEFAULT_MAX_FRAME)?;
-    Ok(buf)
-}
-
-/// The next whole reply in `dec`: request id, reply, payload.
-fn next_reply(dec: &mut FrameDecoder) -> anyhow::Result<Option<(u64, ToolReply, Bytes)>> {
-    let Some(frame) = dec.decode()? else { return Ok(None) };
-    let env: Envelope<ToolReply> = decode_envelope(frame)?;
-    Ok(Some((env.request_id, env.body, env.payload)))
-}
-
 /// The same connection for async code (the status page): requests go out
 /// at once, replies of every request come back in order on one stream.
 #[derive(Debug)]
 pub struct AsyncClient {
     stream: tokio::net::TcpStream,
-    dec: FrameDecoder,
+    calls: Calls<ToolRequest, ToolReply>,
     buf: Vec<u8>,
-    me: NodeAddr,
-    next_id: u64,
 }
 
 impl AsyncClient {
@@ -114,15 +95,15 @@ impl AsyncClient {
         stream.set_nodelay(true)?;
         stream.write_all(TOOL_PREFACE).await?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(AsyncClient { stream, dec: FrameDecoder::default(), buf: vec![0; 64 * 1024], me, next_id: 0 })
+        Ok(AsyncClient { stream, calls: Calls::new(me.id(), me), buf: vec![0; 64 * 1024] })
     }
 
     /// Sends a request; its replies carry the returned request id.
     pub async fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
         use tokio::io::AsyncWriteExt;
-        self.next_id += 1;
-        self.stream.write_all(&request_frame(self.me, self.next_id, req)?).await?;
-        Ok(self.next_id)
+        let (id, frame) = self.calls.request(req)?;
+        self.stream.write_all(&frame).await?;
+        Ok(id)
     }
 
     /// The next reply to any request. Cancel-safe: a reply half read stays
@@ -130,14 +111,14 @@ impl AsyncClient {
     pub async fn next(&mut self) -> anyhow::Result<(u64, ToolReply, Bytes)> {
         use tokio::io::AsyncReadExt;
         loop {
-            if let Some(reply) = next_reply(&mut self.dec)? {
+            if let Some(reply) = self.calls.next_reply()? {
                 return Ok(reply);
             }
             let n = self.stream.read(&mut self.buf).await.context("reading from jobd")?;
             if n == 0 {
                 bail!("jobd closed the connection");
             }
-            self.dec.push(&self.buf[..n]);
+            self.calls.decoder().push(&self.buf[..n]);
         }
     }
 }

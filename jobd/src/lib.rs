@@ -8,18 +8,19 @@
 //!   local control connections, served by the adapters) and the shell.
 //! - `shell`: the daemon's own side of that loop: processes (`procs`) and the
 //!   file worker (`worker`, a thread of its own, so the loop never blocks).
-//! - [`client`]: the blocking control-socket client `p2pjob` uses.
-//! - [`local`]: an embedded network of daemons on loopback (`--local N`, `demo`).
+//! - [`client`]: clients of the control socket: blocking (`p2pjob`) and on tokio
+//!   (the status page).
+//! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
 //! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod embedded;
 mod files;
 pub mod http;
 pub mod json;
-pub mod local;
 mod procs;
 mod shell;
 mod worker;

@@ -58,7 +58,7 @@ mod env;
 mod error;
 mod group;
 mod intercoll;
-mod node;
+mod node_client;
 mod pod;
 mod progress;
 mod reduce;

@@ -181,7 +181,7 @@ impl World {
     }
 
     pub(crate) fn isend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
-        let req = self.engine.isend(comm, dest, tag, data)?;
+        let req = self.engine.isend(Instant::now(), comm, dest, tag, data)?;
         self.after_call()?;
         Ok(Request(req))
     }
@@ -193,7 +193,7 @@ impl World {
     }
 
     pub(crate) fn issend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
-        let req = self.engine.issend(comm, dest, tag, data)?;
+        let req = self.engine.issend(Instant::now(), comm, dest, tag, data)?;
         self.after_call()?;
         Ok(Request(req))
     }

@@ -6,7 +6,8 @@
 //! when dropped. [`wait_until`] polls a condition against a deadline.
 //! [`cargo_build`] builds the binaries and examples a process test runs;
 //! [`run_to_end`] runs one to its end with a deadline. [`cluster`] builds a
-//! cluster of hosts out of network namespaces, a `jobd` on each.
+//! cluster of hosts out of network namespaces, a `jobd` on each. [`bench`](mod@bench) is
+//! what the MPI benches share (running, figures, the reference MPIs).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use p2pmp_core::id::Id;
 
+pub mod bench;
 pub mod cluster;
 
 /// `target/<profile>` of the running test binary.

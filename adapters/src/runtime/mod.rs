@@ -17,13 +17,13 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use async_channel::Sender;
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use p2pmp_core::machine::Machine;
 use tracing::{debug, warn};
 
 use crate::local::LocalConns;
-use crate::node::{ShellIo, apply_control};
-use crate::{ConnId, Driver, IoRequest};
+use crate::spawn::{ShellIo, apply_control};
+use crate::{ConnId, Driver, IoRequest, vectored};
 
 #[cfg(feature = "smol")]
 pub mod smol;
@@ -342,23 +342,15 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
 async fn write_all<R: AsyncRuntime>(w: &mut R::Writer, chunks: Vec<Bytes>) -> io::Result<()> {
     let mut q: VecDeque<Bytes> = chunks.into();
     while !q.is_empty() {
-        let slices: Vec<IoSlice<'_>> = q.iter().take(64).map(|c| IoSlice::new(c)).collect();
-        let mut n = R::write_vectored(w, &slices).await?;
-        drop(slices);
+        let n = {
+            let mut iov = [IoSlice::new(&[]); 64];
+            let k = vectored::gather(&q, &mut iov);
+            R::write_vectored(w, &iov[..k]).await?
+        };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            // n never exceeds the bytes offered.
-            let front = q.front_mut().expect("written bytes were queued");
-            if n >= front.len() {
-                n -= front.len();
-                q.pop_front();
-            } else {
-                front.advance(n);
-                n = 0;
-            }
-        }
+        vectored::consume(&mut q, n);
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::{TcpListener, TcpStream};
 
 use super::AsyncRuntime;
-use crate::node::ShellIo;
+use crate::spawn::ShellIo;
 use crate::{Driver, DriverConfig};
 
 /// [`AsyncRuntime`] over smol: tasks go to the node's own executor.

@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::AsyncRuntime;
 use crate::local::LocalConns;
-use crate::node::ShellIo;
+use crate::spawn::ShellIo;
 use crate::{Driver, DriverConfig};
 
 /// [`AsyncRuntime`] over tokio; only valid inside a tokio runtime.
@@ -95,7 +95,7 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-    use crate::node::ShellIo;
+    use crate::spawn::ShellIo;
     use crate::testing::PingPong;
     use p2pmp_core::machine::NodeAddr;
 

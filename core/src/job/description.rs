@@ -570,5 +570,4 @@ impl JobDescription {
 }
 
 #[cfg(test)]
-#[path = "description_tests.rs"]
 mod tests;

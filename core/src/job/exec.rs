@@ -540,13 +540,9 @@ impl Machine for Execution {
     }
 }
 
-#[path = "exec_output.rs"]
 mod output;
-#[path = "exec_queue.rs"]
 mod queue;
-#[path = "exec_stage.rs"]
 mod stage;
 
 #[cfg(test)]
-#[path = "exec_tests.rs"]
 mod tests;

@@ -38,7 +38,6 @@ use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::OverlayError;
 use crate::wire::Envelope;
 
-#[path = "submit_state.rs"]
 mod state;
 
 pub use state::{Submission, SubmissionCommand};
@@ -423,5 +422,4 @@ fn per_requirement_counts(
 }
 
 #[cfg(test)]
-#[path = "submit_tests.rs"]
 mod tests;

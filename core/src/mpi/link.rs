@@ -41,7 +41,7 @@
 //!   if that fails for any reason, over TCP. The path is chosen afresh at every
 //!   attempt, so a peer that moves to another host is reached over TCP after
 //!   the break, and over shared memory again once it is back.
-//! - **Back-off.** A failed link is retried after a back-off doubling from
+//! - **Back-off.** A failed link is retried after a [`Backoff`] doubling from
 //!   [`LinkConfig::min_backoff`] to [`LinkConfig::max_backoff`]; a link that broke
 //!   is retried at once (the peer may have moved).
 //! - **Only while wanted.** A down link is retried while the engine wants it
@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use super::MpiEngine;
 use crate::machine::NodeAddr;
-use crate::time::{TimerKey, TimerTable};
+use crate::time::{Backoff, TimerKey, TimerTable};
 
 /// Tunables of [`Links`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +178,7 @@ struct Link {
     path: Path,
     /// Whether the engine believes frames for the peer can be sent.
     engine_up: bool,
-    backoff: Duration,
+    backoff: Backoff,
     down_since: Option<Instant>,
     /// A retry while only acknowledgements were owed failed: no more until the
     /// peer is heard from, the engine has frames for it, or closing starts.
@@ -196,7 +196,7 @@ impl Link {
             inbound: false,
             path: Path::Tcp,
             engine_up: true,
-            backoff: Duration::ZERO,
+            backoff: Backoff::default(),
             down_since: None,
             ack_only_gave_up: false,
             timers: TimerTable::default(),
@@ -260,7 +260,7 @@ impl Links {
 
     /// The back-off the next failure of `peer` would extend.
     pub fn backoff(&self, peer: u32) -> Duration {
-        self.links.get(peer as usize).map_or(Duration::ZERO, |l| l.backoff)
+        self.links.get(peer as usize).map_or(Duration::ZERO, |l| l.backoff.wait())
     }
 
     /// Whether every link is settled: none down, no attempt running (then no
@@ -490,7 +490,7 @@ impl Links {
         l.attempt = Attempt::None;
         l.timers.clear(Timer::Attempt);
         l.timers.clear(Timer::Retry);
-        l.backoff = Duration::ZERO;
+        l.backoff.reset();
         l.down_since = None;
         l.ack_only_gave_up = false;
         if !l.engine_up {
@@ -544,8 +544,8 @@ impl Links {
             // Invariant: as in `opened`.
             engine.handle_disconnected(peer).expect("valid peer");
         }
-        l.backoff = (l.backoff * 2).clamp(self.config.min_backoff, self.config.max_backoff);
-        l.timers.set(Timer::Retry, now + l.backoff);
+        let wait = l.backoff.fail(self.config.min_backoff, self.config.max_backoff);
+        l.timers.set(Timer::Retry, now + wait);
         l.down_since.get_or_insert(now);
         self.settle(peer);
     }
@@ -562,5 +562,4 @@ fn first_path(same_host: Option<IpAddr>, addr: NodeAddr) -> Path {
 }
 
 #[cfg(test)]
-#[path = "link_tests.rs"]
 mod tests;

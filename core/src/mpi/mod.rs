@@ -14,8 +14,12 @@
 //! - outputs: [`MpiEngine::poll_transmit`] (frames for rank `r`),
 //!   [`MpiEngine::poll_completion`] (finished requests), [`MpiEngine::poll_timeout`].
 //!
-//! After any input or application call, drain `poll_transmit` and `poll_completion`
-//! to `None`, then read `poll_timeout`.
+//! The calls that start requests ([`MpiEngine::isend`], [`MpiEngine::issend`],
+//! [`MpiEngine::irecv`]) take `now`, as [`MpiEngine::handle_message`] and
+//! [`MpiEngine::handle_timeout`] do. After any input or application call, drain
+//! `poll_transmit` and `poll_completion` to `None`, then read `poll_timeout`.
+//! Neither the engine nor the link machine is a [`crate::machine::Machine`],
+//! so ranks do not run in [`crate::sim`]; the [`crate::machine`] docs say why.
 //!
 //! Beside it, [`Links`] (see `link`) keeps the state of the rank's connections to
 //! its peers: when to resolve a peer's address, connect, back off, reconnect and
@@ -31,7 +35,7 @@
 //! let mut r0 = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
 //! let mut r1 = MpiEngine::new(MpiConfig::default(), 1, 2).unwrap();
 //! let recv = r1.irecv(now, 0, Some(0), ANY_TAG).unwrap();
-//! r0.isend(0, 1, 42, Bytes::from_static(b"hello")).unwrap();
+//! r0.isend(now, 0, 1, 42, Bytes::from_static(b"hello")).unwrap();
 //! // The driver: encode each Transmit (`into_envelope` + `wire::encode_frame`),
 //! // write it to rank `to`, decode at the other end and hand it in.
 //! while let Some(t) = r0.poll_transmit() {

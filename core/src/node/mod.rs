@@ -746,7 +746,4 @@ impl Machine for DaemonNode {
 }
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
-mod queue_tests;
-#[cfg(test)]
 mod tests;

@@ -1,6 +1,11 @@
-//! The vocabulary both overlays (Chord, CAN) share, so the job layer, the MPI
-//! library, the simulator and the benchmarks run over either: the commands and
-//! events, and the [`Overlay`] interface both nodes implement.
+//! What both overlays (Chord in [`crate::chord`], CAN in [`crate::can`]) share,
+//! so the daemon node ([`crate::node::OverlayNode`]), the simulator and the
+//! benchmarks run over either: the commands and events, the [`Overlay`]
+//! interface both nodes implement, the network's [`OverlayKind`], and the state
+//! both keep alike: registrations with their expiry and refresh schedule
+//! (`store`, under the same [`Limits`]) and outstanding requests with their
+//! deadlines (`requests`). MPI ranks never speak to the overlay: their node
+//! resolves process keys for them ([`crate::local`]).
 
 use std::fmt;
 use std::time::{Duration, Instant};

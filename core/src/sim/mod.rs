@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! pop earliest event -> now = max(now, at) -> call the node -> drain poll_action:
-//!     Send  -> the seeded net model -> Deliver at now + link latency (or lost, or failed)
+//!     Send  -> the seeded net model -> Deliver at now + link latency (or lost, or failed);
+//!              to the node itself: Deliver at now, never lost
 //!     Event -> the event log the caller drains
 //! -> queue a Wake if poll_timeout moved earlier than the node's queued one
 //! ```
@@ -430,6 +431,12 @@ impl<M: Machine> Sim<M> {
             self.undeliverable(from, to);
             return;
         };
+        if target == from {
+            // To itself: delivered at once and never lost, as a driver does
+            // (`adapters::Driver` feeds such messages straight back).
+            self.push_after(Duration::ZERO, Ev::Deliver { from, to: target, msg });
+            return;
+        }
         match self.net.fate(from, target) {
             Fate::Arrive(latency) => self.push_after(latency, Ev::Deliver { from, to: target, msg }),
             Fate::Lost => self.stats.lost += 1,

@@ -240,3 +240,17 @@ fn a_postponed_deadline_fires_once_and_never_early() {
     assert_eq!(sim.node(a).early_timeouts, 0, "handle_timeout is never called before poll_timeout");
     assert_eq!(sim.node(a).sent, 4, "rounds at 2.2, 3.2, 4.2 and 5.2 s");
 }
+
+#[test]
+fn a_message_to_itself_arrives_at_once_and_is_never_lost() {
+    let t0 = Instant::now();
+    let net = NetConfig { loss: 1.0, ..NetConfig::default() };
+    let mut sim = Sim::new(SimConfig { seed: 7, net, codec_roundtrip: true }, t0);
+    let me = sim.add_node(Pinger::new(0, &[0], 100, t0));
+    sim.run_for(Duration::from_millis(100));
+    let seen: Vec<_> = std::iter::from_fn(|| sim.poll_event()).map(|e| (e.at - t0, e.event)).collect();
+    let addr = sim.addr(me);
+    let at = Duration::from_millis(100);
+    assert_eq!(seen, [(at, Seen::Ping { from: addr, n: 1 }), (at, Seen::Pong { from: addr, n: 1 })]);
+    assert_eq!(sim.stats().lost, 0);
+}

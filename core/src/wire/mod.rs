@@ -9,13 +9,17 @@
 //!
 //! Machines never see bytes: they exchange [`Envelope`]s, and only drivers and the
 //! simulator call [`encode_frame`] / [`FrameDecoder`] / [`decode_envelope`].
+//! [`Calls`] is the client side of a request/reply exchange on one connection
+//! (a rank or a tool and its node), written once for every client.
 //! postcard encodes enum variants by index, so message enums are append-only.
 
+mod calls;
 mod envelope;
 mod error;
 mod frame;
 mod msg;
 
+pub use calls::Calls;
 pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts, round_trip};
 pub use error::WireError;
 pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};

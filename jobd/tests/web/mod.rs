@@ -155,13 +155,13 @@ pub fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -
 
 /// `n` local daemons, the first serving the status page on a free loopback
 /// port; returns once the overlay lists every node.
-pub fn network(n: usize) -> p2pmp_jobd::local::LocalNet {
+pub fn network(n: usize) -> p2pmp_jobd::embedded::EmbeddedNet {
     network_over(n, None)
 }
 
 /// [`network`] over CAN in `dims` dimensions when given, else over Chord.
-pub fn network_over(n: usize, can_dims: Option<u8>) -> p2pmp_jobd::local::LocalNet {
-    let net = p2pmp_jobd::local::LocalNet::start_with(n, 2, |c| {
+pub fn network_over(n: usize, can_dims: Option<u8>) -> p2pmp_jobd::embedded::EmbeddedNet {
+    let net = p2pmp_jobd::embedded::EmbeddedNet::start_with(n, 2, |c| {
         if c.bootstrap.is_empty() {
             c.http = Some("127.0.0.1:0".into());
         }

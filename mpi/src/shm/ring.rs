@@ -310,5 +310,4 @@ impl Consumer {
 }
 
 #[cfg(test)]
-#[path = "ring_tests.rs"]
 mod tests;

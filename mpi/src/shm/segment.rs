@@ -272,5 +272,4 @@ pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut BytesMut, fds: &mut Vec<Owned
 }
 
 #[cfg(test)]
-#[path = "segment_tests.rs"]
 mod tests;

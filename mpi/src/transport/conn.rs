@@ -3,11 +3,12 @@
 //! every TCP socket.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
+use std::io;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use mio::net::TcpStream;
+use p2pmp_adapters::vectored::write_queue;
 use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
 use p2pmp_core::wire::{FrameDecoder, decode_envelope};
@@ -15,6 +16,9 @@ use tracing::{debug, warn};
 
 use super::shm::{ShmIo, ShmSetup};
 use crate::sock::{self, Wait};
+
+/// At most this many queued parts go into one vectored write.
+const IOV: usize = 32;
 
 /// Bytes taken from a shared-memory ring per read.
 const RING_READ: usize = 256 << 10;
@@ -75,11 +79,14 @@ impl Conn {
 
     /// Writes as much of `tx` as the socket or ring takes, without waiting.
     pub(super) fn write_tx(&mut self) -> io::Result<()> {
-        match &mut self.io {
-            Io::Tcp { stream, connecting: false } => write_queue(|iov| sock::send_vectored(stream, iov), &mut self.tx),
-            Io::Shm(s) => write_queue(|iov| s.send(iov), &mut self.tx),
-            _ => Ok(()),
-        }
+        let written = match &mut self.io {
+            Io::Tcp { stream, connecting: false } => {
+                write_queue::<IOV>(&mut self.tx, |iov| sock::send_vectored(stream, iov))
+            }
+            Io::Shm(s) => write_queue::<IOV>(&mut self.tx, |iov| s.send(iov)),
+            _ => return Ok(()),
+        };
+        written.map(drop)
     }
 
     /// Whether a TCP connection attempt finished: `None` while it still runs,
@@ -144,37 +151,4 @@ pub(super) fn decode_frames(conn: &mut Conn, engine: &mut MpiEngine, now: Instan
 /// Whether a hello comes from another rank of our job and means us.
 pub(super) fn hello_ok(h: &RankHello, job: &[u8], me: u32, size: u32) -> bool {
     h.job == job && h.to_rank == me && h.from_rank < size && h.from_rank != me
-}
-
-/// Writes as much of `tx` as `send` takes, up to 32 parts per call, without
-/// waiting (`send` answers `WouldBlock` when it takes nothing).
-fn write_queue(mut send: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>, tx: &mut VecDeque<Bytes>) -> io::Result<()> {
-    const IOV: usize = 32;
-    while !tx.is_empty() {
-        let mut iov = [IoSlice::new(&[]); IOV];
-        let mut k = 0;
-        for b in tx.iter().take(IOV) {
-            iov[k] = IoSlice::new(b);
-            k += 1;
-        }
-        match send(&iov[..k]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(mut n) => {
-                while n > 0 {
-                    let front = tx.front_mut().expect("wrote no more than queued");
-                    if n >= front.len() {
-                        n -= front.len();
-                        tx.pop_front();
-                    } else {
-                        front.advance(n);
-                        n = 0;
-                    }
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

@@ -54,7 +54,7 @@ use tracing::{debug, warn};
 use self::conn::{Conn, Io, decode_frames};
 use self::shm::{Setup, ShmSetup};
 use crate::error::{Error, Result};
-use crate::node::{self, NodeClient};
+use crate::node_client::{self, NodeClient};
 use crate::sock::Wait;
 
 const LISTENER: Token = Token(usize::MAX);
@@ -631,7 +631,7 @@ impl Transport {
         let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
         for (id, reply) in replies.drain(..) {
             if let Some(peer) = self.resolves.remove(&id) {
-                self.links.handle_resolved(now, peer, node::resolved(reply), engine);
+                self.links.handle_resolved(now, peer, node_client::resolved(reply), engine);
             }
         }
         self.replies = replies;

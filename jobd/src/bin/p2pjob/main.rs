@@ -23,7 +23,7 @@ use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
 use p2pmp_jobd::Overlay;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
-use p2pmp_jobd::local::LocalNet;
+use p2pmp_jobd::embedded::EmbeddedNet;
 use serde_json::json;
 
 use follow::{End, Show, exit_code, follow, phase_name};
@@ -480,8 +480,8 @@ fn local_net(
     slots: u32,
     (overlay, dims): (Overlay, u8),
     tweak: impl Fn(&mut p2pmp_jobd::Config),
-) -> anyhow::Result<LocalNet> {
-    LocalNet::start_with(n, slots, |c| {
+) -> anyhow::Result<EmbeddedNet> {
+    EmbeddedNet::start_with(n, slots, |c| {
         c.overlay = overlay;
         c.dims = dims;
         tweak(c);
@@ -510,7 +510,7 @@ fn submit(
     if let Some(n) = &net {
         cleanup_on_interrupt(vec![n.dir().to_path_buf()]);
     }
-    let addr = net.as_ref().map_or(node, LocalNet::control);
+    let addr = net.as_ref().map_or(node, EmbeddedNet::control);
     let mut c = connect(addr)?;
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id()) << 48;

@@ -1,81 +1,20 @@
 //! Building and running the measured programs, each with a wall-clock limit,
-//! its wall and CPU time (all processes of the run, from `getrusage`).
+//! its wall and CPU time (all processes of the run, from `getrusage`). The
+//! running, the reading of figures and the reference MPIs are
+//! `p2pmp_tests::bench`, shared with p2pmp-mpi's `mpi` bench.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The output lines of a run (rank prefixes removed), with its CPU seconds.
-#[derive(Debug, Clone)]
-pub(crate) struct Output {
-    pub(crate) lines: Vec<String>,
-    pub(crate) cpu_s: f64,
-}
-
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we own.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
+use p2pmp_tests::bench::{self, RefMpi, build_c, on_path};
+pub(crate) use p2pmp_tests::bench::{Run as Output, values};
 
 /// Runs `cmd` in its own process group, killing the group after `limit`.
-pub(crate) fn run_limited(mut cmd: Command, limit: Duration) -> Result<Output, String> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let cpu0 = children_cpu_s();
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
-    let read = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = read(Box::new(child.stdout.take().expect("piped")));
-    let err = read(Box::new(child.stderr.take().expect("piped")));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(st);
-        }
-        if start.elapsed() > limit {
-            // SAFETY: kill(2) of the child's process group; no memory involved.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    match status {
-        None => Err(format!("timeout after {} s", limit.as_secs())),
-        Some(st) if !st.success() => {
-            Err(format!("failed ({st}): {}", stderr.lines().rev().take(2).collect::<Vec<_>>().join(" | ")))
-        }
-        Some(_) => Ok(Output {
-            lines: stdout
-                .lines()
-                .map(|l| l.split_once("] ").filter(|_| l.starts_with('[')).map_or(l, |(_, r)| r).to_string())
-                .collect(),
-            cpu_s: children_cpu_s() - cpu0,
-        }),
-    }
-}
-
-/// The numbers after `key` on each line starting with it.
-pub(crate) fn values(lines: &[String], key: &str) -> Vec<Vec<f64>> {
-    lines
-        .iter()
-        .filter(|l| l.split_whitespace().next() == Some(key))
-        .map(|l| l.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect())
-        .collect()
+pub(crate) fn run_limited(cmd: Command, limit: Duration) -> Result<Output, String> {
+    bench::run_limited(cmd, limit).map_err(|f| f.why)
 }
 
 /// `target/release` (this bench runs from `target/release/deps`).
@@ -122,13 +61,8 @@ pub(crate) fn build_p2pmp() -> Result<PathBuf, String> {
 pub(crate) struct System {
     /// Row name and JSON key prefix.
     pub(crate) name: &'static str,
-    cc: PathBuf,
     /// Programs built here, or why not.
     dir: Result<PathBuf, String>,
-}
-
-fn on_path(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(prog)).find(|f| f.is_file()))
 }
 
 impl System {
@@ -137,35 +71,21 @@ impl System {
     pub(crate) fn new(name: &'static str, out: &Path) -> System {
         let cc = match name {
             "p2pmp_c" => Some(target_dir().join("p2pmpicc")),
-            n if n.starts_with("mpich") => on_path("mpicc.mpich"),
-            _ => on_path("mpicc.openmpi"),
+            n if n.starts_with("mpich") => on_path(RefMpi::Mpich.cc()),
+            _ => on_path(RefMpi::OpenMpi.cc()),
         };
         let Some(cc) = cc else {
-            return System { name, cc: PathBuf::new(), dir: Err("missing: not installed".into()) };
+            return System { name, dir: Err("missing: not installed".into()) };
         };
         let dir = out.join(name);
-        let built = (|| {
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let mut progs =
-                vec![("pingpong", here.join("../benches/c/pingpong.c")), ("ring", here.join("../benches/c/ring.c"))];
-            if name == "p2pmp_c" {
-                progs.push(("selfloop", here.join("benches/selfloop.c")));
-            }
-            for (prog, src) in progs {
-                let st = Command::new(&cc)
-                    .args(["-O2", "-o"])
-                    .arg(dir.join(prog))
-                    .arg(src)
-                    .status()
-                    .map_err(|e| format!("{}: {e}", cc.display()))?;
-                if !st.success() {
-                    return Err(format!("{} failed on {prog}.c", cc.display()));
-                }
-            }
-            Ok(dir)
-        })();
-        System { name, cc, dir: built }
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut progs =
+            vec![("pingpong", here.join("../benches/c/pingpong.c")), ("ring", here.join("../benches/c/ring.c"))];
+        if name == "p2pmp_c" {
+            progs.push(("selfloop", here.join("benches/selfloop.c")));
+        }
+        let built = build_c(&cc, &dir, &progs, &[]).map(|()| dir);
+        System { name, dir: built }
     }
 
     /// Runs program `prog` on `n` ranks.
@@ -175,24 +95,8 @@ impl System {
         let mut cmd = match self.name {
             "p2pmp_c" => launch(n, &exe),
             name => {
-                let mut c = Command::new(
-                    self.cc.with_file_name(
-                        self.cc
-                            .file_name()
-                            .map_or_else(|| "mpirun".into(), |f| f.to_string_lossy().replace("mpicc", "mpirun")),
-                    ),
-                );
-                if name.starts_with("openmpi") {
-                    c.args(["--allow-run-as-root", "--oversubscribe"]);
-                }
-                if name == "mpich_tcp" {
-                    c.env("UCX_TLS", "tcp").env("MPIR_CVAR_NOLOCAL", "1");
-                }
-                if name == "openmpi_tcp" {
-                    c.args(["--mca", "btl", "tcp,self"]);
-                }
-                c.arg("-n").arg(n.to_string()).arg(exe);
-                c
+                let mpi = if name.starts_with("mpich") { RefMpi::Mpich } else { RefMpi::OpenMpi };
+                mpi.command(name.ends_with("_tcp"), n, &exe)
             }
         };
         cmd.args(args);

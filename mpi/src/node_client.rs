@@ -1,5 +1,6 @@
 //! The rank's side of the local node protocol: a framed request/reply
-//! connection to `P2PMP_NODE`. Control traffic only, never on the data path.
+//! connection to `P2PMP_NODE` ([`Calls`] frames the requests and decodes the
+//! replies). Control traffic only, never on the data path.
 //!
 //! Inside progress nothing waits for the node: [`NodeClient::request`] queues a
 //! request and returns its id, the poll loop writes it ([`NodeClient::flush`])
@@ -8,17 +9,18 @@
 //! ([`NodeClient::call`]).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use mio::net::TcpStream;
+use p2pmp_adapters::vectored::write_queue;
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
+use p2pmp_core::wire::Calls;
 
 use crate::error::{Error, Result};
 use crate::sock::{self, Wait};
@@ -31,11 +33,8 @@ const CALL_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) struct NodeClient {
     pub(crate) stream: TcpStream,
-    dec: FrameDecoder,
+    calls: Calls<LocalRequest, LocalReply>,
     tx: VecDeque<Bytes>,
-    me: Id,
-    my_addr: NodeAddr,
-    next_id: u64,
     /// Replies read while a blocking call waited for its own.
     stash: Vec<(u64, LocalReply)>,
 }
@@ -48,41 +47,21 @@ impl NodeClient {
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
         let stream = TcpStream::from_std(stream);
-        Ok(NodeClient {
-            stream,
-            dec: FrameDecoder::default(),
-            tx: VecDeque::new(),
-            me,
-            my_addr,
-            next_id: 0,
-            stash: Vec::new(),
-        })
+        Ok(NodeClient { stream, calls: Calls::new(me, my_addr), tx: VecDeque::new(), stash: Vec::new() })
     }
 
     /// Queues `req` and writes what the socket takes now: its request id.
     pub(crate) fn request(&mut self, req: LocalRequest) -> Result<u64> {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut buf = BytesMut::new();
-        encode_frame(&Envelope::new(self.me, self.my_addr, id, req), &mut buf, DEFAULT_MAX_FRAME)?;
-        self.tx.push_back(buf.freeze());
+        let (id, frame) = self.calls.request(req)?;
+        self.tx.push_back(frame.freeze());
         self.flush()?;
         Ok(id)
     }
 
     /// Writes queued requests without waiting.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
-        while let Some(front) = self.tx.front_mut() {
-            match sock::send_vectored(&self.stream, &[IoSlice::new(front)]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) if n == front.len() => drop(self.tx.pop_front()),
-                Ok(n) => front.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        let stream = &self.stream;
+        write_queue::<8>(&mut self.tx, |iov| sock::send_vectored(stream, iov)).map(drop)
     }
 
     /// Reads what the node sent, without waiting, and appends every whole reply
@@ -91,12 +70,11 @@ impl NodeClient {
     pub(crate) fn read_replies(&mut self, out: &mut Vec<(u64, LocalReply)>) -> Result<()> {
         out.append(&mut self.stash);
         loop {
-            match sock::recv_spare(&self.stream, self.dec.buffer_mut(), Wait::No) {
+            match sock::recv_spare(&self.stream, self.calls.decoder().buffer_mut(), Wait::No) {
                 Ok((0, _)) => return Err(Error::Node("the local node closed the connection".into())),
                 Ok(_) => {
-                    while let Some(frame) = self.dec.decode()? {
-                        let env: Envelope<LocalReply> = decode_envelope(frame)?;
-                        out.push((env.request_id, env.body));
+                    while let Some((id, reply, _)) = self.calls.next_reply()? {
+                        out.push((id, reply));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -132,7 +110,7 @@ impl NodeClient {
 
     /// Registers `key` at our listening address.
     pub(crate) fn register(&mut self, key: Id) -> Result<()> {
-        match self.call(LocalRequest::Register { key, addr: self.my_addr })? {
+        match self.call(LocalRequest::Register { key, addr: self.calls.addr() })? {
             LocalReply::Registered { .. } => Ok(()),
             other => Err(Error::Node(format!("register refused: {other:?}"))),
         }
@@ -141,18 +119,19 @@ impl NodeClient {
     /// Stamps later requests with `addr`, where we listen now.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn set_addr(&mut self, addr: NodeAddr) {
-        self.my_addr = addr;
+        self.calls.set_addr(addr);
     }
 
     /// Where we listen, as the node was told.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn addr(&self) -> NodeAddr {
-        self.my_addr
+        self.calls.addr()
     }
 
     /// Withdraws our registration of `key`.
     pub(crate) fn unregister(&mut self, key: Id) -> Result<()> {
-        self.call(LocalRequest::Unregister { key, addr: self.my_addr }).map(|_| ())
+        let addr = self.calls.addr();
+        self.call(LocalRequest::Unregister { key, addr }).map(|_| ())
     }
 }
 

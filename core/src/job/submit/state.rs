@@ -7,11 +7,8 @@ use super::*;
 use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
 
-#[path = "submit_collect.rs"]
 mod collect;
-#[path = "submit_place.rs"]
 mod place;
-#[path = "submit_stage.rs"]
 mod stage;
 
 /// What the application asks of one submission.

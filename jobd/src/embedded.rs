@@ -14,23 +14,23 @@ use crate::daemon::Daemon;
 
 /// N daemons on 127.0.0.1.
 #[derive(Debug)]
-pub struct LocalNet {
+pub struct EmbeddedNet {
     daemons: Vec<Daemon>,
     dir: PathBuf,
 }
 
-impl LocalNet {
+impl EmbeddedNet {
     /// Starts `n` daemons with `slots` slots each; the first creates the network,
     /// the others join through it.
-    pub fn start(n: usize, slots: u32) -> anyhow::Result<LocalNet> {
+    pub fn start(n: usize, slots: u32) -> anyhow::Result<EmbeddedNet> {
         Self::start_with(n, slots, |_| {})
     }
 
-    /// As [`LocalNet::start`], with each daemon's configuration adjusted by `tweak`.
-    pub fn start_with(n: usize, slots: u32, tweak: impl Fn(&mut Config)) -> anyhow::Result<LocalNet> {
+    /// As [`EmbeddedNet::start`], with each daemon's configuration adjusted by `tweak`.
+    pub fn start_with(n: usize, slots: u32, tweak: impl Fn(&mut Config)) -> anyhow::Result<EmbeddedNet> {
         let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!("p2pmp-local-{}-{nonce:x}", std::process::id()));
-        let mut net = LocalNet { daemons: Vec::new(), dir: dir.clone() };
+        let mut net = EmbeddedNet { daemons: Vec::new(), dir: dir.clone() };
         for i in 0..n.max(1) {
             let mut cfg = Config {
                 listen: "127.0.0.1:0".parse()?,
@@ -110,7 +110,7 @@ impl LocalNet {
     pub fn stop(self) {}
 }
 
-impl Drop for LocalNet {
+impl Drop for EmbeddedNet {
     fn drop(&mut self) {
         // Stop them all at once: each leaves gracefully in its own thread.
         let daemons = std::mem::take(&mut self.daemons);

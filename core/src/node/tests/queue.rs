@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::control::{JobPhase, ToolReply, ToolRequest};
-use super::sim_shell::SimShell;
-use super::tests::{net_of, net_with, resources, submitted, tool};
+use super::{net_of, net_with, resources, submitted, tool};
 use crate::job::JobDescription;
+use crate::node::control::{JobPhase, ToolReply, ToolRequest};
+use crate::node::sim_shell::SimShell;
 
 fn job_xml(ranks: u32) -> String {
     JobDescription::run("/bin/prog", vec![], ranks).to_xml()

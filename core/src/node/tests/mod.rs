@@ -11,6 +11,8 @@ use crate::job::Resources;
 use crate::local::{LocalReply, LocalRequest};
 use crate::sim::{NodeIdx, Sim, SimConfig};
 
+mod queue;
+
 pub(super) fn resources(slots: u32) -> Resources {
     Resources { os: "linux".into(), arch: "x86_64".into(), cores: 2, mem_mb: 4096, slots, ..Resources::default() }
 }
