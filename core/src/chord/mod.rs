@@ -7,7 +7,7 @@
 //! registrations with a TTL, and leaves gracefully.
 //!
 //! - `node`: the machine ([`ChordNode`]): the state it composes, its timers, the
-//!   input dispatch, and
+//!   input dispatch (where a sender's id is checked against its address), and
 //!   `ChordNode::check_invariants`, the node's own consistency check.
 //! - `requests`: the outstanding requests (`Outstanding`: ids, deadlines, what
 //!   each waits for) and what a request without a useful answer leads to.

@@ -14,7 +14,7 @@ use super::registry::Registry;
 use super::requests::{NoAnswer, Outstanding, Waiting};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
-use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
+use crate::overlay::{CommandError, IdMismatch, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
@@ -350,8 +350,31 @@ impl ChordNode {
         }
     }
 
+    /// The sender of `env`, as its envelope names it. Its id is checked against its
+    /// address ([`Peer::checked`]) here, once, for the messages by which this node
+    /// takes the sender into its ring on its word: a notify (from anyone but the
+    /// current predecessor, which was taken in already) and the leave notices.
+    /// Other senders are answered or matched by address, and hashing the address of
+    /// every message would cost more than the check is worth.
+    fn sender(&self, env: &Envelope<ChordMsg>) -> Result<Peer, IdMismatch> {
+        let claimed = Peer { id: env.sender, addr: env.sender_addr };
+        match env.body {
+            ChordMsg::Notify if self.pred == Some(claimed) => Ok(claimed),
+            ChordMsg::Notify | ChordMsg::LeavingToPredecessor { .. } | ChordMsg::LeavingToSuccessor { .. } => {
+                Peer::checked(claimed.id, claimed.addr)
+            }
+            _ => Ok(claimed),
+        }
+    }
+
     fn dispatch(&mut self, now: Instant, env: Envelope<ChordMsg>) {
-        let from = Peer { id: env.sender, addr: env.sender_addr };
+        let from = match self.sender(&env) {
+            Ok(from) => from,
+            Err(e) => {
+                tracing::debug!(%e, "message dropped");
+                return self.drop_input();
+            }
+        };
         let rid = env.request_id;
         let is_request = matches!(
             env.body,

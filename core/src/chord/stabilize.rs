@@ -99,10 +99,6 @@ impl ChordNode {
         if !alone && !adopt {
             return;
         }
-        // Checked only on a change: hashing every periodic notify would cost more.
-        if from.id != from.addr.id() {
-            return self.drop_input();
-        }
         if alone {
             self.set_successor_list(vec![from]);
         }
@@ -185,7 +181,7 @@ impl ChordNode {
 
     /// Our successor `from` leaves; its successors take its place.
     pub(super) fn on_leaving_successor(&mut self, now: Instant, from: Peer, successors: Vec<Peer>) {
-        if !self.joined() || from.id != from.addr.id() {
+        if !self.joined() {
             return self.drop_input();
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
@@ -211,7 +207,7 @@ impl ChordNode {
 
     /// Our predecessor `from` leaves; its predecessor takes its place.
     pub(super) fn on_leaving_predecessor(&mut self, now: Instant, from: Peer, predecessor: Option<Peer>) {
-        if !self.joined() || from.id != from.addr.id() {
+        if !self.joined() {
             return self.drop_input();
         }
         let was_pred = self.pred.is_some_and(|p| p.addr == from.addr);
