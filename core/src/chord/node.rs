@@ -271,6 +271,13 @@ impl ChordNode {
         &self.cfg
     }
 
+    /// Every outstanding request as (request id, where it went), oldest first:
+    /// fuzzers answer them.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn outstanding(&self) -> Vec<(u64, NodeAddr)> {
+        self.requests.list()
+    }
+
     /// Panics if one of the node's invariants does not hold after an input: the
     /// successor list is at most r long, without this node or a repeat; this node
     /// is not its own predecessor; a joining node has no successor; the peers it
