@@ -9,6 +9,10 @@ use bytes::Bytes;
 
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
+mod daemon;
+
+pub use daemon::daemon_node;
+
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
 /// decoder never yields more bytes than it was given nor a frame over the maximum.
@@ -153,6 +157,7 @@ mod tests {
             ("job_file", super::job_file as fn(&[u8])),
             ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
+            ("daemon_node", super::daemon_node as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

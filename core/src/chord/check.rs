@@ -1,5 +1,9 @@
 //! The checker's view of a simulated Chord network: global knowledge that no node
-//! has, used only to judge results (tests, benchmarks), never to build a node's state.
+//! has, used only to judge results (tests, benchmarks, the status page), never to
+//! build a node's state.
+//!
+//! Not to be confused with `owner_check` (a node confirming a lookup's owner, part of
+//! the protocol) or `ChordNode::check_invariants` (one node's own consistency).
 
 use crate::id::Id;
 use crate::machine::NodeAddr;

@@ -16,35 +16,71 @@ use rand::Rng;
 
 use super::lookup::Purpose;
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, Timer, Traffic, Waiting};
+use super::node::{ChordNode, Timer, Traffic};
+use super::requests::Waiting;
 use crate::id::{ID_BITS, Id};
 use crate::machine::NodeAddr;
 use crate::overlay::OverlayError;
 
-/// Runs of equal fingers, sorted by their first index; adjacent runs hold different nodes.
+/// The finger table and the state of its fix-fingers pass.
+///
+/// Invariants ([`FingerTable::check_invariants`]): runs sorted by their first index,
+/// every index below [`ID_BITS`], adjacent runs hold different nodes, no run names
+/// this node, and the pass cursor never passes [`ID_BITS`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct FingerTable {
+pub(super) struct FingerTable {
+    /// Runs of equal fingers: (first index, node).
     runs: Vec<(u8, Peer)>,
+    /// Next finger index the fix-fingers pass refreshes.
+    next: u32,
+    /// A finger check or lookup is in flight.
+    busy: bool,
+    /// The first pass after joining runs its lookups back to back.
+    fast: bool,
+}
+
+/// What the fix-fingers pass does next (see [`FingerTable::next_fix`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fix {
+    /// Nothing now: a check or lookup is in flight, or the successor is this node.
+    Wait,
+    /// Every finger is settled: the pass is over.
+    PassOver,
+    /// Ask finger `index`'s node for its predecessor: does the run still hold?
+    Check { index: u32, node: Peer },
+    /// Look finger `index` up.
+    Lookup { index: u32 },
+}
+
+/// What a settled finger leaves of the pass (see [`FingerTable::found`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// Every finger is settled: the pass is over.
+    PassOver,
+    /// Go on with the next finger at once (the first pass after joining).
+    Now,
+    /// Go on at the next tick.
+    Later,
 }
 
 impl FingerTable {
     /// Finger `i`, if known.
-    pub(crate) fn get(&self, i: u32) -> Option<Peer> {
+    pub(super) fn get(&self, i: u32) -> Option<Peer> {
         self.runs.iter().rev().find(|(from, _)| u32::from(*from) <= i).map(|(_, p)| *p)
     }
 
     /// The run holding finger `i`: its first index and node.
-    pub(crate) fn run_at(&self, i: u32) -> Option<(u32, Peer)> {
+    pub(super) fn run_at(&self, i: u32) -> Option<(u32, Peer)> {
         self.runs.iter().rev().find(|(from, _)| u32::from(*from) <= i).map(|(f, p)| (u32::from(*f), *p))
     }
 
     /// The runs, for getters and tests.
-    pub(crate) fn runs(&self) -> &[(u8, Peer)] {
+    pub(super) fn runs(&self) -> &[(u8, Peer)] {
         &self.runs
     }
 
     /// Sets fingers `lo..=hi` to `peer`, keeping what the table said about `hi + 1` onwards.
-    pub(crate) fn set_range(&mut self, lo: u32, hi: u32, peer: Peer) {
+    pub(super) fn set_range(&mut self, lo: u32, hi: u32, peer: Peer) {
         debug_assert!(lo <= hi && hi < ID_BITS, "finger range {lo}..={hi}");
         let after = if hi + 1 < ID_BITS { self.get(hi + 1) } else { None };
         let mut runs: Vec<(u8, Peer)> = Vec::with_capacity(self.runs.len() + 2);
@@ -59,23 +95,137 @@ impl FingerTable {
     }
 
     /// Forgets the runs starting at `from` or later.
-    pub(crate) fn truncate_from(&mut self, from: u32) {
+    pub(super) fn truncate_from(&mut self, from: u32) {
         self.runs.retain(|(f, _)| u32::from(*f) < from);
     }
 
     /// Forgets a node (it failed or left); its runs fall to the run before them.
-    pub(crate) fn remove(&mut self, addr: NodeAddr) {
-        self.runs.retain(|(_, p)| p.addr != addr);
-        self.runs.dedup_by(|b, a| a.1 == b.1);
+    /// True if it was a finger.
+    pub(super) fn remove(&mut self, addr: NodeAddr) -> bool {
+        let had = self.runs.iter().any(|(_, p)| p.addr == addr);
+        if had {
+            self.runs.retain(|(_, p)| p.addr != addr);
+            self.runs.dedup_by(|b, a| a.1 == b.1);
+        }
+        had
     }
 
-    /// Forgets everything.
-    pub(crate) fn clear(&mut self) {
+    /// Forgets every finger (the pass state stays).
+    pub(super) fn clear(&mut self) {
         self.runs.clear();
     }
 
+    /// Fingers up to the successor's distance are the successor.
+    pub(super) fn set_successor(&mut self, own: Id, succ: Peer) {
+        if let Some(hi) = last_index_covered(own, succ.id) {
+            self.set_range(0, hi, succ);
+        }
+    }
+
+    /// Takes another node's runs as a first guess of ours (`own` is this node);
+    /// fingers the current pass already settled stay.
+    pub(super) fn adopt(&mut self, own: Peer, runs: Vec<(u8, Peer)>) {
+        for (from, x) in runs.into_iter().take(ID_BITS as usize) {
+            let from = u32::from(from);
+            if x.addr == own.addr || from >= ID_BITS || from < self.next {
+                continue;
+            }
+            if let Some(hi) = last_index_covered(own.id, x.id).filter(|hi| *hi >= from) {
+                self.set_range(from, hi, x);
+            }
+        }
+    }
+
+    // ---- the fix-fingers pass ----------------------------------------------------------
+
+    /// A new pass from finger 0, its lookups back to back (just joined).
+    pub(super) fn start_fast_pass(&mut self) {
+        self.next = 0;
+        self.fast = true;
+    }
+
+    /// The pass is over: the next starts from finger 0, at the normal pace.
+    pub(super) fn end_pass(&mut self) {
+        self.next = 0;
+        self.fast = false;
+    }
+
+    /// Whether a finger check or lookup is in flight.
+    pub(super) fn busy(&self) -> bool {
+        self.busy
+    }
+
+    /// A finger lookup is in flight.
+    pub(super) fn lookup_started(&mut self) {
+        self.busy = true;
+    }
+
+    /// The check or lookup in flight ended (or was abandoned).
+    pub(super) fn idle(&mut self) {
+        self.busy = false;
+    }
+
+    /// A finger lookup failed: retry it at the next tick, not at once.
+    pub(super) fn slow_down(&mut self) {
+        self.fast = false;
+    }
+
+    /// The pass's next step, with `succ` the successor of `own`: the fingers up to
+    /// the successor are set at once; the first run after them is checked if it
+    /// starts at the cursor, else looked up. Marks the table busy for a check or a
+    /// lookup.
+    pub(super) fn next_fix(&mut self, own: Id, succ: Peer) -> Fix {
+        if self.busy {
+            return Fix::Wait;
+        }
+        self.set_successor(own, succ);
+        let Some(covered) = last_index_covered(own, succ.id) else { return Fix::Wait };
+        let index = self.next.max(covered + 1);
+        if index >= ID_BITS {
+            return Fix::PassOver;
+        }
+        self.busy = true;
+        match self.run_at(index) {
+            Some((from, node)) if from == index => Fix::Check { index, node },
+            // Unknown, or inherited from the run below: look it up.
+            _ => Fix::Lookup { index },
+        }
+    }
+
+    /// Finger `index` of `own` is `x`, and so is every later finger whose start
+    /// lies in (own, x]; with none there, the fingers from `index` on wrap to `own`.
+    pub(super) fn found(&mut self, own: Id, index: u32, x: Peer) -> Found {
+        match last_index_covered(own, x.id) {
+            Some(hi) if hi >= index => {
+                self.set_range(index, hi, x);
+                self.next = hi + 1;
+                if self.next >= ID_BITS {
+                    Found::PassOver
+                } else if self.fast {
+                    Found::Now
+                } else {
+                    Found::Later
+                }
+            }
+            _ => {
+                self.truncate_from(index);
+                Found::PassOver
+            }
+        }
+    }
+
+    /// Panics if an invariant (see the type's docs) does not hold.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(super) fn check_invariants(&self, own: NodeAddr) {
+        assert!(self.runs.windows(2).all(|w| w[0].0 < w[1].0), "finger runs out of order: {:?}", self.runs);
+        assert!(self.runs.iter().all(|(i, _)| u32::from(*i) < ID_BITS), "a finger past the ring: {:?}", self.runs);
+        assert!(self.runs.windows(2).all(|w| w[0].1 != w[1].1), "adjacent finger runs alike: {:?}", self.runs);
+        assert!(self.runs.iter().all(|(_, p)| p.addr != own), "a finger names this node");
+        assert!(self.next <= ID_BITS, "finger cursor {} past the ring", self.next);
+    }
+
     /// Up to `n` distinct fingers in `(own, key)`, closest to `key` first.
-    pub(crate) fn closest_preceding(&self, own: Id, key: Id, n: usize) -> Vec<Peer> {
+    pub(super) fn closest_preceding(&self, own: Id, key: Id, n: usize) -> Vec<Peer> {
         let mut out: Vec<Peer> = self.runs.iter().map(|(_, p)| *p).filter(|p| p.id.in_open(own, key)).collect();
         out.sort_by_key(|p| p.id.distance_to(key));
         out.dedup();
@@ -84,40 +234,34 @@ impl FingerTable {
     }
 
     /// The known finger nearest after `own`, a stand-in successor.
-    pub(crate) fn nearest(&self, own: Id) -> Option<Peer> {
+    pub(super) fn nearest(&self, own: Id) -> Option<Peer> {
         self.runs.iter().map(|(_, p)| *p).filter(|p| p.id != own).min_by_key(|p| own.distance_to(p.id))
     }
 }
 
 impl ChordNode {
     /// One fix-fingers step: check the run at the cursor, or look its finger up.
-    pub(crate) fn fix_fingers_tick(&mut self, now: Instant) {
+    pub(super) fn fix_fingers_tick(&mut self, now: Instant) {
         let d = self.jitter(self.cfg.fix_fingers_period);
         self.timers.set(Timer::FixFingers, now + d);
-        if !self.joined() || self.finger_busy {
+        if !self.joined() || self.fingers.busy() {
             return;
         }
         let Some(&succ) = self.succs.first() else { return };
-        self.set_successor_fingers();
-        let Some(covered) = last_index_covered(self.me.id, succ.id) else { return };
-        let index = self.next_finger.max(covered + 1);
-        if index >= ID_BITS {
-            return self.pass_done(now);
-        }
-        self.finger_busy = true;
-        match self.fingers.run_at(index) {
-            Some((from, node)) if from == index => {
+        match self.fingers.next_fix(self.me.id, succ) {
+            Fix::Wait => {}
+            Fix::PassOver => self.pass_done(now),
+            Fix::Check { index, node } => {
                 let what = Waiting::FingerCheck { index, node };
                 self.request(now, node.addr, ChordMsg::GetPredecessor, what, Traffic::Maintenance);
             }
-            // Unknown, or inherited from the run below: look it up.
-            _ => self.start_lookup(now, self.me.id.add_pow2(index), Purpose::Finger { index }),
+            Fix::Lookup { index } => self.start_lookup(now, self.me.id.add_pow2(index), Purpose::Finger { index }),
         }
     }
 
     /// `node`'s predecessor came back: the finger holds, or it is looked up.
-    pub(crate) fn on_finger_check(&mut self, now: Instant, index: u32, node: Peer, pred: Option<Peer>) {
-        self.finger_busy = false;
+    pub(super) fn on_finger_check(&mut self, now: Instant, index: u32, node: Peer, pred: Option<Peer>) {
+        self.fingers.idle();
         if !self.joined() {
             return;
         }
@@ -125,15 +269,14 @@ impl ChordNode {
         if pred.is_some_and(|p| start.in_half_open(p.id, node.id)) {
             self.finger_done(now, index, Ok(node));
         } else {
-            self.finger_busy = true;
+            self.fingers.lookup_started();
             self.start_lookup(now, start, Purpose::Finger { index });
         }
     }
 
     /// A pass (about log2 N ticks) ends with a ring check.
     fn pass_done(&mut self, now: Instant) {
-        self.next_finger = 0;
-        self.fast_fingers = false;
+        self.fingers.end_pass();
         self.ring_check(now);
     }
 
@@ -155,57 +298,44 @@ impl ChordNode {
     }
 
     /// Finger `index` is `x`, and so is every later finger whose start lies in (me, x].
-    pub(crate) fn finger_done(&mut self, now: Instant, index: u32, result: Result<Peer, OverlayError>) {
-        self.finger_busy = false;
+    pub(super) fn finger_done(&mut self, now: Instant, index: u32, result: Result<Peer, OverlayError>) {
+        self.fingers.idle();
         if !self.joined() {
             return;
         }
         let Ok(x) = result else {
             // Retry this finger next tick.
-            self.fast_fingers = false;
+            self.fingers.slow_down();
             return;
         };
-        match last_index_covered(self.me.id, x.id) {
-            Some(hi) if hi >= index => {
-                self.fingers.set_range(index, hi, x);
-                self.next_finger = hi + 1;
-                if self.next_finger >= ID_BITS {
-                    self.pass_done(now);
-                } else if self.fast_fingers {
-                    self.timers.set(Timer::FixFingers, now);
-                }
-            }
-            _ => {
-                // No node between the start and this one: the fingers from here wrap to us.
-                self.fingers.truncate_from(index);
-                self.pass_done(now);
-            }
+        match self.fingers.found(self.me.id, index, x) {
+            Found::PassOver => self.pass_done(now),
+            Found::Now => self.timers.set(Timer::FixFingers, now),
+            Found::Later => {}
         }
     }
 
     /// Takes the successor's fingers as a first guess of ours; the fast pass after
     /// joining checks each run.
-    pub(crate) fn adopt_fingers(&mut self, runs: Vec<(u8, Peer)>) {
+    pub(super) fn adopt_fingers(&mut self, runs: Vec<(u8, Peer)>) {
         if !self.joined() {
             return;
         }
-        for (from, x) in runs.into_iter().take(ID_BITS as usize) {
-            let from = u32::from(from);
-            // Fingers this pass already settled stay.
-            if x.addr == self.me.addr || from >= ID_BITS || from < self.next_finger {
-                continue;
-            }
-            if let Some(hi) = last_index_covered(self.me.id, x.id).filter(|hi| *hi >= from) {
-                self.fingers.set_range(from, hi, x);
-            }
-        }
+        self.fingers.adopt(self.me, runs);
         self.set_successor_fingers();
+    }
+
+    /// Fingers up to the successor's distance are the successor.
+    pub(super) fn set_successor_fingers(&mut self) {
+        if let Some(&s) = self.succs.first() {
+            self.fingers.set_successor(self.me.id, s);
+        }
     }
 }
 
 /// Index of the highest finger that `peer` can be: the largest `i` with
 /// `own + 2^i ∈ (own, peer]`, i.e. ⌊log2(peer - own)⌋. `None` when `peer == own`.
-pub(crate) fn last_index_covered(own: Id, peer: Id) -> Option<u32> {
+pub(super) fn last_index_covered(own: Id, peer: Id) -> Option<u32> {
     own.distance_to(peer).log2()
 }
 

@@ -9,7 +9,8 @@
 use std::time::Instant;
 
 use super::msg::{ChordMsg, Peer, Step};
-use super::node::{ChordNode, Traffic, Waiting};
+use super::node::{ChordNode, Traffic};
+use super::requests::Waiting;
 use crate::id::Id;
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayError, OverlayEvent, Token};
@@ -22,7 +23,7 @@ const KEPT_FAILED: usize = 16;
 
 /// Why a lookup runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Purpose {
+pub(super) enum Purpose {
     /// An application `Lookup`.
     User { token: Token },
     /// Finding this node's successor through a bootstrap contact.
@@ -37,7 +38,7 @@ pub(crate) enum Purpose {
 
 /// One lookup in flight.
 #[derive(Debug)]
-pub(crate) struct LookupState {
+pub(super) struct LookupState {
     key: Id,
     purpose: Purpose,
     hops: u32,
@@ -48,42 +49,42 @@ pub(crate) struct LookupState {
     failed: Vec<NodeAddr>,
     /// The successor list was already drawn on once candidates ran out.
     fell_back: bool,
-    /// Owner checks made (see `verify`).
-    pub(crate) checks: u8,
+    /// Owner checks made (see `owner_check`).
+    pub(super) checks: u8,
 }
 
 impl LookupState {
-    pub(crate) fn new(key: Id, purpose: Purpose, deadline: Instant, candidates: Vec<Peer>) -> Self {
+    pub(super) fn new(key: Id, purpose: Purpose, deadline: Instant, candidates: Vec<Peer>) -> Self {
         LookupState { key, purpose, hops: 0, deadline, candidates, failed: Vec::new(), fell_back: false, checks: 0 }
     }
 
-    pub(crate) fn deadline(&self) -> Instant {
+    pub(super) fn deadline(&self) -> Instant {
         self.deadline
     }
 
-    pub(crate) fn key(&self) -> Id {
+    pub(super) fn key(&self) -> Id {
         self.key
     }
 
     /// Whether an owner named by another node is checked before it is reported:
     /// for the application's lookups and queries, where a stale answer is wrong.
-    pub(crate) fn checks_owner(&self) -> bool {
+    pub(super) fn checks_owner(&self) -> bool {
         matches!(self.purpose, Purpose::User { .. } | Purpose::Query { .. })
     }
 
-    pub(crate) fn traffic(&self) -> Traffic {
+    pub(super) fn traffic(&self) -> Traffic {
         match self.purpose {
             Purpose::User { .. } | Purpose::Query { .. } => Traffic::User,
             _ => Traffic::Maintenance,
         }
     }
 
-    pub(crate) fn has_failed(&self, addr: NodeAddr) -> bool {
+    pub(super) fn has_failed(&self, addr: NodeAddr) -> bool {
         self.failed.contains(&addr)
     }
 
     /// Remembers a node that did not answer and drops it from the candidates.
-    pub(crate) fn fail(&mut self, addr: NodeAddr) {
+    pub(super) fn fail(&mut self, addr: NodeAddr) {
         if self.failed.len() < KEPT_FAILED {
             self.failed.push(addr);
         }
@@ -109,7 +110,7 @@ impl LookupState {
 
 impl ChordNode {
     /// What this node knows about `key`: its owner, or better nodes to ask.
-    pub(crate) fn local_step(&self, key: Id) -> Step {
+    pub(super) fn local_step(&self, key: Id) -> Step {
         let Some(&succ) = self.succs.first() else { return Step::Done { owner: self.me } };
         if self.pred.is_some_and(|p| key.in_half_open(p.id, self.me.id)) {
             return Step::Done { owner: self.me };
@@ -126,7 +127,7 @@ impl ChordNode {
     }
 
     /// Starts a lookup of `key` from this node's own table.
-    pub(crate) fn start_lookup(&mut self, now: Instant, key: Id, purpose: Purpose) {
+    pub(super) fn start_lookup(&mut self, now: Instant, key: Id, purpose: Purpose) {
         let deadline = match &purpose {
             Purpose::Query { deadline, .. } => *deadline,
             _ => now + self.cfg.lookup_timeout,
@@ -142,7 +143,7 @@ impl ChordNode {
     }
 
     /// Asks the best remaining candidate, or gives up.
-    pub(crate) fn ask_next(&mut self, now: Instant, mut state: Box<LookupState>) {
+    pub(super) fn ask_next(&mut self, now: Instant, mut state: Box<LookupState>) {
         if state.hops >= self.cfg.max_hops {
             return self.lookup_done(now, *state, Err(OverlayError::HopBudget));
         }
@@ -169,7 +170,7 @@ impl ChordNode {
     }
 
     /// A hop answered.
-    pub(crate) fn on_step(&mut self, now: Instant, from: Peer, rid: u64, step: Step) {
+    pub(super) fn on_step(&mut self, now: Instant, from: Peer, rid: u64, step: Step) {
         let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Hop(_))) else { return };
         let Waiting::Hop(mut state) = p.what else { return };
         match step {
@@ -194,12 +195,12 @@ impl ChordNode {
     }
 
     /// A hop did not answer (the caller blamed it already): route around it.
-    pub(crate) fn hop_failed(&mut self, now: Instant, to: NodeAddr, mut state: Box<LookupState>) {
+    pub(super) fn hop_failed(&mut self, now: Instant, to: NodeAddr, mut state: Box<LookupState>) {
         state.fail(to);
         self.ask_next(now, state);
     }
 
-    pub(crate) fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
+    pub(super) fn lookup_done(&mut self, now: Instant, state: LookupState, result: Result<Peer, OverlayError>) {
         let LookupState { key, purpose, hops, .. } = state;
         match purpose {
             Purpose::User { token } => {

@@ -5,36 +5,34 @@ use std::time::Instant;
 
 use rand::Rng;
 
-use super::finger::last_index_covered;
 use super::lookup::{LookupState, Purpose};
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Pending, Phase, STRIKES, Timer, Traffic, Waiting};
+use super::node::{ChordNode, MAX_DEPENDENTS, MAX_REJOIN, Phase, STRIKES, Timer, Traffic};
 use super::registry::HANDOVER_HOPS;
+use super::requests::{Pending, Waiting};
 use crate::machine::NodeAddr;
-use crate::overlay::store::Store;
 use crate::overlay::{OverlayError, OverlayEvent};
 use crate::time::TimerTable;
 
 impl ChordNode {
     /// The node is now part of a ring: through `succ`, or alone.
-    pub(crate) fn become_joined(&mut self, now: Instant) {
+    pub(super) fn become_joined(&mut self, now: Instant) {
         self.phase = Phase::Joined;
         self.event(OverlayEvent::Joined);
-        self.next_finger = 0;
-        self.fast_fingers = true;
+        self.fingers.start_fast_pass();
         self.set_successor_fingers();
         self.timers.clear(Timer::Join);
         self.timers.set(Timer::Stabilize, now);
         self.timers.set(Timer::FixFingers, now);
         let d = self.jitter(self.cfg.check_predecessor_period);
         self.timers.set(Timer::CheckPredecessor, now + d);
-        if !self.own.is_empty() {
+        if self.registry.has_own() {
             self.timers.set(Timer::Refresh, now);
         }
     }
 
     /// Looks up this node's own id through `contact`, to join or merge.
-    pub(crate) fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
+    pub(super) fn join_lookup(&mut self, now: Instant, contact: NodeAddr) {
         let deadline = now + self.cfg.lookup_timeout;
         let state = LookupState::new(self.me.id, Purpose::Join, deadline, vec![Peer::from_addr(contact)]);
         self.ask_next(now, Box::new(state));
@@ -42,7 +40,7 @@ impl ChordNode {
 
     /// Tries the current contact (bootstrap list, then remembered peers), or
     /// schedules the next round.
-    pub(crate) fn join_attempt(&mut self, now: Instant) {
+    pub(super) fn join_attempt(&mut self, now: Instant) {
         let Phase::Joining { contact, backoff, reported } = self.phase.clone() else {
             return self.merge_attempt(now);
         };
@@ -86,7 +84,7 @@ impl ChordNode {
     }
 
     /// The join (or merge, or ring-check) lookup ended.
-    pub(crate) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
+    pub(super) fn join_done(&mut self, now: Instant, result: Result<Peer, OverlayError>) {
         let Phase::Joining { .. } = self.phase else {
             if let (Ok(owner), true) = (result, self.joined()) {
                 self.merge_step(now, owner);
@@ -105,7 +103,7 @@ impl ChordNode {
     }
 
     /// The join through the current contact failed: try the next one.
-    pub(crate) fn join_failed(&mut self, now: Instant) {
+    pub(super) fn join_failed(&mut self, now: Instant) {
         if let Phase::Joining { contact, backoff, reported } = self.phase.clone() {
             self.phase = Phase::Joining { contact: contact + 1, backoff, reported };
             self.join_attempt(now);
@@ -114,7 +112,7 @@ impl ChordNode {
 
     /// `pred` (which has this node as successor) sent its list: the first node
     /// after us in it is our successor, or `pred` itself if none is.
-    pub(crate) fn join_behind(&mut self, now: Instant, pred: Peer, successors: Vec<Peer>) {
+    pub(super) fn join_behind(&mut self, now: Instant, pred: Peer, successors: Vec<Peer>) {
         if !matches!(self.phase, Phase::Joining { .. }) {
             return;
         }
@@ -134,7 +132,7 @@ impl ChordNode {
     /// Asks the first of `candidates` for its successor list, to confirm it as our
     /// successor; the rest are tried in turn if it does not answer. With none left,
     /// the join through the current contact failed.
-    pub(crate) fn confirm_join_with(&mut self, now: Instant, mut candidates: Vec<Peer>) {
+    pub(super) fn confirm_join_with(&mut self, now: Instant, mut candidates: Vec<Peer>) {
         if !matches!(self.phase, Phase::Joining { .. }) {
             return;
         }
@@ -153,7 +151,7 @@ impl ChordNode {
     /// A joining node that lost its ring got a request from `addr`, a member that
     /// still counts on it: join through it at once (once per contact; the rounds
     /// keep it on the list), before it gives up on us and drops out too.
-    pub(crate) fn rejoin_hint(&mut self, now: Instant, addr: NodeAddr) {
+    pub(super) fn rejoin_hint(&mut self, now: Instant, addr: NodeAddr) {
         if !matches!(self.phase, Phase::Joining { .. }) || self.bootstrap.contains(&addr) || self.rejoin.contains(&addr)
         {
             return;
@@ -165,9 +163,9 @@ impl ChordNode {
     /// A joining node got a stabilize request from `addr`: a member whose successor
     /// it still is. Joins right after it (as when a join lookup through a contact
     /// comes back to this node), unless that is already under way.
-    pub(crate) fn join_behind_member(&mut self, now: Instant, addr: NodeAddr) {
+    pub(super) fn join_behind_member(&mut self, now: Instant, addr: NodeAddr) {
         if !matches!(self.phase, Phase::Joining { .. })
-            || self.pending.any(|p| p.to == addr && matches!(p.what, Waiting::JoinBehind))
+            || self.requests.any_to(addr, |w| matches!(w, Waiting::JoinBehind))
         {
             return;
         }
@@ -188,15 +186,14 @@ impl ChordNode {
 
     /// The successor `from` being confirmed did not adopt us: its predecessor `p`
     /// lies between us (it joined meanwhile). Confirm `p` instead, `from` failing that.
-    pub(crate) fn redirect_join(&mut self, now: Instant, from: Peer, p: Peer) {
-        let confirming = |w: &Pending| w.to == from.addr && matches!(w.what, Waiting::SuccessorList { .. });
-        let ids = self.pending.ids_where(confirming);
+    pub(super) fn redirect_join(&mut self, now: Instant, from: Peer, p: Peer) {
+        let ids = self.requests.ids_to_where(from.addr, |w| matches!(w, Waiting::SuccessorList { .. }));
         if p.addr == self.me.addr || !p.id.in_open(self.me.id, from.id) || ids.is_empty() {
             return self.drop_input();
         }
         let mut candidates = vec![p, from];
         for id in ids {
-            if let Some(Pending { what: Waiting::SuccessorList { fallback }, .. }) = self.pending.remove(&id) {
+            if let Some(Pending { what: Waiting::SuccessorList { fallback }, .. }) = self.requests.remove(id) {
                 candidates.extend(fallback.into_iter().filter(|c| c.addr != p.addr && c.addr != from.addr));
             }
         }
@@ -204,7 +201,7 @@ impl ChordNode {
     }
 
     /// The successor found by the join lookup answered with its list: joined.
-    pub(crate) fn join_confirmed(&mut self, now: Instant, owner: Peer, successors: Vec<Peer>) {
+    pub(super) fn join_confirmed(&mut self, now: Instant, owner: Peer, successors: Vec<Peer>) {
         if !matches!(self.phase, Phase::Joining { .. }) {
             return;
         }
@@ -242,7 +239,7 @@ impl ChordNode {
     /// Every contact is gone (`last` was the last one): rejoin through the bootstrap
     /// list and the peers it remembers; a node without a bootstrap list (it created
     /// the ring) becomes a ring of one if none answers, and keeps trying to merge.
-    pub(crate) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
+    pub(super) fn lost_all(&mut self, now: Instant, last: NodeAddr) {
         // Remember who we knew: they may only have looked dead (loss, a partition).
         let candidates = self
             .succs
@@ -269,22 +266,14 @@ impl ChordNode {
         for t in [Timer::Stabilize, Timer::FixFingers, Timer::CheckPredecessor, Timer::Refresh] {
             self.timers.clear(t);
         }
-        self.finger_busy = false;
+        self.fingers.idle();
         self.stabilize_busy = false;
         self.ping_busy = false;
         self.join_attempt(now);
     }
 
-    /// Fingers up to the successor's distance are the successor.
-    pub(crate) fn set_successor_fingers(&mut self) {
-        let Some(s) = self.succs.first().copied() else { return };
-        if let Some(hi) = last_index_covered(self.me.id, s.id) {
-            self.fingers.set_range(0, hi, s);
-        }
-    }
-
     /// Forgets `addr` everywhere without repairing anything. True if it was known.
-    pub(crate) fn forget(&mut self, addr: NodeAddr) -> bool {
+    pub(super) fn forget(&mut self, addr: NodeAddr) -> bool {
         let mut known = false;
         if self.pred.is_some_and(|p| p.addr == addr) {
             self.pred = None;
@@ -294,17 +283,14 @@ impl ChordNode {
         let before = self.succs.len();
         self.succs.retain(|p| p.addr != addr);
         known |= self.succs.len() != before;
-        let had_finger = self.fingers.runs().iter().any(|(_, p)| p.addr == addr);
-        if had_finger {
-            self.fingers.remove(addr);
-        }
+        let had_finger = self.fingers.remove(addr);
         known || had_finger
     }
 
     /// A request to `addr` timed out. The successor and the predecessor get a second
     /// chance (a lost message is not a crash: dropping a live successor on one loss
     /// can split the ring); anyone else is dropped at once.
-    pub(crate) fn peer_silent(&mut self, now: Instant, addr: NodeAddr) {
+    pub(super) fn peer_silent(&mut self, now: Instant, addr: NodeAddr) {
         if self.succs.first().is_some_and(|p| p.addr == addr) {
             self.succ_strikes += 1;
             if self.succ_strikes < STRIKES {
@@ -326,7 +312,7 @@ impl ChordNode {
     /// are asked first, but if every one of them is gone, this node is what remains
     /// of its ring and that node joins back right behind it when a stabilize
     /// reaches it (see `join_behind_member`), instead of both waiting for a ring.
-    pub(crate) fn peer_not_joined(&mut self, now: Instant, addr: NodeAddr) {
+    pub(super) fn peer_not_joined(&mut self, now: Instant, addr: NodeAddr) {
         if !self.joined() {
             return;
         }
@@ -347,7 +333,7 @@ impl ChordNode {
     }
 
     /// A peer could not be reached (or stayed silent): drop it and repair the successor.
-    pub(crate) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
+    pub(super) fn peer_failed(&mut self, now: Instant, addr: NodeAddr) {
         if !self.joined() || addr == self.me.addr {
             return;
         }
@@ -373,7 +359,7 @@ impl ChordNode {
     }
 
     /// Remembers a node that has this one as its successor (see `dependents`).
-    pub(crate) fn remember_dependent(&mut self, now: Instant, node: Peer) {
+    pub(super) fn remember_dependent(&mut self, now: Instant, node: Peer) {
         self.dependents.retain(|(p, until)| *until > now && p.addr != node.addr);
         if self.dependents.len() >= MAX_DEPENDENTS {
             self.dependents.remove(0);
@@ -385,7 +371,7 @@ impl ChordNode {
     /// Graceful leave: every neighbour this node knows (predecessor, successors and
     /// nodes that just joined before it) learns the others in its place, and the
     /// stored registrations go to the successor.
-    pub(crate) fn leave(&mut self, now: Instant) {
+    pub(super) fn leave(&mut self, now: Instant) {
         if self.joined() {
             // Never a neighbour that already missed an answer: it may have crashed, and
             // a node handed only dead neighbours is cut off.
@@ -415,7 +401,7 @@ impl ChordNode {
                     known.iter().copied().filter(|p| p.addr != s.addr).min_by_key(|p| p.id.distance_to(s.id));
                 self.send(s.addr, 0, ChordMsg::LeavingToSuccessor { predecessor }, Traffic::Maintenance);
                 // To the next successors too: the first may be leaving at the same time.
-                let entries = self.take_all_entries(now);
+                let entries = self.registry.take_all(now);
                 let n = usize::from(self.cfg.replicas.max(1));
                 let targets: Vec<_> = self.succs.iter().take(n).map(|p| p.addr).collect();
                 for to in targets.into_iter().filter(|_| !entries.is_empty()) {
@@ -434,9 +420,8 @@ impl ChordNode {
         }
         self.phase = Phase::Left;
         self.timers = TimerTable::default();
-        self.pending.clear();
-        self.own.clear();
-        self.store = Store::default();
+        self.requests.clear();
+        self.registry.clear();
         self.pred = None;
         self.succs.clear();
         self.fingers.clear();

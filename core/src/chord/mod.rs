@@ -6,14 +6,27 @@
 //! iterative lookups with a hop budget and a deadline, stores replicated
 //! registrations with a TTL, and leaves gracefully.
 //!
-//! - `node`: the machine, its state, timers, requests and the input dispatch.
+//! - `node`: the machine ([`ChordNode`]): the state it composes, its timers, the
+//!   input dispatch (where a sender's id is checked against its address), and
+//!   `ChordNode::check_invariants`, the node's own consistency check.
+//! - `requests`: the outstanding requests (`Outstanding`: ids, deadlines, what
+//!   each waits for) and what a request without a useful answer leads to.
 //! - `membership`: join, failure repair, rejoin or merge, graceful leave.
 //! - `stabilize`: stabilize / notify / check-predecessor, leave notices.
 //! - `lookup`: iterative lookups.
-//! - `verify`: owner checks of lookup answers.
-//! - `finger`: the compact finger table and fix-fingers.
-//! - `registry`: stored registrations, refresh, queries, key transfer.
+//! - `owner_check`: a lookup's named owner confirmed by the owner itself (a
+//!   protocol step, one round trip).
+//! - `finger`: the compact finger table with its fix-fingers pass (`FingerTable`).
+//! - `registry`: stored and own registrations (`Registry`), refresh, replication,
+//!   queries, key transfer.
 //! - `msg`: the wire messages ([`ChordMsg`]).
+//! - [`check`]: the checker with global knowledge no node has ([`check::RingTruth`]:
+//!   the true ring of a simulated network, and how far each node's view is from
+//!   it), for tests, benchmarks and the status page; never used by a node.
+//!
+//! Three kinds of checking, kept apart: `owner_check` is part of the protocol;
+//! `ChordNode::check_invariants` asserts what must hold inside one node after any
+//! input (tests and fuzzers call it); [`check`] judges a whole network from outside.
 //!
 //! # Lookups and hops
 //! Lookups are iterative: the asking node asks the closest preceding finger it
@@ -24,7 +37,7 @@
 //! uses fingers only, as in the Chord paper, so the mean is about ½·log2 N.
 //! Under churn the last hop's successor pointer may lag, so an application lookup
 //! or query whose owner was named by another node asks that owner for its
-//! predecessor before answering (`verify`): one round trip, counted apart from the
+//! predecessor before answering (`owner_check`): one round trip, counted apart from the
 //! hops in [`ChordStats::owner_checks`].
 //!
 //! # Failures
@@ -53,9 +66,10 @@ mod lookup;
 mod membership;
 mod msg;
 mod node;
+mod owner_check;
 mod registry;
+mod requests;
 mod stabilize;
-mod verify;
 
 #[cfg(test)]
 mod tests;

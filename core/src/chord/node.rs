@@ -8,25 +8,26 @@ use rand_pcg::Pcg64Mcg;
 
 use super::ChordConfig;
 use super::finger::FingerTable;
-use super::lookup::{LookupState, Purpose};
+use super::lookup::Purpose;
 use super::msg::{ChordMsg, Peer, Step};
+use super::registry::Registry;
+use super::requests::{NoAnswer, Outstanding, Waiting};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
-use crate::overlay::store::{OwnRegs, QueryState, Store};
-use crate::overlay::{CommandError, OverlayCommand, OverlayError, OverlayEvent};
+use crate::overlay::{CommandError, IdMismatch, OverlayCommand, OverlayError, OverlayEvent};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
 /// Consecutive timeouts after which the successor or predecessor counts as failed.
-pub(crate) const STRIKES: u8 = 2;
+pub(super) const STRIKES: u8 = 2;
 /// Most peers remembered for a rejoin.
-pub(crate) const MAX_REJOIN: usize = 16;
+pub(super) const MAX_REJOIN: usize = 16;
 /// Most nodes remembered as counting on this one (see `ChordNode::dependents`).
-pub(crate) const MAX_DEPENDENTS: usize = 16;
+pub(super) const MAX_DEPENDENTS: usize = 16;
 
 /// The node's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Timer {
+pub(super) enum Timer {
     /// Ask the successor for its predecessor, then notify it.
     Stabilize,
     /// Refresh the next finger.
@@ -61,7 +62,7 @@ impl TimerKey for Timer {
 
 /// Where the node stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(super) enum Phase {
     /// Looking for its place through the bootstrap list.
     Joining {
         /// Index of the contact being tried.
@@ -77,52 +78,9 @@ pub(crate) enum Phase {
     Left,
 }
 
-/// What an outstanding request waits for.
-#[derive(Debug)]
-pub(crate) enum Waiting {
-    /// One hop of a lookup.
-    Hop(Box<LookupState>),
-    /// The predecessor of the owner a lookup's route named (see `verify`).
-    Check { state: Box<LookupState>, owner: Peer, named_by: Peer, retry: bool },
-    /// The successor list of the node that named an owner which failed its check.
-    Recover { state: Box<LookupState>, named_by: Peer },
-    /// The successor's predecessor (stabilize).
-    Stabilize,
-    /// The predecessor's pong.
-    PingPredecessor,
-    /// A query's values from the key's owner.
-    Query(Box<QueryState>),
-    /// The successor list of a node that still has this (joining) node as its
-    /// successor: the join goes on from there.
-    JoinBehind,
-    /// The successor list of the node the join lookup named: it confirms the join.
-    /// If it does not answer, the next of `fallback` (nearest first) is asked.
-    SuccessorList { fallback: Vec<Peer> },
-    /// The predecessor of finger `index`'s node, to check the finger still holds.
-    FingerCheck { index: u32, node: Peer },
-    /// The successor's fingers, right after joining.
-    Fingers,
-    /// The owner's confirmation that it stored one of our own registrations.
-    Register { name: String, value: String },
-}
-
-/// One outstanding request.
-pub(crate) type Pending = crate::overlay::requests::Pending<Waiting>;
-/// Outstanding requests by request id.
-pub(crate) type Requests = crate::overlay::requests::Requests<Waiting>;
-
-/// Why a request got no useful answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoAnswer {
-    /// Nothing came back in time, or the message could not be sent.
-    Silent,
-    /// The peer answered [`ChordMsg::NotJoined`]: alive, but out of the ring.
-    NotJoined,
-}
-
 /// Who a sent message is for, in the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Traffic {
+pub(super) enum Traffic {
     /// Keeping the ring (stabilize, fingers, pings, replication, refreshes, join, leave).
     Maintenance,
     /// Serving a command of the application (lookups, queries, first registrations).
@@ -158,55 +116,52 @@ pub struct ChordStats {
     /// Sum of the hops of the successful application lookups.
     pub lookup_hops: u64,
     /// Owner checks sent by lookups and queries (one round trip each, not hops;
-    /// see `verify`).
+    /// see `owner_check`).
     pub owner_checks: u64,
 }
 
 /// A Chord node as a sans-IO machine.
+///
+/// It composes the state of each concern: the ring itself (phase, predecessor,
+/// successor list, strikes, peers to rejoin through, dependents) here; the finger
+/// table with its fix-fingers pass (`FingerTable`), the stored and own
+/// registrations (`Registry`) and the outstanding requests (`Outstanding`) in
+/// types of their own, which keep their fields private and their own invariants.
 #[derive(Debug)]
 pub struct ChordNode {
-    pub(crate) cfg: ChordConfig,
-    pub(crate) me: Peer,
+    pub(super) cfg: ChordConfig,
+    pub(super) me: Peer,
     /// Contacts to join through, own address removed.
-    pub(crate) bootstrap: Vec<NodeAddr>,
+    pub(super) bootstrap: Vec<NodeAddr>,
     /// Peers known when every contact seemed lost, tried after the bootstrap list
     /// (and, by a node without one, to merge back from a ring of one). Usually empty.
-    pub(crate) rejoin: Vec<NodeAddr>,
+    pub(super) rejoin: Vec<NodeAddr>,
     /// Wait before the next merge attempt of a node alone with `rejoin` contacts.
-    pub(crate) merge_backoff: Duration,
-    pub(crate) phase: Phase,
-    pub(crate) pred: Option<Peer>,
+    pub(super) merge_backoff: Duration,
+    pub(super) phase: Phase,
+    pub(super) pred: Option<Peer>,
     /// Successor list, nearest first, without this node. Empty while joined: alone.
-    pub(crate) succs: Vec<Peer>,
-    pub(crate) fingers: FingerTable,
-    /// Next finger index the fix-fingers pass refreshes.
-    pub(crate) next_finger: u32,
-    /// A finger lookup is in flight.
-    pub(crate) finger_busy: bool,
-    /// The first pass after joining runs its lookups back to back.
-    pub(crate) fast_fingers: bool,
-    pub(crate) stabilize_busy: bool,
-    pub(crate) ping_busy: bool,
+    pub(super) succs: Vec<Peer>,
+    /// The finger table and its fix-fingers pass.
+    pub(super) fingers: FingerTable,
+    pub(super) stabilize_busy: bool,
+    pub(super) ping_busy: bool,
     /// Nodes that recently counted on this node as their successor without being
     /// its predecessor: joiners it answered "I am your successor", and notifiers it
     /// did not adopt (their view is behind). A graceful leave must hand them on
     /// too, or a node whose only live contact leaves is stranded. (peer, forget after).
-    pub(crate) dependents: Vec<(Peer, Instant)>,
-    /// The owned registrations must be copied to the replicas again (the first
-    /// successors or the owned range changed); done at the end of the input.
-    pub(crate) replicas_dirty: bool,
+    pub(super) dependents: Vec<(Peer, Instant)>,
     /// Consecutive timeouts of the successor and of the predecessor.
-    pub(crate) succ_strikes: u8,
-    pub(crate) pred_strikes: u8,
-    pub(crate) pending: Requests,
-    pub(crate) next_request: u64,
-    pub(crate) timers: TimerTable<Timer>,
-    pub(crate) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
-    pub(crate) store: Store,
-    /// This node's own registrations, refreshed until unregistered.
-    pub(crate) own: OwnRegs,
-    pub(crate) rng: Pcg64Mcg,
-    pub(crate) stats: ChordStats,
+    pub(super) succ_strikes: u8,
+    pub(super) pred_strikes: u8,
+    /// Outstanding requests.
+    pub(super) requests: Outstanding,
+    pub(super) timers: TimerTable<Timer>,
+    pub(super) actions: VecDeque<Action<ChordMsg, OverlayEvent>>,
+    /// Stored and own registrations.
+    pub(super) registry: Registry,
+    pub(super) rng: Pcg64Mcg,
+    pub(super) stats: ChordStats,
 }
 
 impl ChordNode {
@@ -232,21 +187,15 @@ impl ChordNode {
             pred: None,
             succs: Vec::new(),
             fingers: FingerTable::default(),
-            next_finger: 0,
-            finger_busy: false,
-            fast_fingers: false,
             stabilize_busy: false,
             ping_busy: false,
             dependents: Vec::new(),
-            replicas_dirty: false,
             succ_strikes: 0,
             pred_strikes: 0,
-            pending: Requests::default(),
-            next_request: first_request,
+            requests: Outstanding::new(first_request),
             timers: TimerTable::default(),
             actions: VecDeque::new(),
-            store: Store::default(),
-            own: OwnRegs::default(),
+            registry: Registry::default(),
             rng,
             stats: ChordStats::default(),
         };
@@ -304,12 +253,12 @@ impl ChordNode {
     /// Every value stored here under `name` (replicas included), expired ones too
     /// until the next sweep; sorted.
     pub fn stored_values(&self, name: &str) -> Vec<String> {
-        self.store.peek(name)
+        self.registry.peek(name)
     }
 
     /// Number of values stored here (replicas included).
     pub fn stored_len(&self) -> usize {
-        self.store.len()
+        self.registry.len()
     }
 
     /// The counters.
@@ -322,13 +271,56 @@ impl ChordNode {
         &self.cfg
     }
 
+    /// Every outstanding request as (request id, where it went), oldest first:
+    /// fuzzers answer them.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn outstanding(&self) -> Vec<(u64, NodeAddr)> {
+        self.requests.list()
+    }
+
+    /// Panics if one of the node's invariants does not hold after an input: the
+    /// successor list is at most r long, without this node or a repeat; this node
+    /// is not its own predecessor; a joining node has no successor; the peers it
+    /// remembers are bounded; the requests' timer is their earliest deadline, and a
+    /// stabilize or ping marked in flight is; a node that left keeps nothing; and
+    /// the finger table, the registry and the requests keep their own.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn check_invariants(&self) {
+        let me = self.me.addr;
+        assert!(self.succs.len() <= self.cfg.successors, "{} successors", self.succs.len());
+        for (k, p) in self.succs.iter().enumerate() {
+            assert!(p.addr != me, "the successor list names this node");
+            assert!(self.succs[..k].iter().all(|q| q.addr != p.addr), "{} twice in the successor list", p.addr);
+        }
+        assert!(self.pred.is_none_or(|p| p.addr != me), "this node is its own predecessor");
+        assert!(self.dependents.len() <= MAX_DEPENDENTS, "{} dependents", self.dependents.len());
+        assert!(self.rejoin.len() <= MAX_REJOIN, "{} peers remembered to rejoin", self.rejoin.len());
+        self.fingers.check_invariants(me);
+        self.registry.check_invariants(&self.cfg.limits);
+        self.requests.check_invariants();
+        assert_eq!(self.timers.get(Timer::Requests), self.requests.next_deadline(), "requests' timer");
+        match self.phase {
+            Phase::Joining { .. } => assert!(self.succs.is_empty(), "a joining node with successors"),
+            Phase::Joined => {
+                assert!(!self.stabilize_busy || self.requests.any(|w| matches!(w, Waiting::Stabilize)));
+                assert!(!self.ping_busy || self.requests.any(|w| matches!(w, Waiting::PingPredecessor)));
+            }
+            Phase::Left => {
+                assert!(self.timers.next().is_none(), "a node that left has a timer");
+                assert!(self.requests.next_deadline().is_none(), "a node that left waits for answers");
+                assert!(self.succs.is_empty() && self.pred.is_none() && self.fingers.runs().is_empty());
+                assert!(self.registry.len() == 0 && !self.registry.has_own(), "a node that left keeps registrations");
+            }
+        }
+    }
+
     // ---- plumbing ------------------------------------------------------------------
 
-    pub(crate) fn joined(&self) -> bool {
+    pub(super) fn joined(&self) -> bool {
         self.phase == Phase::Joined
     }
 
-    pub(crate) fn send(&mut self, to: NodeAddr, request_id: u64, body: ChordMsg, traffic: Traffic) {
+    pub(super) fn send(&mut self, to: NodeAddr, request_id: u64, body: ChordMsg, traffic: Traffic) {
         self.stats.sent += 1;
         self.stats.sent_by_kind[body.kind()] += 1;
         match traffic {
@@ -340,131 +332,17 @@ impl ChordNode {
         self.actions.push_back(Action::Send { to, msg });
     }
 
-    /// Sends a request and remembers what its answer is for.
-    pub(crate) fn request(&mut self, now: Instant, to: NodeAddr, body: ChordMsg, what: Waiting, traffic: Traffic) {
-        let id = self.next_request;
-        self.next_request = self.next_request.wrapping_add(1).max(1);
-        let mut deadline = now + self.cfg.request_timeout;
-        // A lookup's or query's own deadline caps the wait for any one answer.
-        match &what {
-            Waiting::Hop(s) | Waiting::Check { state: s, .. } | Waiting::Recover { state: s, .. } => {
-                deadline = deadline.min(s.deadline())
-            }
-            Waiting::Query(q) => deadline = deadline.min(q.deadline),
-            _ => {}
-        }
-        self.pending.insert(id, Pending { to, deadline, what });
-        self.send(to, id, body, traffic);
-    }
-
-    pub(crate) fn event(&mut self, e: OverlayEvent) {
+    pub(super) fn event(&mut self, e: OverlayEvent) {
         self.actions.push_back(Action::Event(e));
     }
 
-    pub(crate) fn drop_input(&mut self) {
+    pub(super) fn drop_input(&mut self) {
         self.stats.dropped += 1;
     }
 
     /// `d` scaled by a random factor in [0.9, 1.1], so nodes do not tick in lockstep.
-    pub(crate) fn jitter(&mut self, d: Duration) -> Duration {
+    pub(super) fn jitter(&mut self, d: Duration) -> Duration {
         d.mul_f64(self.rng.random_range(0.9..1.1))
-    }
-
-    fn rearm_requests(&mut self) {
-        match self.pending.next_deadline() {
-            Some(t) => self.timers.set(Timer::Requests, t),
-            None => self.timers.clear(Timer::Requests),
-        }
-    }
-
-    /// Takes the request `id` if it went to `from` and `fits` the reply.
-    pub(crate) fn take_pending(&mut self, id: u64, from: NodeAddr, fits: fn(&Waiting) -> bool) -> Option<Pending> {
-        match self.pending.get(&id) {
-            Some(p) if p.to == from && fits(&p.what) => self.pending.remove(&id),
-            _ => {
-                self.drop_input();
-                None
-            }
-        }
-    }
-
-    fn expire_requests(&mut self, now: Instant) {
-        let due = self.pending.ids_where(|p| p.deadline <= now);
-        for id in due {
-            if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p, NoAnswer::Silent);
-            }
-        }
-    }
-
-    /// Fails every outstanding request to `addr` at once (it left: no answer comes).
-    pub(crate) fn abandon_requests_to(&mut self, now: Instant, addr: NodeAddr) {
-        for id in self.pending.ids_where(|p| p.to == addr) {
-            if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p, NoAnswer::Silent);
-            }
-        }
-    }
-
-    fn request_failed(&mut self, now: Instant, p: Pending, why: NoAnswer) {
-        self.stats.request_failures += 1;
-        match p.what {
-            Waiting::Hop(state) => {
-                if now < state.deadline() {
-                    // Out of time is the lookup's fault, not the hop's.
-                    self.blame(now, p.to, why);
-                }
-                self.hop_failed(now, p.to, state);
-            }
-            Waiting::Check { state, owner, named_by, retry } => {
-                if retry && why == NoAnswer::Silent {
-                    // A lost message is not a failed owner: ask once more.
-                    return self.check_owner(now, state, owner, named_by, false);
-                }
-                if now < state.deadline() {
-                    self.blame(now, p.to, why);
-                }
-                self.owner_check_failed(now, state, owner, named_by);
-            }
-            Waiting::Recover { state, .. } => {
-                if now < state.deadline() {
-                    self.blame(now, p.to, why);
-                }
-                self.hop_failed(now, p.to, state);
-            }
-            Waiting::Stabilize => {
-                self.stabilize_busy = false;
-                self.blame(now, p.to, why);
-            }
-            Waiting::PingPredecessor => {
-                self.ping_busy = false;
-                self.blame(now, p.to, why);
-            }
-            Waiting::Query(q) => {
-                if now < q.deadline {
-                    self.blame(now, p.to, why);
-                }
-                self.query_failed(now, *q);
-            }
-            Waiting::FingerCheck { .. } => {
-                self.finger_busy = false;
-                self.blame(now, p.to, why);
-            }
-            Waiting::SuccessorList { fallback } => self.confirm_join_with(now, fallback),
-            Waiting::JoinBehind => self.join_failed(now),
-            Waiting::Fingers => {}
-            Waiting::Register { name, value } => {
-                self.blame(now, p.to, why);
-                self.retry_registration(now, &name, &value);
-            }
-        }
-    }
-
-    fn blame(&mut self, now: Instant, addr: NodeAddr, why: NoAnswer) {
-        match why {
-            NoAnswer::Silent => self.peer_silent(now, addr),
-            NoAnswer::NotJoined => self.peer_not_joined(now, addr),
-        }
     }
 
     fn on_timer(&mut self, now: Instant, t: Timer) {
@@ -479,8 +357,31 @@ impl ChordNode {
         }
     }
 
+    /// The sender of `env`, as its envelope names it. Its id is checked against its
+    /// address ([`Peer::checked`]) here, once, for the messages by which this node
+    /// takes the sender into its ring on its word: a notify (from anyone but the
+    /// current predecessor, which was taken in already) and the leave notices.
+    /// Other senders are answered or matched by address, and hashing the address of
+    /// every message would cost more than the check is worth.
+    fn sender(&self, env: &Envelope<ChordMsg>) -> Result<Peer, IdMismatch> {
+        let claimed = Peer { id: env.sender, addr: env.sender_addr };
+        match env.body {
+            ChordMsg::Notify if self.pred == Some(claimed) => Ok(claimed),
+            ChordMsg::Notify | ChordMsg::LeavingToPredecessor { .. } | ChordMsg::LeavingToSuccessor { .. } => {
+                Peer::checked(claimed.id, claimed.addr)
+            }
+            _ => Ok(claimed),
+        }
+    }
+
     fn dispatch(&mut self, now: Instant, env: Envelope<ChordMsg>) {
-        let from = Peer { id: env.sender, addr: env.sender_addr };
+        let from = match self.sender(&env) {
+            Ok(from) => from,
+            Err(e) => {
+                tracing::debug!(%e, "message dropped");
+                return self.drop_input();
+            }
+        };
         let rid = env.request_id;
         let is_request = matches!(
             env.body,
@@ -571,7 +472,7 @@ impl ChordNode {
                 }
             }
             ChordMsg::Query { name } => {
-                let values = self.store.values(&name, now);
+                let values = self.registry.values(&name, now);
                 self.send(from.addr, rid, ChordMsg::QueryResult { values }, Traffic::Reply);
             }
             ChordMsg::QueryResult { values } => self.on_query_result(from, rid, values),
@@ -596,13 +497,9 @@ impl ChordNode {
                     self.adopt_fingers(fingers);
                 }
             }
-            ChordMsg::NotJoined => match self.pending.get(&rid) {
-                Some(p) if p.to == from.addr => {
-                    if let Some(p) = self.pending.remove(&rid) {
-                        self.request_failed(now, p, NoAnswer::NotJoined);
-                    }
-                }
-                _ => self.drop_input(),
+            ChordMsg::NotJoined => match self.requests.take_from(rid, from.addr) {
+                Some(p) => self.request_failed(now, p, NoAnswer::NotJoined),
+                None => self.drop_input(),
             },
             ChordMsg::SuccessorList { successors } => {
                 let fits = |w: &Waiting| matches!(w, Waiting::SuccessorList { .. } | Waiting::JoinBehind);
@@ -640,13 +537,9 @@ impl Machine for ChordNode {
         if self.phase == Phase::Left {
             return;
         }
-        let ids = self.pending.ids_where(|p| p.to == to);
+        let ids = self.requests.ids_to(to);
         self.peer_failed(now, to);
-        for id in ids {
-            if let Some(p) = self.pending.remove(&id) {
-                self.request_failed(now, p, NoAnswer::Silent);
-            }
-        }
+        self.fail_requests(now, ids, NoAnswer::Silent);
         self.sync_replicas(now);
         self.rearm_requests();
     }

@@ -5,20 +5,128 @@ use std::time::{Duration, Instant};
 
 use super::lookup::Purpose;
 use super::msg::{ChordMsg, Entry, Peer};
-use super::node::{ChordNode, Timer, Traffic, Waiting};
+use super::node::{ChordNode, Timer, Traffic};
+use super::requests::Waiting;
 use crate::id::Id;
 use crate::machine::NodeAddr;
-use crate::overlay::store::{Put, QueryState, Store};
+use crate::overlay::store::{Limits, OwnRegs, Put, QueryState, Store};
 use crate::overlay::{CommandError, OverlayError, OverlayEvent, Token};
 
 /// Attempts of a query (lookup, then ask the owner) before it reports a timeout.
 const QUERY_ATTEMPTS: u8 = 3;
 /// How often a handed-over entry may be passed on towards its owner.
-pub(crate) const HANDOVER_HOPS: u8 = 8;
+pub(super) const HANDOVER_HOPS: u8 = 8;
+
+/// The registrations a node keeps: those it stores (as owner or replica) with
+/// their expiry, and its own, which it refreshes at their owner.
+///
+/// Invariant ([`Registry::check_invariants`]): the store holds no more values
+/// than the limits allow.
+#[derive(Debug, Default)]
+pub(super) struct Registry {
+    /// Registrations stored here, as owner or replica.
+    store: Store,
+    /// This node's own registrations, refreshed until unregistered.
+    own: OwnRegs,
+    /// The owned registrations must be copied to the replicas again (the first
+    /// successors or the owned range changed); done at the end of the input.
+    replicas_dirty: bool,
+}
+
+impl Registry {
+    /// Stores (or refreshes) one entry within `limits`; a TTL of 0 withdraws its value.
+    pub(super) fn put(&mut self, now: Instant, entry: Entry, limits: &Limits) -> Put {
+        self.store.store(now, entry, limits)
+    }
+
+    /// Live values stored under `name`, sorted.
+    pub(super) fn values(&self, name: &str, now: Instant) -> Vec<String> {
+        self.store.values(name, now)
+    }
+
+    /// Every value stored under `name`, expired ones too until the next sweep; sorted.
+    pub(super) fn peek(&self, name: &str) -> Vec<String> {
+        self.store.peek(name)
+    }
+
+    /// Number of values stored.
+    pub(super) fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Live stored entries whose key satisfies `pick`, with their remaining TTL.
+    pub(super) fn entries(&self, now: Instant, pick: impl Fn(Id) -> bool) -> Vec<Entry> {
+        self.store.entries(now, pick)
+    }
+
+    /// Drops expired values; returns the next expiry.
+    pub(super) fn sweep(&mut self, now: Instant) -> Option<Instant> {
+        self.store.sweep(now)
+    }
+
+    /// Every stored entry with its remaining TTL, emptying the store.
+    pub(super) fn take_all(&mut self, now: Instant) -> Vec<Entry> {
+        let out = self.store.entries(now, |_| true);
+        self.store = Store::default();
+        out
+    }
+
+    /// Remembers an own registration, due for refresh at once.
+    pub(super) fn add_own(&mut self, now: Instant, name: String, value: String, ttl: Duration) {
+        self.own.add(now, name, value, ttl);
+    }
+
+    /// Forgets an own registration; false if it was not one.
+    pub(super) fn remove_own(&mut self, name: &str, value: &str) -> bool {
+        self.own.remove(name, value)
+    }
+
+    /// Whether the node has registrations of its own.
+    pub(super) fn has_own(&self) -> bool {
+        !self.own.is_empty()
+    }
+
+    /// The own registrations due for refresh at `now`, as (name, value, TTL in ms).
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<(String, String, u64)> {
+        self.own.take_due(now)
+    }
+
+    /// When the next own registration is due.
+    pub(super) fn next_refresh(&self) -> Option<Instant> {
+        self.own.next_due()
+    }
+
+    /// Refreshes own registration (`name`, `value`) at `at`; false if it is gone.
+    pub(super) fn retry_own_at(&mut self, name: &str, value: &str, at: Instant) -> bool {
+        self.own.retry_at(name, value, at)
+    }
+
+    /// The owned registrations must go to the replicas again.
+    pub(super) fn replicas_changed(&mut self) {
+        self.replicas_dirty = true;
+    }
+
+    /// Whether the owned registrations must go to the replicas again; clears it.
+    pub(super) fn take_replicas_changed(&mut self) -> bool {
+        std::mem::take(&mut self.replicas_dirty)
+    }
+
+    /// Forgets every registration, stored and own (graceful leave).
+    pub(super) fn clear(&mut self) {
+        self.own.clear();
+        self.store = Store::default();
+    }
+
+    /// Panics if an invariant (see the type's docs) does not hold.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(super) fn check_invariants(&self, limits: &Limits) {
+        assert!(self.store.len() <= limits.total, "{} values stored, limit {}", self.store.len(), limits.total);
+    }
+}
 
 impl ChordNode {
     /// `Register` command: remember it as our own and store it now (if joined).
-    pub(crate) fn register(
+    pub(super) fn register(
         &mut self,
         now: Instant,
         name: String,
@@ -26,7 +134,7 @@ impl ChordNode {
         ttl: Duration,
     ) -> Result<(), CommandError> {
         self.cfg.limits.check_sizes(&name, &value)?;
-        self.own.add(now, name, value, ttl.min(self.cfg.limits.max_ttl));
+        self.registry.add_own(now, name, value, ttl.min(self.cfg.limits.max_ttl));
         self.refresh_tick(now);
         Ok(())
     }
@@ -34,30 +142,30 @@ impl ChordNode {
     /// `Unregister` command: stop refreshing the value and withdraw it from its
     /// owner and replicas now (a registration of TTL 0). Best effort: a copy the
     /// withdrawal misses expires with its TTL.
-    pub(crate) fn unregister(&mut self, now: Instant, name: String, value: String) {
-        if self.own.remove(&name, &value) && self.joined() {
+    pub(super) fn unregister(&mut self, now: Instant, name: String, value: String) {
+        if self.registry.remove_own(&name, &value) && self.joined() {
             self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms: 0 });
         }
     }
 
     /// Sends every own registration that is due to its owner; re-arms the timer.
-    pub(crate) fn refresh_tick(&mut self, now: Instant) {
+    pub(super) fn refresh_tick(&mut self, now: Instant) {
         if !self.joined() {
             // Refreshed all at once when the node joins.
             self.timers.clear(Timer::Refresh);
             return;
         }
-        for (name, value, ttl_ms) in self.own.take_due(now) {
+        for (name, value, ttl_ms) in self.registry.take_due(now) {
             self.start_lookup(now, Id::hash(&name), Purpose::Register { name, value, ttl_ms });
         }
-        match self.own.next_due() {
+        match self.registry.next_refresh() {
             Some(t) => self.timers.set(Timer::Refresh, t),
             None => self.timers.clear(Timer::Refresh),
         }
     }
 
     /// The owner of a registration is known: store it there.
-    pub(crate) fn register_at(&mut self, now: Instant, owner: Peer, name: String, value: String, ttl_ms: u64) {
+    pub(super) fn register_at(&mut self, now: Instant, owner: Peer, name: String, value: String, ttl_ms: u64) {
         let replicas = self.cfg.replicas.saturating_sub(1);
         let entry = Entry { name, value, ttl_ms };
         if owner.addr == self.me.addr {
@@ -74,9 +182,9 @@ impl ChordNode {
 
     /// A registration did not reach its owner (lookup failed, owner silent): try
     /// again after a stabilization period, long before the regular refresh.
-    pub(crate) fn retry_registration(&mut self, now: Instant, name: &str, value: &str) {
+    pub(super) fn retry_registration(&mut self, now: Instant, name: &str, value: &str) {
         let at = now + self.cfg.stabilize_period;
-        if !self.own.retry_at(name, value, at) {
+        if !self.registry.retry_own_at(name, value, at) {
             return; // unregistered meanwhile
         }
         if self.timers.get(Timer::Refresh).is_none_or(|t| t > at) {
@@ -85,15 +193,15 @@ impl ChordNode {
     }
 
     /// Whether `key` lies in this node's range (predecessor, itself], as far as it knows.
-    pub(crate) fn owns(&self, key: Id) -> bool {
+    pub(super) fn owns(&self, key: Id) -> bool {
         self.pred.is_none_or(|p| key.in_half_open(p.id, self.me.id))
     }
 
     /// Copies the registrations this node owns to its first `replicas - 1`
     /// successors, if they or the owned range changed since the last time: a crash
     /// of the owner then finds them at its successor, not only at the next refresh.
-    pub(crate) fn sync_replicas(&mut self, now: Instant) {
-        if !std::mem::take(&mut self.replicas_dirty) || !self.joined() || self.store.len() == 0 {
+    pub(super) fn sync_replicas(&mut self, now: Instant) {
+        if !self.registry.take_replicas_changed() || !self.joined() || self.registry.len() == 0 {
             return;
         }
         let Some(p) = self.pred else { return };
@@ -106,13 +214,13 @@ impl ChordNode {
         // them on (a copy: the successor may be stale too; ours expires unrefreshed).
         if let Some(&s) = self.succs.first().filter(|s| !small_ring && !p.id.in_open(self.me.id, s.id)) {
             let me = self.me.id;
-            let ahead = self.store.entries(now, |k| k.in_half_open(me, s.id));
+            let ahead = self.registry.entries(now, |k| k.in_half_open(me, s.id));
             if !ahead.is_empty() {
                 self.hand_over(s.addr, ahead, HANDOVER_HOPS);
             }
         }
         let me = self.me.id;
-        let entries = self.store.entries(now, |k| k.in_half_open(p.id, me));
+        let entries = self.registry.entries(now, |k| k.in_half_open(p.id, me));
         if entries.is_empty() {
             return;
         }
@@ -123,7 +231,7 @@ impl ChordNode {
     }
 
     /// Stores one entry; an owner passes copies to its next `replicas` successors.
-    pub(crate) fn on_register(&mut self, now: Instant, entry: Entry, replicas: u8) {
+    pub(super) fn on_register(&mut self, now: Instant, entry: Entry, replicas: u8) {
         if !self.joined() {
             return self.drop_input();
         }
@@ -139,7 +247,7 @@ impl ChordNode {
 
     /// Stores (or refreshes) one entry; an entry with a TTL of 0 withdraws its value.
     fn store_entry(&mut self, now: Instant, entry: Entry) {
-        match self.store.store(now, entry, &self.cfg.limits) {
+        match self.registry.put(now, entry, &self.cfg.limits) {
             Put::Stored(expires) => {
                 if self.timers.get(Timer::Expire).is_none_or(|t| t > expires) {
                     self.timers.set(Timer::Expire, expires);
@@ -151,7 +259,7 @@ impl ChordNode {
     }
 
     /// Hands `entries` over to `to` (see [`ChordMsg::Handover`]).
-    pub(crate) fn hand_over(&mut self, to: NodeAddr, entries: Vec<Entry>, hops: u8) {
+    pub(super) fn hand_over(&mut self, to: NodeAddr, entries: Vec<Entry>, hops: u8) {
         self.send(to, 0, ChordMsg::Handover { entries, hops }, Traffic::Maintenance);
     }
 
@@ -162,10 +270,10 @@ impl ChordNode {
     /// range to the predecessor. The sender's view may be stale: a leaver whose
     /// successor was not us yet, a node that handed its range over just before we
     /// adopted a newer predecessor. Never back to the sender.
-    pub(crate) fn on_entries(&mut self, now: Instant, from: Peer, entries: Vec<Entry>, hops: u8) {
+    pub(super) fn on_entries(&mut self, now: Instant, from: Peer, entries: Vec<Entry>, hops: u8) {
         // While joining, only from the successor being confirmed (it adopted us on
         // our notify and hands over our range).
-        let confirming = || self.pending.any(|p| p.to == from.addr && matches!(p.what, Waiting::SuccessorList { .. }));
+        let confirming = || self.requests.any_to(from.addr, |w| matches!(w, Waiting::SuccessorList { .. }));
         if !self.joined() && !confirming() {
             return self.drop_input();
         }
@@ -183,7 +291,9 @@ impl ChordNode {
         for e in entries {
             let key = Id::hash(&e.name);
             // Keys that are ours now (a leaving predecessor's) go on to our replicas.
-            self.replicas_dirty |= self.pred.is_some() && self.owns(key);
+            if self.pred.is_some() && self.owns(key) {
+                self.registry.replicas_changed();
+            }
             if succ.is_some_and(|s| key.in_half_open(me, s.id)) {
                 ahead.push(e.clone());
             } else if pred.is_some_and(|p| !key.in_half_open(p.id, me)) {
@@ -199,34 +309,27 @@ impl ChordNode {
     }
 
     /// Our predecessor `from` owns (`after`, `from`] now: copy it what we hold there.
-    pub(crate) fn on_pull(&mut self, now: Instant, from: Peer, after: Id) {
+    pub(super) fn on_pull(&mut self, now: Instant, from: Peer, after: Id) {
         if !self.joined() || self.pred.is_some_and(|p| p.addr != from.addr) {
             return self.drop_input();
         }
-        let entries = self.store.entries(now, |k| k.in_half_open(after, from.id));
+        let entries = self.registry.entries(now, |k| k.in_half_open(after, from.id));
         if !entries.is_empty() {
             self.send(from.addr, 0, ChordMsg::KeyTransfer { entries }, Traffic::Maintenance);
         }
     }
 
-    pub(crate) fn expire_tick(&mut self, now: Instant) {
-        match self.store.sweep(now) {
+    pub(super) fn expire_tick(&mut self, now: Instant) {
+        match self.registry.sweep(now) {
             Some(t) => self.timers.set(Timer::Expire, t),
             None => self.timers.clear(Timer::Expire),
         }
     }
 
-    /// Every stored entry with its remaining TTL, emptying the store (graceful leave).
-    pub(crate) fn take_all_entries(&mut self, now: Instant) -> Vec<Entry> {
-        let out = self.store.entries(now, |_| true);
-        self.store = Store::default();
-        out
-    }
-
     // ---- queries -------------------------------------------------------------------
 
     /// `Query` command.
-    pub(crate) fn query(&mut self, now: Instant, token: Token, name: String) -> Result<(), CommandError> {
+    pub(super) fn query(&mut self, now: Instant, token: Token, name: String) -> Result<(), CommandError> {
         self.cfg.limits.check_sizes(&name, "")?;
         if !self.joined() {
             self.event(OverlayEvent::QueryDone { token, name, result: Err(OverlayError::NotConnected) });
@@ -238,7 +341,7 @@ impl ChordNode {
     }
 
     /// The owner of a queried name is known: ask it (or answer from here).
-    pub(crate) fn query_at(
+    pub(super) fn query_at(
         &mut self,
         now: Instant,
         owner: Peer,
@@ -248,7 +351,7 @@ impl ChordNode {
         deadline: Instant,
     ) {
         if owner.addr == self.me.addr {
-            let values = self.store.values(&name, now);
+            let values = self.registry.values(&name, now);
             self.event(OverlayEvent::QueryDone { token, name, result: Ok(values) });
             return;
         }
@@ -257,7 +360,7 @@ impl ChordNode {
         self.request(now, owner.addr, body, Waiting::Query(Box::new(state)), Traffic::User);
     }
 
-    pub(crate) fn on_query_result(&mut self, from: Peer, rid: u64, values: Vec<String>) {
+    pub(super) fn on_query_result(&mut self, from: Peer, rid: u64, values: Vec<String>) {
         let Some(p) = self.take_pending(rid, from.addr, |w| matches!(w, Waiting::Query(_))) else { return };
         if let Waiting::Query(q) = p.what {
             let QueryState { token, name, .. } = *q;
@@ -266,7 +369,7 @@ impl ChordNode {
     }
 
     /// The owner did not answer: look the name up again, or give up.
-    pub(crate) fn query_failed(&mut self, now: Instant, q: QueryState) {
+    pub(super) fn query_failed(&mut self, now: Instant, q: QueryState) {
         let QueryState { token, name, attempt, deadline } = q;
         if attempt + 1 < QUERY_ATTEMPTS && now < deadline && self.joined() {
             let key = Id::hash(&name);

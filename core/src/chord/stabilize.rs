@@ -3,13 +3,14 @@
 use std::time::Instant;
 
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, Timer, Traffic, Waiting};
+use super::node::{ChordNode, Timer, Traffic};
 use super::registry::HANDOVER_HOPS;
+use super::requests::Waiting;
 use crate::id::Id;
 
 impl ChordNode {
     /// Asks the successor for its predecessor and successor list.
-    pub(crate) fn stabilize_tick(&mut self, now: Instant) {
+    pub(super) fn stabilize_tick(&mut self, now: Instant) {
         let d = self.jitter(self.cfg.stabilize_period);
         self.timers.set(Timer::Stabilize, now + d);
         if !self.joined() || self.stabilize_busy {
@@ -32,7 +33,7 @@ impl ChordNode {
 
     /// The successor told us its predecessor and list: adopt a closer successor if
     /// one appeared, refresh the list, and notify.
-    pub(crate) fn on_predecessor(
+    pub(super) fn on_predecessor(
         &mut self,
         now: Instant,
         from: Peer,
@@ -62,7 +63,7 @@ impl ChordNode {
 
     /// Sets the successor list from `list`, nearest first: cut where it comes back
     /// round to this node, without duplicates, at most r long.
-    pub(crate) fn set_successor_list(&mut self, list: Vec<Peer>) {
+    pub(super) fn set_successor_list(&mut self, list: Vec<Peer>) {
         let mut out: Vec<Peer> = Vec::with_capacity(self.cfg.successors);
         for p in list {
             if p.addr == self.me.addr {
@@ -79,7 +80,7 @@ impl ChordNode {
         let k = usize::from(self.cfg.replicas.saturating_sub(1));
         let replicas = |l: &[Peer]| l.iter().take(k).map(|p| p.addr).collect::<Vec<_>>();
         if replicas(&out) != replicas(&self.succs) {
-            self.replicas_dirty = true;
+            self.registry.replicas_changed();
         }
         self.succs = out;
         if changed {
@@ -89,7 +90,7 @@ impl ChordNode {
     }
 
     /// `from` thinks it might be our predecessor.
-    pub(crate) fn on_notify(&mut self, now: Instant, from: Peer) {
+    pub(super) fn on_notify(&mut self, now: Instant, from: Peer) {
         if !self.joined() {
             return self.drop_input();
         }
@@ -97,10 +98,6 @@ impl ChordNode {
         let adopt = self.pred != Some(from) && self.pred.is_none_or(|p| from.id.in_open(p.id, self.me.id));
         if !alone && !adopt {
             return;
-        }
-        // Checked only on a change: hashing every periodic notify would cost more.
-        if from.id != from.addr.id() {
-            return self.drop_input();
         }
         if alone {
             self.set_successor_list(vec![from]);
@@ -130,13 +127,13 @@ impl ChordNode {
         // the replicas as copies; with no old predecessor, all as a handover.
         let me = self.me.id;
         let own = |k: Id| old.is_none_or(|o| k.in_half_open(o.id, from.id));
-        let handed = self.store.entries(now, |k| !k.in_half_open(from.id, me) && own(k));
-        let copies = self.store.entries(now, |k| !k.in_half_open(from.id, me) && !own(k));
+        let handed = self.registry.entries(now, |k| !k.in_half_open(from.id, me) && own(k));
+        let copies = self.registry.entries(now, |k| !k.in_half_open(from.id, me) && !own(k));
         if old.is_none() {
             // Our range is known again (it may have grown): copy it to our replicas,
             // and fetch from our successor the replicas it holds in it (a copy the
             // failed predecessor sent us may have been lost).
-            self.replicas_dirty = true;
+            self.registry.replicas_changed();
             if let Some(s) = self.succs.first().filter(|s| s.addr != from.addr) {
                 self.send(s.addr, 0, ChordMsg::Pull { after: from.id }, Traffic::Maintenance);
             }
@@ -151,7 +148,7 @@ impl ChordNode {
 
     /// Our successor `from` adopted `p` as predecessor: if `p` lies between us, it is
     /// our successor now.
-    pub(crate) fn on_new_predecessor(&mut self, now: Instant, from: Peer, p: Peer) {
+    pub(super) fn on_new_predecessor(&mut self, now: Instant, from: Peer, p: Peer) {
         if !self.joined() {
             return self.redirect_join(now, from, p);
         }
@@ -170,7 +167,7 @@ impl ChordNode {
     }
 
     /// Pings the predecessor; no answer clears it.
-    pub(crate) fn check_predecessor_tick(&mut self, now: Instant) {
+    pub(super) fn check_predecessor_tick(&mut self, now: Instant) {
         let d = self.jitter(self.cfg.check_predecessor_period);
         self.timers.set(Timer::CheckPredecessor, now + d);
         if !self.joined() || self.ping_busy {
@@ -183,8 +180,8 @@ impl ChordNode {
     }
 
     /// Our successor `from` leaves; its successors take its place.
-    pub(crate) fn on_leaving_successor(&mut self, now: Instant, from: Peer, successors: Vec<Peer>) {
-        if !self.joined() || from.id != from.addr.id() {
+    pub(super) fn on_leaving_successor(&mut self, now: Instant, from: Peer, successors: Vec<Peer>) {
+        if !self.joined() {
             return self.drop_input();
         }
         let was_succ = self.succs.first().is_some_and(|p| p.addr == from.addr);
@@ -209,8 +206,8 @@ impl ChordNode {
     }
 
     /// Our predecessor `from` leaves; its predecessor takes its place.
-    pub(crate) fn on_leaving_predecessor(&mut self, now: Instant, from: Peer, predecessor: Option<Peer>) {
-        if !self.joined() || from.id != from.addr.id() {
+    pub(super) fn on_leaving_predecessor(&mut self, now: Instant, from: Peer, predecessor: Option<Peer>) {
+        if !self.joined() {
             return self.drop_input();
         }
         let was_pred = self.pred.is_some_and(|p| p.addr == from.addr);
@@ -218,7 +215,7 @@ impl ChordNode {
         self.abandon_requests_to(now, from.addr);
         if was_pred {
             self.pred = predecessor.filter(|p| p.addr != self.me.addr && p.addr != from.addr);
-            self.replicas_dirty = true;
+            self.registry.replicas_changed();
         }
         self.repair_gracefully();
     }

@@ -34,6 +34,22 @@ impl Peer {
     pub fn from_addr(addr: NodeAddr) -> Self {
         Peer { id: addr.id(), addr }
     }
+
+    /// The peer a message names (its id and address as decoded), if the id is
+    /// the one its address maps to. The one place a claimed id is checked.
+    pub fn checked(id: Id, addr: NodeAddr) -> Result<Self, IdMismatch> {
+        if addr.id() == id { Ok(Peer { id, addr }) } else { Err(IdMismatch { claimed: id, addr }) }
+    }
+}
+
+/// A peer claimed an id that is not the one its address maps to (see [`Peer::checked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{addr} claims id {claimed}, not the id of its address")]
+pub struct IdMismatch {
+    /// The id the message claimed.
+    pub claimed: Id,
+    /// The address it came with.
+    pub addr: NodeAddr,
 }
 
 /// One registration in flight between nodes (replication, key transfer, handover).

@@ -103,6 +103,7 @@ impl Net {
 
     /// Drains node `i` and re-arms its wake-up, as the drain contract says.
     fn after(&mut self, i: usize) {
+        self.nodes[i].check_invariants();
         let mut failed = Vec::new();
         while let Some(a) = self.nodes[i].poll_action() {
             match a {

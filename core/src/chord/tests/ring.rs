@@ -283,6 +283,25 @@ fn bad_peer_input_is_dropped_and_counted() {
 }
 
 #[test]
+fn a_leave_notice_whose_sender_id_is_not_its_address_is_dropped() {
+    let mut net = Net::build(ChordConfig::default(), 3, Duration::from_millis(50));
+    net.converge(secs(20));
+    let b = net.nodes[1].me();
+    let forged = b.id.wrapping_add(Id::pow2(0));
+    assert_eq!(Peer::checked(b.id, b.addr), Ok(b));
+    assert_eq!(Peer::checked(forged, b.addr), Err(crate::overlay::IdMismatch { claimed: forged, addr: b.addr }));
+    let before = net.nodes[0].stats().dropped;
+    for body in
+        [ChordMsg::LeavingToSuccessor { predecessor: None }, ChordMsg::LeavingToPredecessor { successors: vec![] }]
+    {
+        net.nodes[0].handle_message(net.now, Envelope::new(forged, b.addr, 0, body));
+        net.after(0);
+    }
+    assert_eq!(net.nodes[0].stats().dropped - before, 2);
+    assert!(net.nodes[0].successor_list().iter().any(|p| p.addr == b.addr), "a forged leave notice was taken");
+}
+
+#[test]
 fn maintenance_traffic_is_counted_and_bounded() {
     let n = 32;
     let mut net = Net::build(ChordConfig::default(), n, Duration::from_millis(50));

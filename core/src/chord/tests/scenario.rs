@@ -130,7 +130,7 @@ proptest! {
             let rid = match rid_kind {
                 0 => 0,
                 1 => rid,
-                _ => net.nodes[to].pending.first_id().unwrap_or(rid),
+                _ => net.nodes[to].requests.first_id().unwrap_or(rid),
             };
             let now = net.now;
             net.nodes[to].handle_message(now, Envelope::new(sender.id, sender.addr, rid, body));

@@ -17,14 +17,15 @@ use std::time::Instant;
 
 use super::lookup::LookupState;
 use super::msg::{ChordMsg, Peer};
-use super::node::{ChordNode, Waiting};
+use super::node::ChordNode;
+use super::requests::Waiting;
 
 /// Most owner checks one lookup makes.
 const MAX_CHECKS: u8 = 4;
 
 impl ChordNode {
     /// The route named `owner` (`named_by` said so): report it, or check it first.
-    pub(crate) fn owner_named(&mut self, now: Instant, state: Box<LookupState>, owner: Peer, named_by: Peer) {
+    pub(super) fn owner_named(&mut self, now: Instant, state: Box<LookupState>, owner: Peer, named_by: Peer) {
         let unchecked = owner.addr == self.me.addr || owner.addr == named_by.addr || !state.checks_owner();
         if unchecked || state.checks >= MAX_CHECKS || now >= state.deadline() {
             return self.lookup_done(now, *state, Ok(owner));
@@ -33,7 +34,7 @@ impl ChordNode {
     }
 
     /// Asks `owner` for its predecessor; `retry` once more if no answer comes.
-    pub(crate) fn check_owner(
+    pub(super) fn check_owner(
         &mut self,
         now: Instant,
         mut state: Box<LookupState>,
@@ -52,7 +53,7 @@ impl ChordNode {
     }
 
     /// The named owner's predecessor: if the key lies at or before it, it is closer.
-    pub(crate) fn on_owner_check(&mut self, now: Instant, state: Box<LookupState>, owner: Peer, pred: Option<Peer>) {
+    pub(super) fn on_owner_check(&mut self, now: Instant, state: Box<LookupState>, owner: Peer, pred: Option<Peer>) {
         match pred {
             Some(p) if !state.key().in_half_open(p.id, owner.id) && !state.has_failed(p.addr) => {
                 self.owner_named(now, state, p, owner)
@@ -63,7 +64,7 @@ impl ChordNode {
 
     /// The named owner did not answer (the caller blamed it): the next node of the
     /// namer's successor list is the owner, if any is alive.
-    pub(crate) fn owner_check_failed(
+    pub(super) fn owner_check_failed(
         &mut self,
         now: Instant,
         mut state: Box<LookupState>,
@@ -84,7 +85,7 @@ impl ChordNode {
     }
 
     /// The namer's successor list, after its named owner failed a check.
-    pub(crate) fn on_recover(&mut self, now: Instant, state: Box<LookupState>, named_by: Peer, successors: Vec<Peer>) {
+    pub(super) fn on_recover(&mut self, now: Instant, state: Box<LookupState>, named_by: Peer, successors: Vec<Peer>) {
         match successors.into_iter().find(|s| !state.has_failed(s.addr) && s.addr != self.me.addr) {
             Some(s) => self.owner_named(now, state, s, named_by),
             None => self.ask_next(now, state),
