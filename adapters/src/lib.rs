@@ -13,8 +13,6 @@
 //!   back a `NodeHandle` for commands, events and inspection; `spawn_daemon`
 //!   runs a daemon node, its local connections and the application's own event
 //!   loop as one event loop on one tokio thread.
-//! - [`vectored`] writes a queue of byte chunks with vectored writes, the one
-//!   loop the shells and the MPI library's connections share.
 //! - `app` (feature `app`, on by default with all three shells) is the node
 //!   program: `cargo run -p p2pmp-adapters --example node -- --help`.
 //! - `testing` (feature `testing`) is a ping/pong machine for tests and benches.
@@ -24,7 +22,6 @@ pub mod app;
 mod driver;
 pub mod local;
 mod peers;
-pub mod vectored;
 
 pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
 pub use peers::ConnId;

@@ -10,7 +10,7 @@ use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
 
-use crate::vectored;
+use p2pmp_core::wire::vectored;
 
 /// Names one connection for as long as it lives; never reused by a driver.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mio::net::TcpStream;
-use p2pmp_adapters::vectored::write_queue;
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::wire::Calls;
+use p2pmp_core::wire::vectored::write_queue;
 
 use crate::error::{Error, Result};
 use crate::sock::{self, Wait};

@@ -23,7 +23,9 @@ use tracing::{debug, warn};
 
 use crate::local::LocalConns;
 use crate::spawn::{ShellIo, apply_control};
-use crate::{ConnId, Driver, IoRequest, vectored};
+use p2pmp_core::wire::vectored;
+
+use crate::{ConnId, Driver, IoRequest};
 
 #[cfg(feature = "smol")]
 pub mod smol;

@@ -18,6 +18,7 @@ mod envelope;
 mod error;
 mod frame;
 mod msg;
+pub mod vectored;
 
 pub use calls::Calls;
 pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts, round_trip};

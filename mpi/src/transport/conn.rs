@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mio::net::TcpStream;
-use p2pmp_adapters::vectored::write_queue;
 use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
+use p2pmp_core::wire::vectored::write_queue;
 use p2pmp_core::wire::{FrameDecoder, decode_envelope};
 use tracing::{debug, warn};
 

@@ -1,6 +1,8 @@
 //! Writing a queue of byte chunks with vectored writes: the one loop the
-//! driver's send queues ([`crate::Driver`], sync and async shells) and the MPI
-//! library's connections share.
+//! adapters' send queues (sync and async shells) and the MPI library's
+//! connections share. Pure: the caller's `send` touches the socket. It lives in
+//! core, not in the adapters, so that an MPI program links no runtime for it
+//! (from the adapters it doubled a rank binary's size and slowed its start).
 //!
 //! [`gather`] fills slices from the front of the queue, the caller hands them
 //! to a socket, and [`consume`] drops what the socket took. [`write_queue`] is
