@@ -21,6 +21,7 @@
 
 pub mod attr;
 pub mod bsend;
+pub mod ckpt;
 mod buf;
 pub mod coll;
 mod comm;
