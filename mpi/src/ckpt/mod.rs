@@ -21,8 +21,9 @@
 //! in the job directory); once every rank has written epoch E, the files of
 //! older epochs are removed.
 //!
-//! A process started with `P2PMP_RESTART` (the path of its checkpoint file)
-//! resumes: [`World::recover`] checks the file (digest, job, rank, size), fills
+//! A process started with `P2PMP_RESTART` (the path of its checkpoint file, or
+//! of a directory of the job's checkpoints: then this rank's file of the newest
+//! epoch every rank has) resumes: [`World::recover`] checks the file (digest, job, rank, size), fills
 //! every protected region from it (each must be protected again with the size
 //! it had), runs the restart hooks and returns true. The library state it
 //! carries is the snapshot count, the epoch and the agreement stride, so the
@@ -45,7 +46,7 @@ use p2pmp_core::job::JobId;
 
 use crate::error::{Error, Result};
 use crate::pod::Op;
-use crate::world::World;
+use crate::world::{COMM_COLL, World};
 
 /// The job's checkpoint interval in milliseconds (set by the node from the
 /// job file's `<checkpoint>`); absent: only on request.
@@ -249,7 +250,8 @@ impl World {
     /// restart hooks and returns true; otherwise returns false. Call it after
     /// init and the `protect` calls.
     pub fn recover(&mut self) -> Result<bool> {
-        let Some(path) = self.ckpt.restart_from.take() else { return Ok(false) };
+        let Some(given) = self.ckpt.restart_from.take() else { return Ok(false) };
+        let path = store::restart_file(&given, self.rank(), self.size())?;
         let max_raw = 4 + 12 * self.ckpt.regions.len() as u64 + self.ckpt.protected_bytes() + 8 + MAX_STATE;
         let (header, body) = store::read(&path, max_raw)?;
         let whose = (header.job, header.rank, header.size);
@@ -339,8 +341,10 @@ impl World {
         let size = self.size();
         // Every message this rank sent taken in by its receiver.
         self.progress_until(None, |w| (0..size).all(|p| p == me || w.engine.unacked_len(p) == 0))?;
+        // The next allreduce's messages may already be here: collective
+        // traffic is consumed by the collectives themselves.
         let idle = self.engine.posted_len() == 0
-            && self.engine.unexpected_len() == 0
+            && self.engine.unexpected_besides(COMM_COLL) == 0
             && self.engine.rendezvous_in_progress() == 0
             && self.done.is_empty();
         let busy = self.allreduce(&[u64::from(!idle)], Op::Max)?;

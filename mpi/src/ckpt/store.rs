@@ -2,6 +2,7 @@
 //! renamed over the final name, and the directory synced), read back whole and
 //! checked.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -53,21 +54,42 @@ pub(crate) fn read(path: &Path, max_raw: u64) -> Result<(Header, Body)> {
     Ok((header, body))
 }
 
+/// The epochs of each rank's files in `dir`.
+fn epochs(dir: &Path) -> BTreeMap<u32, BTreeSet<u64>> {
+    let mut found: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let parsed = name.to_str().and_then(|n| n.strip_prefix("rank-")?.strip_suffix(".ckpt")?.split_once('.'));
+        if let Some((Ok(rank), Ok(epoch))) = parsed.map(|(r, e)| (r.parse::<u32>(), e.parse::<u64>())) {
+            found.entry(rank).or_default().insert(epoch);
+        }
+    }
+    found
+}
+
+/// The file `rank` resumes from when `P2PMP_RESTART` names `path`: the path
+/// itself when it is a file; for a directory (the checkpoints of a job on one
+/// host), this rank's file of the newest epoch every rank of `size` has.
+pub(crate) fn restart_file(path: &Path, rank: u32, size: u32) -> Result<PathBuf> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let found = epochs(path);
+    let mut common = found.get(&0).cloned().unwrap_or_default();
+    for r in 1..size {
+        let theirs = found.get(&r).cloned().unwrap_or_default();
+        common.retain(|e| theirs.contains(e));
+    }
+    match common.last() {
+        Some(&epoch) => Ok(self::path(path, rank, epoch)),
+        None => Err(Error::Checkpoint(format!("{}: no checkpoint epoch that all {size} ranks have", path.display()))),
+    }
+}
+
 /// Every checkpoint of `rank` in `dir` older than `epoch`, removed.
 pub(crate) fn drop_older(dir: &Path, rank: u32, epoch: u64) {
-    let prefix = format!("rank-{rank}.");
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let older = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(|n| n.strip_suffix(".ckpt"))
-            .and_then(|n| n.parse::<u64>().ok())
-            .is_some_and(|e| e < epoch);
-        if older {
-            let _ = fs::remove_file(entry.path());
-        }
+    for old in epochs(dir).remove(&rank).unwrap_or_default().range(..epoch) {
+        let _ = fs::remove_file(path(dir, rank, *old));
     }
 }
 
