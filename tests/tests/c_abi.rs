@@ -406,3 +406,36 @@ fn a_corrupt_checkpoint_is_refused_naming_the_file() {
     assert!(!r.ok, "a corrupt checkpoint must not be resumed from:\n{}", r.out);
     assert!(r.out.contains(&file) && r.out.contains("digest mismatch"), "{}", r.out);
 }
+
+/// Submits a job file running the `ckpt` program on 2 ranks of an embedded
+/// network, with `extra` elements.
+fn submit_ckpt(dir: &Path, tmp: &Scratch, name: &str, extra: &str) -> Run {
+    let prog = dir.join("c-tests").join("ckpt");
+    let xml = format!(
+        "<p2pjob><executable>{}</executable><arguments>300</arguments><processes>2</processes>\
+         <requirement>linux</requirement>{extra}</p2pjob>",
+        prog.display()
+    );
+    let file = tmp.0.join(name);
+    std::fs::write(&file, xml).unwrap();
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["submit", "--local", "2"]).arg(&file);
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(60));
+    Run { ok: r.ok, out: r.stdout + &r.stderr }
+}
+
+#[test]
+fn the_job_files_checkpoint_interval_reaches_the_ranks_and_an_unhonoured_restart_rule_is_refused() {
+    let Some(dir) = built() else { return };
+    let tmp = Scratch::new("ckpt-job");
+    let r = submit_ckpt(dir, &tmp, "every.xml", "<checkpoint>40ms</checkpoint>");
+    assert!(r.ok && !r.out.contains("FAIL"), "{}", r.out);
+    let taken: u32 = after(&r, "[0] ckpt: checkpoints taken ").parse().unwrap();
+    assert!(taken >= 2, "300 ms at a 40 ms interval took {taken} checkpoints:\n{}", r.out);
+    let r = submit_ckpt(dir, &tmp, "never.xml", "");
+    assert_eq!(after(&r, "[0] ckpt: checkpoints taken "), "0", "no interval, no request: none");
+    let r = submit_ckpt(dir, &tmp, "restart.xml", "<restart>checkpoint</restart>");
+    assert!(!r.ok, "{}", r.out);
+    assert!(r.out.contains("<restart>checkpoint</restart>: this network does not restart"), "{}", r.out);
+    assert!(!r.out.contains("[0] ckpt:"), "nothing ran:\n{}", r.out);
+}
