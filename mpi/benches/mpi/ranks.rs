@@ -66,7 +66,9 @@ fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error>
 }
 
 /// `ring <median seconds>` of 3 repetitions, from rank 0.
-pub(crate) fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
+/// The ring; with `snapshot`, every rank calls `World::snapshot` once a loop
+/// (the checkpoint API's safe point: its cost per call is the difference).
+pub(crate) fn ring(loops: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Error> {
     let mut w = p2pmp_mpi::init()?;
     let (r, p) = (w.rank(), w.size());
     let mut samples = Vec::new();
@@ -82,11 +84,16 @@ pub(crate) fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
                 w.recv_into(&mut tok, Some(r - 1), Some(1))?;
                 w.send(&tok, (r + 1) % p, 1)?;
             }
+            if snapshot {
+                w.snapshot()?;
+            }
         }
         samples.push(t.elapsed().as_secs_f64());
     }
     if r == 0 {
         println!("ring {}", median(samples));
+        let st = w.checkpoint_stats();
+        println!("snapshots {} {} {} {}", st.calls, st.agreements, st.epoch, st.stride);
     }
     w.finalize()
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 const ZSTD_LEVEL: i32 = 3;
 
 /// `raw` compressed with `codec`.
-pub(crate) fn compress(codec: Codec, raw: &[u8]) -> Result<Vec<u8>> {
+pub fn compress(codec: Codec, raw: &[u8]) -> Result<Vec<u8>> {
     match codec {
         Codec::None => Ok(raw.to_vec()),
         Codec::Zstd => Ok(zstd::bulk::compress(raw, ZSTD_LEVEL)?),
@@ -26,7 +26,7 @@ pub(crate) fn compress(codec: Codec, raw: &[u8]) -> Result<Vec<u8>> {
 
 /// `stored` decompressed: exactly `raw_len` bytes, or an error (never more
 /// than `raw_len` bytes are produced, whatever the input claims).
-pub(crate) fn decompress(codec: Codec, stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
+pub fn decompress(codec: Codec, stored: &[u8], raw_len: u64) -> Result<Vec<u8>> {
     let want = usize::try_from(raw_len).map_err(|_| corrupt("declared length does not fit memory"))?;
     let out = match codec {
         Codec::None => stored.to_vec(),

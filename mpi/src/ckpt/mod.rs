@@ -35,12 +35,15 @@
 mod codec;
 mod store;
 
+pub use codec::{compress, decompress};
+pub use p2pmp_core::ckpt::Codec;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use p2pmp_core::ckpt::{Body, Codec, Header, Region};
+use p2pmp_core::ckpt::{Body, Header, Region};
 use p2pmp_core::id::{ID_BYTES, Id};
 use p2pmp_core::job::JobId;
 

@@ -1,0 +1,90 @@
+//! `--ckpt`: what the checkpoint API costs. The ring with and without a
+//! `snapshot` call every loop (nothing due: the price of a safe point; then a
+//! checkpoint every second), and zstd against gzip on the kinds of arrays
+//! programs protect.
+
+use std::time::{Duration, Instant};
+
+use p2pmp_mpi::ckpt::{Codec, compress, decompress};
+
+use crate::{Results, run};
+
+/// The ring rows: plain, with a snapshot a loop, and with one checkpoint a second.
+pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
+    let loops: u64 = if quick { 2000 } else { 20_000 };
+    let dir = std::env::temp_dir().join(format!("p2pmp-bench-ckpt-{}", std::process::id()));
+    for n in [2u32, 8] {
+        let row = format!("{n} ranks x {loops}");
+        let ring = |mode: &str, env: &[(&str, String)]| -> Result<f64, String> {
+            let args = [mode.to_string(), loops.to_string()];
+            let lines = run::p2pmp_env(n, &args, env, limit).map_err(|f| f.why)?;
+            run::values(&lines, "ring").first().map(|v| v[0]).ok_or_else(|| "failed: no output".to_string())
+        };
+        let plain = ring("ring", &[]);
+        let idle = ring("ring_snap", &[]);
+        let every = [("P2PMP_CHECKPOINT_MS", "1000".to_string()), ("P2PMP_CHECKPOINT_DIR", dir.display().to_string())];
+        let periodic = ring("ring_snap", &every);
+        let per_call = |with: &Result<f64, String>| match (&plain, with) {
+            (Ok(a), Ok(b)) => Ok((b - a) / loops as f64 * 1e6),
+            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+        };
+        res.put("snap", &row, "ring_s", &format!("ring_{n}x{loops}_s"), plain.clone());
+        res.put("snap", &row, "snapshot_s", &format!("ring_snap_{n}x{loops}_s"), idle.clone());
+        res.put("snap", &row, "us_per_call", &format!("snap_{n}x{loops}_us"), per_call(&idle));
+        res.put("snap", &row, "ckpt_1s_s", &format!("ring_ckpt1s_{n}x{loops}_s"), periodic.clone());
+        res.put("snap", &row, "us_per_call_1s", &format!("snap_ckpt1s_{n}x{loops}_us"), per_call(&periodic));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let raw_mib = if quick { 8 } else { 32 };
+    for (name, data) in datasets(raw_mib << 20) {
+        for codec in [Codec::Zstd, Codec::Gzip] {
+            let (ratio, comp, decomp) = measure(codec, &data);
+            let c = codec.name();
+            res.put("codec", name, &format!("{c}_stored_pct"), &format!("{c}_{name}_stored_pct"), Ok(ratio));
+            res.put("codec", name, &format!("{c}_MB/s_in"), &format!("{c}_{name}_compress_mbps"), Ok(comp));
+            res.put("codec", name, &format!("{c}_MB/s_out"), &format!("{c}_{name}_decompress_mbps"), Ok(decomp));
+        }
+    }
+}
+
+/// Stored size as a percentage of raw, compression and decompression speed
+/// (MB/s of raw bytes; best of 3).
+fn measure(codec: Codec, raw: &[u8]) -> (f64, f64, f64) {
+    let (mut best_c, mut best_d, mut stored) = (f64::MAX, f64::MAX, Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        stored = compress(codec, raw).expect("compress");
+        best_c = best_c.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let back = decompress(codec, &stored, raw.len() as u64).expect("decompress");
+        best_d = best_d.min(t.elapsed().as_secs_f64());
+        assert_eq!(back.len(), raw.len());
+    }
+    let mb = raw.len() as f64 / 1e6;
+    (stored.len() as f64 * 100.0 / raw.len() as f64, mb / best_c, mb / best_d)
+}
+
+/// Arrays of `len` bytes of the kinds a checkpoint holds: a smooth f64 field (a
+/// relaxed grid), the state of a search (u64 counters and flags), and noise.
+fn datasets(len: usize) -> Vec<(&'static str, Vec<u8>)> {
+    let n = len / 8;
+    let side = (n as f64).sqrt() as usize;
+    let field: Vec<u8> = (0..n)
+        .flat_map(|i| {
+            let (x, y) = ((i % side) as f64 / side as f64, (i / side) as f64 / side as f64);
+            (300.0 + 50.0 * (3.0 * x).sin() * (2.0 * y).cos() + 0.5 * x * y).to_le_bytes()
+        })
+        .collect();
+    let search: Vec<u8> =
+        (0..n as u64).flat_map(|i| if i % 4 == 0 { (i * 7919 % 1_000_003).to_le_bytes() } else { [0; 8] }).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let noise: Vec<u8> = (0..n)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    vec![("smooth f64 field", field), ("search state", search), ("random bytes", noise)]
+}
