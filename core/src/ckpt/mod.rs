@@ -141,6 +141,9 @@ pub enum CheckpointError {
     /// A codec byte this build does not know.
     #[error("unknown checkpoint codec {0}")]
     UnknownCodec(u8),
+    /// The reserved header byte is not zero (a newer writer, or damage).
+    #[error("reserved header byte is {0}, not 0")]
+    Reserved(u8),
     /// The stored body's digest does not match: the file is corrupt.
     #[error("checkpoint digest mismatch: the file is corrupt")]
     Digest,
@@ -238,8 +241,11 @@ pub fn decode_file(bytes: &[u8], max_raw: u64) -> Result<(Header, &[u8]), Checkp
     if version != VERSION {
         return Err(CheckpointError::Version(version));
     }
-    let [codec, _reserved] = r.array("codec")?;
+    let [codec, reserved] = r.array("codec")?;
     let codec = Codec::from_byte(codec)?;
+    if reserved != 0 {
+        return Err(CheckpointError::Reserved(reserved));
+    }
     let job = JobId(crate::id::Id::from_bytes(r.array("job id")?));
     let rank = r.u32("rank")?;
     let size = r.u32("size")?;

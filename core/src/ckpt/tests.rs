@@ -53,6 +53,9 @@ fn damaged_headers_are_named() {
     let mut bad = clean.clone();
     bad[10] = 7;
     assert_eq!(decode_file(&bad, u64::MAX).unwrap_err(), CheckpointError::UnknownCodec(7));
+    let mut bad = clean.clone();
+    bad[11] = 1;
+    assert_eq!(decode_file(&bad, u64::MAX).unwrap_err(), CheckpointError::Reserved(1));
     assert!(matches!(decode_file(&clean[..clean.len() - 1], u64::MAX), Err(CheckpointError::Truncated { .. })));
     let mut long = clean.clone();
     long.push(0);
@@ -97,4 +100,13 @@ proptest! {
         let _ = decode_file(&bytes, 1 << 20);
         let _ = Body::decode(&Bytes::from(bytes));
     }
+}
+
+#[test]
+fn the_committed_corpus_files_are_what_they_claim() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/checkpoint_file");
+    let bytes = std::fs::read(dir.join("two-regions")).unwrap();
+    let (h, stored) = decode_file(&bytes, 1 << 20).unwrap();
+    assert_eq!((h.rank, h.size, h.epoch), (1, 4, 3));
+    assert_eq!(Body::decode(&Bytes::copy_from_slice(stored)).unwrap().regions.len(), 2);
 }

@@ -21,8 +21,8 @@
 
 pub mod attr;
 pub mod bsend;
-pub mod ckpt;
 mod buf;
+pub mod ckpt;
 pub mod coll;
 mod comm;
 pub mod comm_api;

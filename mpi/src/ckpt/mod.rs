@@ -136,7 +136,8 @@ impl Checkpointer {
         let every = match get(INTERVAL_VAR) {
             None => None,
             Some(ms) => {
-                let ms: u64 = ms.trim().parse().map_err(|e| Error::Env { var: INTERVAL_VAR, problem: format!("{e}") })?;
+                let ms: u64 =
+                    ms.trim().parse().map_err(|e| Error::Env { var: INTERVAL_VAR, problem: format!("{e}") })?;
                 Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
             }
         };
@@ -361,7 +362,10 @@ impl World {
             .regions
             .iter()
             // SAFETY: `protect`'s contract: valid for `len` bytes, not in use.
-            .map(|(&id, p)| Region { id, data: Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(p.ptr, p.len) }) })
+            .map(|(&id, p)| Region {
+                id,
+                data: Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(p.ptr, p.len) }),
+            })
             .collect();
         let body = Body { regions, state: c.state(epoch) };
         let header = Header { codec: c.codec, job: c.job, rank: me, size, epoch, raw_len: 0 };

@@ -277,7 +277,11 @@ fn checkpoint_and_restart_values() {
     assert_eq!((j.checkpoint, j.restart), (None, RestartPolicy::Checkpoint), "0: only on request");
     assert_eq!(job("<restart>restart</restart>").unwrap().job.restart, RestartPolicy::Checkpoint);
     assert_eq!(job("").unwrap().job.restart, RestartPolicy::Fail);
-    for bad in ["<restart>maybe</restart>", "<checkpoint>soon</checkpoint>", "<checkpoint>0</checkpoint><checkpoint>1</checkpoint>"] {
+    for bad in [
+        "<restart>maybe</restart>",
+        "<checkpoint>soon</checkpoint>",
+        "<checkpoint>0</checkpoint><checkpoint>1</checkpoint>",
+    ] {
         assert!(job(bad).is_err(), "{bad}");
     }
 }
