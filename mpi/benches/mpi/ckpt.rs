@@ -15,34 +15,46 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
     let dir = std::env::temp_dir().join(format!("p2pmp-bench-ckpt-{}", std::process::id()));
     for n in [2u32, 8] {
         let row = format!("{n} ranks x {loops}");
-        let ring = |mode: &str, env: &[(&str, String)]| -> Result<f64, String> {
+        let ring = |mode: &str, env: &[(&str, String)]| -> Result<(f64, Vec<f64>), String> {
             let args = [mode.to_string(), loops.to_string()];
             let lines = run::p2pmp_env(n, &args, env, limit).map_err(|f| f.why)?;
-            run::values(&lines, "ring").first().map(|v| v[0]).ok_or_else(|| "failed: no output".to_string())
+            let time = run::values(&lines, "ring").first().map(|v| v[0]).ok_or("failed: no output")?;
+            Ok((time, run::values(&lines, "snapshots").first().cloned().unwrap_or_default()))
         };
-        let plain = ring("ring", &[]);
-        let idle = ring("ring_snap", &[]);
         let every = [("P2PMP_CHECKPOINT_MS", "1000".to_string()), ("P2PMP_CHECKPOINT_DIR", dir.display().to_string())];
-        let periodic = ring("ring_snap", &every);
-        let per_call = |with: &Result<f64, String>| match (&plain, with) {
-            (Ok(a), Ok(b)) => Ok((b - a) / loops as f64 * 1e6),
-            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
-        };
-        res.put("snap", &row, "ring_s", &format!("ring_{n}x{loops}_s"), plain.clone());
-        res.put("snap", &row, "snapshot_s", &format!("ring_snap_{n}x{loops}_s"), idle.clone());
-        res.put("snap", &row, "us_per_call", &format!("snap_{n}x{loops}_us"), per_call(&idle));
-        res.put("snap", &row, "ckpt_1s_s", &format!("ring_ckpt1s_{n}x{loops}_s"), periodic.clone());
-        res.put("snap", &row, "us_per_call_1s", &format!("snap_ckpt1s_{n}x{loops}_us"), per_call(&periodic));
+        let runs =
+            [("plain", ring("ring", &[])), ("snap", ring("ring_snap", &[])), ("ckpt_1s", ring("ring_snap", &every))];
+        for (name, r) in runs {
+            res.put(
+                "snap",
+                &row,
+                &format!("{name}_s"),
+                &format!("ring_{n}x{loops}_s"),
+                r.as_ref().map(|x| x.0).map_err(Clone::clone),
+            );
+            if name == "plain" {
+                continue;
+            }
+            // The rank's own account: time inside snapshot a call, agreements run, checkpoints taken.
+            let stat = |i: usize| {
+                r.as_ref().map_err(Clone::clone).and_then(|x| x.1.get(i).copied().ok_or_else(|| "no stats".to_string()))
+            };
+            res.put("snap", &row, &format!("{name}_us_a_call"), &format!("us_a_call_{n}x{loops}"), stat(0));
+            res.put("snap", &row, &format!("{name}_agreements"), &format!("agreements_{n}x{loops}"), stat(1));
+            if name == "ckpt_1s" {
+                res.put("snap", &row, "ckpt_1s_taken", &format!("taken_{n}x{loops}"), stat(2));
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
     let raw_mib = if quick { 8 } else { 32 };
     for (name, data) in datasets(raw_mib << 20) {
         for codec in [Codec::Zstd, Codec::Gzip] {
             let (ratio, comp, decomp) = measure(codec, &data);
-            let c = codec.name();
-            res.put("codec", name, &format!("{c}_stored_pct"), &format!("{c}_{name}_stored_pct"), Ok(ratio));
-            res.put("codec", name, &format!("{c}_MB/s_in"), &format!("{c}_{name}_compress_mbps"), Ok(comp));
-            res.put("codec", name, &format!("{c}_MB/s_out"), &format!("{c}_{name}_decompress_mbps"), Ok(decomp));
+            let (c, key) = (codec.name(), name.split(' ').next().unwrap_or(name));
+            res.put("codec", name, &format!("{c}_stored_pct"), key, Ok(ratio));
+            res.put("codec", name, &format!("{c}_in_mbps"), key, Ok(comp));
+            res.put("codec", name, &format!("{c}_out_mbps"), key, Ok(decomp));
         }
     }
 }

@@ -505,7 +505,10 @@ fn main() {
     let ring_refs: Vec<_> = refs.to_vec();
     if args.iter().any(|a| a == "--ckpt") {
         ckpt::section(&mut res, quick, limit.p2pmp);
-        println!("{}", res.table("snap", "P2P_Snapshot on the ring (s for the loops; µs a call = difference / loops)"));
+        println!(
+            "{}",
+            res.table("snap", "P2P_Snapshot on the ring (s for the loops; µs inside a call; agreements; checkpoints)")
+        );
         println!("{}", res.table("codec", "checkpoint compression of 32 MiB (stored % of raw; MB/s of raw bytes)"));
         let flat = res.flat(quick, &[]);
         let _ = std::fs::write(dir.join(if quick { "ckpt-quick.json" } else { "ckpt.json" }), format!("{flat}\n"));
