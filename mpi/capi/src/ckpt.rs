@@ -66,17 +66,26 @@ fn hook(f: Option<unsafe extern "C" fn(*mut c_void)>, arg: *mut c_void) -> Resul
 /// `ckpt_on_preckpt`: `f(arg)` before every checkpoint.
 #[unsafe(no_mangle)]
 pub extern "C" fn ckpt_on_preckpt(f: Option<unsafe extern "C" fn(*mut c_void)>, arg: *mut c_void) {
-    call("ckpt_on_preckpt", MPI_COMM_WORLD, |ctx| Ok(ctx.world.on_preckpt(hook(f, arg)?)));
+    call("ckpt_on_preckpt", MPI_COMM_WORLD, |ctx| {
+        ctx.world.on_preckpt(hook(f, arg)?);
+        Ok(())
+    });
 }
 
 /// `ckpt_on_postckpt`: `f(arg)` after every checkpoint.
 #[unsafe(no_mangle)]
 pub extern "C" fn ckpt_on_postckpt(f: Option<unsafe extern "C" fn(*mut c_void)>, arg: *mut c_void) {
-    call("ckpt_on_postckpt", MPI_COMM_WORLD, |ctx| Ok(ctx.world.on_postckpt(hook(f, arg)?)));
+    call("ckpt_on_postckpt", MPI_COMM_WORLD, |ctx| {
+        ctx.world.on_postckpt(hook(f, arg)?);
+        Ok(())
+    });
 }
 
 /// `ckpt_on_restart`: `f(arg)` when the process resumes from a checkpoint.
 #[unsafe(no_mangle)]
 pub extern "C" fn ckpt_on_restart(f: Option<unsafe extern "C" fn(*mut c_void)>, arg: *mut c_void) {
-    call("ckpt_on_restart", MPI_COMM_WORLD, |ctx| Ok(ctx.world.on_restart(hook(f, arg)?)));
+    call("ckpt_on_restart", MPI_COMM_WORLD, |ctx| {
+        ctx.world.on_restart(hook(f, arg)?);
+        Ok(())
+    });
 }
