@@ -23,7 +23,7 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
         };
         let every = [("P2PMP_CHECKPOINT_MS", "1000".to_string()), ("P2PMP_CHECKPOINT_DIR", dir.display().to_string())];
         let runs =
-            [("plain", ring("ring", &[])), ("snap", ring("ring_snap", &[])), ("ckpt_1s", ring("ring_snap", &every))];
+            [("plain", ring("ring", &[])), ("snap", ring("ring_snap", &[])), ("ckpt1s", ring("ring_snap", &every))];
         for (name, r) in runs {
             res.put(
                 "snap",
@@ -39,10 +39,10 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
             let stat = |i: usize| {
                 r.as_ref().map_err(Clone::clone).and_then(|x| x.1.get(i).copied().ok_or_else(|| "no stats".to_string()))
             };
-            res.put("snap", &row, &format!("{name}_us_a_call"), &format!("us_a_call_{n}x{loops}"), stat(0));
-            res.put("snap", &row, &format!("{name}_agreements"), &format!("agreements_{n}x{loops}"), stat(1));
-            if name == "ckpt_1s" {
-                res.put("snap", &row, "ckpt_1s_taken", &format!("taken_{n}x{loops}"), stat(2));
+            res.put("snap", &row, &format!("{name}_us"), &format!("us_a_call_{n}x{loops}"), stat(0));
+            res.put("snap", &row, &format!("{name}_agree"), &format!("agreements_{n}x{loops}"), stat(1));
+            if name == "ckpt1s" {
+                res.put("snap", &row, "ckpt1s_taken", &format!("taken_{n}x{loops}"), stat(2));
             }
         }
     }
