@@ -11,6 +11,25 @@ use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, dec
 
 mod daemon;
 
+/// A checkpoint file through the header and body decoders (the body as stored:
+/// the codec's decompression is the MPI library's and bounded there). A file
+/// that decodes must encode back to the same bytes, and a body that decodes
+/// must survive another round unchanged.
+pub fn checkpoint_file(data: &[u8]) {
+    use crate::ckpt::{Body, decode_file, encode_file};
+    if let Ok((header, stored)) = decode_file(data, 1 << 20) {
+        assert!(header.raw_len <= 1 << 20, "a declared size over the limit was accepted");
+        assert_eq!(encode_file(&header, stored), data, "a decoded file re-encodes to its bytes");
+    }
+    let stored = data.get(crate::ckpt::HEADER_LEN..).unwrap_or(data);
+    for bytes in [data, stored] {
+        if let Ok(body) = Body::decode(&Bytes::copy_from_slice(bytes)) {
+            let again = Body::decode(&Bytes::from(body.encode())).expect("an encoded body decodes");
+            assert_eq!(again, body, "a body survives a round trip");
+        }
+    }
+}
+
 pub use daemon::daemon_node;
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
@@ -158,6 +177,7 @@ mod tests {
             ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
+            ("checkpoint_file", super::checkpoint_file as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

@@ -8,6 +8,8 @@
 //!
 //! - [`can`]: the CAN overlay node.
 //! - [`chord`]: the Chord overlay node.
+//! - [`ckpt`]: checkpoint files (one rank's protected regions and library
+//!   state), encoded and checked.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
 //! - [`wire`]: the message envelope, postcard encoding, the length-prefixed frame
@@ -25,6 +27,7 @@
 
 pub mod can;
 pub mod chord;
+pub mod ckpt;
 pub mod id;
 pub mod job;
 pub mod local;

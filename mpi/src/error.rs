@@ -44,6 +44,10 @@ pub enum Error {
     /// intracommunicator is needed, ...).
     #[error("{0}")]
     Comm(String),
+    /// A checkpoint that cannot be written or used (corrupt, of another rank,
+    /// regions that do not match what the program protects).
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// Shorthand for results of this crate.

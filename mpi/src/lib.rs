@@ -36,6 +36,9 @@
 //!   `comm_split`, `comm_create`, `intercomm_create`, `intercomm_merge` make
 //!   them, `isend_in` / `irecv_in` / `collectives_in` use them, and the
 //!   `inter_*` collectives run on intercommunicators ([`InterRoot`]).
+//! - [`ckpt`]: application-level checkpoints: `protect` regions, take the
+//!   job's coordinated checkpoint at `snapshot` safe points, `recover` them when
+//!   the process resumes (`P2PMP_RESTART`), with pre/post/restart hooks.
 //! - [`datatype`]: derived datatypes as [`datatype::Layout`]s (the (offset,
 //!   length) runs of a committed type) with packing.
 //! - Matching, eager/rendezvous, flow control and resend-after-reconnect are the
@@ -49,6 +52,7 @@
 //!   one TCP peer it waits for, else in `epoll`, woken by a doorbell for shared
 //!   memory); [`SpinPolicy`] fixes the policy instead.
 
+pub mod ckpt;
 mod coll;
 mod collv;
 mod comm;
@@ -67,6 +71,7 @@ mod sock;
 mod transport;
 mod world;
 
+pub use ckpt::CheckpointStats;
 pub use comm::{Comm, CommId};
 pub use env::{
     DEFAULT_FAILURE_TIMEOUT, FAILURE_TIMEOUT_VAR, HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex,

@@ -10,6 +10,7 @@ use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 
 pub use p2pmp_core::mpi::Status;
 
+use crate::ckpt::Checkpointer;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -94,6 +95,8 @@ pub struct World {
     /// The lowest context number this process has not used (see
     /// [`World::comm_dup`]); 0 and 1 are the world's and `MPI_COMM_SELF`'s.
     pub(crate) next_ctx: u32,
+    /// Protected regions, hooks and the snapshot schedule (see [`crate::ckpt`]).
+    pub(crate) ckpt: Checkpointer,
 }
 
 /// The communicator the collectives run on: its engine id for collective
@@ -120,6 +123,7 @@ impl World {
     /// Starts MPI with an explicit environment and engine configuration.
     pub fn start(env: RankEnv, config: MpiConfig) -> Result<World> {
         epoch();
+        let ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
         let engine = MpiEngine::new(config, env.rank, env.size)?;
         let net = Transport::start(env.job, env.rank, env.size, env.node, env.host, env.failure_timeout)?;
         Ok(World {
@@ -135,6 +139,7 @@ impl World {
             finalized: false,
             coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
             next_ctx: 2,
+            ckpt,
         })
     }
 

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PROGRAMS: [&str; 16] = [
+const PROGRAMS: [&str; 17] = [
     "ring",
     "pingpong",
     "collectives",
@@ -29,6 +29,7 @@ const PROGRAMS: [&str; 16] = [
     "p2pmodes",
     "collv",
     "misc",
+    "ckpt",
 ];
 
 /// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
@@ -51,6 +52,10 @@ fn built() -> Option<&'static PathBuf> {
             "p2pmpicc",
             "--bin",
             "p2pjob",
+            "-p",
+            "p2pmp-mpi",
+            "--bin",
+            "p2pmp-launch",
         ]);
         let out = dir.join("c-tests");
         std::fs::create_dir_all(&out).unwrap();
@@ -298,4 +303,139 @@ fn the_static_library_links_and_runs() {
     cmd.args(["run", "--local", "2", "-n", "2"]).arg(&exe).arg("50");
     let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(60));
     assert!(r.ok && r.stdout.contains("[0] ring: 2 ranks, 50 loops, token 100 (ok)"), "{}\n{}", r.stdout, r.stderr);
+}
+
+/// Runs C program `prog` on `n` ranks started by `p2pmp-launch` (which passes
+/// its environment on, unlike a daemon), with `env` added.
+fn launch(dir: &Path, n: u32, prog: &str, args: &[&str], env: &[(&str, String)]) -> Run {
+    let mut cmd = Command::new(dir.join("p2pmp-launch"));
+    cmd.args(["-n", &n.to_string(), "--timeout", "60", "--"])
+        .arg(dir.join("c-tests").join(prog))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(70));
+    Run { ok: r.ok, out: r.stdout + &r.stderr }
+}
+
+/// What follows `prefix` on the first output line that starts with it.
+fn after<'a>(r: &'a Run, prefix: &str) -> &'a str {
+    r.out.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no line {prefix:?} in:\n{}", r.out))
+}
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("p2pmp-c-abi-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+
+    /// `name` inside, as an environment value.
+    fn sub(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The file names in `dir`, sorted.
+fn names(dir: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_ring_killed_mid_run_resumes_from_its_checkpoint_with_the_undisturbed_results() {
+    let Some(dir) = built() else { return };
+    let tmp = Scratch::new("ckpt");
+    for codec in ["zstd", "gzip", "none"] {
+        let env = |sub: &str| {
+            vec![
+                ("P2PMP_CHECKPOINT_MS", "50".to_owned()),
+                ("P2PMP_CHECKPOINT_CODEC", codec.to_owned()),
+                ("P2PMP_CHECKPOINT_DIR", tmp.sub(&format!("{sub}-{codec}"))),
+            ]
+        };
+        let clean = launch(dir, 3, "ckpt", &["300"], &env("clean"));
+        assert!(clean.ok && !clean.out.contains("FAIL"), "{codec}: {}", clean.out);
+        let result = after(&clean, "[0] ckpt: token ").to_owned();
+        let taken: u32 = after(&clean, "[0] ckpt: checkpoints taken ").parse().unwrap();
+        assert!(taken >= 2, "{codec}: 300 ms at a 50 ms interval took {taken} checkpoints");
+        let files = names(&tmp.sub(&format!("clean-{codec}")));
+        let want: Vec<String> = (0..3).map(|r| format!("rank-{r}.{taken}.ckpt")).collect();
+        assert_eq!(files, want, "{codec}: the last epoch kept on every rank, the older ones dropped");
+
+        let died = launch(dir, 3, "ckpt", &["300", "250"], &env("crashed"));
+        assert!(!died.ok && died.out.contains("rank 1 dies at iteration 250"), "{codec}: {}", died.out);
+        let mut again = env("crashed");
+        again.push(("P2PMP_RESTART", tmp.sub(&format!("crashed-{codec}"))));
+        let resumed = launch(dir, 3, "ckpt", &["300"], &again);
+        assert!(resumed.ok && !resumed.out.contains("FAIL"), "{codec}: {}", resumed.out);
+        let at: u64 = after(&resumed, "[0] resumed at iteration ").parse().unwrap();
+        assert!(at > 0 && at <= 250, "{codec}: resumed at {at}");
+        assert_eq!(after(&resumed, "[0] ckpt: token "), result, "{codec}: the undisturbed run's results");
+    }
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_refused_naming_the_file() {
+    let Some(dir) = built() else { return };
+    let tmp = Scratch::new("ckpt-corrupt");
+    let env = vec![("P2PMP_CHECKPOINT_MS", "50".to_owned()), ("P2PMP_CHECKPOINT_DIR", tmp.sub("c"))];
+    let r = launch(dir, 2, "ckpt", &["300"], &env);
+    assert!(r.ok, "{}", r.out);
+    let file = names(&tmp.sub("c")).into_iter().find(|n| n.starts_with("rank-1.")).expect("rank 1's checkpoint");
+    let path = tmp.0.join("c").join(&file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let mut again = env.clone();
+    again.push(("P2PMP_RESTART", tmp.sub("c")));
+    let r = launch(dir, 2, "ckpt", &["300"], &again);
+    assert!(!r.ok, "a corrupt checkpoint must not be resumed from:\n{}", r.out);
+    assert!(r.out.contains(&file) && r.out.contains("digest mismatch"), "{}", r.out);
+}
+
+/// Submits a job file running the `ckpt` program on 2 ranks of an embedded
+/// network, with `extra` elements.
+fn submit_ckpt(dir: &Path, tmp: &Scratch, name: &str, extra: &str) -> Run {
+    let prog = dir.join("c-tests").join("ckpt");
+    let xml = format!(
+        "<p2pjob><executable>{}</executable><arguments>300</arguments><processes>2</processes>\
+         <requirement>linux</requirement>{extra}</p2pjob>",
+        prog.display()
+    );
+    let file = tmp.0.join(name);
+    std::fs::write(&file, xml).unwrap();
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["submit", "--local", "2"]).arg(&file);
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(60));
+    Run { ok: r.ok, out: r.stdout + &r.stderr }
+}
+
+#[test]
+fn the_job_files_checkpoint_interval_reaches_the_ranks_and_an_unhonoured_restart_rule_is_refused() {
+    let Some(dir) = built() else { return };
+    let tmp = Scratch::new("ckpt-job");
+    let r = submit_ckpt(dir, &tmp, "every.xml", "<checkpoint>40ms</checkpoint>");
+    assert!(r.ok && !r.out.contains("FAIL"), "{}", r.out);
+    let taken: u32 = after(&r, "[0] ckpt: checkpoints taken ").parse().unwrap();
+    assert!(taken >= 2, "300 ms at a 40 ms interval took {taken} checkpoints:\n{}", r.out);
+    let r = submit_ckpt(dir, &tmp, "never.xml", "");
+    assert_eq!(after(&r, "[0] ckpt: checkpoints taken "), "0", "no interval, no request: none");
+    let r = submit_ckpt(dir, &tmp, "restart.xml", "<restart>checkpoint</restart>");
+    assert!(!r.ok, "{}", r.out);
+    assert!(r.out.contains("<restart>checkpoint</restart>: this network does not restart"), "{}", r.out);
+    assert!(!r.out.contains("[0] ckpt:"), "nothing ran:\n{}", r.out);
 }

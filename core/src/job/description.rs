@@ -15,11 +15,14 @@
 //! Elements: `executable`, `processes` and at least one `requirement` are mandatory;
 //! `arguments` (split on whitespace, as the classic tool did), `inputfile`,
 //! `outputfile` (repeatable) are classic. Extensions, all optional: `argument` (one
-//! argument verbatim, spaces kept), `checkpoint` (an interval; empty, `yes` or `true`
-//! mean [`DEFAULT_CHECKPOINT_INTERVAL`]), `restart` (`restart` or `fail`, default
-//! `fail`), `timeout` (for the whole job) and `queuetimeout` (how long it may
-//! wait for free slots before it fails). Durations are a number with an optional unit `ms`, `s`
-//! (default), `m` or `h`. Unknown elements are skipped with a [`JobFileWarning`].
+//! argument verbatim, spaces kept), `checkpoint` (the interval between the job's
+//! coordinated checkpoints; `0` means only on request, as when absent; empty, `yes`
+//! or `true` mean [`DEFAULT_CHECKPOINT_INTERVAL`]), `restart` (`checkpoint`,
+//! `scratch` or `fail`, default `fail`; `restart`, accepted before, means
+//! `checkpoint`: see [`RestartPolicy`]), `timeout` (for the whole job) and
+//! `queuetimeout` (how long it may wait for free slots before it fails).
+//! Durations are a number with an optional unit `ms`, `s` (default), `m` or `h`.
+//! Unknown elements are skipped with a [`JobFileWarning`].
 
 use std::time::Duration;
 
@@ -53,8 +56,23 @@ pub enum RestartPolicy {
     /// Fail the job (the classic behaviour).
     #[default]
     Fail,
-    /// Restart the lost ranks elsewhere (from their last checkpoint, if any).
-    Restart,
+    /// Restart the lost ranks elsewhere from the job's last complete checkpoint
+    /// and roll the others back to it (`checkpoint`; `restart` is read as this).
+    Checkpoint,
+    /// Start the whole job again from the beginning (`scratch`): for programs
+    /// that never call the checkpoint API.
+    Scratch,
+}
+
+impl RestartPolicy {
+    /// Its name in a job file.
+    pub fn name(self) -> &'static str {
+        match self {
+            RestartPolicy::Fail => "fail",
+            RestartPolicy::Checkpoint => "checkpoint",
+            RestartPolicy::Scratch => "scratch",
+        }
+    }
 }
 
 /// A parsed job description.
@@ -72,7 +90,8 @@ pub struct JobDescription {
     pub processes: u32,
     /// What every chosen node must offer; never empty.
     pub requirements: Vec<Requirement>,
-    /// Checkpoint interval, when checkpointing is asked for.
+    /// Interval between the job's coordinated checkpoints; none: a checkpoint is
+    /// taken only when asked for (`p2pjob checkpoint`, a migration).
     pub checkpoint: Option<Duration>,
     /// What to do when a node dies.
     pub restart: RestartPolicy,
@@ -254,6 +273,7 @@ struct Builder {
     processes: Option<u32>,
     requirements: Vec<Requirement>,
     checkpoint: Option<Duration>,
+    checkpoint_seen: bool,
     restart: Option<RestartPolicy>,
     timeout: Option<Duration>,
     queue_timeout: Option<Duration>,
@@ -325,21 +345,21 @@ impl Builder {
                 self.requirements.push(t.parse().map_err(JobFileErrorKind::Requirement)?);
             }
             Field::Checkpoint => {
-                once(self.checkpoint.is_some())?;
+                once(self.checkpoint_seen)?;
                 let d = match t {
                     "" | "yes" | "true" => DEFAULT_CHECKPOINT_INTERVAL,
-                    _ => {
-                        parse_duration(t).filter(|d| !d.is_zero()).ok_or_else(|| invalid("not a positive duration"))?
-                    }
+                    _ => parse_duration(t).ok_or_else(|| invalid("not a duration"))?,
                 };
-                self.checkpoint = Some(d);
+                self.checkpoint = Some(d).filter(|d| !d.is_zero());
+                self.checkpoint_seen = true;
             }
             Field::Restart => {
                 once(self.restart.is_some())?;
                 self.restart = Some(match t {
-                    "restart" => RestartPolicy::Restart,
+                    "checkpoint" | "restart" => RestartPolicy::Checkpoint,
+                    "scratch" => RestartPolicy::Scratch,
                     "fail" => RestartPolicy::Fail,
-                    _ => return Err(invalid("expected restart or fail")),
+                    _ => return Err(invalid("expected checkpoint, scratch or fail")),
                 });
             }
             Field::Timeout | Field::QueueTimeout => {
@@ -556,7 +576,7 @@ impl JobDescription {
             elem("checkpoint", &format_duration(c));
         }
         if self.restart != RestartPolicy::Fail {
-            elem("restart", "restart");
+            elem("restart", self.restart.name());
         }
         if let Some(t) = self.timeout {
             elem("timeout", &format_duration(t));

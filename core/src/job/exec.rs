@@ -13,7 +13,8 @@
 //! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
 //!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
 //!   `P2PMP_HOST`: the node's advertised IP, where ranks listen, and
-//!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for);
+//!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for;
+//!   `P2PMP_CHECKPOINT_MS`: the job file's checkpoint interval, when it has one);
 //!   output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
@@ -323,7 +324,7 @@ impl Execution {
                     j.ranks.insert(*rank, RankRun::Running { stdout: 0, stderr: 0 });
                 }
                 for rank in waiting {
-                    let env = vec![
+                    let mut env = vec![
                         ("P2PMP_JOB".to_owned(), job.to_string()),
                         ("P2PMP_RANK".to_owned(), rank.to_string()),
                         ("P2PMP_SIZE".to_owned(), size.to_string()),
@@ -331,6 +332,9 @@ impl Execution {
                         ("P2PMP_HOST".to_owned(), self.addr.0.ip().to_string()),
                         ("P2PMP_FAILURE_TIMEOUT_MS".to_owned(), self.config.failure_timeout.as_millis().to_string()),
                     ];
+                    if let Some(every) = desc.checkpoint {
+                        env.push(("P2PMP_CHECKPOINT_MS".to_owned(), every.as_millis().to_string()));
+                    }
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));
                     self.send(from, JobMsg::Started { job, rank }, Bytes::new());

@@ -32,7 +32,7 @@ use sha1::{Digest, Sha1};
 
 use super::msg::{JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
 use super::requirements::{ANY_NAME, Requirement, Resources};
-use super::{JobDescription, JobId};
+use super::{JobDescription, JobId, RestartPolicy};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::OverlayError;
@@ -221,6 +221,26 @@ pub enum SubmitCmdError {
     /// The request id was used before for a different job description.
     #[error("request id {0} was already used for another job")]
     RequestIdReused(u64),
+    /// The job asks for something this network cannot do: refused at submit
+    /// time rather than ignored while it runs.
+    #[error("the job cannot be run as written: {0}")]
+    CannotHonour(String),
+}
+
+/// Why this network cannot run `job` as its file asks, if it cannot.
+///
+/// Restarting the ranks of a lost node (from a checkpoint or from scratch) is
+/// not done yet: such a job fails with the node, so a file asking for it is
+/// refused instead of being run with the request silently dropped.
+pub fn cannot_honour(job: &JobDescription) -> Option<String> {
+    match job.restart {
+        RestartPolicy::Fail => None,
+        other => Some(format!(
+            "<restart>{}</restart>: this network does not restart the ranks of a lost node yet (the job would fail \
+             with the node); ask for <restart>fail</restart> or leave it out",
+            other.name()
+        )),
+    }
 }
 
 /// Every submission of one node, keyed by job id, with idempotent submit.
@@ -268,6 +288,9 @@ impl Submitter {
         job: JobDescription,
         priority: u64,
     ) -> Result<(JobId, bool), SubmitCmdError> {
+        if let Some(why) = cannot_honour(&job) {
+            return Err(SubmitCmdError::CannotHonour(why));
+        }
         if let Some(&id) = self.by_request.get(&request_id) {
             return match self.jobs.get(&id) {
                 Some(s) if s.description() != &job => Err(SubmitCmdError::RequestIdReused(request_id)),

@@ -120,6 +120,12 @@ impl MpiEngine {
         self.unexpected.len()
     }
 
+    /// Messages waiting for a receive on communicators other than `comm` (a
+    /// collective's own communicator, whose traffic its calls consume).
+    pub fn unexpected_besides(&self, comm: u32) -> usize {
+        self.unexpected.len_besides(comm)
+    }
+
     /// Credit held by peers' eager messages in the unexpected queue (payload bytes
     /// plus the per-message overhead). Never above [`MpiEngine::unexpected_bound`].
     /// Messages to self are not counted: the application holds their memory.

@@ -197,6 +197,11 @@ impl UnexpectedQueue {
         self.by_arrival.len()
     }
 
+    /// Messages held of communicators other than `comm`.
+    pub(crate) fn len_besides(&self, comm: u32) -> usize {
+        self.by_arrival.values().filter(|u| u.key.comm != comm).count()
+    }
+
     /// Credit charged by the eager messages held.
     pub(crate) fn charged(&self) -> u64 {
         self.charged

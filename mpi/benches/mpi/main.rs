@@ -30,6 +30,7 @@
 //! The same binary is the p2pmp rank program: under `p2pmp-launch` (P2PMP_RANK
 //! set) it runs the mode named by its first argument.
 
+mod ckpt;
 mod hosts;
 mod plot;
 mod ranks;
@@ -465,7 +466,8 @@ fn main() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
         let res = match args.first().map(String::as_str) {
             Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick")),
-            Some("ring") => ranks::ring(arg(1)),
+            Some("ring") => ranks::ring(arg(1), false),
+            Some("ring_snap") => ranks::ring(arg(1), true),
             Some("factor") => ranks::factor(arg(1), arg(2)),
             Some("coll") => ranks::coll(args.iter().any(|a| a == "quick")),
             other => panic!("unknown mode {other:?}"),
@@ -501,6 +503,18 @@ fn main() {
     );
 
     let ring_refs: Vec<_> = refs.to_vec();
+    if args.iter().any(|a| a == "--ckpt") {
+        ckpt::section(&mut res, quick, limit.p2pmp);
+        println!(
+            "{}",
+            res.table("snap", "P2P_Snapshot on the ring (s for the loops; µs inside a call; agreements; checkpoints)")
+        );
+        println!("{}", res.table("codec", "checkpoint compression of 32 MiB (stored % of raw; MB/s of raw bytes)"));
+        let flat = res.flat(quick, &[]);
+        let _ = std::fs::write(dir.join(if quick { "ckpt-quick.json" } else { "ckpt.json" }), format!("{flat}\n"));
+        println!("{flat}");
+        return;
+    }
     if args.iter().any(|a| a == "--coll") {
         coll_section(&mut res, quick, &refs, limit);
         println!("{}", res.table("coll", "collectives (µs a call, median of 5 repetitions)"));

@@ -66,11 +66,14 @@ fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error>
 }
 
 /// `ring <median seconds>` of 3 repetitions, from rank 0.
-pub(crate) fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
+/// The ring; with `snapshot`, every rank calls `World::snapshot` once a loop
+/// (the checkpoint API's safe point: its cost per call is the difference).
+pub(crate) fn ring(loops: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Error> {
     let mut w = p2pmp_mpi::init()?;
     let (r, p) = (w.rank(), w.size());
     let mut samples = Vec::new();
     let mut tok = [0u8; 10];
+    let mut in_snapshot = std::time::Duration::ZERO;
     for _ in 0..3 {
         w.barrier()?;
         let t = Instant::now();
@@ -82,11 +85,19 @@ pub(crate) fn ring(loops: u64) -> Result<(), p2pmp_mpi::Error> {
                 w.recv_into(&mut tok, Some(r - 1), Some(1))?;
                 w.send(&tok, (r + 1) % p, 1)?;
             }
+            if snapshot {
+                let t = Instant::now();
+                w.snapshot()?;
+                in_snapshot += t.elapsed();
+            }
         }
         samples.push(t.elapsed().as_secs_f64());
     }
     if r == 0 {
         println!("ring {}", median(samples));
+        let st = w.checkpoint_stats();
+        let per_call_us = in_snapshot.as_secs_f64() * 1e6 / st.calls.max(1) as f64;
+        println!("snapshots {per_call_us} {} {} {}", st.agreements, st.epoch, st.stride);
     }
     w.finalize()
 }

@@ -54,8 +54,13 @@ pub(crate) fn mpirun(b: &RefBuild, tcp: bool, n: u32, prog: &str, args: &[String
 
 /// `p2pmp-launch -n n <this binary> args`.
 pub(crate) fn p2pmp(n: u32, args: &[String], limit: Duration) -> RunResult {
+    p2pmp_env(n, args, &[], limit)
+}
+
+/// [`p2pmp`] with variables added to the ranks' environment.
+pub(crate) fn p2pmp_env(n: u32, args: &[String], env: &[(&str, String)], limit: Duration) -> RunResult {
     let me = std::env::current_exe().map_err(|e| Failed { why: e.to_string(), partial: Vec::new() })?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_p2pmp-launch"));
-    cmd.args(["-n", &n.to_string(), "--"]).arg(me).args(args);
+    cmd.args(["-n", &n.to_string(), "--"]).arg(me).args(args).envs(env.iter().map(|(k, v)| (k, v)));
     run_limited(cmd, limit)
 }

@@ -22,6 +22,7 @@
 pub mod attr;
 pub mod bsend;
 mod buf;
+pub mod ckpt;
 pub mod coll;
 mod comm;
 pub mod comm_api;

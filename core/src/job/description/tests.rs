@@ -41,7 +41,7 @@ fn extensions_and_entities() {
     assert_eq!(j.arguments, ["-n", "3", "x", "with space"]);
     assert_eq!(j.requirements.iter().map(ToString::to_string).collect::<Vec<_>>(), ["mem_mb>=4096", "cores>=2"]);
     assert_eq!(j.checkpoint, Some(DEFAULT_CHECKPOINT_INTERVAL));
-    assert_eq!(j.restart, RestartPolicy::Restart);
+    assert_eq!(j.restart, RestartPolicy::Checkpoint);
     assert_eq!(j.timeout, Some(Duration::from_secs(5400)));
     assert_eq!(JobDescription::parse(j.to_xml().as_bytes()).unwrap().job, j);
 }
@@ -200,7 +200,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     processes,
                     requirements,
                     checkpoint,
-                    restart: if r { RestartPolicy::Restart } else { RestartPolicy::Fail },
+                    restart: if r { RestartPolicy::Checkpoint } else { RestartPolicy::Fail },
                     timeout,
                     queue_timeout,
                 }
@@ -260,4 +260,28 @@ fn exits_are_described_with_signal_names() {
     assert_eq!(crate::job::describe_exit(-11), "was killed by SIGSEGV");
     assert_eq!(crate::job::describe_exit(-9), "was killed by SIGKILL");
     assert_eq!(crate::job::describe_exit(-40), "was killed by signal 40");
+}
+
+#[test]
+fn checkpoint_and_restart_values() {
+    let job = |inner: &str| {
+        JobDescription::parse(
+            format!("<p2pjob><executable>x</executable><processes>1</processes><requirement>linux</requirement>{inner}</p2pjob>")
+                .as_bytes(),
+        )
+    };
+    let j = job("<checkpoint>30s</checkpoint><restart>scratch</restart>").unwrap().job;
+    assert_eq!((j.checkpoint, j.restart), (Some(Duration::from_secs(30)), RestartPolicy::Scratch));
+    assert_eq!(JobDescription::parse(j.to_xml().as_bytes()).unwrap().job, j);
+    let j = job("<checkpoint>0</checkpoint><restart>checkpoint</restart>").unwrap().job;
+    assert_eq!((j.checkpoint, j.restart), (None, RestartPolicy::Checkpoint), "0: only on request");
+    assert_eq!(job("<restart>restart</restart>").unwrap().job.restart, RestartPolicy::Checkpoint);
+    assert_eq!(job("").unwrap().job.restart, RestartPolicy::Fail);
+    for bad in [
+        "<restart>maybe</restart>",
+        "<checkpoint>soon</checkpoint>",
+        "<checkpoint>0</checkpoint><checkpoint>1</checkpoint>",
+    ] {
+        assert!(job(bad).is_err(), "{bad}");
+    }
 }

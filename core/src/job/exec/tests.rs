@@ -117,6 +117,7 @@ fn a_corrupt_transfer_is_re_requested_and_never_run() {
         (vars["P2PMP_RANK"].as_str(), vars["P2PMP_SIZE"].as_str(), vars["P2PMP_NODE"].as_str()),
         ("1", "2", "127.0.0.1:9000")
     );
+    assert!(!vars.contains_key("P2PMP_CHECKPOINT_MS"), "no interval asked for");
     // Start again: nothing starts twice.
     e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
     assert!(!drain(&mut e).1.iter().any(|e| matches!(e, ExecEvent::SpawnProcess { .. })));

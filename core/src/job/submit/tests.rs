@@ -724,3 +724,22 @@ fn of_two_lines_of_one_node_the_newest_counts() {
     assert_eq!(h.offers(), vec![(addr(1), vec![0, 1, 2])]);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 3] }));
 }
+
+#[test]
+fn a_restart_rule_the_network_cannot_honour_is_refused_at_submit_time() {
+    let now = Instant::now();
+    let mut sub = Submitter::new(SubmitConfig::default(), addr(0), 42);
+    for rule in [RestartPolicy::Checkpoint, RestartPolicy::Scratch] {
+        let mut asks = job(1, &["linux"]);
+        asks.restart = rule;
+        let err = sub.submit(now, 9, asks, 0).unwrap_err();
+        assert!(
+            matches!(&err, SubmitCmdError::CannotHonour(why) if why.contains(&format!("<restart>{}</restart>", rule.name()))),
+            "{err}"
+        );
+        assert!(sub.poll_action().is_none(), "nothing was started");
+    }
+    let mut periodic = job(1, &["linux"]);
+    periodic.checkpoint = Some(Duration::from_secs(30));
+    assert!(sub.submit(now, 9, periodic, 0).is_ok(), "periodic checkpoints alone are honoured");
+}

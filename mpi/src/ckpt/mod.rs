@@ -1,0 +1,387 @@
+//! Application-level checkpoints: protected regions saved at safe points
+//! ([`World::snapshot`]) and filled back in when a process resumes
+//! ([`World::recover`]), in the style of FTI and VeloC, with the original
+//! system's pre-checkpoint, post-checkpoint and restart hooks.
+//!
+//! A snapshot is a collective: every rank calls it the same number of times.
+//! Most calls cost an increment and a comparison: the ranks agree whether a
+//! checkpoint is due (the job's interval, `P2PMP_CHECKPOINT_MS`, has passed on
+//! some rank) only every `stride` calls, one 16-byte allreduce, and the stride
+//! grows until that agreement costs about 1% of the time between agreements
+//! (and no more than a tenth of the interval passes between two of them).
+//!
+//! When one is due, each rank waits until every message it sent has been taken
+//! in by its receiver, then the ranks check together that no message is in
+//! flight or waiting unreceived and no request is pending anywhere (the cut is
+//! then empty of messages, so the files of one epoch are a consistent state of
+//! the whole job); if some rank is not there yet, the checkpoint is taken at the
+//! next agreement instead. Each rank writes `rank-R.E.ckpt` (the format of
+//! [`p2pmp_core::ckpt`], compressed with zstd unless `P2PMP_CHECKPOINT_CODEC`
+//! says `gzip` or `none`) into `P2PMP_CHECKPOINT_DIR` (default `checkpoints`
+//! in the job directory); once every rank has written epoch E, the files of
+//! older epochs are removed.
+//!
+//! A process started with `P2PMP_RESTART` (the path of its checkpoint file, or
+//! of a directory of the job's checkpoints: then this rank's file of the newest
+//! epoch every rank has) resumes: [`World::recover`] checks the file (digest, job, rank, size), fills
+//! every protected region from it (each must be protected again with the size
+//! it had), runs the restart hooks and returns true. The library state it
+//! carries is the snapshot count, the epoch and the agreement stride, so the
+//! resumed ranks agree on checkpoints as before. Rolling a whole job back to one
+//! epoch is consistent because that epoch's cut holds no message; moving one
+//! rank while the others go on would also need the per-peer sequence numbers
+//! and unacknowledged sends, which these files do not carry yet.
+
+mod codec;
+mod store;
+
+pub use codec::{compress, decompress};
+pub use p2pmp_core::ckpt::Codec;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use p2pmp_core::ckpt::{Body, Header, Region};
+use p2pmp_core::id::{ID_BYTES, Id};
+use p2pmp_core::job::JobId;
+
+use crate::error::{Error, Result};
+use crate::pod::Op;
+use crate::world::{COMM_COLL, World};
+
+/// The job's checkpoint interval in milliseconds (set by the node from the
+/// job file's `<checkpoint>`); absent: only on request.
+pub const INTERVAL_VAR: &str = "P2PMP_CHECKPOINT_MS";
+/// Set when the process resumes: the path of its checkpoint file.
+pub const RESTART_VAR: &str = "P2PMP_RESTART";
+/// Where checkpoint files go (default `checkpoints`, in the job directory).
+pub const DIR_VAR: &str = "P2PMP_CHECKPOINT_DIR";
+/// How checkpoint bodies are compressed: `zstd` (default), `gzip` or `none`.
+pub const CODEC_VAR: &str = "P2PMP_CHECKPOINT_CODEC";
+
+/// Most bytes of library state a checkpoint file may carry.
+const MAX_STATE: u64 = 4096;
+/// The agreement's target share of the time between two agreements.
+const AGREEMENT_SHARE: u32 = 100;
+/// Largest stride between agreements.
+const MAX_STRIDE: u64 = 1 << 20;
+
+/// A program's hook, run before or after a checkpoint, or on restart.
+pub type Hook = Box<dyn FnMut()>;
+
+/// What the checkpoints of this process have cost so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Snapshot calls.
+    pub calls: u64,
+    /// Agreements run (one small allreduce each).
+    pub agreements: u64,
+    /// Checkpoints written (the last one's epoch).
+    pub epoch: u64,
+    /// Checkpoints that were due but put off because a message was in flight.
+    pub deferred: u64,
+    /// The last file's size, and the bytes it protected before compression.
+    pub last_file_bytes: u64,
+    pub last_raw_bytes: u64,
+    /// Time spent writing checkpoints (waiting for the cut, compressing, writing).
+    pub writing: Duration,
+    /// The current stride between agreements.
+    pub stride: u64,
+}
+
+/// A region the program protected.
+#[derive(Debug, Clone, Copy)]
+struct Protected {
+    ptr: *mut u8,
+    len: usize,
+}
+
+/// The checkpoint state of one process.
+pub(crate) struct Checkpointer {
+    job: JobId,
+    regions: BTreeMap<u32, Protected>,
+    pre: Vec<Hook>,
+    post: Vec<Hook>,
+    restart: Vec<Hook>,
+    every: Option<Duration>,
+    dir: PathBuf,
+    codec: Codec,
+    restart_from: Option<PathBuf>,
+    next_due: Option<Instant>,
+    requested: bool,
+    stats: CheckpointStats,
+    /// When the last agreement ended, and the call count then.
+    last_agreement: Option<(Instant, u64)>,
+    /// How long the last agreement took.
+    agreement_cost: Duration,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("regions", &self.regions.len())
+            .field("every", &self.every)
+            .field("dir", &self.dir)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointer {
+    /// Reads the checkpoint variables through `get`.
+    pub(crate) fn from_lookup(job: &[u8], get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let bytes: [u8; ID_BYTES] = job.try_into().unwrap_or([0; ID_BYTES]);
+        let every = match get(INTERVAL_VAR) {
+            None => None,
+            Some(ms) => {
+                let ms: u64 =
+                    ms.trim().parse().map_err(|e| Error::Env { var: INTERVAL_VAR, problem: format!("{e}") })?;
+                Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
+            }
+        };
+        Ok(Checkpointer {
+            job: JobId(Id::from_bytes(bytes)),
+            regions: BTreeMap::new(),
+            pre: Vec::new(),
+            post: Vec::new(),
+            restart: Vec::new(),
+            every,
+            dir: get(DIR_VAR).map_or_else(|| PathBuf::from("checkpoints"), PathBuf::from),
+            codec: store::codec_from(get(CODEC_VAR).as_deref())?,
+            restart_from: get(RESTART_VAR).filter(|p| !p.is_empty()).map(PathBuf::from),
+            next_due: None,
+            requested: false,
+            stats: CheckpointStats { stride: 1, ..CheckpointStats::default() },
+            last_agreement: None,
+            agreement_cost: Duration::ZERO,
+        })
+    }
+
+    fn protected_bytes(&self) -> u64 {
+        self.regions.values().map(|r| r.len as u64).sum()
+    }
+
+    /// The library state a file of `epoch` carries: calls, epoch, stride.
+    fn state(&self, epoch: u64) -> Bytes {
+        let mut s = Vec::with_capacity(24);
+        for v in [self.stats.calls, epoch, self.stats.stride] {
+            s.extend_from_slice(&v.to_le_bytes());
+        }
+        Bytes::from(s)
+    }
+
+    /// The stride this rank would like: an agreement costing about
+    /// 1/[`AGREEMENT_SHARE`] of the time between agreements, and at least ten
+    /// agreements an interval.
+    fn wanted_stride(&self, now: Instant) -> u64 {
+        let Some((at, calls)) = self.last_agreement else { return 1 };
+        let per_call = now.saturating_duration_since(at).as_nanos() / u128::from((self.stats.calls - calls).max(1));
+        let per_call = per_call.max(1);
+        let mut stride = self.agreement_cost.as_nanos() * u128::from(AGREEMENT_SHARE) / per_call;
+        if let Some(every) = self.every {
+            stride = stride.min(every.as_nanos() / 10 / per_call);
+        }
+        stride.clamp(1, u128::from(MAX_STRIDE)) as u64
+    }
+
+    fn set_state(&mut self, state: &[u8]) -> Result<()> {
+        let word = |i: usize| state.get(i * 8..i * 8 + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        match (state.len(), word(0), word(1), word(2)) {
+            (24, Some(calls), Some(epoch), Some(stride)) if (1..=MAX_STRIDE).contains(&stride) => {
+                self.stats.calls = calls;
+                self.stats.epoch = epoch;
+                self.stats.stride = stride;
+                Ok(())
+            }
+            _ => Err(Error::Checkpoint("library state of the checkpoint is malformed".into())),
+        }
+    }
+}
+
+impl World {
+    /// Adds (or updates) region `id`: its `bytes` bytes at `ptr` are saved with
+    /// every checkpoint and filled back in by [`World::recover`].
+    ///
+    /// # Safety
+    /// `ptr` must stay valid for reads and writes of `bytes` bytes, and not be
+    /// used by anything else during [`World::snapshot`] and [`World::recover`],
+    /// until the region is unprotected or the world finalised.
+    pub unsafe fn protect(&mut self, id: u32, ptr: *mut u8, bytes: usize) -> Result<()> {
+        if ptr.is_null() && bytes > 0 {
+            return Err(Error::Invalid(format!("region {id}: null pointer with {bytes} bytes")));
+        }
+        self.ckpt.regions.insert(id, Protected { ptr, len: bytes });
+        Ok(())
+    }
+
+    /// Removes region `id` from the checkpoints.
+    pub fn unprotect(&mut self, id: u32) -> Result<()> {
+        match self.ckpt.regions.remove(&id) {
+            Some(_) => Ok(()),
+            None => Err(Error::Invalid(format!("region {id} is not protected"))),
+        }
+    }
+
+    /// Runs `f` before every checkpoint this process takes.
+    pub fn on_preckpt(&mut self, f: Hook) {
+        self.ckpt.pre.push(f);
+    }
+
+    /// Runs `f` after every checkpoint this process takes.
+    pub fn on_postckpt(&mut self, f: Hook) {
+        self.ckpt.post.push(f);
+    }
+
+    /// Runs `f` when this process resumes from a checkpoint ([`World::recover`]).
+    pub fn on_restart(&mut self, f: Hook) {
+        self.ckpt.restart.push(f);
+    }
+
+    /// Asks for a checkpoint at the next agreement, due or not.
+    pub fn request_checkpoint(&mut self) {
+        self.ckpt.requested = true;
+    }
+
+    /// What checkpointing has cost this process.
+    pub fn checkpoint_stats(&self) -> &CheckpointStats {
+        &self.ckpt.stats
+    }
+
+    /// When this process resumes from a checkpoint (`P2PMP_RESTART`), fills every
+    /// protected region from it, restores the library's snapshot state, runs the
+    /// restart hooks and returns true; otherwise returns false. Call it after
+    /// init and the `protect` calls.
+    pub fn recover(&mut self) -> Result<bool> {
+        let Some(given) = self.ckpt.restart_from.take() else { return Ok(false) };
+        let path = store::restart_file(&given, self.rank(), self.size())?;
+        let max_raw = 4 + 12 * self.ckpt.regions.len() as u64 + self.ckpt.protected_bytes() + 8 + MAX_STATE;
+        let (header, body) = store::read(&path, max_raw)?;
+        let whose = (header.job, header.rank, header.size);
+        if whose != (self.ckpt.job, self.rank(), self.size()) {
+            return Err(Error::Checkpoint(format!(
+                "{}: checkpoint of job {} rank {} of {}, this is job {} rank {} of {}",
+                path.display(),
+                header.job,
+                header.rank,
+                header.size,
+                self.ckpt.job,
+                self.rank(),
+                self.size()
+            )));
+        }
+        let saved: BTreeMap<u32, &Region> = body.regions.iter().map(|r| (r.id, r)).collect();
+        let ids = |m: Vec<u32>| m.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        if saved.keys().ne(self.ckpt.regions.keys()) {
+            return Err(Error::Checkpoint(format!(
+                "{}: the checkpoint holds regions [{}], the program protected [{}]",
+                path.display(),
+                ids(saved.keys().copied().collect()),
+                ids(self.ckpt.regions.keys().copied().collect())
+            )));
+        }
+        for (id, p) in &self.ckpt.regions {
+            let data = &saved[id].data;
+            if data.len() != p.len {
+                return Err(Error::Checkpoint(format!(
+                    "{}: region {id} was saved with {} bytes, is protected with {}",
+                    path.display(),
+                    data.len(),
+                    p.len
+                )));
+            }
+        }
+        self.ckpt.set_state(&body.state)?;
+        for (id, p) in &self.ckpt.regions {
+            // SAFETY: `protect`'s contract: valid for `len` bytes, not in use.
+            unsafe { std::ptr::copy_nonoverlapping(saved[id].data.as_ptr(), p.ptr, p.len) };
+        }
+        self.ckpt.next_due = None;
+        run(&mut self.ckpt.restart);
+        Ok(true)
+    }
+
+    /// A safe point: every rank calls it the same number of times. Takes the
+    /// job's coordinated checkpoint when one is due or was asked for (see the
+    /// module docs); otherwise returns at once.
+    pub fn snapshot(&mut self) -> Result<()> {
+        let c = &mut self.ckpt;
+        c.stats.calls += 1;
+        if c.stats.calls % c.stats.stride != 0 {
+            return Ok(());
+        }
+        let start = Instant::now();
+        if let (None, Some(every)) = (c.next_due, c.every) {
+            c.next_due = Some(start + every);
+        }
+        let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t));
+        let wanted = c.wanted_stride(start);
+        let agreed = self.allreduce(&[due, wanted], Op::Max)?;
+        let c = &mut self.ckpt;
+        let end = Instant::now();
+        c.stats.agreements += 1;
+        c.stats.stride = agreed[1].clamp(1, MAX_STRIDE);
+        c.agreement_cost = end - start;
+        c.last_agreement = Some((end, c.stats.calls));
+        if agreed[0] == 0 {
+            return Ok(());
+        }
+        if self.checkpoint_now()? {
+            let c = &mut self.ckpt;
+            c.requested = false;
+            c.next_due = c.every.map(|e| Instant::now() + e);
+            c.stats.writing += end.elapsed();
+        } else {
+            self.ckpt.stats.deferred += 1;
+        }
+        Ok(())
+    }
+
+    /// Waits for the cut; when every rank got there, writes this rank's file
+    /// and returns true (false: someone had a message in flight, try again).
+    fn checkpoint_now(&mut self) -> Result<bool> {
+        let me = self.rank();
+        let size = self.size();
+        // Every message this rank sent taken in by its receiver.
+        self.progress_until(None, |w| (0..size).all(|p| p == me || w.engine.unacked_len(p) == 0))?;
+        // The next allreduce's messages may already be here: collective
+        // traffic is consumed by the collectives themselves.
+        let idle = self.engine.posted_len() == 0
+            && self.engine.unexpected_besides(COMM_COLL) == 0
+            && self.engine.rendezvous_in_progress() == 0
+            && self.done.is_empty();
+        let busy = self.allreduce(&[u64::from(!idle)], Op::Max)?;
+        if busy[0] != 0 {
+            return Ok(false);
+        }
+        run(&mut self.ckpt.pre);
+        let c = &mut self.ckpt;
+        let epoch = c.stats.epoch + 1;
+        let regions = c
+            .regions
+            .iter()
+            // SAFETY: `protect`'s contract: valid for `len` bytes, not in use.
+            .map(|(&id, p)| Region {
+                id,
+                data: Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(p.ptr, p.len) }),
+            })
+            .collect();
+        let body = Body { regions, state: c.state(epoch) };
+        let header = Header { codec: c.codec, job: c.job, rank: me, size, epoch, raw_len: 0 };
+        c.stats.last_file_bytes = store::write(&c.dir, header, &body)?;
+        c.stats.last_raw_bytes = c.protected_bytes();
+        c.stats.epoch = epoch;
+        run(&mut c.post);
+        // Every rank has epoch `epoch` on disk: the older ones can go.
+        self.barrier()?;
+        store::drop_older(&self.ckpt.dir, me, epoch);
+        Ok(true)
+    }
+}
+
+fn run(hooks: &mut [Hook]) {
+    for h in hooks {
+        h();
+    }
+}
