@@ -126,10 +126,12 @@ pub fn can_node(data: &[u8]) {
         if let Ok(env) = decode_envelope::<CanMsg>(Bytes::copy_from_slice(frame)) {
             node.handle_message(now, env);
             drain(&mut node);
+            node.check_invariants();
         }
         if node.poll_timeout().is_some_and(|t| t <= now) {
             node.handle_timeout(now);
             drain(&mut node);
+            node.check_invariants();
         }
     }
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 pub mod check;
 mod gaps;
+mod invariants;
 mod join;
 mod leave;
 mod msg;

@@ -13,7 +13,7 @@
 //! message it sends names it as the sender, survives the codec, and (overlay
 //! traffic) is never addressed to itself; a drain ends; a due timer, once handled,
 //! is not due again at the same instant; and its Chord node keeps its own
-//! invariants ([`crate::chord::ChordNode::check_invariants`]).
+//! invariants ([`crate::chord::ChordNode::check_invariants`], or the CAN node's).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -267,6 +267,9 @@ impl Harness {
     fn check(&self) {
         if let Some(chord) = self.node.chord() {
             chord.check_invariants();
+        }
+        if let Some(can) = self.node.overlay_node().can() {
+            can.check_invariants();
         }
     }
 

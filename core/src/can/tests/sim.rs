@@ -36,6 +36,9 @@ fn build(n: usize, dims: usize, report_failures: bool) -> Sim<CanNode> {
 
 fn converge(s: &mut Sim<CanNode>, limit: Duration) {
     let ok = s.run_while_not(limit, |s| {
+        for i in s.alive() {
+            s.node(i).check_invariants();
+        }
         let t = CanTruth::of(s);
         t.len() == s.alive().count() && t.converged(s)
     });
