@@ -341,6 +341,11 @@ impl CanNode {
         loop {
             self.zones.sort();
             self.zones.dedup();
+            // Zones are dyadic: two that meet are one inside the other. A zone
+            // inside a bigger one we own (a replayed or forged hand-off, a late
+            // join answer) adds nothing.
+            let zones = self.zones.clone();
+            self.zones.retain(|z| !zones.iter().any(|o| o != z && o.covers(z)));
             let pair = self.zones.iter().find_map(|z| z.sibling().filter(|s| self.zones.contains(s)).map(|s| (*z, s)));
             let Some((a, b)) = pair else { return merged };
             // A zone with a sibling has a parent.
