@@ -20,6 +20,10 @@
 //! `fail`), `timeout` (for the whole job) and `queuetimeout` (how long it may
 //! wait for free slots before it fails). Durations are a number with an optional unit `ms`, `s`
 //! (default), `m` or `h`. Unknown elements are skipped with a [`JobFileWarning`].
+//!
+//! No path may lead out of the job directory ([`check_path`]): an output file is
+//! a plain name, an input file a relative path without `..`, the executable the
+//! same or absolute; others are refused with their line and column.
 
 use std::time::Duration;
 
@@ -28,6 +32,9 @@ use quick_xml::{Reader, escape};
 use serde::{Deserialize, Serialize};
 
 use super::requirements::{Requirement, RequirementError};
+
+mod paths;
+pub use paths::{MAX_NAME, PathProblem, PathUse, check_path, plain_name};
 
 /// Largest job file accepted.
 pub const MAX_JOB_FILE: usize = 1 << 20;
@@ -165,6 +172,9 @@ pub enum JobFileErrorKind {
     /// Too many elements, too deep, or too many of one kind.
     #[error("too many {0}")]
     TooMany(&'static str),
+    /// A path that would lead out of the job directory (see [`check_path`]).
+    #[error("<{element}> {path:?} {problem}")]
+    Path { element: &'static str, path: String, problem: PathProblem },
 }
 
 /// The known leaf elements.
@@ -284,6 +294,19 @@ impl Builder {
         let invalid = |reason: &str| JobFileErrorKind::Invalid { element: field.name(), reason: reason.into() };
         let once = |present: bool| if present { Err(JobFileErrorKind::Duplicate(field.name())) } else { Ok(()) };
         let t = text.trim();
+        let path_use = match field {
+            Field::Executable => Some(PathUse::Executable),
+            Field::InputFile => Some(PathUse::Input),
+            Field::OutputFile => Some(PathUse::Output),
+            _ => None,
+        };
+        if let Some(used) = path_use.filter(|_| !t.is_empty()) {
+            check_path(t, used).map_err(|problem| JobFileErrorKind::Path {
+                element: field.name(),
+                path: t.to_owned(),
+                problem,
+            })?;
+        }
         let count = self.arguments.len() + self.inputfiles.len() + self.outputfiles.len();
         if count >= MAX_ELEMENTS {
             return Err(JobFileErrorKind::TooMany("arguments and files"));

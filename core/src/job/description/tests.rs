@@ -180,6 +180,12 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
             let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
             unique.len() == names.len() && !unique.contains(STAGED_JOB_FILE)
         })
+        // Paths stay inside the job directory (the parser refuses others).
+        .prop_filter("paths leave the job directory", |t| {
+            check_path(&t.0, PathUse::Executable).is_ok()
+                && t.2.iter().all(|p| check_path(p, PathUse::Input).is_ok())
+                && t.3.iter().all(|p| check_path(p, PathUse::Output).is_ok())
+        })
         .prop_map(
             |(
                 executable,
@@ -260,4 +266,25 @@ fn exits_are_described_with_signal_names() {
     assert_eq!(crate::job::describe_exit(-11), "was killed by SIGSEGV");
     assert_eq!(crate::job::describe_exit(-9), "was killed by SIGKILL");
     assert_eq!(crate::job::describe_exit(-40), "was killed by signal 40");
+}
+
+#[test]
+fn paths_that_escape_the_job_directory_are_refused_where_they_stand() {
+    let job =
+        |body: &str| format!("<p2pjob>\n<processes>1</processes><requirement>linux</requirement>\n{body}\n</p2pjob>");
+    let e = err(&job("<executable>prog</executable>\n  <inputfile>../x</inputfile>"));
+    assert_eq!((e.line, e.column), (4, 3), "{e}");
+    assert!(e.to_string().contains("<inputfile> \"../x\" has a \"..\" component"), "{e}");
+    let e = err(&job("<executable>prog</executable>\n<inputfile>/etc/passwd</inputfile>"));
+    assert_eq!((e.line, e.column), (4, 1), "{e}");
+    assert!(e.to_string().contains("\"/etc/passwd\" is an absolute path"), "{e}");
+    let e = err(&job("<executable>prog</executable>\n<outputfile>../../x</outputfile>"));
+    assert!(matches!(e.kind, JobFileErrorKind::Path { element: "outputfile", problem: PathProblem::ParentDir, .. }));
+    let e = err(&job("<executable>prog</executable>\n<outputfile>/etc/shadow</outputfile>"));
+    assert!(matches!(e.kind, JobFileErrorKind::Path { problem: PathProblem::Absolute, .. }), "{e}");
+    let e = err(&job("<executable>../bin/prog</executable>"));
+    assert_eq!((e.line, e.column), (3, 1), "{e}");
+    assert!(e.to_string().contains("<executable> \"../bin/prog\""), "{e}");
+    // An absolute executable names a program (as `p2pjob run` writes it).
+    assert!(JobDescription::parse(job("<executable>/bin/true</executable>").as_bytes()).is_ok());
 }
