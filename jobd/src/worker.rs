@@ -120,7 +120,11 @@ fn run(remote: &Remote<DaemonNode>, started: &async_channel::Sender<Report>, san
             }
         }
         Work::ReadOutputFile { job, rank, name, path } => {
-            post(remote, NodeCommand::OutputFileRead { job, rank, name, data: files::read_output(&path) });
+            let data = files::read_output(&path);
+            if let Err(why) = &data {
+                warn!(%job, rank, path, why, "an output file is not returned");
+            }
+            post(remote, NodeCommand::OutputFileRead { job, rank, name, data });
         }
         Work::CopyFile { from, to, link } => {
             if let Err(e) = files::copy(&from, &to, link) {

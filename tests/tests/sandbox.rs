@@ -288,3 +288,21 @@ fn escaping_paths_are_refused_at_parse_and_a_planted_link_is_not_read() {
     assert!(!format!("{}{}", out.stdout, out.stderr).contains("own secret"));
     assert!(!Path::new(&n.dir.join("out.txt")).exists(), "the linked file came back");
 }
+
+#[test]
+fn a_job_file_asks_for_lower_limits_but_never_higher() {
+    let n = Node::start("asked", &[]);
+    n.write(
+        "write.sh",
+        "#!/bin/sh\ndd if=/dev/zero of=out bs=1M count=100 2>/dev/null\necho dd $?\nstat -c 'size %s' out\n",
+    );
+    let extra = "  <limit>file_size_mb=2</limit>\n  <limit>disk_mb=100000</limit>\n";
+    std::fs::write(n.dir.join("asked.xml"), job_file("write.sh", "", extra)).unwrap();
+    let out = n.p2pjob(&["submit", "asked.xml", "--wait"], Duration::from_secs(30));
+    assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 2097152"), "{out:?}");
+    // Asking for more than the node's 64 MiB gets the node's.
+    let extra = "  <limit>file_size_mb=100000</limit>\n";
+    std::fs::write(n.dir.join("more.xml"), job_file("write.sh", "", extra)).unwrap();
+    let out = n.p2pjob(&["submit", "more.xml", "--wait"], Duration::from_secs(30));
+    assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 67108864"), "{out:?}");
+}

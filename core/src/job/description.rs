@@ -18,7 +18,8 @@
 //! argument verbatim, spaces kept), `checkpoint` (an interval; empty, `yes` or `true`
 //! mean [`DEFAULT_CHECKPOINT_INTERVAL`]), `restart` (`restart` or `fail`, default
 //! `fail`), `timeout` (for the whole job) and `queuetimeout` (how long it may
-//! wait for free slots before it fails). Durations are a number with an optional unit `ms`, `s`
+//! wait for free slots before it fails), `limit` (repeatable, `KEY=VALUE` with a
+//! key of [`JOB_LIMITS`]: the job asks to run under less than the node allows). Durations are a number with an optional unit `ms`, `s`
 //! (default), `m` or `h`. Unknown elements are skipped with a [`JobFileWarning`].
 //!
 //! No path may lead out of the job directory ([`check_path`]): an output file is
@@ -51,6 +52,9 @@ pub const MAX_DEPTH: usize = 32;
 pub const MAX_REQUIREMENTS: usize = 256;
 /// Longest timeout or checkpoint interval accepted (a year).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The limits a job may ask for with `<limit>KEY=VALUE</limit>` (the node's
+/// own maxima still hold: a job only gets below them).
+pub const JOB_LIMITS: [&str; 6] = ["cpu_s", "memory_mb", "open_files", "processes", "file_size_mb", "disk_mb"];
 /// The checkpoint interval `<checkpoint/>` (or `yes`, `true`) asks for.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -87,6 +91,8 @@ pub struct JobDescription {
     pub timeout: Option<Duration>,
     /// How long the job may wait for free slots (unlimited when absent, within `timeout`).
     pub queue_timeout: Option<Duration>,
+    /// Limits the job asks for, each a key of [`JOB_LIMITS`] once, above 0.
+    pub limits: Vec<(String, u64)>,
 }
 
 /// A description and the warnings parsing it produced.
@@ -191,10 +197,11 @@ enum Field {
     Restart,
     Timeout,
     QueueTimeout,
+    Limit,
 }
 
 impl Field {
-    const ALL: [(&'static str, Field); 11] = [
+    const ALL: [(&'static str, Field); 12] = [
         ("executable", Field::Executable),
         ("arguments", Field::Arguments),
         ("argument", Field::Argument),
@@ -206,6 +213,7 @@ impl Field {
         ("restart", Field::Restart),
         ("timeout", Field::Timeout),
         ("queuetimeout", Field::QueueTimeout),
+        ("limit", Field::Limit),
     ];
 
     fn from_name(name: &[u8]) -> Option<Field> {
@@ -267,6 +275,7 @@ struct Builder {
     restart: Option<RestartPolicy>,
     timeout: Option<Duration>,
     queue_timeout: Option<Duration>,
+    limits: Vec<(String, u64)>,
 }
 
 /// The name a staged file gets in the job directory: its last path component.
@@ -364,6 +373,21 @@ impl Builder {
                     "fail" => RestartPolicy::Fail,
                     _ => return Err(invalid("expected restart or fail")),
                 });
+            }
+            Field::Limit => {
+                let (key, value) = t.split_once('=').ok_or_else(|| invalid("expected KEY=VALUE"))?;
+                let key = key.trim();
+                if !JOB_LIMITS.contains(&key) {
+                    return Err(invalid(&format!("{key:?} is not one of {}", JOB_LIMITS.join(", "))));
+                }
+                if self.limits.iter().any(|(k, _)| k == key) {
+                    return Err(invalid(&format!("{key} given more than once")));
+                }
+                let value: u64 = value.trim().parse().map_err(|_| invalid("not a whole number"))?;
+                if value == 0 {
+                    return Err(invalid("a limit must be above 0"));
+                }
+                self.limits.push((key.to_owned(), value));
             }
             Field::Timeout | Field::QueueTimeout => {
                 let slot = if field == Field::Timeout { &mut self.timeout } else { &mut self.queue_timeout };
@@ -529,6 +553,7 @@ impl JobDescription {
             restart: b.restart.unwrap_or_default(),
             timeout: b.timeout,
             queue_timeout: b.queue_timeout,
+            limits: b.limits,
         };
         Ok(ParsedJob { job, warnings })
     }
@@ -546,6 +571,7 @@ impl JobDescription {
             restart: RestartPolicy::Fail,
             timeout: None,
             queue_timeout: None,
+            limits: Vec::new(),
         }
     }
 
@@ -587,6 +613,7 @@ impl JobDescription {
         if let Some(t) = self.queue_timeout {
             elem("queuetimeout", &format_duration(t));
         }
+        self.limits.iter().for_each(|(k, v)| elem("limit", &format!("{k}={v}")));
         out.push_str("</p2pjob>\n");
         out
     }

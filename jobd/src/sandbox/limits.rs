@@ -40,17 +40,33 @@ impl Limits {
     pub fn set(&mut self, kv: &str) -> anyhow::Result<()> {
         let Some((key, value)) = kv.split_once('=') else { bail!("--limit {kv:?}: expected KEY=VALUE ({KEYS})") };
         let value: u64 = value.trim().parse().with_context(|| format!("--limit {kv:?}: not a whole number"))?;
-        let slot = match key.trim() {
+        let Some(slot) = self.slot(key.trim()) else { bail!("--limit {key:?}: unknown (one of {KEYS})") };
+        *slot = value;
+        Ok(())
+    }
+
+    fn slot(&mut self, key: &str) -> Option<&mut u64> {
+        Some(match key {
             "cpu_s" => &mut self.cpu_s,
             "memory_mb" => &mut self.memory_mb,
             "open_files" => &mut self.open_files,
             "processes" => &mut self.processes,
             "file_size_mb" => &mut self.file_size_mb,
             "disk_mb" => &mut self.disk_mb,
-            other => bail!("--limit {other:?}: unknown (one of {KEYS})"),
-        };
-        *slot = value;
-        Ok(())
+            _ => return None,
+        })
+    }
+
+    /// These limits, lowered to what a job asked for (`<limit>` in its job
+    /// file); a job never gets more than the node allows.
+    pub(crate) fn lowered(&self, asked: &[(String, u64)]) -> Limits {
+        let mut l = self.clone();
+        for (key, want) in asked {
+            if let Some(slot) = l.slot(key) {
+                *slot = if *slot == 0 { *want } else { (*slot).min(*want) };
+            }
+        }
+        l
     }
 
     /// The resource limits a process gets (resource, soft, hard): memory only
@@ -129,5 +145,8 @@ mod tests {
         let r = l.rlimits(true, true);
         assert!(r.iter().any(|x| x.0 == libc::RLIMIT_NPROC) && !r.iter().any(|x| x.0 == libc::RLIMIT_AS));
         assert!(l.describe().contains("memory 256 MiB") && l.describe().contains("file size 16384 MiB"));
+        let asked = [("memory_mb".to_owned(), 1024), ("cpu_s".to_owned(), 5), ("open_files".to_owned(), 64)];
+        let job = Limits { cpu_s: 0, ..l.clone() }.lowered(&asked);
+        assert_eq!((job.memory_mb, job.cpu_s, job.open_files), (256, 5, 64), "never above the node's");
     }
 }

@@ -11,7 +11,8 @@
 //!   0755): the job cannot rewrite the cached program. When the job ends,
 //!   every process left with its uid is killed and the uid is free again.
 //!   Not root: jobs run as the daemon's user, said once in the log.
-//! - **Limits** ([`Limits`]): rlimits set on each process before it runs.
+//! - **Limits** ([`Limits`]): rlimits set on each process before it runs; a
+//!   job file may ask for less (`<limit>memory_mb=512</limit>`), never more.
 //! - **cgroups v2** ([`cgroup`]) where this host offers the memory and pids
 //!   controllers: one cgroup per job; otherwise rlimits alone.
 //! - **Disk**: the job directory's use, walked every second on the file
@@ -27,7 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use p2pmp_core::job::JobId;
+use p2pmp_core::job::description::{MAX_JOB_FILE, STAGED_JOB_FILE};
+use p2pmp_core::job::{JobDescription, JobId};
 use tracing::{info, warn};
 
 pub use limits::Limits;
@@ -54,6 +56,8 @@ pub(crate) struct Jail {
 #[derive(Debug)]
 struct JobBox {
     job: JobId,
+    /// The node's limits, lowered to what the job asked for.
+    limits: Limits,
     uid: Option<u32>,
     cgroup: Option<PathBuf>,
     /// Killed for its disk use already.
@@ -166,11 +170,12 @@ impl Sandbox {
             self.jobs.insert(dir.to_owned(), b);
         }
         let b = &self.jobs[dir];
-        let rlimits = self.limits.rlimits(b.uid.is_some(), b.cgroup.is_some());
+        let rlimits = b.limits.rlimits(b.uid.is_some(), b.cgroup.is_some());
         Ok(Jail { uid: b.uid, rlimits, cgroup: b.cgroup.clone() })
     }
 
     fn make_box(&mut self, job: JobId, dir: &str) -> std::io::Result<JobBox> {
+        let limits = self.limits.lowered(&asked_limits(Path::new(dir)));
         let uid = match &self.uids {
             None => None,
             Some(range) => {
@@ -187,9 +192,9 @@ impl Sandbox {
         };
         let cgroup = match &self.cgroups {
             None => None,
-            Some(t) => Some(t.create(&format!("job-{job}"), self.limits.memory_mb, self.limits.processes)?),
+            Some(t) => Some(t.create(&format!("job-{job}"), limits.memory_mb, limits.processes)?),
         };
-        Ok(JobBox { job, uid, cgroup, over: false })
+        Ok(JobBox { job, limits, uid, cgroup, over: false })
     }
 
     /// The job in `dir` ended (its directory goes): whatever it left running
@@ -207,25 +212,28 @@ impl Sandbox {
     /// Jobs whose directory uses more than the disk limit, with the message
     /// they fail with (each job once).
     pub(crate) fn over_quota(&mut self) -> Vec<(JobId, String)> {
-        let limit = self.limits.disk_mb.saturating_mul(1 << 20);
-        if limit == 0 {
-            return Vec::new();
-        }
         let mut over = Vec::new();
-        for (dir, b) in self.jobs.iter_mut().filter(|(_, b)| !b.over) {
+        for (dir, b) in self.jobs.iter_mut().filter(|(_, b)| !b.over && b.limits.disk_mb > 0) {
+            let limit = b.limits.disk_mb.saturating_mul(1 << 20);
             let used = disk_used(Path::new(dir));
             if used > limit {
                 b.over = true;
-                let message = format!(
-                    "job directory used {}, over the {} limit",
-                    gib_or_mib(used),
-                    gib_or_mib(self.limits.disk_mb << 20)
-                );
+                let message = format!("job directory used {}, over the {} limit", gib_or_mib(used), gib_or_mib(limit));
                 over.push((b.job, message));
             }
         }
         over
     }
+}
+
+/// The limits the job in `dir` asked for in its job file (staged there as
+/// `job.xml` before any of its processes ran); none if it cannot be read.
+fn asked_limits(dir: &Path) -> Vec<(String, u64)> {
+    let path = dir.join(STAGED_JOB_FILE);
+    let Ok(mut f) = crate::files::open_regular(&path.to_string_lossy()) else { return Vec::new() };
+    let mut xml = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, MAX_JOB_FILE as u64 + 1), &mut xml);
+    JobDescription::parse(&xml).map(|p| p.job.limits).unwrap_or_default()
 }
 
 /// `bytes` as `1.2 GiB` or `345 MiB`.

@@ -209,6 +209,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     restart: if r { RestartPolicy::Restart } else { RestartPolicy::Fail },
                     timeout,
                     queue_timeout,
+                    limits: Vec::new(),
                 }
             },
         )
@@ -287,4 +288,25 @@ fn paths_that_escape_the_job_directory_are_refused_where_they_stand() {
     assert!(e.to_string().contains("<executable> \"../bin/prog\""), "{e}");
     // An absolute executable names a program (as `p2pjob run` writes it).
     assert!(JobDescription::parse(job("<executable>/bin/true</executable>").as_bytes()).is_ok());
+}
+
+#[test]
+fn a_job_asks_for_limits_below_the_nodes() {
+    let job = |body: &str| {
+        format!(
+            "<p2pjob><executable>p</executable><processes>1</processes><requirement>linux</requirement>{body}</p2pjob>"
+        )
+    };
+    let p = JobDescription::parse(job("<limit>memory_mb=256</limit><limit> cpu_s = 10 </limit>").as_bytes()).unwrap();
+    assert_eq!(p.job.limits, [("memory_mb".to_owned(), 256), ("cpu_s".to_owned(), 10)]);
+    assert_eq!(JobDescription::parse(p.job.to_xml().as_bytes()).unwrap().job, p.job);
+    for (bad, says) in [
+        ("<limit>memory=1</limit>", "not one of"),
+        ("<limit>memory_mb</limit>", "KEY=VALUE"),
+        ("<limit>memory_mb=0</limit>", "above 0"),
+        ("<limit>memory_mb=-1</limit>", "whole number"),
+        ("<limit>disk_mb=1</limit><limit>disk_mb=2</limit>", "more than once"),
+    ] {
+        assert!(err(&job(bad)).to_string().contains(says), "{bad}: {}", err(&job(bad)));
+    }
 }
