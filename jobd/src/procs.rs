@@ -302,7 +302,7 @@ pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::C
     let (mut child, gate) = loop {
         let gate = match setpriv {
             Some(_) => {
-                let (r, w) = std::io::pipe()?;
+                let (r, w) = gate_pipe()?;
                 cmd.stdin(Stdio::from(r));
                 Some(w)
             }
@@ -390,7 +390,20 @@ fn confine(child: &tokio::process::Child, jail: &Jail) -> std::io::Result<()> {
     Ok(())
 }
 
-fn open_gate(mut gate: std::io::PipeWriter) -> std::io::Result<()> {
+/// A pipe for the gate (both ends close-on-exec): the reading end, and the
+/// writing end as a file.
+fn gate_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made by pipe2 and are owned by nothing else.
+    unsafe { Ok((std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1]))) }
+}
+
+fn open_gate(mut gate: std::fs::File) -> std::io::Result<()> {
     std::io::Write::write_all(&mut gate, b"go\n")
 }
 

@@ -109,7 +109,7 @@ impl Shell {
                     Err(_) => break,
                 },
                 Ok(report) = started.recv() => match report {
-                    Report::Started(spawn, child) => sh.adopt(spawn, child),
+                    Report::Started(started) => sh.adopt(started.0, started.1),
                     Report::OverQuota { job, message } => sh.procs.kill_job(job, &message),
                 },
                 Some(key) = sh.procs.ended() => sh.procs.forget(key),

@@ -68,7 +68,7 @@ pub(crate) enum Work {
 #[derive(Debug)]
 pub(crate) enum Report {
     /// A process the worker started (or could not).
-    Started(Spawn, std::io::Result<tokio::process::Child>),
+    Started(Box<(Spawn, std::io::Result<tokio::process::Child>)>),
     /// A job went over its disk limit: its processes go, with this message.
     OverQuota { job: JobId, message: String },
 }
@@ -155,7 +155,7 @@ fn run(remote: &Remote<DaemonNode>, started: &async_channel::Sender<Report>, san
         }
         Work::Spawn(s) => {
             let child = sandbox.prepare(s.job, &s.dir).and_then(|jail| procs::start(&s, &jail));
-            let _ = started.send_blocking(Report::Started(s, child));
+            let _ = started.send_blocking(Report::Started(Box::new((s, child))));
         }
         Work::CheckQuota => {
             for (job, message) in sandbox.over_quota() {
