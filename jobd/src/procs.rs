@@ -408,10 +408,10 @@ fn open_gate(mut gate: std::fs::File) -> std::io::Result<()> {
 }
 
 /// Kills every process of `uid` (a job's own user, when its job ended):
-/// `kill -KILL -1` as that user reaches exactly those. Tried a few times, as a
-/// process may be forking while it is killed.
-pub(crate) fn kill_user(uid: u32) {
-    for _ in 0..3 {
+/// `kill -KILL -1` as that user reaches exactly those. Tried `tries` times,
+/// as a process may be forking while it is killed.
+pub(crate) fn kill_user(uid: u32, tries: u32) {
+    for i in 0..tries {
         let mut cmd = match setpriv() {
             Some(setpriv) => {
                 let mut cmd = std::process::Command::new(setpriv);
@@ -430,7 +430,9 @@ pub(crate) fn kill_user(uid: u32) {
             warn!(uid, %e, "cannot kill what a job left running");
             return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        if i + 1 < tries {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! Each job's sandbox on an executor: its own user, its limits, its cgroup.
 //!
 //! - **User.** When jobd runs as root, each job runs as a user of its own: a
-//!   numeric uid (and gid) from a fixed range, `1_900_000_000 + 256 * port`
-//!   onwards (256 jobs at once per node), never an account: nothing is written
-//!   to `/etc/passwd`, a job start costs no `useradd`, and a daemon killed -9
-//!   leaves no account behind (the kernel needs only the number). The job
+//!   numeric uid (and gid) from a fixed range, [`UID_BASE`] onwards, never an
+//!   account: nothing is written to `/etc/passwd`, a job start costs no
+//!   `useradd`, and a daemon killed -9 leaves no account behind (the kernel
+//!   needs only the number). A uid is claimed with a lock on a file of
+//!   [`LOCK_DIR`] ([`claim_uid`]), so daemons sharing a kernel (several on a
+//!   host, or hosts in network namespaces) never give one uid to two jobs; a
+//!   daemon that dies drops its locks with it. The job
 //!   directory is given to that user with mode 0700, the node's directory is
 //!   0711 (no listing) and the file cache 0700, so no job reads another's
 //!   files. A staged executable hard-linked from the cache stays root's (mode
@@ -24,8 +27,9 @@
 mod cgroup;
 mod limits;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::collections::BTreeMap;
+use std::fs::DirBuilder;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use p2pmp_core::job::description::{MAX_JOB_FILE, STAGED_JOB_FILE};
@@ -37,8 +41,10 @@ pub(crate) use limits::{Resource, apply as apply_rlimits};
 
 /// The first uid (and gid) given to jobs.
 pub const UID_BASE: u32 = 1_900_000_000;
-/// Jobs one node runs at once under users of their own.
-pub const UIDS_PER_NODE: u32 = 256;
+/// How many uids jobs may have (on one host, at once).
+pub const UIDS: u32 = 65_536;
+/// Where the uid lock files are.
+pub const LOCK_DIR: &str = "/run/p2pmp-jobd";
 /// Most directory entries walked when measuring a job directory.
 const MAX_WALK: usize = 1_000_000;
 
@@ -59,6 +65,8 @@ struct JobBox {
     /// The node's limits, lowered to what the job asked for.
     limits: Limits,
     uid: Option<u32>,
+    /// Held while the job runs: the uid is this job's alone.
+    _uid_lock: Option<std::fs::File>,
     cgroup: Option<PathBuf>,
     /// Killed for its disk use already.
     over: bool,
@@ -68,14 +76,16 @@ struct JobBox {
 #[derive(Debug)]
 pub(crate) struct Sandbox {
     limits: Limits,
-    /// The uids of this node, when jobs get users of their own.
-    uids: Option<std::ops::Range<u32>>,
+    /// Whether jobs get users of their own.
+    uids: bool,
     cgroups: Option<cgroup::Tree>,
     /// By job directory.
     jobs: BTreeMap<String, JobBox>,
     /// The uid given last: the next job takes the next free one after it,
     /// so a uid just released (and anything of it still dying) rests a while.
     last_uid: u32,
+    /// Where uids are claimed.
+    lock_dir: PathBuf,
 }
 
 /// Why `dir` (and every directory above it) cannot be passed through by
@@ -90,7 +100,8 @@ impl Sandbox {
     pub(crate) fn new(limits: Limits, own_users: bool, node_dir: &Path, port: u16) -> Sandbox {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        let mut uids = None;
+        let mut uids = false;
+        let lock_dir = PathBuf::from(LOCK_DIR);
         if let Err(e) = std::fs::create_dir_all(node_dir.join("cache")) {
             warn!(dir = %node_dir.display(), %e, "cannot make the node's directory");
         }
@@ -109,10 +120,12 @@ impl Sandbox {
                     "jobs run as the daemon's user (root!): other users cannot pass through this directory, \
                      so a job's own user could not reach its job directory; choose a work_dir under /var/tmp or /tmp"
                 ),
-                None => {
-                    let first = UID_BASE + u32::from(port) * UIDS_PER_NODE;
-                    uids = Some(first..first + UIDS_PER_NODE);
-                }
+                None => match DirBuilder::new().recursive(true).mode(0o700).create(&lock_dir) {
+                    Ok(()) => uids = true,
+                    Err(e) => {
+                        warn!(dir = LOCK_DIR, %e, "jobs run as the daemon's user (root!): no place to claim uids")
+                    }
+                },
             }
         }
         let cgroups = if root {
@@ -129,12 +142,18 @@ impl Sandbox {
         } else {
             None
         };
-        let sb = Sandbox { limits, uids, cgroups, jobs: BTreeMap::new(), last_uid: 0 };
-        match (&sb.uids, root) {
-            (Some(r), _) => info!(uids = ?r, "each job runs as a user of its own (uid = gid, no account)"),
-            (None, true) if !own_users => warn!("jobs run as the daemon's user, root (per_job_user = false)"),
-            (None, true) => {}
-            (None, false) => info!("not root: jobs run as the daemon's user"),
+        // Daemons of one host start their search at different places.
+        let last_uid = UID_BASE + (u32::from(port).wrapping_mul(2_654_435_761) ^ std::process::id()) % UIDS;
+        let sb = Sandbox { limits, uids, cgroups, jobs: BTreeMap::new(), last_uid, lock_dir };
+        match (sb.uids, root) {
+            (true, _) => info!(
+                first = UID_BASE,
+                count = UIDS,
+                "each job runs as a user of its own (uid = gid, no account, claimed in {LOCK_DIR})"
+            ),
+            (false, true) if !own_users => warn!("jobs run as the daemon's user, root (per_job_user = false)"),
+            (false, true) => {}
+            (false, false) => info!("not root: jobs run as the daemon's user"),
         }
         info!(limits = %sb.limits.describe(), mechanism = sb.mechanism(), "job limits");
         sb
@@ -142,7 +161,7 @@ impl Sandbox {
 
     /// What confines jobs here, in words (for the log and the advert).
     pub(crate) fn mechanism(&self) -> &'static str {
-        match (self.uids.is_some(), self.cgroups.is_some()) {
+        match (self.uids, self.cgroups.is_some()) {
             (true, true) => "own user, rlimits, cgroups v2",
             (true, false) => "own user, rlimits",
             (false, true) => "rlimits, cgroups v2",
@@ -153,7 +172,7 @@ impl Sandbox {
     /// Tags the node advertises for its sandbox (`sandbox-user`, `cgroup2`).
     pub(crate) fn tags(&self) -> Vec<String> {
         let mut t = Vec::new();
-        if self.uids.is_some() {
+        if self.uids {
             t.push("sandbox-user".to_owned());
         }
         if self.cgroups.is_some() {
@@ -176,25 +195,21 @@ impl Sandbox {
 
     fn make_box(&mut self, job: JobId, dir: &str) -> std::io::Result<JobBox> {
         let limits = self.limits.lowered(&asked_limits(Path::new(dir)));
-        let uid = match &self.uids {
-            None => None,
-            Some(range) => {
-                let taken: BTreeSet<u32> = self.jobs.values().filter_map(|b| b.uid).collect();
-                let after = (self.last_uid + 1).clamp(range.start, range.end);
-                let uid =
-                    (after..range.end).chain(range.start..after).find(|u| !taken.contains(u)).ok_or_else(|| {
-                        std::io::Error::other(format!("all {UIDS_PER_NODE} job users of this node are busy"))
-                    })?;
-                self.last_uid = uid;
-                give_dir(Path::new(dir), uid)?;
-                Some(uid)
-            }
+        let (uid, uid_lock) = if self.uids {
+            let (uid, lock) = claim_uid(&self.lock_dir, self.last_uid + 1)?;
+            self.last_uid = uid;
+            // Whatever a job of a daemon killed -9 left with this uid goes first.
+            crate::procs::kill_user(uid, 1);
+            give_dir(Path::new(dir), uid)?;
+            (Some(uid), Some(lock))
+        } else {
+            (None, None)
         };
         let cgroup = match &self.cgroups {
             None => None,
             Some(t) => Some(t.create(&format!("job-{job}"), limits.memory_mb, limits.processes)?),
         };
-        Ok(JobBox { job, limits, uid, cgroup, over: false })
+        Ok(JobBox { job, limits, uid, _uid_lock: uid_lock, cgroup, over: false })
     }
 
     /// The job in `dir` ended (its directory goes): whatever it left running
@@ -205,8 +220,9 @@ impl Sandbox {
             cgroup::Tree::remove(procs);
         }
         if let Some(uid) = b.uid {
-            crate::procs::kill_user(uid);
+            crate::procs::kill_user(uid, 3);
         }
+        // Dropping `b` releases the uid's lock.
     }
 
     /// Jobs whose directory uses more than the disk limit, with the message
@@ -224,6 +240,28 @@ impl Sandbox {
         }
         over
     }
+}
+
+/// Claims the first uid from `from` on (wrapping within the range) whose lock
+/// file in `dir` no one holds; the lock is held while the file stays open.
+fn claim_uid(dir: &Path, from: u32) -> std::io::Result<(u32, std::fs::File)> {
+    use std::os::fd::AsRawFd;
+    let start = from.saturating_sub(UID_BASE) % UIDS;
+    for i in 0..UIDS {
+        let uid = UID_BASE + (start + i) % UIDS;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir.join(format!("uid-{uid}")))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok((uid, f));
+        }
+    }
+    Err(std::io::Error::other(format!("all {UIDS} job users of this host are busy")))
 }
 
 /// The limits the job in `dir` asked for in its job file (staged there as
@@ -287,6 +325,20 @@ pub(crate) fn disk_used(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_uid_is_claimed_by_one_holder_at_a_time_and_free_again_when_dropped() {
+        let dir = std::env::temp_dir().join(format!("p2pmp-uids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, lock_a) = claim_uid(&dir, UID_BASE + 5).unwrap();
+        let (b, _lock_b) = claim_uid(&dir, UID_BASE + 5).unwrap();
+        assert_eq!((a, b), (UID_BASE + 5, UID_BASE + 6), "a held uid is skipped");
+        let (last, _) = claim_uid(&dir, UID_BASE + UIDS - 1).unwrap();
+        assert_eq!(last, UID_BASE + UIDS - 1);
+        drop(lock_a);
+        assert_eq!(claim_uid(&dir, UID_BASE + 5).unwrap().0, UID_BASE + 5, "free again once dropped");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn disk_use_counts_blocks_in_subdirectories_and_not_through_links() {
