@@ -104,14 +104,24 @@ pub(crate) fn open_regular(path: &str) -> Result<File, String> {
     Ok(f)
 }
 
+/// Largest output file read back: it is held in the daemon's memory while it
+/// goes out, so a job cannot make the daemon take more than this per file.
+pub(crate) const MAX_OUTPUT_FILE: u64 = 1 << 30;
+
 /// Reads a job's output file back, refusing anything but a regular file
 /// ([`open_regular`]) with no other hard link (a link to a file of the
-/// daemon's, where the kernel lets a job make one); the error in words.
+/// daemon's, where the kernel lets a job make one) and at most
+/// [`MAX_OUTPUT_FILE`] bytes; the error in words.
 pub(crate) fn read_output(path: &str) -> Result<bytes::Bytes, String> {
-    let mut f = open_regular(path)?;
-    if f.metadata().map_err(|e| e.to_string())?.nlink() > 1 {
+    let f = open_regular(path)?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if meta.nlink() > 1 {
         return Err("has other hard links (not read: it may be another user's file)".into());
     }
+    if meta.len() > MAX_OUTPUT_FILE {
+        return Err(format!("is {} bytes, over the {MAX_OUTPUT_FILE} an output file may have", meta.len()));
+    }
+    let mut f = f.take(MAX_OUTPUT_FILE);
     let mut data = Vec::new();
     f.read_to_end(&mut data).map_err(|e| e.to_string())?;
     Ok(bytes::Bytes::from(data))
@@ -255,6 +265,8 @@ mod escape_tests {
         std::fs::remove_file(&out).unwrap();
         std::fs::write(&out, b"result").unwrap();
         assert_eq!(read_output(out.to_str().unwrap()).unwrap(), &b"result"[..]);
+        File::options().write(true).open(&out).unwrap().set_len(MAX_OUTPUT_FILE + 1).unwrap(); // sparse
+        assert!(read_output(out.to_str().unwrap()).unwrap_err().contains("over the"), "held in memory whole");
         // A staged file written where a link was planted replaces the link.
         let staged = dir.join("input");
         std::os::unix::fs::symlink(&victim, &staged).unwrap();
