@@ -79,6 +79,11 @@ pub struct Config {
     /// Serve the status page here (`PORT` alone is loopback, `127.0.0.1:PORT`);
     /// off when unset.
     pub http: Option<String>,
+    /// Limits on every job's processes and directory (`[limits]`).
+    pub limits: crate::sandbox::Limits,
+    /// When the daemon runs as root, each job runs as a user of its own
+    /// (default); false runs them as root, said loudly in the log.
+    pub per_job_user: bool,
 }
 
 impl Default for Config {
@@ -99,6 +104,8 @@ impl Default for Config {
             failure_timeout_ms: 10_000,
             retention_s: 3600,
             http: None,
+            limits: crate::sandbox::Limits::default(),
+            per_job_user: true,
         }
     }
 }

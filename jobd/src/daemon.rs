@@ -16,6 +16,7 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::files;
+use crate::sandbox::Sandbox;
 use crate::shell::{Shell, Stop};
 
 /// Bytes one peer connection may have queued; a message beyond it fails to send
@@ -61,7 +62,9 @@ impl Daemon {
             info!(dir = %work_dir.display(), "removing what a previous run on this port left");
             files::remove_dir(&work_dir.to_string_lossy());
         }
-        let dc = cfg.daemon_config(overlay, control, &work_dir);
+        let sandbox = Sandbox::new(cfg.limits.clone(), cfg.per_job_user, &work_dir, overlay.port());
+        let mut dc = cfg.daemon_config(overlay, control, &work_dir);
+        dc.resources.tags.extend(sandbox.tags());
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
         let driver =
@@ -75,7 +78,7 @@ impl Daemon {
             codec,
             driver,
             move |now| DaemonNode::new(dc, addr, now),
-            move |events, remote| Shell::run(name, events, remote, stopped),
+            move |events, remote| Shell::run(name, events, remote, stopped, sandbox),
         )?;
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
         Ok(Daemon { overlay, control, http, work_dir, handle: Some(handle), stop: Some(stop) })

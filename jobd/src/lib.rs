@@ -8,6 +8,8 @@
 //!   local control connections, served by the adapters) and the shell.
 //! - `shell`: the daemon's own side of that loop: processes (`procs`) and the
 //!   file worker (`worker`, a thread of its own, so the loop never blocks).
+//! - [`sandbox`]: each job's own user, limits, cgroup and disk quota on an
+//!   executor ([`Limits`] are configured).
 //! - [`client`]: clients of the control socket: blocking (`p2pjob`) and on tokio
 //!   (the status page).
 //! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
@@ -22,9 +24,11 @@ mod files;
 pub mod http;
 pub mod json;
 mod procs;
+pub mod sandbox;
 mod shell;
 mod worker;
 
 pub use client::Client;
 pub use config::{Config, Overlay};
 pub use daemon::Daemon;
+pub use sandbox::Limits;

@@ -4,19 +4,22 @@
 //! killed on request, and killed with the daemon (`PR_SET_PDEATHSIG`, so even
 //! `kill -9` of the daemon leaves no rank behind).
 //!
-//! The death signal must be set inside the new process, between its creation
-//! and the exec of the program. Where util-linux's `setpriv --pdeathsig` is
-//! found (checked once: it runs `true`), the daemon starts `setpriv`, which sets
-//! it and execs the program; then nothing runs in the child before exec, so the
+//! The death signal, the job's user, its limits and its cgroup
+//! ([`crate::sandbox`]) must be set inside the new process, between its
+//! creation and the exec of the program. Where util-linux's `setpriv
+//! --pdeathsig` is found (checked once: it runs `true`), the daemon starts a
+//! gated shell ([`GATE`]) that execs `setpriv` (death signal, job's user and
+//! no groups) which execs the program; the limits and cgroup are set on the
+//! gated shell from outside. Nothing runs in the child before exec, so the
 //! standard library starts it with `posix_spawn` (a vfork: the daemon's page
-//! tables are not copied). Without it, a `pre_exec` hook sets it, which forces a
-//! `fork`: measured here 8-23 ms per process in a busy daemon (page tables
-//! copied, then every page its threads write copied again until the exec)
-//! against 0.3-1.8 ms.
+//! tables are not copied). Without `setpriv`, a `pre_exec` hook does it all,
+//! which forces a `fork`: measured here 8-23 ms per process in a busy daemon
+//! (page tables copied, then every page its threads write copied again until
+//! the exec) against 0.3-1.8 ms.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
@@ -30,6 +33,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tracing::{debug, warn};
 
 use crate::files;
+use crate::sandbox::{self, Jail};
 
 /// A running process: how to stop it, and its output credit (bytes of stdout
 /// and stderr it may still send; see [`p2pmp_core::job::STREAM_WINDOW`]).
@@ -123,15 +127,9 @@ fn setpriv() -> Option<&'static Path> {
 
 /// Why `program` cannot be run, found before it is started: through `setpriv`
 /// an exec failure would only show as setpriv's exit code.
-fn runnable(program: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(program).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
+fn runnable(mut program: &std::fs::File) -> Result<(), String> {
     let mut head = [0u8; 256];
-    let n = std::fs::File::open(program)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-        .map_err(|e| e.to_string())?;
+    let n = std::io::Read::read(&mut program, &mut head).map_err(|e| e.to_string())?;
     let head = &head[..n];
     if let Some(line) = head.strip_prefix(b"#!") {
         let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
@@ -216,6 +214,18 @@ impl Procs {
         }
     }
 
+    /// Stops every process of `job`; the lowest rank's stderr gets `why` first.
+    pub(crate) fn kill_job(&mut self, job: JobId, why: &str) {
+        let ranks: Vec<u32> = self.live.range((job, 0)..=(job, u32::MAX)).map(|(k, _)| k.1).collect();
+        if let Some(&rank) = ranks.first() {
+            let data = Bytes::from(format!("p2pmp: {why}\n"));
+            tell(&self.remote, NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
+        }
+        for rank in ranks {
+            self.kill(job, rank);
+        }
+    }
+
     /// Stops every process.
     pub(crate) fn kill_all(&mut self) {
         std::mem::take(&mut self.live).into_values().for_each(Live::stop);
@@ -235,30 +245,41 @@ impl Procs {
     }
 }
 
-/// Starts the process of `s` (on the file worker's thread, inside the event
-/// loop's runtime, after every file staged before it was written).
-pub(crate) fn start(s: &Spawn) -> std::io::Result<tokio::process::Child> {
-    runnable(Path::new(&s.program)).map_err(std::io::Error::other)?;
-    let mut perm = std::fs::metadata(&s.program)?.permissions();
-    perm.set_mode(0o755);
-    std::fs::set_permissions(&s.program, perm)?;
-    let mut cmd = match setpriv() {
+/// The shell script a process starts through when `setpriv` is used: it
+/// waits (still the daemon's user) for one line on its stdin, the gate,
+/// before it execs `setpriv`, which drops to the job's user and execs the
+/// program. Meanwhile the daemon sets its limits and cgroup (a process of its
+/// own user, so no `CAP_SYS_RESOURCE` is needed), and nothing of the program
+/// runs unconfined. A daemon that dies first closes the gate: `read` fails
+/// and nothing runs. The program's stdin is then at its end, like /dev/null.
+const GATE: &str = "read -r _ && exec \"$@\"";
+
+/// Starts the process of `s` in `jail` (on the file worker's thread, inside
+/// the event loop's runtime, after every file staged before it was written).
+pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::Child> {
+    // Opened without following a link: a job's process may have swapped the
+    // program for a link to a file of the daemon's before another rank starts.
+    let program = files::open_regular(&s.program).map_err(|e| std::io::Error::other(format!("{}: {e}", s.program)))?;
+    runnable(&program).map_err(std::io::Error::other)?;
+    program.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    drop(program);
+    let setpriv = setpriv();
+    let mut cmd = match setpriv {
         Some(setpriv) => {
-            let mut cmd = tokio::process::Command::new(setpriv);
-            cmd.args(["--pdeathsig", "KILL", "--"]).arg(&s.program);
+            let mut cmd = tokio::process::Command::new("/bin/sh");
+            cmd.args(["-c", GATE, "p2pmp-gate"]).arg(setpriv).args(["--pdeathsig", "KILL"]);
+            if let Some(uid) = jail.uid {
+                cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups");
+            }
+            cmd.arg("--").arg(&s.program);
             cmd
         }
         None => {
             let mut cmd = tokio::process::Command::new(&s.program);
-            // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            let confine = InChild::new(jail)?;
+            // SAFETY: `InChild::enter` makes only async-signal-safe system
+            // calls on memory prepared before the fork.
+            unsafe { cmd.pre_exec(move || confine.enter()) };
             cmd
         }
     };
@@ -275,10 +296,18 @@ pub(crate) fn start(s: &Spawn) -> std::io::Result<tokio::process::Child> {
     // No file is open for writing while the new process is made (see
     // `files::no_writers`). A fork elsewhere in the process (not ours) may
     // still lend a descriptor for a moment: ETXTBSY is tried again. Through
-    // `setpriv` the program is exec'd after the spawn returned (and the lock
+    // the gate the program is exec'd after the spawn returned (and the lock
     // was released): a failure there shows as setpriv's exit code and message.
     let mut tries = 0;
-    loop {
+    let (mut child, gate) = loop {
+        let gate = match setpriv {
+            Some(_) => {
+                let (r, w) = gate_pipe()?;
+                cmd.stdin(Stdio::from(r));
+                Some(w)
+            }
+            None => None,
+        };
         let spawned = {
             let _no_writers = files::no_writers();
             cmd.spawn()
@@ -288,7 +317,121 @@ pub(crate) fn start(s: &Spawn) -> std::io::Result<tokio::process::Child> {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
-            other => return other,
+            Err(e) => return Err(e),
+            Ok(child) => break (child, gate),
+        }
+    };
+    if let Some(gate) = gate {
+        if let Err(e) = confine(&child, jail).and_then(|()| open_gate(gate)) {
+            let _ = child.start_kill();
+            return Err(std::io::Error::other(format!("cannot confine the process: {e}")));
+        }
+    }
+    Ok(child)
+}
+
+/// Without `setpriv`: what the new process does to itself between fork and
+/// exec, in this order (limits and cgroup while still the daemon's user,
+/// then the job's user), with everything it needs prepared beforehand.
+struct InChild {
+    rlimits: Vec<(sandbox::Resource, libc::rlimit)>,
+    cgroup: Option<std::ffi::CString>,
+    uid: Option<libc::uid_t>,
+}
+
+impl InChild {
+    fn new(jail: &Jail) -> std::io::Result<InChild> {
+        let rlimits = jail.rlimits.iter().map(|&(r, soft, hard)| (r, libc::rlimit { rlim_cur: soft, rlim_max: hard }));
+        let cgroup = jail.cgroup.as_ref().map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()));
+        Ok(InChild {
+            rlimits: rlimits.collect(),
+            cgroup: cgroup.transpose().map_err(std::io::Error::other)?,
+            uid: jail.uid,
+        })
+    }
+
+    /// Runs in the child: only async-signal-safe calls, no allocation.
+    fn enter(&self) -> std::io::Result<()> {
+        let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+        // SAFETY: plain system calls on values prepared before the fork.
+        unsafe {
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+            for (resource, lim) in &self.rlimits {
+                check(libc::setrlimit(*resource, lim))?;
+            }
+            if let Some(procs) = &self.cgroup {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(uid) = self.uid {
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(uid, uid, uid))?;
+                check(libc::setresuid(uid, uid, uid))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sets a gated process's limits and cgroup.
+fn confine(child: &tokio::process::Child, jail: &Jail) -> std::io::Result<()> {
+    let pid = child.id().ok_or_else(|| std::io::Error::other("the process is gone"))?;
+    sandbox::apply_rlimits(pid, &jail.rlimits)?;
+    if let Some(procs) = &jail.cgroup {
+        std::fs::write(procs, pid.to_string())?;
+    }
+    Ok(())
+}
+
+/// A pipe for the gate (both ends close-on-exec): the reading end, and the
+/// writing end as a file.
+fn gate_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made by pipe2 and are owned by nothing else.
+    unsafe { Ok((std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1]))) }
+}
+
+fn open_gate(mut gate: std::fs::File) -> std::io::Result<()> {
+    std::io::Write::write_all(&mut gate, b"go\n")
+}
+
+/// Kills every process of `uid` (a job's own user, when its job ended):
+/// `kill -KILL -1` as that user reaches exactly those. Tried `tries` times,
+/// as a process may be forking while it is killed.
+pub(crate) fn kill_user(uid: u32, tries: u32) {
+    for i in 0..tries {
+        let mut cmd = match setpriv() {
+            Some(setpriv) => {
+                let mut cmd = std::process::Command::new(setpriv);
+                cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups").arg("/bin/sh");
+                cmd
+            }
+            None => {
+                let mut cmd = std::process::Command::new("/bin/sh");
+                cmd.uid(uid).gid(uid);
+                cmd
+            }
+        };
+        let killed =
+            cmd.args(["-c", "kill -KILL -1"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if let Err(e) = killed {
+            warn!(uid, %e, "cannot kill what a job left running");
+            return;
+        }
+        if i + 1 < tries {
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 }
@@ -306,14 +449,17 @@ mod tests {
             std::fs::write(&p, data).unwrap();
             p
         };
-        assert_eq!(runnable(&write("ok.sh", b"#!/bin/sh\necho hi\n")), Ok(()));
-        let bad = runnable(&write("py.sh", b"#!/no/such/python3 -u\nprint(1)\n")).unwrap_err();
+        let check = |p: &Path| files::open_regular(&p.to_string_lossy()).and_then(|f| runnable(&f));
+        assert_eq!(check(&write("ok.sh", b"#!/bin/sh\necho hi\n")), Ok(()));
+        let bad = check(&write("py.sh", b"#!/no/such/python3 -u\nprint(1)\n")).unwrap_err();
         assert!(bad.contains("\"/no/such/python3\"") && bad.contains("does not exist"), "{bad}");
-        let text = runnable(&write("notes.txt", b"just text\n")).unwrap_err();
+        let text = check(&write("notes.txt", b"just text\n")).unwrap_err();
         assert!(text.contains("neither a #! script nor an ELF program"), "{text}");
-        assert_eq!(runnable(Path::new("/bin/true")), Ok(()));
-        assert!(runnable(&dir).unwrap_err().contains("not a regular file"));
-        assert!(runnable(&dir.join("missing")).unwrap_err().contains("No such file"));
+        assert_eq!(check(Path::new("/usr/bin/true")), Ok(()));
+        assert!(check(&dir).unwrap_err().contains("not a regular file"));
+        assert!(check(&dir.join("missing")).unwrap_err().contains("No such file"));
+        std::os::unix::fs::symlink("/usr/bin/true", dir.join("link")).unwrap();
+        assert!(check(&dir.join("link")).unwrap_err().contains("symbolic link"), "links are not followed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

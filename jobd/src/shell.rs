@@ -14,10 +14,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::procs::{Procs, Spawn};
-use crate::worker::{Work, Worker};
+use crate::sandbox::Sandbox;
+use crate::worker::{Report, Work, Worker};
 
 /// How often the host's load and free memory are measured for the node.
 const HOST_STATS_EVERY: Duration = Duration::from_secs(2);
+/// How often the directories of running jobs are measured against the disk limit.
+const QUOTA_EVERY: Duration = Duration::from_secs(1);
 
 /// The daemon's side of a stop: ask, then wait for the shell to be done.
 #[derive(Debug)]
@@ -75,9 +78,16 @@ pub(crate) struct Shell {
 
 impl Shell {
     /// Runs until the node's events stop (the node was shut down).
-    pub(crate) async fn run(name: String, events: Receiver<NodeEvent>, remote: Remote<DaemonNode>, stop: Stopped) {
+    pub(crate) async fn run(
+        name: String,
+        events: Receiver<NodeEvent>,
+        remote: Remote<DaemonNode>,
+        stop: Stopped,
+        sandbox: Sandbox,
+    ) {
         let (started_tx, started) = async_channel::unbounded();
-        let worker = match Worker::start(name, remote.clone(), tokio::runtime::Handle::current(), started_tx) {
+        let rt = tokio::runtime::Handle::current();
+        let worker = match Worker::start(name, remote.clone(), rt, started_tx, sandbox) {
             Ok(w) => w,
             Err(e) => {
                 warn!(%e, "cannot start the file worker");
@@ -86,6 +96,7 @@ impl Shell {
         };
         let mut sh = Shell { procs: Procs::new(remote.clone()), remote, worker, stopping: Stopping::No };
         let mut stats = tokio::time::interval(HOST_STATS_EVERY);
+        let mut quota = tokio::time::interval(QUOTA_EVERY);
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
             let deadline = match sh.stopping {
@@ -97,9 +108,13 @@ impl Shell {
                     Ok(ev) => sh.on_event(ev),
                     Err(_) => break,
                 },
-                Ok((spawn, child)) = started.recv() => sh.adopt(spawn, child),
+                Ok(report) = started.recv() => match report {
+                    Report::Started(started) => sh.adopt(started.0, started.1),
+                    Report::OverQuota { job, message } => sh.procs.kill_job(job, &message),
+                },
                 Some(key) = sh.procs.ended() => sh.procs.forget(key),
                 _ = stats.tick() => sh.host_stats(),
+                _ = quota.tick(), if sh.procs.running() > 0 => sh.work(Work::CheckQuota),
                 Ok(()) = stop.asked.recv(), if sh.stopping == Stopping::No => {
                     let _ = sh.remote.post(NodeCommand::Leave);
                     sh.stopping = Stopping::Leaving(Instant::now() + crate::daemon::stop_waits().0);

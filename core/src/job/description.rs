@@ -19,10 +19,16 @@
 //! coordinated checkpoints; `0` means only on request, as when absent; empty, `yes`
 //! or `true` mean [`DEFAULT_CHECKPOINT_INTERVAL`]), `restart` (`checkpoint`,
 //! `scratch` or `fail`, default `fail`; `restart`, accepted before, means
-//! `checkpoint`: see [`RestartPolicy`]), `timeout` (for the whole job) and
-//! `queuetimeout` (how long it may wait for free slots before it fails).
-//! Durations are a number with an optional unit `ms`, `s` (default), `m` or `h`.
-//! Unknown elements are skipped with a [`JobFileWarning`].
+//! `checkpoint`: see [`RestartPolicy`]), `timeout` (for the whole job),
+//! `queuetimeout` (how long it may wait for free slots before it fails) and
+//! `limit` (repeatable, `KEY=VALUE` with a key of [`JOB_LIMITS`]: the job asks to
+//! run under less than the node allows). Durations are a number with an optional
+//! unit `ms`, `s` (default), `m` or `h`. Unknown elements are skipped with a
+//! [`JobFileWarning`].
+//!
+//! No path may lead out of the job directory ([`check_path`]): an output file is
+//! a plain name, an input file a relative path without `..`, the executable the
+//! same or absolute; others are refused with their line and column.
 
 use std::time::Duration;
 
@@ -31,6 +37,9 @@ use quick_xml::{Reader, escape};
 use serde::{Deserialize, Serialize};
 
 use super::requirements::{Requirement, RequirementError};
+
+mod paths;
+pub use paths::{MAX_NAME, PathProblem, PathUse, check_path, plain_name};
 
 /// Largest job file accepted.
 pub const MAX_JOB_FILE: usize = 1 << 20;
@@ -47,6 +56,9 @@ pub const MAX_DEPTH: usize = 32;
 pub const MAX_REQUIREMENTS: usize = 256;
 /// Longest timeout or checkpoint interval accepted (a year).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The limits a job may ask for with `<limit>KEY=VALUE</limit>` (the node's
+/// own maxima still hold: a job only gets below them).
+pub const JOB_LIMITS: [&str; 6] = ["cpu_s", "memory_mb", "open_files", "processes", "file_size_mb", "disk_mb"];
 /// The checkpoint interval `<checkpoint/>` (or `yes`, `true`) asks for.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -99,6 +111,8 @@ pub struct JobDescription {
     pub timeout: Option<Duration>,
     /// How long the job may wait for free slots (unlimited when absent, within `timeout`).
     pub queue_timeout: Option<Duration>,
+    /// Limits the job asks for, each a key of [`JOB_LIMITS`] once, above 0.
+    pub limits: Vec<(String, u64)>,
 }
 
 /// A description and the warnings parsing it produced.
@@ -184,6 +198,9 @@ pub enum JobFileErrorKind {
     /// Too many elements, too deep, or too many of one kind.
     #[error("too many {0}")]
     TooMany(&'static str),
+    /// A path that would lead out of the job directory (see [`check_path`]).
+    #[error("<{element}> {path:?} {problem}")]
+    Path { element: &'static str, path: String, problem: PathProblem },
 }
 
 /// The known leaf elements.
@@ -200,10 +217,11 @@ enum Field {
     Restart,
     Timeout,
     QueueTimeout,
+    Limit,
 }
 
 impl Field {
-    const ALL: [(&'static str, Field); 11] = [
+    const ALL: [(&'static str, Field); 12] = [
         ("executable", Field::Executable),
         ("arguments", Field::Arguments),
         ("argument", Field::Argument),
@@ -215,6 +233,7 @@ impl Field {
         ("restart", Field::Restart),
         ("timeout", Field::Timeout),
         ("queuetimeout", Field::QueueTimeout),
+        ("limit", Field::Limit),
     ];
 
     fn from_name(name: &[u8]) -> Option<Field> {
@@ -277,6 +296,7 @@ struct Builder {
     restart: Option<RestartPolicy>,
     timeout: Option<Duration>,
     queue_timeout: Option<Duration>,
+    limits: Vec<(String, u64)>,
 }
 
 /// The name a staged file gets in the job directory: its last path component.
@@ -304,6 +324,19 @@ impl Builder {
         let invalid = |reason: &str| JobFileErrorKind::Invalid { element: field.name(), reason: reason.into() };
         let once = |present: bool| if present { Err(JobFileErrorKind::Duplicate(field.name())) } else { Ok(()) };
         let t = text.trim();
+        let path_use = match field {
+            Field::Executable => Some(PathUse::Executable),
+            Field::InputFile => Some(PathUse::Input),
+            Field::OutputFile => Some(PathUse::Output),
+            _ => None,
+        };
+        if let Some(used) = path_use.filter(|_| !t.is_empty()) {
+            check_path(t, used).map_err(|problem| JobFileErrorKind::Path {
+                element: field.name(),
+                path: t.to_owned(),
+                problem,
+            })?;
+        }
         let count = self.arguments.len() + self.inputfiles.len() + self.outputfiles.len();
         if count >= MAX_ELEMENTS {
             return Err(JobFileErrorKind::TooMany("arguments and files"));
@@ -361,6 +394,21 @@ impl Builder {
                     "fail" => RestartPolicy::Fail,
                     _ => return Err(invalid("expected checkpoint, scratch or fail")),
                 });
+            }
+            Field::Limit => {
+                let (key, value) = t.split_once('=').ok_or_else(|| invalid("expected KEY=VALUE"))?;
+                let key = key.trim();
+                if !JOB_LIMITS.contains(&key) {
+                    return Err(invalid(&format!("{key:?} is not one of {}", JOB_LIMITS.join(", "))));
+                }
+                if self.limits.iter().any(|(k, _)| k == key) {
+                    return Err(invalid(&format!("{key} given more than once")));
+                }
+                let value: u64 = value.trim().parse().map_err(|_| invalid("not a whole number"))?;
+                if value == 0 {
+                    return Err(invalid("a limit must be above 0"));
+                }
+                self.limits.push((key.to_owned(), value));
             }
             Field::Timeout | Field::QueueTimeout => {
                 let slot = if field == Field::Timeout { &mut self.timeout } else { &mut self.queue_timeout };
@@ -526,6 +574,7 @@ impl JobDescription {
             restart: b.restart.unwrap_or_default(),
             timeout: b.timeout,
             queue_timeout: b.queue_timeout,
+            limits: b.limits,
         };
         Ok(ParsedJob { job, warnings })
     }
@@ -543,6 +592,7 @@ impl JobDescription {
             restart: RestartPolicy::Fail,
             timeout: None,
             queue_timeout: None,
+            limits: Vec::new(),
         }
     }
 
@@ -584,6 +634,7 @@ impl JobDescription {
         if let Some(t) = self.queue_timeout {
             elem("queuetimeout", &format_duration(t));
         }
+        self.limits.iter().for_each(|(k, v)| elem("limit", &format!("{k}={v}")));
         out.push_str("</p2pjob>\n");
         out
     }

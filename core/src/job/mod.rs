@@ -28,7 +28,9 @@ use serde::{Deserialize, Serialize};
 use crate::id::Id;
 use crate::machine::NodeAddr;
 
-pub use description::{JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, RestartPolicy};
+pub use description::{
+    JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, PathProblem, PathUse, RestartPolicy,
+};
 pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};

@@ -13,8 +13,10 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s, http), then from
-/// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
+/// failure_timeout_ms, retention_s, http, per_job_user, and a [limits] table), then from
+/// the flags. OS, architecture, cores and memory are detected. Run as root, jobd
+/// runs each job as a user of its own (a uid from 1900000000 on, no account),
+/// under rlimits and, where cgroups v2 offers memory and pids, a cgroup per job. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
 #[command(name = "jobd", version)]
@@ -73,6 +75,14 @@ struct Args {
     /// access control yet, so give another address only on a trusted network.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// A limit on every job (repeatable), KEY=VALUE with KEY one of cpu_s,
+    /// memory_mb, open_files, processes, file_size_mb, disk_mb; 0 is none.
+    /// Defaults: open_files 4096, processes 1024, file_size_mb and disk_mb 16384.
+    #[arg(long = "limit", value_name = "KEY=VALUE")]
+    limits: Vec<String>,
+    /// Run jobs as the daemon's user even when it is root (not advised).
+    #[arg(long)]
+    no_job_user: bool,
     /// Print the control address on stdout once serving (for scripts and tests).
     #[arg(long)]
     print_addr: bool,
@@ -125,6 +135,10 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.failure_timeout_ms = a.failure_timeout_ms.unwrap_or(cfg.failure_timeout_ms);
     cfg.retention_s = a.retention_s.unwrap_or(cfg.retention_s);
     cfg.http = a.http.clone().or(cfg.http);
+    for kv in &a.limits {
+        cfg.limits.set(kv)?;
+    }
+    cfg.per_job_user &= !a.no_job_user;
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;

@@ -180,6 +180,12 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
             let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
             unique.len() == names.len() && !unique.contains(STAGED_JOB_FILE)
         })
+        // Paths stay inside the job directory (the parser refuses others).
+        .prop_filter("paths leave the job directory", |t| {
+            check_path(&t.0, PathUse::Executable).is_ok()
+                && t.2.iter().all(|p| check_path(p, PathUse::Input).is_ok())
+                && t.3.iter().all(|p| check_path(p, PathUse::Output).is_ok())
+        })
         .prop_map(
             |(
                 executable,
@@ -203,6 +209,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     restart: if r { RestartPolicy::Checkpoint } else { RestartPolicy::Fail },
                     timeout,
                     queue_timeout,
+                    limits: Vec::new(),
                 }
             },
         )
@@ -283,5 +290,47 @@ fn checkpoint_and_restart_values() {
         "<checkpoint>0</checkpoint><checkpoint>1</checkpoint>",
     ] {
         assert!(job(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn paths_that_escape_the_job_directory_are_refused_where_they_stand() {
+    let job =
+        |body: &str| format!("<p2pjob>\n<processes>1</processes><requirement>linux</requirement>\n{body}\n</p2pjob>");
+    let e = err(&job("<executable>prog</executable>\n  <inputfile>../x</inputfile>"));
+    assert_eq!((e.line, e.column), (4, 3), "{e}");
+    assert!(e.to_string().contains("<inputfile> \"../x\" has a \"..\" component"), "{e}");
+    let e = err(&job("<executable>prog</executable>\n<inputfile>/etc/passwd</inputfile>"));
+    assert_eq!((e.line, e.column), (4, 1), "{e}");
+    assert!(e.to_string().contains("\"/etc/passwd\" is an absolute path"), "{e}");
+    let e = err(&job("<executable>prog</executable>\n<outputfile>../../x</outputfile>"));
+    assert!(matches!(e.kind, JobFileErrorKind::Path { element: "outputfile", problem: PathProblem::ParentDir, .. }));
+    let e = err(&job("<executable>prog</executable>\n<outputfile>/etc/shadow</outputfile>"));
+    assert!(matches!(e.kind, JobFileErrorKind::Path { problem: PathProblem::Absolute, .. }), "{e}");
+    let e = err(&job("<executable>../bin/prog</executable>"));
+    assert_eq!((e.line, e.column), (3, 1), "{e}");
+    assert!(e.to_string().contains("<executable> \"../bin/prog\""), "{e}");
+    // An absolute executable names a program (as `p2pjob run` writes it).
+    assert!(JobDescription::parse(job("<executable>/bin/true</executable>").as_bytes()).is_ok());
+}
+
+#[test]
+fn a_job_asks_for_limits_below_the_nodes() {
+    let job = |body: &str| {
+        format!(
+            "<p2pjob><executable>p</executable><processes>1</processes><requirement>linux</requirement>{body}</p2pjob>"
+        )
+    };
+    let p = JobDescription::parse(job("<limit>memory_mb=256</limit><limit> cpu_s = 10 </limit>").as_bytes()).unwrap();
+    assert_eq!(p.job.limits, [("memory_mb".to_owned(), 256), ("cpu_s".to_owned(), 10)]);
+    assert_eq!(JobDescription::parse(p.job.to_xml().as_bytes()).unwrap().job, p.job);
+    for (bad, says) in [
+        ("<limit>memory=1</limit>", "not one of"),
+        ("<limit>memory_mb</limit>", "KEY=VALUE"),
+        ("<limit>memory_mb=0</limit>", "above 0"),
+        ("<limit>memory_mb=-1</limit>", "whole number"),
+        ("<limit>disk_mb=1</limit><limit>disk_mb=2</limit>", "more than once"),
+    ] {
+        assert!(err(&job(bad)).to_string().contains(says), "{bad}: {}", err(&job(bad)));
     }
 }
