@@ -8,6 +8,8 @@
 //!
 //! - [`can`]: the CAN overlay node.
 //! - [`chord`]: the Chord overlay node.
+//! - [`guard`]: policy against hostile peers: connection caps per source, token
+//!   buckets for frames and bytes per second, bans of sources that misbehaved.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
 //! - [`wire`]: the message envelope, postcard encoding, the length-prefixed frame
@@ -25,6 +27,7 @@
 
 pub mod can;
 pub mod chord;
+pub mod guard;
 pub mod id;
 pub mod job;
 pub mod local;
