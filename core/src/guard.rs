@@ -234,20 +234,21 @@ impl Admission {
 
     /// A connection from `ip` misbehaved and was cut off: bans the source, for
     /// longer if it was banned before (and the last ban ended less than
-    /// `ban_max` ago). Returns how long.
-    pub fn punish(&mut self, now: Instant, ip: IpAddr) -> Duration {
+    /// `ban_max` ago). Returns the length of the ban it starts, or `None` when
+    /// the source is banned already (several connections of one source cut off
+    /// together make one offence, logged once).
+    pub fn punish(&mut self, now: Instant, ip: IpAddr) -> Option<Duration> {
         self.stats.cut_off += 1;
         self.forget_old(now);
         let (min, max) = (self.cfg.ban_min, self.cfg.ban_max);
         let ban = self.bans.entry(ip).or_insert(Ban { until: now, backoff: Backoff::default(), refused: 0 });
-        // Several connections of one source cut off at once make one offence.
         if ban.until > now {
-            return ban.until - now;
+            return None;
         }
         let wait = ban.backoff.fail(min, max);
         ban.until = now + wait;
         ban.refused = 0;
-        wait
+        Some(wait)
     }
 
     /// Whether `ip` is banned now.
@@ -326,15 +327,15 @@ mod tests {
         let cfg = GuardConfig { ban_min: ms(100), ban_max: ms(1000), ..GuardConfig::default() };
         let mut a = Admission::new(cfg);
         let (bad, good): (IpAddr, IpAddr) = ("198.18.0.66".parse().unwrap(), "198.18.0.7".parse().unwrap());
-        assert_eq!(a.punish(t0, bad), ms(100));
-        assert_eq!(a.punish(t0 + ms(50), bad), ms(50), "a second cut during the ban is the same offence");
+        assert_eq!(a.punish(t0, bad), Some(ms(100)));
+        assert_eq!(a.punish(t0 + ms(50), bad), None, "a second cut during the ban is the same offence");
         assert_eq!(a.admit(t0 + ms(10), bad), Err(Refusal::Banned { until: t0 + ms(100), first: true }));
         assert_eq!(a.admit(t0 + ms(20), bad), Err(Refusal::Banned { until: t0 + ms(100), first: false }));
         assert_eq!(a.admit(t0 + ms(20), good), Ok(()), "another source is not disturbed");
         assert_eq!(a.admit(t0 + ms(100), bad), Ok(()), "the ban is over");
-        assert_eq!(a.punish(t0 + ms(200), bad), ms(200), "a repeat offence doubles it");
+        assert_eq!(a.punish(t0 + ms(200), bad), Some(ms(200)), "a repeat offence doubles it");
         assert!(a.is_banned(t0 + ms(399), bad) && !a.is_banned(t0 + ms(400), bad));
-        assert_eq!(a.punish(t0 + ms(5000), bad), ms(100), "forgiven after ban_max of good behaviour");
+        assert_eq!(a.punish(t0 + ms(5000), bad), Some(ms(100)), "forgiven after ban_max of good behaviour");
         assert_eq!(a.stats().cut_off, 4);
     }
 }
