@@ -170,6 +170,11 @@ impl<M: Machine> Driver<M> {
         DriverStats { guard: self.admission.stats(), ..self.stats }
     }
 
+    /// The policy against hostile peers (shells pace their reads by its byte rate).
+    pub fn guard(&self) -> &GuardConfig {
+        &self.cfg.guard
+    }
+
     /// Bytes of unfinished frames held for all connections together.
     pub fn buffered(&self) -> usize {
         self.buffered

@@ -391,7 +391,8 @@ fn guarded(guard: GuardConfig) -> DriverConfig {
 
 #[test]
 fn a_flood_of_valid_frames_is_cut_off_and_its_source_refused_for_a_while() {
-    let guard = GuardConfig { frames_per_s: 100, frame_burst: 50, ban_min: Duration::from_secs(1), ..Default::default() };
+    let guard =
+        GuardConfig { frames_per_s: 100, frame_burst: 50, ban_min: Duration::from_secs(1), ..Default::default() };
     let mut net = Net::with(2, guarded(guard));
     let calm = net.raw_conn(0);
     net.nodes[0].on_bytes(net.now, calm, &hello_and_pings(addr(5), 49));
