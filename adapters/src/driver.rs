@@ -28,6 +28,9 @@ const HELLO_MAX_FRAME: usize = 1024;
 const MAX_FAILURES_PER_INPUT: usize = 256;
 /// Messages a machine may send itself per input before the rest wait a turn.
 const MAX_LOOPBACK: usize = 10_000;
+/// A send queue longer than this makes the driver check the guard's bound on
+/// all queues together (cheap checks for short queues, the sum when it matters).
+const QUEUE_CHECK: usize = 1 << 20;
 
 /// Knobs of a [`Driver`].
 #[derive(Debug, Clone)]
@@ -442,9 +445,29 @@ impl<M: Machine> Driver<M> {
     }
 
     fn misbehaved(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
+        self.cut_off(now, conn, why);
+        self.pump(now);
+    }
+
+    /// Drops `conn` for what its peer did, without draining the machine (safe
+    /// in the middle of a drain; the peer is reported by the next one).
+    fn cut_off(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
         self.stats.peers_dropped += 1;
         self.drop_conn(now, conn, format_args!("peer misbehaved: {why}"), true);
-        self.pump(now);
+    }
+
+    /// Everything queued for sending is over the guard's bound: cuts off the
+    /// connections with the most queued (peers that ask and never read) until under.
+    fn shed_queues(&mut self, now: Instant) {
+        let mut total: usize = self.conns.values().map(|c| c.tx.queued()).sum();
+        while total > self.cfg.guard.max_queued {
+            let Some((conn, queued)) = self.conns.iter().map(|(&id, c)| (id, c.tx.queued())).max_by_key(|x| x.1) else {
+                return;
+            };
+            total -= queued;
+            let why = format!("not reading: {queued} bytes queued for it, {} for all peers", total + queued);
+            self.cut_off(now, conn, &why);
+        }
     }
 
     /// Forgets `conn`; reports its peer as unreachable if we dialed it or sent
@@ -555,8 +578,12 @@ impl<M: Machine> Driver<M> {
                 c.tx.push(&head, payload);
                 c.used = true;
                 self.stats.frames_out += 1;
+                let long = c.tx.queued() > QUEUE_CHECK;
                 if c.connected {
                     self.notify_writable(conn);
+                }
+                if long {
+                    self.shed_queues(now);
                 }
             }
             Ok(_) => {

@@ -39,6 +39,9 @@ pub struct GuardConfig {
     /// Bytes of unfinished frames all connections together may hold; past it the
     /// connection holding the most is cut off.
     pub max_buffered: usize,
+    /// Bytes queued for sending to all connections together; past it the
+    /// connection with the most queued (a peer that asks and never reads) is cut off.
+    pub max_queued: usize,
     /// First ban of a source that misbehaved.
     pub ban_min: Duration,
     /// Longest ban (a repeat offence doubles the last one).
@@ -55,6 +58,7 @@ impl Default for GuardConfig {
             bytes_per_s: 128 << 20,
             byte_burst: 32 << 20,
             max_buffered: 256 << 20,
+            max_queued: 256 << 20,
             ban_min: Duration::from_secs(10),
             ban_max: Duration::from_secs(600),
         }

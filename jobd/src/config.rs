@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use p2pmp_core::can::CanConfig;
+use p2pmp_core::guard::GuardConfig;
 use p2pmp_core::job::Resources;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::DaemonConfig;
@@ -79,6 +80,72 @@ pub struct Config {
     /// Serve the status page here (`PORT` alone is loopback, `127.0.0.1:PORT`);
     /// off when unset.
     pub http: Option<String>,
+    /// Limits against hostile peers (the `[limits]` table).
+    pub limits: Limits,
+}
+
+/// The `[limits]` table: what one peer (or local process) may ask of the daemon
+/// before it is cut off. Every key is optional; the defaults suit a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Most open inbound overlay connections (and, apart, local control ones).
+    pub max_conns: usize,
+    /// Most open inbound overlay connections from one IP address.
+    pub max_conns_per_ip: usize,
+    /// Frames (messages) a connection may send per second on average...
+    pub frames_per_s: u64,
+    /// ...and at once; past it the connection is cut off and its address banned.
+    pub frame_burst: u64,
+    /// MiB a connection may send per second; past it the daemon reads it no faster.
+    pub mib_per_s: u64,
+    /// MiB of unfinished frames all peers together may hold; past it the peer
+    /// holding the most is cut off.
+    pub max_buffered_mib: usize,
+    /// MiB queued for sending to all peers together; past it the peer with the
+    /// most queued (one that asks and never reads) is cut off.
+    pub max_queued_mib: usize,
+    /// Seconds an address that misbehaved (malformed bytes, a flood, no hello)
+    /// is refused the first time; doubled per repeat offence...
+    pub ban_s: u64,
+    /// ...up to this many.
+    pub ban_max_s: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let g = GuardConfig::default();
+        Limits {
+            max_conns: g.max_conns,
+            max_conns_per_ip: g.max_conns_per_ip,
+            frames_per_s: g.frames_per_s,
+            frame_burst: g.frame_burst,
+            mib_per_s: g.bytes_per_s >> 20,
+            max_buffered_mib: g.max_buffered >> 20,
+            max_queued_mib: g.max_queued >> 20,
+            ban_s: g.ban_min.as_secs(),
+            ban_max_s: g.ban_max.as_secs(),
+        }
+    }
+}
+
+impl Limits {
+    /// The adapters' guard with these limits (a byte burst of a quarter second).
+    pub fn guard(&self) -> GuardConfig {
+        let bytes_per_s = self.mib_per_s.saturating_mul(1 << 20);
+        GuardConfig {
+            max_conns: self.max_conns,
+            max_conns_per_ip: self.max_conns_per_ip,
+            frames_per_s: self.frames_per_s,
+            frame_burst: self.frame_burst.max(1),
+            bytes_per_s,
+            byte_burst: (bytes_per_s / 4).max(1 << 20),
+            max_buffered: self.max_buffered_mib.saturating_mul(1 << 20),
+            max_queued: self.max_queued_mib.saturating_mul(1 << 20),
+            ban_min: Duration::from_secs(self.ban_s),
+            ban_max: Duration::from_secs(self.ban_max_s.max(self.ban_s)),
+        }
+    }
 }
 
 impl Default for Config {
@@ -99,6 +166,7 @@ impl Default for Config {
             failure_timeout_ms: 10_000,
             retention_s: 3600,
             http: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -123,6 +191,16 @@ impl Config {
         }
         self.advertised(self.listen)?;
         self.http_addr()?;
+        let l = &self.limits;
+        if l.max_conns == 0 || l.max_conns_per_ip == 0 {
+            bail!("limits: max_conns and max_conns_per_ip must be at least 1");
+        }
+        if l.max_buffered_mib < 16 {
+            bail!("limits: max_buffered_mib must be at least 16 (one frame of the largest kind)");
+        }
+        if l.max_queued_mib < 128 {
+            bail!("limits: max_queued_mib must be at least 128 (what one peer connection may have queued)");
+        }
         Ok(())
     }
 
@@ -284,6 +362,14 @@ mod tests {
         assert_eq!(Config::default().http_addr().unwrap(), None, "off unless asked for");
         let c: Config = toml::from_str("http = \"127.0.0.1:8080\"\n").unwrap();
         assert_eq!(c.http_addr().unwrap().map(|a| a.port()), Some(8080));
+        let lim: Config = toml::from_str("[limits]\nmax_conns_per_ip = 4\nmib_per_s = 2\nban_s = 30\n").unwrap();
+        let g = lim.limits.guard();
+        assert_eq!((g.max_conns_per_ip, g.bytes_per_s, g.ban_min.as_secs()), (4, 2 << 20, 30));
+        assert_eq!(g.max_conns, GuardConfig::default().max_conns, "unset keys keep their defaults");
+        assert_eq!(Limits::default().guard(), GuardConfig { byte_burst: 32 << 20, ..GuardConfig::default() });
+        assert!(toml::from_str::<Config>("[limits]\nmax_con = 1\n").is_err(), "a misspelt limit is refused");
+        let closed = Config { limits: Limits { max_conns_per_ip: 0, ..Limits::default() }, ..Config::default() };
+        assert!(closed.check().unwrap_err().to_string().contains("at least 1"));
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
         assert_eq!(meminfo_mb("MemTotal: 2048 kB\nMemAvailable:  1048576 kB\n", "MemAvailable:"), Some(1024));
         assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));

@@ -64,8 +64,13 @@ impl Daemon {
         let dc = cfg.daemon_config(overlay, control, &work_dir);
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
-        let driver =
-            DriverConfig { max_tx_bytes: MAX_TX_BYTES, overlay: Some(cfg.overlay_kind()), ..DriverConfig::default() };
+        let guard = crate::limits::fit_descriptors(cfg.limits.guard());
+        let driver = DriverConfig {
+            max_tx_bytes: MAX_TX_BYTES,
+            overlay: Some(cfg.overlay_kind()),
+            guard,
+            ..DriverConfig::default()
+        };
         let (stop, stopped) = Stop::new();
         let codec = DaemonCodec::new(NodeAddr(control));
         let name = format!("jobd-files-{}", overlay.port());

@@ -21,6 +21,7 @@ pub mod embedded;
 mod files;
 pub mod http;
 pub mod json;
+mod limits;
 mod procs;
 mod shell;
 mod worker;

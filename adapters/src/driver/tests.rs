@@ -458,3 +458,24 @@ fn unfinished_frames_over_the_budget_cut_off_the_biggest_holder() {
     net.ping(1, addr(0), 2, Bytes::new());
     assert_eq!(net.events[1].len(), 2, "a real peer is served throughout");
 }
+
+#[test]
+fn a_peer_that_asks_and_never_reads_is_cut_off_when_queues_grow_too_long() {
+    let guard = GuardConfig { max_queued: 3 << 20, ..Default::default() };
+    let mut net = Net::with(2, guarded(guard));
+    net.ping(1, addr(0), 1, Bytes::new());
+    // A stranger pings with 512 KiB payloads (each answered with as much) and never reads.
+    let greedy = net.raw_conn(0);
+    let me = addr(7);
+    let mut b = hello_frame(42, me);
+    for seq in 0..8 {
+        let env = Envelope::new(me.id(), me, 0, PingMsg::Ping { seq }).with_payload(Bytes::from(vec![1u8; 512 << 10]));
+        wire::encode_frame(&env, &mut b, DriverConfig::default().max_frame).unwrap();
+    }
+    net.nodes[0].on_bytes(net.now, greedy, &b);
+    assert!(!net.nodes[0].is_open(greedy), "cut off once its replies pass 3 MiB");
+    assert_eq!(net.nodes[0].stats().guard.cut_off, 1);
+    net.run();
+    net.ping(1, addr(0), 2, Bytes::new());
+    assert_eq!(net.events[1].len(), 2, "a real peer is served throughout");
+}

@@ -13,8 +13,9 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s, http), then from
-/// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
+/// failure_timeout_ms, retention_s, http, and a [limits] table against hostile peers:
+/// max_conns, max_conns_per_ip, frames_per_s, frame_burst, mib_per_s, max_buffered_mib,
+/// ban_s, ban_max_s), then from the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
 #[command(name = "jobd", version)]
