@@ -112,6 +112,15 @@ impl Daemon {
             // The shell leaves the overlay, waits for it, stops every process.
             stop.wait(LEAVE_WAIT + KILL_WAIT + Duration::from_secs(1));
         }
+        if let Ok(s) = handle.inspect(|d| d.stats()) {
+            let g = s.guard;
+            info!(
+                accepted = g.accepted,
+                refused = g.refused,
+                cut_off = g.cut_off,
+                "connections: inbound overlay totals"
+            );
+        }
         let _ = handle.shutdown();
         files::remove_dir(&self.work_dir.to_string_lossy());
     }
