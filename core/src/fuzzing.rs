@@ -10,8 +10,10 @@ use bytes::Bytes;
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
 mod daemon;
+mod message;
 
 pub use daemon::daemon_node;
+pub use message::{MESSAGE_TYPES, message};
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
@@ -158,6 +160,9 @@ mod tests {
             ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
+            ("message", |d: &[u8]| {
+                super::message(d);
+            }),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

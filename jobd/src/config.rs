@@ -84,6 +84,21 @@ pub struct Config {
     pub limits: Limits,
 }
 
+/// The node's periods and timeouts (see [`Config::timing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_period: Duration,
+    pub failure_timeout: Duration,
+    pub retention: Duration,
+    pub stabilize_period: Duration,
+}
+
+/// Longest period or timeout a configuration may set (a day); longer ones
+/// would overflow the clock arithmetic of the node's timers.
+const MAX_PERIOD_MS: u64 = 86_400_000;
+/// Longest retention of finished jobs (a year).
+const MAX_RETENTION_S: u64 = 365 * 86_400;
+
 /// The `[limits]` table: what one peer (or local process) may ask of the daemon
 /// before it is cut off. Every key is optional; the defaults suit a cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -191,7 +206,22 @@ impl Config {
         }
         self.advertised(self.listen)?;
         self.http_addr()?;
+        for (key, ms) in [
+            ("stabilize_ms", self.stabilize_ms),
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("failure_timeout_ms", self.failure_timeout_ms),
+        ] {
+            if ms > MAX_PERIOD_MS {
+                bail!("{key} must be at most {MAX_PERIOD_MS} (a day), not {ms}");
+            }
+        }
+        if self.retention_s > MAX_RETENTION_S {
+            bail!("retention_s must be at most {MAX_RETENTION_S} (a year), not {}", self.retention_s);
+        }
         let l = &self.limits;
+        if l.ban_s > MAX_PERIOD_MS / 1000 || l.ban_max_s > MAX_PERIOD_MS / 1000 {
+            bail!("limits: ban_s and ban_max_s must be at most {} (a day)", MAX_PERIOD_MS / 1000);
+        }
         if l.max_conns == 0 || l.max_conns_per_ip == 0 {
             bail!("limits: max_conns and max_conns_per_ip must be at least 1");
         }
@@ -244,13 +274,14 @@ impl Config {
         let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
         let mut dc = DaemonConfig::new(self.resources(), control.to_string(), work_dir.to_string_lossy(), seed);
         dc.bootstrap = self.bootstrap.iter().map(|a| NodeAddr(*a)).collect();
-        dc.heartbeat_period = Duration::from_millis(self.heartbeat_ms.max(10));
-        dc.failure_timeout = Duration::from_millis(self.failure_timeout_ms.max(self.heartbeat_ms * 2));
-        dc.retention = Duration::from_secs(self.retention_s);
+        let t = self.timing();
+        dc.heartbeat_period = t.heartbeat_period;
+        dc.failure_timeout = t.failure_timeout;
+        dc.retention = t.retention;
         // Grows across restarts at one address: this run's lines outrank the last's.
         let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
-        let stab = Duration::from_millis(self.stabilize_ms.max(10));
+        let stab = t.stabilize_period;
         dc.chord.stabilize_period = stab;
         dc.chord.fix_fingers_period = stab;
         dc.chord.check_predecessor_period = stab * 2;
@@ -269,6 +300,17 @@ impl Config {
             });
         }
         dc
+    }
+
+    /// The periods and timeouts of the node, from the `_ms` and `_s` keys
+    /// (floors applied; [`Config::check`] has bounded them from above).
+    pub fn timing(&self) -> Timing {
+        Timing {
+            heartbeat_period: Duration::from_millis(self.heartbeat_ms.max(10)),
+            failure_timeout: Duration::from_millis(self.failure_timeout_ms.max(self.heartbeat_ms.saturating_mul(2))),
+            retention: Duration::from_secs(self.retention_s),
+            stabilize_period: Duration::from_millis(self.stabilize_ms.max(10)),
+        }
     }
 
     /// The overlay this node runs, as announced in every connection's hello.
@@ -368,6 +410,11 @@ mod tests {
         assert_eq!(g.max_conns, GuardConfig::default().max_conns, "unset keys keep their defaults");
         assert_eq!(Limits::default().guard(), GuardConfig { byte_burst: 32 << 20, ..GuardConfig::default() });
         assert!(toml::from_str::<Config>("[limits]\nmax_con = 1\n").is_err(), "a misspelt limit is refused");
+        let slow: Config = toml::from_str(&format!("heartbeat_ms = {}\n", u64::MAX)).unwrap();
+        assert!(slow.check().unwrap_err().to_string().contains("at most"), "a period that overflows timers is refused");
+        assert_eq!(slow.timing().failure_timeout, Duration::from_millis(u64::MAX), "and computing it does not panic");
+        let long: Config = toml::from_str("retention_s = 99999999999\n").unwrap();
+        assert!(long.check().is_err());
         let closed = Config { limits: Limits { max_conns_per_ip: 0, ..Limits::default() }, ..Config::default() };
         assert!(closed.check().unwrap_err().to_string().contains("at least 1"));
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));

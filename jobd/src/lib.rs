@@ -19,6 +19,8 @@ pub mod config;
 pub mod daemon;
 pub mod embedded;
 mod files;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod http;
 pub mod json;
 mod limits;
