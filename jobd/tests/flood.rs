@@ -1,7 +1,8 @@
 //! The flood bench's harness, short: a real jobd flooded for 4 s from 100
 //! connections (junk, oversized prefixes, valid frames never read, half-open,
 //! churn) survives, stays under a memory bound, bans the offenders (once in its
-//! log per ban), and a normal job submitted meanwhile completes.
+//! log per ban), keeps its honest peer, and a normal job submitted meanwhile
+//! (a rank on each daemon) completes.
 
 #[path = "../benches/flood/harness.rs"]
 mod harness;
@@ -18,6 +19,7 @@ fn a_flooded_daemon_survives_stays_bounded_and_runs_a_job() {
     eprintln!("{table}");
     assert_eq!(r.json()["alive_after"], r.alive_after, "the JSON carries the figures");
     assert!(r.alive_after, "the daemon stopped answering\n{table}");
+    assert_eq!(r.nodes_after, 2, "the honest peer was cut off\n{table}");
     assert!(r.job_flooded.is_ok(), "the job did not complete\n{table}");
     assert!(r.rss_peak_kib < r.rss_before_kib + (RSS_BOUND_MIB << 10), "RSS over the bound\n{table}");
     let count = |role: &str, f: fn(&harness::RoleCount) -> u64| {

@@ -3,6 +3,13 @@
 //! the time of a normal job submitted during the flood against the same job
 //! without it. Shared by the flood bench (60 s) and the flood test (a few s).
 //!
+//! The flooded daemon is not alone: an honest second daemon (its peer, on
+//! 127.0.0.1) joins it first, and the normal job has one rank on each, so the
+//! job also measures that the flood does not disturb an honest peer.
+//!
+//! `FLOOD_JOBD_CONFIG=FILE` starts both daemons with that configuration file
+//! (e.g. a `[limits]` table that turns the limits off, to compare).
+//!
 //! Every flooding connection binds its own loopback source address
 //! (127.66.x.y), as if from its own host: a ban hits the offender, not the
 //! others. Roles, by connection number modulo 5:
@@ -73,6 +80,8 @@ pub(crate) struct Report {
     pub(crate) roles: Vec<(&'static str, RoleCount)>,
     /// The daemon answered its control socket after the flood.
     pub(crate) alive_after: bool,
+    /// The nodes the flooded daemon knew after the flood (2: its honest peer too).
+    pub(crate) nodes_after: usize,
     /// Lines of the daemon's log: cut-offs that started a ban (warn), and
     /// refusals it logged (once per ban).
     pub(crate) log_bans: usize,
@@ -114,12 +123,21 @@ impl Drop for Jobd {
     }
 }
 
-fn start_jobd(log: &Path) -> Jobd {
-    let dir = std::env::temp_dir().join(format!("p2pmp-flood-{}", std::process::id()));
+/// A jobd with one slot, joining `bootstrap` if given.
+fn start_jobd(log: &Path, name: &str, bootstrap: Option<SocketAddr>) -> Jobd {
+    let dir = std::env::temp_dir().join(format!("p2pmp-flood-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("work dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_jobd"))
-        .args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--slots", "2"])
-        .args(["--log-level", "info", "--work-dir"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobd"));
+    if let Some(b) = bootstrap {
+        cmd.arg("--bootstrap").arg(b.to_string());
+    }
+    // Other limits for a comparison (e.g. all off), for both daemons.
+    if let Some(config) = std::env::var_os("FLOOD_JOBD_CONFIG") {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd
+        .args(["--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--print-addr", "--slots", "1"])
+        .args(["--stabilize-ms", "200", "--log-level", "info", "--work-dir"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).expect("log file"))
@@ -139,12 +157,28 @@ fn start_jobd(log: &Path) -> Jobd {
     Jobd { child, control: control.parse().expect("control"), overlay: overlay.parse().expect("overlay"), dir }
 }
 
-/// Runs the normal job (1 rank of `sh` counting to 30000) to its end.
+/// The nodes `control`'s daemon knows (0 if it does not answer).
+fn nodes(control: SocketAddr) -> usize {
+    let ask = || -> anyhow::Result<usize> {
+        let mut c = Client::connect(control)?;
+        let id = c.send(ToolRequest::Nodes)?;
+        loop {
+            if let (rid, ToolReply::Nodes { nodes }, _) = c.next(Some(Duration::from_secs(10)))?
+                && rid == id
+            {
+                return Ok(nodes.len());
+            }
+        }
+    };
+    ask().unwrap_or(0)
+}
+
+/// Runs the normal job (2 ranks of `sh` counting to 30000, one per daemon) to its end.
 fn run_job(control: SocketAddr, dir: &Path, nonce: u64) -> Result<Duration, String> {
     let t0 = Instant::now();
     let mut c = Client::connect(control).map_err(|e| format!("{e:#}"))?;
     let script = "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo counted $i";
-    let xml = JobDescription::run("/bin/sh", vec!["-c".into(), script.into()], 1).to_xml();
+    let xml = JobDescription::run("/bin/sh", vec!["-c".into(), script.into()], 2).to_xml();
     let base_dir = dir.to_string_lossy().into_owned();
     let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: true }).map_err(|e| format!("{e:#}"))?;
     loop {
@@ -347,7 +381,14 @@ pub(crate) fn run(opts: Opts) -> Report {
     let target = target_dir();
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let log = target.join(format!("flood-{stamp}-{}-jobd.log", std::process::id()));
-    let mut jobd = start_jobd(&log);
+    let mut jobd = start_jobd(&log, "flooded", None);
+    let peer_log = target.join(format!("flood-{stamp}-{}-peer.log", std::process::id()));
+    let peer = start_jobd(&peer_log, "peer", Some(jobd.overlay));
+    let formed = Instant::now() + Duration::from_secs(30);
+    while nodes(jobd.control) < 2 || nodes(peer.control) < 2 {
+        assert!(Instant::now() < formed, "the two daemons did not form a network");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let pid = jobd.child.id();
     let dir = jobd.dir.join("jobs");
     std::fs::create_dir_all(&dir).expect("job dir");
@@ -395,16 +436,8 @@ pub(crate) fn run(opts: Opts) -> Report {
     let _ = sampler.join();
     std::thread::sleep(Duration::from_secs(2));
     let rss_after_kib = rss_kib(pid);
-    let alive_after = Client::connect(jobd.control)
-        .and_then(|mut c| {
-            let id = c.send(ToolRequest::Nodes)?;
-            loop {
-                if c.next(Some(Duration::from_secs(10)))?.0 == id {
-                    return Ok(());
-                }
-            }
-        })
-        .is_ok();
+    let nodes_after = nodes(jobd.control);
+    let alive_after = nodes_after > 0;
     // SIGTERM: the daemon logs its counts as it stops.
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -421,6 +454,7 @@ pub(crate) fn run(opts: Opts) -> Report {
     let samples = std::mem::take(&mut *samples.lock().expect("sampler"));
     let rss_peak_kib = samples.iter().map(|s| s.1).max().unwrap_or(0).max(rss_after_kib);
     drop(jobd);
+    drop(peer);
     let roles = Arc::try_unwrap(roles).expect("threads joined");
     Report {
         opts,
@@ -432,6 +466,7 @@ pub(crate) fn run(opts: Opts) -> Report {
         job_flooded,
         roles,
         alive_after,
+        nodes_after,
         log_bans: text.lines().filter(|l| l.contains("cutting off") && l.contains("WARN")).count(),
         log_refusals: text.lines().filter(|l| l.contains("refusing connections")).count(),
         daemon_counts,
@@ -469,11 +504,12 @@ impl Report {
             Err(e) => format!("FAILED: {e}"),
         };
         t += &format!(
-            "\njob alone {:.0} ms, during the flood {flooded}\n\
-             daemon alive after: {}; its count (accepted, refused, cut off): {:?}\n\
+            "\njob (a rank on each daemon) alone {:.0} ms, during the flood {flooded}\n\
+             daemon alive after: {} (knows {} nodes); its count (accepted, refused, cut off): {:?}\n\
              log: {} bans started (one warning each), {} refusal lines ({})\n",
             self.job_alone.as_secs_f64() * 1e3,
             self.alive_after,
+            self.nodes_after,
             self.daemon_counts,
             self.log_bans,
             self.log_refusals,
@@ -498,6 +534,7 @@ impl Report {
                 "connect_failed": g(&c.failed), "bytes_sent": g(&c.bytes),
             })).collect::<Vec<_>>(),
             "alive_after": self.alive_after,
+            "nodes_after": self.nodes_after,
             "daemon_accepted_refused_cut_off": self.daemon_counts,
             "log_bans": self.log_bans,
             "log_refusals": self.log_refusals,
