@@ -480,9 +480,16 @@ impl<M: Machine> Driver<M> {
         match (misbehaved, c.source) {
             (true, Some(ip)) => {
                 self.admission.release(ip);
-                match self.admission.punish(now, ip) {
-                    Some(ban) => warn!(%conn, source = %ip, "cutting off: {why}; refusing {ip} for {ban:?}"),
-                    None => debug!(%conn, source = %ip, "cutting off: {why}"),
+                // An address shared with a peer in good standing (several nodes
+                // on one host, or behind one NAT) is not banned: the offending
+                // connection is cut, the honest ones keep being served.
+                let shared = self.conns.values().any(|o| o.hello_seen && o.ip() == Some(ip));
+                match (shared, self.admission.punish_unless(now, ip, shared)) {
+                    (_, Some(ban)) => warn!(%conn, source = %ip, "cutting off: {why}; refusing {ip} for {ban:?}"),
+                    (true, None) => {
+                        warn!(%conn, source = %ip, "cutting off: {why} (not banning {ip}: a peer in good standing shares it)")
+                    }
+                    (false, None) => debug!(%conn, source = %ip, "cutting off: {why}"),
                 }
             }
             (true, None) => warn!(%conn, peer = ?c.peer, "dropping connection: {why}"),

@@ -148,6 +148,12 @@ impl Conn {
         }
     }
 
+    /// The address of the other end: the source of an inbound connection, the
+    /// dialed address's of an outbound one.
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
+        self.source.or(self.peer.map(|p| p.0.ip()))
+    }
+
     /// After the hello, accept frames up to `max_frame`, keeping what is buffered.
     pub(crate) fn open_decoder(&mut self, max_frame: usize) {
         let mut dec = FrameDecoder::new(max_frame);

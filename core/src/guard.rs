@@ -11,6 +11,9 @@
 //!   flood, no hello) is refused for [`GuardConfig::ban_min`], doubling per
 //!   repeat offence up to [`GuardConfig::ban_max`]. A refusal says whether it is
 //!   the first of its ban, so the adapter logs once per offender, not per try.
+//!   The adapter spares an address it shares with a peer in good standing
+//!   (nodes of one host, or behind one NAT): the offending connection is still
+//!   cut, but no ban starts ([`Admission::punish_unless`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -253,6 +256,16 @@ impl Admission {
         ban.until = now + wait;
         ban.refused = 0;
         Some(wait)
+    }
+
+    /// [`Admission::punish`], unless `spare`: then the cut is counted and no
+    /// ban starts (the adapter spares addresses it shares with honest peers).
+    pub fn punish_unless(&mut self, now: Instant, ip: IpAddr, spare: bool) -> Option<Duration> {
+        if spare {
+            self.stats.cut_off += 1;
+            return None;
+        }
+        self.punish(now, ip)
     }
 
     /// Whether `ip` is banned now.

@@ -479,3 +479,22 @@ fn a_peer_that_asks_and_never_reads_is_cut_off_when_queues_grow_too_long() {
     net.ping(1, addr(0), 2, Bytes::new());
     assert_eq!(net.events[1].len(), 2, "a real peer is served throughout");
 }
+
+#[test]
+fn an_address_shared_with_a_peer_in_good_standing_is_not_banned() {
+    let mut net = Net::new(2);
+    net.ping(1, addr(0), 1, Bytes::new());
+    // Node 1's connection reached node 0 from node 0's own address in this
+    // in-memory network (see `run`); a stranger there sends junk.
+    let shared = addr(0).0;
+    let bad = net.nodes[0].on_accepted(net.now, shared).unwrap();
+    net.nodes[0].on_bytes(net.now, bad, b"GET / HTTP/1.1\r\n\r\n");
+    net.run();
+    assert!(!net.nodes[0].is_open(bad), "the offender is cut off");
+    assert_eq!(net.nodes[0].stats().guard.cut_off, 1);
+    assert!(net.nodes[0].on_accepted(net.now, shared).is_some(), "but its address is not banned");
+    let alone = "127.9.9.200:1".parse().unwrap();
+    let bad = net.nodes[0].on_accepted(net.now, alone).unwrap();
+    net.nodes[0].on_bytes(net.now, bad, b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(net.nodes[0].on_accepted(net.now, alone), None, "an address of its own is");
+}
