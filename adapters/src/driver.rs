@@ -13,11 +13,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use p2pmp_core::guard::{Admission, GuardConfig, GuardStats, Refusal, TokenBucket};
 use p2pmp_core::machine::{Action, Machine, NodeAddr};
 use p2pmp_core::overlay::OverlayKind;
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, Hello, WireError};
-use tracing::{debug, trace, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::peers::{Conn, ConnId, Redial, ZERO_COPY_MIN};
 
@@ -27,6 +28,9 @@ const HELLO_MAX_FRAME: usize = 1024;
 const MAX_FAILURES_PER_INPUT: usize = 256;
 /// Messages a machine may send itself per input before the rest wait a turn.
 const MAX_LOOPBACK: usize = 10_000;
+/// A send queue longer than this makes the driver check the guard's bound on
+/// all queues together (cheap checks for short queues, the sum when it matters).
+const QUEUE_CHECK: usize = 1 << 20;
 
 /// Knobs of a [`Driver`].
 #[derive(Debug, Clone)]
@@ -46,8 +50,9 @@ pub struct DriverConfig {
     pub backoff_min: Duration,
     /// Longest reconnect back-off.
     pub backoff_max: Duration,
-    /// Most simultaneous connections; further inbound ones are refused.
-    pub max_conns: usize,
+    /// Against hostile peers: caps on inbound connections (in total and per
+    /// source), frames and bytes per second per connection, bans.
+    pub guard: GuardConfig,
 }
 
 impl Default for DriverConfig {
@@ -60,7 +65,7 @@ impl Default for DriverConfig {
             hello_timeout: Duration::from_secs(5),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
-            max_conns: 4096,
+            guard: GuardConfig::default(),
         }
     }
 }
@@ -83,6 +88,8 @@ pub struct DriverStats {
     pub frames_out: u64,
     pub send_failures: u64,
     pub peers_dropped: u64,
+    /// Inbound connections admitted, refused, and cut off for misbehaving.
+    pub guard: GuardStats,
 }
 
 /// Drives one machine over any number of connections. See the module docs.
@@ -104,6 +111,9 @@ pub struct Driver<M: Machine> {
     failed: BTreeSet<NodeAddr>,
     last_now: Option<Instant>,
     stats: DriverStats,
+    admission: Admission,
+    /// Bytes of unfinished frames all connections hold (bounded by the guard).
+    buffered: usize,
 }
 
 impl<M: Machine> fmt::Debug for Driver<M> {
@@ -126,6 +136,7 @@ impl<M: Machine> Driver<M> {
         let mut head = BytesMut::new();
         // A hello is a few dozen bytes, far below any frame limit.
         wire::encode_frame(&hello, &mut head, HELLO_MAX_FRAME).expect("hello fits a frame");
+        let admission = Admission::new(cfg.guard.clone());
         let mut d = Driver {
             machine,
             cfg,
@@ -141,6 +152,8 @@ impl<M: Machine> Driver<M> {
             failed: BTreeSet::new(),
             last_now: None,
             stats: DriverStats::default(),
+            admission,
+            buffered: 0,
         };
         d.pump(now);
         d
@@ -157,7 +170,17 @@ impl<M: Machine> Driver<M> {
     }
 
     pub fn stats(&self) -> DriverStats {
-        self.stats
+        DriverStats { guard: self.admission.stats(), ..self.stats }
+    }
+
+    /// The policy against hostile peers (shells pace their reads by its byte rate).
+    pub fn guard(&self) -> &GuardConfig {
+        &self.cfg.guard
+    }
+
+    /// Bytes of unfinished frames held for all connections together.
+    pub fn buffered(&self) -> usize {
+        self.buffered
     }
 
     /// Whether `conn` is still known (a shell drops sockets the driver forgot).
@@ -173,13 +196,17 @@ impl<M: Machine> Driver<M> {
     // ----- inputs from the shell -------------------------------------------------
 
     /// A peer connected to us from `remote`. `None`: refused (too many
-    /// connections), the shell closes the socket.
+    /// connections, or from a source banned for misbehaving), the shell
+    /// closes the socket.
     pub fn on_accepted(&mut self, now: Instant, remote: SocketAddr) -> Option<ConnId> {
-        if self.conns.len() >= self.cfg.max_conns {
-            warn!(%remote, "refusing connection: {} connections open", self.conns.len());
+        if let Err(why) = self.admission.admit(now, remote.ip()) {
+            match why {
+                Refusal::Banned { first: true, .. } => info!(%remote, "refusing connections: {why}"),
+                _ => debug!(%remote, "refusing connection: {why}"),
+            }
             return None;
         }
-        let conn = self.new_conn(now, None, false);
+        let conn = self.new_conn(now, None, Some(remote.ip()));
         debug!(%conn, %remote, "accepted");
         self.notify_writable(conn);
         Some(conn)
@@ -203,14 +230,24 @@ impl<M: Machine> Driver<M> {
     /// Bytes arrived on `conn`.
     pub fn on_bytes(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
         let Some(c) = self.conns.get_mut(&conn) else { return };
+        let before = c.decoder.buffered();
         c.decoder.push(data);
+        self.buffered += c.decoder.buffered() - before;
         loop {
             let Some(c) = self.conns.get_mut(&conn) else { return };
-            let frame = match c.decoder.decode() {
+            let before = c.decoder.buffered();
+            let decoded = c.decoder.decode();
+            self.buffered -= before - c.decoder.buffered();
+            let frame = match decoded {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => return self.misbehaved(now, conn, &e),
             };
+            if !c.frames.try_take(now, 1) {
+                let g = &self.cfg.guard;
+                let why = format!("flooding: over {} frames at once, {} a second", g.frame_burst, g.frames_per_s);
+                return self.misbehaved(now, conn, &why);
+            }
             if !c.hello_seen {
                 if let Err(why) = self.on_hello(conn, frame) {
                     return self.misbehaved(now, conn, &why);
@@ -225,6 +262,22 @@ impl<M: Machine> Driver<M> {
                 }
                 Err(e) => return self.misbehaved(now, conn, &e),
             }
+        }
+        if self.buffered > self.cfg.guard.max_buffered {
+            self.shed_buffers(now);
+        }
+    }
+
+    /// Unfinished frames hold more than the guard allows: cuts off the
+    /// connections holding the most until back under it.
+    fn shed_buffers(&mut self, now: Instant) {
+        while self.buffered > self.cfg.guard.max_buffered {
+            let Some((conn, held)) = self.conns.iter().map(|(&id, c)| (id, c.decoder.buffered())).max_by_key(|x| x.1)
+            else {
+                return;
+            };
+            let why = format!("holding {held} bytes of an unfinished frame while all peers hold {}", self.buffered);
+            self.misbehaved(now, conn, &why);
         }
     }
 
@@ -245,7 +298,7 @@ impl<M: Machine> Driver<M> {
             self.conns.iter().filter(|(_, c)| !c.hello_seen && c.hello_deadline <= now).map(|(&id, _)| id).collect();
         let limit = self.cfg.hello_timeout;
         for conn in late {
-            self.drop_conn(now, conn, format_args!("no hello within {limit:?}"), true);
+            self.drop_conn(now, conn, format_args!("peer misbehaved: no hello within {limit:?}"), true);
         }
         if self.machine.poll_timeout().is_some_and(|t| t <= now) {
             self.machine.handle_timeout(now);
@@ -335,10 +388,13 @@ impl<M: Machine> Driver<M> {
 
     // ----- internals -------------------------------------------------------------
 
-    fn new_conn(&mut self, now: Instant, peer: Option<NodeAddr>, outbound: bool) -> ConnId {
+    /// A new connection: outbound to `peer`, or inbound from `source`.
+    fn new_conn(&mut self, now: Instant, peer: Option<NodeAddr>, source: Option<std::net::IpAddr>) -> ConnId {
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
-        let mut c = Conn::new(peer, outbound, now + self.cfg.hello_timeout, HELLO_MAX_FRAME);
+        let g = &self.cfg.guard;
+        let frames = TokenBucket::new(g.frames_per_s, g.frame_burst, now);
+        let mut c = Conn::new(peer, source, now + self.cfg.hello_timeout, HELLO_MAX_FRAME, frames);
         c.tx.push(&self.hello, Bytes::new());
         self.conns.insert(conn, c);
         conn
@@ -389,18 +445,60 @@ impl<M: Machine> Driver<M> {
     }
 
     fn misbehaved(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
-        self.stats.peers_dropped += 1;
-        self.drop_conn(now, conn, format_args!("peer misbehaved: {why}"), true);
+        self.cut_off(now, conn, why);
         self.pump(now);
     }
 
-    /// Forgets `conn`; reports its peer as unreachable if we dialed it or sent through it.
-    fn drop_conn(&mut self, now: Instant, conn: ConnId, why: fmt::Arguments<'_>, close_socket: bool) {
+    /// Drops `conn` for what its peer did, without draining the machine (safe
+    /// in the middle of a drain; the peer is reported by the next one).
+    fn cut_off(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
+        self.stats.peers_dropped += 1;
+        self.drop_conn(now, conn, format_args!("peer misbehaved: {why}"), true);
+    }
+
+    /// Everything queued for sending is over the guard's bound: cuts off the
+    /// connections with the most queued (peers that ask and never read) until under.
+    fn shed_queues(&mut self, now: Instant) {
+        let mut total: usize = self.conns.values().map(|c| c.tx.queued()).sum();
+        while total > self.cfg.guard.max_queued {
+            let Some((conn, queued)) = self.conns.iter().map(|(&id, c)| (id, c.tx.queued())).max_by_key(|x| x.1) else {
+                return;
+            };
+            total -= queued;
+            let why = format!("not reading: {queued} bytes queued for it, {} for all peers", total + queued);
+            self.cut_off(now, conn, &why);
+        }
+    }
+
+    /// Forgets `conn`; reports its peer as unreachable if we dialed it or sent
+    /// through it. `misbehaved`: cut off for what the peer did, which bans an
+    /// inbound connection's source (logged when the ban starts, once per source
+    /// and ban, not once per connection or frame).
+    fn drop_conn(&mut self, now: Instant, conn: ConnId, why: fmt::Arguments<'_>, misbehaved: bool) {
         let Some(c) = self.conns.remove(&conn) else { return };
-        if close_socket {
-            warn!(%conn, peer = ?c.peer, "dropping connection: {why}");
-        } else {
-            debug!(%conn, peer = ?c.peer, "connection closed: {why}");
+        self.buffered -= c.decoder.buffered();
+        match (misbehaved, c.source) {
+            (true, Some(ip)) => {
+                self.admission.release(ip);
+                // An address shared with a peer in good standing (several nodes
+                // on one host, or behind one NAT) is not banned: the offending
+                // connection is cut, the honest ones keep being served.
+                let shared = self.conns.values().any(|o| o.hello_seen && o.ip() == Some(ip));
+                match (shared, self.admission.punish_unless(now, ip, shared)) {
+                    (_, Some(ban)) => warn!(%conn, source = %ip, "cutting off: {why}; refusing {ip} for {ban:?}"),
+                    (true, None) => {
+                        warn!(%conn, source = %ip, "cutting off: {why} (not banning {ip}: a peer in good standing shares it)")
+                    }
+                    (false, None) => debug!(%conn, source = %ip, "cutting off: {why}"),
+                }
+            }
+            (true, None) => warn!(%conn, peer = ?c.peer, "dropping connection: {why}"),
+            (false, source) => {
+                if let Some(ip) = source {
+                    self.admission.release(ip);
+                }
+                debug!(%conn, peer = ?c.peer, "connection closed: {why}");
+            }
         }
         self.io.push_back(IoRequest::Close { conn });
         let Some(peer) = c.peer else { return };
@@ -473,7 +571,7 @@ impl<M: Machine> Driver<M> {
                     self.failed.insert(to);
                     return;
                 }
-                let conn = self.new_conn(now, Some(to), true);
+                let conn = self.new_conn(now, Some(to), None);
                 self.by_peer.insert(to, conn);
                 self.io.push_back(IoRequest::Connect { conn, addr: to.0 });
                 debug!(%conn, %to, "dialing");
@@ -487,8 +585,12 @@ impl<M: Machine> Driver<M> {
                 c.tx.push(&head, payload);
                 c.used = true;
                 self.stats.frames_out += 1;
+                let long = c.tx.queued() > QUEUE_CHECK;
                 if c.connected {
                     self.notify_writable(conn);
+                }
+                if long {
+                    self.shed_queues(now);
                 }
             }
             Ok(_) => {

@@ -16,6 +16,8 @@
 //! - `app` (feature `app`, on by default with all three shells) is the node
 //!   program: `cargo run -p p2pmp-adapters --example node -- --help`.
 //! - `testing` (feature `testing`) is a ping/pong machine for tests and benches.
+//! - `fuzzing` (feature `fuzzing`) is the fuzz logic of the local control
+//!   protocol, for the cargo-fuzz targets under `fuzz/`.
 
 #[cfg(feature = "app")]
 pub mod app;
@@ -41,3 +43,6 @@ mod mio_loop;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;

@@ -12,12 +12,13 @@ use std::fmt;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use p2pmp_core::guard::{GuardConfig, TokenBucket};
 use p2pmp_core::local::LocalRequest;
 use p2pmp_core::machine::{Machine, NodeAddr};
 use p2pmp_core::node::control::{TOOL_PREFACE, ToolRequest};
 use p2pmp_core::node::{DaemonNode, NodeCommand, NodeEvent};
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, decode_envelope, encode_frame};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::Driver;
 
@@ -38,10 +39,18 @@ pub trait LocalCodec<M: Machine>: Send {
 }
 
 /// Every local connection of one node, their queued replies, and the codec.
+/// The guard applies here too: at most `max_conns` local connections, each
+/// held to `frames_per_s` requests (a flood closes the connection).
 pub struct LocalConns<M: Machine> {
     codec: Box<dyn LocalCodec<M>>,
+    guard: GuardConfig,
     next: u64,
     open: BTreeSet<u64>,
+    /// Requests each open connection may still send before it counts as a flood.
+    budget: BTreeMap<u64, TokenBucket>,
+    /// Local connections refused for being one too many, and closed for flooding.
+    refused: u64,
+    cut_off: u64,
     tx: BTreeMap<u64, VecDeque<Bytes>>,
     writable: VecDeque<u64>,
     /// Connections to close (bad input, or a reader too slow).
@@ -58,19 +67,43 @@ impl<M: Machine> LocalConns<M> {
     pub fn new(codec: impl LocalCodec<M> + 'static) -> Self {
         LocalConns {
             codec: Box::new(codec),
+            guard: GuardConfig::default(),
             next: 0,
             open: BTreeSet::new(),
+            budget: BTreeMap::new(),
+            refused: 0,
+            cut_off: 0,
             tx: BTreeMap::new(),
             writable: VecDeque::new(),
             close: VecDeque::new(),
         }
     }
 
-    /// A local connection was accepted: its number.
-    pub fn on_accepted(&mut self) -> u64 {
+    /// The same, held to `guard` (the node's: the same knobs as its peers).
+    pub fn guarded(mut self, guard: &GuardConfig) -> Self {
+        self.guard = guard.clone();
+        self
+    }
+
+    /// A local connection was accepted: its number, or `None` when `max_conns`
+    /// are open already (the shell closes the socket).
+    pub fn on_accepted(&mut self, now: Instant) -> Option<u64> {
+        if self.open.len() >= self.guard.max_conns {
+            self.refused += 1;
+            if self.refused.is_power_of_two() {
+                warn!(open = self.open.len(), refused = self.refused, "refusing local connections: too many open");
+            }
+            return None;
+        }
         self.next += 1;
         self.open.insert(self.next);
-        self.next
+        self.budget.insert(self.next, TokenBucket::new(self.guard.frames_per_s, self.guard.frame_burst, now));
+        Some(self.next)
+    }
+
+    /// Local connections (refused for one too many, closed for flooding) so far.
+    pub fn refused_and_cut_off(&self) -> (u64, u64) {
+        (self.refused, self.cut_off)
     }
 
     /// Bytes from local connection `conn`, fed to the machine as commands.
@@ -78,7 +111,14 @@ impl<M: Machine> LocalConns<M> {
         if !self.open.contains(&conn) {
             return;
         }
-        match self.codec.bytes(conn, data) {
+        let decoded = self.codec.bytes(conn, data).and_then(|cmds| {
+            let within = self.budget.get_mut(&conn).is_none_or(|b| b.try_take(now, cmds.len() as u64));
+            within.then_some(cmds).ok_or_else(|| {
+                self.cut_off += 1;
+                format!("flooding: over {} requests a second", self.guard.frames_per_s)
+            })
+        });
+        match decoded {
             Ok(cmds) => {
                 for cmd in cmds {
                     if driver.on_command(now, cmd).is_err() {
@@ -87,7 +127,7 @@ impl<M: Machine> LocalConns<M> {
                 }
             }
             Err(why) => {
-                debug!(conn, why, "closing a local connection");
+                warn!(conn, why, "closing a local connection");
                 self.close.push_back(conn);
                 self.on_closed(driver, now, conn);
             }
@@ -98,6 +138,7 @@ impl<M: Machine> LocalConns<M> {
     pub fn on_closed(&mut self, driver: &mut Driver<M>, now: Instant, conn: u64) {
         if self.open.remove(&conn) {
             self.tx.remove(&conn);
+            self.budget.remove(&conn);
             if let Some(cmd) = self.codec.closed(conn) {
                 let _ = driver.on_command(now, cmd);
             }
@@ -321,7 +362,7 @@ mod tests {
     fn replies_go_to_their_open_connection_and_other_events_to_the_application() {
         let mut local: LocalConns<DaemonNode> =
             LocalConns::new(DaemonCodec::new(NodeAddr("127.0.0.1:2".parse().unwrap())));
-        let a = local.on_accepted();
+        let a = local.on_accepted(Instant::now()).unwrap();
         let reply = NodeEvent::Reply { conn: a, request_id: 4, reply: LocalReply::Unregistered { key: Id::ZERO } };
         assert_eq!(local.route(reply), None);
         let tool = NodeEvent::ToolReply {
@@ -344,5 +385,32 @@ mod tests {
         assert!(local.take_tx(99).is_empty());
         let other = NodeEvent::RemoveDir { path: "/x".into() };
         assert_eq!(local.route(other.clone()), Some(other));
+    }
+
+    #[test]
+    fn local_connections_are_capped_and_a_flooding_one_is_closed() {
+        use crate::DriverConfig;
+        use p2pmp_core::job::Resources;
+        use p2pmp_core::node::DaemonConfig;
+        let now = Instant::now();
+        let me = NodeAddr("127.0.0.1:9000".parse().unwrap());
+        let dc = DaemonConfig::new(Resources::default(), "127.0.0.1:9001", "/w", 1);
+        let mut driver = Driver::new(DaemonNode::new(dc, me, now), DriverConfig::default(), now);
+        let guard = GuardConfig { max_conns: 2, frames_per_s: 10, frame_burst: 5, ..GuardConfig::default() };
+        let mut local: LocalConns<DaemonNode> =
+            LocalConns::new(DaemonCodec::new(NodeAddr("127.0.0.1:9001".parse().unwrap()))).guarded(&guard);
+        let (calm, flood) = (local.on_accepted(now).unwrap(), local.on_accepted(now).unwrap());
+        assert_eq!(local.on_accepted(now), None, "two at most");
+        let requests = |n: u64| {
+            let mut b = TOOL_PREFACE.to_vec();
+            (0..n).for_each(|i| b.extend(frame(i, ToolRequest::Nodes)));
+            b
+        };
+        local.on_bytes(&mut driver, now, calm, &requests(5));
+        local.on_bytes(&mut driver, now, flood, &requests(6));
+        assert_eq!(local.poll_close(), Some(flood), "six requests at once are a flood");
+        assert_eq!(local.poll_close(), None, "five are not");
+        assert_eq!((local.len(), local.refused_and_cut_off()), (1, (1, 1)));
+        assert!(local.on_accepted(now).is_some(), "the closed one freed its place");
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use p2pmp_core::guard::TokenBucket;
 use p2pmp_core::machine::Machine;
 use tracing::warn;
 
@@ -37,6 +38,8 @@ fn conn_of(t: Token) -> ConnId {
 struct Sock {
     stream: TcpStream,
     connecting: bool,
+    /// The guard's byte rate for what this connection sends us.
+    bytes: TokenBucket,
 }
 
 struct MioShell<M: Machine> {
@@ -47,6 +50,8 @@ struct MioShell<M: Machine> {
     /// Connections that spent their read budget with bytes left (edge-triggered:
     /// no new event will come for those bytes).
     unread: Vec<ConnId>,
+    /// Connections over the guard's byte rate, read again once back under.
+    paused: BTreeMap<ConnId, Instant>,
 }
 
 /// Runs a node on `poll` until it is told to stop or its handle is dropped.
@@ -61,7 +66,14 @@ pub(crate) fn run<M: Machine>(
     poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
     let now = Instant::now();
     let driver = Driver::new(make(now), cfg, now);
-    let mut sh = MioShell { poll, driver, socks: BTreeMap::new(), buf: vec![0; READ_BUF], unread: Vec::new() };
+    let mut sh = MioShell {
+        poll,
+        driver,
+        socks: BTreeMap::new(),
+        buf: vec![0; READ_BUF],
+        unread: Vec::new(),
+        paused: BTreeMap::new(),
+    };
     let mut events = Events::with_capacity(256);
     let mut linger: Option<Instant> = None;
     loop {
@@ -71,7 +83,8 @@ pub(crate) fn run<M: Machine>(
         {
             return Ok(());
         }
-        let deadline = [sh.driver.next_deadline(), linger].into_iter().flatten().min();
+        let resume = sh.paused.values().min().copied();
+        let deadline = [sh.driver.next_deadline(), linger, resume].into_iter().flatten().min();
         let mut timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if !sh.unread.is_empty() {
             timeout = Some(Duration::ZERO);
@@ -84,6 +97,11 @@ pub(crate) fn run<M: Machine>(
         }
         let now = Instant::now();
         for conn in std::mem::take(&mut sh.unread) {
+            sh.read(now, conn);
+        }
+        let due: Vec<ConnId> = sh.paused.iter().filter(|(_, t)| **t <= now).map(|(c, _)| *c).collect();
+        for conn in due {
+            sh.paused.remove(&conn);
             sh.read(now, conn);
         }
         for ev in events.iter() {
@@ -126,7 +144,8 @@ impl<M: Machine> MioShell<M> {
                     });
                     match reg {
                         Ok(()) => {
-                            self.socks.insert(conn, Sock { stream, connecting: false });
+                            let bytes = self.bucket(now);
+                            self.socks.insert(conn, Sock { stream, connecting: false, bytes });
                         }
                         Err(e) => self.driver.on_closed(now, conn, format!("register failed: {e}")),
                     }
@@ -139,6 +158,11 @@ impl<M: Machine> MioShell<M> {
                 }
             }
         }
+    }
+
+    fn bucket(&self, now: Instant) -> TokenBucket {
+        let g = self.driver.guard();
+        TokenBucket::new(g.bytes_per_s, g.byte_burst, now)
     }
 
     fn ready(&mut self, now: Instant, conn: ConnId, readable: bool, writable: bool) {
@@ -170,8 +194,12 @@ impl<M: Machine> MioShell<M> {
 
     /// Reads until the socket would block (readiness is edge-triggered) or the
     /// budget is spent; in that case the connection is read again next turn.
+    /// A connection over the guard's byte rate is read again once back under.
     fn read(&mut self, now: Instant, conn: ConnId) {
         let mut budget = READ_BUDGET;
+        if self.paused.contains_key(&conn) {
+            return;
+        }
         loop {
             let Some(sock) = self.socks.get_mut(&conn) else { return };
             if budget == 0 {
@@ -184,7 +212,12 @@ impl<M: Machine> MioShell<M> {
                 Ok(0) => return self.driver.on_closed(now, conn, "closed by peer"),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    let pause = sock.bytes.charge(now, n as u64);
                     self.driver.on_bytes(now, conn, &self.buf[..n]);
+                    if !pause.is_zero() {
+                        self.paused.insert(conn, now + pause);
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -216,12 +249,14 @@ impl<M: Machine> MioShell<M> {
                         });
                         match reg {
                             Ok(stream) => {
-                                self.socks.insert(conn, Sock { stream, connecting: true });
+                                let bytes = self.bucket(now);
+                                self.socks.insert(conn, Sock { stream, connecting: true, bytes });
                             }
                             Err(e) => self.driver.on_connect_failed(now, conn, &e),
                         }
                     }
                     IoRequest::Close { conn } => {
+                        self.paused.remove(&conn);
                         if let Some(mut s) = self.socks.remove(&conn) {
                             let _ = self.poll.registry().deregister(&mut s.stream);
                         }

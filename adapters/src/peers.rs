@@ -3,9 +3,11 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::net::IpAddr;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use p2pmp_core::guard::TokenBucket;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
@@ -97,7 +99,8 @@ impl TxQueue {
     }
 }
 
-/// One TCP connection, outbound (dialed to a peer's listen address) or inbound.
+/// One TCP connection, outbound (dialed to a peer's listen address) or inbound
+/// (from a source address).
 #[derive(Debug)]
 pub(crate) struct Conn {
     /// The peer's listen address: known when dialing, learnt from its hello otherwise.
@@ -115,10 +118,21 @@ pub(crate) struct Conn {
     pub(crate) tx_notified: bool,
     /// The machine sent something through it (so losing it is worth reporting).
     pub(crate) used: bool,
+    /// Where an inbound connection came from (what admission counted and bans).
+    pub(crate) source: Option<IpAddr>,
+    /// Frames it may still send before it counts as a flood.
+    pub(crate) frames: TokenBucket,
 }
 
 impl Conn {
-    pub(crate) fn new(peer: Option<NodeAddr>, outbound: bool, hello_deadline: Instant, hello_max: usize) -> Self {
+    pub(crate) fn new(
+        peer: Option<NodeAddr>,
+        source: Option<IpAddr>,
+        hello_deadline: Instant,
+        hello_max: usize,
+        frames: TokenBucket,
+    ) -> Self {
+        let outbound = source.is_none();
         Conn {
             peer,
             outbound,
@@ -129,7 +143,15 @@ impl Conn {
             tx: TxQueue::default(),
             tx_notified: false,
             used: false,
+            source,
+            frames,
         }
+    }
+
+    /// The address of the other end: the source of an inbound connection, the
+    /// dialed address's of an outbound one.
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
+        self.source.or(self.peer.map(|p| p.0.ip()))
     }
 
     /// After the hello, accept frames up to `max_frame`, keeping what is buffered.

@@ -330,7 +330,7 @@ where
     control.set_nonblocking(true)?;
     let remote = Remote { ctrl: ctrl_tx, wake: Arc::new(|| {}) };
     let side: crate::runtime::Sleep = Box::pin(side(ev_rx.clone(), remote.clone()));
-    let local = Some((control, crate::local::LocalConns::new(codec)));
+    let local = Some((control, crate::local::LocalConns::new(codec).guarded(&cfg.guard)));
     let name = format!("p2pmp-daemon-{}", addr.port());
     let thread = std::thread::Builder::new()
         .name(name)

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
 mod daemon;
+mod message;
 
 /// A checkpoint file through the header and body decoders (the body as stored:
 /// the codec's decompression is the MPI library's and bounded there). A file
@@ -31,6 +32,7 @@ pub fn checkpoint_file(data: &[u8]) {
 }
 
 pub use daemon::daemon_node;
+pub use message::{MESSAGE_TYPES, message};
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
@@ -180,6 +182,9 @@ mod tests {
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
             ("checkpoint_file", super::checkpoint_file as fn(&[u8])),
+            ("message", |d: &[u8]| {
+                super::message(d);
+            }),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

@@ -10,6 +10,8 @@
 //! - [`chord`]: the Chord overlay node.
 //! - [`ckpt`]: checkpoint files (one rank's protected regions and library
 //!   state), encoded and checked.
+//! - [`guard`]: policy against hostile peers: connection caps per source, token
+//!   buckets for frames and bytes per second, bans of sources that misbehaved.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
 //! - [`job`]: job files, requirements, the job protocol and its submitter and executor machines.
 //! - [`wire`]: the message envelope, postcard encoding, the length-prefixed frame
@@ -28,6 +30,7 @@
 pub mod can;
 pub mod chord;
 pub mod ckpt;
+pub mod guard;
 pub mod id;
 pub mod job;
 pub mod local;

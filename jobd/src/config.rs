@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use p2pmp_core::can::CanConfig;
+use p2pmp_core::guard::GuardConfig;
 use p2pmp_core::job::Resources;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::DaemonConfig;
@@ -84,6 +85,87 @@ pub struct Config {
     /// When the daemon runs as root, each job runs as a user of its own
     /// (default); false runs them as root, said loudly in the log.
     pub per_job_user: bool,
+    /// Limits against hostile peers (the `[peers]` table).
+    pub peers: PeerLimits,
+}
+
+/// The node's periods and timeouts (see [`Config::timing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_period: Duration,
+    pub failure_timeout: Duration,
+    pub retention: Duration,
+    pub stabilize_period: Duration,
+}
+
+/// Longest period or timeout a configuration may set (a day); longer ones
+/// would overflow the clock arithmetic of the node's timers.
+const MAX_PERIOD_MS: u64 = 86_400_000;
+/// Longest retention of finished jobs (a year).
+const MAX_RETENTION_S: u64 = 365 * 86_400;
+
+/// The `[peers]` table: what one peer (or local process) may ask of the daemon
+/// before it is cut off. Every key is optional; the defaults suit a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeerLimits {
+    /// Most open inbound overlay connections (and, apart, local control ones).
+    pub max_conns: usize,
+    /// Most open inbound overlay connections from one IP address.
+    pub max_conns_per_ip: usize,
+    /// Frames (messages) a connection may send per second on average...
+    pub frames_per_s: u64,
+    /// ...and at once; past it the connection is cut off and its address banned.
+    pub frame_burst: u64,
+    /// MiB a connection may send per second; past it the daemon reads it no faster.
+    pub mib_per_s: u64,
+    /// MiB of unfinished frames all peers together may hold; past it the peer
+    /// holding the most is cut off.
+    pub max_buffered_mib: usize,
+    /// MiB queued for sending to all peers together; past it the peer with the
+    /// most queued (one that asks and never reads) is cut off.
+    pub max_queued_mib: usize,
+    /// Seconds an address that misbehaved (malformed bytes, a flood, no hello)
+    /// is refused the first time; doubled per repeat offence...
+    pub ban_s: u64,
+    /// ...up to this many.
+    pub ban_max_s: u64,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        let g = GuardConfig::default();
+        PeerLimits {
+            max_conns: g.max_conns,
+            max_conns_per_ip: g.max_conns_per_ip,
+            frames_per_s: g.frames_per_s,
+            frame_burst: g.frame_burst,
+            mib_per_s: g.bytes_per_s >> 20,
+            max_buffered_mib: g.max_buffered >> 20,
+            max_queued_mib: g.max_queued >> 20,
+            ban_s: g.ban_min.as_secs(),
+            ban_max_s: g.ban_max.as_secs(),
+        }
+    }
+}
+
+impl PeerLimits {
+    /// The adapters' guard with these limits (a byte burst of a quarter second).
+    pub fn guard(&self) -> GuardConfig {
+        let bytes_per_s = self.mib_per_s.saturating_mul(1 << 20);
+        GuardConfig {
+            max_conns: self.max_conns,
+            max_conns_per_ip: self.max_conns_per_ip,
+            frames_per_s: self.frames_per_s,
+            frame_burst: self.frame_burst.max(1),
+            bytes_per_s,
+            byte_burst: (bytes_per_s / 4).max(1 << 20),
+            max_buffered: self.max_buffered_mib.saturating_mul(1 << 20),
+            max_queued: self.max_queued_mib.saturating_mul(1 << 20),
+            ban_min: Duration::from_secs(self.ban_s),
+            ban_max: Duration::from_secs(self.ban_max_s.max(self.ban_s)),
+        }
+    }
 }
 
 impl Default for Config {
@@ -106,6 +188,7 @@ impl Default for Config {
             http: None,
             limits: crate::sandbox::Limits::default(),
             per_job_user: true,
+            peers: PeerLimits::default(),
         }
     }
 }
@@ -130,6 +213,31 @@ impl Config {
         }
         self.advertised(self.listen)?;
         self.http_addr()?;
+        for (key, ms) in [
+            ("stabilize_ms", self.stabilize_ms),
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("failure_timeout_ms", self.failure_timeout_ms),
+        ] {
+            if ms > MAX_PERIOD_MS {
+                bail!("{key} must be at most {MAX_PERIOD_MS} (a day), not {ms}");
+            }
+        }
+        if self.retention_s > MAX_RETENTION_S {
+            bail!("retention_s must be at most {MAX_RETENTION_S} (a year), not {}", self.retention_s);
+        }
+        let l = &self.peers;
+        if l.ban_s > MAX_PERIOD_MS / 1000 || l.ban_max_s > MAX_PERIOD_MS / 1000 {
+            bail!("peers: ban_s and ban_max_s must be at most {} (a day)", MAX_PERIOD_MS / 1000);
+        }
+        if l.max_conns == 0 || l.max_conns_per_ip == 0 {
+            bail!("peers: max_conns and max_conns_per_ip must be at least 1");
+        }
+        if l.max_buffered_mib < 16 {
+            bail!("peers: max_buffered_mib must be at least 16 (one frame of the largest kind)");
+        }
+        if l.max_queued_mib < 128 {
+            bail!("peers: max_queued_mib must be at least 128 (what one peer connection may have queued)");
+        }
         Ok(())
     }
 
@@ -173,13 +281,14 @@ impl Config {
         let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
         let mut dc = DaemonConfig::new(self.resources(), control.to_string(), work_dir.to_string_lossy(), seed);
         dc.bootstrap = self.bootstrap.iter().map(|a| NodeAddr(*a)).collect();
-        dc.heartbeat_period = Duration::from_millis(self.heartbeat_ms.max(10));
-        dc.failure_timeout = Duration::from_millis(self.failure_timeout_ms.max(self.heartbeat_ms * 2));
-        dc.retention = Duration::from_secs(self.retention_s);
+        let t = self.timing();
+        dc.heartbeat_period = t.heartbeat_period;
+        dc.failure_timeout = t.failure_timeout;
+        dc.retention = t.retention;
         // Grows across restarts at one address: this run's lines outrank the last's.
         let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
-        let stab = Duration::from_millis(self.stabilize_ms.max(10));
+        let stab = t.stabilize_period;
         dc.chord.stabilize_period = stab;
         dc.chord.fix_fingers_period = stab;
         dc.chord.check_predecessor_period = stab * 2;
@@ -198,6 +307,17 @@ impl Config {
             });
         }
         dc
+    }
+
+    /// The periods and timeouts of the node, from the `_ms` and `_s` keys
+    /// (floors applied; [`Config::check`] has bounded them from above).
+    pub fn timing(&self) -> Timing {
+        Timing {
+            heartbeat_period: Duration::from_millis(self.heartbeat_ms.max(10)),
+            failure_timeout: Duration::from_millis(self.failure_timeout_ms.max(self.heartbeat_ms.saturating_mul(2))),
+            retention: Duration::from_secs(self.retention_s),
+            stabilize_period: Duration::from_millis(self.stabilize_ms.max(10)),
+        }
     }
 
     /// The overlay this node runs, as announced in every connection's hello.
@@ -291,6 +411,19 @@ mod tests {
         assert_eq!(Config::default().http_addr().unwrap(), None, "off unless asked for");
         let c: Config = toml::from_str("http = \"127.0.0.1:8080\"\n").unwrap();
         assert_eq!(c.http_addr().unwrap().map(|a| a.port()), Some(8080));
+        let lim: Config = toml::from_str("[peers]\nmax_conns_per_ip = 4\nmib_per_s = 2\nban_s = 30\n").unwrap();
+        let g = lim.peers.guard();
+        assert_eq!((g.max_conns_per_ip, g.bytes_per_s, g.ban_min.as_secs()), (4, 2 << 20, 30));
+        assert_eq!(g.max_conns, GuardConfig::default().max_conns, "unset keys keep their defaults");
+        assert_eq!(PeerLimits::default().guard(), GuardConfig { byte_burst: 32 << 20, ..GuardConfig::default() });
+        assert!(toml::from_str::<Config>("[peers]\nmax_con = 1\n").is_err(), "a misspelt limit is refused");
+        let slow: Config = toml::from_str(&format!("heartbeat_ms = {}\n", u64::MAX)).unwrap();
+        assert!(slow.check().unwrap_err().to_string().contains("at most"), "a period that overflows timers is refused");
+        assert_eq!(slow.timing().failure_timeout, Duration::from_millis(u64::MAX), "and computing it does not panic");
+        let long: Config = toml::from_str("retention_s = 99999999999\n").unwrap();
+        assert!(long.check().is_err());
+        let closed = Config { peers: PeerLimits { max_conns_per_ip: 0, ..PeerLimits::default() }, ..Config::default() };
+        assert!(closed.check().unwrap_err().to_string().contains("at least 1"));
         assert_eq!(parse_meminfo("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24000));
         assert_eq!(meminfo_mb("MemTotal: 2048 kB\nMemAvailable:  1048576 kB\n", "MemAvailable:"), Some(1024));
         assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));

@@ -67,8 +67,13 @@ impl Daemon {
         dc.resources.tags.extend(sandbox.tags());
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
-        let driver =
-            DriverConfig { max_tx_bytes: MAX_TX_BYTES, overlay: Some(cfg.overlay_kind()), ..DriverConfig::default() };
+        let guard = crate::limits::fit_descriptors(cfg.peers.guard());
+        let driver = DriverConfig {
+            max_tx_bytes: MAX_TX_BYTES,
+            overlay: Some(cfg.overlay_kind()),
+            guard,
+            ..DriverConfig::default()
+        };
         let (stop, stopped) = Stop::new();
         let codec = DaemonCodec::new(NodeAddr(control));
         let name = format!("jobd-files-{}", overlay.port());
@@ -109,6 +114,15 @@ impl Daemon {
         if let Some(stop) = self.stop.take() {
             // The shell leaves the overlay, waits for it, stops every process.
             stop.wait(LEAVE_WAIT + KILL_WAIT + Duration::from_secs(1));
+        }
+        if let Ok(s) = handle.inspect(|d| d.stats()) {
+            let g = s.guard;
+            info!(
+                accepted = g.accepted,
+                refused = g.refused,
+                cut_off = g.cut_off,
+                "connections: inbound overlay totals"
+            );
         }
         let _ = handle.shutdown();
         files::remove_dir(&self.work_dir.to_string_lossy());

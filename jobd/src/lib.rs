@@ -21,8 +21,11 @@ pub mod config;
 pub mod daemon;
 pub mod embedded;
 mod files;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod http;
 pub mod json;
+mod limits;
 mod procs;
 pub mod sandbox;
 mod shell;

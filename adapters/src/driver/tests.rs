@@ -11,6 +11,7 @@ use p2pmp_core::wire::{self, Envelope, Hello};
 
 use crate::testing::{PingCmd, PingEvent, PingMsg, PingPong};
 use crate::{ConnId, Driver, DriverConfig, IoRequest};
+use p2pmp_core::guard::GuardConfig;
 
 type D = Driver<PingPong>;
 
@@ -25,6 +26,8 @@ struct Net {
     use_take: bool,
     /// Deliver at most this many bytes per on_bytes call.
     chunk: usize,
+    /// Strangers connected so far (see `raw_conn`).
+    strangers: u8,
 }
 
 fn addr(i: usize) -> NodeAddr {
@@ -56,6 +59,7 @@ impl Net {
             dials: vec![0; n],
             use_take: false,
             chunk: usize::MAX,
+            strangers: 0,
         }
     }
 
@@ -139,8 +143,12 @@ impl Net {
     }
 
     /// Opens a raw inbound connection to node `j`, as a stranger would.
+    /// A connection from a stranger, each from its own address (a stranger cut
+    /// off for misbehaving is refused for a while).
     fn raw_conn(&mut self, j: usize) -> ConnId {
-        let c = self.nodes[j].on_accepted(self.now, "127.9.9.9:1".parse().unwrap()).unwrap();
+        self.strangers += 1;
+        let from = std::net::SocketAddr::from(([127, 9, 9, self.strangers], 1));
+        let c = self.nodes[j].on_accepted(self.now, from).unwrap();
         self.run();
         c
     }
@@ -365,4 +373,128 @@ proptest::proptest! {
         let want: Vec<PingEvent> = payloads.iter().enumerate().map(|(s, p)| pong(1, s as u64, p)).collect();
         proptest::prop_assert_eq!(&net.events[0], &want);
     }
+}
+
+/// A stranger at `ip` that says hello as `listen`, then sends `pings` valid pings.
+fn hello_and_pings(listen: NodeAddr, pings: u64) -> Vec<u8> {
+    let mut b = hello_frame(42, listen);
+    for seq in 0..pings {
+        let env = Envelope::new(listen.id(), listen, 0, PingMsg::Ping { seq });
+        wire::encode_frame(&env, &mut b, 1024).unwrap();
+    }
+    b.to_vec()
+}
+
+fn guarded(guard: GuardConfig) -> DriverConfig {
+    DriverConfig { guard, ..cfg() }
+}
+
+#[test]
+fn a_flood_of_valid_frames_is_cut_off_and_its_source_refused_for_a_while() {
+    let guard =
+        GuardConfig { frames_per_s: 100, frame_burst: 50, ban_min: Duration::from_secs(1), ..Default::default() };
+    let mut net = Net::with(2, guarded(guard));
+    let calm = net.raw_conn(0);
+    net.nodes[0].on_bytes(net.now, calm, &hello_and_pings(addr(5), 49));
+    net.run();
+    assert!(net.nodes[0].is_open(calm), "49 frames and a hello are within the burst");
+    let flood = net.raw_conn(0);
+    let flooder: std::net::SocketAddr = "127.9.9.2:2".parse().unwrap();
+    net.nodes[0].on_bytes(net.now, flood, &hello_and_pings(addr(6), 60));
+    net.run();
+    assert!(!net.nodes[0].is_open(flood), "60 frames at once are a flood");
+    let s = net.nodes[0].stats();
+    assert_eq!((s.peers_dropped, s.guard.cut_off, s.guard.accepted), (1, 1, 2));
+    assert_eq!(net.nodes[0].on_accepted(net.now, flooder), None, "its source is refused during the ban");
+    assert_eq!(net.nodes[0].stats().guard.refused, 1);
+    // Everyone else is served as before: the calm stranger, and a real peer.
+    assert!(net.nodes[0].is_open(calm));
+    net.ping(1, addr(0), 1, Bytes::new());
+    assert_eq!(net.events[1], [pong(0, 1, &Bytes::new())]);
+    net.advance(Duration::from_secs(1));
+    assert!(net.nodes[0].on_accepted(net.now, flooder).is_some(), "the ban is over");
+}
+
+#[test]
+fn inbound_connections_are_capped_per_source_and_in_total() {
+    let guard = GuardConfig { max_conns: 3, max_conns_per_ip: 2, ..Default::default() };
+    let mut net = Net::with(1, guarded(guard));
+    let a: std::net::SocketAddr = "198.18.0.1:1".parse().unwrap();
+    let b: std::net::SocketAddr = "198.18.0.2:1".parse().unwrap();
+    let c: std::net::SocketAddr = "198.18.0.3:1".parse().unwrap();
+    let first = net.nodes[0].on_accepted(net.now, a).unwrap();
+    assert!(net.nodes[0].on_accepted(net.now, a).is_some());
+    assert_eq!(net.nodes[0].on_accepted(net.now, a), None, "two per source");
+    assert!(net.nodes[0].on_accepted(net.now, b).is_some());
+    assert_eq!(net.nodes[0].on_accepted(net.now, c), None, "three in all");
+    net.nodes[0].on_closed(net.now, first, "closed by peer");
+    assert!(net.nodes[0].on_accepted(net.now, c).is_some(), "a closed connection frees its place");
+    // A silent connection is cut at its hello deadline, and that is misbehaving.
+    net.advance(cfg().hello_timeout);
+    assert_eq!(net.nodes[0].conn_count(), 0);
+    assert_eq!(net.nodes[0].on_accepted(net.now, c), None, "silent sources are banned");
+}
+
+#[test]
+fn unfinished_frames_over_the_budget_cut_off_the_biggest_holder() {
+    let guard = GuardConfig { max_buffered: 10_000, ..Default::default() };
+    let mut net = Net::with(2, guarded(guard));
+    net.ping(1, addr(0), 1, Bytes::new());
+    let start = |net: &mut Net, listen: NodeAddr, body: usize| {
+        let c = net.raw_conn(0);
+        let mut b = hello_and_pings(listen, 0);
+        b.extend((9000u32).to_be_bytes());
+        b.extend(vec![0u8; body]);
+        net.nodes[0].on_bytes(net.now, c, &b);
+        net.run();
+        c
+    };
+    let big = start(&mut net, addr(5), 7000);
+    assert_eq!(net.nodes[0].buffered(), 7004);
+    let small = start(&mut net, addr(6), 4000);
+    assert!(!net.nodes[0].is_open(big), "the biggest holder is cut");
+    assert!(net.nodes[0].is_open(small));
+    assert_eq!(net.nodes[0].buffered(), 4004);
+    net.ping(1, addr(0), 2, Bytes::new());
+    assert_eq!(net.events[1].len(), 2, "a real peer is served throughout");
+}
+
+#[test]
+fn a_peer_that_asks_and_never_reads_is_cut_off_when_queues_grow_too_long() {
+    let guard = GuardConfig { max_queued: 3 << 20, ..Default::default() };
+    let mut net = Net::with(2, guarded(guard));
+    net.ping(1, addr(0), 1, Bytes::new());
+    // A stranger pings with 512 KiB payloads (each answered with as much) and never reads.
+    let greedy = net.raw_conn(0);
+    let me = addr(7);
+    let mut b = hello_frame(42, me);
+    for seq in 0..8 {
+        let env = Envelope::new(me.id(), me, 0, PingMsg::Ping { seq }).with_payload(Bytes::from(vec![1u8; 512 << 10]));
+        wire::encode_frame(&env, &mut b, DriverConfig::default().max_frame).unwrap();
+    }
+    net.nodes[0].on_bytes(net.now, greedy, &b);
+    assert!(!net.nodes[0].is_open(greedy), "cut off once its replies pass 3 MiB");
+    assert_eq!(net.nodes[0].stats().guard.cut_off, 1);
+    net.run();
+    net.ping(1, addr(0), 2, Bytes::new());
+    assert_eq!(net.events[1].len(), 2, "a real peer is served throughout");
+}
+
+#[test]
+fn an_address_shared_with_a_peer_in_good_standing_is_not_banned() {
+    let mut net = Net::new(2);
+    net.ping(1, addr(0), 1, Bytes::new());
+    // Node 1's connection reached node 0 from node 0's own address in this
+    // in-memory network (see `run`); a stranger there sends junk.
+    let shared = addr(0).0;
+    let bad = net.nodes[0].on_accepted(net.now, shared).unwrap();
+    net.nodes[0].on_bytes(net.now, bad, b"GET / HTTP/1.1\r\n\r\n");
+    net.run();
+    assert!(!net.nodes[0].is_open(bad), "the offender is cut off");
+    assert_eq!(net.nodes[0].stats().guard.cut_off, 1);
+    assert!(net.nodes[0].on_accepted(net.now, shared).is_some(), "but its address is not banned");
+    let alone = "127.9.9.200:1".parse().unwrap();
+    let bad = net.nodes[0].on_accepted(net.now, alone).unwrap();
+    net.nodes[0].on_bytes(net.now, bad, b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(net.nodes[0].on_accepted(net.now, alone), None, "an address of its own is");
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_channel::Sender;
 use bytes::Bytes;
+use p2pmp_core::guard::TokenBucket;
 use p2pmp_core::machine::Machine;
 use tracing::{debug, warn};
 
@@ -38,6 +39,9 @@ const INPUT_BUDGET: usize = 256;
 const READ_BUF: usize = 64 * 1024;
 /// How long a stopping node waits for its writers.
 const LINGER: Duration = Duration::from_millis(500);
+/// How long the accept loop rests after a failed accept (out of descriptors:
+/// retrying at once would spin and log without end).
+const ACCEPT_REST: Duration = Duration::from_millis(100);
 
 /// A boxed timer future.
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -122,17 +126,27 @@ struct Shell<R: AsyncRuntime, M: Machine> {
 
 /// Accepts connections on `listener` for the loop, `local` ones or peers'.
 fn accept_into<R: AsyncRuntime>(rt: &R, listener: R::Listener, local: bool, inputs: Sender<Input<R>>) {
+    let rt2 = rt.clone();
     rt.spawn(async move {
+        let mut failing = false;
         loop {
             match R::accept(&listener).await {
                 Ok((r, w, remote)) => {
+                    failing = false;
                     let input = if local { Input::LocalAccepted(r, w) } else { Input::Accepted(r, w, remote) };
                     if inputs.send(input).await.is_err() {
                         return;
                     }
                 }
-                // Out of descriptors and the like: log, and keep serving the others.
-                Err(e) => warn!("accept failed: {e}"),
+                // Out of descriptors and the like: log once per streak, rest,
+                // and keep serving the connections already open.
+                Err(e) => {
+                    if !failing {
+                        warn!("accept failed: {e} (retrying every {ACCEPT_REST:?})");
+                    }
+                    failing = true;
+                    rt2.sleep_until(rt2.now() + ACCEPT_REST).await;
+                }
             }
         }
     });
@@ -218,8 +232,9 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
                 }
             }
             Input::LocalAccepted(r, w) => {
-                let conn = self.local.on_accepted();
-                self.start(Link::Local(conn), r, w);
+                if let Some(conn) = self.local.on_accepted(now) {
+                    self.start(Link::Local(conn), r, w);
+                }
             }
             Input::Connected(conn, r, w) => {
                 if self.driver.is_open(conn) {
@@ -301,22 +316,36 @@ impl<R: AsyncRuntime, M: Machine> Shell<R, M> {
         }
     }
 
-    /// Starts the reader and writer tasks of a connection.
+    /// Starts the reader and writer tasks of a connection. The reader keeps to
+    /// the guard's byte rate: past it, it pauses (and TCP pushes back on the
+    /// sender) until the connection is back under.
     fn start(&mut self, conn: Link, mut r: R::Reader, mut w: R::Writer) {
         let (wtx, wrx) = async_channel::unbounded::<Vec<Bytes>>();
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let inputs = self.inputs.clone();
+        let rt = self.rt.clone();
+        let g = self.driver.guard();
+        let mut bytes = TokenBucket::new(g.bytes_per_s, g.byte_burst, rt.now());
         self.rt.spawn(async move {
             let mut buf = vec![0u8; READ_BUF];
             loop {
+                let mut pause = Duration::ZERO;
                 let input = match race(R::read(&mut r, &mut buf), stop_rx.recv()).await {
                     Either::Right(_) => return, // the loop dropped the connection
                     Either::Left(Ok(0)) => Input::Closed(conn, "closed by peer".into()),
-                    Either::Left(Ok(n)) => Input::Data(conn, Bytes::copy_from_slice(&buf[..n])),
+                    Either::Left(Ok(n)) => {
+                        pause = bytes.charge(rt.now(), n as u64);
+                        Input::Data(conn, Bytes::copy_from_slice(&buf[..n]))
+                    }
                     Either::Left(Err(e)) => Input::Closed(conn, format!("read failed: {e}")),
                 };
                 let last = matches!(input, Input::Closed(..));
                 if inputs.send(input).await.is_err() || last {
+                    return;
+                }
+                if !pause.is_zero()
+                    && matches!(race(rt.sleep_until(rt.now() + pause), stop_rx.recv()).await, Either::Right(_))
+                {
                     return;
                 }
             }

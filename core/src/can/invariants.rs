@@ -11,7 +11,6 @@ impl CanNode {
     /// of the network's dimensions only; the lists of remembered peers stay
     /// bounded; the store keeps its limit; a node that left owns nothing and
     /// waits for nothing.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn check_invariants(&self) {
         let (me, dims) = (self.me.addr, self.cfg.dims);
         for (k, z) in self.zones.iter().enumerate() {

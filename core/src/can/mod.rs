@@ -36,6 +36,7 @@ use std::time::Duration;
 
 pub mod check;
 mod gaps;
+#[cfg(any(test, feature = "fuzzing"))]
 mod invariants;
 mod join;
 mod leave;

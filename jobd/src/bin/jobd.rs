@@ -13,10 +13,13 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s, http, per_job_user, and a [limits] table), then from
-/// the flags. OS, architecture, cores and memory are detected. Run as root, jobd
-/// runs each job as a user of its own (a uid from 1900000000 on, no account),
-/// under rlimits and, where cgroups v2 offers memory and pids, a cgroup per job. SIGTERM or Ctrl-C
+/// failure_timeout_ms, retention_s, http, per_job_user, a [limits] table for every job's
+/// processes and a [peers] table against hostile peers: max_conns, max_conns_per_ip,
+/// frames_per_s, frame_burst, mib_per_s, max_buffered_mib, max_queued_mib, ban_s,
+/// ban_max_s), then from the flags. OS, architecture, cores and memory are detected. Run
+/// as root, jobd runs each job as a user of its own (a uid from 1900000000 on, no
+/// account), under rlimits and, where cgroups v2 offers memory and pids, a cgroup per job.
+/// SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
 #[command(name = "jobd", version)]
