@@ -6,6 +6,8 @@
 //! crate drives these machines over real sockets, and [`sim`] drives them in a
 //! deterministic discrete-event simulation.
 //!
+//! - [`auth`]: Ed25519 identities, signed tool requests and jobs, the replay
+//!   guard, and a node's allow-list and admins.
 //! - [`can`]: the CAN overlay node.
 //! - [`chord`]: the Chord overlay node.
 //! - [`id`]: 160-bit SHA-1 identifiers and ring arithmetic.
@@ -23,6 +25,7 @@
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in, and
 //!   the retry back-off.
 
+pub mod auth;
 pub mod can;
 pub mod chord;
 pub mod id;
