@@ -9,8 +9,10 @@ use bytes::Bytes;
 
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
+mod auth;
 mod daemon;
 
+pub use auth::{job_signature, key_text, signed_request};
 pub use daemon::daemon_node;
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
@@ -158,6 +160,9 @@ mod tests {
             ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
+            ("key_text", super::key_text as fn(&[u8])),
+            ("signed_request", super::signed_request as fn(&[u8])),
+            ("job_signature", super::job_signature as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

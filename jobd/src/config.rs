@@ -79,6 +79,14 @@ pub struct Config {
     /// Serve the status page here (`PORT` alone is loopback, `127.0.0.1:PORT`);
     /// off when unset.
     pub http: Option<String>,
+    /// Keys whose jobs run here (text form `ed25519:...`, see `p2pjob whoami`).
+    pub allow: Vec<String>,
+    /// A file of more such keys, one a line (`#` comments), re-read when it changes.
+    pub allow_file: Option<PathBuf>,
+    /// Run jobs of any key (needed on a non-loopback address without an allow-list).
+    pub allow_any: bool,
+    /// Keys that may kill and inspect any job this node holds.
+    pub admin: Vec<String>,
 }
 
 impl Default for Config {
@@ -99,6 +107,10 @@ impl Default for Config {
             failure_timeout_ms: 10_000,
             retention_s: 3600,
             http: None,
+            allow: Vec::new(),
+            allow_file: None,
+            allow_any: false,
+            admin: Vec::new(),
         }
     }
 }
@@ -172,6 +184,7 @@ impl Config {
         // Grows across restarts at one address: this run's lines outrank the last's.
         let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
+        dc.unix_ms = u64::try_from(unix_ms).unwrap_or(0);
         let stab = Duration::from_millis(self.stabilize_ms.max(10));
         dc.chord.stabilize_period = stab;
         dc.chord.fix_fingers_period = stab;

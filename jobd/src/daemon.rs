@@ -61,7 +61,9 @@ impl Daemon {
             info!(dir = %work_dir.display(), "removing what a previous run on this port left");
             files::remove_dir(&work_dir.to_string_lossy());
         }
-        let dc = cfg.daemon_config(overlay, control, &work_dir);
+        let mut dc = cfg.daemon_config(overlay, control, &work_dir);
+        dc.auth = crate::allow::policy(cfg)?;
+        let fixed_keys = crate::allow::parse_keys(&cfg.allow, "allowed key")?;
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
         let driver =
@@ -77,6 +79,9 @@ impl Daemon {
             move |now| DaemonNode::new(dc, addr, now),
             move |events, remote| Shell::run(name, events, remote, stopped),
         )?;
+        if let Some(f) = &cfg.allow_file {
+            crate::allow::watch(f.clone(), fixed_keys, handle.remote())?;
+        }
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
         Ok(Daemon { overlay, control, http, work_dir, handle: Some(handle), stop: Some(stop) })
     }

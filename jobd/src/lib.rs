@@ -8,12 +8,15 @@
 //!   local control connections, served by the adapters) and the shell.
 //! - `shell`: the daemon's own side of that loop: processes (`procs`) and the
 //!   file worker (`worker`, a thread of its own, so the loop never blocks).
+//! - [`allow`]: whose jobs the daemon runs and who may act on them (allow-list, admins).
 //! - [`client`]: clients of the control socket: blocking (`p2pjob`) and on tokio
 //!   (the status page).
 //! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
+//! - [`keys`]: key files (`p2pjob keygen`, the key requests are signed with).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
 //! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
+pub mod allow;
 pub mod client;
 pub mod config;
 pub mod daemon;
@@ -21,6 +24,7 @@ pub mod embedded;
 mod files;
 pub mod http;
 pub mod json;
+pub mod keys;
 mod procs;
 mod shell;
 mod worker;

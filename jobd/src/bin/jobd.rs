@@ -13,7 +13,7 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s, http), then from
+/// failure_timeout_ms, retention_s, http, allow, allow_file, allow_any, admin), then from
 /// the flags. OS, architecture, cores and memory are detected. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
@@ -73,6 +73,23 @@ struct Args {
     /// access control yet, so give another address only on a trusted network.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// A key whose jobs this node runs (repeatable), in the form `p2pjob whoami`
+    /// prints (`ed25519:` + 64 hex digits). With no allow-list at all, a node on
+    /// a loopback address runs only its own user's key; one on any other address
+    /// does not start.
+    #[arg(long, value_name = "KEY")]
+    allow: Vec<String>,
+    /// A file of allowed keys, one a line (# comments), re-read when it changes.
+    #[arg(long, value_name = "PATH")]
+    allow_file: Option<PathBuf>,
+    /// Run jobs of any key that reaches this node: any program as this daemon's
+    /// user. Only for trusted networks.
+    #[arg(long)]
+    allow_any: bool,
+    /// A key that may kill and inspect every job this node holds (repeatable);
+    /// otherwise only a job's submitter may (and this daemon's user).
+    #[arg(long, value_name = "KEY")]
+    admin: Vec<String>,
     /// Print the control address on stdout once serving (for scripts and tests).
     #[arg(long)]
     print_addr: bool,
@@ -125,6 +142,10 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.failure_timeout_ms = a.failure_timeout_ms.unwrap_or(cfg.failure_timeout_ms);
     cfg.retention_s = a.retention_s.unwrap_or(cfg.retention_s);
     cfg.http = a.http.clone().or(cfg.http);
+    cfg.allow.extend(a.allow.iter().cloned());
+    cfg.allow_file = a.allow_file.clone().or(cfg.allow_file);
+    cfg.allow_any |= a.allow_any;
+    cfg.admin.extend(a.admin.iter().cloned());
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;
