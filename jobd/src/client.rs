@@ -108,10 +108,12 @@ impl Client {
     /// Sends a request exactly as given and waits for its first reply; any
     /// failure to get one is an error reply.
     pub fn call_as_is(&mut self, req: ToolRequest) -> ToolReply {
-        let got = self.send_as_is(req).and_then(|id| loop {
-            let (rid, reply, _) = self.next(Some(Duration::from_secs(10)))?;
-            if rid == id {
-                return Ok(reply);
+        let got = self.send_as_is(req).and_then(|id| {
+            loop {
+                let (rid, reply, _) = self.next(Some(Duration::from_secs(10)))?;
+                if rid == id {
+                    return Ok(reply);
+                }
             }
         });
         got.unwrap_or_else(|e| ToolReply::Error { message: format!("{e:#}") })

@@ -68,8 +68,13 @@ pub fn parse(text: &str) -> anyhow::Result<SecretKey> {
 
 /// A key file's text for `key`.
 fn text(key: &SecretKey) -> String {
-    let hex: String = key.seed().iter().map(|b| format!("{b:02x}")).collect();
-    format!("{SECRET_PREFIX}{hex}\n{}\n", key.public())
+    use std::fmt::Write as _;
+    let mut t = String::from(SECRET_PREFIX);
+    for b in key.seed() {
+        let _ = write!(t, "{b:02x}");
+    }
+    let _ = writeln!(t, "\n{}", key.public());
+    t
 }
 
 /// Makes a new key at `path` (mode 0600, its directory made with mode 0700);

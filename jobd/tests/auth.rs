@@ -37,7 +37,8 @@ fn net(allow: &[Vec<String>]) -> EmbeddedNet {
 
 fn submit_req(program: &str, args: &[&str], watch: bool) -> ToolRequest {
     let desc = JobDescription::run(program, args.iter().map(|a| a.to_string()).collect(), 1);
-    let nonce = u64::from(std::process::id()) << 20 ^ Instant::now().elapsed().subsec_nanos() as u64;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let nonce = (u64::from(std::process::id()) << 32) | NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     ToolRequest::Submit { nonce, xml: desc.to_xml(), base_dir: "/tmp".into(), watch }
 }
 
@@ -159,11 +160,9 @@ fn someone_elses_job_is_neither_killed_nor_read_but_its_owner_and_an_admin_may()
     let (b, _) = key_file("other-b");
     let (admin, _) = key_file("admin-c");
     let allow = vec![a.public().to_string(), b.public().to_string()];
-    let i = Cell::new(0);
     let n = EmbeddedNet::start_with(2, 2, |c| {
         c.allow = allow.clone();
         c.admin = vec![admin.public().to_string()];
-        i.set(i.get() + 1);
     })
     .unwrap();
     assert!(n.wait_formed(Duration::from_secs(30), |_| {}));
@@ -175,9 +174,13 @@ fn someone_elses_job_is_neither_killed_nor_read_but_its_owner_and_an_admin_may()
     // Asked of the other node too: the request is forwarded, still refused.
     for ctl in n.controls() {
         let mut other = Client::connect(ctl).unwrap().with_key(b.clone());
-        for req in [ToolRequest::Kill { job }, ToolRequest::Output { job, rank: None }, ToolRequest::Status { job: Some(job) }] {
+        for req in
+            [ToolRequest::Kill { job }, ToolRequest::Output { job, rank: None }, ToolRequest::Status { job: Some(job) }]
+        {
             match other.call(req.clone(), secs(10)).unwrap() {
-                ToolReply::Error { message } => assert!(message.contains("belongs to another key"), "{req:?}: {message}"),
+                ToolReply::Error { message } => {
+                    assert!(message.contains("belongs to another key"), "{req:?}: {message}")
+                }
                 other => panic!("{req:?} of someone else's job answered: {other:?}"),
             }
         }
@@ -193,7 +196,7 @@ fn someone_elses_job_is_neither_killed_nor_read_but_its_owner_and_an_admin_may()
 fn a_daemon_on_a_non_loopback_address_needs_an_allow_list() {
     let jobd = PathBuf::from(env!("CARGO_BIN_EXE_jobd"));
     let out = Command::new(&jobd)
-        .args(["--listen", "0.0.0.0:0", "--control", "127.0.0.1:0", "--log-level", "error"])
+        .args(["--listen", "0.0.0.0:0", "--advertise", "127.0.0.1", "--control", "127.0.0.1:0", "--log-level", "error"])
         .output()
         .unwrap();
     let err = text(&out.stderr);

@@ -238,7 +238,8 @@ impl Cluster {
     /// The public key of this user's default key (`p2pjob whoami`, which makes
     /// it if none exists): what `p2pjob` run in a host signs with.
     pub fn user_key(&self) -> String {
-        let out = Command::new(self.jobd.with_file_name("p2pjob")).arg("whoami").output().expect("running p2pjob whoami");
+        let out =
+            Command::new(self.jobd.with_file_name("p2pjob")).arg("whoami").output().expect("running p2pjob whoami");
         assert!(out.status.success(), "p2pjob whoami: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }

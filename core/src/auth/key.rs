@@ -94,7 +94,7 @@ impl Signature {
     }
 
     /// The 64 signature bytes.
-    pub fn to_bytes(&self) -> [u8; 64] {
+    pub fn to_bytes(self) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[..32].copy_from_slice(&self.0[0]);
         b[32..].copy_from_slice(&self.0[1]);

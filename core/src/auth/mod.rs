@@ -54,7 +54,9 @@ pub enum AuthError {
     #[error("signed body does not decode to a request")]
     Malformed,
     /// The node requires a signature and there is none.
-    #[error("unsigned request refused: this node takes only signed requests (p2pjob signs with its key, see `p2pjob whoami`)")]
+    #[error(
+        "unsigned request refused: this node takes only signed requests (p2pjob signs with its key, see `p2pjob whoami`)"
+    )]
     Unsigned,
 }
 

@@ -49,20 +49,20 @@ impl DaemonNode {
 
     /// A job message for the executor: an offer passes only when this node's
     /// policy admits its submitter's credentials; otherwise the submitter is
-    /// told why (and moves on to other nodes).
-    pub(super) fn admit(&mut self, from: NodeAddr, msg: JobMsg) -> Option<JobMsg> {
+    /// told why (and moves on to other nodes) and the refused job is returned.
+    pub(super) fn admit(&mut self, from: NodeAddr, msg: JobMsg) -> Result<JobMsg, JobId> {
         let (job, ranks, size, digest, auth) = match msg {
             JobMsg::SignedOffer { job, ranks, size, digest, auth } => (job, ranks, size, digest, Some(auth)),
             JobMsg::Offer { job, ranks, size, digest } => (job, ranks, size, digest, None),
-            other => return Some(other),
+            other => return Ok(other),
         };
         match self.policy.admits(&self.addr.to_string(), &digest, auth.as_ref()) {
-            Ok(()) => Some(JobMsg::Offer { job, ranks, size, digest }),
+            Ok(()) => Ok(JobMsg::Offer { job, ranks, size, digest }),
             Err(refusal) => {
                 tracing::info!(%job, %from, "offer refused: {refusal}");
                 let reason = RejectReason::Other(refusal.to_string());
                 self.send(from, NodeMsg::Job(JobMsg::Reject { job, ranks, reason }), Bytes::new());
-                None
+                Err(job)
             }
         }
     }

@@ -663,9 +663,10 @@ impl Machine for DaemonNode {
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
             NodeMsg::Job(j) if for_executor(&j) => {
-                if let Some(j) = self.admit(head.sender_addr, j) {
-                    self.exec.handle_message(now, head.map(|()| j));
-                }
+                // A refused offer ends the job's wait here, so the slots
+                // granted to it go back to the queue.
+                let j = self.admit(head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
+                self.exec.handle_message(now, head.map(|()| j));
             }
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),

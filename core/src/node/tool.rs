@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::control::{NodeZones, ToolReply, ToolRequest};
 use super::authz::Authenticated;
+use super::control::{NodeZones, ToolReply, ToolRequest};
 use super::remote::Gathered;
-use crate::auth::{JobAuth, PublicKey};
 use super::{Client, DaemonNode, NodeEvent, NodeMsg, Pending};
+use crate::auth::{JobAuth, PublicKey};
 use crate::can::CanNode;
 use crate::job::{ANY_NAME, JobDescription, JobId, SubmitterCommand};
 use crate::machine::{Machine, NodeAddr};

@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::{CommandFactory, Parser, Subcommand};
+use p2pmp_core::auth::SecretKey;
 use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
-use p2pmp_core::auth::SecretKey;
-use p2pmp_jobd::{Client, keys};
 use p2pmp_jobd::Overlay;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
 use p2pmp_jobd::embedded::EmbeddedNet;
+use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
 use follow::{End, Show, exit_code, follow, phase_name};
