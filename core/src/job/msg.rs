@@ -28,6 +28,9 @@ pub enum RejectReason {
     Leaving,
     /// Anything else, in words.
     Other(String),
+    /// The node's policy refuses the job's submitter (its key is not allowed
+    /// there, or the job's signature is missing or bad), in words.
+    NotAllowed(String),
 }
 
 /// What an executor knows about one rank.
@@ -112,7 +115,7 @@ pub enum JobMsg {
     /// Submitter -> executor: [`JobMsg::Offer`] with the submitter's
     /// credentials: its key and signature over `digest`. The executor checks
     /// both against its own policy before it takes the offer
-    /// (refusing with [`RejectReason::Other`] saying why).
+    /// (refusing with [`RejectReason::NotAllowed`] saying why).
     SignedOffer { job: JobId, ranks: Vec<u32>, size: u32, digest: Id, auth: JobAuth },
 }
 

@@ -60,7 +60,7 @@ impl DaemonNode {
             Ok(()) => Ok(JobMsg::Offer { job, ranks, size, digest }),
             Err(refusal) => {
                 tracing::info!(%job, %from, "offer refused: {refusal}");
-                let reason = RejectReason::Other(refusal.to_string());
+                let reason = RejectReason::NotAllowed(refusal.to_string());
                 self.send(from, NodeMsg::Job(JobMsg::Reject { job, ranks, reason }), Bytes::new());
                 Err(job)
             }
