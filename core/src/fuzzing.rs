@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
+mod auth;
 mod daemon;
 mod message;
 
@@ -31,6 +32,7 @@ pub fn checkpoint_file(data: &[u8]) {
     }
 }
 
+pub use auth::{job_signature, key_text, signed_request};
 pub use daemon::daemon_node;
 pub use message::{MESSAGE_TYPES, message};
 
@@ -185,6 +187,9 @@ mod tests {
             ("message", |d: &[u8]| {
                 super::message(d);
             }),
+            ("key_text", super::key_text as fn(&[u8])),
+            ("signed_request", super::signed_request as fn(&[u8])),
+            ("job_signature", super::job_signature as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

@@ -6,6 +6,8 @@
 //! crate drives these machines over real sockets, and [`sim`] drives them in a
 //! deterministic discrete-event simulation.
 //!
+//! - [`auth`]: Ed25519 identities, signed tool requests and jobs, the replay
+//!   guard, and a node's allow-list and admins.
 //! - [`can`]: the CAN overlay node.
 //! - [`chord`]: the Chord overlay node.
 //! - [`ckpt`]: checkpoint files (one rank's protected regions and library
@@ -27,6 +29,7 @@
 //! - [`time`]: the enum-indexed timer table machines keep their wake-ups in, and
 //!   the retry back-off.
 
+pub mod auth;
 pub mod can;
 pub mod chord;
 pub mod ckpt;

@@ -1,6 +1,11 @@
 //! Clients of a daemon's control socket: [`Client`] blocks (`p2pjob`),
 //! [`AsyncClient`] runs on tokio (the status page). Both frame requests and
 //! decode replies with [`Calls`], as a rank's client of its node does.
+//!
+//! Requests about a job (submit, kill, status of one job, output, watch) go out
+//! signed ([`ToolRequest::sign`]) with the client's key: the one given with
+//! `with_key`, else the user's key file ([`crate::keys::chosen_path`], made on
+//! first use).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use p2pmp_core::auth::SecretKey;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{TOOL_PREFACE, ToolReply, ToolRequest};
 use p2pmp_core::wire::Calls;
@@ -17,6 +23,31 @@ use p2pmp_core::wire::Calls;
 pub struct Client {
     stream: TcpStream,
     calls: Calls<ToolRequest, ToolReply>,
+    key: Option<SecretKey>,
+}
+
+/// `req` as it goes out: signed with `key` (loaded first if `None`) when it is
+/// about a job.
+fn seal(req: ToolRequest, key: &mut Option<SecretKey>) -> anyhow::Result<ToolRequest> {
+    if !req.about_a_job() {
+        return Ok(req);
+    }
+    let secret = match key {
+        Some(k) => k,
+        None => {
+            let path = crate::keys::chosen_path(None);
+            let (k, made) = crate::keys::load_or_create(&path)?;
+            if made {
+                eprintln!("p2pjob: created your key in {} ({}); `p2pjob whoami` prints it", path.display(), k.public());
+            }
+            key.insert(k)
+        }
+    };
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| anyhow::anyhow!("no randomness from the OS: {e}"))?;
+    let ms = u64::try_from(unix.as_millis()).unwrap_or(u64::MAX);
+    Ok(req.sign(secret, ms, u64::from_le_bytes(nonce)))
 }
 
 impl Client {
@@ -31,11 +62,24 @@ impl Client {
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(Client { stream, calls: Calls::new(me.id(), me) })
+        Ok(Client { stream, calls: Calls::new(me.id(), me), key: None })
     }
 
-    /// Sends a request; its replies carry the returned request id.
+    /// Signs with `key` instead of the user's key file.
+    pub fn with_key(mut self, key: SecretKey) -> Client {
+        self.key = Some(key);
+        self
+    }
+
+    /// Sends a request (signed if it is about a job); its replies carry the
+    /// returned request id.
     pub fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
+        let req = seal(req, &mut self.key)?;
+        self.send_as_is(req)
+    }
+
+    /// Sends a request exactly as given (unsigned, or signed by the caller).
+    pub fn send_as_is(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
         let (id, frame) = self.calls.request(req)?;
         self.stream.write_all(&frame)?;
         Ok(id)
@@ -61,6 +105,20 @@ impl Client {
         }
     }
 
+    /// Sends a request exactly as given and waits for its first reply; any
+    /// failure to get one is an error reply.
+    pub fn call_as_is(&mut self, req: ToolRequest) -> ToolReply {
+        let got = self.send_as_is(req).and_then(|id| {
+            loop {
+                let (rid, reply, _) = self.next(Some(Duration::from_secs(10)))?;
+                if rid == id {
+                    return Ok(reply);
+                }
+            }
+        });
+        got.unwrap_or_else(|e| ToolReply::Error { message: format!("{e:#}") })
+    }
+
     /// Sends a request and waits for its first reply.
     pub fn call(&mut self, req: ToolRequest, timeout: Duration) -> anyhow::Result<ToolReply> {
         let id = self.send(req)?;
@@ -80,6 +138,7 @@ pub struct AsyncClient {
     stream: tokio::net::TcpStream,
     calls: Calls<ToolRequest, ToolReply>,
     buf: Vec<u8>,
+    key: Option<SecretKey>,
 }
 
 impl AsyncClient {
@@ -95,12 +154,14 @@ impl AsyncClient {
         stream.set_nodelay(true)?;
         stream.write_all(TOOL_PREFACE).await?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(AsyncClient { stream, calls: Calls::new(me.id(), me), buf: vec![0; 64 * 1024] })
+        Ok(AsyncClient { stream, calls: Calls::new(me.id(), me), buf: vec![0; 64 * 1024], key: None })
     }
 
-    /// Sends a request; its replies carry the returned request id.
+    /// Sends a request (signed if it is about a job); its replies carry the
+    /// returned request id.
     pub async fn send(&mut self, req: ToolRequest) -> anyhow::Result<u64> {
         use tokio::io::AsyncWriteExt;
+        let req = seal(req, &mut self.key)?;
         let (id, frame) = self.calls.request(req)?;
         self.stream.write_all(&frame).await?;
         Ok(id)

@@ -87,6 +87,14 @@ pub struct Config {
     pub per_job_user: bool,
     /// Limits against hostile peers (the `[peers]` table).
     pub peers: PeerLimits,
+    /// Keys whose jobs run here (text form `ed25519:...`, see `p2pjob whoami`).
+    pub allow: Vec<String>,
+    /// A file of more such keys, one a line (`#` comments), re-read when it changes.
+    pub allow_file: Option<PathBuf>,
+    /// Run jobs of any key (needed on a non-loopback address without an allow-list).
+    pub allow_any: bool,
+    /// Keys that may kill and inspect any job this node holds.
+    pub admin: Vec<String>,
 }
 
 /// The node's periods and timeouts (see [`Config::timing`]).
@@ -189,6 +197,10 @@ impl Default for Config {
             limits: crate::sandbox::Limits::default(),
             per_job_user: true,
             peers: PeerLimits::default(),
+            allow: Vec::new(),
+            allow_file: None,
+            allow_any: false,
+            admin: Vec::new(),
         }
     }
 }
@@ -288,6 +300,7 @@ impl Config {
         // Grows across restarts at one address: this run's lines outrank the last's.
         let unix_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         dc.generation_base = u64::try_from(unix_ms).unwrap_or(u64::MAX >> 24) << 20;
+        dc.unix_ms = u64::try_from(unix_ms).unwrap_or(0);
         let stab = t.stabilize_period;
         dc.chord.stabilize_period = stab;
         dc.chord.fix_fingers_period = stab;

@@ -65,6 +65,8 @@ impl Daemon {
         let sandbox = Sandbox::new(cfg.limits.clone(), cfg.per_job_user, &work_dir, overlay.port());
         let mut dc = cfg.daemon_config(overlay, control, &work_dir);
         dc.resources.tags.extend(sandbox.tags());
+        dc.auth = crate::allow::policy(cfg)?;
+        let fixed_keys = crate::allow::parse_keys(&cfg.allow, "allowed key")?;
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
         let guard = crate::limits::fit_descriptors(cfg.peers.guard());
@@ -85,6 +87,9 @@ impl Daemon {
             move |now| DaemonNode::new(dc, addr, now),
             move |events, remote| Shell::run(name, events, remote, stopped, sandbox),
         )?;
+        if let Some(f) = &cfg.allow_file {
+            crate::allow::watch(f.clone(), fixed_keys, handle.remote())?;
+        }
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
         Ok(Daemon { overlay, control, http, work_dir, handle: Some(handle), stop: Some(stop) })
     }

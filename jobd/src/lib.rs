@@ -10,12 +10,15 @@
 //!   file worker (`worker`, a thread of its own, so the loop never blocks).
 //! - [`sandbox`]: each job's own user, limits, cgroup and disk quota on an
 //!   executor ([`Limits`] are configured).
+//! - [`allow`]: whose jobs the daemon runs and who may act on them (allow-list, admins).
 //! - [`client`]: clients of the control socket: blocking (`p2pjob`) and on tokio
 //!   (the status page).
 //! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
+//! - [`keys`]: key files (`p2pjob keygen`, the key requests are signed with).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
 //! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
+pub mod allow;
 pub mod client;
 pub mod config;
 pub mod daemon;
@@ -26,6 +29,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod json;
 mod limits;
+pub mod keys;
 mod procs;
 pub mod sandbox;
 mod shell;

@@ -235,9 +235,22 @@ impl Cluster {
         Cluster { hosts, switch, dir, jobd, _one: one }
     }
 
+    /// The public key of this user's default key (`p2pjob whoami`, which makes
+    /// it if none exists): what `p2pjob` run in a host signs with.
+    pub fn user_key(&self) -> String {
+        let out =
+            Command::new(self.jobd.with_file_name("p2pjob")).arg("whoami").output().expect("running p2pjob whoami");
+        assert!(out.status.success(), "p2pjob whoami: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Starts jobd on host `i`, joining through `bootstrap` hosts, with `extra`
-    /// flags; returns once its control socket answers.
+    /// flags; returns once its control socket answers. Without an allow flag
+    /// in `extra`, the node allows this user's key ([`Cluster::user_key`]),
+    /// which every host's `p2pjob` signs with.
     pub fn start_jobd(&mut self, i: usize, bootstrap: &[usize], extra: &[&str]) {
+        let own_allow = !extra.iter().any(|a| a.starts_with("--allow"));
+        let me = if own_allow { Some(self.user_key()) } else { None };
         let boot: Vec<String> = bootstrap.iter().map(|b| self.hosts[*b].overlay().to_string()).collect();
         let h = &mut self.hosts[i];
         let log = std::fs::File::create(self.dir.join(format!("jobd{i}.log"))).expect("creating a jobd log");
@@ -253,6 +266,9 @@ impl Cluster {
             cmd.args(["--bootstrap", b]);
         }
         cmd.args(extra);
+        if let Some(me) = &me {
+            cmd.args(["--allow", me]);
+        }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
         h.jobd = Some(cmd.spawn().expect("starting jobd"));
         let deadline = Instant::now() + Duration::from_secs(20);

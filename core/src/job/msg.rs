@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::JobId;
+use crate::auth::JobAuth;
 use crate::id::Id;
 
 /// Which output stream a chunk belongs to.
@@ -27,6 +28,9 @@ pub enum RejectReason {
     Leaving,
     /// Anything else, in words.
     Other(String),
+    /// The node's policy refuses the job's submitter (its key is not allowed
+    /// there, or the job's signature is missing or bad), in words.
+    NotAllowed(String),
 }
 
 /// What an executor knows about one rank.
@@ -108,6 +112,11 @@ pub enum JobMsg {
     Grant { job: JobId, slots: u32, ahead: u32 },
     /// Submitter -> executor: the job no longer waits here (placed elsewhere, or over).
     Unwant { job: JobId },
+    /// Submitter -> executor: [`JobMsg::Offer`] with the submitter's
+    /// credentials: its key and signature over `digest`. The executor checks
+    /// both against its own policy before it takes the offer
+    /// (refusing with [`RejectReason::NotAllowed`] saying why).
+    SignedOffer { job: JobId, ranks: Vec<u32>, size: u32, digest: Id, auth: JobAuth },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -161,7 +170,8 @@ impl JobMsg {
             | JobMsg::StreamAck { job, .. }
             | JobMsg::Want { job, .. }
             | JobMsg::Grant { job, .. }
-            | JobMsg::Unwant { job } => *job,
+            | JobMsg::Unwant { job }
+            | JobMsg::SignedOffer { job, .. } => *job,
         }
     }
 
@@ -269,7 +279,14 @@ mod tests {
                 slots,
                 ahead
             }),
-            job.prop_map(|job| JobMsg::Unwant { job }),
+            job.clone().prop_map(|job| JobMsg::Unwant { job }),
+            (job, any::<[u8; 32]>(), any::<[[u8; 32]; 2]>()).prop_map(|(job, k, s)| JobMsg::SignedOffer {
+                job,
+                ranks: vec![0],
+                size: 1,
+                digest: Id::ZERO,
+                auth: JobAuth { key: crate::auth::PublicKey(k), signature: crate::auth::Signature(s) },
+            }),
         ]
     }
 

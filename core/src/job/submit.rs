@@ -97,6 +97,15 @@ pub enum SubmitError {
         /// How many nodes matched each requirement on its own.
         per_requirement: Vec<(String, usize)>,
     },
+    /// Nodes refused the job (its key is not allowed there, or its signature
+    /// did not hold), and the others are too few.
+    #[error("{}; {cause}", reasons.join("; "))]
+    Refused {
+        /// Each refusing node's reason.
+        reasons: Vec<String>,
+        /// What is left without them.
+        cause: Box<SubmitError>,
+    },
     /// An overlay query kept failing.
     #[error("overlay query {name:?} failed: {error}")]
     QueryFailed { name: String, error: OverlayError },
@@ -288,6 +297,19 @@ impl Submitter {
         job: JobDescription,
         priority: u64,
     ) -> Result<(JobId, bool), SubmitCmdError> {
+        self.submit_signed(now, request_id, job, priority, None)
+    }
+
+    /// [`Submitter::submit`] with the submitter's credentials (`auth`), which
+    /// go with every offer so each executor checks the submitter itself.
+    pub fn submit_signed(
+        &mut self,
+        now: Instant,
+        request_id: u64,
+        job: JobDescription,
+        priority: u64,
+        auth: Option<crate::auth::JobAuth>,
+    ) -> Result<(JobId, bool), SubmitCmdError> {
         if let Some(why) = cannot_honour(&job) {
             return Err(SubmitCmdError::CannotHonour(why));
         }
@@ -300,7 +322,9 @@ impl Submitter {
         self.counter += 1;
         let id = JobId::derive(self.addr, self.counter, self.rng.random());
         self.by_request.insert(request_id, id);
-        self.jobs.insert(id, Submission::new(self.config.clone(), self.addr, (id, priority), job, now));
+        let mut s = Submission::new(self.config.clone(), self.addr, (id, priority), job, now);
+        s.set_auth(auth);
+        self.jobs.insert(id, s);
         Ok((id, true))
     }
 

@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{AuthError, JobAuth, SecretKey, SignedRequest};
 use crate::can::Zone;
 use crate::job::{JobId, Stream};
 use crate::machine::NodeAddr;
@@ -55,6 +56,72 @@ pub enum ToolRequest {
     /// a tool, the node gathers every node's answer as `Status` without a job
     /// does; forwarded by a node, it answers for itself.
     Zones,
+    /// `request` (an encoded [`ToolRequest`]) signed by the tool's key, with the
+    /// job's own signature beside it for a submit. A node that requires
+    /// signatures takes the requests that act on or reveal a job only so; a
+    /// request forwarded to the node holding a job goes on signed, and that
+    /// node checks it itself. See [`ToolRequest::sign`].
+    Signed { request: SignedRequest, job: Option<JobAuth> },
+}
+
+impl ToolRequest {
+    /// Whether it acts on or reveals one job (or submits one): the requests a
+    /// node that requires signatures takes only signed.
+    pub fn about_a_job(&self) -> bool {
+        match self {
+            ToolRequest::Submit { .. }
+            | ToolRequest::Watch { .. }
+            | ToolRequest::Kill { .. }
+            | ToolRequest::Output { .. }
+            | ToolRequest::Status { job: Some(_) } => true,
+            ToolRequest::Status { job: None }
+            | ToolRequest::Nodes
+            | ToolRequest::Lookup { .. }
+            | ToolRequest::Query { .. }
+            | ToolRequest::Ring
+            | ToolRequest::Zones
+            | ToolRequest::Signed { .. } => false,
+        }
+    }
+
+    /// Whether its answer is a stream that lasts (a watch, an output),
+    /// looking inside a signed request.
+    pub fn streams(&self) -> bool {
+        match self {
+            ToolRequest::Watch { .. } | ToolRequest::Output { .. } => true,
+            ToolRequest::Signed { request, .. } => postcard::from_bytes::<ToolRequest>(&request.body)
+                .is_ok_and(|r| matches!(r, ToolRequest::Watch { .. } | ToolRequest::Output { .. })),
+            _ => false,
+        }
+    }
+
+    /// This request signed with `secret` at wall clock `unix_ms` with `nonce`;
+    /// a submit also gets the job's signature (over the job file as staged,
+    /// [`crate::auth::job_file_digest`]). A request already signed is kept.
+    pub fn sign(self, secret: &SecretKey, unix_ms: u64, nonce: u64) -> ToolRequest {
+        if matches!(self, ToolRequest::Signed { .. }) {
+            return self;
+        }
+        let job = match &self {
+            ToolRequest::Submit { xml, .. } => crate::job::JobDescription::parse(xml.as_bytes())
+                .ok()
+                .map(|p| JobAuth::sign(secret, &crate::auth::job_file_digest(&p.job))),
+            _ => None,
+        };
+        // Encoding a request into a Vec cannot fail (no I/O, no size limit).
+        let body = postcard::to_allocvec(&self).expect("a tool request encodes");
+        ToolRequest::Signed { request: SignedRequest::sign(secret, unix_ms, nonce, body), job }
+    }
+
+    /// The request inside a signed one, once its signature holds (the window
+    /// and replays are the node's [`crate::auth::ReplayGuard`]'s business).
+    pub fn open(request: &SignedRequest) -> Result<ToolRequest, AuthError> {
+        request.verify()?;
+        match postcard::from_bytes::<ToolRequest>(&request.body) {
+            Ok(ToolRequest::Signed { .. }) | Err(_) => Err(AuthError::Malformed),
+            Ok(inner) => Ok(inner),
+        }
+    }
 }
 
 /// The overlay name under which the node holding `job` registers its address.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::control::{JobPhase, JobStatus, RankStatus, ToolReply, job_key_name};
 use super::{Client, DaemonNode, LogFile, NodeEvent, Timer, join, plain_name};
+use crate::auth::PublicKey;
 use crate::job::{JobId, Outcome, Phase, Stream, SubmitEvent};
 use crate::overlay::OverlayCommand;
 
@@ -36,6 +37,8 @@ pub(super) struct Watcher {
 /// What a node keeps about a job submitted to it, beside the submitter's state.
 #[derive(Debug)]
 pub(super) struct JobMeta {
+    /// The key that submitted it (signed the request), if it was signed.
+    pub(super) owner: Option<PublicKey>,
     base_dir: String,
     size: u32,
     pub(super) watchers: Vec<Watcher>,
@@ -77,11 +80,12 @@ impl DaemonNode {
     }
 
     /// A job was submitted here: hold it, register its key.
-    pub(super) fn hold(&mut self, now: Instant, job: JobId, base_dir: String, size: u32) {
+    pub(super) fn hold(&mut self, now: Instant, job: JobId, base_dir: String, size: u32, owner: Option<PublicKey>) {
         if self.jobs.contains_key(&job) {
             return;
         }
         let meta = JobMeta {
+            owner,
             base_dir,
             size,
             watchers: Vec::new(),

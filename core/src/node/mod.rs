@@ -31,6 +31,7 @@
 //!   directory); results come back as [`NodeCommand`]s.
 
 mod advert;
+mod authz;
 pub mod control;
 mod heartbeat;
 mod held;
@@ -46,6 +47,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Allow, Policy, ReplayGuard};
 use crate::can::{CanConfig, CanMsg};
 use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
@@ -103,7 +105,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::OutputAck { .. }
         | JobMsg::StreamAck { .. }
         | JobMsg::Want { .. }
-        | JobMsg::Unwant { .. } => true,
+        | JobMsg::Unwant { .. }
+        | JobMsg::SignedOffer { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -161,6 +164,14 @@ pub struct DaemonConfig {
     pub generation_base: u64,
     /// Seeds the overlay node and the job-id nonces.
     pub seed: u64,
+    /// Whose jobs run here and who may act on the jobs held here
+    /// ([`Policy::open`] by default: no checks, for simulations; `jobd` always
+    /// sets keys).
+    pub auth: Policy,
+    /// The wall clock (ms since the Unix epoch) when the node is made, until
+    /// the shell's [`NodeCommand::HostStats`] say otherwise (0: unknown). Signed
+    /// requests' timestamps are checked against it.
+    pub unix_ms: u64,
 }
 
 impl DaemonConfig {
@@ -183,6 +194,8 @@ impl DaemonConfig {
             advert_gap: Duration::from_millis(250),
             generation_base: 0,
             seed,
+            auth: Policy::open(),
+            unix_ms: 0,
         }
     }
 }
@@ -217,6 +230,9 @@ pub enum NodeCommand {
     /// Answer to [`NodeEvent::VerifyFiles`]: a line for each file that is not
     /// whole (missing, shorter or longer), empty when all are.
     FilesVerified { job: JobId, bad: Vec<String> },
+    /// The allow-list changed (its file was edited): jobs of these keys run
+    /// from now on; jobs already running go on.
+    SetAllow { allow: Allow },
 }
 
 /// What the node asks of its I/O shell, or reports.
@@ -360,6 +376,10 @@ pub struct DaemonNode {
     /// The wall clock (ms since the Unix epoch) at an instant, as the shell last said.
     wall: (Instant, u64),
     left: bool,
+    /// Whose jobs run here, who may act on the jobs held here.
+    policy: Policy,
+    /// Signed tool requests taken within the window.
+    replay: ReplayGuard,
 }
 
 /// A file name that stays inside its directory.
@@ -406,8 +426,10 @@ impl DaemonNode {
             advert: advert::Advert::new(config.resources, config.advert_gap, config.generation_base),
             liveness: heartbeat::Liveness::new(config.heartbeat_period, config.failure_timeout),
             forwards: remote::Forwards::default(),
-            wall: (now, 0),
+            wall: (now, config.unix_ms),
             left: false,
+            policy: config.auth,
+            replay: ReplayGuard::default(),
         };
         n.pump(now);
         n
@@ -640,7 +662,12 @@ impl Machine for DaemonNode {
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
-            NodeMsg::Job(j) if for_executor(&j) => self.exec.handle_message(now, head.map(|()| j)),
+            NodeMsg::Job(j) if for_executor(&j) => {
+                // A refused offer ends the job's wait here, so the slots
+                // granted to it go back to the queue.
+                let j = self.admit(head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
+                self.exec.handle_message(now, head.map(|()| j));
+            }
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),
         }
@@ -657,6 +684,10 @@ impl Machine for DaemonNode {
         let res = match cmd {
             NodeCommand::Local { conn, request_id, req } => {
                 self.on_local(now, conn, request_id, req);
+                Ok(())
+            }
+            NodeCommand::SetAllow { allow } => {
+                self.policy.allow = allow;
                 Ok(())
             }
             NodeCommand::Tool { conn, request_id, req } => {

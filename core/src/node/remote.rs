@@ -145,7 +145,7 @@ impl DaemonNode {
         };
         let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
         f.to = Some(to);
-        let stream = matches!(f.req, ToolRequest::Watch { .. } | ToolRequest::Output { .. });
+        let stream = f.req.streams();
         // A stream may run for as long as its job: heartbeats watch its node.
         f.deadline = (!stream).then(|| now + REQUEST_TIMEOUT);
         let req = f.req.clone();

@@ -5,9 +5,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::authz::Authenticated;
 use super::control::{NodeZones, ToolReply, ToolRequest};
 use super::remote::Gathered;
 use super::{Client, DaemonNode, NodeEvent, NodeMsg, Pending};
+use crate::auth::{JobAuth, PublicKey};
 use crate::can::CanNode;
 use crate::job::{ANY_NAME, JobDescription, JobId, SubmitterCommand};
 use crate::machine::{Machine, NodeAddr};
@@ -26,7 +28,14 @@ impl DaemonNode {
         self.send_reply(client, ToolReply::Error { message }, Bytes::new());
     }
 
-    pub(super) fn on_tool(&mut self, now: Instant, client: Client, req: ToolRequest) {
+    pub(super) fn on_tool(&mut self, now: Instant, client: Client, outer: ToolRequest) {
+        // A request forwarded to the job's node goes on as it came (signed), so
+        // that node checks the signature itself.
+        let forwardable = outer.clone();
+        let Authenticated { req, key, job: job_auth } = match self.authenticate(now, outer) {
+            Ok(a) => a,
+            Err(e) => return self.error(client, e.to_string()),
+        };
         let job = match &req {
             ToolRequest::Watch { job } | ToolRequest::Kill { job } | ToolRequest::Output { job, .. } => Some(*job),
             ToolRequest::Status { job } => *job,
@@ -35,20 +44,27 @@ impl DaemonNode {
             | ToolRequest::Lookup { .. }
             | ToolRequest::Query { .. }
             | ToolRequest::Ring
-            | ToolRequest::Zones => None,
+            | ToolRequest::Zones
+            | ToolRequest::Signed { .. } => None,
         };
         let local = matches!(client, Client::Local { .. });
         match (job, local) {
             // About a job held elsewhere: the node holding it answers.
-            (Some(job), true) if !self.jobs.contains_key(&job) => return self.forward(now, client, job, req),
+            (Some(job), true) if !self.jobs.contains_key(&job) => {
+                return self.forward(now, client, job, forwardable);
+            }
             (Some(job), false) if !self.jobs.contains_key(&job) => {
                 return self.error(client, format!("no job {job} here"));
+            }
+            (Some(job), _) if !self.may_act(job, key.as_ref()) => {
+                let who = key.map_or_else(|| "an unsigned request".to_owned(), |k| format!("key {k}"));
+                return self.error(client, format!("job {job} belongs to another key: {who} may not see or act on it"));
             }
             _ => {}
         }
         match req {
             ToolRequest::Submit { nonce, xml, base_dir, watch } if local => {
-                self.submit(now, client, nonce, &xml, base_dir, watch)
+                self.submit(now, client, Submit { nonce, xml: &xml, base_dir, watch, key, auth: job_auth })
             }
             ToolRequest::Watch { job } => self.attach(job, client, true, None),
             ToolRequest::Output { job, rank } => self.attach(job, client, false, rank),
@@ -113,7 +129,8 @@ impl DaemonNode {
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
             | ToolRequest::Query { .. }
-            | ToolRequest::Ring => {
+            | ToolRequest::Ring
+            | ToolRequest::Signed { .. } => {
                 self.error(client, "a node forwards only requests about a job".to_owned());
             }
         }
@@ -129,15 +146,16 @@ impl DaemonNode {
         }
     }
 
-    fn submit(&mut self, now: Instant, client: Client, nonce: u64, xml: &str, base_dir: String, watch: bool) {
+    fn submit(&mut self, now: Instant, client: Client, s: Submit<'_>) {
+        let Submit { nonce, xml, base_dir, watch, key, auth } = s;
         let parsed = match JobDescription::parse(xml.as_bytes()) {
             Ok(p) => p,
             Err(e) => return self.error(client, format!("bad job file: {e}")),
         };
         let size = parsed.job.processes;
-        match self.submitter.submit(now, nonce, parsed.job, self.wall_ms(now)) {
+        match self.submitter.submit_signed(now, nonce, parsed.job, self.wall_ms(now), auth) {
             Ok((job, new)) => {
-                self.hold(now, job, base_dir, size);
+                self.hold(now, job, base_dir, size, key);
                 self.send_reply(client, ToolReply::Submitted { job, new }, Bytes::new());
                 if watch {
                     self.attach(job, client, true, None);
@@ -158,6 +176,18 @@ impl DaemonNode {
             Err(e) => self.error(client, format!("overlay query failed: {e}")),
         }
     }
+}
+
+/// A submit request, checked.
+struct Submit<'a> {
+    nonce: u64,
+    xml: &'a str,
+    base_dir: String,
+    watch: bool,
+    /// Who signed the request: the job's owner.
+    key: Option<PublicKey>,
+    /// The job's signature, for the executors.
+    auth: Option<JobAuth>,
 }
 
 /// What a CAN node tells of itself in a [`ToolReply::Zones`].

@@ -13,13 +13,13 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
 /// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
-/// failure_timeout_ms, retention_s, http, per_job_user, a [limits] table for every job's
-/// processes and a [peers] table against hostile peers: max_conns, max_conns_per_ip,
-/// frames_per_s, frame_burst, mib_per_s, max_buffered_mib, max_queued_mib, ban_s,
-/// ban_max_s), then from the flags. OS, architecture, cores and memory are detected. Run
-/// as root, jobd runs each job as a user of its own (a uid from 1900000000 on, no
-/// account), under rlimits and, where cgroups v2 offers memory and pids, a cgroup per job.
-/// SIGTERM or Ctrl-C
+/// failure_timeout_ms, retention_s, http, allow, allow_file, allow_any, admin,
+/// per_job_user, a [limits] table for every job's processes and a [peers] table against
+/// hostile peers: max_conns, max_conns_per_ip, frames_per_s, frame_burst, mib_per_s,
+/// max_buffered_mib, max_queued_mib, ban_s, ban_max_s), then from the flags. OS,
+/// architecture, cores and memory are detected. Run as root, jobd runs each job as a
+/// user of its own (a uid from 1900000000 on, no account), under rlimits and, where
+/// cgroups v2 offers memory and pids, a cgroup per job. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
 #[derive(Debug, Parser)]
 #[command(name = "jobd", version)]
@@ -86,6 +86,23 @@ struct Args {
     /// Run jobs as the daemon's user even when it is root (not advised).
     #[arg(long)]
     no_job_user: bool,
+    /// A key whose jobs this node runs (repeatable), in the form `p2pjob whoami`
+    /// prints (`ed25519:` + 64 hex digits). With no allow-list at all, a node on
+    /// a loopback address runs only its own user's key; one on any other address
+    /// does not start.
+    #[arg(long, value_name = "KEY")]
+    allow: Vec<String>,
+    /// A file of allowed keys, one a line (# comments), re-read when it changes.
+    #[arg(long, value_name = "PATH")]
+    allow_file: Option<PathBuf>,
+    /// Run jobs of any key that reaches this node: any program as this daemon's
+    /// user. Only for trusted networks.
+    #[arg(long)]
+    allow_any: bool,
+    /// A key that may kill and inspect every job this node holds (repeatable);
+    /// otherwise only a job's submitter may (and this daemon's user).
+    #[arg(long, value_name = "KEY")]
+    admin: Vec<String>,
     /// Print the control address on stdout once serving (for scripts and tests).
     #[arg(long)]
     print_addr: bool,
@@ -142,6 +159,10 @@ fn run(a: Args) -> anyhow::Result<()> {
         cfg.limits.set(kv)?;
     }
     cfg.per_job_user &= !a.no_job_user;
+    cfg.allow.extend(a.allow.iter().cloned());
+    cfg.allow_file = a.allow_file.clone().or(cfg.allow_file);
+    cfg.allow_any |= a.allow_any;
+    cfg.admin.extend(a.admin.iter().cloned());
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     cfg.check()?;

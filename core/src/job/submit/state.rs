@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use super::*;
+use crate::auth::JobAuth;
 use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
 
@@ -131,9 +132,33 @@ pub struct Submission {
     out_bad: Vec<(u32, String, &'static str)>,
     actions: VecDeque<Action<JobMsg, SubmitEvent>>,
     ignored: u64,
+    /// The submitter's credentials, sent with every offer ([`JobMsg::SignedOffer`]).
+    auth: Option<JobAuth>,
+    /// Why nodes refused the job in words (at most [`MAX_REFUSALS`], distinct).
+    refusals: Vec<String>,
 }
 
+/// Most refusal reasons a submission keeps for its error message.
+const MAX_REFUSALS: usize = 8;
+
 impl Submission {
+    /// Offers go out with the submitter's credentials from now on.
+    pub(super) fn set_auth(&mut self, auth: Option<JobAuth>) {
+        self.auth = auth;
+    }
+
+    /// The submitter's credentials, when the job was submitted signed.
+    pub fn auth(&self) -> Option<&JobAuth> {
+        self.auth.as_ref()
+    }
+
+    /// A node refused the job saying `why`: kept for the error message.
+    pub(super) fn refused(&mut self, why: &str) {
+        if self.refusals.len() < MAX_REFUSALS && !self.refusals.iter().any(|r| r == why) {
+            self.refusals.push(why.chars().take(300).collect());
+        }
+    }
+
     /// Starts submitting `desc` as job `job` at `priority` (earlier submissions
     /// first: the submission time in ms): emits the overlay queries
     /// ([`SubmitEvent::Query`], numbered from 0) and the file reads.
@@ -176,6 +201,8 @@ impl Submission {
             out_bad: Vec::new(),
             actions: VecDeque::new(),
             ignored: 0,
+            auth: None,
+            refusals: Vec::new(),
             desc,
         };
         if !valid {

@@ -13,6 +13,8 @@ use crate::job::RejectReason;
 enum Behave {
     Accept,
     Reject,
+    /// Refuses every offer: its policy does not allow the submitter's key.
+    NotAllowed,
     Silent,
     /// Asks for file 1 again `n` times before confirming staging.
     Corrupt(u32),
@@ -168,6 +170,10 @@ impl Harness {
                 let consumed = self.consumed.entry(at).or_default();
                 *consumed += payload as u64;
                 r(JobMsg::StageAck { job, consumed: *consumed })
+            }
+            (Behave::NotAllowed, JobMsg::Offer { job, ranks, .. }) => {
+                let reason = RejectReason::NotAllowed(format!("node {at} does not allow key K"));
+                r(JobMsg::Reject { job, ranks, reason })
             }
             (Behave::Reject, JobMsg::Offer { job, ranks, .. }) => {
                 r(JobMsg::Reject { job, ranks, reason: RejectReason::Other("not today".into()) })
@@ -342,6 +348,32 @@ fn too_few_candidates_fail_with_counts() {
     let text = e.to_string();
     assert!(text.contains("gpu: 2 node(s)") && text.contains("mem_mb>=4096: 2 node(s)"), "{text}");
     assert!(h.offers().is_empty(), "nothing is offered when the job cannot fit");
+}
+
+#[test]
+fn a_job_refused_by_policy_moves_on_and_fails_with_every_reason_when_none_is_left() {
+    let mut h =
+        Harness::new(&[(addr(1), res(1, 8000, &[]), Behave::NotAllowed), (addr(2), res(1, 8000, &[]), Behave::Accept)]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 10);
+    let offered: Vec<NodeAddr> = h.offers().iter().map(|(to, _)| *to).collect();
+    assert!(offered.contains(&addr(2)), "moved on to the node that takes it: {offered:?}");
+    assert!(!matches!(h.outcome(), Some(Outcome::Failed(_))), "{:?}", h.outcome());
+
+    let mut h = Harness::new(&[
+        (addr(1), res(1, 8000, &[]), Behave::NotAllowed),
+        (addr(2), res(1, 8000, &[]), Behave::NotAllowed),
+    ]);
+    let mut s = submission(&h, job(1, &["linux"]));
+    h.run(&mut s, 10);
+    let Some(Outcome::Failed(e @ SubmitError::Refused { reasons, .. })) = h.outcome() else {
+        panic!("{:?}", h.outcome())
+    };
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    let text = e.to_string();
+    for a in [addr(1), addr(2)] {
+        assert!(text.contains(&format!("node {a} does not allow key K")), "{text}");
+    }
 }
 
 #[test]

@@ -24,7 +24,7 @@ struct Row {
 }
 
 fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, json: bool) -> anyhow::Result<End> {
-    let mut c = Client::connect(control)?;
+    let mut c = Client::connect(control)?.with_key(crate::signer()?);
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let base_dir = base.to_string_lossy().into_owned();
     let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: true })?;

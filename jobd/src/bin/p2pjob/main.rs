@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::{CommandFactory, Parser, Subcommand};
+use p2pmp_core::auth::SecretKey;
 use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
-use p2pmp_jobd::Client;
 use p2pmp_jobd::Overlay;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
 use p2pmp_jobd::embedded::EmbeddedNet;
+use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
 use follow::{End, Show, exit_code, follow, phase_name};
@@ -33,6 +34,12 @@ use follow::{End, Show, exit_code, follow, phase_name};
 /// Talks to the local jobd on its control socket (--node, or $P2PJOB_NODE, or
 /// 127.0.0.1:7420). `submit` and `run` take --local N to start an embedded network
 /// of N daemons in this process for the duration of the job instead.
+///
+/// Requests about a job are signed with your Ed25519 key (--key, or
+/// $P2PJOB_KEY, or ~/.config/p2pmp/key, made on first use; `p2pjob whoami`
+/// prints its public half for a node owner's allow-list). A node runs a job
+/// only if it allows the key, and only the key that submitted a job (or a
+/// node's admin) may kill it or see its output.
 ///
 /// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
 /// a daemon error, 4 the job was killed.
@@ -51,6 +58,10 @@ struct Cli {
     /// CAN's dimensions in an embedded network (1 to 8).
     #[arg(long, global = true, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     dims: u8,
+    /// The key file requests are signed with (default ~/.config/p2pmp/key,
+    /// made on first use).
+    #[arg(long, global = true, env = "P2PJOB_KEY", value_name = "FILE")]
+    key: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -98,6 +109,18 @@ enum Cmd {
     },
     /// Every node of the network with its resources.
     Nodes,
+    /// Make a new Ed25519 key pair (mode 0600) and print its public key.
+    Keygen {
+        /// Where (default: --key, $P2PJOB_KEY, or ~/.config/p2pmp/key).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Replace an existing key file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print your public key on one line (`ed25519:` + 64 hex digits), the form
+    /// `jobd --allow`, --admin and allow-files take.
+    Whoami,
     /// Overlay diagnostics: the node responsible for SHA-1(NAME), and the hops.
     Lookup {
         /// Any name (a registration name, a process key, ...).
@@ -238,11 +261,28 @@ fn parse_job(s: &str) -> Result<JobId, Fail> {
     s.trim().parse().map(JobId).map_err(|_| input(anyhow!("{s:?} is not a job id (40 hex digits)")))
 }
 
+/// The key file chosen with --key or $P2PJOB_KEY (set once, at the start).
+static KEY_FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The key requests are signed with, made on first use (saying so once).
+fn signer() -> anyhow::Result<SecretKey> {
+    let path = KEY_FILE.get().cloned().unwrap_or_else(|| keys::chosen_path(None));
+    let (key, made) = keys::load_or_create(&path)?;
+    if made {
+        eprintln!("p2pjob: created your key in {} ({})", path.display(), key.public());
+    }
+    Ok(key)
+}
+
 fn connect(addr: SocketAddr) -> Result<Client, Fail> {
-    Client::connect(addr).map_err(daemon)
+    let key = signer().map_err(input)?;
+    Ok(Client::connect(addr).map_err(daemon)?.with_key(key))
 }
 
 fn run(cli: Cli) -> Result<i32, Fail> {
+    if let Some(k) = &cli.key {
+        let _ = KEY_FILE.set(k.clone());
+    }
     let json = cli.json;
     let shape = (cli.overlay, cli.dims);
     match cli.cmd {
@@ -273,6 +313,17 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 .filter(|&s| s > 0)
                 .map(Duration::from_secs);
             submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes { limit }, json)
+        }
+        Cmd::Keygen { out, force } => {
+            let path = out.or(cli.key).unwrap_or_else(|| keys::chosen_path(None));
+            let key = keys::generate(&path, force).map_err(input)?;
+            eprintln!("p2pjob: new key in {}", path.display());
+            println!("{}", key.public());
+            Ok(0)
+        }
+        Cmd::Whoami => {
+            println!("{}", signer().map_err(input)?.public());
+            Ok(0)
         }
         Cmd::Status { job } => {
             let job = job.as_deref().map(parse_job).transpose()?;
@@ -481,9 +532,12 @@ fn local_net(
     (overlay, dims): (Overlay, u8),
     tweak: impl Fn(&mut p2pmp_jobd::Config),
 ) -> anyhow::Result<EmbeddedNet> {
+    // The embedded daemons run the jobs of the key this tool signs with.
+    let me = signer()?.public().to_string();
     EmbeddedNet::start_with(n, slots, |c| {
         c.overlay = overlay;
         c.dims = dims;
+        c.allow.push(me.clone());
         tweak(c);
     })
 }

@@ -94,6 +94,11 @@ impl Submission {
             rejected: self.closed,
             per_requirement: self.per_requirement.clone(),
         };
+        // Nodes that refused the submitter's key say so first.
+        let err = match self.refusals.is_empty() {
+            true => err,
+            false => SubmitError::Refused { reasons: self.refusals.clone(), cause: Box::new(err) },
+        };
         self.fail(err);
         false
     }
@@ -200,7 +205,11 @@ impl Submission {
             if let Some(n) = self.nodes.get_mut(&to) {
                 n.offer = Some((ranks.clone(), now + self.config.offer_timeout));
             }
-            let msg = JobMsg::Offer { job, ranks, size: self.desc.processes, digest };
+            let size = self.desc.processes;
+            let msg = match self.auth {
+                Some(auth) => JobMsg::SignedOffer { job, ranks, size, digest, auth },
+                None => JobMsg::Offer { job, ranks, size, digest },
+            };
             self.send(to, msg, Bytes::new());
         }
     }

@@ -30,6 +30,9 @@ impl Submission {
                 if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
                     return None;
                 }
+                if let RejectReason::NotAllowed(why) = &reason {
+                    self.refused(why);
+                }
                 // Busy (a grant taken back for an earlier job): wait again, there too.
                 self.retreat(now, from, reason != RejectReason::NoSlot);
             }
