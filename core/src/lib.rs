@@ -32,6 +32,7 @@ pub mod machine;
 pub mod mpi;
 pub mod node;
 pub mod overlay;
+pub mod secure;
 pub mod sim;
 pub mod time;
 pub mod wire;
