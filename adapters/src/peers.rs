@@ -3,10 +3,13 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use p2pmp_core::id::Id;
 use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::secure::{SecureChannel, SecureError};
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
 
@@ -103,18 +106,30 @@ pub(crate) struct Conn {
     /// The peer's listen address: known when dialing, learnt from its hello otherwise.
     pub(crate) peer: Option<NodeAddr>,
     pub(crate) outbound: bool,
+    /// Where an inbound connection comes from (its source address).
+    pub(crate) remote: Option<SocketAddr>,
     /// The TCP connection is up (inbound ones always are).
     pub(crate) connected: bool,
     /// The peer's hello arrived and was accepted.
     pub(crate) hello_seen: bool,
+    /// The address and id the peer's hello bound this connection to: every
+    /// envelope on it must name them as its sender.
+    pub(crate) bound: Option<(NodeAddr, Id)>,
     /// Dropped if no hello arrives by then.
     pub(crate) hello_deadline: Instant,
     pub(crate) decoder: FrameDecoder,
+    /// The Noise channel, when links are encrypted: every byte in and out passes it.
+    pub(crate) secure: Option<SecureChannel>,
+    /// Frames queued while the handshake runs, sealed once the channel opens.
+    pending: BytesMut,
     pub(crate) tx: TxQueue,
     /// Queued in the driver's writable list and not yet polled.
     pub(crate) tx_notified: bool,
     /// The machine sent something through it (so losing it is worth reporting).
     pub(crate) used: bool,
+    /// Dialed only to learn which key answers at `peer` (see the driver's
+    /// address binding); its loss is nobody's send failure.
+    pub(crate) probe: bool,
 }
 
 impl Conn {
@@ -122,14 +137,85 @@ impl Conn {
         Conn {
             peer,
             outbound,
+            remote: None,
             connected: !outbound,
             hello_seen: false,
+            bound: None,
             hello_deadline,
             decoder: FrameDecoder::new(hello_max),
+            secure: None,
+            pending: BytesMut::new(),
             tx: TxQueue::default(),
             tx_notified: false,
             used: false,
+            probe: false,
         }
+    }
+
+    /// Turns encryption on for a new connection: `channel` was just built, and
+    /// `first` is what it wants sent before anything else (the initiator's first
+    /// handshake message; empty for a responder).
+    pub(crate) fn secure(&mut self, channel: SecureChannel, first: BytesMut) {
+        debug_assert_eq!(self.tx.queued(), 0, "encryption starts before the first byte");
+        self.secure = Some(channel);
+        if !first.is_empty() {
+            self.tx.push(&[], first.freeze());
+        }
+    }
+
+    /// Bytes queued for sending, those waiting for the handshake included.
+    pub(crate) fn queued(&self) -> usize {
+        self.tx.queued() + self.pending.len()
+    }
+
+    /// Queues one encoded frame: as it is on a plain connection, sealed on an open
+    /// secure one, and held back while the handshake runs.
+    pub(crate) fn push_frame(&mut self, head: &[u8], payload: Bytes) {
+        match &mut self.secure {
+            None => self.tx.push(head, payload),
+            Some(ch) if ch.is_open() => {
+                let mut out = BytesMut::with_capacity(SecureChannel::sealed_len(head.len() + payload.len()));
+                if payload.len() < ZERO_COPY_MIN {
+                    let mut frame = BytesMut::with_capacity(head.len() + payload.len());
+                    frame.extend_from_slice(head);
+                    frame.extend_from_slice(&payload);
+                    seal(ch, &frame, &mut out);
+                } else {
+                    seal(ch, head, &mut out);
+                    seal(ch, &payload, &mut out);
+                }
+                self.tx.push(&[], out.freeze());
+            }
+            Some(_) => {
+                self.pending.extend_from_slice(head);
+                self.pending.extend_from_slice(&payload);
+            }
+        }
+    }
+
+    /// Takes bytes read from the socket: decrypted (answering the handshake, and
+    /// sealing what waited for it once open) on a secure connection, as they are
+    /// otherwise; either way they end in the frame decoder. `Ok(true)` when new
+    /// bytes were queued for sending.
+    pub(crate) fn take_in(&mut self, data: &[u8]) -> Result<bool, SecureError> {
+        let Some(ch) = &mut self.secure else {
+            self.decoder.push(data);
+            return Ok(false);
+        };
+        let mut out = BytesMut::new();
+        let opened = ch.on_bytes(data, self.decoder.buffer_mut(), &mut out)?;
+        let mut queued = !out.is_empty();
+        if queued {
+            self.tx.push(&[], out.freeze());
+        }
+        if opened && !self.pending.is_empty() {
+            let waiting = self.pending.split();
+            let mut sealed = BytesMut::with_capacity(SecureChannel::sealed_len(waiting.len()));
+            seal(ch, &waiting, &mut sealed);
+            self.tx.push(&[], sealed.freeze());
+            queued = true;
+        }
+        Ok(queued)
     }
 
     /// After the hello, accept frames up to `max_frame`, keeping what is buffered.
@@ -138,6 +224,12 @@ impl Conn {
         dec.push(self.decoder.buffer_mut());
         self.decoder = dec;
     }
+}
+
+fn seal(ch: &mut SecureChannel, plain: &[u8], out: &mut BytesMut) {
+    // Only called on an open channel (push_frame checks; take_in seals right
+    // after the channel opened).
+    ch.seal(plain, out).expect("sealing on an open channel");
 }
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.
