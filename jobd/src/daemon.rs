@@ -64,8 +64,14 @@ impl Daemon {
         let dc = cfg.daemon_config(overlay, control, &work_dir);
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
-        let driver =
-            DriverConfig { max_tx_bytes: MAX_TX_BYTES, overlay: Some(cfg.overlay_kind()), ..DriverConfig::default() };
+        // Beside the node's directory, which every start clears: the key outlives runs.
+        let key = crate::node_key::load_or_create(&cfg.work_dir.join(format!("node-{}.key", overlay.port())))?;
+        let driver = DriverConfig {
+            max_tx_bytes: MAX_TX_BYTES,
+            overlay: Some(cfg.overlay_kind()),
+            noise: Some(key),
+            ..DriverConfig::default()
+        };
         let (stop, stopped) = Stop::new();
         let codec = DaemonCodec::new(NodeAddr(control));
         let name = format!("jobd-files-{}", overlay.port());

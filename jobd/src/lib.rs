@@ -12,6 +12,7 @@
 //!   (the status page).
 //! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
+//! - [`node_key`]: the daemon's static key for its encrypted links (`node-PORT.key`).
 //! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
 pub mod client;
@@ -21,6 +22,7 @@ pub mod embedded;
 mod files;
 pub mod http;
 pub mod json;
+pub mod node_key;
 mod procs;
 mod shell;
 mod worker;

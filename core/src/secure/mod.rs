@@ -41,21 +41,13 @@ pub struct PublicKey(pub [u8; KEY_LEN]);
 impl PublicKey {
     /// Parses 64 hex digits (the form [`fmt::Display`] prints).
     pub fn from_hex(s: &str) -> Option<Self> {
-        let s = s.trim();
-        if s.len() != 2 * KEY_LEN || !s.is_ascii() {
-            return None;
-        }
-        let mut k = [0u8; KEY_LEN];
-        for (i, b) in k.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(PublicKey(k))
+        key_from_hex(s).map(PublicKey)
     }
 }
 
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str(&key_to_hex(&self.0))
     }
 }
 
@@ -63,6 +55,24 @@ impl fmt::Debug for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PublicKey({self})")
     }
+}
+
+/// 32 bytes from 64 hex digits (surrounding white space ignored).
+pub fn key_from_hex(s: &str) -> Option<[u8; KEY_LEN]> {
+    let s = s.trim();
+    if s.len() != 2 * KEY_LEN || !s.is_ascii() {
+        return None;
+    }
+    let mut k = [0u8; KEY_LEN];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(k)
+}
+
+/// 64 hex digits of 32 bytes.
+pub fn key_to_hex(k: &[u8; KEY_LEN]) -> String {
+    k.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A static X25519 key pair. Its `Debug` never shows the private half.
