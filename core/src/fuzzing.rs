@@ -10,8 +10,10 @@ use bytes::Bytes;
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, decode_envelope};
 
 mod daemon;
+mod secure;
 
 pub use daemon::daemon_node;
+pub use secure::secure_channel;
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
@@ -158,6 +160,7 @@ mod tests {
             ("can_node", super::can_node as fn(&[u8])),
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
+            ("secure_channel", super::secure_channel as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);
