@@ -425,6 +425,10 @@ impl<M: Machine> Driver<M> {
             ));
         }
         self.bind(now, conn, hello.listen)?;
+        if self.conns.get(&conn).is_some_and(|c| c.probe) {
+            self.drop_conn(now, conn, format_args!("probe answered"), false);
+            return Ok(());
+        }
         let max_frame = self.cfg.max_frame;
         // The caller found `conn` a moment ago.
         let c = self.conns.get_mut(&conn).expect("conn exists");
@@ -455,7 +459,10 @@ impl<M: Machine> Driver<M> {
         {
             return Err(format!("claims to listen at {listen} but connects from {}", remote.ip()));
         }
-        let Some(key) = c.secure.as_ref().and_then(SecureChannel::remote_key) else { return Ok(()) };
+        let key = match &c.secure {
+            None => return Ok(()),
+            Some(ch) => ch.remote_key().ok_or("a hello before the handshake authenticated the peer")?,
+        };
         if c.outbound && c.peer == Some(listen) {
             self.pins.learn(listen, key);
             // Whoever else claimed this address with another key lied.
@@ -476,28 +483,34 @@ impl<M: Machine> Driver<M> {
             }
             return Ok(());
         }
-        if !c.outbound
-            && let Some(pinned) = self.pins.conflict(listen, key)
-        {
-            self.probe(now, listen);
-            return Err(format!("claims {listen}, whose key is {pinned}, with key {key}"));
+        if c.outbound {
+            return Ok(());
         }
-        Ok(())
+        let pinned = self.pins.get(listen);
+        if pinned != Some(key) {
+            self.probe(now, listen);
+        }
+        match pinned {
+            Some(pinned) if pinned != key => Err(format!("claims {listen}, whose key is {pinned}, with key {key}")),
+            _ => Ok(()),
+        }
     }
 
-    /// Dials `addr` only to learn which key answers there, unless a connection
-    /// to it is open or being opened.
+    /// Dials `addr` only to learn which key answers there (the answer pins it,
+    /// and drops whoever claimed `addr` with another key), unless a connection
+    /// we opened to it is open or under way (it pins, or pinned, the same way).
+    /// The probe carries no messages and closes once it has its answer.
     fn probe(&mut self, now: Instant, addr: NodeAddr) {
-        if self.by_peer.contains_key(&addr) {
+        let dialed = self.conns.values().any(|c| c.outbound && c.peer == Some(addr));
+        if dialed || self.backoff.get(&addr).is_some_and(|b| b.until > now) {
             return;
         }
-        if self.backoff.get(&addr).is_some_and(|b| b.until > now) {
-            return;
-        }
-        let conn = self.dial(now, addr);
+        let conn = self.new_conn(now, Some(addr), true);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.probe = true;
         }
+        self.io.push_back(IoRequest::Connect { conn, addr: addr.0 });
+        debug!(%conn, %addr, "probing which key answers");
     }
 
     /// Opens a connection to `to` and routes messages for it through it.

@@ -120,8 +120,6 @@ pub(crate) struct Conn {
     pub(crate) decoder: FrameDecoder,
     /// The Noise channel, when links are encrypted: every byte in and out passes it.
     pub(crate) secure: Option<SecureChannel>,
-    /// Frames queued while the handshake runs, sealed once the channel opens.
-    pending: BytesMut,
     pub(crate) tx: TxQueue,
     /// Queued in the driver's writable list and not yet polled.
     pub(crate) tx_notified: bool,
@@ -144,7 +142,6 @@ impl Conn {
             hello_deadline,
             decoder: FrameDecoder::new(hello_max),
             secure: None,
-            pending: BytesMut::new(),
             tx: TxQueue::default(),
             tx_notified: false,
             used: false,
@@ -165,15 +162,15 @@ impl Conn {
 
     /// Bytes queued for sending, those waiting for the handshake included.
     pub(crate) fn queued(&self) -> usize {
-        self.tx.queued() + self.pending.len()
+        self.tx.queued() + self.secure.as_ref().map_or(0, SecureChannel::early)
     }
 
-    /// Queues one encoded frame: as it is on a plain connection, sealed on an open
-    /// secure one, and held back while the handshake runs.
+    /// Queues one encoded frame: as it is on a plain connection, sealed on a
+    /// secure one (during the handshake, the channel keeps it to send with it).
     pub(crate) fn push_frame(&mut self, head: &[u8], payload: Bytes) {
         match &mut self.secure {
             None => self.tx.push(head, payload),
-            Some(ch) if ch.is_open() => {
+            Some(ch) => {
                 let mut out = BytesMut::with_capacity(SecureChannel::sealed_len(head.len() + payload.len()));
                 if payload.len() < ZERO_COPY_MIN {
                     let mut frame = BytesMut::with_capacity(head.len() + payload.len());
@@ -184,36 +181,26 @@ impl Conn {
                     seal(ch, head, &mut out);
                     seal(ch, &payload, &mut out);
                 }
-                self.tx.push(&[], out.freeze());
-            }
-            Some(_) => {
-                self.pending.extend_from_slice(head);
-                self.pending.extend_from_slice(&payload);
+                if !out.is_empty() {
+                    self.tx.push(&[], out.freeze());
+                }
             }
         }
     }
 
-    /// Takes bytes read from the socket: decrypted (answering the handshake, and
-    /// sealing what waited for it once open) on a secure connection, as they are
-    /// otherwise; either way they end in the frame decoder. `Ok(true)` when new
-    /// bytes were queued for sending.
+    /// Takes bytes read from the socket: decrypted (answering the handshake) on a
+    /// secure connection, as they are otherwise; either way they end in the frame
+    /// decoder. `Ok(true)` when new bytes were queued for sending.
     pub(crate) fn take_in(&mut self, data: &[u8]) -> Result<bool, SecureError> {
         let Some(ch) = &mut self.secure else {
             self.decoder.push(data);
             return Ok(false);
         };
         let mut out = BytesMut::new();
-        let opened = ch.on_bytes(data, self.decoder.buffer_mut(), &mut out)?;
-        let mut queued = !out.is_empty();
+        ch.on_bytes(data, self.decoder.buffer_mut(), &mut out)?;
+        let queued = !out.is_empty();
         if queued {
             self.tx.push(&[], out.freeze());
-        }
-        if opened && !self.pending.is_empty() {
-            let waiting = self.pending.split();
-            let mut sealed = BytesMut::with_capacity(SecureChannel::sealed_len(waiting.len()));
-            seal(ch, &waiting, &mut sealed);
-            self.tx.push(&[], sealed.freeze());
-            queued = true;
         }
         Ok(queued)
     }
@@ -227,9 +214,9 @@ impl Conn {
 }
 
 fn seal(ch: &mut SecureChannel, plain: &[u8], out: &mut BytesMut) {
-    // Only called on an open channel (push_frame checks; take_in seals right
-    // after the channel opened).
-    ch.seal(plain, out).expect("sealing on an open channel");
+    // A connection whose channel broke is dropped at once by the driver, so a
+    // frame is never sealed on it.
+    ch.seal(plain, out).expect("sealing on a channel that has not failed");
 }
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.

@@ -6,9 +6,11 @@
 //!   `X` (whose hello says it listens at `X`) is pinned as `X`'s key.
 //! - An inbound hello claiming `X` is refused if it comes from another host than
 //!   `X`'s (the source IP differs; all loopback addresses count as one host), or
-//!   if `X` is pinned to another key. A refusal on a pin sends a probe: the
-//!   address is dialed again, so a node that really changed its key (a restart
-//!   with a fresh key) is re-pinned and accepted on its next try.
+//!   if `X` is pinned to another key. An inbound claim of an address not pinned
+//!   yet is accepted and verified: `X` is dialed (a probe), and if another key
+//!   answers there, the claimant is dropped. A refusal on a pin probes too, so a
+//!   node that really changed its key (a restart with a fresh key) is re-pinned
+//!   and accepted on its next try.
 //! - Every envelope on a connection must name the address and id its hello bound
 //!   (checked by the driver before the machine sees it); one that names another
 //!   sender is cut off.
@@ -35,9 +37,9 @@ impl Pins {
         }
     }
 
-    /// The key pinned for `addr`, if it is another than `key`.
-    pub(super) fn conflict(&self, addr: NodeAddr, key: PublicKey) -> Option<PublicKey> {
-        self.0.get(&addr).copied().filter(|&k| k != key)
+    /// The key pinned for `addr`.
+    pub(super) fn get(&self, addr: NodeAddr) -> Option<PublicKey> {
+        self.0.get(&addr).copied()
     }
 }
 
@@ -62,14 +64,13 @@ mod tests {
     }
 
     #[test]
-    fn a_pin_conflicts_only_with_another_key() {
+    fn the_last_key_found_at_an_address_is_its_pin() {
         let a: NodeAddr = "198.18.0.2:7400".parse().unwrap();
         let mut pins = Pins::default();
-        assert_eq!(pins.conflict(a, PublicKey([1; 32])), None);
+        assert_eq!(pins.get(a), None);
         pins.learn(a, PublicKey([1; 32]));
-        assert_eq!(pins.conflict(a, PublicKey([1; 32])), None);
-        assert_eq!(pins.conflict(a, PublicKey([2; 32])), Some(PublicKey([1; 32])));
+        assert_eq!(pins.get(a), Some(PublicKey([1; 32])));
         pins.learn(a, PublicKey([2; 32]));
-        assert_eq!(pins.conflict(a, PublicKey([2; 32])), None);
+        assert_eq!(pins.get(a), Some(PublicKey([2; 32])));
     }
 }

@@ -7,9 +7,13 @@
 //! ```
 //!
 //! The initiator sends the first handshake message when it is built; each side
-//! answers the other's until both are done (three messages, handshake payloads
-//! empty). Application bytes are sealed only once the channel is open, so the
-//! caller buffers what it wants to send until then ([`SecureChannel::is_open`]).
+//! answers the other's until both are done (three messages). Bytes sealed before
+//! the channel is open ride as the payload of the side's next handshake message
+//! (the responder's in the second, encrypted to the initiator and authenticated
+//! by the responder's static key; the initiator's in the third), so a hello costs
+//! no extra record and each side reads the other's before answering; whatever
+//! does not fit is sealed into records as soon as the channel opens. The first
+//! message carries nothing: it is sent in the clear.
 
 use bytes::{Buf, BufMut, BytesMut};
 use thiserror::Error;
@@ -24,6 +28,10 @@ const TAG: usize = 16;
 pub const MAX_PLAIN_RECORD: usize = MAX_RECORD - TAG;
 /// Bytes a record adds to its plaintext: the length prefix and the tag.
 pub const RECORD_OVERHEAD: usize = 2 + TAG;
+/// Most early bytes one handshake message carries (XX adds at most 96 bytes).
+const MAX_EARLY: usize = MAX_RECORD - 128;
+/// The length of XX's first message: an ephemeral public key, no payload.
+const FIRST_MESSAGE: usize = 32;
 
 /// Bytes a peer sent that are not a valid handshake or record. The peer's fault
 /// (or an attacker's): the caller drops the connection with this as the reason.
@@ -52,6 +60,10 @@ pub struct SecureChannel {
     state: State,
     /// Received bytes not yet making a whole record.
     rx: BytesMut,
+    /// Sealed before the channel opened: sent with the handshake.
+    early: BytesMut,
+    /// A responder that has not read the first message yet.
+    awaiting_first: bool,
 }
 
 impl std::fmt::Debug for SecureChannel {
@@ -61,7 +73,11 @@ impl std::fmt::Debug for SecureChannel {
             State::Open { .. } => "open",
             State::Broken => "broken",
         };
-        f.debug_struct("SecureChannel").field("state", &state).field("rx", &self.rx.len()).finish()
+        f.debug_struct("SecureChannel")
+            .field("state", &state)
+            .field("rx", &self.rx.len())
+            .field("early", &self.early.len())
+            .finish()
     }
 }
 
@@ -78,7 +94,12 @@ impl SecureChannel {
     pub fn initiator(key: &StaticKey, seed: [u8; 32], out: &mut BytesMut) -> Self {
         // The resolver supplies every primitive NOISE_PARAMS names and an RNG.
         let hs = builder(key, seed).build_initiator().expect("initiator builds");
-        let mut ch = SecureChannel { state: State::Handshake(Box::new(hs)), rx: BytesMut::new() };
+        let mut ch = SecureChannel {
+            state: State::Handshake(Box::new(hs)),
+            rx: BytesMut::new(),
+            early: BytesMut::new(),
+            awaiting_first: false,
+        };
         // An empty first message always fits a record.
         ch.write_handshake(out).expect("first handshake message");
         ch
@@ -88,7 +109,12 @@ impl SecureChannel {
     pub fn responder(key: &StaticKey, seed: [u8; 32]) -> Self {
         // As in `initiator`.
         let hs = builder(key, seed).build_responder().expect("responder builds");
-        SecureChannel { state: State::Handshake(Box::new(hs)), rx: BytesMut::new() }
+        SecureChannel {
+            state: State::Handshake(Box::new(hs)),
+            rx: BytesMut::new(),
+            early: BytesMut::new(),
+            awaiting_first: true,
+        }
     }
 
     /// The handshake is over: [`SecureChannel::seal`] works and the peer is known.
@@ -109,6 +135,11 @@ impl SecureChannel {
         self.rx.len()
     }
 
+    /// Bytes sealed before the channel opened and not yet sent.
+    pub fn early(&self) -> usize {
+        self.early.len()
+    }
+
     /// Takes bytes received from the peer. Handshake answers are appended to
     /// `out` (send them); decrypted application bytes to `plain`. Returns whether
     /// the channel opened during this call. An error is final.
@@ -117,10 +148,18 @@ impl SecureChannel {
             return Err(SecureError::Broken);
         }
         self.rx.extend_from_slice(data);
+        if self.awaiting_first
+            && self.rx.len() >= 2
+            && usize::from(u16::from_be_bytes([self.rx[0], self.rx[1]])) != FIRST_MESSAGE
+        {
+            // Refused at its first two bytes, not after waiting for up to 64 KiB.
+            self.state = State::Broken;
+            return Err(SecureError::Handshake("not a Noise XX first message".into()));
+        }
         let mut opened = false;
         while let Some(len) = self.next_record_len() {
             let res = match self.state {
-                State::Handshake(_) => self.read_handshake(len, out).map(|o| opened |= o),
+                State::Handshake(_) => self.read_handshake(len, plain, out).map(|o| opened |= o),
                 State::Open { .. } => self.open_record(len, plain),
                 State::Broken => Err(SecureError::Broken),
             };
@@ -133,9 +172,17 @@ impl SecureChannel {
     }
 
     /// Encrypts `plain` as records appended to `out` (in as many records as it
-    /// needs). Only on an open channel: before, it is [`SecureError::Broken`].
+    /// needs). During the handshake the bytes wait and go with it (see the
+    /// module docs); on a broken channel it is [`SecureError::Broken`].
     pub fn seal(&mut self, plain: &[u8], out: &mut BytesMut) -> Result<(), SecureError> {
-        let State::Open { transport, .. } = &mut self.state else { return Err(SecureError::Broken) };
+        let transport = match &mut self.state {
+            State::Open { transport, .. } => transport,
+            State::Handshake(_) => {
+                self.early.extend_from_slice(plain);
+                return Ok(());
+            }
+            State::Broken => return Err(SecureError::Broken),
+        };
         out.reserve(Self::sealed_len(plain.len()));
         for chunk in plain.chunks(MAX_PLAIN_RECORD) {
             let body = chunk.len() + TAG;
@@ -166,29 +213,51 @@ impl SecureChannel {
 
     fn write_handshake(&mut self, out: &mut BytesMut) -> Result<(), SecureError> {
         let State::Handshake(hs) = &mut self.state else { return Ok(()) };
-        let mut msg = [0u8; 128];
-        let n = hs.write_message(&[], &mut msg).map_err(|e| SecureError::Handshake(e.to_string()))?;
-        // XX messages with empty payloads are at most 96 bytes.
+        let early = self.early.split_to(self.early.len().min(MAX_EARLY));
+        let mut msg = vec![0u8; MAX_RECORD];
+        let n = hs.write_message(&early, &mut msg).map_err(|e| SecureError::Handshake(e.to_string()))?;
+        // n <= MAX_RECORD (the buffer's size).
         out.put_u16(n as u16);
         out.extend_from_slice(&msg[..n]);
-        self.finish_handshake()
+        self.finish_handshake()?;
+        self.seal_early(out)
     }
 
-    /// Reads one handshake message of `len` bytes and answers it if it is our turn.
-    fn read_handshake(&mut self, len: usize, out: &mut BytesMut) -> Result<bool, SecureError> {
+    /// Once open: seals what waited for the handshake and did not ride with it.
+    fn seal_early(&mut self, out: &mut BytesMut) -> Result<(), SecureError> {
+        if self.is_open() && !self.early.is_empty() {
+            let early = self.early.split();
+            self.seal(&early, out)?;
+        }
+        Ok(())
+    }
+
+    /// Reads one handshake message of `len` bytes (its payload to `plain`) and
+    /// answers it if it is our turn.
+    fn read_handshake(&mut self, len: usize, plain: &mut BytesMut, out: &mut BytesMut) -> Result<bool, SecureError> {
         let State::Handshake(hs) = &mut self.state else { return Ok(false) };
         let msg = &self.rx[2..2 + len];
-        let mut payload = [0u8; 128];
-        let res = hs.read_message(msg, &mut payload);
+        self.awaiting_first = false;
+        let at = plain.len();
+        plain.resize(at + len, 0);
+        let res = hs.read_message(msg, &mut plain[at..]);
         self.rx.advance(2 + len);
         match res {
-            // Handshake payloads are always empty; anything else is not ours.
-            Ok(0) => {}
-            Ok(_) => return Err(SecureError::Handshake("unexpected handshake payload".into())),
-            Err(e) => return Err(SecureError::Handshake(e.to_string())),
+            // Bytes before the peer's static key is known would be unauthenticated
+            // (the first message is in the clear): refused.
+            Ok(n) if n > 0 && hs.get_remote_static().is_none() => {
+                plain.truncate(at);
+                return Err(SecureError::Handshake("payload before the peer is authenticated".into()));
+            }
+            Ok(n) => plain.truncate(at + n),
+            Err(e) => {
+                plain.truncate(at);
+                return Err(SecureError::Handshake(e.to_string()));
+            }
         }
         let was_open = self.is_open();
         self.finish_handshake()?;
+        self.seal_early(out)?;
         if let State::Handshake(hs) = &self.state
             && hs.is_my_turn()
         {

@@ -96,3 +96,51 @@ fn keys_round_trip_through_their_private_half_and_hex() {
     let hex: String = k.private_bytes().iter().map(|b| format!("{b:02x}")).collect();
     assert!(!format!("{k:?}").contains(&hex), "Debug hides the private key");
 }
+
+#[test]
+fn bytes_sealed_during_the_handshake_ride_with_it_and_the_rest_follows() {
+    let (mut ra, mut rb) = (rng(5), rng(6));
+    let (ka, kb) = (StaticKey::generate(&mut ra), StaticKey::generate(&mut rb));
+    let mut to_b = BytesMut::new();
+    let mut a = SecureChannel::initiator(&ka, ra.seed(), &mut to_b);
+    let mut b = SecureChannel::responder(&kb, rb.seed());
+    let big = vec![7u8; 100_000];
+    a.seal(b"hello from a", &mut BytesMut::new()).unwrap();
+    a.seal(&big, &mut BytesMut::new()).unwrap();
+    b.seal(b"hello from b", &mut BytesMut::new()).unwrap();
+    let (mut at_a, mut at_b, mut to_a) = (BytesMut::new(), BytesMut::new(), BytesMut::new());
+    b.on_bytes(&to_b.split(), &mut at_b, &mut to_a).unwrap();
+    assert!(at_b.is_empty(), "the first message carries nothing");
+    a.on_bytes(&to_a.split(), &mut at_a, &mut to_b).unwrap();
+    assert_eq!(&at_a[..], b"hello from b", "the responder's early bytes ride its handshake message");
+    assert!(a.is_open() && a.early() == 0);
+    b.on_bytes(&to_b.split(), &mut at_b, &mut to_a).unwrap();
+    assert!(to_a.is_empty());
+    assert_eq!(&at_b[..12], b"hello from a");
+    assert_eq!(&at_b[12..], &big[..]);
+}
+
+#[test]
+fn a_first_message_carrying_bytes_is_refused() {
+    let mut r = rng(7);
+    let k = StaticKey::generate(&mut r);
+    let mut b = SecureChannel::responder(&k, r.seed());
+    // A first message is an ephemeral key (32 bytes); anything after it is an
+    // unauthenticated payload.
+    let mut msg = vec![0u8, 40];
+    msg.extend_from_slice(&[9u8; 32]);
+    msg.extend_from_slice(b"forged!!");
+    let (mut plain, mut out) = (BytesMut::new(), BytesMut::new());
+    assert!(matches!(b.on_bytes(&msg, &mut plain, &mut out), Err(SecureError::Handshake(_))));
+    assert!(plain.is_empty(), "nothing unauthenticated reaches the caller");
+}
+
+#[test]
+fn a_first_record_of_the_wrong_length_is_refused_at_once() {
+    let mut r = rng(8);
+    let k = StaticKey::generate(&mut r);
+    let mut b = SecureChannel::responder(&k, r.seed());
+    let (mut plain, mut out) = (BytesMut::new(), BytesMut::new());
+    // "GE" announces 18,245 bytes: refused without waiting for them.
+    assert!(matches!(b.on_bytes(b"GET / HTTP/1.1", &mut plain, &mut out), Err(SecureError::Handshake(_))));
+}
