@@ -2,6 +2,10 @@
 //! once for every runtime. It never touches a socket or a clock: shells report
 //! bytes, closures and `now`, and carry out the [`IoRequest`]s it emits.
 //!
+//! Links are encrypted and authenticated by default (Noise XX, see
+//! [`p2pmp_core::secure`]): each connection runs the handshake before its hello,
+//! and the hello's address is bound to the handshake's key (`bind`).
+//!
 //! Drain contract: every `on_*` input feeds the machine and then drains
 //! `poll_action` to `None` (frames go to the tx queues, events to
 //! [`Driver::poll_event`]); afterwards the shell reads [`Driver::next_deadline`].
@@ -16,11 +20,14 @@ use bytes::{Bytes, BytesMut};
 use p2pmp_core::guard::{Admission, GuardConfig, GuardStats, Refusal, TokenBucket};
 use p2pmp_core::machine::{Action, Machine, NodeAddr};
 use p2pmp_core::overlay::OverlayKind;
+use p2pmp_core::secure::{SecureChannel, SecureRng, StaticKey};
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::{self, DEFAULT_MAX_FRAME, Envelope, Hello, WireError};
 use tracing::{debug, info, trace, warn};
 
 use crate::peers::{Conn, ConnId, Redial, ZERO_COPY_MIN};
+
+mod bind;
 
 /// Largest frame accepted before a connection's hello (a hello is ~60 bytes).
 const HELLO_MAX_FRAME: usize = 1024;
@@ -53,6 +60,10 @@ pub struct DriverConfig {
     /// Against hostile peers: caps on inbound connections (in total and per
     /// source), frames and bytes per second per connection, bans.
     pub guard: GuardConfig,
+    /// This node's static key: every connection is a Noise channel authenticated
+    /// by it, and a peer's address is bound to its key. `None` sends plain TCP
+    /// (for measurements only; such a node cannot talk to encrypting ones).
+    pub noise: Option<StaticKey>,
 }
 
 impl Default for DriverConfig {
@@ -66,6 +77,7 @@ impl Default for DriverConfig {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             guard: GuardConfig::default(),
+            noise: Some(random_key()),
         }
     }
 }
@@ -79,6 +91,19 @@ pub enum IoRequest {
     Connect { conn: ConnId, addr: SocketAddr },
     /// Close the socket of `conn` (the driver has already forgotten it).
     Close { conn: ConnId },
+}
+
+/// A fresh static key from the operating system's randomness.
+pub fn random_key() -> StaticKey {
+    StaticKey::generate(&mut SecureRng::from_seed(os_seed()))
+}
+
+/// 32 bytes from the operating system's randomness.
+pub(crate) fn os_seed() -> [u8; 32] {
+    let mut seed = [0u8; 32];
+    // Linux's getrandom(2) does not fail once the pool is initialised at boot.
+    getrandom::fill(&mut seed).expect("operating system randomness");
+    seed
 }
 
 /// Counters, for logs and benchmarks.
@@ -114,6 +139,10 @@ pub struct Driver<M: Machine> {
     admission: Admission,
     /// Bytes of unfinished frames all connections hold (bounded by the guard).
     buffered: usize,
+    /// Seeds every handshake's ephemeral key.
+    rng: SecureRng,
+    /// Keys found at the addresses this node dialed.
+    pins: bind::Pins,
 }
 
 impl<M: Machine> fmt::Debug for Driver<M> {
@@ -154,6 +183,8 @@ impl<M: Machine> Driver<M> {
             stats: DriverStats::default(),
             admission,
             buffered: 0,
+            rng: SecureRng::from_seed(os_seed()),
+            pins: bind::Pins::default(),
         };
         d.pump(now);
         d
@@ -231,8 +262,13 @@ impl<M: Machine> Driver<M> {
     pub fn on_bytes(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
         let Some(c) = self.conns.get_mut(&conn) else { return };
         let before = c.decoder.buffered();
-        c.decoder.push(data);
+        let taken = c.take_in(data);
         self.buffered += c.decoder.buffered() - before;
+        match taken {
+            Ok(true) => self.notify_writable(conn),
+            Ok(false) => {}
+            Err(e) => return self.misbehaved(now, conn, &e),
+        }
         loop {
             let Some(c) = self.conns.get_mut(&conn) else { return };
             let before = c.decoder.buffered();
@@ -249,12 +285,19 @@ impl<M: Machine> Driver<M> {
                 return self.misbehaved(now, conn, &why);
             }
             if !c.hello_seen {
-                if let Err(why) = self.on_hello(conn, frame) {
+                if let Err(why) = self.on_hello(now, conn, frame) {
                     return self.misbehaved(now, conn, &why);
                 }
                 continue;
             }
             match wire::decode_envelope::<M::Body>(frame) {
+                Ok(env) if c.bound != Some((env.sender_addr, env.sender)) => {
+                    let why = format!(
+                        "sent a message as {} (id {}) on a connection bound to {:?}",
+                        env.sender_addr, env.sender, c.bound
+                    );
+                    return self.misbehaved(now, conn, &why);
+                }
                 Ok(env) => {
                     self.stats.frames_in += 1;
                     self.machine.handle_message(now, env);
@@ -352,10 +395,11 @@ impl<M: Machine> Driver<M> {
 
     /// Nothing is queued for sending on any connection.
     pub fn tx_idle(&self) -> bool {
-        self.conns.values().all(|c| c.tx.queued() == 0)
+        self.conns.values().all(|c| c.queued() == 0)
     }
 
-    /// Bytes queued for `conn` (zero for unknown connections).
+    /// Bytes queued for writing on `conn` (zero for unknown connections; frames
+    /// waiting for the handshake to finish are not counted until it has).
     pub fn tx_pending(&self, conn: ConnId) -> usize {
         self.conns.get(&conn).map_or(0, |c| c.tx.queued())
     }
@@ -395,7 +439,17 @@ impl<M: Machine> Driver<M> {
         let g = &self.cfg.guard;
         let frames = TokenBucket::new(g.frames_per_s, g.frame_burst, now);
         let mut c = Conn::new(peer, source, now + self.cfg.hello_timeout, HELLO_MAX_FRAME, frames);
-        c.tx.push(&self.hello, Bytes::new());
+        if let Some(key) = &self.cfg.noise {
+            let mut first = BytesMut::new();
+            let seed = self.rng.seed();
+            let ch = if c.outbound {
+                SecureChannel::initiator(key, seed, &mut first)
+            } else {
+                SecureChannel::responder(key, seed)
+            };
+            c.secure(ch, first);
+        }
+        c.push_frame(&self.hello, Bytes::new());
         self.conns.insert(conn, c);
         conn
     }
@@ -410,7 +464,7 @@ impl<M: Machine> Driver<M> {
     }
 
     /// The first frame of every connection: the peer's hello.
-    fn on_hello(&mut self, conn: ConnId, frame: Bytes) -> Result<(), String> {
+    fn on_hello(&mut self, now: Instant, conn: ConnId, frame: Bytes) -> Result<(), String> {
         let env = wire::decode_envelope::<Hello>(frame).map_err(|e| format!("bad hello: {e}"))?;
         let hello = env.body;
         if hello.network_id != self.cfg.network_id {
@@ -424,10 +478,16 @@ impl<M: Machine> Driver<M> {
                 hello.listen
             ));
         }
+        self.bind(now, conn, hello.listen)?;
+        if self.conns.get(&conn).is_some_and(|c| c.probe) {
+            self.drop_conn(now, conn, format_args!("probe answered"), false);
+            return Ok(());
+        }
         let max_frame = self.cfg.max_frame;
         // The caller found `conn` a moment ago.
         let c = self.conns.get_mut(&conn).expect("conn exists");
         c.hello_seen = true;
+        c.bound = Some((hello.listen, hello.listen.id()));
         c.open_decoder(max_frame);
         if c.outbound {
             if c.peer != Some(hello.listen) {
@@ -442,6 +502,78 @@ impl<M: Machine> Driver<M> {
         }
         debug!(%conn, peer = %hello.listen, "hello");
         Ok(())
+    }
+
+    /// Binds `conn` to the address its hello claims (see `bind`), or says why not.
+    fn bind(&mut self, now: Instant, conn: ConnId, listen: NodeAddr) -> Result<(), String> {
+        // The caller found `conn` a moment ago.
+        let c = self.conns.get(&conn).expect("conn exists");
+        if let Some(source) = c.source
+            && !bind::same_host(source, listen.0.ip())
+        {
+            return Err(format!("claims to listen at {listen} but connects from {source}"));
+        }
+        let key = match &c.secure {
+            None => return Ok(()),
+            Some(ch) => ch.remote_key().ok_or("a hello before the handshake authenticated the peer")?,
+        };
+        if c.outbound && c.peer == Some(listen) {
+            self.pins.learn(listen, key);
+            // Whoever else claimed this address with another key lied.
+            let liars: Vec<ConnId> = self
+                .conns
+                .iter()
+                .filter(|&(&id, o)| {
+                    id != conn
+                        && o.bound.is_some_and(|(a, _)| a == listen)
+                        && o.secure.as_ref().and_then(SecureChannel::remote_key) != Some(key)
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            for liar in liars {
+                self.stats.peers_dropped += 1;
+                let why = format_args!("peer misbehaved: claimed {listen}, which answers with another key");
+                self.drop_conn(now, liar, why, true);
+            }
+            return Ok(());
+        }
+        if c.outbound {
+            return Ok(());
+        }
+        let pinned = self.pins.get(listen);
+        if pinned != Some(key) {
+            self.probe(now, listen);
+        }
+        match pinned {
+            Some(pinned) if pinned != key => Err(format!("claims {listen}, whose key is {pinned}, with key {key}")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Dials `addr` only to learn which key answers there (the answer pins it,
+    /// and drops whoever claimed `addr` with another key), unless a connection
+    /// we opened to it is open or under way (it pins, or pinned, the same way).
+    /// The probe carries no messages and closes once it has its answer.
+    fn probe(&mut self, now: Instant, addr: NodeAddr) {
+        let dialed = self.conns.values().any(|c| c.outbound && c.peer == Some(addr));
+        if dialed || self.backoff.get(&addr).is_some_and(|b| b.until > now) {
+            return;
+        }
+        let conn = self.new_conn(now, Some(addr), None);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.probe = true;
+        }
+        self.io.push_back(IoRequest::Connect { conn, addr: addr.0 });
+        debug!(%conn, %addr, "probing which key answers");
+    }
+
+    /// Opens a connection to `to` and routes messages for it through it.
+    fn dial(&mut self, now: Instant, to: NodeAddr) -> ConnId {
+        let conn = self.new_conn(now, Some(to), None);
+        self.by_peer.insert(to, conn);
+        self.io.push_back(IoRequest::Connect { conn, addr: to.0 });
+        debug!(%conn, %to, "dialing");
+        conn
     }
 
     fn misbehaved(&mut self, now: Instant, conn: ConnId, why: &dyn fmt::Display) {
@@ -514,7 +646,7 @@ impl<M: Machine> Driver<M> {
                 Some(o) => {
                     self.by_peer.insert(peer, o);
                 }
-                None if c.used || c.outbound => {
+                None if c.used || (c.outbound && !c.probe) => {
                     self.failed.insert(peer);
                 }
                 None => {}
@@ -571,18 +703,14 @@ impl<M: Machine> Driver<M> {
                     self.failed.insert(to);
                     return;
                 }
-                let conn = self.new_conn(now, Some(to), None);
-                self.by_peer.insert(to, conn);
-                self.io.push_back(IoRequest::Connect { conn, addr: to.0 });
-                debug!(%conn, %to, "dialing");
-                conn
+                self.dial(now, to)
             }
         };
         // `by_peer` only names live connections.
         let c = self.conns.get_mut(&conn).expect("by_peer names a live conn");
         match encode(&msg, self.cfg.max_frame) {
-            Ok((head, payload)) if c.tx.queued() + head.len() + payload.len() <= self.cfg.max_tx_bytes => {
-                c.tx.push(&head, payload);
+            Ok((head, payload)) if c.queued() + head.len() + payload.len() <= self.cfg.max_tx_bytes => {
+                c.push_frame(&head, payload);
                 c.used = true;
                 self.stats.frames_out += 1;
                 let long = c.tx.queued() > QUEUE_CHECK;
@@ -594,7 +722,7 @@ impl<M: Machine> Driver<M> {
                 }
             }
             Ok(_) => {
-                warn!(%to, queued = c.tx.queued(), "send queue full, message dropped");
+                warn!(%to, queued = c.queued(), "send queue full, message dropped");
                 self.failed.insert(to);
             }
             Err(e) => {

@@ -2,8 +2,9 @@
 //!
 //! - [`Driver`] is the synchronous pump between one machine and its connections,
 //!   written once and tested without sockets: lazy connects, one connection per
-//!   peer, hellos, framing, bounded send queues, reconnect back-off, and the
-//!   mapping of failures to `handle_send_failed`.
+//!   peer, the Noise handshake and encrypted records (`DriverConfig::noise`),
+//!   hellos bound to the peer's key, framing, bounded send queues, reconnect
+//!   back-off, and the mapping of failures to `handle_send_failed`.
 //! - Shells only wait, move bytes and report `now`: `runtime` (features `tokio`
 //!   and `smol`, one async loop over the small `AsyncRuntime` trait) and
 //!   `mio_loop` (feature `mio`, a readiness poll loop).
@@ -25,7 +26,7 @@ mod driver;
 pub mod local;
 mod peers;
 
-pub use driver::{Driver, DriverConfig, DriverStats, IoRequest};
+pub use driver::{Driver, DriverConfig, DriverStats, IoRequest, random_key};
 pub use peers::ConnId;
 
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]

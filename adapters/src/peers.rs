@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use p2pmp_core::guard::TokenBucket;
+use p2pmp_core::id::Id;
 use p2pmp_core::machine::NodeAddr;
+use p2pmp_core::secure::{SecureChannel, SecureError};
 use p2pmp_core::time::Backoff;
 use p2pmp_core::wire::FrameDecoder;
 
@@ -110,9 +112,14 @@ pub(crate) struct Conn {
     pub(crate) connected: bool,
     /// The peer's hello arrived and was accepted.
     pub(crate) hello_seen: bool,
+    /// The address and id the peer's hello bound this connection to: every
+    /// envelope on it must name them as its sender.
+    pub(crate) bound: Option<(NodeAddr, Id)>,
     /// Dropped if no hello arrives by then.
     pub(crate) hello_deadline: Instant,
     pub(crate) decoder: FrameDecoder,
+    /// The Noise channel, when links are encrypted: every byte in and out passes it.
+    pub(crate) secure: Option<SecureChannel>,
     pub(crate) tx: TxQueue,
     /// Queued in the driver's writable list and not yet polled.
     pub(crate) tx_notified: bool,
@@ -122,6 +129,9 @@ pub(crate) struct Conn {
     pub(crate) source: Option<IpAddr>,
     /// Frames it may still send before it counts as a flood.
     pub(crate) frames: TokenBucket,
+    /// Dialed only to learn which key answers at `peer` (see the driver's
+    /// address binding); its loss is nobody's send failure.
+    pub(crate) probe: bool,
 }
 
 impl Conn {
@@ -138,13 +148,16 @@ impl Conn {
             outbound,
             connected: !outbound,
             hello_seen: false,
+            bound: None,
             hello_deadline,
             decoder: FrameDecoder::new(hello_max),
+            secure: None,
             tx: TxQueue::default(),
             tx_notified: false,
             used: false,
             source,
             frames,
+            probe: false,
         }
     }
 
@@ -154,12 +167,74 @@ impl Conn {
         self.source.or(self.peer.map(|p| p.0.ip()))
     }
 
+    /// Turns encryption on for a new connection: `channel` was just built, and
+    /// `first` is what it wants sent before anything else (the initiator's first
+    /// handshake message; empty for a responder).
+    pub(crate) fn secure(&mut self, channel: SecureChannel, first: BytesMut) {
+        debug_assert_eq!(self.tx.queued(), 0, "encryption starts before the first byte");
+        self.secure = Some(channel);
+        if !first.is_empty() {
+            self.tx.push(&[], first.freeze());
+        }
+    }
+
+    /// Bytes queued for sending, those waiting for the handshake included.
+    pub(crate) fn queued(&self) -> usize {
+        self.tx.queued() + self.secure.as_ref().map_or(0, SecureChannel::early)
+    }
+
+    /// Queues one encoded frame: as it is on a plain connection, sealed on a
+    /// secure one (during the handshake, the channel keeps it to send with it).
+    pub(crate) fn push_frame(&mut self, head: &[u8], payload: Bytes) {
+        match &mut self.secure {
+            None => self.tx.push(head, payload),
+            Some(ch) => {
+                let mut out = BytesMut::with_capacity(SecureChannel::sealed_len(head.len() + payload.len()));
+                if payload.len() < ZERO_COPY_MIN {
+                    let mut frame = BytesMut::with_capacity(head.len() + payload.len());
+                    frame.extend_from_slice(head);
+                    frame.extend_from_slice(&payload);
+                    seal(ch, &frame, &mut out);
+                } else {
+                    seal(ch, head, &mut out);
+                    seal(ch, &payload, &mut out);
+                }
+                if !out.is_empty() {
+                    self.tx.push(&[], out.freeze());
+                }
+            }
+        }
+    }
+
+    /// Takes bytes read from the socket: decrypted (answering the handshake) on a
+    /// secure connection, as they are otherwise; either way they end in the frame
+    /// decoder. `Ok(true)` when new bytes were queued for sending.
+    pub(crate) fn take_in(&mut self, data: &[u8]) -> Result<bool, SecureError> {
+        let Some(ch) = &mut self.secure else {
+            self.decoder.push(data);
+            return Ok(false);
+        };
+        let mut out = BytesMut::new();
+        ch.on_bytes(data, self.decoder.buffer_mut(), &mut out)?;
+        let queued = !out.is_empty();
+        if queued {
+            self.tx.push(&[], out.freeze());
+        }
+        Ok(queued)
+    }
+
     /// After the hello, accept frames up to `max_frame`, keeping what is buffered.
     pub(crate) fn open_decoder(&mut self, max_frame: usize) {
         let mut dec = FrameDecoder::new(max_frame);
         dec.push(self.decoder.buffer_mut());
         self.decoder = dec;
     }
+}
+
+fn seal(ch: &mut SecureChannel, plain: &[u8], out: &mut BytesMut) {
+    // A connection whose channel broke is dropped at once by the driver, so a
+    // frame is never sealed on it.
+    ch.seal(plain, out).expect("sealing on a channel that has not failed");
 }
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.

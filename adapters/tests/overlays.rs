@@ -150,3 +150,87 @@ fn a_node_of_the_other_overlay_is_refused() {
     assert!(!joiner.inspect(|d| d.machine().is_joined()).unwrap());
     assert!(chord.inspect(|d| d.machine().successor_list().is_empty()).unwrap(), "the Chord node stays alone");
 }
+
+/// A stranger that completes the Noise handshake with `to` under a key of its
+/// own and says hello as `listen`; returns its socket and open channel.
+fn stranger(to: NodeAddr, listen: Option<NodeAddr>) -> (std::net::TcpStream, p2pmp_core::secure::SecureChannel) {
+    use std::io::{Read, Write};
+
+    use bytes::BytesMut;
+    use p2pmp_core::secure::SecureChannel;
+    use p2pmp_core::wire::{Envelope, Hello, encode_frame};
+    let mut s = std::net::TcpStream::connect(to.0).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let listen = listen.unwrap_or(NodeAddr(s.local_addr().unwrap()));
+    let mut out = BytesMut::new();
+    let mut ch = SecureChannel::initiator(&p2pmp_adapters::random_key(), [5; 32], &mut out);
+    s.write_all(&out).unwrap();
+    let (mut plain, mut buf) = (BytesMut::new(), [0u8; 4096]);
+    while !ch.is_open() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the node closed during the handshake");
+        out.clear();
+        ch.on_bytes(&buf[..n], &mut plain, &mut out).unwrap();
+        s.write_all(&out).unwrap();
+    }
+    let hello =
+        Envelope::new(listen.id(), listen, 0, Hello { network_id: 3, listen, overlay: Some(OverlayKind::Chord) });
+    let mut frame = BytesMut::new();
+    encode_frame(&hello, &mut frame, 1024).unwrap();
+    out.clear();
+    ch.seal(&frame, &mut out).unwrap();
+    s.write_all(&out).unwrap();
+    (s, ch)
+}
+
+/// Whether the node at the other end of `s` closes it within the read timeout.
+fn closed_by_node(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn a_peer_speaking_for_another_node_is_cut_off_and_the_ring_unharmed_on_every_runtime() {
+    use std::io::Write;
+
+    use bytes::BytesMut;
+    use p2pmp_core::chord::ChordMsg;
+    use p2pmp_core::wire::{Envelope, encode_frame};
+    for rt in RuntimeKind::available() {
+        let a = chord(rt, Vec::new());
+        let a_addr = NodeAddr(a.local_addr());
+        let b = chord(rt, vec![a_addr]);
+        let b_addr = NodeAddr(b.local_addr());
+        wait_for(&format!("{rt}: a ring of two"), || {
+            let ok = a.inspect(move |d| d.machine().successor().addr == b_addr).unwrap()
+                && b.inspect(move |d| d.machine().successor().addr == a_addr).unwrap();
+            ok.then_some(())
+        });
+        // 1. An honest hello, then a notify in b's name (b's address and id).
+        let (mut s, mut ch) = stranger(a_addr, None);
+        let mut frame = BytesMut::new();
+        encode_frame(&Envelope::new(b_addr.id(), b_addr, 0, ChordMsg::Notify), &mut frame, 1 << 20).unwrap();
+        let mut out = BytesMut::new();
+        ch.seal(&frame, &mut out).unwrap();
+        s.write_all(&out).unwrap();
+        assert!(closed_by_node(&mut s), "{rt}: a forged sender is cut off");
+        // 2. A hello claiming b's address: a dialed b and knows its key.
+        let (mut s, _) = stranger(a_addr, Some(b_addr));
+        assert!(closed_by_node(&mut s), "{rt}: a hello in b's name is refused");
+        let dropped = a.inspect(|d| d.stats().peers_dropped).unwrap();
+        assert_eq!(dropped, 2, "{rt}: each stranger dropped once");
+        // The ring is unharmed: b is still a's successor and predecessor, and it answers.
+        assert!(a.inspect(move |d| d.machine().successor().addr == b_addr).unwrap());
+        let ttl = Duration::from_secs(30);
+        a.command(OverlayCommand::Register { name: "svc".into(), value: format!("on-{rt}"), ttl }).unwrap().unwrap();
+        expect_svc(&b, 1, &format!("on-{rt}"), &format!("{rt}: query from b"));
+    }
+}

@@ -12,6 +12,7 @@ use crate::wire::{DEFAULT_MAX_FRAME, Envelope, FrameDecoder, Goodbye, Hello, dec
 mod auth;
 mod daemon;
 mod message;
+mod secure;
 
 /// A checkpoint file through the header and body decoders (the body as stored:
 /// the codec's decompression is the MPI library's and bounded there). A file
@@ -35,6 +36,7 @@ pub fn checkpoint_file(data: &[u8]) {
 pub use auth::{job_signature, key_text, signed_request};
 pub use daemon::daemon_node;
 pub use message::{MESSAGE_TYPES, message};
+pub use secure::secure_channel;
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
@@ -190,6 +192,7 @@ mod tests {
             ("key_text", super::key_text as fn(&[u8])),
             ("signed_request", super::signed_request as fn(&[u8])),
             ("job_signature", super::job_signature as fn(&[u8])),
+            ("secure_channel", super::secure_channel as fn(&[u8])),
         ];
         for (name, run) in targets {
             let dir = root.join(name);

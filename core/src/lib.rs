@@ -21,6 +21,8 @@
 //! - [`local`]: the local node protocol (a process and its node) and the rank hello.
 //! - [`machine`]: the one shape every protocol machine has.
 //! - [`overlay`]: commands and events both overlays share.
+//! - [`secure`]: Noise channels (handshake, encrypted records) and static keys
+//!   for authenticated, encrypted links; pure compute, seeded by the caller.
 //! - [`node`]: the daemon node, its overlay node (Chord or CAN) plus the job
 //!   machines plus the local node protocol, as one machine.
 //! - [`mpi`]: the per-process MPI matching and eager/rendezvous engine, and the
@@ -41,6 +43,7 @@ pub mod machine;
 pub mod mpi;
 pub mod node;
 pub mod overlay;
+pub mod secure;
 pub mod sim;
 pub mod time;
 pub mod wire;

@@ -70,10 +70,13 @@ impl Daemon {
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
         let guard = crate::limits::fit_descriptors(cfg.peers.guard());
+        // Beside the node's directory, which every start clears: the key outlives runs.
+        let key = crate::node_key::load_or_create(&cfg.work_dir.join(format!("node-{}.key", overlay.port())))?;
         let driver = DriverConfig {
             max_tx_bytes: MAX_TX_BYTES,
             overlay: Some(cfg.overlay_kind()),
             guard,
+            noise: Some(key),
             ..DriverConfig::default()
         };
         let (stop, stopped) = Stop::new();

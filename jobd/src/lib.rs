@@ -16,6 +16,7 @@
 //! - [`embedded`]: an embedded network of daemons on loopback (`--local N`, `demo`).
 //! - [`keys`]: key files (`p2pjob keygen`, the key requests are signed with).
 //! - [`json`]: the JSON shapes of jobs and nodes (`p2pjob --json`, the status page).
+//! - [`node_key`]: the daemon's static key for its encrypted links (`node-PORT.key`).
 //! - [`http`]: the status page (`jobd --http ADDR`), a client of the control socket.
 
 pub mod allow;
@@ -30,6 +31,7 @@ pub mod http;
 pub mod json;
 mod limits;
 pub mod keys;
+pub mod node_key;
 mod procs;
 pub mod sandbox;
 mod shell;

@@ -28,6 +28,8 @@ struct Net {
     chunk: usize,
     /// Strangers connected so far (see `raw_conn`).
     strangers: u8,
+    /// Every byte moved between nodes, as a wiretap would see it.
+    tap: Vec<u8>,
 }
 
 fn addr(i: usize) -> NodeAddr {
@@ -60,6 +62,7 @@ impl Net {
             use_take: false,
             chunk: usize::MAX,
             strangers: 0,
+            tap: Vec::new(),
         }
     }
 
@@ -113,6 +116,7 @@ impl Net {
                     };
                     assert_eq!(self.nodes[i].tx_pending(conn), 0);
                     if let Some(&(j, rc)) = self.links.get(&(i, conn)) {
+                        self.tap.extend_from_slice(&bytes);
                         for piece in bytes.chunks(self.chunk.max(1)) {
                             self.nodes[j].on_bytes(self.now, rc, piece);
                         }
@@ -174,12 +178,15 @@ fn ping_dials_lazily_and_the_reply_rides_the_same_connection() {
     net.ping(0, addr(1), 1, p.clone());
     net.ping(0, addr(1), 2, p.clone());
     assert_eq!(net.events[0], [pong(1, 1, &p), pong(1, 2, &p)]);
-    assert_eq!(net.dials, [1, 0], "the inbound side answers over the inbound connection");
+    // Node 1 dials node 0 once, only to check the key at the address node 0's
+    // hello claimed (a probe, closed once answered); its answers ride the
+    // inbound connection.
+    assert_eq!(net.dials, [1, 1], "the inbound side answers over the inbound connection");
     assert_eq!((net.nodes[0].conn_count(), net.nodes[1].conn_count()), (1, 1));
     // And back the other way, with no new connection.
     net.ping(1, addr(0), 3, p.clone());
     assert_eq!(net.events[1], [pong(0, 3, &p)]);
-    assert_eq!(net.dials, [1, 0]);
+    assert_eq!(net.dials, [1, 1]);
     assert_eq!(net.nodes[1].stats().frames_in, 3);
 }
 
@@ -241,7 +248,8 @@ fn a_dropped_connection_is_a_send_failure_and_the_next_send_redials() {
 
 #[test]
 fn garbage_and_huge_prefixes_drop_only_that_peer() {
-    let mut net = Net::new(3);
+    // Frames as they are without encryption (secure_peers below for the channel).
+    let mut net = Net::with(3, DriverConfig { noise: None, ..cfg() });
     net.ping(2, addr(0), 1, Bytes::new());
     let cases: Vec<Vec<u8>> = vec![
         b"GET / HTTP/1.1\r\n\r\n".to_vec(),  // not a frame at all
@@ -385,8 +393,10 @@ fn hello_and_pings(listen: NodeAddr, pings: u64) -> Vec<u8> {
     b.to_vec()
 }
 
+/// A node with `guard`, on plain links: the strangers of these tests write
+/// frames by hand (the guard counts frames and bytes the same after decryption).
 fn guarded(guard: GuardConfig) -> DriverConfig {
-    DriverConfig { guard, ..cfg() }
+    DriverConfig { guard, noise: None, ..cfg() }
 }
 
 #[test]
@@ -497,4 +507,114 @@ fn an_address_shared_with_a_peer_in_good_standing_is_not_banned() {
     let bad = net.nodes[0].on_accepted(net.now, alone).unwrap();
     net.nodes[0].on_bytes(net.now, bad, b"GET / HTTP/1.1\r\n\r\n");
     assert_eq!(net.nodes[0].on_accepted(net.now, alone), None, "an address of its own is");
+}
+
+/// Tests of encrypted links and of the binding of a peer's address to its key.
+mod secure_peers {
+    use p2pmp_core::secure::SecureChannel;
+
+    use super::*;
+    use crate::random_key;
+
+    const MARKER: &[u8] = b"MARKER-0123456789-the-wiretap-must-not-see-this";
+
+    #[test]
+    fn no_plaintext_crosses_the_wire_and_pings_still_answer() {
+        for noise in [true, false] {
+            let c = if noise { cfg() } else { DriverConfig { noise: None, ..cfg() } };
+            let mut net = Net::with(2, c);
+            let big = Bytes::from(MARKER.repeat(5000));
+            net.ping(0, addr(1), 1, Bytes::from_static(MARKER));
+            net.ping(0, addr(1), 2, big.clone());
+            assert_eq!(net.events[0], [pong(1, 1, &Bytes::from_static(MARKER)), pong(1, 2, &big)]);
+            let seen = net.tap.windows(MARKER.len()).any(|w| w == MARKER);
+            assert_eq!(seen, !noise, "marker on the wire with encryption {noise}");
+        }
+    }
+
+    /// A stranger with a key of its own completes the handshake with node `j`
+    /// from `remote` and says hello as `listen`; returns its open channel.
+    fn stranger(net: &mut Net, j: usize, remote: &str, listen: NodeAddr) -> (ConnId, SecureChannel) {
+        let c = net.nodes[j].on_accepted(net.now, remote.parse().unwrap()).unwrap();
+        let mut out = BytesMut::new();
+        let mut ch = SecureChannel::initiator(&random_key(), [9; 32], &mut out);
+        net.nodes[j].on_bytes(net.now, c, &out);
+        let mut reply = Vec::new();
+        net.nodes[j].write_tx(c, &mut reply).unwrap();
+        let (mut plain, mut out) = (BytesMut::new(), BytesMut::new());
+        ch.on_bytes(&reply, &mut plain, &mut out).unwrap();
+        assert!(ch.is_open(), "handshake done after the responder's message");
+        ch.seal(&hello_frame(42, listen), &mut out).unwrap();
+        net.nodes[j].on_bytes(net.now, c, &out);
+        (c, ch)
+    }
+
+    fn ping_as(ch: &mut SecureChannel, sender: NodeAddr) -> BytesMut {
+        let mut frame = BytesMut::new();
+        let env = Envelope::new(sender.id(), sender, 0, PingMsg::Ping { seq: 9 });
+        wire::encode_frame(&env, &mut frame, 1 << 20).unwrap();
+        let mut out = BytesMut::new();
+        ch.seal(&frame, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_peer_sending_as_another_node_is_cut_off_and_the_network_unharmed() {
+        let mut net = Net::new(3);
+        net.ping(2, addr(0), 1, Bytes::new());
+        // Its hello claims a free address; its messages claim node 1's.
+        let (c, mut ch) = stranger(&mut net, 0, "127.0.0.1:5000", addr(9));
+        assert!(net.nodes[0].is_open(c), "an honest hello is accepted");
+        let forged = ping_as(&mut ch, addr(1));
+        net.nodes[0].on_bytes(net.now, c, &forged);
+        net.run();
+        assert!(!net.nodes[0].is_open(c), "cut off");
+        assert_eq!(net.nodes[0].machine().pings_served, 1, "the forged ping never reached the machine");
+        assert_eq!(net.nodes[0].stats().peers_dropped, 1);
+        // The same with a consistent but forged id: claiming node 1's id at its own address.
+        let (c, mut ch) = stranger(&mut net, 0, "127.0.0.1:5001", addr(9));
+        let mut frame = BytesMut::new();
+        let env = Envelope::new(addr(1).id(), addr(9), 0, PingMsg::Ping { seq: 9 });
+        wire::encode_frame(&env, &mut frame, 1 << 20).unwrap();
+        let mut out = BytesMut::new();
+        ch.seal(&frame, &mut out).unwrap();
+        net.nodes[0].on_bytes(net.now, c, &out);
+        net.run();
+        assert!(!net.nodes[0].is_open(c));
+        assert_eq!(net.nodes[0].machine().pings_served, 1);
+        net.ping(2, addr(0), 2, Bytes::new());
+        assert_eq!(net.events[2], [pong(0, 1, &Bytes::new()), pong(0, 2, &Bytes::new())]);
+    }
+
+    #[test]
+    fn a_hello_claiming_a_dialed_nodes_address_with_another_key_is_refused() {
+        let mut net = Net::new(2);
+        net.ping(0, addr(1), 1, Bytes::new());
+        let dials = net.dials[0];
+        let (c, _) = stranger(&mut net, 0, "127.0.0.1:5000", addr(1));
+        net.run();
+        assert!(!net.nodes[0].is_open(c), "refused: node 1's address answers with another key");
+        assert_eq!(net.dials[0], dials, "no probe: the connection to node 1 is open and proves its key");
+        net.ping(0, addr(1), 2, Bytes::new());
+        assert_eq!(net.events[0], [pong(1, 1, &Bytes::new()), pong(1, 2, &Bytes::new())]);
+        assert_eq!(net.nodes[1].machine().pings_served, 2);
+    }
+
+    #[test]
+    fn a_hello_from_another_host_than_its_address_is_refused() {
+        let mut net = Net::new(1);
+        let (c, _) = stranger(&mut net, 0, "198.18.0.9:5000", addr(3));
+        net.run();
+        assert!(!net.nodes[0].is_open(c));
+        assert_eq!(net.nodes[0].stats().peers_dropped, 1);
+    }
+
+    #[test]
+    fn a_plaintext_peer_cannot_talk_to_an_encrypting_one() {
+        let plain = DriverConfig { noise: None, ..cfg() };
+        let mut net = Net::with_each(vec![plain, cfg()]);
+        net.ping(0, addr(1), 1, Bytes::new());
+        assert_eq!(net.events[0], [PingEvent::SendFailed(addr(1))]);
+        assert_eq!(net.nodes[1].machine().pings_served, 0);
+    }
 }
