@@ -212,7 +212,9 @@ fn an_mpi_job_spreads_over_four_daemons_and_a_sequential_job_returns_its_files()
     assert_eq!(placed_nodes(&out.stderr), 4, "{}", out.stderr);
     // Every node keeps a verified copy of the program in its file cache ...
     let program = std::fs::read(ring()).unwrap();
-    for node in std::fs::read_dir(c.base().join("work")).unwrap().flatten() {
+    // (Each node's directory; beside them lie the nodes' Noise key files.)
+    let nodes = std::fs::read_dir(c.base().join("work")).unwrap().flatten().filter(|e| e.path().is_dir());
+    for node in nodes {
         let cached: Vec<_> = std::fs::read_dir(node.path().join("cache")).unwrap().flatten().collect();
         assert_eq!(cached.len(), 1, "{cached:?}");
         assert!(std::fs::read(cached[0].path()).unwrap() == program, "the cached copy differs");
