@@ -209,8 +209,9 @@ impl World {
     /// used by anything else during [`World::snapshot`] and [`World::recover`],
     /// until the region is unprotected or the world finalised.
     pub unsafe fn protect(&mut self, id: u32, ptr: *mut u8, bytes: usize) -> Result<()> {
-        if ptr.is_null() && bytes > 0 {
-            return Err(Error::Invalid(format!("region {id}: null pointer with {bytes} bytes")));
+        if ptr.is_null() {
+            // Even an empty region is copied through its pointer, which must not be null.
+            return Err(Error::Invalid(format!("region {id}: null pointer ({bytes} bytes)")));
         }
         self.ckpt.regions.insert(id, Protected { ptr, len: bytes });
         Ok(())
