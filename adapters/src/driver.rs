@@ -99,7 +99,7 @@ pub fn random_key() -> StaticKey {
 }
 
 /// 32 bytes from the operating system's randomness.
-pub(crate) fn os_seed() -> [u8; 32] {
+pub fn os_seed() -> [u8; 32] {
     let mut seed = [0u8; 32];
     // Linux's getrandom(2) does not fail once the pool is initialised at boot.
     getrandom::fill(&mut seed).expect("operating system randomness");

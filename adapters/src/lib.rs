@@ -26,7 +26,7 @@ mod driver;
 pub mod local;
 mod peers;
 
-pub use driver::{Driver, DriverConfig, DriverStats, IoRequest, random_key};
+pub use driver::{Driver, DriverConfig, DriverStats, IoRequest, os_seed, random_key};
 pub use peers::ConnId;
 
 #[cfg(any(feature = "tokio", feature = "smol", feature = "mio"))]

@@ -189,16 +189,10 @@ impl Conn {
         match &mut self.secure {
             None => self.tx.push(head, payload),
             Some(ch) => {
-                let mut out = BytesMut::with_capacity(SecureChannel::sealed_len(head.len() + payload.len()));
-                if payload.len() < ZERO_COPY_MIN {
-                    let mut frame = BytesMut::with_capacity(head.len() + payload.len());
-                    frame.extend_from_slice(head);
-                    frame.extend_from_slice(&payload);
-                    seal(ch, &frame, &mut out);
-                } else {
-                    seal(ch, head, &mut out);
-                    seal(ch, &payload, &mut out);
-                }
+                let mut out = BytesMut::new();
+                // A connection whose channel broke is dropped at once by the
+                // driver, so a frame is never sealed on it.
+                ch.seal_frame(head, &payload, &mut out).expect("sealing on a channel that has not failed");
                 if !out.is_empty() {
                     self.tx.push(&[], out.freeze());
                 }
@@ -229,12 +223,6 @@ impl Conn {
         dec.push(self.decoder.buffer_mut());
         self.decoder = dec;
     }
-}
-
-fn seal(ch: &mut SecureChannel, plain: &[u8], out: &mut BytesMut) {
-    // A connection whose channel broke is dropped at once by the driver, so a
-    // frame is never sealed on it.
-    ch.seal(plain, out).expect("sealing on a channel that has not failed");
 }
 
 /// Reconnect back-off for one peer address: sends fail at once until `until`.

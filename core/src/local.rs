@@ -7,6 +7,11 @@
 //! `request_id`. The node maps them onto the overlay: a registration becomes
 //! `OverlayCommand::Register { name: key.to_string(), value: addr, ttl }` (kept
 //! refreshed while the process lives), a resolution `OverlayCommand::Query`.
+//! A rank that encrypts its links registers an [`Endpoint`] (its address and
+//! the public half of its Noise key) with [`LocalRequest::RegisterKeyed`] and
+//! resolves its peers' endpoints with [`LocalRequest::ResolveKeyed`], so a
+//! rank dialing another knows which key must answer there, and a rank accepting
+//! one knows which keys the claimed rank registered.
 //!
 //! postcard encodes variants by index: every enum here is append-only.
 
@@ -14,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::id::Id;
 use crate::machine::NodeAddr;
+use crate::secure::PublicKey;
 
 /// The key a process is registered under: SHA-1 of its job id bytes followed by
 /// its rank as 4 big-endian bytes.
@@ -29,8 +35,48 @@ pub enum LocalRequest {
     Register { key: Id, addr: NodeAddr },
     /// Every address currently registered under `key`, looked up through the overlay.
     Resolve { key: Id },
-    /// Withdraw the registration of `key` at `addr`.
+    /// Withdraw the registration of `key` at `addr` (with or without a public key).
     Unregister { key: Id, addr: NodeAddr },
+    /// Register process key `key` at `addr` with the public key `public` its
+    /// connections authenticate with; kept like [`LocalRequest::Register`].
+    RegisterKeyed { key: Id, addr: NodeAddr, public: PublicKey },
+    /// Every endpoint currently registered under `key`, with its public key
+    /// when it registered one; answered with [`LocalReply::ResolvedKeyed`].
+    ResolveKeyed { key: Id },
+}
+
+/// Where a process listens, and the public key its connections authenticate
+/// with, if it registered one. Its text form (the value registered in the
+/// overlay) is the address, then a space and 64 hex digits when keyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// The listening address.
+    pub addr: NodeAddr,
+    /// The static key of the process's Noise handshakes.
+    pub key: Option<PublicKey>,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.key {
+            Some(k) => write!(f, "{} {k}", self.addr),
+            None => write!(f, "{}", self.addr),
+        }
+    }
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = ();
+
+    /// Parses the overlay value of a registration (an address, or an address
+    /// and a key); `Err` for anything else.
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (addr, key) = match s.split_once(' ') {
+            Some((addr, key)) => (addr, Some(PublicKey::from_hex(key).ok_or(())?)),
+            None => (s, None),
+        };
+        Ok(Endpoint { addr: addr.parse().map_err(drop)?, key })
+    }
 }
 
 /// Why the node could not do what was asked.
@@ -59,6 +105,8 @@ pub enum LocalReply {
     Unregistered { key: Id },
     /// The request failed.
     Failed { error: LocalError },
+    /// Every live endpoint of `key`; empty when nothing is registered (yet).
+    ResolvedKeyed { key: Id, endpoints: Vec<Endpoint> },
 }
 
 /// The first frame on every connection between two ranks: who connects. The
@@ -102,6 +150,12 @@ mod tests {
             (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Register { key, addr }),
             arb_id().prop_map(|key| LocalRequest::Resolve { key }),
             (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Unregister { key, addr }),
+            (arb_id(), arb_addr(), any::<[u8; 32]>()).prop_map(|(key, addr, k)| LocalRequest::RegisterKeyed {
+                key,
+                addr,
+                public: PublicKey(k)
+            }),
+            arb_id().prop_map(|key| LocalRequest::ResolveKeyed { key }),
         ]
     }
 
@@ -113,7 +167,14 @@ mod tests {
             arb_id().prop_map(|key| LocalReply::Unregistered { key }),
             prop_oneof![Just(LocalError::Timeout), Just(LocalError::NotConnected), Just(LocalError::Refused)]
                 .prop_map(|error| LocalReply::Failed { error }),
+            (arb_id(), proptest::collection::vec(arb_endpoint(), 0..5))
+                .prop_map(|(key, endpoints)| LocalReply::ResolvedKeyed { key, endpoints }),
         ]
+    }
+
+    fn arb_endpoint() -> impl Strategy<Value = Endpoint> {
+        (arb_addr(), proptest::option::of(any::<[u8; 32]>()))
+            .prop_map(|(addr, key)| Endpoint { addr, key: key.map(PublicKey) })
     }
 
     fn env<B: std::fmt::Debug>(body: impl Strategy<Value = B>) -> impl Strategy<Value = Envelope<B>> {
@@ -155,6 +216,16 @@ mod tests {
         #[test]
         fn replies_round_trip(e in env(arb_reply())) {
             prop_assert_eq!(round_trip(&e), e);
+        }
+
+        #[test]
+        fn an_endpoint_reads_back_from_its_text(e in arb_endpoint()) {
+            prop_assert_eq!(e.to_string().parse::<Endpoint>(), Ok(e));
+        }
+
+        #[test]
+        fn endpoint_text_never_panics(s in ".{0,120}") {
+            let _ = s.parse::<Endpoint>();
         }
 
         #[test]

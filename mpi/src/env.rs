@@ -19,6 +19,9 @@ pub const HOST_VAR: &str = "P2PMP_HOST";
 /// How long a peer rank may stay silent before its connection counts as
 /// broken, in milliseconds (optional; [`DEFAULT_FAILURE_TIMEOUT`]).
 pub const FAILURE_TIMEOUT_VAR: &str = "P2PMP_FAILURE_TIMEOUT_MS";
+/// Which rank-to-rank TCP links are encrypted: `auto` (the default: those
+/// between hosts), `always` (every one, on one host too) or `never`.
+pub const ENCRYPT_VAR: &str = "P2PMP_ENCRYPT";
 /// The failure timeout when the node does not give one.
 pub const DEFAULT_FAILURE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -35,6 +38,44 @@ pub struct RankEnv {
     pub host: IpAddr,
     /// How long a silent peer is waited for (`P2PMP_FAILURE_TIMEOUT_MS`).
     pub failure_timeout: Duration,
+    /// Which links are encrypted (`P2PMP_ENCRYPT`).
+    pub encrypt: Encrypt,
+}
+
+/// Which TCP links between ranks are encrypted and authenticated (Noise XX,
+/// keys registered in the overlay with the ranks' addresses). Shared-memory
+/// links never leave the host and are never encrypted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encrypt {
+    /// Links to and from other hosts; a link within the host may be either.
+    #[default]
+    Auto,
+    /// Every TCP link, within the host too.
+    Always,
+    /// None (a peer of another host that requires encryption refuses us).
+    Never,
+}
+
+impl Encrypt {
+    /// Reads `auto`, `always`/`1`/`on` or `never`/`0`/`off`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Encrypt::Auto),
+            "always" | "1" | "on" | "yes" => Ok(Encrypt::Always),
+            "never" | "0" | "off" | "no" => Ok(Encrypt::Never),
+            other => Err(format!("{other:?}: want auto, always or never")),
+        }
+    }
+
+    /// Whether a link between this rank's host address `host` and `peer` is
+    /// encrypted: opened by us, or required of a peer connecting from `peer`.
+    pub fn wanted(self, host: IpAddr, peer: IpAddr) -> bool {
+        match self {
+            Encrypt::Auto => peer != host && !(peer.is_loopback() && host.is_loopback()),
+            Encrypt::Always => true,
+            Encrypt::Never => false,
+        }
+    }
 }
 
 impl RankEnv {
@@ -66,7 +107,9 @@ impl RankEnv {
             ),
             None => DEFAULT_FAILURE_TIMEOUT,
         };
-        Ok(RankEnv { job, rank, size, node, host, failure_timeout })
+        let encrypt =
+            get(ENCRYPT_VAR).map_or(Ok(Encrypt::Auto), |v| Encrypt::parse(&v)).map_err(|p| bad(ENCRYPT_VAR, p))?;
+        Ok(RankEnv { job, rank, size, node, host, failure_timeout, encrypt })
     }
 }
 
@@ -107,7 +150,8 @@ mod tests {
         let node = "127.0.0.1:9".parse().unwrap();
         let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let failure_timeout = DEFAULT_FAILURE_TIMEOUT;
-        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node, host: loopback, failure_timeout });
+        let encrypt = Encrypt::Auto;
+        assert_eq!(ok, RankEnv { job: vec![0, 255], rank: 1, size: 4, node, host: loopback, failure_timeout, encrypt });
         let there = with_host("00ff", "1", "4", "127.0.0.1:9", Some("198.18.0.7")).unwrap();
         assert_eq!(there.host, "198.18.0.7".parse::<IpAddr>().unwrap());
         assert!(with_host("00ff", "1", "4", "127.0.0.1:9", Some("somewhere")).is_err());
@@ -117,5 +161,28 @@ mod tests {
         assert!(env("00", "0", "4", "nowhere").is_err());
         assert!(RankEnv::from_lookup(|_| None).is_err());
         assert_eq!(parse_hex(&to_hex(&[1, 2, 254])).unwrap(), vec![1, 2, 254]);
+    }
+
+    #[test]
+    fn encryption_is_between_hosts_by_default_and_a_bad_value_is_refused() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (a, b, lo) = (ip("198.18.0.1"), ip("198.18.0.2"), ip("127.0.0.1"));
+        assert!(Encrypt::Auto.wanted(a, b));
+        assert!(!Encrypt::Auto.wanted(a, a));
+        assert!(!Encrypt::Auto.wanted(lo, ip("127.0.0.2")));
+        assert!(Encrypt::Always.wanted(lo, lo));
+        assert!(!Encrypt::Never.wanted(a, b));
+        assert_eq!(Encrypt::parse(" Always "), Ok(Encrypt::Always));
+        assert_eq!(Encrypt::parse("0"), Ok(Encrypt::Never));
+        assert!(Encrypt::parse("sometimes").is_err());
+        let env = RankEnv::from_lookup(|k| match k {
+            JOB_VAR => Some("00ff".into()),
+            RANK_VAR => Some("0".into()),
+            SIZE_VAR => Some("2".into()),
+            NODE_VAR => Some("127.0.0.1:9".into()),
+            ENCRYPT_VAR => Some("maybe".into()),
+            _ => None,
+        });
+        assert!(matches!(env, Err(Error::Env { var: ENCRYPT_VAR, .. })));
     }
 }

@@ -74,8 +74,8 @@ mod world;
 pub use ckpt::CheckpointStats;
 pub use comm::{Comm, CommId};
 pub use env::{
-    DEFAULT_FAILURE_TIMEOUT, FAILURE_TIMEOUT_VAR, HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, parse_hex,
-    to_hex,
+    DEFAULT_FAILURE_TIMEOUT, ENCRYPT_VAR, Encrypt, FAILURE_TIMEOUT_VAR, HOST_VAR, JOB_VAR, NODE_VAR, RANK_VAR, RankEnv,
+    SIZE_VAR, parse_hex, to_hex,
 };
 pub use error::{Error, Result};
 pub use group::{Group, Similarity};

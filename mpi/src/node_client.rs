@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mio::net::TcpStream;
 use p2pmp_core::id::Id;
-use p2pmp_core::local::{LocalReply, LocalRequest};
+use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::wire::Calls;
 use p2pmp_core::wire::vectored::write_queue;
@@ -108,9 +108,9 @@ impl NodeClient {
         }
     }
 
-    /// Registers `key` at our listening address.
-    pub(crate) fn register(&mut self, key: Id) -> Result<()> {
-        match self.call(LocalRequest::Register { key, addr: self.calls.addr() })? {
+    /// Registers a process key (`req`, a registration) and waits for the answer.
+    pub(crate) fn register(&mut self, req: LocalRequest) -> Result<()> {
+        match self.call(req)? {
             LocalReply::Registered { .. } => Ok(()),
             other => Err(Error::Node(format!("register refused: {other:?}"))),
         }
@@ -135,10 +135,11 @@ impl NodeClient {
     }
 }
 
-/// What a reply to a resolve says: the addresses, or why there are none.
-pub(crate) fn resolved(reply: LocalReply) -> Result<Vec<NodeAddr>, String> {
+/// What a reply to a resolve says: the endpoints, or why there are none.
+pub(crate) fn resolved(reply: LocalReply) -> Result<Vec<Endpoint>, String> {
     match reply {
-        LocalReply::Resolved { addrs, .. } => Ok(addrs),
+        LocalReply::ResolvedKeyed { endpoints, .. } => Ok(endpoints),
+        LocalReply::Resolved { addrs, .. } => Ok(addrs.into_iter().map(|addr| Endpoint { addr, key: None }).collect()),
         LocalReply::Failed { error } => Err(format!("resolve failed: {error}")),
         other => Err(format!("unexpected reply {other:?}")),
     }

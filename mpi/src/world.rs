@@ -125,7 +125,7 @@ impl World {
         epoch();
         let ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
         let engine = MpiEngine::new(config, env.rank, env.size)?;
-        let net = Transport::start(env.job, env.rank, env.size, env.node, env.host, env.failure_timeout)?;
+        let net = Transport::start(&env)?;
         Ok(World {
             engine,
             net,

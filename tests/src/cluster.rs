@@ -235,6 +235,12 @@ impl Cluster {
         Cluster { hosts, switch, dir, jobd, _one: one }
     }
 
+    /// The switch's network namespace (`/proc/PID/ns/net`): host `i`'s
+    /// port there, `h<i>`, carries every packet to and from it.
+    pub fn switch_netns_path(&self) -> String {
+        self.switch.path()
+    }
+
     /// The public key of this user's default key (`p2pjob whoami`, which makes
     /// it if none exists): what `p2pjob` run in a host signs with.
     pub fn user_key(&self) -> String {

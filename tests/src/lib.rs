@@ -8,6 +8,7 @@
 //! [`run_to_end`] runs one to its end with a deadline. [`cluster`] builds a
 //! cluster of hosts out of network namespaces, a `jobd` on each. [`bench`](mod@bench) is
 //! what the MPI benches share (running, figures, the reference MPIs).
+//! [`sniff`] captures packets for the tests of what crosses the wire.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -21,6 +22,7 @@ use p2pmp_core::id::Id;
 
 pub mod bench;
 pub mod cluster;
+pub mod sniff;
 
 /// `target/<profile>` of the running test binary.
 pub fn target_dir() -> PathBuf {

@@ -14,7 +14,17 @@ use p2pmp_tests::cluster::{Cluster, cluster_or_skip};
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"])
+        p2pmp_tests::cargo_build(&[
+            "-p",
+            "p2pmp-jobd",
+            "--bins",
+            "-p",
+            "p2pmp-mpi",
+            "--example",
+            "mpi_ring",
+            "--example",
+            "mpi_sizes",
+        ])
     })
 }
 
@@ -86,6 +96,28 @@ fn ring_over_three_hosts(c: &Cluster) {
     let nodes = placed_nodes(&out.stderr);
     assert_eq!(nodes.len(), 3, "one rank per host: {}", out.stderr);
     assert!(nodes.iter().all(|n| n.starts_with("198.18.0.")), "{nodes:?}");
+}
+
+/// Between hosts, rank-to-rank links are encrypted by default: a capture on
+/// host 0's port of the bridge sees no 64 bytes of a message in any packet, while the same job
+/// with encryption turned off (a wrapper sets `P2PMP_ENCRYPT=never`) shows
+/// them, so the capture can fail.
+#[test]
+fn rank_traffic_between_hosts_is_encrypted_by_default() {
+    let Some(c) = cluster("encrypted_between_hosts", 2, &[]) else { return };
+    let sizes = built().join("examples/mpi_sizes").to_string_lossy().into_owned();
+    let plain = write(&c, "plain.sh", &format!("#!/bin/sh\nP2PMP_ENCRYPT=never exec {sizes} \"$@\"\n"));
+    let needle = p2pmp_tests::sniff::mpi_sizes_bytes(1000, 3)[400..464].to_vec();
+    for (exe, in_clear) in [(&plain, true), (&sizes, false)] {
+        let sniffer = p2pmp_tests::sniff::Sniffer::start_in(Some(c.switch_netns_path()), "h0", needle.clone())
+            .expect("a capture on the switch (the cluster runs as root)");
+        let out = c.p2pjob(0, &["run", "-n", "2", exe, "70000"], Duration::from_secs(60));
+        let seen = sniffer.stop().expect("capture");
+        assert!(out.ok && out.stdout.contains("[0] sizes ok 8"), "{exe}: {} {}", out.stdout, out.stderr);
+        assert_eq!(placed_nodes(&out.stderr).len(), 2, "one rank per host: {}", out.stderr);
+        assert!(seen.packets > 0, "nothing captured on host 0's port");
+        assert_eq!(seen.matches > 0, in_clear, "{exe}: {seen:?}");
+    }
 }
 
 /// Writes `name` in the cluster's scratch directory (executable when it is a script).

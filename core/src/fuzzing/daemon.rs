@@ -27,6 +27,7 @@ use crate::local::LocalRequest;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::node::control::ToolRequest;
 use crate::node::{DaemonConfig, DaemonNode, NodeCommand, NodeEvent, NodeMsg};
+use crate::secure::PublicKey;
 use crate::wire::{DEFAULT_MAX_FRAME, Envelope, decode_envelope};
 
 /// Most actions one input may cause before the drain counts as endless.
@@ -322,9 +323,11 @@ impl Harness {
         match c.byte() % 8 {
             0 => {
                 let (key, addr) = (c.id(), c.addr());
-                let req = match c.byte() % 3 {
+                let req = match c.byte() % 5 {
                     0 => LocalRequest::Register { key, addr },
                     1 => LocalRequest::Resolve { key },
+                    2 => LocalRequest::RegisterKeyed { key, addr, public: PublicKey([c.byte(); 32]) },
+                    3 => LocalRequest::ResolveKeyed { key },
                     _ => LocalRequest::Unregister { key, addr },
                 };
                 NodeCommand::Local { conn, request_id, req }

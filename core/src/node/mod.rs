@@ -308,7 +308,7 @@ pub enum NodeCmdError {
 #[derive(Debug)]
 enum Pending {
     /// A rank resolves a process key.
-    Resolve { conn: ConnId, request_id: u64, key: Id },
+    Resolve { conn: ConnId, request_id: u64, key: Id, keyed: bool },
     /// `p2pjob nodes`.
     Nodes { conn: ConnId, request_id: u64 },
     /// Where forwarded request `fwd` must go: the job's key.
@@ -545,7 +545,9 @@ impl DaemonNode {
     fn on_overlay_event(&mut self, now: Instant, e: OverlayEvent) {
         match e {
             OverlayEvent::QueryDone { token, result, .. } => match self.pending.remove(&token) {
-                Some(Pending::Resolve { conn, request_id, key }) => self.resolved(conn, request_id, key, result),
+                Some(Pending::Resolve { conn, request_id, key, keyed }) => {
+                    self.resolved(conn, request_id, key, keyed, result)
+                }
                 Some(Pending::Nodes { conn, request_id }) => self.nodes_listed(conn, request_id, result),
                 Some(Pending::Locate { fwd }) => self.located(now, fwd, result),
                 Some(Pending::Gather { fwd }) => self.gather_nodes(now, fwd, result),

@@ -28,6 +28,9 @@ const TAG: usize = 16;
 pub const MAX_PLAIN_RECORD: usize = MAX_RECORD - TAG;
 /// Bytes a record adds to its plaintext: the length prefix and the tag.
 pub const RECORD_OVERHEAD: usize = 2 + TAG;
+/// From this payload size on, [`SecureChannel::seal_frame`] seals a frame's
+/// header and payload apart rather than copying them together.
+pub const SEAL_APART_MIN: usize = 16 * 1024;
 /// Most early bytes one handshake message carries (XX adds at most 96 bytes).
 const MAX_EARLY: usize = MAX_RECORD - 128;
 /// The length of XX's first message: an ephemeral public key, no payload.
@@ -195,6 +198,22 @@ impl SecureChannel {
             transport.write_message(chunk, &mut out[at..]).expect("seal a record");
         }
         Ok(())
+    }
+
+    /// Seals one encoded frame, its header then its payload, appending to
+    /// `out`: a small payload is copied beside the header into one record (one
+    /// tag, one cipher call), a large one ([`SEAL_APART_MIN`] bytes or more)
+    /// is sealed apart, saving the copy.
+    pub fn seal_frame(&mut self, head: &[u8], payload: &[u8], out: &mut BytesMut) -> Result<(), SecureError> {
+        out.reserve(Self::sealed_len(head.len() + payload.len()) + RECORD_OVERHEAD);
+        if payload.len() >= SEAL_APART_MIN {
+            self.seal(head, out)?;
+            return self.seal(payload, out);
+        }
+        let mut frame = BytesMut::with_capacity(head.len() + payload.len());
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(payload);
+        self.seal(&frame, out)
     }
 
     /// Bytes [`SecureChannel::seal`] appends for `plain_len` bytes of plaintext.

@@ -1,7 +1,8 @@
 //! Ping-pong between two hosts: a two-host namespace cluster
 //! (`p2pmp_tests::cluster`, a jobd on each, one slot each) runs the p2pmp
 //! ping-pong (and its window of 64 sends) as a two-rank job, one rank per
-//! host, and, beside it, a raw blocking TCP ping-pong between a process on
+//! host, encrypted as by default between hosts (`p2pmp`) and again with
+//! encryption off (`p2pmp_plain`), and, beside them, a raw blocking TCP ping-pong between a process on
 //! each of the same two hosts, and MPICH over TCP between them (hydra started
 //! on host 0, its proxy on host 1 through a launcher that enters host 1's
 //! namespace instead of ssh).
@@ -20,7 +21,7 @@ pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64
 pub(crate) fn pingpong(quick: bool, limit: Duration, mpich: Result<&std::path::Path, String>) -> Vec<Figure> {
     let got: Vec<(&'static str, Figures)> = match measure(quick, limit, mpich) {
         Ok(v) => v,
-        Err(why) => ["p2pmp", "raw_tcp", "mpich_tcp"]
+        Err(why) => ["p2pmp", "p2pmp_plain", "raw_tcp", "mpich_tcp"]
             .map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).chain([(WIN, Err(why.clone()))]).collect()))
             .into(),
     };
@@ -79,24 +80,25 @@ fn measure(
         std::thread::sleep(Duration::from_millis(100));
     }
     let me_s = me.to_string_lossy().into_owned();
-    let mut args = vec!["run", "-n", "2", me_s.as_str(), "pingpong"];
-    if quick {
-        args.push("quick");
-    }
-    let started = Instant::now();
-    let out = c.p2pjob(0, &args, limit);
-    let p2pmp: Figures = {
+    let p2pmp = |plain: bool| -> Figures {
+        let mut args = vec!["run", "-n", "2", me_s.as_str(), "pingpong"];
+        args.extend(quick.then_some("quick"));
+        args.extend(plain.then_some("plain"));
+        let started = Instant::now();
+        let out = c.p2pjob(0, &args, limit);
         let lines: Vec<String> = out.stdout.lines().filter_map(|l| l.strip_prefix("[0] ").map(str::to_owned)).collect();
         let why = if out.ok { "failed: no figure".into() } else { format!("failed: {}", out.stderr.trim()) };
+        let how = if plain { "unencrypted" } else { "encrypted" };
+        eprintln!("  hosts     p2pmp ping-pong over the bridge ({how}) took {:.1} s", started.elapsed().as_secs_f64());
         figures_of(&lines, &why)
     };
-    eprintln!("  hosts     p2pmp ping-pong over the bridge took {:.1} s", started.elapsed().as_secs_f64());
+    let (encrypted, plain) = (p2pmp(false), p2pmp(true));
     let raw: Figures = SIZES.iter().map(|&z| (z, raw_between(&c, &me, z, iters(z, quick)))).collect();
     let mpich = match mpich {
         Ok(dir) => mpich_between(&c, dir, quick, limit),
         Err(why) => figures_of(&[], &why),
     };
-    Ok(vec![("p2pmp", p2pmp), ("raw_tcp", raw), ("mpich_tcp", mpich)])
+    Ok(vec![("p2pmp", encrypted), ("p2pmp_plain", plain), ("raw_tcp", raw), ("mpich_tcp", mpich)])
 }
 
 /// MPICH's ping-pong over TCP between hosts 0 and 1: hydra's `mpirun` on

@@ -9,8 +9,10 @@
 //!   and 1 MiB per rank (per block for Alltoall) on 2, 4 and 8 ranks (µs a call,
 //!   median of 5 repetitions; `--coll` runs only these rows).
 //! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
-//!   them): p2pmp's ping-pong through two jobds beside a raw blocking TCP
-//!   ping-pong between processes on the same two hosts.
+//!   them, `--hosts` runs only them): p2pmp's ping-pong through two jobds,
+//!   encrypted as by default between hosts and again unencrypted, beside a raw
+//!   blocking TCP ping-pong between processes on the same two hosts and MPICH
+//!   over TCP.
 //!
 //! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
 //! turns over three rounds (quick: one), so load drifting on a shared machine
@@ -239,6 +241,17 @@ struct Limits {
     reference: Duration,
 }
 
+/// The two-host rows (p2pmp encrypted and not, raw TCP, MPICH over TCP).
+fn hosts_section(res: &mut Results, quick: bool, built: &[RefBuild], limit: Limits) {
+    let mpich = built
+        .iter()
+        .find(|b| b.mpi == run::Mpi::Mpich)
+        .map_or_else(|| Err("missing: MPICH not installed".to_string()), |b| b.dir.as_deref().map_err(Clone::clone));
+    for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp, mpich) {
+        res.put(section, &row, system, &key, value);
+    }
+}
+
 fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool)], limit: Limits) {
     let q: Vec<String> = if quick { vec!["quick".into()] } else { vec![] };
     // One figure (or why not) per size.
@@ -465,7 +478,7 @@ fn main() {
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
         let res = match args.first().map(String::as_str) {
-            Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick")),
+            Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick"), args.iter().any(|a| a == "plain")),
             Some("ring") => ranks::ring(arg(1), false),
             Some("ring_snap") => ranks::ring(arg(1), true),
             Some("factor") => ranks::factor(arg(1), arg(2)),
@@ -515,6 +528,15 @@ fn main() {
         println!("{flat}");
         return;
     }
+    if args.iter().any(|a| a == "--hosts") {
+        hosts_section(&mut res, quick, &built, limit);
+        println!("{}", res.table("hosts_lat", "between two hosts (network namespaces on a bridge): latency (µs)"));
+        println!("{}", res.table("hosts_bw", "between two hosts: bandwidth (MB/s)"));
+        let flat = res.flat(quick, &[]);
+        let _ = std::fs::write(dir.join(if quick { "hosts-quick.json" } else { "hosts.json" }), format!("{flat}\n"));
+        println!("{flat}");
+        return;
+    }
     if args.iter().any(|a| a == "--coll") {
         coll_section(&mut res, quick, &refs, limit);
         println!("{}", res.table("coll", "collectives (µs a call, median of 5 repetitions)"));
@@ -523,13 +545,7 @@ fn main() {
     }
     pingpong_section(&mut res, quick, &refs, limit);
     if !args.iter().any(|a| a == "--no-hosts") {
-        let mpich = built.iter().find(|b| b.mpi == run::Mpi::Mpich).map_or_else(
-            || Err("missing: MPICH not installed".to_string()),
-            |b| b.dir.as_deref().map_err(Clone::clone),
-        );
-        for (section, row, system, key, value) in hosts::pingpong(quick, limit.p2pmp, mpich) {
-            res.put(section, &row, system, &key, value);
-        }
+        hosts_section(&mut res, quick, &built, limit);
     }
 
     let (ring_ranks, ring_loops): (&[u32], &[u64]) =

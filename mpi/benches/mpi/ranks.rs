@@ -7,9 +7,15 @@ use bytes::Bytes;
 
 use crate::{SIZES, iters, median};
 
-/// `pp <size> <median half round trip µs>` per size, from rank 0.
-pub(crate) fn pingpong(quick: bool) -> Result<(), p2pmp_mpi::Error> {
-    let mut w = p2pmp_mpi::init()?;
+/// `pp <size> <median half round trip µs>` per size, from rank 0. `plain`:
+/// with rank-to-rank encryption off (`P2PMP_ENCRYPT=never`, which a job's
+/// environment cannot carry), for the figure beside the encrypted one.
+pub(crate) fn pingpong(quick: bool, plain: bool) -> Result<(), p2pmp_mpi::Error> {
+    let mut env = p2pmp_mpi::RankEnv::from_env()?;
+    if plain {
+        env.encrypt = p2pmp_mpi::Encrypt::Never;
+    }
+    let mut w = p2pmp_mpi::World::start(env, p2pmp_core::mpi::MpiConfig::default())?;
     let r = w.rank();
     for size in SIZES {
         let data = Bytes::from(vec![7u8; size]);

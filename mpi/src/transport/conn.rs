@@ -1,19 +1,21 @@
 //! One connection to a peer rank, over TCP or shared memory: its byte source,
-//! its decoder, the bytes waiting to be written, and the few things done to
-//! every TCP socket.
+//! its Noise channel when encrypted, its decoder, the bytes waiting to be
+//! written, and the few things done to every TCP socket.
 
 use std::collections::VecDeque;
 use std::io;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
+use p2pmp_core::secure::{PublicKey, SecureChannel};
 use p2pmp_core::wire::vectored::write_queue;
 use p2pmp_core::wire::{FrameDecoder, decode_envelope};
 use tracing::{debug, warn};
 
+use super::secure::{Keys, starts_handshake};
 use super::shm::{ShmIo, ShmSetup};
 use crate::sock::{self, Wait};
 
@@ -42,14 +44,80 @@ pub(super) struct Conn {
     /// Bytes waiting for the socket or ring, in order (header and payload parts).
     pub(super) tx: VecDeque<Bytes>,
     /// The peer: known from the start on connections we opened, from the hello
-    /// on accepted ones.
+    /// on accepted ones (on an encrypted one, once its key is vouched for).
     pub(super) rank: Option<u32>,
     pub(super) accepted: bool,
+    /// The Noise channel every byte passes on an encrypted TCP link.
+    pub(super) secure: Option<SecureChannel>,
+    /// An accepted TCP connection whose first bytes are not in yet: whether
+    /// it must be encrypted (they say whether it is).
+    pub(super) sniff: Option<bool>,
+    /// Bytes read and not yet through the channel (or the sniff).
+    raw: BytesMut,
+    /// On a link we dialed: the key registered at the address, which must
+    /// answer the handshake.
+    pub(super) expect: Option<PublicKey>,
+    /// On an accepted encrypted link: the rank its hello names, waiting for
+    /// its key to be vouched for (its frames wait in the decoder).
+    pub(super) claimed: Option<u32>,
+}
+
+/// What decoding a connection's buffered frames came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Decoded {
+    /// Every whole frame went to the engine (or waits for a key check).
+    Keep,
+    /// Bad bytes or a bad hello: drop the connection.
+    Drop,
+    /// An encrypted hello named this rank with a key not known to be its:
+    /// resolve the rank, then check again.
+    Verify(u32),
 }
 
 impl Conn {
     pub(super) fn new(io: Io, rank: Option<u32>, accepted: bool) -> Self {
-        Conn { io, dec: FrameDecoder::default(), tx: VecDeque::new(), rank, accepted }
+        Conn {
+            io,
+            dec: FrameDecoder::default(),
+            tx: VecDeque::new(),
+            rank,
+            accepted,
+            secure: None,
+            sniff: None,
+            raw: BytesMut::new(),
+            expect: None,
+            claimed: None,
+        }
+    }
+
+    /// Encrypts a link we dialed: the handshake's first message goes first,
+    /// and `expect` must answer it.
+    pub(super) fn encrypt(&mut self, keys: &mut Keys, expect: PublicKey) {
+        let mut first = BytesMut::new();
+        self.secure = Some(keys.initiator(&mut first));
+        self.expect = Some(expect);
+        self.tx.push_front(first.freeze());
+    }
+
+    /// Queues one encoded frame: as it is, or sealed on an encrypted link
+    /// (kept by the channel to go with the handshake while that runs).
+    pub(super) fn push_frame(&mut self, head: Bytes, payload: Bytes) {
+        let Some(ch) = &mut self.secure else {
+            self.tx.push_back(head);
+            if !payload.is_empty() {
+                self.tx.push_back(payload);
+            }
+            return;
+        };
+        let mut out = BytesMut::new();
+        // A channel fails only on bad input, and the connection is closed at
+        // once then; a frame queued on it would be resent by the engine anyway.
+        if let Err(e) = ch.seal_frame(&head, &payload, &mut out) {
+            debug!(%e, "frame not sealed");
+        }
+        if !out.is_empty() {
+            self.tx.push_back(out.freeze());
+        }
     }
 
     /// Whether the connection is still being set up (no frames move yet).
@@ -69,12 +137,57 @@ impl Conn {
     /// Reads once into the decoder (the first read waiting as `wait` says; a
     /// ring never waits): (bytes read, room offered), 0 bytes at end of stream;
     /// `WouldBlock` when nothing is there.
-    pub(super) fn recv(&mut self, wait: Wait) -> io::Result<(usize, usize)> {
+    /// On an encrypted link the bytes pass the channel first (a handshake
+    /// answer is queued in `tx`); a bad handshake or record, a key other than
+    /// the one expected, or a plain link where one must be encrypted is an
+    /// `InvalidData` error.
+    pub(super) fn recv(&mut self, wait: Wait, keys: &mut Keys) -> io::Result<(usize, usize)> {
         match &mut self.io {
-            Io::Tcp { stream, .. } => sock::recv_spare(stream, self.dec.buffer_mut(), wait),
+            Io::Tcp { stream, .. } if self.secure.is_none() && self.sniff.is_none() => {
+                sock::recv_spare(stream, self.dec.buffer_mut(), wait)
+            }
+            Io::Tcp { stream, .. } => {
+                let got = sock::recv_spare(stream, &mut self.raw, wait)?;
+                self.take_raw(keys).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                Ok(got)
+            }
             Io::Shm(s) => s.recv(self.dec.buffer_mut(), RING_READ),
             Io::ShmSetup(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
+    }
+
+    /// Moves the raw bytes read through the sniff and the channel into the decoder.
+    fn take_raw(&mut self, keys: &mut Keys) -> Result<(), String> {
+        if let Some(required) = self.sniff {
+            if self.raw.len() < 2 {
+                return Ok(());
+            }
+            self.sniff = None;
+            if starts_handshake(&self.raw) {
+                self.secure = Some(keys.responder());
+            } else if required {
+                return Err("a plain connection from another host: encryption is required".into());
+            }
+        }
+        let Some(ch) = &mut self.secure else {
+            self.dec.buffer_mut().extend_from_slice(&self.raw);
+            self.raw.clear();
+            return Ok(());
+        };
+        let mut out = BytesMut::new();
+        let opened = ch.on_bytes(&self.raw, self.dec.buffer_mut(), &mut out).map_err(|e| e.to_string())?;
+        self.raw.clear();
+        // Checked before the answer goes out: the initiator's answer carries
+        // its hello and first frames, for the expected key only.
+        if let (true, Some(want), Some(got)) = (opened, self.expect, ch.remote_key())
+            && want != got
+        {
+            return Err(format!("rank {:?} answered with key {got}, not the {want} registered there", self.rank));
+        }
+        if !out.is_empty() {
+            self.tx.push_back(out.freeze());
+        }
+        Ok(())
     }
 
     /// Writes as much of `tx` as the socket or ring takes, without waiting.
@@ -117,16 +230,26 @@ pub(super) fn configure(stream: &TcpStream, direct_max: Duration, failure_timeou
     Ok(())
 }
 
-/// Hands every whole frame buffered in `conn` to the engine; false to drop the
-/// connection (a bad hello or malformed bytes).
-pub(super) fn decode_frames(conn: &mut Conn, engine: &mut MpiEngine, now: Instant, job: &[u8], me: u32) -> bool {
+/// Hands every whole frame buffered in `conn` to the engine. The hello of an
+/// encrypted connection counts only with a key `keys` vouches for as the
+/// named rank's; until then the frames wait.
+pub(super) fn decode_frames(
+    conn: &mut Conn,
+    engine: &mut MpiEngine,
+    now: Instant,
+    (job, me): (&[u8], u32),
+    keys: &Keys,
+) -> Decoded {
+    if conn.claimed.is_some() {
+        return Decoded::Keep;
+    }
     loop {
         let frame = match conn.dec.decode() {
             Ok(Some(f)) => f,
-            Ok(None) => return true,
+            Ok(None) => return Decoded::Keep,
             Err(e) => {
                 warn!(%e, "bad frame; dropping the connection");
-                return false;
+                return Decoded::Drop;
             }
         };
         match conn.rank {
@@ -134,14 +257,26 @@ pub(super) fn decode_frames(conn: &mut Conn, engine: &mut MpiEngine, now: Instan
                 Ok(env) => engine.handle_envelope(now, from, env),
                 Err(e) => {
                     warn!(from, %e, "bad envelope; dropping the connection");
-                    return false;
+                    return Decoded::Drop;
                 }
             },
             None => match decode_envelope::<RankHello>(frame) {
-                Ok(env) if hello_ok(&env.body, job, me, engine.size()) => conn.rank = Some(env.body.from_rank),
+                Ok(env) if hello_ok(&env.body, job, me, engine.size()) => {
+                    let from = env.body.from_rank;
+                    match conn.secure.as_ref().map(SecureChannel::remote_key) {
+                        None => conn.rank = Some(from),
+                        Some(Some(key)) if keys.vouches(from, key) => conn.rank = Some(from),
+                        Some(Some(_)) => {
+                            conn.claimed = Some(from);
+                            return Decoded::Verify(from);
+                        }
+                        // A hello arrives only on an open channel.
+                        Some(None) => return Decoded::Drop,
+                    }
+                }
                 other => {
                     debug!(?other, "hello refused");
-                    return false;
+                    return Decoded::Drop;
                 }
             },
         }

@@ -89,7 +89,7 @@ impl Transport {
         let addr = NodeAddr(listener.local_addr()?);
         let old = self.node.addr();
         self.node.set_addr(addr);
-        self.node.request(LocalRequest::Register { key: self.key, addr })?;
+        self.node.request(self.keys.register(self.key, addr))?;
         self.node.request(LocalRequest::Unregister { key: self.key, addr: old })?;
         self.poll.registry().deregister(&mut self.listener)?;
         self.poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;

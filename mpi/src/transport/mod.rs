@@ -18,6 +18,12 @@
 //! connection is opened without waiting (its outcome is an event too), so
 //! nothing inside progress waits for the node or a peer's listener.
 //!
+//! A TCP link between hosts is encrypted and authenticated (Noise XX, see
+//! `secure`): each rank registers a fresh public key with its address, a
+//! dialer expects the key registered where it dials, and an acceptor takes a
+//! hello only with a key the named rank registered. `P2PMP_ENCRYPT` says
+//! which links: `auto` (between hosts), `always` or `never`.
+//!
 //! Ranks of one host talk through shared memory instead (see `shm`): a link
 //! there is a connection like a TCP one, with rings for its bytes, and the
 //! link machine falls back to TCP whenever it cannot be had. `P2PMP_SHM=0`
@@ -33,11 +39,12 @@
 mod conn;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod secure;
 mod shm;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -45,14 +52,17 @@ use bytes::Bytes;
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
-use p2pmp_core::local::{LocalReply, LocalRequest, RankHello, process_key};
+use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
+use p2pmp_core::secure::SecureChannel;
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
 use tracing::{debug, warn};
 
-use self::conn::{Conn, Io, decode_frames};
+use self::conn::{Conn, Decoded, Io, decode_frames};
+use self::secure::Keys;
 use self::shm::{Setup, ShmSetup};
+use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::node_client::{self, NodeClient};
 use crate::sock::Wait;
@@ -73,6 +83,9 @@ pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
 /// steady stream from one peer nor a wait on it starves the others (answers
 /// of the node, connections set up, a peer that reconnected elsewhere).
 const POLL_EVERY: Duration = Duration::from_micros(500);
+/// Most bytes an accepted encrypted connection may send while the key it
+/// authenticated with is being checked against its claimed rank's.
+const CLAIM_MAX: usize = 4 << 20;
 
 /// What shared memory needs on this rank's side.
 #[derive(Debug)]
@@ -123,14 +136,20 @@ pub(crate) struct Transport {
     node_failed: Option<String>,
     /// Resolves waiting for the node's answer: request id -> peer.
     resolves: BTreeMap<u64, u32>,
+    /// Resolves checking the key of connections that claim a rank: request
+    /// id -> the rank claimed.
+    verifies: BTreeMap<u64, u32>,
+    /// This rank's Noise key and what it knows of its peers'.
+    keys: Keys,
     /// When to connect, back off, give up: the link machine.
     links: Links,
     /// The connection (slot) frames for each rank go out on.
     out: Vec<Option<usize>>,
     /// The connection being opened to each rank.
     attempt: Vec<Option<usize>>,
-    /// Frames for each rank held while its first connection is being opened.
-    held: Vec<VecDeque<Bytes>>,
+    /// Frames (header, payload) for each rank held while its first connection
+    /// is being opened.
+    held: Vec<VecDeque<(Bytes, Bytes)>>,
     /// Connections by slot (the slot is the poll token).
     conns: Vec<Option<Conn>>,
     /// The connection each rank's frames last arrived on.
@@ -156,24 +175,21 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// Listens on an ephemeral port of `host` (the address of the host the node
-    /// runs on, so ranks of other hosts reach it) and registers with the node.
-    pub(crate) fn start(
-        job: Vec<u8>,
-        rank: u32,
-        size: u32,
-        node: SocketAddr,
-        host: IpAddr,
-        failure_timeout: Duration,
-    ) -> Result<Self> {
+    /// Listens on an ephemeral port of the host's address (`env.host`, where
+    /// the node runs, so ranks of other hosts reach it) and registers there,
+    /// with a fresh public key, with the node.
+    pub(crate) fn start(env: &RankEnv) -> Result<Self> {
+        let RankEnv { ref job, rank, size, node, host, failure_timeout, encrypt } = *env;
+        let job = job.clone();
         let poll = Poll::new()?;
         let mut listener = TcpListener::bind(SocketAddr::new(host, 0))
             .map_err(|e| Error::Env { var: crate::env::HOST_VAR, problem: format!("cannot listen on {host}: {e}") })?;
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let addr = NodeAddr(listener.local_addr()?);
         let key = process_key(&job, rank);
+        let keys = Keys::new(encrypt, host, size);
         let mut node = NodeClient::connect(node, key, addr)?;
-        node.register(key)?;
+        node.register(keys.register(key, addr))?;
         poll.registry().register(&mut node.stream, NODE, Interest::READABLE | Interest::WRITABLE)?;
         debug!(rank, %addr, %key, "registered");
         let n = size as usize;
@@ -191,6 +207,8 @@ impl Transport {
             node,
             node_failed: None,
             resolves: BTreeMap::new(),
+            verifies: BTreeMap::new(),
+            keys,
             links: Links::new(config, rank, size),
             out: vec![None; n],
             attempt: vec![None; n],
@@ -240,21 +258,14 @@ impl Transport {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
             (Route::Hold, _) => {
-                let held = &mut self.held[to as usize];
-                held.push_back(head.freeze());
-                if !payload.is_empty() {
-                    held.push_back(payload);
-                }
+                self.held[to as usize].push_back((head.freeze(), payload));
                 return;
             }
             // The link broke just now (a fault): the engine resends.
             _ => return,
         };
         let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
-        conn.tx.push_back(head.freeze());
-        if !payload.is_empty() {
-            conn.tx.push_back(payload);
-        }
+        conn.push_frame(head.freeze(), payload);
         if !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
@@ -294,7 +305,7 @@ impl Transport {
                     Some(why) => Err(why.clone()),
                     None => self
                         .node
-                        .request(LocalRequest::Resolve { key: process_key(&self.job, peer) })
+                        .request(LocalRequest::ResolveKeyed { key: process_key(&self.job, peer) })
                         .map_err(|e| e.to_string()),
                 };
                 if let Err(why) = &asked {
@@ -426,16 +437,22 @@ impl Transport {
         let outcome = outcome.and_then(|()| {
             let Io::Tcp { stream, connecting } = &mut c.io else { return Err("not a TCP connection".into()) };
             conn::configure(stream, DIRECT_MAX, self.failure_timeout).map_err(|e| e.to_string())?;
+            let at = stream.peer_addr().map_err(|e| e.to_string())?;
             let hello = RankHello { job: self.job.clone(), from_rank: self.rank, to_rank: peer };
             let (head, _) = encode_frame_parts(&Envelope::new(self.key, self.addr, 0, hello), DEFAULT_MAX_FRAME)
                 .map_err(|e| e.to_string())?;
             *connecting = false;
-            c.tx.push_front(head.freeze());
+            if self.keys.wanted(at.ip()) {
+                let want = self.keys.at(at).ok_or_else(|| format!("no key registered at {at}: cannot encrypt"))?;
+                c.encrypt(&mut self.keys, want);
+            }
+            c.push_frame(head.freeze(), Bytes::new());
             Ok(())
         });
         match outcome {
             Ok(()) if self.links.handle_connected(now, peer, engine) => {
-                debug!(to = peer, "connected");
+                let encrypted = self.conns[slot].as_ref().is_some_and(|c| c.secure.is_some());
+                debug!(to = peer, encrypted, "connected");
                 self.set_out(peer, slot);
             }
             Ok(()) => self.drop_conn(slot),
@@ -451,7 +468,9 @@ impl Transport {
         self.out[peer as usize] = Some(slot);
         let held = std::mem::take(&mut self.held[peer as usize]);
         if let Some(c) = self.conns[slot].as_mut() {
-            c.tx.extend(held);
+            for (head, payload) in held {
+                c.push_frame(head, payload);
+            }
         }
         if !self.dirty.contains(&slot) {
             self.dirty.push(slot);
@@ -630,8 +649,14 @@ impl Transport {
         let mut replies = std::mem::take(&mut self.replies);
         let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
         for (id, reply) in replies.drain(..) {
+            let found = node_client::resolved(reply);
             if let Some(peer) = self.resolves.remove(&id) {
-                self.links.handle_resolved(now, peer, node_client::resolved(reply), engine);
+                if let Ok(endpoints) = &found {
+                    self.keys.learn(peer, endpoints);
+                }
+                self.links.handle_resolved(now, peer, found.map(addrs), engine);
+            } else if let Some(rank) = self.verifies.remove(&id) {
+                self.verified(engine, now, rank, found);
             }
         }
         self.replies = replies;
@@ -642,7 +667,56 @@ impl Transport {
             for (_, peer) in std::mem::take(&mut self.resolves) {
                 self.links.handle_resolved(now, peer, Err(why.clone()), engine);
             }
-            self.node_failed = Some(why);
+            self.node_failed = Some(why.clone());
+            for (_, rank) in std::mem::take(&mut self.verifies) {
+                self.verified(engine, now, rank, Err(why.clone()));
+            }
+        }
+    }
+
+    /// Checks the key of connections claiming `rank`: asks the node for the
+    /// keys it registered (once at a time per rank).
+    fn verify(&mut self, engine: &mut MpiEngine, now: Instant, rank: u32) {
+        if self.verifies.values().any(|&r| r == rank) {
+            return;
+        }
+        let asked = match &self.node_failed {
+            Some(why) => Err(why.clone()),
+            None => self
+                .node
+                .request(LocalRequest::ResolveKeyed { key: process_key(&self.job, rank) })
+                .map_err(|e| e.to_string()),
+        };
+        match asked {
+            Ok(id) => drop(self.verifies.insert(id, rank)),
+            Err(why) => self.verified(engine, now, rank, Err(why)),
+        }
+    }
+
+    /// The keys `rank` registered came (or could not be had): each connection
+    /// claiming it goes on if its key is one of them, and is dropped if not.
+    fn verified(&mut self, engine: &mut MpiEngine, now: Instant, rank: u32, found: Result<Vec<Endpoint>, String>) {
+        if let Ok(endpoints) = &found {
+            self.keys.learn(rank, endpoints);
+        }
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_mut().filter(|c| c.claimed == Some(rank)) else { continue };
+            let key = c.secure.as_ref().and_then(SecureChannel::remote_key);
+            if key.is_some_and(|k| self.keys.vouches(rank, k)) {
+                c.claimed = None;
+                c.rank = Some(rank);
+                if self.deliver(engine, now, slot) {
+                    self.read_conn(engine, slot, Wait::No, now);
+                } else {
+                    self.close_conn(engine, now, slot);
+                }
+            } else {
+                match &found {
+                    Ok(_) => warn!(rank, ?key, "a connection claimed a rank with a key it did not register: dropped"),
+                    Err(why) => debug!(rank, %why, "cannot check a connection's key: dropped"),
+                }
+                self.close_conn(engine, now, slot);
+            }
         }
     }
 
@@ -735,9 +809,12 @@ impl Transport {
     fn accept_all(&mut self) -> Result<()> {
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => {
+                Ok((stream, from)) => {
                     conn::configure(&stream, DIRECT_MAX, self.failure_timeout)?;
-                    self.add_conn(Io::Tcp { stream, connecting: false }, None, true)?;
+                    let slot = self.add_conn(Io::Tcp { stream, connecting: false }, None, true)?;
+                    if let Some(c) = self.conns[slot].as_mut() {
+                        c.sniff = Some(self.keys.wanted(from.ip()));
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -782,6 +859,7 @@ impl Transport {
         }
         let got = self.read_conn(engine, slot, wait, now);
         self.apply_links(engine, now)?;
+        self.flush_dirty(engine, now);
         Ok(Some(got))
     }
 
@@ -789,20 +867,19 @@ impl Transport {
     /// as `wait` says) and hands whole frames to the engine; closes it at end of
     /// stream or on bad input. Whether anything happened.
     fn read_conn(&mut self, engine: &mut MpiEngine, slot: usize, mut wait: Wait, now: Instant) -> bool {
-        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
         let mut got = false;
         let keep = loop {
-            match conn.recv(wait) {
+            let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return got };
+            if conn.claimed.is_some() && conn.dec.buffered() >= CLAIM_MAX {
+                break true; // read on once its key is vouched for
+            }
+            match conn.recv(wait, &mut self.keys) {
                 Ok((0, _)) => break false,
                 Ok((n, room)) => {
                     got = true;
                     wait = Wait::No;
-                    if !decode_frames(conn, engine, now, &self.job, self.rank) {
+                    if !self.deliver(engine, now, slot) {
                         break false;
-                    }
-                    if let Some(r) = conn.rank {
-                        self.heard_on[r as usize] = Some(slot);
-                        self.links.handle_heard(r);
                     }
                     // A short read drained the socket: readiness is edge-triggered,
                     // so later bytes raise a new event; skip the EAGAIN read.
@@ -817,14 +894,39 @@ impl Transport {
                         break true;
                     }
                 }
-                Err(_) => break false,
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::InvalidData {
+                        warn!(%e, "dropping a connection");
+                    }
+                    break false;
+                }
             }
         };
         if !keep {
             self.close_conn(engine, now, slot);
             return true;
         }
+        // A handshake answer may be waiting to go out.
+        if self.conns[slot].as_ref().is_some_and(|c| !c.tx.is_empty()) && !self.dirty.contains(&slot) {
+            self.dirty.push(slot);
+        }
         got
+    }
+
+    /// Hands the whole frames buffered on `slot` to the engine (asking for a
+    /// key check when an encrypted hello needs one); false to drop it.
+    fn deliver(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) -> bool {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return false };
+        match decode_frames(conn, engine, now, (&self.job, self.rank), &self.keys) {
+            Decoded::Drop => return false,
+            Decoded::Verify(rank) => self.verify(engine, now, rank),
+            Decoded::Keep => {}
+        }
+        if let Some(r) = self.conns.get(slot).and_then(Option::as_ref).and_then(|c| c.rank) {
+            self.heard_on[r as usize] = Some(slot);
+            self.links.handle_heard(r);
+        }
+        true
     }
 
     /// Tells the node we are gone (best effort).
@@ -833,4 +935,9 @@ impl Transport {
             let _ = self.node.unregister(self.key);
         }
     }
+}
+
+/// The addresses of resolved endpoints.
+fn addrs(endpoints: Vec<Endpoint>) -> Vec<NodeAddr> {
+    endpoints.into_iter().map(|e| e.addr).collect()
 }
