@@ -32,7 +32,8 @@ pub fn job(j: &JobStatus) -> Value {
         .map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()), "started": r.started, "exit": r.exit}))
         .collect();
     json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable,
-        "phase": phase_name(j.phase), "waiting": j.waiting, "ranks": ranks, "error": j.error})
+        "phase": phase_name(j.phase), "waiting": j.waiting, "ranks": ranks, "error": j.error,
+        "restarts": j.restarts})
 }
 
 /// Every job: `{"jobs": [...]}`.
@@ -78,12 +79,14 @@ mod tests {
             error: Some("rank 0 was killed by SIGSEGV".into()),
             holder: a,
             waiting: None,
+            restarts: vec!["node 127.0.0.1:7401 holding rank(s) [1] was lost".into()],
         };
         let v = jobs(&[s]);
         assert_eq!(v["jobs"][0]["phase"], "failed");
         assert_eq!(v["jobs"][0]["ranks"][0]["node"], "127.0.0.1:7400");
         assert_eq!(v["jobs"][0]["ranks"][0]["exit"], -11);
         assert_eq!(v["jobs"][0]["job"], "0".repeat(40));
+        assert_eq!(v["jobs"][0]["restarts"][0], "node 127.0.0.1:7401 holding rank(s) [1] was lost");
         let r =
             Resources { os: "linux".into(), slots: 2, slots_total: 4, load_milli: Some(1500), ..Resources::default() };
         let line = r.any_value(a);

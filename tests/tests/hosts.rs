@@ -225,6 +225,36 @@ fn ranks_on(c: &Cluster, i: usize, tag: &str) -> usize {
         .count()
 }
 
+/// `<restart>scratch</restart>`: kill -9 of a host running a rank of an MPI
+/// ring (not the submitting one) restarts the whole job on the hosts left,
+/// and it completes with the ring's result; its status names the loss.
+#[test]
+fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
+    let Some(mut c) = cluster("restart_scratch", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
+        return;
+    };
+    let tag = "3.141592";
+    let script = write(&c, "late-ring.sh", &format!("#!/bin/sh\nsleep {tag}\nexec {} 300\n", ring()));
+    let job = job_file(&c, "restart.xml", &script, 2, "  <restart>scratch</restart>\n");
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
+    let victim = (1..4).find(|&i| ranks_on(&c, i, tag) > 0).expect("a rank on a host other than the submitter's");
+    c.crash(victim);
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(60));
+    assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
+    assert!(w.stdout.contains("[0] ring ok 300"), "{}", w.stdout);
+    let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
+    // A wait attached after the restart is told of it too.
+    assert!(w.stderr.contains("restarting from scratch (restart 1 of at most 3)"), "{}", w.stderr);
+    assert!(w.stderr.contains(&lost), "{}", w.stderr);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20));
+    assert!(
+        status.stdout.contains("done") && status.stdout.contains(&format!("restart 1: {lost}")),
+        "{}",
+        status.stdout
+    );
+}
+
 #[test]
 fn a_paused_host_fails_its_job_within_the_failure_timeout_naming_it() {
     let timeout_ms = "2000";

@@ -20,7 +20,9 @@
 //!    output, output files (sent before the rank's exit) and exit codes; finish with
 //!    [`Outcome::Done`], [`Outcome::Failed`] or [`Outcome::Killed`].
 //!
-//! Losing a node after it accepted fails the job (restart is not implemented yet).
+//! Losing a node that holds live ranks fails the job, or, with
+//! `<restart>scratch</restart>`, stops the other ranks and starts the job
+//! again on other nodes under a new wire id (see [`Submission::wire`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -40,6 +42,7 @@ use crate::wire::Envelope;
 
 mod state;
 
+pub use state::restart::MAX_RESTARTS;
 pub use state::{Submission, SubmissionCommand};
 
 /// Tunables of a submission.
@@ -218,6 +221,9 @@ pub enum SubmitEvent {
     /// Staging to `node`: it has taken `done` of the `total` bytes that travel
     /// to it (files its cache holds do not travel). Emitted as it moves.
     Staging { job: JobId, node: NodeAddr, done: u64, total: u64 },
+    /// The job lost ranks (`reason`) and starts again from scratch, its
+    /// `attempt`-th restart (`<restart>scratch</restart>`).
+    Restarting { job: JobId, attempt: u32, reason: String },
 }
 
 /// A submitter command that cannot be carried out.
@@ -238,15 +244,17 @@ pub enum SubmitCmdError {
 
 /// Why this network cannot run `job` as its file asks, if it cannot.
 ///
-/// Restarting the ranks of a lost node (from a checkpoint or from scratch) is
-/// not done yet: such a job fails with the node, so a file asking for it is
+/// A job that loses a node fails (`fail`) or starts again from scratch on
+/// other nodes (`scratch`, at most [`MAX_RESTARTS`] times). Restarting the lost
+/// ranks from their checkpoint is not done yet: a file asking for it is
 /// refused instead of being run with the request silently dropped.
 pub fn cannot_honour(job: &JobDescription) -> Option<String> {
     match job.restart {
-        RestartPolicy::Fail => None,
+        RestartPolicy::Fail | RestartPolicy::Scratch => None,
         other => Some(format!(
-            "<restart>{}</restart>: this network does not restart the ranks of a lost node yet (the job would fail \
-             with the node); ask for <restart>fail</restart> or leave it out",
+            "<restart>{}</restart>: this network does not restart the ranks of a lost node from their checkpoint \
+             yet (the job would fail with the node); ask for <restart>scratch</restart> (the whole job starts \
+             again) or <restart>fail</restart>",
             other.name()
         )),
     }
@@ -348,9 +356,19 @@ impl Submitter {
         self.jobs.values_mut().for_each(|s| s.handle_peer_silent(now, node, silent));
     }
 
-    /// Whether `job` is live here with ranks (or an offer) on `node`.
+    /// Whether `job` (a wire id: see [`Submission::wire`]) is live here with
+    /// ranks (or an offer) on `node`.
     pub fn runs_on(&self, job: JobId, node: NodeAddr) -> bool {
-        self.jobs.get(&job).is_some_and(|s| s.peers().any(|p| p == node))
+        self.jobs.values().find(|s| s.wire() == job).is_some_and(|s| s.peers().any(|p| p == node))
+    }
+
+    /// The submission whose current run goes by `wire` on the network (its
+    /// job id until it restarts).
+    fn by_wire(&mut self, wire: JobId) -> Option<&mut Submission> {
+        if self.jobs.get(&wire).is_some_and(|s| s.wire() == wire) {
+            return self.jobs.get_mut(&wire);
+        }
+        self.jobs.values_mut().find(|s| s.wire() == wire)
     }
 
     /// Forgets one job (its request id too).
@@ -398,7 +416,7 @@ impl Machine for Submitter {
     }
 
     fn handle_message(&mut self, now: Instant, msg: Envelope<JobMsg>) {
-        if let Some(s) = self.jobs.get_mut(&msg.body.job()) {
+        if let Some(s) = self.by_wire(msg.body.job()) {
             s.handle_message(now, msg);
         }
     }

@@ -178,6 +178,8 @@ pub struct JobStatus {
     pub holder: NodeAddr,
     /// While it is queued: why, and its place.
     pub waiting: Option<String>,
+    /// Why it restarted, each time it did (`<restart>scratch</restart>`).
+    pub restarts: Vec<String>,
 }
 
 /// A daemon's answer to a [`ToolRequest`].
@@ -225,6 +227,9 @@ pub enum ToolReply {
     /// CAN's dimensions, and what each node that answered in time told of
     /// itself, sorted by node.
     Zones { me: NodeAddr, dims: u8, nodes: Vec<NodeZones> },
+    /// The job lost ranks (`reason`) and starts again from scratch: its
+    /// `attempt`-th restart (`<restart>scratch</restart>`).
+    Restarting { job: JobId, attempt: u32, reason: String },
 }
 
 /// One CAN node in a [`ToolReply::Zones`], as it tells it.
@@ -254,6 +259,7 @@ impl ToolReply {
                 | ToolReply::Queued { .. }
                 | ToolReply::Staging { .. }
                 | ToolReply::Fetching { .. }
+                | ToolReply::Restarting { .. }
         )
     }
 }

@@ -122,6 +122,12 @@ impl DaemonNode {
             (Some(_), false) => {}
             (None, false) => self.send_reply(client, ToolReply::OutputEnd { job }, Bytes::new()),
             (replay, true) => {
+                // The restarts so far come first, as a watch from the start saw them.
+                let restarts = self.submitter.get(job).map(|s| s.recoveries().to_vec()).unwrap_or_default();
+                for (i, reason) in restarts.into_iter().enumerate() {
+                    let attempt = i as u32 + 1;
+                    self.send_reply(client, ToolReply::Restarting { job, attempt, reason }, Bytes::new());
+                }
                 let Some(meta) = self.jobs.get_mut(&job) else { return };
                 meta.watchers.push(Watcher { client, replay, queued: Vec::new() });
                 if replay.is_none() {
@@ -242,7 +248,8 @@ impl DaemonNode {
         let error = meta.end.as_ref().and_then(|e| e.error.clone());
         let executable = s.description().executable.clone();
         let waiting = s.waiting_reason();
-        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting })
+        let restarts = s.recoveries().to_vec();
+        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting, restarts })
     }
 
     pub(super) fn on_submit_event(&mut self, now: Instant, e: SubmitEvent) {
@@ -293,6 +300,9 @@ impl DaemonNode {
             }
             SubmitEvent::Queued { job, reason } => {
                 self.tell_watchers(job, ToolReply::Queued { job, reason }, Bytes::new())
+            }
+            SubmitEvent::Restarting { job, attempt, reason } => {
+                self.tell_watchers(job, ToolReply::Restarting { job, attempt, reason }, Bytes::new())
             }
             SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
             SubmitEvent::Status { .. } => {}

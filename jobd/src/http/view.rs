@@ -170,6 +170,14 @@ impl JobView {
                 }
             }
             ToolReply::Queued { reason, .. } => (s.phase, s.waiting) = (JobPhase::Queued, Some(reason)),
+            ToolReply::Restarting { reason, .. } => {
+                for r in &mut s.ranks {
+                    (r.node, r.started, r.exit) = (None, false, None);
+                }
+                s.phase = JobPhase::Resolving;
+                s.restarts.push(reason);
+                self.running_ms = None;
+            }
             ToolReply::Staging { node, done, total, .. } => {
                 s.phase = JobPhase::Placing;
                 self.staging.insert(node, (done, total));
@@ -346,7 +354,16 @@ mod tests {
     fn status(job: JobId, phase: JobPhase, ranks: u32) -> JobStatus {
         let holder = NodeAddr("127.0.0.1:7400".parse().unwrap());
         let ranks = (0..ranks).map(|rank| RankStatus { rank, node: None, started: false, exit: None }).collect();
-        JobStatus { job, executable: "prog".into(), phase, ranks, error: None, holder, waiting: None }
+        JobStatus {
+            job,
+            executable: "prog".into(),
+            phase,
+            ranks,
+            error: None,
+            holder,
+            waiting: None,
+            restarts: Vec::new(),
+        }
     }
 
     #[test]

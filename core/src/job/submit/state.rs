@@ -10,6 +10,7 @@ use crate::job::outbox::{Outbox, Piece};
 
 mod collect;
 mod place;
+pub(super) mod restart;
 mod stage;
 
 /// What the application asks of one submission.
@@ -105,6 +106,20 @@ pub struct Submission {
     config: SubmitConfig,
     addr: NodeAddr,
     job: JobId,
+    /// The id the job's current run goes by on the network (in every
+    /// [`JobMsg`], and so in its ranks' `P2PMP_JOB`): `job` until a restart
+    /// (see `restart`), a new one for each restart.
+    wire: JobId,
+    /// Restarts so far.
+    restarts: u32,
+    /// Why each restart happened, in order.
+    recoveries: Vec<String>,
+    /// Nodes lost while holding ranks: never offered the job again.
+    lost_nodes: BTreeSet<NodeAddr>,
+    /// Per rank and stream: where the output of its current run starts in
+    /// the job's output (the end of its earlier runs'), and where it ends.
+    out_base: BTreeMap<(u32, Stream), u64>,
+    out_end: BTreeMap<(u32, Stream), u64>,
     desc: JobDescription,
     phase: Phase,
     queries: Vec<Query>,
@@ -188,6 +203,12 @@ impl Submission {
             config,
             addr,
             job,
+            wire: job,
+            restarts: 0,
+            recoveries: Vec::new(),
+            lost_nodes: BTreeSet::new(),
+            out_base: BTreeMap::new(),
+            out_end: BTreeMap::new(),
             phase: Phase::Resolving,
             queries,
             files,
@@ -225,6 +246,17 @@ impl Submission {
         self.job
     }
 
+    /// The id the job's current run goes by on the network: the job id
+    /// until the job restarts, then one per restart.
+    pub fn wire(&self) -> JobId {
+        self.wire
+    }
+
+    /// Why each restart happened, in order (empty when it never restarted).
+    pub fn recoveries(&self) -> &[String] {
+        &self.recoveries
+    }
+
     /// The job description.
     pub fn description(&self) -> &JobDescription {
         &self.desc
@@ -260,7 +292,7 @@ impl Submission {
         }
         let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
         for to in waiting_at {
-            self.send(to, JobMsg::Unwant { job: self.job }, Bytes::new());
+            self.send(to, JobMsg::Unwant { job: self.wire }, Bytes::new());
         }
         if !matches!(outcome, Outcome::Done { .. }) {
             let holding: Vec<NodeAddr> = self
@@ -270,7 +302,7 @@ impl Submission {
                 .map(|(a, _)| *a)
                 .collect();
             for to in holding {
-                self.send(to, JobMsg::Kill { job: self.job }, Bytes::new());
+                self.send(to, JobMsg::Kill { job: self.wire }, Bytes::new());
             }
         }
         self.phase = Phase::Finished;
@@ -333,12 +365,18 @@ impl Submission {
         if let Some(n) = self.nodes.get_mut(&node) {
             n.accepted.clear(); // it cannot be killed or told anything any more
         }
-        self.fail(match silent {
+        self.lost_nodes.insert(node);
+        let error = match silent {
             None => SubmitError::NodeLost { node, ranks },
             Some(d) => {
                 SubmitError::NodeSilent { node, ranks, silent_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX) }
             }
-        });
+        };
+        if self.restartable() {
+            self.restart(error.to_string());
+        } else {
+            self.fail(error);
+        }
     }
 
     /// Nodes this job waits on: holding ranks that have not exited, or an offer.
@@ -384,7 +422,7 @@ impl Machine for Submission {
     }
 
     fn handle_message(&mut self, now: Instant, msg: Envelope<JobMsg>) {
-        if msg.body.job() != self.job || self.on_message(now, msg.sender_addr, msg.body, msg.payload).is_none() {
+        if msg.body.job() != self.wire || self.on_message(now, msg.sender_addr, msg.body, msg.payload).is_none() {
             self.ignored += 1;
         }
     }

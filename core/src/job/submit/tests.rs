@@ -196,7 +196,9 @@ impl Harness {
                     .sent
                     .iter()
                     .filter_map(|(to, m, _)| match m {
-                        JobMsg::Offer { ranks, .. } if *to == at => Some(ranks.clone()),
+                        JobMsg::Offer { job: offered, ranks, .. } if *to == at && *offered == job => {
+                            Some(ranks.clone())
+                        }
                         _ => None,
                     })
                     .flatten()
@@ -761,17 +763,103 @@ fn of_two_lines_of_one_node_the_newest_counts() {
 fn a_restart_rule_the_network_cannot_honour_is_refused_at_submit_time() {
     let now = Instant::now();
     let mut sub = Submitter::new(SubmitConfig::default(), addr(0), 42);
-    for rule in [RestartPolicy::Checkpoint, RestartPolicy::Scratch] {
-        let mut asks = job(1, &["linux"]);
-        asks.restart = rule;
-        let err = sub.submit(now, 9, asks, 0).unwrap_err();
-        assert!(
-            matches!(&err, SubmitCmdError::CannotHonour(why) if why.contains(&format!("<restart>{}</restart>", rule.name()))),
-            "{err}"
-        );
-        assert!(sub.poll_action().is_none(), "nothing was started");
-    }
+    let rule = RestartPolicy::Checkpoint;
+    let mut asks = job(1, &["linux"]);
+    asks.restart = rule;
+    let err = sub.submit(now, 9, asks, 0).unwrap_err();
+    assert!(
+        matches!(&err, SubmitCmdError::CannotHonour(why) if why.contains(&format!("<restart>{}</restart>", rule.name()))),
+        "{err}"
+    );
+    assert!(sub.poll_action().is_none(), "nothing was started");
     let mut periodic = job(1, &["linux"]);
     periodic.checkpoint = Some(Duration::from_secs(30));
     assert!(sub.submit(now, 9, periodic, 0).is_ok(), "periodic checkpoints alone are honoured");
+    let mut scratch = job(1, &["linux"]);
+    scratch.restart = RestartPolicy::Scratch;
+    assert!(sub.submit(now, 10, scratch, 0).is_ok(), "a restart from scratch is honoured");
+}
+
+/// The nodes holding the current run's ranks, from the last Placed event.
+fn placed_nodes(h: &Harness) -> Vec<NodeAddr> {
+    let ranks = h.events.iter().rev().find_map(|e| match e {
+        SubmitEvent::Placed { ranks, .. } => Some(ranks.clone()),
+        _ => None,
+    });
+    let mut nodes: Vec<NodeAddr> = ranks.unwrap_or_default().into_iter().map(|(_, n)| n).collect();
+    nodes.dedup();
+    nodes
+}
+
+#[test]
+fn with_restart_scratch_a_lost_node_restarts_the_job_elsewhere_under_a_new_wire_id() {
+    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut j = job(2, &["linux"]);
+    j.restart = RestartPolicy::Scratch;
+    let mut s = submission(&h, j);
+    let first = s.wire();
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    let placed = placed_nodes(&h);
+    assert_eq!(placed.len(), 2);
+    let (lost, survivor) = (placed[1], placed[0]);
+    let sent_before = h.sent.len();
+    h.exit_code = Some(0);
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_ne!(s.wire(), first);
+    assert_eq!(s.recoveries().len(), 1);
+    assert!(s.recoveries()[0].contains(&lost.to_string()), "{:?}", s.recoveries());
+    let restarting = h.events.iter().filter(|e| matches!(e, SubmitEvent::Restarting { attempt: 1, .. })).count();
+    assert_eq!(restarting, 1);
+    let after = &h.sent[sent_before..];
+    // The survivor's rank of the first run is stopped, by its old wire id.
+    assert!(after.iter().any(|(to, m, _)| *to == survivor && *m == JobMsg::Kill { job: first }));
+    // The new run never goes to the lost node, and speaks only its new id.
+    assert!(after.iter().all(|(to, _, _)| *to != lost), "{after:?}");
+    assert!(after.iter().filter(|(_, m, _)| !matches!(m, JobMsg::Kill { .. })).all(|(_, m, _)| m.job() == s.wire()));
+    assert_eq!(placed_nodes(&h).len(), 2);
+    assert!(!placed_nodes(&h).contains(&lost));
+    // Each rank's output of the new run follows that of the first one.
+    let offsets: Vec<(u32, u64)> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SubmitEvent::Output { rank, offset, .. } => Some((*rank, *offset)),
+            _ => None,
+        })
+        .collect();
+    let line = "hello from 0\n".len() as u64;
+    assert_eq!(offsets, vec![(0, 0), (1, 0), (0, line), (1, line)], "{offsets:?}");
+    // A late message of the first run is not taken for the new one.
+    let ignored = s.ignored();
+    s.handle_message(h.now, reply(survivor, JobMsg::Exit { job: first, rank: 0, code: 3 }, Bytes::new()));
+    assert_eq!(s.ignored(), ignored + 1);
+}
+
+#[test]
+fn a_job_that_keeps_losing_nodes_fails_after_the_last_restart() {
+    let nodes: Vec<_> = (1..=6).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut j = job(1, &["linux"]);
+    j.restart = RestartPolicy::Scratch;
+    let mut s = submission(&h, j);
+    h.run(&mut s, 20);
+    let mut lost = Vec::new();
+    for _ in 0..=MAX_RESTARTS {
+        assert_eq!(s.phase(), Phase::Running, "{:?}", h.events);
+        let node = placed_nodes(&h)[0];
+        assert!(!lost.contains(&node), "a lost node was used again");
+        lost.push(node);
+        s.handle_send_failed(h.now, node);
+        h.run(&mut s, 30);
+    }
+    assert_eq!(s.recoveries().len(), MAX_RESTARTS as usize);
+    let last = *lost.last().unwrap();
+    assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::NodeLost { node: last, ranks: vec![0] })));
 }

@@ -178,6 +178,13 @@ pub(crate) fn follow(
                 note(&bar, format!("  queued: {reason}"));
                 bar.queued(&reason);
             }
+            ToolReply::Restarting { attempt, reason, .. } => {
+                (started, exited) = (0, 0);
+                bar.ranks(started, exited, size);
+                event(json!({"event": "restarting", "attempt": attempt, "reason": reason, "ms": ms}));
+                let max = p2pmp_core::job::MAX_RESTARTS;
+                note(&bar, format!("  restarting from scratch (restart {attempt} of at most {max}): {reason}"));
+            }
             ToolReply::Staging { node, done, total, .. } => {
                 event(json!({"event": "staging", "node": node.to_string(), "done": done, "total": total, "ms": ms}));
                 bar.staging(node, done, total);
@@ -225,7 +232,8 @@ fn about(reply: &ToolReply) -> Option<JobId> {
         | ToolReply::Exited { job, .. }
         | ToolReply::Queued { job, .. }
         | ToolReply::Staging { job, .. }
-        | ToolReply::Fetching { job, .. } => Some(*job),
+        | ToolReply::Fetching { job, .. }
+        | ToolReply::Restarting { job, .. } => Some(*job),
         _ => None,
     }
 }

@@ -350,6 +350,9 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                                     .map(|e| format!("  ({e})"))
                                     .unwrap_or_default()
                             );
+                            for (i, why) in j.restarts.iter().enumerate() {
+                                println!("  restart {}: {why}", i + 1);
+                            }
                         }
                     }
                     Ok(0)

@@ -7,7 +7,7 @@ use super::*;
 impl Submission {
     /// A message while the job runs.
     pub(super) fn while_running(&mut self, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
-        let job = self.job;
+        let (job, wire) = (self.job, self.wire);
         match body {
             JobMsg::Started { rank, .. } if self.holds(from, rank) => {
                 self.ranks[rank as usize].started = true;
@@ -18,6 +18,11 @@ impl Submission {
                 if !self.holds(from, rank) {
                     return None;
                 }
+                // After a restart, a rank's output goes on after what its
+                // earlier runs wrote.
+                let offset = offset + self.out_base.get(&(rank, stream)).copied().unwrap_or(0);
+                let end = self.out_end.entry((rank, stream)).or_default();
+                *end = (*end).max(offset + payload.len() as u64);
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
             JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } => {
@@ -25,7 +30,7 @@ impl Submission {
                 let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
                 n.out_consumed += payload.len() as u64;
                 let consumed = n.out_consumed;
-                self.send(from, JobMsg::OutputAck { job, consumed }, Bytes::new());
+                self.send(from, JobMsg::OutputAck { job: wire, consumed }, Bytes::new());
                 if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
                     return None;
                 }
@@ -70,7 +75,7 @@ impl Submission {
                     let holding: Vec<NodeAddr> =
                         self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
                     for to in holding {
-                        self.send(to, JobMsg::Done { job }, Bytes::new());
+                        self.send(to, JobMsg::Done { job: wire }, Bytes::new());
                     }
                     // An output file must come back from some rank (often only
                     // rank 0 writes it); one that came back damaged always fails.
@@ -106,7 +111,7 @@ impl Submission {
         *got += len as u64;
         if *got - *acked >= STREAM_ACK_EVERY {
             *acked = *got;
-            let msg = JobMsg::StreamAck { job: self.job, rank, consumed: *got };
+            let msg = JobMsg::StreamAck { job: self.wire, rank, consumed: *got };
             self.send(from, msg, Bytes::new());
         }
     }

@@ -56,7 +56,8 @@ impl Submission {
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
             // Lines of older nodes carry only free slots; newer ones their total too.
             let total = res.slots_total.max(res.slots);
-            if total > 0 && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
+            let lost_before = self.lost_nodes.contains(&addr);
+            if total > 0 && !lost_before && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
                 let node = Node {
                     slots: total,
                     free_hint: res.slots.min(total),
@@ -127,7 +128,7 @@ impl Submission {
             chosen.push(addr);
             slots += u64::from(n);
         }
-        let (job, ranks, priority) = (self.job, self.desc.processes, self.priority);
+        let (job, ranks, priority) = (self.wire, self.desc.processes, self.priority);
         for to in chosen {
             if let Some(n) = self.nodes.get_mut(&to) {
                 (n.wanted, n.granted, n.ahead, n.answered) = (true, 0, 0, false);
@@ -189,7 +190,7 @@ impl Submission {
         }
         self.phase = Phase::Placing;
         self.waiting = None;
-        let job = self.job;
+        let job = self.wire;
         let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
         for to in waiting_at {
             if let Some(n) = self.nodes.get_mut(&to) {
@@ -220,7 +221,7 @@ impl Submission {
         if close {
             self.close(node);
         }
-        let job = self.job;
+        let job = self.wire;
         let holding: Vec<NodeAddr> =
             self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty() || n.offer.is_some()).map(|(a, _)| *a).collect();
         for to in holding {

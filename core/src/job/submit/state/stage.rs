@@ -128,7 +128,7 @@ impl Submission {
         if let Some(n) = self.nodes.get_mut(&to) {
             n.stage = Stage::Asked { deadline: now + self.config.stage_timeout };
         }
-        self.send(to, JobMsg::Manifest { job: self.job, files }, Bytes::new());
+        self.send(to, JobMsg::Manifest { job: self.wire, files }, Bytes::new());
     }
 
     /// `to` holds `have` already: every other file goes out, as far as the window allows.
@@ -162,12 +162,12 @@ impl Submission {
             match out.next(window, chunk, len) {
                 None => return,
                 Some(Piece::End) => {
-                    self.send(to, JobMsg::StageEnd { job: self.job, files: self.files.len() as u32 }, Bytes::new())
+                    self.send(to, JobMsg::StageEnd { job: self.wire, files: self.files.len() as u32 }, Bytes::new())
                 }
                 Some(Piece::Chunk { file, start, end }) => {
                     let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
                     let (offset, total) = (start as u64, data.len() as u64);
-                    let msg = JobMsg::Stage { job: self.job, file, name, offset, total, digest };
+                    let msg = JobMsg::Stage { job: self.wire, file, name, offset, total, digest };
                     self.send(to, msg, data.slice(start..end));
                 }
             }
@@ -187,7 +187,7 @@ impl Submission {
         let holding: Vec<NodeAddr> =
             self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
         for to in holding {
-            self.send(to, JobMsg::Start { job: self.job }, Bytes::new());
+            self.send(to, JobMsg::Start { job: self.wire }, Bytes::new());
         }
     }
 }

@@ -1,0 +1,62 @@
+//! Restarting a job whose node was lost (`<restart>scratch</restart>`): the
+//! ranks still running are stopped, and the whole job is placed again, on
+//! nodes other than those lost, under a new wire id (so nothing of the old
+//! run, a late message, a stale registration of a rank's address, a
+//! heartbeat of an executor still winding it down, is taken for the new
+//! one). Its output goes on after what the earlier runs wrote; output files
+//! come from the run that finishes.
+
+use super::*;
+
+/// Most restarts of one job: a job that keeps losing nodes fails with the
+/// last loss after this many.
+pub const MAX_RESTARTS: u32 = 3;
+
+impl Submission {
+    /// Whether losing ranks now restarts the job rather than failing it.
+    pub(super) fn restartable(&self) -> bool {
+        self.desc.restart == RestartPolicy::Scratch && self.restarts < MAX_RESTARTS && self.phase == Phase::Running
+    }
+
+    /// Stops what is left of the current run and starts the job again from
+    /// its queries; `why` is the loss, kept and reported.
+    pub(super) fn restart(&mut self, why: String) {
+        let old = self.wire;
+        let told: Vec<(NodeAddr, JobMsg)> = self
+            .nodes
+            .iter()
+            .filter_map(|(to, n)| {
+                let holds = !n.accepted.is_empty() || n.offer.is_some();
+                let body = if holds { JobMsg::Kill { job: old } } else { JobMsg::Unwant { job: old } };
+                (holds || n.wanted).then_some((*to, body))
+            })
+            .collect();
+        for (to, body) in told {
+            self.send(to, body, Bytes::new());
+        }
+        self.restarts += 1;
+        self.wire = JobId(Id::hash_parts([&self.job.0.as_bytes()[..], b"restart", &self.restarts.to_be_bytes()]));
+        self.recoveries.push(why.clone());
+        self.nodes.clear();
+        self.closed = 0;
+        self.refusals.clear();
+        self.waiting = None;
+        self.bid_deadline = None;
+        self.unplaced = (0..self.desc.processes).collect();
+        for r in &mut self.ranks {
+            (r.node, r.started, r.exit) = (None, false, None);
+        }
+        self.out_files.clear();
+        self.out_ok.clear();
+        self.out_bad.clear();
+        self.out_base = self.out_end.clone();
+        self.phase = Phase::Resolving;
+        let (job, attempt) = (self.job, self.restarts);
+        self.event(SubmitEvent::Restarting { job, attempt, reason: why });
+        for (query, q) in self.queries.iter_mut().enumerate() {
+            (q.values, q.attempts) = (None, 1);
+            let e = SubmitEvent::Query { job, query: query as u32, name: q.name.clone() };
+            self.actions.push_back(Action::Event(e));
+        }
+    }
+}
