@@ -8,12 +8,23 @@
 //! `OverlayCommand::Register { name: key.to_string(), value: addr, ttl }` (kept
 //! refreshed while the process lives), a resolution `OverlayCommand::Query`.
 //!
+//! Checkpoints: a rank reports each one it writes ([`LocalRequest::Checkpointed`])
+//! and each recovery ([`LocalRequest::Recovered`]); the node keeps them for
+//! `p2pjob status`. The one message the node sends unasked is
+//! [`LocalReply::CheckpointWanted`] (`request_id` 0, which no request has):
+//! `p2pjob checkpoint` wants a cut at the rank's next safe point. A node knows
+//! which rank a connection serves from the process key the rank registers.
+//!
 //! postcard encodes variants by index: every enum here is append-only.
 
 use serde::{Deserialize, Serialize};
 
+use crate::ckpt::{CheckpointInfo, RecoveryInfo};
 use crate::id::Id;
 use crate::machine::NodeAddr;
+
+/// The `request_id` of what a node sends a rank unasked (requests count from 1).
+pub const PUSH_ID: u64 = 0;
 
 /// The key a process is registered under: SHA-1 of its job id bytes followed by
 /// its rank as 4 big-endian bytes.
@@ -31,6 +42,11 @@ pub enum LocalRequest {
     Resolve { key: Id },
     /// Withdraw the registration of `key` at `addr`.
     Unregister { key: Id, addr: NodeAddr },
+    /// This rank wrote checkpoint `ckpt`; the cut covers every
+    /// [`LocalReply::CheckpointWanted`] up to `request` (0: none).
+    Checkpointed { ckpt: CheckpointInfo, request: u64 },
+    /// This rank resumed from a checkpoint.
+    Recovered { recovery: RecoveryInfo },
 }
 
 /// Why the node could not do what was asked.
@@ -59,6 +75,12 @@ pub enum LocalReply {
     Unregistered { key: Id },
     /// The request failed.
     Failed { error: LocalError },
+    /// A report ([`LocalRequest::Checkpointed`], [`LocalRequest::Recovered`]) is kept.
+    Noted,
+    /// Sent unasked (with [`PUSH_ID`]): take a checkpoint at the next safe
+    /// point. `request` numbers the job's checkpoint requests, from 1; a cut
+    /// covering it (or a later one) answers it.
+    CheckpointWanted { request: u64 },
 }
 
 /// The first frame on every connection between two ranks: who connects. The
@@ -102,6 +124,11 @@ mod tests {
             (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Register { key, addr }),
             arb_id().prop_map(|key| LocalRequest::Resolve { key }),
             (arb_id(), arb_addr()).prop_map(|(key, addr)| LocalRequest::Unregister { key, addr }),
+            (any::<[u64; 4]>(), any::<u64>()).prop_map(|([epoch, unix_ms, stored_bytes, raw_bytes], request)| {
+                LocalRequest::Checkpointed { ckpt: CheckpointInfo { epoch, unix_ms, stored_bytes, raw_bytes }, request }
+            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(epoch, unix_ms)| LocalRequest::Recovered { recovery: RecoveryInfo { epoch, unix_ms } }),
         ]
     }
 
@@ -113,6 +140,8 @@ mod tests {
             arb_id().prop_map(|key| LocalReply::Unregistered { key }),
             prop_oneof![Just(LocalError::Timeout), Just(LocalError::NotConnected), Just(LocalError::Refused)]
                 .prop_map(|error| LocalReply::Failed { error }),
+            Just(LocalReply::Noted),
+            any::<u64>().prop_map(|request| LocalReply::CheckpointWanted { request }),
         ]
     }
 
@@ -144,6 +173,19 @@ mod tests {
         want.extend([3, 1]); // request id, variant Resolve
         want.extend([0xffu8; 20]);
         assert_eq!(&buf[..], &want[..]);
+    }
+
+    /// postcard numbers variants by position: the checkpoint messages come
+    /// after every older one.
+    #[test]
+    fn golden_checkpoint_messages() {
+        let ckpt = CheckpointInfo { epoch: 2, unix_ms: 3, stored_bytes: 4, raw_bytes: 5 };
+        let req = postcard::to_allocvec(&LocalRequest::Checkpointed { ckpt, request: 1 }).unwrap();
+        assert_eq!(req, [3, 2, 3, 4, 5, 1]);
+        let rec = LocalRequest::Recovered { recovery: RecoveryInfo { epoch: 2, unix_ms: 0x80 } };
+        assert_eq!(postcard::to_allocvec(&rec).unwrap(), [4, 2, 0x80, 1]);
+        assert_eq!(postcard::to_allocvec(&LocalReply::Noted).unwrap(), [4]);
+        assert_eq!(postcard::to_allocvec(&LocalReply::CheckpointWanted { request: 9 }).unwrap(), [5, 9]);
     }
 
     proptest! {

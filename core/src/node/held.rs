@@ -50,6 +50,8 @@ pub(super) struct JobMeta {
     /// How the job ended, held while the shell makes sure its output files are
     /// whole on disk ([`NodeEvent::VerifyFiles`]): the end is told only then.
     verifying: Option<(JobPhase, Vec<i32>, Option<String>)>,
+    /// Tools following a checkpoint request: its number, who asked.
+    pub(super) checkpoint_waiters: Vec<(u64, Client)>,
 }
 
 /// A replay of a job's logs to one client under way.
@@ -93,6 +95,7 @@ impl DaemonNode {
             logs: BTreeMap::new(),
             outputs: BTreeMap::new(),
             verifying: None,
+            checkpoint_waiters: Vec::new(),
         };
         self.jobs.insert(job, meta);
         let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.job_key_ttl);
@@ -190,6 +193,7 @@ impl DaemonNode {
     pub(super) fn drop_clients(&mut self, pick: impl Fn(&Client) -> bool) {
         for meta in self.jobs.values_mut() {
             meta.watchers.retain(|w| !pick(&w.client));
+            meta.checkpoint_waiters.retain(|(_, c)| !pick(c));
         }
         self.replays.live.retain(|_, r| !pick(&r.client));
     }
@@ -237,7 +241,13 @@ impl DaemonNode {
         let ranks = s
             .ranks()
             .iter()
-            .map(|r| RankStatus { rank: r.rank, node: r.node, started: r.started, exit: r.exit })
+            .map(|r| RankStatus {
+                rank: r.rank,
+                node: r.node,
+                started: r.started,
+                exit: r.exit,
+                checkpoints: s.checkpoints(r.rank).cloned().unwrap_or_default(),
+            })
             .collect();
         let error = meta.end.as_ref().and_then(|e| e.error.clone());
         let executable = s.description().executable.clone();
@@ -295,6 +305,9 @@ impl DaemonNode {
                 self.tell_watchers(job, ToolReply::Queued { job, reason }, Bytes::new())
             }
             SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
+            e @ (SubmitEvent::CheckpointAsked { .. }
+            | SubmitEvent::CheckpointTaken { .. }
+            | SubmitEvent::CheckpointFailed { .. }) => self.on_checkpoint_event(e),
             SubmitEvent::Status { .. } => {}
         }
     }

@@ -1,5 +1,7 @@
 //! The local node protocol as ranks use it: register a process key (kept while
-//! the connection lives), resolve one through the overlay, withdraw one.
+//! the connection lives; a rank running here is known by it from then on),
+//! resolve one through the overlay, withdraw one, report checkpoints
+//! ([`super::checkpoint`]).
 
 use std::time::Instant;
 
@@ -14,6 +16,7 @@ impl DaemonNode {
             LocalRequest::Register { key, addr } => {
                 let (name, value) = (key.to_string(), addr.to_string());
                 let ttl = self.process_ttl;
+                self.exec.handle_rank_registered(conn, key);
                 let ok = self.overlay(now, OverlayCommand::Register { name: name.clone(), value: value.clone(), ttl });
                 if ok {
                     self.regs.entry(conn).or_default().push((name, value));
@@ -41,6 +44,9 @@ impl DaemonNode {
                 self.overlay(now, OverlayCommand::Unregister { name, value });
                 self.reply(conn, request_id, LocalReply::Unregistered { key });
             }
+            report @ (LocalRequest::Checkpointed { .. } | LocalRequest::Recovered { .. }) => {
+                self.on_rank_report(conn, request_id, report);
+            }
         }
     }
 
@@ -66,6 +72,7 @@ impl DaemonNode {
         for (name, value) in self.regs.remove(&conn).unwrap_or_default() {
             self.overlay(now, OverlayCommand::Unregister { name, value });
         }
+        self.exec.handle_conn_closed(conn);
         self.drop_clients(|c| matches!(c, Client::Local { conn: c, .. } if *c == conn));
         self.cancel_forwards_of(conn);
         self.pending.retain(|_, p| match p {

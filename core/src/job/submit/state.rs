@@ -8,8 +8,11 @@ use crate::auth::JobAuth;
 use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
 
+mod checkpoint;
 mod collect;
 mod place;
+
+pub use checkpoint::MAX_PENDING_CHECKPOINTS;
 mod stage;
 
 /// What the application asks of one submission.
@@ -136,6 +139,8 @@ pub struct Submission {
     auth: Option<JobAuth>,
     /// Why nodes refused the job in words (at most [`MAX_REFUSALS`], distinct).
     refusals: Vec<String>,
+    /// The ranks' checkpoints and the checkpoint requests on their way.
+    ckpt: checkpoint::Checkpoints,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -203,6 +208,7 @@ impl Submission {
             ignored: 0,
             auth: None,
             refusals: Vec::new(),
+            ckpt: checkpoint::Checkpoints::default(),
             desc,
         };
         if !valid {
@@ -273,6 +279,7 @@ impl Submission {
                 self.send(to, JobMsg::Kill { job: self.job }, Bytes::new());
             }
         }
+        self.end_checkpoints();
         self.phase = Phase::Finished;
         // A finished job is kept for its status only: its files' bytes go now.
         self.files = Vec::new();

@@ -775,3 +775,5 @@ fn a_restart_rule_the_network_cannot_honour_is_refused_at_submit_time() {
     periodic.checkpoint = Some(Duration::from_secs(30));
     assert!(sub.submit(now, 9, periodic, 0).is_ok(), "periodic checkpoints alone are honoured");
 }
+
+mod ckpt;
