@@ -29,6 +29,11 @@
 //! waiting on shared memory checks the rings without any system call, and
 //! before it sleeps asks its peers to ring its doorbell (an eventfd in the poll
 //! set) at their next bytes ([`Transport::before_sleep`]).
+//!
+//! The node connection also carries checkpoints: the node may ask for one
+//! unasked ([`LocalReply::CheckpointWanted`], noticed when the poll loop reads
+//! the node's replies, so the data path pays nothing while none comes), and the
+//! rank reports each checkpoint and recovery ([`Transport::report`]).
 
 mod conn;
 #[cfg(feature = "fault-injection")]
@@ -45,7 +50,7 @@ use bytes::Bytes;
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
-use p2pmp_core::local::{LocalReply, LocalRequest, RankHello, process_key};
+use p2pmp_core::local::{LocalReply, LocalRequest, PUSH_ID, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
@@ -141,6 +146,8 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Replies of the node read in the last poll (reused).
     replies: Vec<(u64, LocalReply)>,
+    /// The newest checkpoint request the node sent (0: none).
+    checkpoint_wanted: u64,
     /// A peer stayed unreachable too long (reported by the next call that can).
     gave_up: Option<Error>,
     /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
@@ -200,6 +207,7 @@ impl Transport {
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             replies: Vec::new(),
+            checkpoint_wanted: 0,
             gave_up: None,
             failure_timeout,
             local,
@@ -630,8 +638,15 @@ impl Transport {
         let mut replies = std::mem::take(&mut self.replies);
         let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
         for (id, reply) in replies.drain(..) {
-            if let Some(peer) = self.resolves.remove(&id) {
-                self.links.handle_resolved(now, peer, node_client::resolved(reply), engine);
+            match (id, reply) {
+                (PUSH_ID, LocalReply::CheckpointWanted { request }) => {
+                    self.checkpoint_wanted = self.checkpoint_wanted.max(request);
+                }
+                (id, reply) => {
+                    if let Some(peer) = self.resolves.remove(&id) {
+                        self.links.handle_resolved(now, peer, node_client::resolved(reply), engine);
+                    }
+                }
             }
         }
         self.replies = replies;
@@ -825,6 +840,21 @@ impl Transport {
             return true;
         }
         got
+    }
+
+    /// The newest checkpoint request the node sent this rank (0: none yet).
+    pub(crate) fn checkpoint_wanted(&self) -> u64 {
+        self.checkpoint_wanted
+    }
+
+    /// Tells the node of a checkpoint or a recovery, without waiting (best
+    /// effort: a node that cannot be told only misses it in its status).
+    pub(crate) fn report(&mut self, req: LocalRequest) {
+        if self.node_failed.is_none() {
+            if let Err(e) = self.node.request(req) {
+                debug!(%e, "cannot report to the node");
+            }
+        }
     }
 
     /// Tells the node we are gone (best effort).
