@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the job failed, 2 bad input (command line, job
 //! file), 3 no daemon reachable or a daemon error, 4 the job was killed.
 
+mod checkpoint;
 mod demo;
 mod follow;
 mod programs;
@@ -416,7 +417,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         Cmd::Checkpoint { job, no_wait } => {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
-            checkpoint(&mut c, job, !no_wait, json).map_err(daemon)?;
+            checkpoint::ask(&mut c, job, !no_wait, json).map_err(daemon)?;
             Ok(0)
         }
         Cmd::Nodes => {
@@ -480,45 +481,6 @@ fn run(cli: Cli) -> Result<i32, Fail> {
         }
         Cmd::Demo { nodes, loops, http, keep } => {
             demo::run(demo::Tour { nodes, loops, http, keep, shape }, json).map_err(|e| Fail(1, e))
-        }
-    }
-}
-
-/// Asks for a checkpoint of `job` and prints how many ranks it reached, then
-/// (with `wait`) the cut once it is taken.
-fn checkpoint(c: &mut Client, job: JobId, wait: bool, json: bool) -> anyhow::Result<()> {
-    let id = c.send(ToolRequest::Checkpoint { job })?;
-    // The first answer comes at once (from the job's node, maybe through
-    // another); the cut comes at the ranks' next safe point, however late.
-    let mut limit = Some(Duration::from_secs(20));
-    loop {
-        let (rid, reply, _) = c.next(limit)?;
-        if rid != id {
-            continue;
-        }
-        match reply {
-            ToolReply::CheckpointAsked { ranks, .. } => {
-                if json {
-                    println!("{}", json!({"job": job.to_string(), "asked": ranks}));
-                } else {
-                    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
-                    println!("checkpoint of job {job} asked of {} rank(s): {}", ranks.len(), list.join(", "));
-                }
-                if !wait {
-                    return Ok(());
-                }
-                limit = None;
-            }
-            ToolReply::CheckpointTaken { cut, .. } => {
-                if json {
-                    println!("{}", p2pmp_jobd::json::cut(job, &cut));
-                } else {
-                    println!("{}", tables::cut(&cut));
-                }
-                return Ok(());
-            }
-            ToolReply::Error { message } => anyhow::bail!("{message}"),
-            other => anyhow::bail!("unexpected answer {other:?}"),
         }
     }
 }
