@@ -102,9 +102,10 @@ enum Cmd {
     /// how many ranks the request reached, then waits until the checkpoint is
     /// taken and prints its epoch, time and size (bytes stored, and protected
     /// before compression), summed over the ranks; `--no-wait` returns once the
-    /// ranks are asked. Fails (exit 3) when the job is not running, reaches no
-    /// rank (not a p2pmp program), or ends before the checkpoint. Only the key
-    /// that submitted the job, or a node's admin, may ask.
+    /// ranks are asked (a program that stops calling P2P_Snapshot keeps the
+    /// wait going until it ends). Fails (exit 3) when the job is not running,
+    /// reaches no rank (not a p2pmp program), or ends before the checkpoint.
+    /// Only the key that submitted the job, or a node's admin, may ask.
     Checkpoint {
         /// Job id (hex).
         job: String,
