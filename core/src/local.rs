@@ -13,13 +13,24 @@
 //! rank dialing another knows which key must answer there, and a rank accepting
 //! one knows which keys the claimed rank registered.
 //!
+//! Checkpoints: a rank reports each one it writes ([`LocalRequest::Checkpointed`])
+//! and each recovery ([`LocalRequest::Recovered`]); the node keeps them for
+//! `p2pjob status`. The one message the node sends unasked is
+//! [`LocalReply::CheckpointWanted`] (`request_id` 0, which no request has):
+//! `p2pjob checkpoint` wants a cut at the rank's next safe point. A node knows
+//! which rank a connection serves from the process key the rank registers.
+//!
 //! postcard encodes variants by index: every enum here is append-only.
 
 use serde::{Deserialize, Serialize};
 
+use crate::ckpt::{CheckpointInfo, RecoveryInfo};
 use crate::id::Id;
 use crate::machine::NodeAddr;
 use crate::secure::PublicKey;
+
+/// The `request_id` of what a node sends a rank unasked (requests count from 1).
+pub const PUSH_ID: u64 = 0;
 
 /// The key a process is registered under: SHA-1 of its job id bytes followed by
 /// its rank as 4 big-endian bytes.
@@ -43,6 +54,11 @@ pub enum LocalRequest {
     /// Every endpoint currently registered under `key`, with its public key
     /// when it registered one; answered with [`LocalReply::ResolvedKeyed`].
     ResolveKeyed { key: Id },
+    /// This rank wrote checkpoint `ckpt`; the cut covers every
+    /// [`LocalReply::CheckpointWanted`] up to `request` (0: none).
+    Checkpointed { ckpt: CheckpointInfo, request: u64 },
+    /// This rank resumed from a checkpoint.
+    Recovered { recovery: RecoveryInfo },
 }
 
 /// Where a process listens, and the public key its connections authenticate
@@ -107,6 +123,12 @@ pub enum LocalReply {
     Failed { error: LocalError },
     /// Every live endpoint of `key`; empty when nothing is registered (yet).
     ResolvedKeyed { key: Id, endpoints: Vec<Endpoint> },
+    /// A report ([`LocalRequest::Checkpointed`], [`LocalRequest::Recovered`]) is kept.
+    Noted,
+    /// Sent unasked (with [`PUSH_ID`]): take a checkpoint at the next safe
+    /// point. `request` numbers the job's checkpoint requests, from 1; a cut
+    /// covering it (or a later one) answers it.
+    CheckpointWanted { request: u64 },
 }
 
 /// The first frame on every connection between two ranks: who connects. The
@@ -156,6 +178,11 @@ mod tests {
                 public: PublicKey(k)
             }),
             arb_id().prop_map(|key| LocalRequest::ResolveKeyed { key }),
+            (any::<[u64; 4]>(), any::<u64>()).prop_map(|([epoch, unix_ms, stored_bytes, raw_bytes], request)| {
+                LocalRequest::Checkpointed { ckpt: CheckpointInfo { epoch, unix_ms, stored_bytes, raw_bytes }, request }
+            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(epoch, unix_ms)| LocalRequest::Recovered { recovery: RecoveryInfo { epoch, unix_ms } }),
         ]
     }
 
@@ -169,6 +196,8 @@ mod tests {
                 .prop_map(|error| LocalReply::Failed { error }),
             (arb_id(), proptest::collection::vec(arb_endpoint(), 0..5))
                 .prop_map(|(key, endpoints)| LocalReply::ResolvedKeyed { key, endpoints }),
+            Just(LocalReply::Noted),
+            any::<u64>().prop_map(|request| LocalReply::CheckpointWanted { request }),
         ]
     }
 
@@ -205,6 +234,19 @@ mod tests {
         want.extend([3, 1]); // request id, variant Resolve
         want.extend([0xffu8; 20]);
         assert_eq!(&buf[..], &want[..]);
+    }
+
+    /// postcard numbers variants by position: the checkpoint messages come
+    /// after every older one (the keyed registration's among them).
+    #[test]
+    fn golden_checkpoint_messages() {
+        let ckpt = CheckpointInfo { epoch: 2, unix_ms: 3, stored_bytes: 4, raw_bytes: 5 };
+        let req = postcard::to_allocvec(&LocalRequest::Checkpointed { ckpt, request: 1 }).unwrap();
+        assert_eq!(req, [5, 2, 3, 4, 5, 1]);
+        let rec = LocalRequest::Recovered { recovery: RecoveryInfo { epoch: 2, unix_ms: 0x80 } };
+        assert_eq!(postcard::to_allocvec(&rec).unwrap(), [6, 2, 0x80, 1]);
+        assert_eq!(postcard::to_allocvec(&LocalReply::Noted).unwrap(), [5]);
+        assert_eq!(postcard::to_allocvec(&LocalReply::CheckpointWanted { request: 9 }).unwrap(), [6, 9]);
     }
 
     proptest! {

@@ -1,8 +1,10 @@
 //! The JSON shapes of what a daemon tells about jobs and nodes, written once:
 //! `p2pjob status --json` and `p2pjob nodes --json` print them, and the status
-//! page's API (`/api/jobs`, `/api/nodes`) serves them.
+//! page's API (`/api/jobs`, `/api/nodes`) serves them; `p2pjob checkpoint
+//! --json` prints a cut.
 
-use p2pmp_core::job::Resources;
+use p2pmp_core::ckpt::{CheckpointInfo, CutInfo, RankCheckpoints};
+use p2pmp_core::job::{JobId, Resources};
 use p2pmp_core::node::control::{JobPhase, JobStatus};
 use serde_json::{Value, json};
 
@@ -24,12 +26,34 @@ pub fn phase_is_over(p: JobPhase) -> bool {
     matches!(p, JobPhase::Done | JobPhase::Failed | JobPhase::Killed)
 }
 
+/// One checkpoint file of a rank.
+pub fn checkpoint(c: &CheckpointInfo) -> Value {
+    json!({"epoch": c.epoch, "unix_ms": c.unix_ms, "stored_bytes": c.stored_bytes, "raw_bytes": c.raw_bytes})
+}
+
+/// What a rank reported of its checkpoints: `checkpoint` (its last one, or
+/// null), `recoveries` (the newest ones kept) and `recovered` (how many in all).
+fn rank_checkpoints(c: &RankCheckpoints) -> (Value, Value, u32) {
+    let recoveries = c.recoveries.iter().map(|r| json!({"epoch": r.epoch, "unix_ms": r.unix_ms})).collect();
+    (c.last.as_ref().map_or(Value::Null, checkpoint), Value::Array(recoveries), c.recovered)
+}
+
+/// A job's cut, as `p2pjob checkpoint --json` prints it.
+pub fn cut(job: JobId, c: &CutInfo) -> Value {
+    json!({"job": job.to_string(), "epoch": c.epoch, "unix_ms": c.unix_ms, "stored_bytes": c.stored_bytes,
+        "raw_bytes": c.raw_bytes, "ranks": c.ranks})
+}
+
 /// One job, as `p2pjob status --json` lists it.
 pub fn job(j: &JobStatus) -> Value {
     let ranks: Vec<Value> = j
         .ranks
         .iter()
-        .map(|r| json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()), "started": r.started, "exit": r.exit}))
+        .map(|r| {
+            let (checkpoint, recoveries, recovered) = rank_checkpoints(&r.checkpoints);
+            json!({"rank": r.rank, "node": r.node.map(|n| n.to_string()), "started": r.started, "exit": r.exit,
+                "checkpoint": checkpoint, "recoveries": recoveries, "recovered": recovered})
+        })
         .collect();
     json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable,
         "phase": phase_name(j.phase), "waiting": j.waiting, "ranks": ranks, "error": j.error,
@@ -61,7 +85,6 @@ pub fn nodes(values: &[String]) -> Value {
 #[cfg(test)]
 mod tests {
     use p2pmp_core::id::Id;
-    use p2pmp_core::job::JobId;
     use p2pmp_core::machine::NodeAddr;
     use p2pmp_core::node::control::RankStatus;
 
@@ -70,7 +93,14 @@ mod tests {
     #[test]
     fn a_job_and_a_node_in_json() {
         let a = NodeAddr("127.0.0.1:7400".parse().unwrap());
-        let ranks = vec![RankStatus { rank: 0, node: Some(a), started: true, exit: Some(-11) }];
+        let ckpt = CheckpointInfo { epoch: 2, unix_ms: 1_700_000_000_000, stored_bytes: 10, raw_bytes: 30 };
+        let mut checkpoints = RankCheckpoints::default();
+        checkpoints.written(ckpt);
+        checkpoints.recovered(p2pmp_core::ckpt::RecoveryInfo { epoch: 1, unix_ms: 5 });
+        let ranks = vec![
+            RankStatus { rank: 0, node: Some(a), started: true, exit: Some(-11), checkpoints },
+            RankStatus { rank: 1, node: None, started: false, exit: None, checkpoints: RankCheckpoints::default() },
+        ];
         let s = JobStatus {
             job: JobId(Id::ZERO),
             executable: "ring".into(),
@@ -85,6 +115,13 @@ mod tests {
         assert_eq!(v["jobs"][0]["phase"], "failed");
         assert_eq!(v["jobs"][0]["ranks"][0]["node"], "127.0.0.1:7400");
         assert_eq!(v["jobs"][0]["ranks"][0]["exit"], -11);
+        assert_eq!(v["jobs"][0]["ranks"][0]["checkpoint"]["stored_bytes"], 10);
+        assert_eq!(v["jobs"][0]["ranks"][0]["checkpoint"]["epoch"], 2);
+        assert_eq!(v["jobs"][0]["ranks"][0]["recoveries"][0]["epoch"], 1);
+        assert_eq!(v["jobs"][0]["ranks"][0]["recovered"], 1);
+        assert!(v["jobs"][0]["ranks"][1]["checkpoint"].is_null());
+        let c = cut(JobId(Id::ZERO), &CutInfo::of([&ckpt]));
+        assert_eq!((c["epoch"].as_u64(), c["ranks"].as_u64(), c["raw_bytes"].as_u64()), (Some(2), Some(1), Some(30)));
         assert_eq!(v["jobs"][0]["job"], "0".repeat(40));
         assert_eq!(v["jobs"][0]["restarts"][0], "node 127.0.0.1:7401 holding rank(s) [1] was lost");
         let r =

@@ -26,7 +26,8 @@ int  P2P_Unprotect(int id);
 int  P2P_Recover(int *restarted);
 /* a safe point, called by every rank of MPI_COMM_WORLD the same number of
    times, like a collective: the job's coordinated checkpoint is taken here
-   when one is due (the job's interval) or asked for; returns MPI_SUCCESS */
+   when one is due (the job's interval) or asked for (`p2pjob checkpoint
+   JOB`); returns MPI_SUCCESS */
 int  P2P_Snapshot(void);
 /* the original system's hooks, called before and after a checkpoint and on
    restart */

@@ -5,7 +5,8 @@
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
 //! [`cargo_build`] builds the binaries and examples a process test runs;
-//! [`run_to_end`] runs one to its end with a deadline. [`cluster`] builds a
+//! [`run_to_end`] runs one to its end with a deadline; [`c::build`] compiles
+//! the C test programs. [`cluster`] builds a
 //! cluster of hosts out of network namespaces, a `jobd` on each. [`bench`](mod@bench) is
 //! what the MPI benches share (running, figures, the reference MPIs).
 //! [`sniff`] captures packets for the tests of what crosses the wire.
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use p2pmp_core::id::Id;
 
 pub mod bench;
+pub mod c;
 pub mod cluster;
 pub mod sniff;
 

@@ -8,7 +8,7 @@
 //! compiler the tests say so and pass without running anything.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -32,45 +32,23 @@ const PROGRAMS: [&str; 17] = [
     "ckpt",
 ];
 
-/// Where the compiled C programs go, with p2pjob and p2pmpicc built; `None`
-/// without a C compiler.
+/// Where the compiled C programs go (`c-tests`), with p2pjob and p2pmp-launch
+/// built beside; `None` without a C compiler.
 fn built() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        if Command::new(&cc).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-            eprintln!("c_abi: no C compiler ({cc}); the C ABI tests are skipped");
-            return None;
-        }
-        let dir = p2pmp_tests::cargo_build(&[
-            "-p",
-            "p2pmp-capi",
+        p2pmp_tests::c::build("c-tests", &PROGRAMS)?;
+        Some(p2pmp_tests::cargo_build(&[
             "-p",
             "p2pmp-jobd",
             "--lib",
-            "--bin",
-            "p2pmpicc",
             "--bin",
             "p2pjob",
             "-p",
             "p2pmp-mpi",
             "--bin",
             "p2pmp-launch",
-        ]);
-        let out = dir.join("c-tests");
-        std::fs::create_dir_all(&out).unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
-        for p in PROGRAMS {
-            let st = Command::new(dir.join("p2pmpicc"))
-                .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1"])
-                .arg(src.join(format!("{p}.c")))
-                .arg("-o")
-                .arg(out.join(p))
-                .status()
-                .expect("running p2pmpicc");
-            assert!(st.success(), "p2pmpicc {p}.c failed");
-        }
-        Some(dir)
+        ]))
     })
     .as_ref()
 }

@@ -1,7 +1,8 @@
 //! `jobd` and `p2pjob` end to end: real daemons on loopback (4 per test), jobs
 //! submitted with the `p2pjob` binary. MPI jobs spread over the daemons,
 //! sequential jobs with files, kill, unsatisfiable requirements, malformed job
-//! files, a daemon killed with SIGKILL mid-job, and two jobs at once.
+//! files, a daemon killed with SIGKILL mid-job, two jobs at once, and `p2pjob
+//! checkpoint` of a running C ring with `p2pjob status` showing each rank's file.
 //!
 //! The binaries and example programs are built by the first test to need them.
 //! Every wait has a deadline; every process a test starts is killed when the test
@@ -399,4 +400,136 @@ fn output_far_beyond_the_stream_window_arrives_whole() {
         let n = out.stdout.lines().filter(|l| *l == line).count();
         assert_eq!(n, LINES, "rank {rank}: {n} of {LINES} lines arrived");
     }
+}
+
+/// The C checkpoint ring (`tests/c/ckpt.c`), compiled; `None` without a C compiler.
+fn ckpt_ring() -> Option<String> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| p2pmp_tests::c::build("c-tests-jobd", &["ckpt"])).as_ref()?;
+    Some(dir.join("ckpt").to_string_lossy().into_owned())
+}
+
+/// Waits until every rank of `job` has registered its process key (then it
+/// holds its control connection to its node, which knows it by that key).
+fn wait_registered(c: &Cluster, job: &str, ranks: u32) {
+    let id = p2pmp_core::job::JobId(job.parse().expect("a job id"));
+    for rank in 0..ranks {
+        let key = p2pmp_core::job::process_key(id, rank).to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.p2pjob(0, &["query", &key], Duration::from_secs(10)).stdout.trim().is_empty() {
+            assert!(Instant::now() < deadline, "rank {rank} of {job} never registered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The checkpoint files of `job` on every daemon (each has its own job
+/// directory, `work/node-PORT/job-ID`): names sorted, with their paths.
+fn checkpoint_files(c: &Cluster, job: &str) -> Vec<(String, PathBuf)> {
+    let nodes = std::fs::read_dir(c.base().join("work")).into_iter().flatten().flatten();
+    let dirs = nodes.map(|n| n.path().join(format!("job-{job}")).join("checkpoints"));
+    let mut v: Vec<(String, PathBuf)> = dirs
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(n, _)| n.ends_with(".ckpt"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn names(files: &[(String, PathBuf)]) -> Vec<&str> {
+    files.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// Bytes stored of every rank line of `p2pjob status JOB` ("... checkpoint
+/// epoch E at DATE: N bytes stored, ..."), by rank; `None` for "checkpoint none".
+fn stored_per_rank(status: &str, epoch: u64) -> Vec<Option<u64>> {
+    let lines = status.lines().filter(|l| l.trim_start().starts_with("rank "));
+    lines
+        .map(|l| {
+            let (_, ckpt) = l.split_once(" checkpoint ").expect("a checkpoint column");
+            ckpt.strip_prefix(&format!("epoch {epoch} at "))
+                .and_then(|rest| rest.split(": ").nth(1))
+                .and_then(|sizes| sizes.split(' ').next())
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_asked_of_a_running_ring_is_taken_once_by_every_rank_and_shown_in_its_status() {
+    let Some(prog) = ckpt_ring() else { return };
+    let c = Cluster::start(2, "ckpt");
+    // No <checkpoint> interval: only the request takes one. Long enough to
+    // ask during (rank 0 pauses 1 ms an iteration); killed at the end.
+    let job = c.write("ckpt.xml", job_file(&prog, "100000", 3, "").as_bytes());
+    let out = c.p2pjob(0, &["submit", job.to_str().unwrap()], Duration::from_secs(20));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    c.wait_running(&id, 3);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(10)).stdout;
+    assert_eq!(stored_per_rank(&status, 1), [None, None, None], "nothing taken yet:\n{status}");
+    wait_registered(&c, &id, 3);
+
+    // Asked of the daemon that does not hold the job: forwarded to the one that does.
+    let ck = c.p2pjob(1, &["checkpoint", &id], Duration::from_secs(60));
+    assert_eq!(ck.code, 0, "stdout {} stderr {}", ck.stdout, ck.stderr);
+    assert!(ck.stdout.contains(&format!("checkpoint of job {id} asked of 3 rank(s): 0, 1, 2")), "{}", ck.stdout);
+    assert!(
+        ck.stdout.contains("checkpoint epoch 1 taken at ") && ck.stdout.contains("over 3 rank(s)"),
+        "{}",
+        ck.stdout
+    );
+
+    // Every rank wrote epoch 1, and only it; the files decode to the program's regions.
+    let files = checkpoint_files(&c, &id);
+    assert_eq!(names(&files), ["rank-0.1.ckpt", "rank-1.1.ckpt", "rank-2.1.ckpt"]);
+    for (rank, (_, path)) in (0u32..).zip(&files) {
+        let bytes = std::fs::read(path).unwrap();
+        let (header, stored) = p2pmp_core::ckpt::decode_file(&bytes, 1 << 20).expect("a checkpoint file");
+        assert_eq!((header.job.to_string(), header.rank, header.size, header.epoch), (id.clone(), rank, 3, 1));
+        let raw = p2pmp_mpi::ckpt::decompress(header.codec, stored, header.raw_len).expect("its body decompresses");
+        let body = p2pmp_core::ckpt::Body::decode(&raw.into()).expect("its body decodes");
+        let regions: Vec<(u32, usize)> = body.regions.iter().map(|r| (r.id, r.data.len())).collect();
+        assert_eq!(regions, [(0, 8), (1, 8), (7, 512)], "i, token and the checksums of rank {rank}");
+    }
+    // Status, asked of either daemon, shows each rank's file; no second cut
+    // follows (the request reached some ranks after others had taken it).
+    std::thread::sleep(Duration::from_millis(500));
+    for daemon in 0..2 {
+        let status = c.p2pjob(daemon, &["status", &id], Duration::from_secs(10)).stdout;
+        let stored = stored_per_rank(&status, 1);
+        assert!(stored.len() == 3 && stored.iter().all(|s| s.is_some_and(|n| n > 0)), "{status}");
+    }
+    let files = checkpoint_files(&c, &id);
+    assert_eq!(names(&files), ["rank-0.1.ckpt", "rank-1.1.ckpt", "rank-2.1.ckpt"], "exactly one epoch");
+    let json = c.p2pjob(0, &["--json", "status", &id], Duration::from_secs(10)).stdout;
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("status --json");
+    for r in v["jobs"][0]["ranks"].as_array().expect("ranks") {
+        assert_eq!(r["checkpoint"]["epoch"], 1, "{r}");
+        assert!(r["checkpoint"]["stored_bytes"].as_u64().is_some_and(|n| n > 0), "{r}");
+        assert!(r["node"].as_str().is_some_and(|n| n.starts_with("127.0.0.1:")), "{r}");
+        assert_eq!(r["recoveries"], serde_json::json!([]), "{r}");
+    }
+
+    // Another key may not ask; an unknown job and a finished one say so.
+    let other = c.base().join("other.key");
+    let k = c.p2pjob(0, &["--key", other.to_str().unwrap(), "keygen"], Duration::from_secs(10));
+    assert_eq!(k.code, 0, "{}", k.stderr);
+    let refused = c.p2pjob(0, &["--key", other.to_str().unwrap(), "checkpoint", &id], Duration::from_secs(20));
+    assert_eq!(refused.code, 3, "{}", refused.stderr);
+    assert!(refused.stderr.contains(&format!("job {id} belongs to another key")), "{}", refused.stderr);
+    let nobody = "0".repeat(40);
+    let unknown = c.p2pjob(1, &["checkpoint", &nobody], Duration::from_secs(20));
+    assert_eq!(unknown.code, 3, "{}", unknown.stderr);
+    assert!(unknown.stderr.contains(&format!("no job {nobody} in the network")), "{}", unknown.stderr);
+    assert_eq!(c.p2pjob(0, &["kill", &id], Duration::from_secs(10)).code, 0);
+    assert_eq!(c.p2pjob(0, &["wait", &id], Duration::from_secs(30)).code, 4, "killed");
+    let over = c.p2pjob(1, &["checkpoint", &id], Duration::from_secs(20));
+    assert_eq!(over.code, 3, "{}", over.stderr);
+    assert!(
+        over.stderr.contains(&format!("job {id} has no running rank to checkpoint: it is over")),
+        "{}",
+        over.stderr
+    );
 }

@@ -23,6 +23,13 @@
 //! against the bounds below before anything is allocated, so a file from disk
 //! or from another node never panics the reader nor makes it allocate more than
 //! the file claims and the caller allows.
+//!
+//! [`report`] holds what ranks tell their nodes of the checkpoints they wrote
+//! and the recoveries they made.
+
+mod report;
+
+pub use report::{CheckpointInfo, CutInfo, MAX_RECOVERIES, RankCheckpoints, RecoveryInfo};
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};

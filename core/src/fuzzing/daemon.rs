@@ -4,7 +4,8 @@
 //! A byte cursor picks each input: a frame of raw bytes decoded as a
 //! [`NodeMsg`] envelope, a well-formed Chord message built from the bytes (often
 //! the answer to a request the node really has outstanding, from the peer it asked),
-//! a command of the I/O shell (a rank's or a tool's request, the answer to a file
+//! a command of the I/O shell (a rank's or a tool's request, a rank's registration
+//! under a process key of a job the node runs and its checkpoint reports, the answer to a file
 //! read or a spawn the node asked for, host stats, leave), a failed send, or time
 //! moving on. Messages the node addresses to itself come back at once, as the
 //! adapters' `Driver` delivers them.
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::chord::{ChordMsg, Entry, Peer, Step};
+use crate::ckpt::{CheckpointInfo, RecoveryInfo};
 use crate::id::Id;
 use crate::job::{FileData, JobId, Resources, Stream};
 use crate::local::LocalRequest;
@@ -152,7 +154,7 @@ impl Cursor<'_> {
 
     fn tool_request(&mut self, jobs: &[JobId]) -> ToolRequest {
         let job = self.job(jobs);
-        match self.byte() % 9 {
+        match self.byte() % 10 {
             0 => ToolRequest::Submit {
                 nonce: self.u64(),
                 xml: JOB_XML.to_owned(),
@@ -166,6 +168,7 @@ impl Cursor<'_> {
             5 => ToolRequest::Output { job, rank: (self.byte() % 2 == 0).then(|| u32::from(self.byte() % 3)) },
             6 => ToolRequest::Lookup { name: self.name() },
             7 => ToolRequest::Query { name: self.name() },
+            8 => ToolRequest::Checkpoint { job },
             _ => ToolRequest::Ring,
         }
     }
@@ -322,13 +325,24 @@ impl Harness {
         let request_id = u64::from(c.byte());
         match c.byte() % 8 {
             0 => {
-                let (key, addr) = (c.id(), c.addr());
-                let req = match c.byte() % 5 {
+                // Often the process key of a rank of a job the node knows.
+                let key = match c.byte() % 2 {
+                    0 => crate::job::process_key(c.job(&self.jobs), u32::from(c.byte() % 3)),
+                    _ => c.id(),
+                };
+                let addr = c.addr();
+                let req = match c.byte() % 7 {
                     0 => LocalRequest::Register { key, addr },
                     1 => LocalRequest::Resolve { key },
-                    2 => LocalRequest::RegisterKeyed { key, addr, public: PublicKey([c.byte(); 32]) },
-                    3 => LocalRequest::ResolveKeyed { key },
-                    _ => LocalRequest::Unregister { key, addr },
+                    2 => LocalRequest::Unregister { key, addr },
+                    3 => {
+                        let (epoch, unix_ms, bytes) = (u64::from(c.byte()), c.u64() >> 24, u64::from(c.byte()) << 10);
+                        let ckpt = CheckpointInfo { epoch, unix_ms, stored_bytes: bytes, raw_bytes: bytes * 3 };
+                        LocalRequest::Checkpointed { ckpt, request: u64::from(c.byte() % 4) }
+                    }
+                    4 => LocalRequest::RegisterKeyed { key, addr, public: PublicKey([c.byte(); 32]) },
+                    5 => LocalRequest::ResolveKeyed { key },
+                    _ => LocalRequest::Recovered { recovery: RecoveryInfo { epoch: u64::from(c.byte()), unix_ms: 1 } },
                 };
                 NodeCommand::Local { conn, request_id, req }
             }

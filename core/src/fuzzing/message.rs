@@ -81,6 +81,9 @@ mod tests {
     pub(super) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         let me = NodeAddr::loopback(1, 7400);
         let key = Id::hash("k");
+        let job = crate::job::JobId(key);
+        let ckpt = crate::ckpt::CheckpointInfo { epoch: 1, unix_ms: 1 << 40, stored_bytes: 300, raw_bytes: 900 };
+        let cut = crate::ckpt::CutInfo::of([&ckpt]);
         vec![
             ("hello", seed(0, Hello { network_id: 0, listen: me, overlay: None })),
             ("goodbye", seed(1, Goodbye::Leaving)),
@@ -92,6 +95,11 @@ mod tests {
             ("node_heartbeat", seed(9, crate::node::NodeMsg::Heartbeat { running: vec![] })),
             ("tool_nodes", seed(10, crate::node::control::ToolRequest::Nodes)),
             ("tool_values", seed(11, crate::node::control::ToolReply::Values { values: vec!["v".into()] })),
+            ("local_checkpointed", seed(5, crate::local::LocalRequest::Checkpointed { ckpt, request: 1 })),
+            ("local_checkpoint_wanted", seed(6, crate::local::LocalReply::CheckpointWanted { request: 1 })),
+            ("job_checkpointed", seed(8, crate::job::JobMsg::Checkpointed { job, rank: 1, ckpt, request: 1 })),
+            ("tool_checkpoint", seed(10, crate::node::control::ToolRequest::Checkpoint { job })),
+            ("tool_checkpoint_taken", seed(11, crate::node::control::ToolReply::CheckpointTaken { job, cut })),
         ]
     }
 

@@ -20,6 +20,9 @@
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
 //!   back in chunks with at most [`ExecConfig::output_window`] bytes unacknowledged
 //!   ([`JobMsg::OutputAck`]), then [`JobMsg::Exit`]; the slot is freed.
+//! - **Checkpoint** ([`ckpt`]): a rank's control connection is linked to it by
+//!   the process key it registers; a checkpoint request reaches the linked
+//!   ranks ([`ExecEvent::AskCheckpoint`]) and their reports go to the submitter.
 //! - **Kill** stops every rank ([`ExecEvent::KillProcess`]); **Done** or an abandoned
 //!   job (nothing started before [`ExecConfig::start_timeout`], or the submitter
 //!   unreachable) ends in [`ExecEvent::Cleanup`].
@@ -35,6 +38,7 @@ use super::cache::FileCache;
 use super::description::JobDescription;
 use super::msg::{JobMsg, RankState, RejectReason, Stream};
 use super::{JobId, MAX_STAGED_FILES};
+use crate::ckpt::RankCheckpoints;
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::Envelope;
@@ -106,6 +110,9 @@ pub enum ExecEvent {
     /// its stdout and stderr. A rank starts with [`super::STREAM_WINDOW`] bytes of
     /// credit; the driver reads its pipes only while it has credit left.
     OutputCredit { job: JobId, rank: u32, bytes: u64 },
+    /// Ask `rank` of `job`, over its control connection `conn`, to take a
+    /// checkpoint at its next safe point (checkpoint request `request`).
+    AskCheckpoint { conn: u64, job: JobId, rank: u32, request: u64 },
 }
 
 /// An executor input that cannot be carried out (API misuse).
@@ -115,6 +122,9 @@ pub enum ExecCmdError {
     /// No such job or rank here.
     #[error("no running rank {rank} of job {job}")]
     Unknown { job: JobId, rank: u32 },
+    /// Control connection `conn` serves no rank running here.
+    #[error("control connection {conn} serves no rank running here")]
+    NoRank { conn: u64 },
 }
 
 struct Incoming {
@@ -170,6 +180,8 @@ struct ExecJob {
     outgoing: output::Outgoing,
     /// Per running rank: stdout + stderr bytes the submitter acknowledged.
     stream_acked: BTreeMap<u32, u64>,
+    /// What each rank reported of its checkpoints ([`ckpt`]).
+    checkpoints: BTreeMap<u32, RankCheckpoints>,
 }
 
 /// A node's executor for every job offered to it.
@@ -184,6 +196,8 @@ pub struct Execution {
     waiting: queue::Waiting,
     actions: VecDeque<Action<JobMsg, ExecEvent>>,
     ignored: u64,
+    /// Which rank each linked control connection serves ([`ckpt`]).
+    links: BTreeMap<u64, (JobId, u32)>,
 }
 
 fn plain_name(name: &str) -> bool {
@@ -202,6 +216,7 @@ impl Execution {
             waiting: queue::Waiting::default(),
             actions: VecDeque::new(),
             ignored: 0,
+            links: BTreeMap::new(),
         }
     }
 
@@ -256,6 +271,7 @@ impl Execution {
     /// Drops a job: stops what runs, frees what is reserved, cleans its directory.
     fn drop_job(&mut self, job: JobId) {
         let Some(j) = self.jobs.remove(&job) else { return };
+        self.unlink(job, None);
         // Every slot not yet given back is freed now, a killed process's included.
         let mut freed = 0;
         for (rank, run) in j.ranks {
@@ -377,6 +393,7 @@ impl Execution {
                 self.send(from, JobMsg::StatusReply { job, ranks }, Bytes::new());
             }
             JobMsg::Done { .. } => self.drop_job(job),
+            JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request),
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
             _ => return None,
@@ -437,6 +454,7 @@ impl Execution {
             pending_reads: BTreeMap::new(),
             outgoing: output::Outgoing::default(),
             stream_acked: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -489,6 +507,7 @@ impl Execution {
         };
         j.ranks.insert(rank, RankRun::Collecting(code));
         j.pending_reads.insert(rank, names.clone());
+        self.unlink(job, Some(rank));
         for name in names {
             self.event(ExecEvent::ReadOutputFile { job, rank, name });
         }
@@ -544,6 +563,7 @@ impl Machine for Execution {
     }
 }
 
+mod ckpt;
 mod output;
 mod queue;
 mod stage;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::JobId;
 use crate::auth::JobAuth;
+use crate::ckpt::{CheckpointInfo, RecoveryInfo};
 use crate::id::Id;
 
 /// Which output stream a chunk belongs to.
@@ -117,6 +118,19 @@ pub enum JobMsg {
     /// both against its own policy before it takes the offer
     /// (refusing with [`RejectReason::NotAllowed`] saying why).
     SignedOffer { job: JobId, ranks: Vec<u32>, size: u32, digest: Id, auth: JobAuth },
+    /// Submitter -> executor: ask every rank of the job running here to take a
+    /// checkpoint at its next safe point (`p2pjob checkpoint`); `request`
+    /// numbers the job's checkpoint requests, from 1. Answered by
+    /// [`JobMsg::CheckpointAsked`].
+    Checkpoint { job: JobId, request: u64 },
+    /// Executor -> submitter: checkpoint request `request` reached these ranks
+    /// (those running here with a control connection to this node).
+    CheckpointAsked { job: JobId, request: u64, ranks: Vec<u32> },
+    /// Executor -> submitter: `rank` wrote checkpoint `ckpt`, a cut covering
+    /// every checkpoint request up to `request` (0: none).
+    Checkpointed { job: JobId, rank: u32, ckpt: CheckpointInfo, request: u64 },
+    /// Executor -> submitter: `rank` resumed from a checkpoint.
+    Recovered { job: JobId, rank: u32, recovery: RecoveryInfo },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -171,7 +185,11 @@ impl JobMsg {
             | JobMsg::Want { job, .. }
             | JobMsg::Grant { job, .. }
             | JobMsg::Unwant { job }
-            | JobMsg::SignedOffer { job, .. } => *job,
+            | JobMsg::SignedOffer { job, .. }
+            | JobMsg::Checkpoint { job, .. }
+            | JobMsg::CheckpointAsked { job, .. }
+            | JobMsg::Checkpointed { job, .. }
+            | JobMsg::Recovered { job, .. } => *job,
         }
     }
 
@@ -233,6 +251,24 @@ mod tests {
         let mut want = vec![23u8];
         want.extend([0u8; 20]);
         assert_eq!(body_bytes(&JobMsg::Unwant { job: z }), want);
+        let mut want = vec![25u8];
+        want.extend([0u8; 20]);
+        want.push(3);
+        assert_eq!(body_bytes(&JobMsg::Checkpoint { job: z, request: 3 }), want);
+        let mut want = vec![26u8];
+        want.extend([0u8; 20]);
+        want.extend([3, 1, 2]); // request 3, ranks [2]
+        assert_eq!(body_bytes(&JobMsg::CheckpointAsked { job: z, request: 3, ranks: vec![2] }), want);
+        let ckpt = CheckpointInfo { epoch: 1, unix_ms: 2, stored_bytes: 3, raw_bytes: 4 };
+        let mut want = vec![27u8];
+        want.extend([0u8; 20]);
+        want.extend([5, 1, 2, 3, 4, 6]); // rank 5, the checkpoint, request 6
+        assert_eq!(body_bytes(&JobMsg::Checkpointed { job: z, rank: 5, ckpt, request: 6 }), want);
+        let mut want = vec![28u8];
+        want.extend([0u8; 20]);
+        want.extend([5, 1, 2]);
+        let recovery = RecoveryInfo { epoch: 1, unix_ms: 2 };
+        assert_eq!(body_bytes(&JobMsg::Recovered { job: z, rank: 5, recovery }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
     }
@@ -280,6 +316,16 @@ mod tests {
                 ahead
             }),
             job.clone().prop_map(|job| JobMsg::Unwant { job }),
+            (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
+            (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
+                .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),
+            (job.clone(), any::<u32>(), any::<[u64; 4]>(), any::<u64>()).prop_map(|(job, rank, c, request)| {
+                let ckpt = CheckpointInfo { epoch: c[0], unix_ms: c[1], stored_bytes: c[2], raw_bytes: c[3] };
+                JobMsg::Checkpointed { job, rank, ckpt, request }
+            }),
+            (job.clone(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(job, rank, epoch, unix_ms)| {
+                JobMsg::Recovered { job, rank, recovery: RecoveryInfo { epoch, unix_ms } }
+            }),
             (job, any::<[u8; 32]>(), any::<[[u8; 32]; 2]>()).prop_map(|(job, k, s)| JobMsg::SignedOffer {
                 job,
                 ranks: vec![0],

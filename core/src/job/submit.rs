@@ -35,6 +35,7 @@ use sha1::{Digest, Sha1};
 use super::msg::{JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
 use super::requirements::{ANY_NAME, Requirement, Resources};
 use super::{JobDescription, JobId, RestartPolicy};
+use crate::ckpt::CutInfo;
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::overlay::OverlayError;
@@ -43,7 +44,7 @@ use crate::wire::Envelope;
 mod state;
 
 pub use state::restart::MAX_RESTARTS;
-pub use state::{Submission, SubmissionCommand};
+pub use state::{MAX_PENDING_CHECKPOINTS, Submission, SubmissionCommand};
 
 /// Tunables of a submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,6 +225,13 @@ pub enum SubmitEvent {
     /// The job lost ranks (`reason`) and starts again from scratch, its
     /// `attempt`-th restart (`<restart>scratch</restart>`).
     Restarting { job: JobId, attempt: u32, reason: String },
+    /// Checkpoint request `request` ([`Submitter::request_checkpoint`])
+    /// reached these ranks.
+    CheckpointAsked { job: JobId, request: u64, ranks: Vec<u32> },
+    /// The job's ranks took the cut `cut`, which answers checkpoint request `request`.
+    CheckpointTaken { job: JobId, request: u64, cut: CutInfo },
+    /// Checkpoint request `request` cannot be answered, for this reason.
+    CheckpointFailed { job: JobId, request: u64, reason: String },
 }
 
 /// A submitter command that cannot be carried out.
@@ -240,6 +248,13 @@ pub enum SubmitCmdError {
     /// time rather than ignored while it runs.
     #[error("the job cannot be run as written: {0}")]
     CannotHonour(String),
+    /// A checkpoint was asked of a job none of whose ranks runs.
+    #[error("job {job} has no running rank to checkpoint: {why}")]
+    NoRunningRank { job: JobId, why: &'static str },
+    /// A checkpoint was asked of a job already following
+    /// [`MAX_PENDING_CHECKPOINTS`] requests.
+    #[error("job {job} already waits for {pending} checkpoint(s): ask again once they are taken")]
+    TooManyCheckpoints { job: JobId, pending: usize },
 }
 
 /// Why this network cannot run `job` as its file asks, if it cannot.
@@ -334,6 +349,12 @@ impl Submitter {
         s.set_auth(auth);
         self.jobs.insert(id, s);
         Ok((id, true))
+    }
+
+    /// Asks every running rank of `job` for a checkpoint: the request's
+    /// number (see [`Submission::request_checkpoint`]).
+    pub fn request_checkpoint(&mut self, job: JobId) -> Result<u64, SubmitCmdError> {
+        self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.request_checkpoint()
     }
 
     /// The submission of `job`.

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{AuthError, JobAuth, SecretKey, SignedRequest};
 use crate::can::Zone;
+use crate::ckpt::{CutInfo, RankCheckpoints};
 use crate::job::{JobId, Stream};
 use crate::machine::NodeAddr;
 
@@ -62,6 +63,11 @@ pub enum ToolRequest {
     /// request forwarded to the node holding a job goes on signed, and that
     /// node checks it itself. See [`ToolRequest::sign`].
     Signed { request: SignedRequest, job: Option<JobAuth> },
+    /// Ask every running rank of a job to take a checkpoint at its next safe
+    /// point: answered by [`ToolReply::CheckpointAsked`] (the ranks it
+    /// reached), then [`ToolReply::CheckpointTaken`] once the cut is taken
+    /// (or an error: the job ended first, no rank could be reached).
+    Checkpoint { job: JobId },
 }
 
 impl ToolRequest {
@@ -73,7 +79,8 @@ impl ToolRequest {
             | ToolRequest::Watch { .. }
             | ToolRequest::Kill { .. }
             | ToolRequest::Output { .. }
-            | ToolRequest::Status { job: Some(_) } => true,
+            | ToolRequest::Status { job: Some(_) }
+            | ToolRequest::Checkpoint { .. } => true,
             ToolRequest::Status { job: None }
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
@@ -84,14 +91,17 @@ impl ToolRequest {
         }
     }
 
-    /// Whether its answer is a stream that lasts (a watch, an output),
-    /// looking inside a signed request.
+    /// Whether its answer is a stream that lasts (a watch, an output, a
+    /// checkpoint waiting for its cut), looking inside a signed request.
     pub fn streams(&self) -> bool {
+        let lasts = |r: &ToolRequest| {
+            matches!(r, ToolRequest::Watch { .. } | ToolRequest::Output { .. } | ToolRequest::Checkpoint { .. })
+        };
         match self {
-            ToolRequest::Watch { .. } | ToolRequest::Output { .. } => true,
-            ToolRequest::Signed { request, .. } => postcard::from_bytes::<ToolRequest>(&request.body)
-                .is_ok_and(|r| matches!(r, ToolRequest::Watch { .. } | ToolRequest::Output { .. })),
-            _ => false,
+            ToolRequest::Signed { request, .. } => {
+                postcard::from_bytes::<ToolRequest>(&request.body).is_ok_and(|r| lasts(&r))
+            }
+            other => lasts(other),
         }
     }
 
@@ -159,6 +169,8 @@ pub struct RankStatus {
     pub started: bool,
     /// Its exit code, once exited.
     pub exit: Option<i32>,
+    /// Its last checkpoint and its recoveries, as it reported them.
+    pub checkpoints: RankCheckpoints,
 }
 
 /// One job in a status answer.
@@ -230,6 +242,11 @@ pub enum ToolReply {
     /// The job lost ranks (`reason`) and starts again from scratch: its
     /// `attempt`-th restart (`<restart>scratch</restart>`).
     Restarting { job: JobId, attempt: u32, reason: String },
+    /// Answer to [`ToolRequest::Checkpoint`]: these ranks were asked (a cut
+    /// follows when any was: the ranks agree on it at their next safe point).
+    CheckpointAsked { job: JobId, ranks: Vec<u32> },
+    /// The last answer to [`ToolRequest::Checkpoint`]: the ranks took `cut`.
+    CheckpointTaken { job: JobId, cut: CutInfo },
 }
 
 /// One CAN node in a [`ToolReply::Zones`], as it tells it.
@@ -260,6 +277,7 @@ impl ToolReply {
                 | ToolReply::Staging { .. }
                 | ToolReply::Fetching { .. }
                 | ToolReply::Restarting { .. }
+                | ToolReply::CheckpointAsked { .. }
         )
     }
 }

@@ -50,6 +50,8 @@ pub(super) struct JobMeta {
     /// How the job ended, held while the shell makes sure its output files are
     /// whole on disk ([`NodeEvent::VerifyFiles`]): the end is told only then.
     verifying: Option<(JobPhase, Vec<i32>, Option<String>)>,
+    /// Tools following a checkpoint request: its number, who asked.
+    pub(super) checkpoint_waiters: Vec<(u64, Client)>,
 }
 
 /// A replay of a job's logs to one client under way.
@@ -93,6 +95,7 @@ impl DaemonNode {
             logs: BTreeMap::new(),
             outputs: BTreeMap::new(),
             verifying: None,
+            checkpoint_waiters: Vec::new(),
         };
         self.jobs.insert(job, meta);
         let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.job_key_ttl);
@@ -123,7 +126,7 @@ impl DaemonNode {
             (None, false) => self.send_reply(client, ToolReply::OutputEnd { job }, Bytes::new()),
             (replay, true) => {
                 // The restarts so far come first, as a watch from the start saw them.
-                let restarts = self.submitter.get(job).map(|s| s.recoveries().to_vec()).unwrap_or_default();
+                let restarts = self.submitter.get(job).map(|s| s.restart_reasons().to_vec()).unwrap_or_default();
                 for (i, reason) in restarts.into_iter().enumerate() {
                     let attempt = i as u32 + 1;
                     self.send_reply(client, ToolReply::Restarting { job, attempt, reason }, Bytes::new());
@@ -196,6 +199,7 @@ impl DaemonNode {
     pub(super) fn drop_clients(&mut self, pick: impl Fn(&Client) -> bool) {
         for meta in self.jobs.values_mut() {
             meta.watchers.retain(|w| !pick(&w.client));
+            meta.checkpoint_waiters.retain(|(_, c)| !pick(c));
         }
         self.replays.live.retain(|_, r| !pick(&r.client));
     }
@@ -243,12 +247,18 @@ impl DaemonNode {
         let ranks = s
             .ranks()
             .iter()
-            .map(|r| RankStatus { rank: r.rank, node: r.node, started: r.started, exit: r.exit })
+            .map(|r| RankStatus {
+                rank: r.rank,
+                node: r.node,
+                started: r.started,
+                exit: r.exit,
+                checkpoints: s.checkpoints(r.rank).cloned().unwrap_or_default(),
+            })
             .collect();
         let error = meta.end.as_ref().and_then(|e| e.error.clone());
         let executable = s.description().executable.clone();
         let waiting = s.waiting_reason();
-        let restarts = s.recoveries().to_vec();
+        let restarts = s.restart_reasons().to_vec();
         Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting, restarts })
     }
 
@@ -305,6 +315,9 @@ impl DaemonNode {
                 self.tell_watchers(job, ToolReply::Restarting { job, attempt, reason }, Bytes::new())
             }
             SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
+            e @ (SubmitEvent::CheckpointAsked { .. }
+            | SubmitEvent::CheckpointTaken { .. }
+            | SubmitEvent::CheckpointFailed { .. }) => self.on_checkpoint_event(e),
             SubmitEvent::Status { .. } => {}
         }
     }

@@ -22,6 +22,8 @@
 //!   a late `wait` or `output` shows all of it) and forgets the job a retention
 //!   time after it ended. Requests about a job held elsewhere are forwarded there
 //!   ([`remote`]).
+//! - **Checkpoints** ([`checkpoint`]). `p2pjob checkpoint` of a job held here,
+//!   the executor's asks pushed to its ranks, and the ranks' reports.
 //! - **Local node protocol** ([`ranks`], [`tool`]). The I/O shell hands each
 //!   request of a control connection in as [`NodeCommand::Local`] or
 //!   [`NodeCommand::Tool`] and writes back every [`NodeEvent::Reply`] and
@@ -32,6 +34,7 @@
 
 mod advert;
 mod authz;
+mod checkpoint;
 pub mod control;
 mod heartbeat;
 mod held;
@@ -106,7 +109,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::StreamAck { .. }
         | JobMsg::Want { .. }
         | JobMsg::Unwant { .. }
-        | JobMsg::SignedOffer { .. } => true,
+        | JobMsg::SignedOffer { .. }
+        | JobMsg::Checkpoint { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -118,7 +122,10 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::StatusReply { .. }
         | JobMsg::StageAck { .. }
         | JobMsg::Have { .. }
-        | JobMsg::Grant { .. } => false,
+        | JobMsg::Grant { .. }
+        | JobMsg::CheckpointAsked { .. }
+        | JobMsg::Checkpointed { .. }
+        | JobMsg::Recovered { .. } => false,
     }
 }
 
@@ -614,6 +621,7 @@ impl DaemonNode {
             ExecEvent::CacheEvict { digest } => self.event(NodeEvent::RemoveFile { path: self.cache_path(digest) }),
             ExecEvent::SlotsChanged { .. } => self.resources_changed(now),
             ExecEvent::OutputCredit { job, rank, bytes } => self.event(NodeEvent::OutputCredit { job, rank, bytes }),
+            ExecEvent::AskCheckpoint { conn, request, .. } => self.push_checkpoint_wanted(conn, request),
         }
     }
 

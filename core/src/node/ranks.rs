@@ -1,6 +1,8 @@
 //! The local node protocol as ranks use it: register a process key (kept while
-//! the connection lives), resolve one through the overlay, withdraw one; with
-//! or without the public key of the process's encrypted links.
+//! the connection lives; a rank running here is known by it from then on),
+//! resolve one through the overlay, withdraw one, with or without the public
+//! key of the process's encrypted links; report checkpoints
+//! ([`super::checkpoint`]).
 
 use std::time::Instant;
 
@@ -42,12 +44,16 @@ impl DaemonNode {
                 }
                 self.reply(conn, request_id, LocalReply::Unregistered { key });
             }
+            report @ (LocalRequest::Checkpointed { .. } | LocalRequest::Recovered { .. }) => {
+                self.on_rank_report(conn, request_id, report);
+            }
         }
     }
 
     fn register_process(&mut self, now: Instant, conn: ConnId, request_id: u64, key: Id, at: Endpoint) {
         let (name, value) = (key.to_string(), at.to_string());
         let ttl = self.process_ttl;
+        self.exec.handle_rank_registered(conn, key);
         if self.overlay(now, OverlayCommand::Register { name: name.clone(), value: value.clone(), ttl }) {
             self.regs.entry(conn).or_default().push((name, value));
             self.reply(conn, request_id, LocalReply::Registered { key });
@@ -98,6 +104,7 @@ impl DaemonNode {
         for (name, value) in self.regs.remove(&conn).unwrap_or_default() {
             self.overlay(now, OverlayCommand::Unregister { name, value });
         }
+        self.exec.handle_conn_closed(conn);
         self.drop_clients(|c| matches!(c, Client::Local { conn: c, .. } if *c == conn));
         self.cancel_forwards_of(conn);
         self.pending.retain(|_, p| match p {

@@ -1,6 +1,7 @@
 //! The I/O shell of every daemon node, played in memory for the simulator:
 //! files kept in a map, processes that print one line and exit after
-//! `run_time` (or never), tool replies recorded by node and connection. Tests
+//! `run_time` (or never), tool replies and the replies to ranks recorded by
+//! node and connection. Tests
 //! and the queue benchmark drive whole networks of [`DaemonNode`]s with it.
 
 use std::cmp::Reverse;
@@ -12,6 +13,7 @@ use bytes::Bytes;
 use super::control::ToolReply;
 use super::{ConnId, DaemonNode, NodeCommand, NodeEvent};
 use crate::job::{FileData, JobId, Stream};
+use crate::local::LocalReply;
 use crate::sim::{NodeIdx, Sim};
 
 /// See the module docs.
@@ -21,6 +23,9 @@ pub struct SimShell {
     pub files: BTreeMap<String, Vec<u8>>,
     /// Tool replies: node, connection, reply, payload.
     pub replies: Vec<(NodeIdx, ConnId, ToolReply, Bytes)>,
+    /// Replies to ranks (and what the node sent them unasked): node,
+    /// connection, request id, reply.
+    pub rank_replies: Vec<(NodeIdx, ConnId, u64, LocalReply)>,
     /// Directories removed.
     pub removed: Vec<String>,
     /// How long a process runs before it exits with code 0 (`None`: forever).
@@ -128,6 +133,7 @@ impl SimShell {
                 self.removed.push(path);
             }
             NodeEvent::ToolReply { conn, reply, payload, .. } => self.replies.push((node, conn, reply, payload)),
+            NodeEvent::Reply { conn, request_id, reply } => self.rank_replies.push((node, conn, request_id, reply)),
             _ => {}
         }
     }

@@ -37,7 +37,10 @@ impl DaemonNode {
             Err(e) => return self.error(client, e.to_string()),
         };
         let job = match &req {
-            ToolRequest::Watch { job } | ToolRequest::Kill { job } | ToolRequest::Output { job, .. } => Some(*job),
+            ToolRequest::Watch { job }
+            | ToolRequest::Kill { job }
+            | ToolRequest::Output { job, .. }
+            | ToolRequest::Checkpoint { job } => Some(*job),
             ToolRequest::Status { job } => *job,
             ToolRequest::Submit { .. }
             | ToolRequest::Nodes
@@ -83,6 +86,7 @@ impl DaemonNode {
                 let jobs = ids.into_iter().filter_map(|j| self.status_of(j)).collect();
                 self.send_reply(client, ToolReply::Jobs { jobs }, Bytes::new());
             }
+            ToolRequest::Checkpoint { job } => self.ask_checkpoint(client, job),
             ToolRequest::Kill { job } => match self.submitter.handle_command(now, SubmitterCommand::Kill(job)) {
                 Ok(()) => self.send_reply(client, ToolReply::Killing { job }, Bytes::new()),
                 Err(e) => self.error(client, e.to_string()),

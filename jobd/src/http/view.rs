@@ -353,7 +353,9 @@ mod tests {
 
     fn status(job: JobId, phase: JobPhase, ranks: u32) -> JobStatus {
         let holder = NodeAddr("127.0.0.1:7400".parse().unwrap());
-        let ranks = (0..ranks).map(|rank| RankStatus { rank, node: None, started: false, exit: None }).collect();
+        let ranks = (0..ranks)
+            .map(|rank| RankStatus { rank, node: None, started: false, exit: None, checkpoints: Default::default() })
+            .collect();
         JobStatus {
             job,
             executable: "prog".into(),

@@ -10,6 +10,14 @@
 //! grows until that agreement costs about 1% of the time between agreements
 //! (and no more than a tenth of the interval passes between two of them).
 //!
+//! A checkpoint is also due when the node asked for one (`p2pjob checkpoint`:
+//! a numbered request pushed over the rank's node connection, see
+//! `crate::transport`): the agreement carries the newest request any rank has
+//! seen, and the cut taken answers every request up to it, so a request that
+//! reaches some ranks after the cut takes no second one. Each rank reports
+//! every checkpoint it writes and every recovery to its node, which keeps them
+//! for `p2pjob status`.
+//!
 //! When one is due, each rank waits until every message it sent has been taken
 //! in by its receiver, then the ranks check together that no message is in
 //! flight or waiting unreceived and no request is pending anywhere (the cut is
@@ -43,9 +51,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use p2pmp_core::ckpt::{Body, Header, Region};
+use p2pmp_core::ckpt::{Body, CheckpointInfo, Header, RecoveryInfo, Region};
 use p2pmp_core::id::{ID_BYTES, Id};
 use p2pmp_core::job::JobId;
+use p2pmp_core::local::LocalRequest;
 
 use crate::error::{Error, Result};
 use crate::pod::Op;
@@ -111,6 +120,8 @@ pub(crate) struct Checkpointer {
     restart_from: Option<PathBuf>,
     next_due: Option<Instant>,
     requested: bool,
+    /// The newest of the node's checkpoint requests a cut answered.
+    served: u64,
     stats: CheckpointStats,
     /// When the last agreement ended, and the call count then.
     last_agreement: Option<(Instant, u64)>,
@@ -153,6 +164,7 @@ impl Checkpointer {
             restart_from: get(RESTART_VAR).filter(|p| !p.is_empty()).map(PathBuf::from),
             next_due: None,
             requested: false,
+            served: 0,
             stats: CheckpointStats { stride: 1, ..CheckpointStats::default() },
             last_agreement: None,
             agreement_cost: Duration::ZERO,
@@ -300,6 +312,8 @@ impl World {
         }
         self.ckpt.next_due = None;
         run(&mut self.ckpt.restart);
+        let recovery = RecoveryInfo { epoch: header.epoch, unix_ms: unix_ms() };
+        self.net.report(LocalRequest::Recovered { recovery });
         Ok(true)
     }
 
@@ -316,9 +330,11 @@ impl World {
         if let (None, Some(every)) = (c.next_due, c.every) {
             c.next_due = Some(start + every);
         }
-        let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t));
+        // The node's newest request: a cut answers it unless one already did.
+        let asked = self.net.checkpoint_wanted();
+        let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t) || asked > c.served);
         let wanted = c.wanted_stride(start);
-        let agreed = self.allreduce(&[due, wanted], Op::Max)?;
+        let agreed = self.allreduce(&[due, wanted, asked], Op::Max)?;
         let c = &mut self.ckpt;
         let end = Instant::now();
         c.stats.agreements += 1;
@@ -328,7 +344,7 @@ impl World {
         if agreed[0] == 0 {
             return Ok(());
         }
-        if self.checkpoint_now()? {
+        if self.checkpoint_now(agreed[2])? {
             let c = &mut self.ckpt;
             c.requested = false;
             c.next_due = c.every.map(|e| Instant::now() + e);
@@ -340,8 +356,10 @@ impl World {
     }
 
     /// Waits for the cut; when every rank got there, writes this rank's file
-    /// and returns true (false: someone had a message in flight, try again).
-    fn checkpoint_now(&mut self) -> Result<bool> {
+    /// (answering the node's checkpoint requests up to `asked`), reports it to
+    /// the node and returns true (false: someone had a message in flight, try
+    /// again).
+    fn checkpoint_now(&mut self, asked: u64) -> Result<bool> {
         let me = self.rank();
         let size = self.size();
         // Every message this rank sent taken in by its receiver.
@@ -373,12 +391,27 @@ impl World {
         c.stats.last_file_bytes = store::write(&c.dir, header, &body)?;
         c.stats.last_raw_bytes = c.protected_bytes();
         c.stats.epoch = epoch;
+        c.served = c.served.max(asked);
+        let ckpt = CheckpointInfo {
+            epoch,
+            unix_ms: unix_ms(),
+            stored_bytes: c.stats.last_file_bytes,
+            raw_bytes: c.stats.last_raw_bytes,
+        };
+        let request = c.served;
         run(&mut c.post);
+        self.net.report(LocalRequest::Checkpointed { ckpt, request });
         // Every rank has epoch `epoch` on disk: the older ones can go.
         self.barrier()?;
         store::drop_older(&self.ckpt.dir, me, epoch);
         Ok(true)
     }
+}
+
+/// The wall clock now, in ms since the Unix epoch (what reports to the node carry).
+fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn run(hooks: &mut [Hook]) {

@@ -35,6 +35,11 @@
 //! waiting on shared memory checks the rings without any system call, and
 //! before it sleeps asks its peers to ring its doorbell (an eventfd in the poll
 //! set) at their next bytes ([`Transport::before_sleep`]).
+//!
+//! The node connection also carries checkpoints: the node may ask for one
+//! unasked ([`LocalReply::CheckpointWanted`], noticed when the poll loop reads
+//! the node's replies, so the data path pays nothing while none comes), and the
+//! rank reports each checkpoint and recovery ([`Transport::report`]).
 
 mod conn;
 #[cfg(feature = "fault-injection")]
@@ -52,7 +57,7 @@ use bytes::Bytes;
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
-use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, RankHello, process_key};
+use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
 use p2pmp_core::secure::SecureChannel;
@@ -160,6 +165,8 @@ pub(crate) struct Transport {
     ready: Vec<(Token, bool, bool)>,
     /// Replies of the node read in the last poll (reused).
     replies: Vec<(u64, LocalReply)>,
+    /// The newest checkpoint request the node sent (0: none).
+    checkpoint_wanted: u64,
     /// A peer stayed unreachable too long (reported by the next call that can).
     gave_up: Option<Error>,
     /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
@@ -218,6 +225,7 @@ impl Transport {
             dirty: Vec::new(),
             ready: Vec::with_capacity(256),
             replies: Vec::new(),
+            checkpoint_wanted: 0,
             gave_up: None,
             failure_timeout,
             local,
@@ -649,6 +657,10 @@ impl Transport {
         let mut replies = std::mem::take(&mut self.replies);
         let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
         for (id, reply) in replies.drain(..) {
+            if let (PUSH_ID, LocalReply::CheckpointWanted { request }) = (id, &reply) {
+                self.checkpoint_wanted = self.checkpoint_wanted.max(*request);
+                continue;
+            }
             let found = node_client::resolved(reply);
             if let Some(peer) = self.resolves.remove(&id) {
                 if let Ok(endpoints) = &found {
@@ -927,6 +939,21 @@ impl Transport {
             self.links.handle_heard(r);
         }
         true
+    }
+
+    /// The newest checkpoint request the node sent this rank (0: none yet).
+    pub(crate) fn checkpoint_wanted(&self) -> u64 {
+        self.checkpoint_wanted
+    }
+
+    /// Tells the node of a checkpoint or a recovery, without waiting (best
+    /// effort: a node that cannot be told only misses it in its status).
+    pub(crate) fn report(&mut self, req: LocalRequest) {
+        if self.node_failed.is_none() {
+            if let Err(e) = self.node.request(req) {
+                debug!(%e, "cannot report to the node");
+            }
+        }
     }
 
     /// Tells the node we are gone (best effort).

@@ -4,19 +4,19 @@ use super::*;
 use crate::job::submit::{FileData, Outcome, Submission, SubmitConfig, SubmitEvent, digest};
 use crate::job::{ANY_NAME, Resources, STREAM_WINDOW, StagedFile};
 
-fn addr(i: u32) -> NodeAddr {
+pub(super) fn addr(i: u32) -> NodeAddr {
     NodeAddr::loopback(i, 7000)
 }
 
-fn job_id(n: u64) -> JobId {
+pub(super) fn job_id(n: u64) -> JobId {
     JobId::derive(addr(0), n, 1)
 }
 
-fn env(body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
+pub(super) fn env(body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
     Envelope::new(addr(0).id(), addr(0), 0, body).with_payload(payload)
 }
 
-fn drain(e: &mut Execution) -> (Vec<JobMsg>, Vec<ExecEvent>) {
+pub(super) fn drain(e: &mut Execution) -> (Vec<JobMsg>, Vec<ExecEvent>) {
     let (mut msgs, mut evs) = (Vec::new(), Vec::new());
     while let Some(a) = e.poll_action() {
         match a {
@@ -31,7 +31,7 @@ const XML: &str = "<p2pjob><executable>prog</executable><arguments>a b</argument
     <outputfile>out.txt</outputfile><processes>2</processes><requirement>linux</requirement></p2pjob>";
 
 /// Offers `ranks` of a two-rank job and stages the job file and a program.
-fn staged(e: &mut Execution, now: Instant, job: JobId, ranks: Vec<u32>, corrupt: bool) -> Vec<JobMsg> {
+pub(super) fn staged(e: &mut Execution, now: Instant, job: JobId, ranks: Vec<u32>, corrupt: bool) -> Vec<JobMsg> {
     let xml = Bytes::from_static(XML.as_bytes());
     e.handle_message(now, env(JobMsg::Offer { job, ranks, size: 2, digest: digest(&xml) }, Bytes::new()));
     let prog = Bytes::from_static(b"#!/bin/sh\necho hi\n");

@@ -8,9 +8,12 @@ use crate::auth::JobAuth;
 use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
 
+mod checkpoint;
 mod collect;
 mod place;
 pub(super) mod restart;
+
+pub use checkpoint::MAX_PENDING_CHECKPOINTS;
 mod stage;
 
 /// What the application asks of one submission.
@@ -113,7 +116,7 @@ pub struct Submission {
     /// Restarts so far.
     restarts: u32,
     /// Why each restart happened, in order.
-    recoveries: Vec<String>,
+    restart_reasons: Vec<String>,
     /// Nodes lost while holding ranks: never offered the job again.
     lost_nodes: BTreeSet<NodeAddr>,
     /// Per rank and stream: where the output of its current run starts in
@@ -151,6 +154,8 @@ pub struct Submission {
     auth: Option<JobAuth>,
     /// Why nodes refused the job in words (at most [`MAX_REFUSALS`], distinct).
     refusals: Vec<String>,
+    /// The ranks' checkpoints and the checkpoint requests on their way.
+    ckpt: checkpoint::Checkpoints,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -205,7 +210,7 @@ impl Submission {
             job,
             wire: job,
             restarts: 0,
-            recoveries: Vec::new(),
+            restart_reasons: Vec::new(),
             lost_nodes: BTreeSet::new(),
             out_base: BTreeMap::new(),
             out_end: BTreeMap::new(),
@@ -224,6 +229,7 @@ impl Submission {
             ignored: 0,
             auth: None,
             refusals: Vec::new(),
+            ckpt: checkpoint::Checkpoints::default(),
             desc,
         };
         if !valid {
@@ -253,8 +259,8 @@ impl Submission {
     }
 
     /// Why each restart happened, in order (empty when it never restarted).
-    pub fn recoveries(&self) -> &[String] {
-        &self.recoveries
+    pub fn restart_reasons(&self) -> &[String] {
+        &self.restart_reasons
     }
 
     /// The job description.
@@ -305,6 +311,7 @@ impl Submission {
                 self.send(to, JobMsg::Kill { job: self.wire }, Bytes::new());
             }
         }
+        self.end_checkpoints();
         self.phase = Phase::Finished;
         // A finished job is kept for its status only: its files' bytes go now.
         self.files = Vec::new();

@@ -812,8 +812,8 @@ fn with_restart_scratch_a_lost_node_restarts_the_job_elsewhere_under_a_new_wire_
 
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
     assert_ne!(s.wire(), first);
-    assert_eq!(s.recoveries().len(), 1);
-    assert!(s.recoveries()[0].contains(&lost.to_string()), "{:?}", s.recoveries());
+    assert_eq!(s.restart_reasons().len(), 1);
+    assert!(s.restart_reasons()[0].contains(&lost.to_string()), "{:?}", s.restart_reasons());
     let restarting = h.events.iter().filter(|e| matches!(e, SubmitEvent::Restarting { attempt: 1, .. })).count();
     assert_eq!(restarting, 1);
     let after = &h.sent[sent_before..];
@@ -859,7 +859,9 @@ fn a_job_that_keeps_losing_nodes_fails_after_the_last_restart() {
         s.handle_send_failed(h.now, node);
         h.run(&mut s, 30);
     }
-    assert_eq!(s.recoveries().len(), MAX_RESTARTS as usize);
+    assert_eq!(s.restart_reasons().len(), MAX_RESTARTS as usize);
     let last = *lost.last().unwrap();
     assert_eq!(h.outcome(), Some(&Outcome::Failed(SubmitError::NodeLost { node: last, ranks: vec![0] })));
 }
+
+mod ckpt;

@@ -1,9 +1,10 @@
-//! `p2pjob`: submit, follow, list and kill jobs of a p2pmp network; `run` is its
+//! `p2pjob`: submit, follow, list, checkpoint and kill jobs of a p2pmp network; `run` is its
 //! mpirun, `demo` a tour on an embedded network.
 //!
 //! Exit codes: 0 success, 1 the job failed, 2 bad input (command line, job
 //! file), 3 no daemon reachable or a daemon error, 4 the job was killed.
 
+mod checkpoint;
 mod demo;
 mod follow;
 mod programs;
@@ -39,7 +40,7 @@ use follow::{End, Show, exit_code, follow, phase_name};
 /// $P2PJOB_KEY, or ~/.config/p2pmp/key, made on first use; `p2pjob whoami`
 /// prints its public half for a node owner's allow-list). A node runs a job
 /// only if it allows the key, and only the key that submitted a job (or a
-/// node's admin) may kill it or see its output.
+/// node's admin) may kill it, checkpoint it or see its output.
 ///
 /// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
 /// a daemon error, 4 the job was killed.
@@ -84,9 +85,33 @@ enum Cmd {
         queue_timeout: Option<std::time::Duration>,
     },
     /// Status of one job, or of every job the network knows (asked of every node).
+    ///
+    /// With a job: a line per rank too, with the node it runs on, its state,
+    /// its last checkpoint (epoch, time, bytes stored and raw) or "none", and
+    /// a line per recovery from a checkpoint. --json carries the same per rank
+    /// (`checkpoint`, `recoveries`, `recovered`).
     Status {
         /// Job id (hex).
         job: Option<String>,
+    },
+    /// Ask every running rank of a job to checkpoint at its next safe point.
+    ///
+    /// The ranks of a program using the p2pmp checkpoint API (P2P_Protect,
+    /// P2P_Snapshot) take one coordinated checkpoint together at their next
+    /// P2P_Snapshot, as if the job's <checkpoint> interval had come round. Prints
+    /// how many ranks the request reached, then waits until the checkpoint is
+    /// taken and prints its epoch, time and size (bytes stored, and protected
+    /// before compression), summed over the ranks; `--no-wait` returns once the
+    /// ranks are asked (a program that stops calling P2P_Snapshot keeps the
+    /// wait going until it ends). Fails (exit 3) when the job is not running,
+    /// reaches no rank (not a p2pmp program), or ends before the checkpoint.
+    /// Only the key that submitted the job, or a node's admin, may ask.
+    Checkpoint {
+        /// Job id (hex).
+        job: String,
+        /// Return once the ranks are asked, without waiting for the checkpoint.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Everything a job's ranks wrote to stdout and stderr so far, from the
     /// first byte (kept by the node holding the job until its retention ends).
@@ -337,6 +362,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                     } else {
                         for j in &jobs {
                             let (running, exited) = tables::rank_counts(j);
+                            let ranks = if job.is_some() { tables::ranks(j) } else { String::new() };
                             println!(
                                 "{}  {:<9} {} rank(s): {running} running, {exited} exited  {}  (on {}){}",
                                 j.job,
@@ -353,6 +379,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                             for (i, why) in j.restarts.iter().enumerate() {
                                 println!("  restart {}: {why}", i + 1);
                             }
+                            print!("{ranks}");
                         }
                     }
                     Ok(0)
@@ -390,6 +417,12 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 ToolReply::Error { message } => Err(daemon(anyhow!(message))),
                 other => Err(daemon(anyhow!("unexpected answer {other:?}"))),
             }
+        }
+        Cmd::Checkpoint { job, no_wait } => {
+            let job = parse_job(&job)?;
+            let mut c = connect(cli.node)?;
+            checkpoint::ask(&mut c, job, !no_wait, json).map_err(daemon)?;
+            Ok(0)
         }
         Cmd::Nodes => {
             let mut c = connect(cli.node)?;

@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use p2pmp_core::node::control::JobStatus;
+use p2pmp_core::ckpt::{CheckpointInfo, CutInfo};
+use p2pmp_core::job::describe_exit;
+use p2pmp_core::node::control::{JobStatus, RankStatus};
 use p2pmp_jobd::json::{parse_nodes, phase_is_over, phase_name};
 
 /// Every node of the `res:any` lines, one a row.
@@ -56,6 +58,57 @@ pub(crate) fn jobs(jobs: &[JobStatus], over: usize) -> String {
     }
     if done.len() > over {
         let _ = writeln!(out, "({} older finished job(s) not shown)", done.len() - over);
+    }
+    out
+}
+
+/// A wall-clock stamp (ms since the Unix epoch) as an HTTP date (UTC).
+pub(crate) fn when(unix_ms: u64) -> String {
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms))
+}
+
+/// A rank's state in words.
+fn rank_state(r: &RankStatus) -> String {
+    match (r.exit, r.started, r.node) {
+        (Some(code), _, _) => describe_exit(code),
+        (None, true, _) => "running".to_owned(),
+        (None, false, Some(_)) => "placed".to_owned(),
+        (None, false, None) => "waiting".to_owned(),
+    }
+}
+
+/// A checkpoint file in words: epoch, time, sizes.
+fn checkpoint(c: &CheckpointInfo) -> String {
+    format!("epoch {} at {}: {} bytes stored, {} bytes raw", c.epoch, when(c.unix_ms), c.stored_bytes, c.raw_bytes)
+}
+
+/// A cut in words, as `p2pjob checkpoint` prints it.
+pub(crate) fn cut(c: &CutInfo) -> String {
+    format!(
+        "checkpoint epoch {} taken at {}: {} bytes stored, {} bytes raw, over {} rank(s)",
+        c.epoch,
+        when(c.unix_ms),
+        c.stored_bytes,
+        c.raw_bytes,
+        c.ranks
+    )
+}
+
+/// Every rank of a job, one a line: its node, its state, its last checkpoint
+/// (or none), then a line per recovery.
+pub(crate) fn ranks(j: &JobStatus) -> String {
+    let mut out = String::new();
+    for r in &j.ranks {
+        let node = r.node.map_or("-".to_owned(), |n| n.to_string());
+        let last = r.checkpoints.last.as_ref().map_or("none".to_owned(), checkpoint);
+        let _ = writeln!(out, "  rank {:<4} on {node:<22} {:<10} checkpoint {last}", r.rank, rank_state(r));
+        let forgotten = (r.checkpoints.recovered as usize).saturating_sub(r.checkpoints.recoveries.len());
+        if forgotten > 0 {
+            let _ = writeln!(out, "    ({forgotten} earlier recoveries not kept)");
+        }
+        for rec in &r.checkpoints.recoveries {
+            let _ = writeln!(out, "    recovered from epoch {} at {}", rec.epoch, when(rec.unix_ms));
+        }
     }
     out
 }

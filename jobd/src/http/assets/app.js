@@ -217,6 +217,14 @@ function rankState(r) {
   return r.node ? "placed" : "waiting";
 }
 
+// A rank's last checkpoint and its recoveries, in words.
+function checkpointText(r) {
+  const c = r.checkpoint;
+  const last = c ? `epoch ${c.epoch}, ${new Date(c.unix_ms).toLocaleTimeString()}, ${bytes(c.stored_bytes)} (${bytes(c.raw_bytes)} raw)` : "none";
+  const rec = (r.recoveries || []).map((x) => `recovered from epoch ${x.epoch} at ${new Date(x.unix_ms).toLocaleTimeString()}`);
+  return [last, ...rec].join("; ");
+}
+
 function renderJob(j) {
   const running = j.ranks.filter((r) => r.started && r.exit === null).length;
   const exited = j.ranks.filter((r) => r.exit !== null).length;
@@ -229,9 +237,10 @@ function renderJob(j) {
     el("span", { class: "muted elapsed", text: elapsed(j) }),
     j.error ? el("span", { class: "why", text: j.error }) : null,
     j.waiting ? el("span", { class: "waiting", text: j.waiting }) : null);
-  const ranks = el("table", {}, el("thead", {}, el("tr", {}, ["rank", "node", "state"].map((h) => el("th", { text: h })))),
+  const ranks = el("table", {}, el("thead", {}, el("tr", {}, ["rank", "node", "state", "checkpoint"].map((h) => el("th", { text: h })))),
     el("tbody", {}, j.ranks.map((r) => el("tr", { "data-rank": r.rank },
-      el("td", { text: r.rank }), el("td", { class: "mono", text: r.node || "-" }), el("td", { text: rankState(r) })))));
+      el("td", { text: r.rank }), el("td", { class: "mono", text: r.node || "-" }), el("td", { text: rankState(r) }),
+      el("td", { class: "checkpoint", text: checkpointText(r) })))));
   const tr = j.transfers || { staging: [], fetching: [] };
   const moving = [...tr.staging.map((s) => ["files to " + s.node, s]), ...tr.fetching.map((f) => [f.name + " of rank " + f.rank, f])];
   const transfers = moving.length === 0 ? null : el("div", { class: "transfers" }, moving.map(([what, t]) =>

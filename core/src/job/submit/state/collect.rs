@@ -66,6 +66,8 @@ impl Submission {
                     }
                 }
                 self.event(SubmitEvent::Exited { job, rank, code });
+                // The ranks still running may all have taken a cut asked for.
+                self.settle_checkpoints();
                 if code != 0 && self.ranks.iter().any(|r| r.exit.is_none()) {
                     // An MPI_Abort or a crash: the others would wait for it forever.
                     self.fail(SubmitError::RankFailed { rank, code });
@@ -97,6 +99,9 @@ impl Submission {
                     self.finish(Outcome::Done { codes });
                 }
             }
+            m @ (JobMsg::CheckpointAsked { .. } | JobMsg::Checkpointed { .. } | JobMsg::Recovered { .. }) => {
+                return self.on_checkpoint_msg(from, m);
+            }
             _ => return None,
         }
         Some(())
@@ -116,7 +121,7 @@ impl Submission {
         }
     }
 
-    fn holds(&self, from: NodeAddr, rank: u32) -> bool {
+    pub(super) fn holds(&self, from: NodeAddr, rank: u32) -> bool {
         self.ranks.get(rank as usize).is_some_and(|r| r.node == Some(from))
     }
 }

@@ -34,9 +34,10 @@ impl Submission {
         for (to, body) in told {
             self.send(to, body, Bytes::new());
         }
+        self.restart_checkpoints();
         self.restarts += 1;
         self.wire = JobId(Id::hash_parts([&self.job.0.as_bytes()[..], b"restart", &self.restarts.to_be_bytes()]));
-        self.recoveries.push(why.clone());
+        self.restart_reasons.push(why.clone());
         self.nodes.clear();
         self.closed = 0;
         self.refusals.clear();
