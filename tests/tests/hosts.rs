@@ -238,7 +238,11 @@ fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
     let job = job_file(&c, "restart.xml", &script, 2, "  <restart>scratch</restart>\n");
     let id = submit(&c, 0, &job);
     wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
-    let victim = (1..4).find(|&i| ranks_on(&c, i, tag) > 0).expect("a rank on a host other than the submitter's");
+    // "running" comes as the script starts; its `sleep` (which carries the tag) a moment later.
+    let victim =
+        p2pmp_tests::wait_until("a rank on a host other than the submitter's", Duration::from_secs(10), || {
+            (1..4).find(|&i| ranks_on(&c, i, tag) > 0).ok_or_else(|| "not yet".to_string())
+        });
     c.crash(victim);
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(60));
     assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
