@@ -34,7 +34,7 @@ impl DaemonNode {
             ToolRequest::Signed { request, job } => {
                 let inner = ToolRequest::open(&request)?;
                 self.replay.check(self.wall_ms(now), request.key, request.timestamp_ms, request.nonce)?;
-                let job = job.filter(|j| j.key == request.key);
+                let job = job.filter(|j| j.key == request.key).map(|j| *j);
                 Ok(Authenticated { req: inner, key: Some(request.key), job })
             }
             req if req.about_a_job() && self.policy.requires_signature() => Err(AuthError::Unsigned),

@@ -63,7 +63,7 @@ pub enum ToolRequest {
     /// signatures takes the requests that act on or reveal a job only so; a
     /// request forwarded to the node holding a job goes on signed, and that
     /// node checks it itself. See [`ToolRequest::sign`].
-    Signed { request: SignedRequest, job: Option<JobAuth> },
+    Signed { request: SignedRequest, job: Option<Box<JobAuth>> },
 }
 
 impl ToolRequest {
@@ -125,7 +125,7 @@ impl ToolRequest {
         let job = match &self {
             ToolRequest::Submit { xml, .. } => JobDescription::parse(xml.as_bytes()).ok().map(|p| {
                 let job_file = crate::auth::job_file_digest(&p.job);
-                JobAuth::sign(secret, JobManifest { job_file, files: staged, timestamp_ms: unix_ms, nonce })
+                Box::new(JobAuth::sign(secret, JobManifest { job_file, files: staged, timestamp_ms: unix_ms, nonce }))
             }),
             _ => None,
         };
