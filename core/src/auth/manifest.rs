@@ -32,8 +32,9 @@ pub struct JobManifest {
     pub files: Vec<StagedFile>,
     /// The signer's wall clock, ms since the Unix epoch.
     pub timestamp_ms: u64,
-    /// Random; an executor takes a (key, nonce) pair for one job only, and
-    /// only within the replay window of its timestamp.
+    /// Random; an executor takes a (key, nonce) pair from one node only (the
+    /// one that offered it first), and only within the replay window of its
+    /// timestamp.
     pub nonce: u64,
 }
 

@@ -48,8 +48,8 @@ pub enum AuthError {
         /// Timestamp minus the node's clock.
         skew_ms: i128,
     },
-    /// This key's nonce was seen within the window (for a job signature: for
-    /// another job, or from another node).
+    /// This key's nonce was seen within the window (for a job signature: from
+    /// another node).
     #[error("replayed signature (this key's nonce was taken already)")]
     Replayed,
     /// The replay guard is full.

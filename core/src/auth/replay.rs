@@ -3,9 +3,9 @@
 //! (`now_ms`) is passed in.
 //!
 //! A job signature is taken the same way by each executor, but for one
-//! holder (the submitting node and the job): placement may offer the same job
-//! to the same node again (after a refusal elsewhere), which is no replay;
-//! another node, or another job, presenting it is.
+//! holder (the node that offered it): that node may offer the job again
+//! (placement tried again after a refusal elsewhere, a restart under a new
+//! wire id), which is no replay; another node presenting it is.
 
 use std::collections::{BTreeMap, BTreeSet};
 

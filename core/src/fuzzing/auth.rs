@@ -43,7 +43,7 @@ pub fn signed_request(data: &[u8]) {
 /// without panic, naming the altered one.
 pub fn job_signature(data: &[u8]) {
     let Ok(msg) = postcard::from_bytes::<JobMsg>(data) else { return };
-    let JobMsg::SignedOffer { job, digest, auth, .. } = msg else { return };
+    let JobMsg::SignedOffer { digest, auth, .. } = msg else { return };
     assert!(auth.manifest.files.len() <= MAX_MANIFEST_FILES, "a manifest over the bound decoded");
     let listed = SecretKey::from_seed([7; 32]).public();
     let policy = Policy::keys([listed], []);
@@ -53,9 +53,9 @@ pub fn job_signature(data: &[u8]) {
         let m = &auth.manifest;
         let mut guard = ReplayGuard::default();
         let (a, b) = (NodeAddr::loopback(1, 7000), NodeAddr::loopback(2, 7000));
-        if guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, (a, job)).is_ok() {
-            assert!(guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, (a, job)).is_ok());
-            let other = guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, (b, job));
+        if guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, a).is_ok() {
+            assert!(guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, a).is_ok());
+            let other = guard.check_for(m.timestamp_ms, auth.key, m.timestamp_ms, m.nonce, b);
             assert_eq!(other, Err(AuthError::Replayed), "another node's replay was taken");
         }
         assert_eq!(m.check_count(m.staged_count()), Ok(()));

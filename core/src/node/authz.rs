@@ -2,7 +2,7 @@
 //! replays), who may act on a job held here, and whether an offered job's
 //! submitter may run jobs on this node (checked here, whoever forwarded it):
 //! its signature, its key, and its freshness (within the window, and not
-//! presented before by another node or for another job).
+//! presented before by another node).
 
 use std::time::Instant;
 
@@ -63,8 +63,8 @@ impl DaemonNode {
         let node = self.addr.to_string();
         let admitted = self.policy.admits(&node, digest, auth).and_then(|()| {
             let Some(a) = auth else { return Ok(()) };
-            let (m, holder) = (&a.manifest, (from, job));
-            let fresh = self.job_replay.check_for(self.wall_ms(now), a.key, m.timestamp_ms, m.nonce, holder);
+            let m = &a.manifest;
+            let fresh = self.job_replay.check_for(self.wall_ms(now), a.key, m.timestamp_ms, m.nonce, from);
             fresh.map_err(|error| Refusal::BadSignature { node, error })
         });
         match admitted {

@@ -382,8 +382,8 @@ pub struct DaemonNode {
     /// Signed tool requests taken within the window.
     replay: ReplayGuard,
     /// Job signatures of offers taken within the window, each for the node
-    /// that offered it and its job.
-    job_replay: ReplayGuard<(NodeAddr, JobId)>,
+    /// that offered it first.
+    job_replay: ReplayGuard<NodeAddr>,
 }
 
 /// A file name that stays inside its directory.

@@ -56,10 +56,11 @@ fn a_captured_signed_offer_replayed_by_another_node_is_refused() {
     assert!(matches!(answer(&mut node, t0, honest, signed.clone())[..], [JobMsg::Accept { .. }]));
     let why = refusal(&answer(&mut node, t0, thief, signed));
     assert!(why.contains("replayed signature"), "{why}");
-    // Under another job id, the same signature is a replay too.
+    // Under another wire id (a restart), the node that offered it may offer it again; the thief may not.
     let JobMsg::SignedOffer { auth, digest, .. } = offer(&alice, job, NOW_MS - 1_000) else { unreachable!() };
-    let other = JobMsg::SignedOffer { job: JobId::derive(honest, 2, 1), ranks: vec![0], size: 1, digest, auth };
-    assert!(refusal(&answer(&mut node, t0, honest, other)).contains("replayed signature"));
+    let restart = JobMsg::SignedOffer { job: JobId::derive(honest, 2, 1), ranks: vec![0], size: 1, digest, auth };
+    assert!(refusal(&answer(&mut node, t0, thief, restart.clone())).contains("replayed signature"));
+    assert!(matches!(answer(&mut node, t0, honest, restart)[..], [JobMsg::Accept { .. }]));
 }
 
 #[test]
