@@ -59,10 +59,10 @@ pub enum ToolRequest {
     Zones,
     /// `request` (an encoded [`ToolRequest`]) signed by the tool's key, with the
     /// job's own signature beside it for a submit (over its job file and every
-    /// file it stages, as the tool read them: see [`ToolRequest::sign`]). A node that requires
-    /// signatures takes the requests that act on or reveal a job only so; a
-    /// request forwarded to the node holding a job goes on signed, and that
-    /// node checks it itself. See [`ToolRequest::sign`].
+    /// file it stages, as the tool read them). A node that requires signatures
+    /// takes the requests that act on or reveal a job only so; a request
+    /// forwarded to the node holding a job goes on signed, and that node checks
+    /// it itself. See [`ToolRequest::sign`].
     Signed { request: SignedRequest, job: Option<Box<JobAuth>> },
 }
 
