@@ -5,7 +5,8 @@
 //! Requests about a job (submit, kill, status of one job, output, watch) go out
 //! signed ([`ToolRequest::sign`]) with the client's key: the one given with
 //! `with_key`, else the user's key file ([`crate::keys::chosen_path`], made on
-//! first use).
+//! first use). A submit's job signature covers every file the job stages, read
+//! and hashed here, as the user running the client ([`sign`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -14,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use p2pmp_core::auth::SecretKey;
+use p2pmp_core::job::StagedFile;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{TOOL_PREFACE, ToolReply, ToolRequest};
 use p2pmp_core::wire::Calls;
@@ -43,11 +45,35 @@ fn seal(req: ToolRequest, key: &mut Option<SecretKey>) -> anyhow::Result<ToolReq
             key.insert(k)
         }
     };
+    sign_now(req, secret)
+}
+
+/// `req` signed with `secret` now, with a random nonce (see [`sign`]).
+pub fn sign_now(req: ToolRequest, secret: &SecretKey) -> anyhow::Result<ToolRequest> {
     let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce).map_err(|e| anyhow::anyhow!("no randomness from the OS: {e}"))?;
     let ms = u64::try_from(unix.as_millis()).unwrap_or(u64::MAX);
-    Ok(req.sign(secret, ms, u64::from_le_bytes(nonce)))
+    sign(req, secret, ms, u64::from_le_bytes(nonce))
+}
+
+/// `req` signed with `secret`, stamped `unix_ms`, with `nonce`. A submit's job
+/// signature covers its job file and every file it stages
+/// ([`ToolRequest::staged_sources`]), each read and hashed here, as the user
+/// running this: the daemon, which reads them again to stage them, cannot
+/// send others unnoticed. A file that cannot be read fails the submit.
+pub fn sign(req: ToolRequest, secret: &SecretKey, unix_ms: u64, nonce: u64) -> anyhow::Result<ToolRequest> {
+    let staged = req
+        .staged_sources()
+        .into_iter()
+        .map(|src| {
+            let (total, digest) = crate::files::digest_file(&src.path).with_context(|| {
+                format!("cannot read {} to sign the job (a job's signature covers every file it stages)", src.path)
+            })?;
+            Ok(src.read_as(total, digest))
+        })
+        .collect::<anyhow::Result<Vec<StagedFile>>>()?;
+    Ok(req.sign(secret, unix_ms, nonce, staged))
 }
 
 impl Client {

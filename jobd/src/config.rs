@@ -95,6 +95,12 @@ pub struct Config {
     pub allow_any: bool,
     /// Keys that may kill and inspect any job this node holds.
     pub admin: Vec<String>,
+    /// Test hook (feature `test-hooks`, never in a release build): this node
+    /// stages a signed job's files as it reads them, unchecked against the
+    /// signature, as a dishonest node would; executors must refuse them.
+    #[cfg(feature = "test-hooks")]
+    #[serde(skip)]
+    pub forward_unchecked: bool,
 }
 
 /// The node's periods and timeouts (see [`Config::timing`]).
@@ -201,6 +207,8 @@ impl Default for Config {
             allow_file: None,
             allow_any: false,
             admin: Vec::new(),
+            #[cfg(feature = "test-hooks")]
+            forward_unchecked: false,
         }
     }
 }
@@ -293,6 +301,10 @@ impl Config {
         let seed = u64::from(overlay.port()) << 32 | u64::from(std::process::id());
         let mut dc = DaemonConfig::new(self.resources(), control.to_string(), work_dir.to_string_lossy(), seed);
         dc.bootstrap = self.bootstrap.iter().map(|a| NodeAddr(*a)).collect();
+        #[cfg(feature = "test-hooks")]
+        {
+            dc.submit.forward_unchecked = self.forward_unchecked;
+        }
         let t = self.timing();
         dc.heartbeat_period = t.heartbeat_period;
         dc.failure_timeout = t.failure_timeout;

@@ -197,6 +197,26 @@ pub(crate) fn read_hashed(path: &str) -> Result<FileData, String> {
     Ok(FileData { bytes: bytes::Bytes::from(buf), digest: Id::from_bytes(hasher.finalize().into()) })
 }
 
+/// The length and SHA-1 of the file at `path`, read step by step by whoever
+/// calls (`p2pjob`, as its user: what a job signature says of each file the
+/// job stages).
+pub(crate) fn digest_file(path: &str) -> std::io::Result<(u64, Id)> {
+    let mut f = File::open(path)?;
+    let (mut hasher, mut len) = (Sha1::new(), 0u64);
+    let mut buf = vec![0u8; READ_STEP];
+    loop {
+        let n = match f.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r?,
+        };
+        if n == 0 {
+            return Ok((len, Id::from_bytes(hasher.finalize().into())));
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+}
+
 /// Removes a directory tree; a missing one is fine.
 pub(crate) fn remove_dir(path: &str) {
     if let Err(e) = std::fs::remove_dir_all(path).or_else(missing_is_fine) {
@@ -236,6 +256,12 @@ mod tests {
             assert_eq!(got, FileData::new(bytes::Bytes::from(data)), "digest of {len} bytes");
         }
         assert!(read_hashed(dir.join("missing").to_str().unwrap()).is_err());
+        // Hashed as the tool signs it: the same length and digest as staged.
+        let big = dir.join(format!("f{}", 5 * READ_STEP + 12_345));
+        let staged = read_hashed(big.to_str().unwrap()).unwrap();
+        let signed = digest_file(big.to_str().unwrap()).unwrap();
+        assert_eq!(signed, (staged.bytes.len() as u64, staged.digest));
+        assert!(digest_file(dir.to_str().unwrap()).is_err(), "a directory is no file");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,7 +1,9 @@
 //! Who may run what, with real daemons: unsigned and foreign-key submissions
 //! refused with their reason, a job matched onto the one node that allows its
 //! key, a replayed signed request refused, someone else's job neither killed
-//! nor read; across hosts on the namespace cluster.
+//! nor read, a staged program other than the one signed refused by the
+//! submitting node and, past a dishonest one, by every executor; across hosts
+//! on the namespace cluster.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use p2pmp_core::auth::SecretKey;
 use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
+use p2pmp_jobd::client::sign;
 use p2pmp_jobd::embedded::EmbeddedNet;
 use p2pmp_jobd::{Client, keys};
 
@@ -137,7 +140,7 @@ fn a_replayed_signed_request_is_refused() {
     let (a, _) = key_file("replay-a");
     let n = net(&[vec![a.public().to_string()]]);
     // One signed request, sent twice as the same bytes on two connections.
-    let signed = submit_req("/bin/true", &[], false).sign(&a, now_ms(), 77);
+    let signed = sign(submit_req("/bin/true", &[], false), &a, now_ms(), 77).unwrap();
     let mut first = Client::connect(n.control()).unwrap();
     let got = first.call_as_is(signed.clone());
     assert!(matches!(got, ToolReply::Submitted { .. }), "{got:?}");
@@ -147,11 +150,101 @@ fn a_replayed_signed_request_is_refused() {
         other => panic!("a replay was taken: {other:?}"),
     }
     // Signed long ago: outside the window.
-    let old = submit_req("/bin/true", &[], false).sign(&a, now_ms() - 10 * 60 * 1000, 78);
+    let old = sign(submit_req("/bin/true", &[], false), &a, now_ms() - 10 * 60 * 1000, 78).unwrap();
     match Client::connect(n.control()).unwrap().call_as_is(old) {
         ToolReply::Error { message } => assert!(message.contains("off this node's clock"), "{message}"),
         other => panic!("a stale request was taken: {other:?}"),
     }
+}
+
+/// How a watched job ended.
+struct Ended {
+    phase: JobPhase,
+    error: Option<String>,
+    /// Whether any rank started.
+    started: bool,
+    /// What the ranks wrote.
+    output: String,
+}
+
+/// Follows a watch to its end, keeping the output.
+fn watch(c: &mut Client, id: u64) -> Ended {
+    let mut end = Ended { phase: JobPhase::Failed, error: None, started: false, output: String::new() };
+    loop {
+        let (rid, reply, payload) = c.next(Some(Duration::from_secs(60))).expect("a reply");
+        match reply {
+            _ if rid != id => {}
+            ToolReply::Started { .. } => end.started = true,
+            ToolReply::Output { .. } => end.output.push_str(&text(&payload)),
+            ToolReply::Finished { phase, error, .. } => return Ended { phase, error, ..end },
+            ToolReply::Error { message } => return Ended { error: Some(message), ..end },
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_staged_program_other_than_the_signed_one_never_runs() {
+    let (a, _) = key_file("files-a");
+    let allow = vec![a.public().to_string()];
+    // Node 0 forwards a signed job's files unchecked, as a dishonest node
+    // would (test hook); node 1 checks them, as every jobd does.
+    let dishonest = Cell::new(true);
+    let n = EmbeddedNet::start_with(2, 1, |c| {
+        c.allow = allow.clone();
+        c.forward_unchecked = dishonest.replace(false);
+    })
+    .unwrap();
+    assert!(n.wait_formed(Duration::from_secs(30), |_| {}), "the overlay did not form");
+    let dir = std::env::temp_dir().join(format!("p2pmp-auth-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join("prog.sh");
+    let write_prog = |what: &str| {
+        std::fs::write(&prog, format!("#!/bin/sh\necho {what}\n")).unwrap();
+        std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    let job = |nonce| {
+        let xml = JobDescription::run("prog.sh", vec![], 1).to_xml();
+        ToolRequest::Submit { nonce, xml, base_dir: dir.to_string_lossy().into_owned(), watch: true }
+    };
+    let (honest, forwarder) = (n.controls()[1], n.controls()[0]);
+
+    // Signed as it is, the job runs.
+    write_prog("signed");
+    let mut c = Client::connect(honest).unwrap().with_key(a.clone());
+    let id = c.send(job(1)).unwrap();
+    let end = watch(&mut c, id);
+    assert_eq!((end.phase, end.output.as_str()), (JobPhase::Done, "signed\n"), "{:?}", end.error);
+
+    // The tool signs; then the program changes (same length, other bytes)
+    // before the daemon reads it to stage it.
+    let signed = sign(job(2), &a, now_ms(), 101).unwrap();
+    let again = sign(job(3), &a, now_ms(), 102).unwrap();
+    write_prog("forged");
+
+    // The honest node finds the change itself: nothing is offered.
+    let mut c = Client::connect(honest).unwrap();
+    let id = c.send_as_is(signed).unwrap();
+    let end = watch(&mut c, id);
+    let error = end.error.unwrap_or_default();
+    assert_eq!(end.phase, JobPhase::Failed, "{error}");
+    assert!(error.contains("prog.sh") && error.contains("is not the file the job was signed with"), "{error}");
+    assert!(!end.started && end.output.is_empty());
+
+    // Past the dishonest node, every executor refuses the program, naming it,
+    // and the reasons reach the submitter.
+    let mut c = Client::connect(forwarder).unwrap();
+    let id = c.send_as_is(again).unwrap();
+    let end = watch(&mut c, id);
+    let error = end.error.unwrap_or_default();
+    assert_eq!(end.phase, JobPhase::Failed, "{error}");
+    for node in n.overlay_addrs() {
+        let why = format!("node {node} refused the job's files: \"prog.sh\" (file 1) has SHA-1");
+        assert!(error.contains(&why), "{why:?} missing from: {error}");
+    }
+    assert!(error.contains("but the submitter signed"), "{error}");
+    assert!(!end.started && !end.output.contains("forged"), "the forged program ran: {}", end.output);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

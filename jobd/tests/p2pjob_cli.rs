@@ -79,3 +79,20 @@ fn top_shows_the_nodes_and_jobs_and_wait_names_the_job() {
     assert_eq!((v["nodes"].as_array().map(Vec::len), v["jobs"][0]["job"].as_str()), (Some(3), Some(job.as_str())));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_file_the_user_cannot_read_fails_the_submit_before_any_daemon_is_asked() {
+    let dir = std::env::temp_dir().join(format!("p2pjob-unreadable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut desc = JobDescription::run("/bin/true", vec![], 1);
+    desc.inputfiles = vec!["missing.dat".into()];
+    let job = dir.join("job.xml");
+    std::fs::write(&job, desc.to_xml()).unwrap();
+    let key = dir.join("key");
+    // No daemon listens on port 1: the signature fails first, as bad input.
+    let out = p2pjob(&["--node", "127.0.0.1:1", "--key", key.to_str().unwrap(), "submit", job.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("missing.dat to sign the job") && err.contains("No such file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,13 +6,19 @@
 //!   strictly), [`SecretKey`], [`Signature`].
 //! - [`signed`]: [`SignedRequest`] (a tool request, a timestamp, a nonce, a
 //!   signature over their canonical bytes) and [`JobAuth`] (a signature over
-//!   the job file digest, checked by every executor).
+//!   a [`JobManifest`], checked by every executor).
+//! - [`manifest`]: [`JobManifest`], what a job signature covers: the job
+//!   file's digest, every staged file's number, name, length and digest in
+//!   staging order, a timestamp and a nonce; [`FileMismatch`] names a staged
+//!   file that is not the one signed.
 //! - [`replay`]: [`ReplayGuard`], the ±5 minute window and the bounded cache
-//!   of (key, nonce) pairs seen in it.
+//!   of (key, nonce) pairs seen in it (for tool requests at the node asked, for
+//!   job signatures at every executor).
 //! - [`Policy`]: whose jobs a node runs ([`Allow`]) and who, beside a job's
 //!   submitter, may act on it (admins).
 
 pub mod key;
+pub mod manifest;
 pub mod replay;
 pub mod signed;
 
@@ -22,7 +28,8 @@ mod tests;
 use std::collections::BTreeSet;
 
 pub use key::{KEY_PREFIX, KeyError, PublicKey, SecretKey, Signature, SignatureError};
-pub use replay::{REPLAY_CAP, REPLAY_WINDOW_MS, ReplayGuard};
+pub use manifest::{FileMismatch, JobManifest, MAX_MANIFEST_FILES};
+pub use replay::{JOB_SIGNATURE_WINDOW_MS, REPLAY_CAP, REPLAY_WINDOW_MS, ReplayGuard};
 pub use signed::{JobAuth, MAX_SIGNED_BODY, SignedRequest};
 
 use crate::id::Id;
@@ -36,13 +43,16 @@ pub enum AuthError {
     #[error("{0}")]
     Signature(SignatureError),
     /// The timestamp is too far from the node's clock.
-    #[error("request timestamp is {skew_ms} ms off this node's clock (more than the window of {} s)", REPLAY_WINDOW_MS / 1000)]
+    #[error("signature timestamp is {skew_ms} ms off this node's clock (more than the window of {} s)", window_ms / 1000)]
     Stale {
         /// Timestamp minus the node's clock.
         skew_ms: i128,
+        /// The window it is outside of.
+        window_ms: u64,
     },
-    /// This key's nonce was seen within the window.
-    #[error("replayed request (this key's nonce was seen already)")]
+    /// This key's nonce was seen within the window (for a job signature: from
+    /// another node).
+    #[error("replayed signature (this key's nonce was taken already)")]
     Replayed,
     /// The replay guard is full.
     #[error("too many signed requests in the window; try again later")]
@@ -53,6 +63,20 @@ pub enum AuthError {
     /// The body does not decode, or is itself a signed request.
     #[error("signed body does not decode to a request")]
     Malformed,
+    /// A job signature over another job file than the one offered.
+    #[error("the job signature covers another job file")]
+    OtherJobFile,
+    /// A job manifest lists more files than a job may stage.
+    #[error("the job signature lists {0} files, more than {MAX_MANIFEST_FILES}")]
+    TooManyFiles(usize),
+    /// A job manifest's files are not numbered 1, 2, ... in staging order.
+    #[error("the job signature lists file {file} in place {at} (files go 1, 2, ... in staging order)")]
+    FileOrder {
+        /// Where (from 1).
+        at: u32,
+        /// The number found there.
+        file: u32,
+    },
     /// The node requires a signature and there is none.
     #[error(
         "unsigned request refused: this node takes only signed requests (p2pjob signs with its key, see `p2pjob whoami`)"
@@ -105,6 +129,14 @@ pub enum Refusal {
         /// What was wrong.
         error: AuthError,
     },
+    /// A staged file is not the one the submitter signed.
+    #[error("node {node} refused the job's files: {error}")]
+    NotAsSigned {
+        /// The node refusing.
+        node: String,
+        /// Which file, and how it differs.
+        error: FileMismatch,
+    },
     /// The key is not on the node's allow-list.
     #[error("node {node} does not allow key {key}")]
     NotAllowed {
@@ -132,7 +164,10 @@ impl Policy {
     }
 
     /// Whether node `node` runs the job with job file digest `digest` and
-    /// credentials `auth` (checked here, whoever forwarded the job).
+    /// credentials `auth` (checked here, whoever forwarded the job): the
+    /// signature over the manifest holds and names this job file, and the key
+    /// is allowed. Freshness and the staged files are checked apart (the
+    /// node's job [`ReplayGuard`], the executor's [`JobManifest::check`]).
     pub fn admits(&self, node: &str, digest: &Id, auth: Option<&JobAuth>) -> Result<(), Refusal> {
         let Some(auth) = auth else {
             return match self.allow {
@@ -161,9 +196,10 @@ impl Policy {
     }
 }
 
-/// The digest a job signature covers: SHA-1 of the job file as the submitting
-/// node stages it (file 0, the description written back out), so the tool and
-/// every executor compute the same bytes.
+/// The job file digest a job signature covers ([`JobManifest::job_file`]):
+/// SHA-1 of the job file as the submitting node stages it (file 0, the
+/// description written back out), so the tool and every executor compute the
+/// same bytes.
 pub fn job_file_digest(desc: &JobDescription) -> Id {
     Id::hash(desc.to_xml())
 }

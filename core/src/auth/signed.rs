@@ -1,16 +1,14 @@
 //! What gets signed: a tool request (its encoded bytes, a timestamp and a
-//! nonce), and a job (the digest of its job file). Each signature covers a
-//! domain tag first, so a signature of one kind is never taken for the other.
+//! nonce), and a job (its [`JobManifest`]). Each signature covers a domain tag
+//! first, so a signature of one kind is never taken for the other.
 
 use serde::{Deserialize, Serialize};
 
-use super::{AuthError, PublicKey, SecretKey, Signature};
+use super::{AuthError, JobManifest, PublicKey, SecretKey, Signature};
 use crate::id::Id;
 
 /// The domain tag of a signed tool request.
 const REQUEST_DOMAIN: &[u8] = b"p2pmp tool request v1\0";
-/// The domain tag of a job signature.
-const JOB_DOMAIN: &[u8] = b"p2pmp job v1\0";
 
 /// Most bytes of a signed request's body (a job file plus paths fits easily).
 pub const MAX_SIGNED_BODY: usize = 4 << 20;
@@ -62,29 +60,35 @@ impl SignedRequest {
     }
 }
 
-/// A job's credentials: its submitter's key and signature over the digest of
-/// the job file staged as file 0. Every executor checks it itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A job's credentials: its submitter's key and signature over the job
+/// manifest (the job file, every staged file, a timestamp and a nonce). The
+/// submitting node and every executor check it themselves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobAuth {
     /// The submitter's key.
     pub key: PublicKey,
-    /// Over [`JobAuth::signed_bytes`] of the job file digest.
+    /// What is signed.
+    pub manifest: JobManifest,
+    /// Over [`JobManifest::signed_bytes`].
     pub signature: Signature,
 }
 
 impl JobAuth {
-    /// Signs the job file whose SHA-1 is `digest`.
-    pub fn sign(secret: &SecretKey, digest: &Id) -> Self {
-        JobAuth { key: secret.public(), signature: secret.sign(&Self::signed_bytes(digest)) }
+    /// Signs `manifest` with `secret`.
+    pub fn sign(secret: &SecretKey, manifest: JobManifest) -> Self {
+        let signature = secret.sign(&manifest.signed_bytes());
+        JobAuth { key: secret.public(), manifest, signature }
     }
 
-    /// The bytes a job signature covers: the domain tag and the 20-byte digest.
-    pub fn signed_bytes(digest: &Id) -> Vec<u8> {
-        [JOB_DOMAIN, digest.as_bytes()].concat()
-    }
-
-    /// Whether this is a signature over the job file with SHA-1 `digest`.
+    /// Whether this is a well-formed manifest, signed by `key`, of the job
+    /// file with SHA-1 `digest` (freshness is the executor's
+    /// [`super::ReplayGuard`]'s business).
     pub fn verify(&self, digest: &Id) -> Result<(), AuthError> {
-        self.key.verify(&Self::signed_bytes(digest), &self.signature).map_err(AuthError::Signature)
+        self.manifest.check_shape()?;
+        self.key.verify(&self.manifest.signed_bytes(), &self.signature).map_err(AuthError::Signature)?;
+        match self.manifest.job_file == *digest {
+            true => Ok(()),
+            false => Err(AuthError::OtherJobFile),
+        }
     }
 }

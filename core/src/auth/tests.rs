@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::job::StagedFile;
 
 fn secret(n: u8) -> SecretKey {
     SecretKey::from_seed([n; 32])
@@ -55,13 +56,14 @@ fn a_signed_request_verifies_and_any_change_breaks_it() {
 
 #[test]
 fn a_request_signature_is_no_job_signature() {
-    let digest = Id::hash(b"<p2pjob/>");
-    let job = JobAuth::sign(&secret(5), &digest);
-    assert_eq!(job.verify(&digest), Ok(()));
-    assert!(job.verify(&Id::hash(b"<p2pjob>other</p2pjob>")).is_err());
-    // The same key signing a request over the digest bytes yields no job signature.
-    let req = SignedRequest::sign(&secret(5), 0, 0, digest.as_bytes().to_vec());
-    assert!(JobAuth { key: req.key, signature: req.signature }.verify(&digest).is_err());
+    let m = manifest(b"<p2pjob/>", &[("prog", b"ELF")], 0, 0);
+    let job = JobAuth::sign(&secret(5), m.clone());
+    assert_eq!(job.verify(&m.job_file), Ok(()));
+    assert_eq!(job.verify(&Id::hash(b"<p2pjob>other</p2pjob>")), Err(AuthError::OtherJobFile));
+    // The same key signing a request over the manifest's bytes yields no job signature.
+    let req = SignedRequest::sign(&secret(5), 0, 0, m.signed_bytes());
+    let forged = JobAuth { key: req.key, manifest: m.clone(), signature: req.signature };
+    assert!(matches!(forged.verify(&m.job_file), Err(AuthError::Signature(_))));
 }
 
 #[test]
@@ -105,18 +107,150 @@ fn a_full_guard_refuses_rather_than_forgets() {
 #[test]
 fn a_policy_runs_jobs_only_for_allowed_signed_keys() {
     let (alice, mallory) = (secret(10), secret(11));
-    let digest = Id::hash(b"job");
+    let m = manifest(b"job", &[("prog", b"ELF")], 1, 2);
+    let digest = m.job_file;
     let p = Policy::keys([alice.public()], []);
-    assert_eq!(p.admits("n", &digest, Some(&JobAuth::sign(&alice, &digest))), Ok(()));
-    let refused = p.admits("n", &digest, Some(&JobAuth::sign(&mallory, &digest))).unwrap_err();
+    assert_eq!(p.admits("n", &digest, Some(&JobAuth::sign(&alice, m.clone()))), Ok(()));
+    let refused = p.admits("n", &digest, Some(&JobAuth::sign(&mallory, m.clone()))).unwrap_err();
     assert_eq!(refused.to_string(), format!("node n does not allow key {}", mallory.public()));
     assert!(matches!(p.admits("n", &digest, None), Err(Refusal::Unsigned { .. })));
-    let forged = JobAuth { key: alice.public(), signature: JobAuth::sign(&mallory, &digest).signature };
+    let forged = JobAuth { key: alice.public(), ..JobAuth::sign(&mallory, m.clone()) };
     assert!(matches!(p.admits("n", &digest, Some(&forged)), Err(Refusal::BadSignature { .. })));
+    let other = p.admits("n", &Id::hash(b"other job"), Some(&JobAuth::sign(&alice, m.clone())));
+    assert!(matches!(other, Err(Refusal::BadSignature { error: AuthError::OtherJobFile, .. })), "{other:?}");
     let any = Policy { allow: Allow::AnyKey, admins: Default::default() };
-    assert_eq!(any.admits("n", &digest, Some(&JobAuth::sign(&mallory, &digest))), Ok(()));
+    assert_eq!(any.admits("n", &digest, Some(&JobAuth::sign(&mallory, m))), Ok(()));
     assert!(any.admits("n", &digest, None).is_err());
     assert_eq!(Policy::open().admits("n", &digest, None), Ok(()));
+}
+
+/// A manifest of the job file `job` and the staged `files` (name, bytes).
+fn manifest(job: &[u8], files: &[(&str, &[u8])], timestamp_ms: u64, nonce: u64) -> JobManifest {
+    let files = (1u32..)
+        .zip(files)
+        .map(|(file, (name, data))| StagedFile {
+            file,
+            name: (*name).to_owned(),
+            total: data.len() as u64,
+            digest: Id::hash(data),
+        })
+        .collect();
+    JobManifest { job_file: Id::hash(job), files, timestamp_ms, nonce }
+}
+
+#[test]
+fn the_canonical_bytes_of_a_manifest_are_pinned() {
+    let files = vec![StagedFile { file: 1, name: "ab".into(), total: 3, digest: Id::from_bytes([9; 20]) }];
+    let m = JobManifest { job_file: Id::from_bytes([7; 20]), files, timestamp_ms: 5, nonce: 6 };
+    let mut want = b"p2pmp job manifest v2\0".to_vec();
+    want.extend([7; 20]);
+    want.extend(1u32.to_be_bytes()); // one file
+    want.extend(1u32.to_be_bytes()); // number 1
+    want.extend(2u32.to_be_bytes()); // name of 2 bytes
+    want.extend(b"ab");
+    want.extend(3u64.to_be_bytes());
+    want.extend([9; 20]);
+    want.extend(5u64.to_be_bytes());
+    want.extend(6u64.to_be_bytes());
+    assert_eq!(m.signed_bytes(), want);
+}
+
+#[test]
+fn a_job_signature_covers_every_staged_file_its_time_and_nonce() {
+    let m = manifest(b"<p2pjob/>", &[("prog", b"ELF"), ("in.dat", b"data")], 1_000, 9);
+    let s = JobAuth::sign(&secret(20), m.clone());
+    assert_eq!(s.verify(&m.job_file), Ok(()), "a valid one");
+    let mut tampered: Vec<JobAuth> = Vec::new();
+    for change in 0..7 {
+        let mut t = s.clone();
+        let f = &mut t.manifest.files[change % 2];
+        match change {
+            0 | 1 => f.digest = Id::hash(b"other bytes"),
+            2 => f.total += 1,
+            3 => f.name = "prog2".into(),
+            4 => t.manifest.timestamp_ms += 1,
+            5 => t.manifest.nonce ^= 1,
+            _ => t.manifest.files.pop().map_or((), drop),
+        }
+        tampered.push(t);
+    }
+    // Reordered after signing: the same entries in another order are other bytes.
+    let mut reordered = s.clone();
+    reordered.manifest.files.swap(0, 1);
+    for (f, n) in reordered.manifest.files.iter_mut().zip(1..) {
+        f.file = n;
+    }
+    tampered.push(reordered);
+    for t in tampered {
+        assert!(matches!(t.verify(&m.job_file), Err(AuthError::Signature(_))), "{t:?}");
+    }
+}
+
+#[test]
+fn a_manifest_out_of_staging_order_is_refused_even_when_signed() {
+    let mut m = manifest(b"<p2pjob/>", &[("prog", b"ELF"), ("in.dat", b"data")], 1_000, 9);
+    m.files.swap(0, 1);
+    let s = JobAuth::sign(&secret(21), m.clone());
+    assert_eq!(s.verify(&m.job_file), Err(AuthError::FileOrder { at: 1, file: 2 }));
+    let mut gap = manifest(b"<p2pjob/>", &[("prog", b"ELF")], 1_000, 9);
+    gap.files[0].file = 2;
+    assert_eq!(
+        JobAuth::sign(&secret(21), gap.clone()).verify(&gap.job_file),
+        Err(AuthError::FileOrder { at: 1, file: 2 })
+    );
+}
+
+#[test]
+fn a_staged_file_is_held_to_the_signed_one_and_named_when_it_differs() {
+    let m = manifest(b"<p2pjob/>", &[("prog", b"ELF"), ("in.dat", b"data")], 1_000, 9);
+    let prog = m.files[0].clone();
+    let job_file = StagedFile { file: 0, name: "job.xml".into(), total: 9, digest: m.job_file };
+    assert_eq!(m.check(&prog), Ok(()));
+    assert_eq!(m.check(&job_file), Ok(()));
+    assert_eq!(m.check_count(3), Ok(()));
+    let swapped = StagedFile { digest: Id::hash(b"EVIL"), ..prog.clone() };
+    let err = m.check(&swapped).unwrap_err();
+    assert!(matches!(err, FileMismatch::Digest { file: 1, .. }), "{err:?}");
+    assert!(err.to_string().contains("\"prog\" (file 1)"), "{err}");
+    assert!(matches!(m.check(&StagedFile { total: 4, ..prog.clone() }), Err(FileMismatch::Length { len: 4, .. })));
+    assert!(matches!(m.check(&StagedFile { name: "x".into(), ..prog.clone() }), Err(FileMismatch::Name { .. })));
+    assert!(matches!(m.check(&StagedFile { file: 3, ..prog }), Err(FileMismatch::Unsigned { file: 3, .. })));
+    let other_job = StagedFile { digest: Id::hash(b"<p2pjob>x</p2pjob>"), ..job_file };
+    assert!(matches!(m.check(&other_job), Err(FileMismatch::Digest { file: 0, .. })));
+    assert_eq!(m.check_count(2), Err(FileMismatch::Count { count: 2, signed: 3 }));
+}
+
+#[test]
+fn a_job_signature_is_fresh_only_in_the_window_and_taken_for_one_holder() {
+    // Holders are the nodes offering the job (here numbered).
+    let mut g: ReplayGuard<u32> = ReplayGuard::default();
+    let k = secret(22).public();
+    let now = 80_000_000;
+    let stale = g.check_for(now, k, now - REPLAY_WINDOW_MS - 1, 1, 1);
+    assert!(matches!(stale, Err(AuthError::Stale { .. })), "a stale timestamp");
+    assert_eq!(g.check_for(now, k, now - 10, 2, 1), Ok(()), "a valid one");
+    assert_eq!(g.check_for(now + 5, k, now - 10, 2, 1), Ok(()), "offered again by the node that offered it");
+    assert_eq!(g.check_for(now + 5, k, now - 10, 2, 2), Err(AuthError::Replayed), "replayed by another node");
+    assert_eq!(g.check_for(now + 5, secret(23).public(), now - 10, 2, 2), Ok(()), "another key's nonce 2");
+    let later = now + REPLAY_WINDOW_MS;
+    assert!(matches!(g.check_for(later, k, now - 10, 2, 1), Err(AuthError::Stale { .. })));
+}
+
+#[test]
+fn a_manifest_decodes_only_within_its_bound_on_files() {
+    let m = manifest(b"<p2pjob/>", &[("prog", b"ELF")], 3, 4);
+    let bytes = postcard::to_allocvec(&m).unwrap();
+    assert_eq!(postcard::from_bytes::<JobManifest>(&bytes), Ok(m.clone()));
+    // As many files as a job may stage decode; one more does not.
+    let file = |file| StagedFile { file, name: "f".into(), total: 1, digest: Id::ZERO };
+    let mut full = JobManifest { files: (1..=MAX_MANIFEST_FILES as u32).map(file).collect(), ..m };
+    let bytes = postcard::to_allocvec(&full).unwrap();
+    assert_eq!(postcard::from_bytes::<JobManifest>(&bytes).map(|m| m.files.len()), Ok(MAX_MANIFEST_FILES));
+    full.files.push(file(MAX_MANIFEST_FILES as u32 + 1));
+    assert!(postcard::from_bytes::<JobManifest>(&postcard::to_allocvec(&full).unwrap()).is_err());
+    // A declared count far past what the bytes hold is refused before anything is held.
+    let huge = [&Id::ZERO.as_bytes()[..], &[0xff, 0xff, 0xff, 0xff, 0x0f]].concat();
+    assert!(postcard::from_bytes::<JobManifest>(&huge).is_err());
 }
 
 #[test]

@@ -39,7 +39,9 @@ use serde::{Deserialize, Serialize};
 use super::requirements::{Requirement, RequirementError};
 
 mod paths;
+mod staged;
 pub use paths::{MAX_NAME, PathProblem, PathUse, check_path, plain_name};
+pub use staged::{StagedSource, join_path};
 
 /// Largest job file accepted.
 pub const MAX_JOB_FILE: usize = 1 << 20;

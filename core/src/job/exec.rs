@@ -4,7 +4,14 @@
 //! - **Offer.** Accepted only while enough slots are free (one per rank); the slots
 //!   are reserved at once ([`ExecEvent::SlotsChanged`] tells the daemon to refresh its
 //!   `res:any` registration). A repeated offer for ranks already accepted is answered
-//!   again, never accepted twice.
+//!   again, never accepted twice. A [`JobMsg::SignedOffer`] reaches the executor
+//!   once the node checked its signature, key and freshness
+//!   (`DaemonNode::admit`); the executor keeps its [`JobManifest`].
+//! - **Signed files.** Every file of a signed job (its [`JobMsg::Manifest`] entries,
+//!   each [`JobMsg::Stage`] header, the count at [`JobMsg::StageEnd`], so the
+//!   files taken from the cache too) must be the one the submitter signed; one
+//!   that is not turns the job down with [`RejectReason::NotAllowed`] naming the
+//!   file, before any rank starts.
 //! - **Stage.** Each chunk is written through [`ExecEvent::WriteFile`] while a running
 //!   SHA-1 checks it; a file whose digest does not match (or that has a gap) is
 //!   re-requested with [`JobMsg::Resend`] at [`JobMsg::StageEnd`], and the job is not
@@ -38,6 +45,7 @@ use super::cache::FileCache;
 use super::description::JobDescription;
 use super::msg::{JobMsg, RankState, RejectReason, Stream};
 use super::{JobId, MAX_STAGED_FILES};
+use crate::auth::JobManifest;
 use crate::ckpt::RankCheckpoints;
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
@@ -149,6 +157,14 @@ impl fmt::Debug for Incoming {
     }
 }
 
+/// An offer as the executor takes it (a signed one with its manifest).
+struct Offered {
+    ranks: Vec<u32>,
+    size: u32,
+    digest: Id,
+    manifest: Option<JobManifest>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RankRun {
     Waiting,
@@ -166,6 +182,8 @@ struct ExecJob {
     submitter: NodeAddr,
     size: u32,
     digest: Id,
+    /// What the submitter signed (a signed offer): every staged file must match.
+    manifest: Option<JobManifest>,
     ranks: BTreeMap<u32, RankRun>,
     files: BTreeMap<u32, Incoming>,
     /// Stage payload bytes received so far (what [`JobMsg::StageAck`] reports).
@@ -291,7 +309,13 @@ impl Execution {
     fn on_message(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
         let job = body.job();
         match body {
-            JobMsg::Offer { ranks, size, digest, .. } => return self.on_offer(now, from, job, ranks, size, digest),
+            JobMsg::Offer { ranks, size, digest, .. } => {
+                return self.on_offer(now, from, job, Offered { ranks, size, digest, manifest: None });
+            }
+            JobMsg::SignedOffer { ranks, size, digest, auth, .. } => {
+                let manifest = Some(auth.manifest);
+                return self.on_offer(now, from, job, Offered { ranks, size, digest, manifest });
+            }
             JobMsg::Want { ranks, priority, .. } => return self.on_want(from, job, ranks, priority),
             JobMsg::Unwant { .. } => return self.on_unwant(from, job),
             // A kill of a job that only waits here ends its wait.
@@ -308,6 +332,10 @@ impl Execution {
                 if j.staged.is_some() || files > MAX_STAGED_FILES {
                     return None;
                 }
+                if let Some(error) = j.manifest.as_ref().and_then(|m| m.check_count(files).err()) {
+                    self.refuse_unsigned(job, error);
+                    return Some(());
+                }
                 let bad: Vec<u32> = (0..files).filter(|f| !j.files.get(f).is_some_and(|i| i.ok)).collect();
                 if !bad.is_empty() {
                     for file in bad {
@@ -321,12 +349,7 @@ impl Execution {
                         j.staged = Some(p.job);
                         self.send(from, JobMsg::Staged { job }, Bytes::new());
                     }
-                    _ => {
-                        let ranks = j.ranks.keys().copied().collect();
-                        let reason = RejectReason::Other("unusable job file".into());
-                        self.send(from, JobMsg::Reject { job, ranks, reason }, Bytes::new());
-                        self.drop_job(job);
-                    }
+                    _ => self.refuse(job, RejectReason::Other("unusable job file".into())),
                 }
             }
             JobMsg::Start { .. } => {
@@ -401,15 +424,8 @@ impl Execution {
         Some(())
     }
 
-    fn on_offer(
-        &mut self,
-        now: Instant,
-        from: NodeAddr,
-        job: JobId,
-        ranks: Vec<u32>,
-        size: u32,
-        digest: Id,
-    ) -> Option<()> {
+    fn on_offer(&mut self, now: Instant, from: NodeAddr, job: JobId, offer: Offered) -> Option<()> {
+        let Offered { ranks, size, digest, manifest } = offer;
         let valid = !ranks.is_empty()
             && size > 0
             && ranks.iter().all(|r| *r < size)
@@ -419,7 +435,7 @@ impl Execution {
             return None;
         }
         if let Some(j) = self.jobs.get(&job) {
-            if j.submitter != from || j.digest != digest || j.size != size {
+            if j.submitter != from || j.digest != digest || j.size != size || j.manifest != manifest {
                 return None;
             }
             if ranks.iter().all(|r| j.ranks.contains_key(r)) {
@@ -445,6 +461,7 @@ impl Execution {
             submitter: from,
             size,
             digest,
+            manifest,
             ranks: BTreeMap::new(),
             files: BTreeMap::new(),
             consumed: 0,

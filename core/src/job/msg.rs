@@ -114,9 +114,12 @@ pub enum JobMsg {
     /// Submitter -> executor: the job no longer waits here (placed elsewhere, or over).
     Unwant { job: JobId },
     /// Submitter -> executor: [`JobMsg::Offer`] with the submitter's
-    /// credentials: its key and signature over `digest`. The executor checks
-    /// both against its own policy before it takes the offer
-    /// (refusing with [`RejectReason::NotAllowed`] saying why).
+    /// credentials: its key and signature over the job manifest (`digest`,
+    /// every staged file's number, name, length and digest, a timestamp and a
+    /// nonce). The executor checks the signature, the key and the freshness
+    /// against its own policy before it takes the offer, then every staged
+    /// file against the manifest (refusing with [`RejectReason::NotAllowed`]
+    /// saying why).
     SignedOffer { job: JobId, ranks: Vec<u32>, size: u32, digest: Id, auth: JobAuth },
     /// Submitter -> executor: ask every rank of the job running here to take a
     /// checkpoint at its next safe point (`p2pjob checkpoint`); `request`
@@ -205,6 +208,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::auth::{JobManifest, PublicKey, Signature};
     use crate::machine::NodeAddr;
     use crate::wire::{DEFAULT_MAX_FRAME, Envelope};
 
@@ -271,6 +275,22 @@ mod tests {
         assert_eq!(body_bytes(&JobMsg::Recovered { job: z, rank: 5, recovery }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
+        // A signed offer: the offer's fields, then the key, the manifest
+        // (job file, files, timestamp, nonce) and the signature.
+        let files = vec![StagedFile { file: 1, name: "p".into(), total: 3, digest: Id::ZERO }];
+        let manifest = JobManifest { job_file: Id::ZERO, files, timestamp_ms: 128, nonce: 5 };
+        let auth = JobAuth { key: PublicKey([1; 32]), manifest, signature: Signature([[2; 32]; 2]) };
+        let mut want = vec![24u8];
+        want.extend([0u8; 20]);
+        want.extend([1, 0, 1]); // ranks [0], size 1
+        want.extend([0u8; 20]); // digest
+        want.extend([1u8; 32]); // key
+        want.extend([0u8; 20]); // manifest: job file
+        want.extend([1, 1, 1, b'p', 3]); // one file: 1, "p", 3 bytes
+        want.extend([0u8; 20]); // its digest
+        want.extend([0x80, 0x01, 5]); // timestamp 128, nonce 5
+        want.extend([2u8; 64]); // signature
+        assert_eq!(body_bytes(&JobMsg::SignedOffer { job: z, ranks: vec![0], size: 1, digest: Id::ZERO, auth }), want);
     }
 
     fn arb_msg() -> impl Strategy<Value = JobMsg> {
@@ -326,13 +346,20 @@ mod tests {
             (job.clone(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(job, rank, epoch, unix_ms)| {
                 JobMsg::Recovered { job, rank, recovery: RecoveryInfo { epoch, unix_ms } }
             }),
-            (job, any::<[u8; 32]>(), any::<[[u8; 32]; 2]>()).prop_map(|(job, k, s)| JobMsg::SignedOffer {
-                job,
-                ranks: vec![0],
-                size: 1,
-                digest: Id::ZERO,
-                auth: JobAuth { key: crate::auth::PublicKey(k), signature: crate::auth::Signature(s) },
-            }),
+            (job, any::<[u8; 32]>(), any::<[[u8; 32]; 2]>(), any::<(u64, u64)>(), "[a-z.]{0,8}").prop_map(
+                |(job, k, s, (timestamp_ms, nonce), name)| {
+                    let files = vec![StagedFile { file: 1, name, total: timestamp_ms >> 3, digest: Id::hash(k) }];
+                    let manifest = JobManifest { job_file: Id::hash(s[0]), files, timestamp_ms, nonce };
+                    let (key, signature) = (crate::auth::PublicKey(k), crate::auth::Signature(s));
+                    JobMsg::SignedOffer {
+                        job,
+                        ranks: vec![0],
+                        size: 1,
+                        digest: Id::ZERO,
+                        auth: JobAuth { key, manifest, signature },
+                    }
+                }
+            ),
         ]
     }
 

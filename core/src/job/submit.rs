@@ -5,7 +5,10 @@
 //! 1. **Resolve.** Query the overlay for `res:any` and for each requirement's narrowing
 //!    name ([`Requirement::query_name`]); read the executable and input files meanwhile
 //!    ([`SubmitEvent::ReadFile`]). A candidate is a node listed in every narrowing
-//!    answer whose `res:any` line satisfies every requirement, with free slots.
+//!    answer whose `res:any` line satisfies every requirement, with free slots. A
+//!    signed job ([`Submitter::submit_signed`]) fails here when a file read is not
+//!    the one its submitter signed ([`SubmitError::NotAsSigned`]); nothing is
+//!    offered before every file is read.
 //! 2. **Offer.** Ranks go, in ascending order, one at a time to the candidate with the
 //!    most free slots left (ties: lowest address), so placement is deterministic and
 //!    spreads load; each node gets one [`JobMsg::Offer`] for its ranks. A reject, an
@@ -63,6 +66,11 @@ pub struct SubmitConfig {
     pub stage_window: usize,
     /// How often one file may be re-sent to one node.
     pub max_resends: u32,
+    /// Test hook: a signed job's files are staged as read, unchecked against
+    /// its signature, as a dishonest node would forward them (the executors
+    /// must still refuse them).
+    #[cfg(feature = "test-hooks")]
+    pub forward_unchecked: bool,
 }
 
 impl Default for SubmitConfig {
@@ -74,6 +82,8 @@ impl Default for SubmitConfig {
             chunk_size: 256 * 1024,
             stage_window: 4 << 20,
             max_resends: 3,
+            #[cfg(feature = "test-hooks")]
+            forward_unchecked: false,
         }
     }
 }
@@ -116,6 +126,11 @@ pub enum SubmitError {
     /// A file to stage could not be read.
     #[error("cannot read {path:?}: {reason}")]
     FileRead { path: String, reason: String },
+    /// A file to stage is not the one the job's submitter signed (it changed
+    /// since the tool read it, or the node reads another file than the user
+    /// did): nothing was offered.
+    #[error("{path:?} is not the file the job was signed with: {error}; nothing was started")]
+    NotAsSigned { path: String, error: crate::auth::FileMismatch },
     /// A node holding ranks became unreachable or stopped answering.
     #[error("node {node} holding rank(s) {ranks:?} was lost")]
     NodeLost { node: NodeAddr, ranks: Vec<u32> },
@@ -255,6 +270,12 @@ pub enum SubmitCmdError {
     /// [`MAX_PENDING_CHECKPOINTS`] requests.
     #[error("job {job} already waits for {pending} checkpoint(s): ask again once they are taken")]
     TooManyCheckpoints { job: JobId, pending: usize },
+    /// The job's signature does not hold for this job file.
+    #[error("the job's signature is refused: {0}")]
+    BadSignature(crate::auth::AuthError),
+    /// The job's signature lists other files than the job stages.
+    #[error("the job's signature does not match its files: {0}")]
+    NotAsSigned(crate::auth::FileMismatch),
 }
 
 /// Why this network cannot run `job` as its file asks, if it cannot.
@@ -324,7 +345,9 @@ impl Submitter {
     }
 
     /// [`Submitter::submit`] with the submitter's credentials (`auth`), which
-    /// go with every offer so each executor checks the submitter itself.
+    /// go with every offer so each executor checks the submitter itself. They
+    /// are checked here first: a signature over this job file listing as many
+    /// files as the job stages; each file is held to it as it is read.
     pub fn submit_signed(
         &mut self,
         now: Instant,
@@ -335,6 +358,11 @@ impl Submitter {
     ) -> Result<(JobId, bool), SubmitCmdError> {
         if let Some(why) = cannot_honour(&job) {
             return Err(SubmitCmdError::CannotHonour(why));
+        }
+        if let Some(a) = &auth {
+            a.verify(&crate::auth::job_file_digest(&job)).map_err(SubmitCmdError::BadSignature)?;
+            let count = job.staged_paths().count() as u32 + 1;
+            a.manifest.check_count(count).map_err(SubmitCmdError::NotAsSigned)?;
         }
         if let Some(&id) = self.by_request.get(&request_id) {
             return match self.jobs.get(&id) {

@@ -16,10 +16,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{AuthError, JobAuth, SecretKey, SignedRequest};
+use crate::auth::{AuthError, JobAuth, JobManifest, SecretKey, SignedRequest};
 use crate::can::Zone;
 use crate::ckpt::{CutInfo, RankCheckpoints};
-use crate::job::{JobId, Stream};
+use crate::job::description::StagedSource;
+use crate::job::{JobDescription, JobId, StagedFile, Stream};
 use crate::machine::NodeAddr;
 
 /// The first bytes of a tool connection.
@@ -58,11 +59,12 @@ pub enum ToolRequest {
     /// does; forwarded by a node, it answers for itself.
     Zones,
     /// `request` (an encoded [`ToolRequest`]) signed by the tool's key, with the
-    /// job's own signature beside it for a submit. A node that requires
-    /// signatures takes the requests that act on or reveal a job only so; a
-    /// request forwarded to the node holding a job goes on signed, and that
-    /// node checks it itself. See [`ToolRequest::sign`].
-    Signed { request: SignedRequest, job: Option<JobAuth> },
+    /// job's own signature beside it for a submit (over its job file and every
+    /// file it stages, as the tool read them). A node that requires signatures
+    /// takes the requests that act on or reveal a job only so; a request
+    /// forwarded to the node holding a job goes on signed, and that node checks
+    /// it itself. See [`ToolRequest::sign`].
+    Signed { request: SignedRequest, job: Option<Box<JobAuth>> },
     /// Ask every running rank of a job to take a checkpoint at its next safe
     /// point: answered by [`ToolReply::CheckpointAsked`] (the ranks it
     /// reached), then [`ToolReply::CheckpointTaken`] once the cut is taken
@@ -105,17 +107,36 @@ impl ToolRequest {
         }
     }
 
-    /// This request signed with `secret` at wall clock `unix_ms` with `nonce`;
-    /// a submit also gets the job's signature (over the job file as staged,
-    /// [`crate::auth::job_file_digest`]). A request already signed is kept.
-    pub fn sign(self, secret: &SecretKey, unix_ms: u64, nonce: u64) -> ToolRequest {
+    /// The files a submit stages beside its job file, in staging order: where
+    /// the node will read each (relative paths taken from `base_dir`) and its
+    /// name there. The tool reads and hashes them, as its user, for the job
+    /// signature ([`ToolRequest::sign`]). Empty for any other request, or a
+    /// job file that does not parse.
+    pub fn staged_sources(&self) -> Vec<StagedSource> {
+        match self {
+            ToolRequest::Submit { xml, base_dir, .. } => {
+                JobDescription::parse(xml.as_bytes()).map(|p| p.job.staged_sources(base_dir)).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// This request signed with `secret` at wall clock `unix_ms` with `nonce`.
+    /// A submit also gets the job's signature, stamped with the same timestamp
+    /// and nonce, over its [`JobManifest`]: the job file as staged
+    /// ([`crate::auth::job_file_digest`]) and `staged`, the files of
+    /// [`ToolRequest::staged_sources`] as the tool read them (number, name,
+    /// length, SHA-1), in that order. `staged` is ignored for other requests.
+    /// A request already signed is kept.
+    pub fn sign(self, secret: &SecretKey, unix_ms: u64, nonce: u64, staged: Vec<StagedFile>) -> ToolRequest {
         if matches!(self, ToolRequest::Signed { .. }) {
             return self;
         }
         let job = match &self {
-            ToolRequest::Submit { xml, .. } => crate::job::JobDescription::parse(xml.as_bytes())
-                .ok()
-                .map(|p| JobAuth::sign(secret, &crate::auth::job_file_digest(&p.job))),
+            ToolRequest::Submit { xml, .. } => JobDescription::parse(xml.as_bytes()).ok().map(|p| {
+                let job_file = crate::auth::job_file_digest(&p.job);
+                Box::new(JobAuth::sign(secret, JobManifest { job_file, files: staged, timestamp_ms: unix_ms, nonce }))
+            }),
             _ => None,
         };
         // Encoding a request into a Vec cannot fail (no I/O, no size limit).

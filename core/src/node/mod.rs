@@ -54,6 +54,7 @@ use crate::auth::{Allow, Policy, ReplayGuard};
 use crate::can::{CanConfig, CanMsg};
 use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
+use crate::job::description::join_path as join;
 use crate::job::{
     ExecConfig, ExecEvent, Execution, FileData, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
 };
@@ -387,20 +388,14 @@ pub struct DaemonNode {
     policy: Policy,
     /// Signed tool requests taken within the window.
     replay: ReplayGuard,
+    /// Job signatures of offers taken within the window, each for the node
+    /// that offered it first.
+    job_replay: ReplayGuard<NodeAddr>,
 }
 
 /// A file name that stays inside its directory.
 pub fn plain_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 255 && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
-}
-
-/// `path` taken relative to `base` unless absolute.
-fn join(base: &str, path: &str) -> String {
-    if path.starts_with('/') || base.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{}/{path}", base.trim_end_matches('/'))
-    }
 }
 
 impl DaemonNode {
@@ -437,6 +432,7 @@ impl DaemonNode {
             left: false,
             policy: config.auth,
             replay: ReplayGuard::default(),
+            job_replay: ReplayGuard::new(crate::auth::JOB_SIGNATURE_WINDOW_MS, crate::auth::REPLAY_CAP),
         };
         n.pump(now);
         n
@@ -675,7 +671,7 @@ impl Machine for DaemonNode {
             NodeMsg::Job(j) if for_executor(&j) => {
                 // A refused offer ends the job's wait here, so the slots
                 // granted to it go back to the queue.
-                let j = self.admit(head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
+                let j = self.admit(now, head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
                 self.exec.handle_message(now, head.map(|()| j));
             }
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),

@@ -1,13 +1,15 @@
 //! The executor's side of staging: the manifest answered from the file cache,
-//! chunks checked against their digest and acknowledged, verified files cached.
+//! chunks checked against their digest and acknowledged, verified files cached;
+//! for a signed job, every file held to what the submitter signed.
 
 use bytes::{Bytes, BytesMut};
 use sha1::{Digest, Sha1};
 
 use super::{ExecEvent, Execution, Incoming};
+use crate::auth::{FileMismatch, Refusal};
 use crate::id::Id;
 use crate::job::description::MAX_JOB_FILE;
-use crate::job::msg::{JobMsg, StagedFile};
+use crate::job::msg::{JobMsg, RejectReason, StagedFile};
 use crate::job::{JobId, MAX_STAGED_FILES};
 use crate::machine::NodeAddr;
 
@@ -27,7 +29,15 @@ impl Execution {
     /// Files of the manifest that the cache holds are taken from it; the
     /// submitter learns which with [`JobMsg::Have`].
     pub(super) fn on_manifest(&mut self, from: NodeAddr, job: JobId, files: Vec<StagedFile>) -> Option<()> {
-        let j = self.jobs.get_mut(&job).filter(|j| j.staged.is_none())?;
+        let j = self.jobs.get(&job).filter(|j| j.staged.is_none())?;
+        if let Some(m) = &j.manifest {
+            let count = u32::try_from(files.len()).unwrap_or(u32::MAX);
+            if let Some(error) = m.check_count(count).err().or_else(|| files.iter().find_map(|f| m.check(f).err())) {
+                self.refuse_unsigned(job, error);
+                return Some(());
+            }
+        }
+        let j = self.jobs.get_mut(&job)?;
         let mut have = Vec::new();
         for f in files.into_iter().take(MAX_STAGED_FILES as usize) {
             // The job file is never taken from the cache: its bytes are read here.
@@ -67,6 +77,12 @@ impl Execution {
         if c.file >= MAX_STAGED_FILES || !super::plain_name(&c.name) || j.staged.is_some() {
             return None;
         }
+        let head = || StagedFile { file: c.file, name: c.name.clone(), total: c.total, digest: c.digest };
+        if let Some(error) = j.manifest.as_ref().and_then(|m| m.check(&head()).err()) {
+            self.refuse_unsigned(job, error);
+            return Some(());
+        }
+        let j = self.jobs.get_mut(&job)?;
         if c.offset == 0 {
             let keep = (c.file == 0 && c.total <= MAX_JOB_FILE as u64).then(BytesMut::new);
             let inc = Incoming {
@@ -102,5 +118,22 @@ impl Execution {
             self.event(ExecEvent::CacheStore { job, name, digest, program: c.file == PROGRAM });
         }
         Some(())
+    }
+
+    /// Turns an accepted job down: the submitter learns why (and tries other
+    /// nodes), and everything reserved here is freed.
+    pub(super) fn refuse(&mut self, job: JobId, reason: RejectReason) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        let (to, ranks) = (j.submitter, j.ranks.keys().copied().collect());
+        self.send(to, JobMsg::Reject { job, ranks, reason }, Bytes::new());
+        self.drop_job(job);
+    }
+
+    /// A staged file of a signed job is not the one signed: the job is
+    /// refused, naming the file.
+    pub(super) fn refuse_unsigned(&mut self, job: JobId, error: FileMismatch) {
+        let refusal = Refusal::NotAsSigned { node: self.addr.to_string(), error };
+        tracing::info!(%job, "staging refused: {refusal}");
+        self.refuse(job, RejectReason::NotAllowed(refusal.to_string()));
     }
 }

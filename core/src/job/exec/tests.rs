@@ -604,3 +604,5 @@ fn a_gone_submitter_s_waits_are_dropped_and_their_grants_go_to_others() {
     e.handle_message(now, from(addr(2), JobMsg::Want { job: b, ranks: 0, priority: 2 }));
     assert_eq!(e.waiting(), 0);
 }
+
+mod signed;

@@ -240,9 +240,9 @@ impl Submission {
             let query = query as u32;
             s.actions.push_back(Action::Event(SubmitEvent::Query { job, query, name: q.name.clone() }));
         }
-        let paths: Vec<String> = std::iter::once(&s.desc.executable).chain(&s.desc.inputfiles).cloned().collect();
-        for (i, path) in paths.into_iter().enumerate() {
-            s.event(SubmitEvent::ReadFile { job, file: 1 + i as u32, path });
+        let reads: Vec<(u32, String)> = s.desc.staged_paths().map(|(file, p)| (file, p.to_owned())).collect();
+        for (file, path) in reads {
+            s.event(SubmitEvent::ReadFile { job, file, path });
         }
         s
     }

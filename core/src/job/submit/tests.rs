@@ -20,6 +20,8 @@ enum Behave {
     Corrupt(u32),
     /// Accepts, then never acknowledges a staged byte.
     Stuck,
+    /// Accepts, then refuses the files announced (not the ones signed).
+    RefuseFiles,
 }
 
 struct Harness {
@@ -164,6 +166,11 @@ impl Harness {
     fn executor(&mut self, at: NodeAddr, body: JobMsg, payload: usize) -> Vec<Envelope<JobMsg>> {
         let b = self.behave.get(&at).copied().unwrap_or(Behave::Silent);
         let r = |body| vec![reply(at, body, Bytes::new())];
+        // A signed offer is answered as an offer (the signature is the node's to check).
+        let body = match body {
+            JobMsg::SignedOffer { job, ranks, size, digest, .. } => JobMsg::Offer { job, ranks, size, digest },
+            other => other,
+        };
         match (b, body) {
             (Behave::Silent, _) | (Behave::Stuck, JobMsg::Stage { .. }) => vec![],
             (_, JobMsg::Stage { job, .. }) => {
@@ -183,6 +190,11 @@ impl Harness {
                 r(JobMsg::Grant { job, slots, ahead: 0 })
             }
             (_, JobMsg::Offer { job, ranks, .. }) => r(JobMsg::Accept { job, ranks }),
+            (Behave::RefuseFiles, JobMsg::Manifest { job, .. }) => {
+                let ranks = offered_to(&self.sent, at, job);
+                let reason = RejectReason::NotAllowed(format!("node {at} refused the job's files: \"ring\" (file 1)"));
+                r(JobMsg::Reject { job, ranks, reason })
+            }
             (_, JobMsg::Manifest { job, .. }) => {
                 r(JobMsg::Have { job, files: self.have.remove(&at).unwrap_or_default() })
             }
@@ -192,17 +204,7 @@ impl Harness {
             }
             (_, JobMsg::StageEnd { job, .. }) => r(JobMsg::Staged { job }),
             (_, JobMsg::Start { job }) => {
-                let ranks: Vec<u32> = self
-                    .sent
-                    .iter()
-                    .filter_map(|(to, m, _)| match m {
-                        JobMsg::Offer { job: offered, ranks, .. } if *to == at && *offered == job => {
-                            Some(ranks.clone())
-                        }
-                        _ => None,
-                    })
-                    .flatten()
-                    .collect();
+                let ranks = offered_to(&self.sent, at, job);
                 let mut out = Vec::new();
                 for rank in ranks {
                     out.push(reply(at, JobMsg::Started { job, rank }, Bytes::new()));
@@ -244,7 +246,7 @@ impl Harness {
         self.sent
             .iter()
             .filter_map(|(to, m, _)| match m {
-                JobMsg::Offer { ranks, .. } => Some((*to, ranks.clone())),
+                JobMsg::Offer { ranks, .. } | JobMsg::SignedOffer { ranks, .. } => Some((*to, ranks.clone())),
                 _ => None,
             })
             .collect()
@@ -253,6 +255,21 @@ impl Harness {
     fn count(&self, pred: impl Fn(&JobMsg) -> bool) -> usize {
         self.sent.iter().filter(|(_, m, _)| pred(m)).count()
     }
+}
+
+/// Every rank of `job` offered to `at` so far.
+fn offered_to(sent: &[(NodeAddr, JobMsg, Bytes)], at: NodeAddr, job: JobId) -> Vec<u32> {
+    sent.iter()
+        .filter_map(|(to, m, _)| match m {
+            JobMsg::Offer { job: offered, ranks, .. } | JobMsg::SignedOffer { job: offered, ranks, .. }
+                if *to == at && *offered == job =>
+            {
+                Some(ranks.clone())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 fn submission(h: &Harness, j: JobDescription) -> Submission {
@@ -865,3 +882,4 @@ fn a_job_that_keeps_losing_nodes_fails_after_the_last_restart() {
 }
 
 mod ckpt;
+mod signed;

@@ -137,7 +137,7 @@ fn golden_bytes_pin_the_checkpoint_request_and_replies() {
     assert!(!asked.ends_request() && taken.ends_request());
     assert!(ToolRequest::Checkpoint { job }.about_a_job() && ToolRequest::Checkpoint { job }.streams());
     let secret = crate::auth::SecretKey::from_seed([7; 32]);
-    assert!(ToolRequest::Checkpoint { job }.sign(&secret, 1, 2).streams(), "signed, it still streams");
+    assert!(ToolRequest::Checkpoint { job }.sign(&secret, 1, 2, Vec::new()).streams(), "signed, it still streams");
     let rank = crate::node::control::RankStatus {
         rank: 1,
         node: None,

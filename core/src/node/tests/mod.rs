@@ -11,6 +11,7 @@ use crate::job::Resources;
 use crate::local::{LocalReply, LocalRequest};
 use crate::sim::{NodeIdx, Sim, SimConfig};
 
+mod authz;
 mod ckpt;
 mod queue;
 

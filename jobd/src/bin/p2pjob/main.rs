@@ -38,9 +38,11 @@ use follow::{End, Show, exit_code, follow, phase_name};
 ///
 /// Requests about a job are signed with your Ed25519 key (--key, or
 /// $P2PJOB_KEY, or ~/.config/p2pmp/key, made on first use; `p2pjob whoami`
-/// prints its public half for a node owner's allow-list). A node runs a job
-/// only if it allows the key, and only the key that submitted a job (or a
-/// node's admin) may kill it, checkpoint it or see its output.
+/// prints its public half for a node owner's allow-list). A submitted job's
+/// signature covers its job file and every file it stages, read here as you:
+/// a node runs a job only if it allows the key and receives exactly those
+/// files, and only the key that submitted a job (or a node's admin) may kill
+/// it, checkpoint it or see its output.
 ///
 /// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
 /// a daemon error, 4 the job was killed.
@@ -587,6 +589,14 @@ fn submit(
     follow_job: Follow,
     json: bool,
 ) -> Result<i32, Fail> {
+    // Signed first, as this user: every file the job stages is read and hashed
+    // here (a file this user cannot read fails the submit, before any daemon).
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()) << 48;
+    let base_dir = base.to_string_lossy().into_owned();
+    let wait = matches!(follow_job, Follow::Yes { .. });
+    let submit = ToolRequest::Submit { nonce, xml, base_dir, watch: wait };
+    let req = p2pmp_jobd::client::sign_now(submit, &signer().map_err(input)?).map_err(input)?;
     let net = match local {
         Some((n, shape)) => {
             let net = local_net(n, local_slots(procs, n), shape, |_| {}).map_err(daemon)?;
@@ -602,11 +612,7 @@ fn submit(
     }
     let addr = net.as_ref().map_or(node, EmbeddedNet::control);
     let mut c = connect(addr)?;
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()) << 48;
-    let base_dir = base.to_string_lossy().into_owned();
-    let wait = matches!(follow_job, Follow::Yes { .. });
-    let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: wait }).map_err(daemon)?;
+    let id = c.send_as_is(req).map_err(daemon)?;
     let Follow::Yes { limit } = follow_job else {
         let (_, reply, _) = c.next(Some(Duration::from_secs(10))).map_err(daemon)?;
         return match reply {

@@ -157,7 +157,9 @@ impl Submission {
     /// waits at answered, or [`BID_GRACE`] passed).
     pub(super) fn try_offer(&mut self, now: Instant) {
         use std::cmp::Reverse;
-        if self.phase != Phase::Queued {
+        // Nothing is offered before every file is read (and, for a signed
+        // job, found to be the file signed): see `handle_file_read`.
+        if self.phase != Phase::Queued || self.files.iter().any(Option::is_none) {
             return;
         }
         let all_answered = self.nodes.values().filter(|n| n.wanted && !n.closed).all(|n| n.answered);
@@ -207,8 +209,8 @@ impl Submission {
                 n.offer = Some((ranks.clone(), now + self.config.offer_timeout));
             }
             let size = self.desc.processes;
-            let msg = match self.auth {
-                Some(auth) => JobMsg::SignedOffer { job, ranks, size, digest, auth },
+            let msg = match &self.auth {
+                Some(auth) => JobMsg::SignedOffer { job, ranks, size, digest, auth: auth.clone() },
                 None => JobMsg::Offer { job, ranks, size, digest },
             };
             self.send(to, msg, Bytes::new());

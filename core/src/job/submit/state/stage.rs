@@ -27,7 +27,9 @@ impl Submission {
             }
             JobMsg::Reject { ranks, reason, .. } => {
                 let n = self.nodes.get(&from)?;
-                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                // A node that accepted may still refuse while files arrive
+                // (a staged file is not the one signed, an unusable job file).
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) && n.accepted.is_empty() {
                     return None;
                 }
                 if let RejectReason::NotAllowed(why) = &reason {
@@ -82,29 +84,38 @@ impl Submission {
         Some(())
     }
 
-    /// The driver read (or failed to read) staged file number `file`.
+    /// The driver read (or failed to read) staged file number `file`. A
+    /// signed job's file must be the one its submitter signed, or the job
+    /// fails before anything is offered; once every file is read the job may
+    /// be offered.
     pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
         let i = file as usize;
         if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
             return;
         }
-        let path = if i == 1 { self.desc.executable.clone() } else { self.desc.inputfiles[i - 2].clone() };
+        let Some(path) = self.desc.staged_paths().nth(i - 1).map(|(_, p)| p.to_owned()) else { return };
         match data {
             Ok(FileData { bytes, digest }) => {
                 let name = crate::job::description::staged_name(&path).to_owned();
-                self.files[i] = Some((name, bytes, digest));
+                let read = StagedFile { file, name, total: bytes.len() as u64, digest };
+                if let Err(error) = self.check_signed(&read) {
+                    return self.fail(SubmitError::NotAsSigned { path, error });
+                }
+                self.files[i] = Some((read.name, bytes, digest));
             }
             Err(reason) => return self.fail(SubmitError::FileRead { path, reason }),
         }
-        let waiting: Vec<NodeAddr> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.accepted.is_empty() && n.stage == Stage::NotSent)
-            .map(|(a, _)| *a)
-            .collect();
-        for a in waiting {
-            self.stage_node(now, a);
+        self.try_offer(now);
+    }
+
+    /// Whether file `f`, as read here, is the one the submitter signed (any
+    /// file is, for an unsigned job).
+    fn check_signed(&self, f: &StagedFile) -> Result<(), crate::auth::FileMismatch> {
+        #[cfg(feature = "test-hooks")]
+        if self.config.forward_unchecked {
+            return Ok(());
         }
+        self.auth.as_ref().map_or(Ok(()), |a| a.manifest.check(f))
     }
 
     /// Once every file is read, tells `to` what is coming; [`JobMsg::Have`] starts the transfer.
