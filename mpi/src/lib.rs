@@ -22,7 +22,10 @@
 //!   `P2PMP_NODE` (the local node's control address) and `P2PMP_HOST` (its
 //!   host's address; loopback when unset), listens on an ephemeral port of that
 //!   address and registers the process key (SHA-1 of job id and rank) with the
-//!   node.
+//!   node, with the public half of a fresh Noise key. TCP links between hosts
+//!   are encrypted and authenticated with those keys (`P2PMP_ENCRYPT`: `auto`,
+//!   the default, `always` or `never`; see `transport`); ranks of one host use
+//!   shared memory (`P2PMP_SHM=0` turns it off).
 //! - [`World`]: point-to-point (`send`, `recv`, `isend`, `irecv`, `wait`,
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
