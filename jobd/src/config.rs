@@ -231,6 +231,11 @@ impl Config {
         if self.slots == Some(0) {
             bail!("slots must be at least 1");
         }
+        // The node adds one attribute of its own (`criu`) to the line.
+        let most = p2pmp_core::job::requirements::MAX_RESOURCE_ITEMS - 1;
+        if self.tags.len() > most {
+            bail!("at most {most} tags, not {}", self.tags.len());
+        }
         self.advertised(self.listen)?;
         self.http_addr()?;
         for (key, ms) in [
@@ -360,6 +365,8 @@ impl Config {
             r.slots = s;
         }
         r.tags = self.tags.iter().cloned().collect::<BTreeSet<_>>();
+        // Whether this host could checkpoint programs transparently (see `criu`).
+        r.extra.insert("criu".to_owned(), crate::criu::Criu::probe().attribute().to_owned());
         r
     }
 }
@@ -454,7 +461,10 @@ mod tests {
         assert_eq!(parse_loadavg("0.52 0.58 0.59 1/163 5512\n"), Some(520));
         assert_eq!(parse_loadavg("nan 0 0"), None);
         assert!(host_stats().is_some(), "this is Linux: /proc is there");
+        let many = Config { tags: (0..64).map(|i| format!("t{i}")).collect(), ..Config::default() };
+        assert!(many.check().unwrap_err().to_string().contains("at most 63 tags"));
         let r = Config { tags: vec!["gpu".into()], ..Config::default() }.resources();
         assert!(r.has_tag("gpu") && r.cores >= 1 && r.slots >= 1);
+        assert_eq!(r.extra.get("criu").map(String::as_str), Some(crate::criu::Criu::probe().attribute()));
     }
 }

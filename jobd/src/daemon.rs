@@ -94,6 +94,7 @@ impl Daemon {
             crate::allow::watch(f.clone(), fixed_keys, handle.remote())?;
         }
         info!(%overlay, %control, resources = %resources.to_line(), "jobd started");
+        info!("transparent checkpointing: {}", crate::criu::Criu::probe());
         Ok(Daemon { overlay, control, http, work_dir, handle: Some(handle), stop: Some(stop) })
     }
 

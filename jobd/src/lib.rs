@@ -22,6 +22,7 @@
 pub mod allow;
 pub mod client;
 pub mod config;
+pub mod criu;
 pub mod daemon;
 pub mod embedded;
 mod files;
