@@ -296,21 +296,7 @@ impl Submission {
         if self.phase == Phase::Finished {
             return;
         }
-        let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
-        for to in waiting_at {
-            self.send(to, JobMsg::Unwant { job: self.wire }, Bytes::new());
-        }
-        if !matches!(outcome, Outcome::Done { .. }) {
-            let holding: Vec<NodeAddr> = self
-                .nodes
-                .iter()
-                .filter(|(_, n)| !n.accepted.is_empty() || n.offer.is_some())
-                .map(|(a, _)| *a)
-                .collect();
-            for to in holding {
-                self.send(to, JobMsg::Kill { job: self.wire }, Bytes::new());
-            }
-        }
+        self.release_nodes(!matches!(outcome, Outcome::Done { .. }));
         self.end_checkpoints();
         self.phase = Phase::Finished;
         // A finished job is kept for its status only: its files' bytes go now.
@@ -322,6 +308,28 @@ impl Submission {
             n.wanted = false;
         }
         self.event(SubmitEvent::Finished { job: self.job, outcome });
+    }
+
+    /// The current run lets go of its nodes: those it waits at are told it no
+    /// longer does, and, with `kill`, those holding its ranks or an offer
+    /// stop them.
+    fn release_nodes(&mut self, kill: bool) {
+        let job = self.wire;
+        let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
+        for to in waiting_at {
+            self.send(to, JobMsg::Unwant { job }, Bytes::new());
+        }
+        if kill {
+            let holding: Vec<NodeAddr> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| !n.accepted.is_empty() || n.offer.is_some())
+                .map(|(a, _)| *a)
+                .collect();
+            for to in holding {
+                self.send(to, JobMsg::Kill { job }, Bytes::new());
+            }
+        }
     }
 
     fn fail(&mut self, e: SubmitError) {

@@ -21,19 +21,7 @@ impl Submission {
     /// Stops what is left of the current run and starts the job again from
     /// its queries; `why` is the loss, kept and reported.
     pub(super) fn restart(&mut self, why: String) {
-        let old = self.wire;
-        let told: Vec<(NodeAddr, JobMsg)> = self
-            .nodes
-            .iter()
-            .filter_map(|(to, n)| {
-                let holds = !n.accepted.is_empty() || n.offer.is_some();
-                let body = if holds { JobMsg::Kill { job: old } } else { JobMsg::Unwant { job: old } };
-                (holds || n.wanted).then_some((*to, body))
-            })
-            .collect();
-        for (to, body) in told {
-            self.send(to, body, Bytes::new());
-        }
+        self.release_nodes(true);
         self.restart_checkpoints();
         self.restarts += 1;
         self.wire = JobId(Id::hash_parts([&self.job.0.as_bytes()[..], b"restart", &self.restarts.to_be_bytes()]));
