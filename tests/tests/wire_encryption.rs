@@ -69,7 +69,7 @@ fn a_connection_claiming_a_rank_with_another_key_is_dropped() {
     err.read_line(&mut line).expect("the launcher's first line");
     // "p2pmp-launch: job <hex>, node <addr>, overlay <addr>, 2 ranks"
     let field = |name: &str| line.split(name).nth(1).and_then(|s| s.split(',').next()).map(str::trim);
-    let job = p2pmp_mpi_hex(field("job ").expect("job id"));
+    let job = p2pmp_mpi::parse_hex(field("job ").expect("job id")).expect("a hex job id");
     let node: std::net::SocketAddr = field("node ").expect("node address").parse().expect("node address");
 
     // Rank 1's endpoint, as its peers resolve it.
@@ -152,8 +152,4 @@ fn a_connection_claiming_a_rank_with_another_key_is_dropped() {
     let mut rest = String::new();
     let _ = err.read_to_string(&mut rest);
     assert!(status.success() && out.contains("[0] ring ok 150000"), "the job was disturbed:\n{out}\n{rest}");
-}
-
-fn p2pmp_mpi_hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex job id")).collect()
 }

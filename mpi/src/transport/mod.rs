@@ -308,22 +308,10 @@ impl Transport {
 
     fn apply(&mut self, engine: &mut MpiEngine, now: Instant, a: LinkAction) -> Option<Error> {
         match a {
-            LinkAction::Resolve { peer } => {
-                let asked = match &self.node_failed {
-                    Some(why) => Err(why.clone()),
-                    None => self
-                        .node
-                        .request(LocalRequest::ResolveKeyed { key: process_key(&self.job, peer) })
-                        .map_err(|e| e.to_string()),
-                };
-                if let Err(why) = &asked {
-                    self.node_failed.get_or_insert_with(|| why.clone());
-                }
-                match asked {
-                    Ok(id) => drop(self.resolves.insert(id, peer)),
-                    Err(why) => self.links.handle_resolved(now, peer, Err(why), engine),
-                }
-            }
+            LinkAction::Resolve { peer } => match self.ask_resolve(peer) {
+                Ok(id) => drop(self.resolves.insert(id, peer)),
+                Err(why) => self.links.handle_resolved(now, peer, Err(why), engine),
+            },
             LinkAction::Connect { peer, addr, path } => {
                 let started = match path {
                     Path::Tcp => self.connect(peer, addr.0),
@@ -686,20 +674,23 @@ impl Transport {
         }
     }
 
+    /// Asks the node for the endpoints `rank` registered: the request's id, or
+    /// why the node cannot be asked (kept: every later request fails alike).
+    fn ask_resolve(&mut self, rank: u32) -> std::result::Result<u64, String> {
+        if let Some(why) = &self.node_failed {
+            return Err(why.clone());
+        }
+        let asked = self.node.request(LocalRequest::ResolveKeyed { key: process_key(&self.job, rank) });
+        asked.map_err(|e| self.node_failed.insert(e.to_string()).clone())
+    }
+
     /// Checks the key of connections claiming `rank`: asks the node for the
     /// keys it registered (once at a time per rank).
     fn verify(&mut self, engine: &mut MpiEngine, now: Instant, rank: u32) {
         if self.verifies.values().any(|&r| r == rank) {
             return;
         }
-        let asked = match &self.node_failed {
-            Some(why) => Err(why.clone()),
-            None => self
-                .node
-                .request(LocalRequest::ResolveKeyed { key: process_key(&self.job, rank) })
-                .map_err(|e| e.to_string()),
-        };
-        match asked {
+        match self.ask_resolve(rank) {
             Ok(id) => drop(self.verifies.insert(id, rank)),
             Err(why) => self.verified(engine, now, rank, Err(why)),
         }
