@@ -249,14 +249,97 @@ fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
     assert!(w.stdout.contains("[0] ring ok 300"), "{}", w.stdout);
     let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
     // A wait attached after the restart is told of it too.
-    assert!(w.stderr.contains("restarting from scratch (restart 1 of at most 3)"), "{}", w.stderr);
-    assert!(w.stderr.contains(&lost), "{}", w.stderr);
+    assert!(w.stderr.contains(&format!("restarting from scratch: {lost}")), "{}", w.stderr);
+    assert!(w.stderr.contains("(restart 1 of at most 3)"), "{}", w.stderr);
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20));
     assert!(
-        status.stdout.contains("done") && status.stdout.contains(&format!("restart 1: {lost}")),
+        status.stdout.contains("done") && status.stdout.contains(&format!("restart 1: from scratch: {lost}")),
         "{}",
         status.stdout
     );
+}
+
+/// The C checkpoint ring (`tests/c/ckpt.c`), compiled; `None` (said) without a C compiler.
+fn ckpt_ring() -> Option<String> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| p2pmp_tests::c::build("c-tests-hosts", &["ckpt"])).as_ref()?;
+    Some(dir.join("ckpt").to_string_lossy().into_owned())
+}
+
+/// What `ckpt LOOPS` on `size` ranks prints as its checksum when nothing
+/// disturbs it: each rank folds the token it holds after every step (rank 0
+/// `(i + 1) * size`, rank k `i * size + k + 1`) into 64 sums, hashes them,
+/// and rank 0 adds the hashes up.
+fn ckpt_checksum(loops: u64, size: u64) -> u64 {
+    (0..size).fold(0u64, |all, rank| {
+        let mut sum = [0u64; 64];
+        for i in 0..loops {
+            let token = if rank == 0 { (i + 1) * size } else { i * size + rank + 1 };
+            let s = &mut sum[(i % 64) as usize];
+            *s = s.wrapping_mul(31).wrapping_add(token);
+        }
+        all.wrapping_add(sum.iter().fold(0u64, |h, s| h.wrapping_mul(1_000_003).wrapping_add(*s)))
+    })
+}
+
+/// The epoch of each rank's last checkpoint in a `p2pjob status` text (0: none yet).
+fn checkpoint_epochs(status: &str) -> Vec<u64> {
+    let rank_lines = status.lines().filter(|l| l.trim_start().starts_with("rank "));
+    rank_lines
+        .map(|l| {
+            let after = l.split_once(" checkpoint epoch ").map_or("", |(_, rest)| rest);
+            after.split(' ').next().and_then(|e| e.parse().ok()).unwrap_or(0)
+        })
+        .collect()
+}
+
+/// `<checkpoint>1s</checkpoint><restart>checkpoint</restart>`: kill -9 of
+/// a host running a rank of the checkpointing ring, once every rank has
+/// taken two cuts: the node holding the job kept them, every rank resumes
+/// from the newest on the hosts left, and the job ends with the checksum of
+/// an undisturbed run.
+#[test]
+fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_results() {
+    let Some(prog) = ckpt_ring() else { return };
+    let Some(mut c) = cluster("restart_ckpt", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
+        return;
+    };
+    let loops: u64 = 9_137;
+    let extra =
+        format!("  <arguments>{loops}</arguments>\n  <checkpoint>1s</checkpoint>\n  <restart>checkpoint</restart>\n");
+    let job = job_file(&c, "ckpt.xml", &prog, 2, &extra);
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+        let epochs = checkpoint_epochs(&status);
+        if epochs.len() == 2 && epochs.iter().all(|e| *e >= 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "two cuts were never taken:\n{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The files of the second cut reach the node holding the job a moment later.
+    std::thread::sleep(Duration::from_millis(500));
+    let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
+    c.crash(victim);
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
+    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
+    let resumed: u64 = w
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("rank 0 never resumed: {}", w.stdout));
+    assert!(resumed > 0 && resumed < loops, "resumed at {resumed}");
+    let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
+    assert!(w.stderr.contains("restarting from checkpoint "), "{}", w.stderr);
+    assert!(w.stderr.contains(&lost), "{}", w.stderr);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
+    assert!(status.contains("recovered from epoch "), "{status}");
 }
 
 #[test]

@@ -424,10 +424,11 @@ fn wait_registered(c: &Cluster, job: &str, ranks: u32) {
 }
 
 /// The checkpoint files of `job` on every daemon (each has its own job
-/// directory, `work/node-PORT/job-ID`): names sorted, with their paths.
+/// directory, `work/node-PORT/job-ID`, where ranks write them): names
+/// sorted, with their paths.
 fn checkpoint_files(c: &Cluster, job: &str) -> Vec<(String, PathBuf)> {
     let nodes = std::fs::read_dir(c.base().join("work")).into_iter().flatten().flatten();
-    let dirs = nodes.map(|n| n.path().join(format!("job-{job}")).join("checkpoints"));
+    let dirs = nodes.map(|n| n.path().join(format!("job-{job}")));
     let mut v: Vec<(String, PathBuf)> = dirs
         .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))

@@ -45,6 +45,16 @@ pub const VERSION: u16 = 1;
 pub const HEADER_LEN: usize = 8 + 2 + 1 + 1 + ID_BYTES + 4 + 4 + 8 + 8 + 8 + 32;
 /// Most protected regions one checkpoint may hold.
 pub const MAX_REGIONS: u32 = 65_536;
+/// Largest checkpoint file the nodes carry between them (shipped to the node
+/// holding the job, staged back for a restart): each is held in a daemon's
+/// memory while it travels.
+pub const MAX_SHIPPED_FILE: u64 = 1 << 30;
+
+/// The name of `rank`'s checkpoint file of `epoch`, as ranks write it and
+/// nodes keep it.
+pub fn file_name(rank: u32, epoch: u64) -> String {
+    format!("rank-{rank}.{epoch}.ckpt")
+}
 
 /// How the stored body is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

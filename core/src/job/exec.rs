@@ -21,7 +21,9 @@
 //!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
 //!   `P2PMP_HOST`: the node's advertised IP, where ranks listen, and
 //!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for;
-//!   `P2PMP_CHECKPOINT_MS`: the job file's checkpoint interval, when it has one);
+//!   `P2PMP_CHECKPOINT_MS`: the job file's checkpoint interval, when it has one;
+//!   `P2PMP_CHECKPOINT_DIR=.`: checkpoint files go to the job directory;
+//!   `P2PMP_RESTART` and `P2PMP_RESTART_JOB` when the rank resumes from a cut);
 //!   output comes in
 //!   through [`Execution::handle_process_output`] and goes out as [`JobMsg::Output`].
 //! - **Exit.** The rank's output files are read ([`ExecEvent::ReadOutputFile`]) and sent
@@ -200,6 +202,12 @@ struct ExecJob {
     stream_acked: BTreeMap<u32, u64>,
     /// What each rank reported of its checkpoints ([`ckpt`]).
     checkpoints: BTreeMap<u32, RankCheckpoints>,
+    /// Checkpoint files being read to ship to the submitter: by rank and
+    /// file name, their epoch ([`ckpt`]).
+    ckpt_reads: BTreeMap<(u32, String), u64>,
+    /// The ranks here resume from this cut: the run that wrote it, its epoch
+    /// ([`JobMsg::Resume`]).
+    resume: Option<(JobId, u64)>,
 }
 
 /// A node's executor for every job offered to it.
@@ -336,7 +344,8 @@ impl Execution {
                     self.refuse_unsigned(job, error);
                     return Some(());
                 }
-                let bad: Vec<u32> = (0..files).filter(|f| !j.files.get(f).is_some_and(|i| i.ok)).collect();
+                let bad: Vec<u32> =
+                    (0..files).chain(ckpt::resume_files(j)).filter(|f| !j.files.get(f).is_some_and(|i| i.ok)).collect();
                 if !bad.is_empty() {
                     for file in bad {
                         self.send(from, JobMsg::Resend { job, file }, Bytes::new());
@@ -358,7 +367,7 @@ impl Execution {
                 j.deadline = None;
                 let waiting: Vec<u32> =
                     j.ranks.iter().filter(|(_, r)| **r == RankRun::Waiting).map(|(k, _)| *k).collect();
-                let size = j.size;
+                let (size, resume) = (j.size, j.resume);
                 for rank in &waiting {
                     j.ranks.insert(*rank, RankRun::Running { stdout: 0, stderr: 0 });
                 }
@@ -370,10 +379,14 @@ impl Execution {
                         ("P2PMP_NODE".to_owned(), self.config.node_control.clone()),
                         ("P2PMP_HOST".to_owned(), self.addr.0.ip().to_string()),
                         ("P2PMP_FAILURE_TIMEOUT_MS".to_owned(), self.config.failure_timeout.as_millis().to_string()),
+                        // Checkpoint files go to the job directory itself,
+                        // where this node reads them to ship them.
+                        ("P2PMP_CHECKPOINT_DIR".to_owned(), ".".to_owned()),
                     ];
                     if let Some(every) = desc.checkpoint {
                         env.push(("P2PMP_CHECKPOINT_MS".to_owned(), every.as_millis().to_string()));
                     }
+                    env.extend(ckpt::resume_env(resume, rank));
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));
                     self.send(from, JobMsg::Started { job, rank }, Bytes::new());
@@ -417,6 +430,7 @@ impl Execution {
             }
             JobMsg::Done { .. } => self.drop_job(job),
             JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request),
+            JobMsg::Resume { from: run, epoch, .. } if j.staged.is_none() => j.resume = Some((run, epoch)),
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
             _ => return None,
@@ -472,6 +486,8 @@ impl Execution {
             outgoing: output::Outgoing::default(),
             stream_acked: BTreeMap::new(),
             checkpoints: BTreeMap::new(),
+            ckpt_reads: BTreeMap::new(),
+            resume: None,
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });

@@ -42,6 +42,10 @@ pub use submit::{
 /// Most files one job may stage (job file, executable, input files).
 pub const MAX_STAGED_FILES: u32 = description::MAX_ELEMENTS as u32 + 2;
 
+/// The staged file number of rank 0's checkpoint file when a job resumes
+/// from a cut ([`JobMsg::Resume`]); rank `r`'s is this plus `r`.
+pub const RESUME_FILES: u32 = MAX_STAGED_FILES;
+
 /// A job's identifier, unique per submission.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobId(pub Id);

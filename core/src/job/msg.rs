@@ -134,6 +134,17 @@ pub enum JobMsg {
     Checkpointed { job: JobId, rank: u32, ckpt: CheckpointInfo, request: u64 },
     /// Executor -> submitter: `rank` resumed from a checkpoint.
     Recovered { job: JobId, rank: u32, recovery: RecoveryInfo },
+    /// Executor -> submitter: bytes of `rank`'s checkpoint file of `epoch`,
+    /// like [`JobMsg::OutputFile`] (and acknowledged with it by
+    /// [`JobMsg::OutputAck`]): the node holding a job that restarts from its
+    /// checkpoints keeps a copy of every cut.
+    CheckpointFile { job: JobId, rank: u32, epoch: u64, offset: u64, total: u64, digest: Id },
+    /// Submitter -> executor, before [`JobMsg::Manifest`]: the ranks placed
+    /// here resume from cut `epoch`, written by the run `from` (whose id the
+    /// files carry); each rank's file is staged as number
+    /// [`super::RESUME_FILES`] + rank, named [`crate::ckpt::file_name`], apart
+    /// from the files the submitter signed.
+    Resume { job: JobId, from: JobId, epoch: u64 },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -192,13 +203,18 @@ impl JobMsg {
             | JobMsg::Checkpoint { job, .. }
             | JobMsg::CheckpointAsked { job, .. }
             | JobMsg::Checkpointed { job, .. }
-            | JobMsg::Recovered { job, .. } => *job,
+            | JobMsg::Recovered { job, .. }
+            | JobMsg::CheckpointFile { job, .. }
+            | JobMsg::Resume { job, .. } => *job,
         }
     }
 
     /// Whether this variant carries bytes as payload.
     pub fn carries_payload(&self) -> bool {
-        matches!(self, JobMsg::Stage { .. } | JobMsg::Output { .. } | JobMsg::OutputFile { .. })
+        matches!(
+            self,
+            JobMsg::Stage { .. } | JobMsg::Output { .. } | JobMsg::OutputFile { .. } | JobMsg::CheckpointFile { .. }
+        )
     }
 }
 
@@ -273,6 +289,17 @@ mod tests {
         want.extend([5, 1, 2]);
         let recovery = RecoveryInfo { epoch: 1, unix_ms: 2 };
         assert_eq!(body_bytes(&JobMsg::Recovered { job: z, rank: 5, recovery }), want);
+        let mut want = vec![29u8];
+        want.extend([0u8; 20]);
+        want.extend([5, 3, 0x80, 0x01, 0x81, 0x01]); // rank 5, epoch 3, offset 128, total 129
+        want.extend([0u8; 20]);
+        let file = JobMsg::CheckpointFile { job: z, rank: 5, epoch: 3, offset: 128, total: 129, digest: Id::ZERO };
+        assert_eq!(body_bytes(&file), want);
+        let mut want = vec![30u8];
+        want.extend([0u8; 20]);
+        want.extend([0u8; 20]);
+        want.push(4);
+        assert_eq!(body_bytes(&JobMsg::Resume { job: z, from: z, epoch: 4 }), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -316,7 +343,7 @@ mod tests {
                 rank,
                 consumed
             }),
-            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), id).prop_map(
+            (job.clone(), any::<u32>(), "[a-z.]{0,8}", any::<u64>(), id.clone()).prop_map(
                 |(job, file, name, total, digest)| JobMsg::Manifest {
                     job,
                     files: vec![StagedFile { file, name, total, digest }]
@@ -345,6 +372,14 @@ mod tests {
             }),
             (job.clone(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(job, rank, epoch, unix_ms)| {
                 JobMsg::Recovered { job, rank, recovery: RecoveryInfo { epoch, unix_ms } }
+            }),
+            (job.clone(), any::<u32>(), any::<[u64; 3]>(), id).prop_map(|(job, rank, n, digest)| {
+                JobMsg::CheckpointFile { job, rank, epoch: n[0], offset: n[1], total: n[2], digest }
+            }),
+            (job.clone(), any::<[u8; 20]>(), any::<u64>()).prop_map(|(job, from, epoch)| JobMsg::Resume {
+                job,
+                from: JobId(Id::from_bytes(from)),
+                epoch
             }),
             (job, any::<[u8; 32]>(), any::<[[u8; 32]; 2]>(), any::<(u64, u64)>(), "[a-z.]{0,8}").prop_map(
                 |(job, k, s, (timestamp_ms, nonce), name)| {

@@ -25,7 +25,9 @@
 //!
 //! Losing a node that holds live ranks fails the job, or, with
 //! `<restart>scratch</restart>`, stops the other ranks and starts the job
-//! again on other nodes under a new wire id (see [`Submission::wire`]).
+//! again on other nodes under a new wire id (see [`Submission::wire`]); with
+//! `<restart>checkpoint</restart>` the node holding the job keeps the ranks'
+//! cuts as they are taken, and the job starts again from the newest one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -247,6 +249,14 @@ pub enum SubmitEvent {
     CheckpointTaken { job: JobId, request: u64, cut: CutInfo },
     /// Checkpoint request `request` cannot be answered, for this reason.
     CheckpointFailed { job: JobId, request: u64, reason: String },
+    /// Keep `data` at `offset` of `rank`'s checkpoint file of `epoch` (offset
+    /// 0 truncates), for a restart (`<restart>checkpoint</restart>`).
+    StoreCheckpoint { job: JobId, rank: u32, epoch: u64, offset: u64, data: Bytes },
+    /// `rank`'s checkpoint file of `epoch` is no longer needed: remove it.
+    DropCheckpoint { job: JobId, rank: u32, epoch: u64 },
+    /// Read `rank`'s kept checkpoint file of `epoch` back; answer through
+    /// `handle_file_read(job, RESUME_FILES + rank, ..)` ([`super::RESUME_FILES`]).
+    ReadCheckpoint { job: JobId, rank: u32, epoch: u64 },
 }
 
 /// A submitter command that cannot be carried out.
@@ -259,10 +269,6 @@ pub enum SubmitCmdError {
     /// The request id was used before for a different job description.
     #[error("request id {0} was already used for another job")]
     RequestIdReused(u64),
-    /// The job asks for something this network cannot do: refused at submit
-    /// time rather than ignored while it runs.
-    #[error("the job cannot be run as written: {0}")]
-    CannotHonour(String),
     /// A checkpoint was asked of a job none of whose ranks runs.
     #[error("job {job} has no running rank to checkpoint: {why}")]
     NoRunningRank { job: JobId, why: &'static str },
@@ -276,24 +282,6 @@ pub enum SubmitCmdError {
     /// The job's signature lists other files than the job stages.
     #[error("the job's signature does not match its files: {0}")]
     NotAsSigned(crate::auth::FileMismatch),
-}
-
-/// Why this network cannot run `job` as its file asks, if it cannot.
-///
-/// A job that loses a node fails (`fail`) or starts again from scratch on
-/// other nodes (`scratch`, at most [`MAX_RESTARTS`] times). Restarting the lost
-/// ranks from their checkpoint is not done yet: a file asking for it is
-/// refused instead of being run with the request silently dropped.
-pub fn cannot_honour(job: &JobDescription) -> Option<String> {
-    match job.restart {
-        RestartPolicy::Fail | RestartPolicy::Scratch => None,
-        other => Some(format!(
-            "<restart>{}</restart>: this network does not restart the ranks of a lost node from their checkpoint \
-             yet (the job would fail with the node); ask for <restart>scratch</restart> (the whole job starts \
-             again) or <restart>fail</restart>",
-            other.name()
-        )),
-    }
 }
 
 /// Every submission of one node, keyed by job id, with idempotent submit.
@@ -356,9 +344,6 @@ impl Submitter {
         priority: u64,
         auth: Option<crate::auth::JobAuth>,
     ) -> Result<(JobId, bool), SubmitCmdError> {
-        if let Some(why) = cannot_honour(&job) {
-            return Err(SubmitCmdError::CannotHonour(why));
-        }
         if let Some(a) = &auth {
             a.verify(&crate::auth::job_file_digest(&job)).map_err(SubmitCmdError::BadSignature)?;
             let count = job.staged_paths().count() as u32 + 1;

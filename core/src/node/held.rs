@@ -76,6 +76,15 @@ impl DaemonNode {
         format!("{}/out-{job}", self.work_dir.trim_end_matches('/'))
     }
 
+    /// Where the cuts of a job held here are kept for a restart.
+    fn cut_dir(&self, job: JobId) -> String {
+        format!("{}/cuts-{job}", self.work_dir.trim_end_matches('/'))
+    }
+
+    fn cut_path(&self, job: JobId, rank: u32, epoch: u64) -> String {
+        format!("{}/{}", self.cut_dir(job), crate::ckpt::file_name(rank, epoch))
+    }
+
     fn log_path(&self, job: JobId, rank: u32, stream: Stream) -> String {
         let ext = if stream == Stream::Stdout { "out" } else { "err" };
         format!("{}/{rank}.{ext}", self.log_dir(job))
@@ -314,7 +323,24 @@ impl DaemonNode {
             SubmitEvent::Restarting { job, attempt, reason } => {
                 self.tell_watchers(job, ToolReply::Restarting { job, attempt, reason }, Bytes::new())
             }
-            SubmitEvent::Finished { job, outcome } => self.finished(now, job, outcome),
+            SubmitEvent::StoreCheckpoint { job, rank, epoch, offset, data } => {
+                let path = self.cut_path(job, rank, epoch);
+                self.event(NodeEvent::WriteFile { path, offset, data });
+            }
+            SubmitEvent::DropCheckpoint { job, rank, epoch } => {
+                let path = self.cut_path(job, rank, epoch);
+                self.event(NodeEvent::RemoveFile { path });
+            }
+            SubmitEvent::ReadCheckpoint { job, rank, epoch } => {
+                let path = self.cut_path(job, rank, epoch);
+                self.event(NodeEvent::ReadFile { job, file: crate::job::RESUME_FILES + rank, path });
+            }
+            SubmitEvent::Finished { job, outcome } => {
+                // Its cuts served their purpose.
+                let path = self.cut_dir(job);
+                self.event(NodeEvent::RemoveDir { path });
+                self.finished(now, job, outcome)
+            }
             e @ (SubmitEvent::CheckpointAsked { .. }
             | SubmitEvent::CheckpointTaken { .. }
             | SubmitEvent::CheckpointFailed { .. }) => self.on_checkpoint_event(e),

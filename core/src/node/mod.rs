@@ -111,7 +111,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Want { .. }
         | JobMsg::Unwant { .. }
         | JobMsg::SignedOffer { .. }
-        | JobMsg::Checkpoint { .. } => true,
+        | JobMsg::Checkpoint { .. }
+        | JobMsg::Resume { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -126,7 +127,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Grant { .. }
         | JobMsg::CheckpointAsked { .. }
         | JobMsg::Checkpointed { .. }
-        | JobMsg::Recovered { .. } => false,
+        | JobMsg::Recovered { .. }
+        | JobMsg::CheckpointFile { .. } => false,
     }
 }
 

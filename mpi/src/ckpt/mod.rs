@@ -31,7 +31,9 @@
 //!
 //! A process started with `P2PMP_RESTART` (the path of its checkpoint file, or
 //! of a directory of the job's checkpoints: then this rank's file of the newest
-//! epoch every rank has) resumes: [`World::recover`] checks the file (digest, job, rank, size), fills
+//! epoch every rank has) resumes: [`World::recover`] checks the file (digest,
+//! job: `P2PMP_RESTART_JOB` when set, as a node sets it when a restarted job
+//! resumes from a cut of its earlier run, rank, size), fills
 //! every protected region from it (each must be protected again with the size
 //! it had), runs the restart hooks and returns true. The library state it
 //! carries is the snapshot count, the epoch and the agreement stride, so the
@@ -65,6 +67,9 @@ use crate::world::{COMM_COLL, World};
 pub const INTERVAL_VAR: &str = "P2PMP_CHECKPOINT_MS";
 /// Set when the process resumes: the path of its checkpoint file.
 pub const RESTART_VAR: &str = "P2PMP_RESTART";
+/// Set with [`RESTART_VAR`] when the checkpoint was written by another run
+/// of the job (a restart places the job again under a new id): that run's id.
+pub const RESTART_JOB_VAR: &str = "P2PMP_RESTART_JOB";
 /// Where checkpoint files go (default `checkpoints`, in the job directory).
 pub const DIR_VAR: &str = "P2PMP_CHECKPOINT_DIR";
 /// How checkpoint bodies are compressed: `zstd` (default), `gzip` or `none`.
@@ -110,6 +115,8 @@ struct Protected {
 /// The checkpoint state of one process.
 pub(crate) struct Checkpointer {
     job: JobId,
+    /// The job id the checkpoint resumed from must carry.
+    restart_job: JobId,
     regions: BTreeMap<u32, Protected>,
     pre: Vec<Hook>,
     post: Vec<Hook>,
@@ -152,8 +159,19 @@ impl Checkpointer {
                 Some(Duration::from_millis(ms)).filter(|d| !d.is_zero())
             }
         };
+        let job = JobId(Id::from_bytes(bytes));
+        let restart_job = match get(RESTART_JOB_VAR) {
+            None => job,
+            Some(hex) => {
+                let id = crate::parse_hex(&hex).and_then(|b| {
+                    <[u8; ID_BYTES]>::try_from(b).map_err(|b| format!("{} bytes, a job id has {ID_BYTES}", b.len()))
+                });
+                JobId(Id::from_bytes(id.map_err(|problem| Error::Env { var: RESTART_JOB_VAR, problem })?))
+            }
+        };
         Ok(Checkpointer {
-            job: JobId(Id::from_bytes(bytes)),
+            job,
+            restart_job,
             regions: BTreeMap::new(),
             pre: Vec::new(),
             post: Vec::new(),
@@ -272,14 +290,14 @@ impl World {
         let max_raw = 4 + 12 * self.ckpt.regions.len() as u64 + self.ckpt.protected_bytes() + 8 + MAX_STATE;
         let (header, body) = store::read(&path, max_raw)?;
         let whose = (header.job, header.rank, header.size);
-        if whose != (self.ckpt.job, self.rank(), self.size()) {
+        if whose != (self.ckpt.restart_job, self.rank(), self.size()) {
             return Err(Error::Checkpoint(format!(
                 "{}: checkpoint of job {} rank {} of {}, this is job {} rank {} of {}",
                 path.display(),
                 header.job,
                 header.rank,
                 header.size,
-                self.ckpt.job,
+                self.ckpt.restart_job,
                 self.rank(),
                 self.size()
             )));
@@ -417,5 +435,26 @@ fn unix_ms() -> u64 {
 fn run(hooks: &mut [Hook]) {
     for h in hooks {
         h();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_of_another_run_is_expected_only_when_the_node_names_it() {
+        let job = [3u8; ID_BYTES];
+        let mine = Checkpointer::from_lookup(&job, |_| None).unwrap();
+        assert_eq!(mine.restart_job, mine.job);
+        let run = "ab".repeat(ID_BYTES);
+        let resumed =
+            Checkpointer::from_lookup(&job, |k| (k == RESTART_JOB_VAR).then(|| run.clone())).expect("a job id");
+        assert_eq!(resumed.restart_job.to_string(), run);
+        assert_eq!(resumed.job, JobId(Id::from_bytes(job)));
+        for bad in ["", "ab", "zz".repeat(ID_BYTES).as_str()] {
+            let e = Checkpointer::from_lookup(&job, |k| (k == RESTART_JOB_VAR).then(|| bad.to_owned())).unwrap_err();
+            assert!(e.to_string().contains(RESTART_JOB_VAR), "{e}");
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 /// The file of `rank`'s checkpoint number `epoch` in `dir`.
 pub(crate) fn path(dir: &Path, rank: u32, epoch: u64) -> PathBuf {
-    dir.join(format!("rank-{rank}.{epoch}.ckpt"))
+    dir.join(ckpt::file_name(rank, epoch))
 }
 
 /// Writes `body` as `header` describes (its `raw_len` is filled in), atomically.

@@ -14,15 +14,46 @@
 //! - **Reports.** A linked rank's checkpoints and recoveries are kept per rank
 //!   ([`RankCheckpoints`]) and go to the submitter as [`JobMsg::Checkpointed`]
 //!   and [`JobMsg::Recovered`].
+//! - **Shipping.** For a job that restarts from its checkpoints
+//!   (`<restart>checkpoint</restart>`), each file a rank reports is read from
+//!   the job directory (ranks write them there: `P2PMP_CHECKPOINT_DIR=.`) and
+//!   sent to the submitter as [`JobMsg::CheckpointFile`] chunks, beside the
+//!   output files and under their window, so the node holding the job keeps
+//!   every cut.
+//! - **Resume.** After [`JobMsg::Resume`], each rank placed here needs its
+//!   checkpoint file of that cut (staged as [`RESUME_FILES`] + rank, named
+//!   [`ckpt::file_name`]) before the job counts as staged; it starts with
+//!   `P2PMP_RESTART` naming that file and `P2PMP_RESTART_JOB` the run that
+//!   wrote it.
 
 use bytes::Bytes;
 
-use super::{ExecCmdError, ExecEvent, Execution, RankRun};
-use crate::ckpt::{CheckpointInfo, RankCheckpoints, RecoveryInfo};
+use super::{ExecCmdError, ExecEvent, ExecJob, Execution, RankRun};
+use crate::ckpt::{self, CheckpointInfo, MAX_SHIPPED_FILE, RankCheckpoints, RecoveryInfo};
 use crate::id::Id;
 use crate::job::msg::JobMsg;
-use crate::job::{JobId, process_key};
+use crate::job::{JobId, RESUME_FILES, RestartPolicy, process_key};
 use crate::machine::NodeAddr;
+
+/// Whether staged file `file`, named `name` and `total` bytes long, is the
+/// checkpoint file a rank placed here resumes from.
+pub(super) fn is_resume_file(j: &ExecJob, file: u32, name: &str, total: u64) -> bool {
+    let Some((_, epoch)) = j.resume else { return false };
+    let Some(rank) = file.checked_sub(RESUME_FILES) else { return false };
+    j.ranks.contains_key(&rank) && total <= MAX_SHIPPED_FILE && name == ckpt::file_name(rank, epoch)
+}
+
+/// The staged file numbers of the checkpoint files the ranks placed here
+/// resume from (none when they start afresh).
+pub(super) fn resume_files(j: &ExecJob) -> impl Iterator<Item = u32> + '_ {
+    j.ranks.keys().filter(|_| j.resume.is_some()).map(|rank| RESUME_FILES + rank)
+}
+
+/// The environment that makes `rank` resume from its file of cut `resume`.
+pub(super) fn resume_env(resume: Option<(JobId, u64)>, rank: u32) -> Vec<(String, String)> {
+    let Some((from, epoch)) = resume else { return Vec::new() };
+    vec![("P2PMP_RESTART".to_owned(), ckpt::file_name(rank, epoch)), ("P2PMP_RESTART_JOB".to_owned(), from.to_string())]
+}
 
 impl Execution {
     /// A process registered `key` on control connection `conn`: when it is
@@ -61,7 +92,24 @@ impl Execution {
     ) -> Result<(JobId, u32), ExecCmdError> {
         let (job, rank, to) = self.report_of(conn, |r| r.written(ckpt))?;
         self.send(to, JobMsg::Checkpointed { job, rank, ckpt, request }, Bytes::new());
+        self.ship_checkpoint(job, rank, ckpt.epoch);
         Ok((job, rank))
+    }
+
+    /// Reads `rank`'s checkpoint file of `epoch` to send it to the
+    /// submitter, when the job restarts from its checkpoints. One file per
+    /// rank at a time: a cut taken while the last one still travels is not
+    /// shipped (the submitter keeps the cuts that arrive whole).
+    fn ship_checkpoint(&mut self, job: JobId, rank: u32, epoch: u64) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let wanted = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
+        let busy = j.ckpt_reads.keys().any(|(r, _)| *r == rank) || j.outgoing.shipping_checkpoint(rank);
+        if !wanted || j.killed || busy {
+            return;
+        }
+        let name = ckpt::file_name(rank, epoch);
+        j.ckpt_reads.insert((rank, name.clone()), epoch);
+        self.event(ExecEvent::ReadOutputFile { job, rank, name });
     }
 
     /// The rank `conn` serves resumed from a checkpoint: kept and passed on.

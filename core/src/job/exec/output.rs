@@ -2,6 +2,7 @@
 //! to the submitter in chunks under a window (the same [`Outbox`] staging uses),
 //! acknowledged with [`JobMsg::OutputAck`]. A rank's [`JobMsg::Exit`] follows the
 //! last chunk of its files, so the submitter has every file when it sees the exit.
+//! Checkpoint files shipped to the submitter ([`super::ckpt`]) share the window.
 
 use bytes::Bytes;
 use sha1::{Digest, Sha1};
@@ -12,11 +13,20 @@ use crate::job::JobId;
 use crate::job::msg::JobMsg;
 use crate::job::outbox::{Outbox, Piece};
 
+/// What a file on its way back is.
+#[derive(Debug)]
+pub(super) enum Shipped {
+    /// The output file of this name.
+    Output(String),
+    /// The rank's checkpoint file of this epoch.
+    Checkpoint(u64),
+}
+
 /// One output file read and on its way back.
 #[derive(Debug)]
 struct OutFile {
     rank: u32,
-    name: String,
+    what: Shipped,
     /// Emptied once the last chunk has gone out.
     data: Bytes,
     total: u64,
@@ -37,21 +47,30 @@ impl Outgoing {
     fn all_sent(&self, rank: u32) -> bool {
         self.files.iter().filter(|f| f.rank == rank).all(|f| f.sent)
     }
+
+    /// Whether a checkpoint file of `rank` is still going out.
+    pub(super) fn shipping_checkpoint(&self, rank: u32) -> bool {
+        self.files.iter().any(|f| f.rank == rank && !f.sent && matches!(f.what, Shipped::Checkpoint(_)))
+    }
 }
 
 impl Execution {
     /// The driver read (or failed to read) output file `name` of `rank`. A missing file
     /// is not sent; the rank's exit follows once every file is answered and sent.
+    /// A checkpoint file read to be shipped ([`super::ckpt`]) comes back the same way.
     pub fn handle_output_file(&mut self, job: JobId, rank: u32, name: &str, data: Result<Bytes, String>) {
         let Some(j) = self.jobs.get_mut(&job) else { return };
-        let Some(pending) = j.pending_reads.get_mut(&rank) else { return };
-        if !pending.remove(name) {
+        let what = if j.pending_reads.get_mut(&rank).is_some_and(|p| p.remove(name)) {
+            Shipped::Output(name.to_owned())
+        } else if let Some(epoch) = j.ckpt_reads.remove(&(rank, name.to_owned())) {
+            Shipped::Checkpoint(epoch)
+        } else {
             return;
-        }
+        };
         // A killed job sends no files: nobody would acknowledge them.
         if let (Ok(data), false) = (data, j.killed) {
             let digest = Id::from_bytes(Sha1::digest(&data).into());
-            let file = OutFile { rank, name: name.to_owned(), total: data.len() as u64, data, digest, sent: false };
+            let file = OutFile { rank, what, total: data.len() as u64, data, digest, sent: false };
             j.outgoing.out.push(j.outgoing.files.len() as u32);
             j.outgoing.files.push(file);
         }
@@ -79,13 +98,12 @@ impl Execution {
             let Some(Piece::Chunk { file, start, end }) = piece else { break };
             // The outbox only names files pushed above.
             let f = &mut o.files[file as usize];
-            let msg = JobMsg::OutputFile {
-                job,
-                rank: f.rank,
-                name: f.name.clone(),
-                offset: start as u64,
-                total: f.total,
-                digest: f.digest,
+            let (rank, offset, total, digest) = (f.rank, start as u64, f.total, f.digest);
+            let msg = match &f.what {
+                Shipped::Output(name) => JobMsg::OutputFile { job, rank, name: name.clone(), offset, total, digest },
+                Shipped::Checkpoint(epoch) => {
+                    JobMsg::CheckpointFile { job, rank, epoch: *epoch, offset, total, digest }
+                }
             };
             sends.push((msg, f.data.slice(start..end)));
             if end >= f.data.len() {

@@ -10,6 +10,7 @@ use crate::job::outbox::{Outbox, Piece};
 
 mod checkpoint;
 mod collect;
+mod cuts;
 mod place;
 pub(super) mod restart;
 
@@ -156,6 +157,8 @@ pub struct Submission {
     refusals: Vec<String>,
     /// The ranks' checkpoints and the checkpoint requests on their way.
     ckpt: checkpoint::Checkpoints,
+    /// The cuts kept here for a restart, and the one being resumed from.
+    cuts: cuts::Cuts,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -230,6 +233,7 @@ impl Submission {
             auth: None,
             refusals: Vec::new(),
             ckpt: checkpoint::Checkpoints::default(),
+            cuts: cuts::Cuts::default(),
             desc,
         };
         if !valid {

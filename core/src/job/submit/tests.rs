@@ -46,6 +46,9 @@ struct Harness {
     output_file: FileFate,
     /// Each executor's slots (what it grants a waiting job).
     slots: BTreeMap<NodeAddr, u32>,
+    /// The checkpoint files the submission keeps, by rank and epoch, as
+    /// its driver would write them.
+    cuts: BTreeMap<(u32, u64), Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +112,7 @@ impl Harness {
             have: BTreeMap::new(),
             output_file: FileFate::Sent,
             slots: nodes.iter().map(|(a, r, _)| (*a, r.slots_total.max(r.slots))).collect(),
+            cuts: BTreeMap::new(),
         }
     }
 
@@ -119,6 +123,7 @@ impl Harness {
             let mut inbox: Vec<Envelope<JobMsg>> = Vec::new();
             let mut overlay = Vec::new();
             let mut reads = Vec::new();
+            let mut cut_reads = Vec::new();
             while let Some(a) = s.poll_action() {
                 match a {
                     Action::Send { to, msg } => {
@@ -127,10 +132,21 @@ impl Harness {
                     }
                     Action::Event(SubmitEvent::Query { query, name, .. }) => overlay.push((query, name)),
                     Action::Event(SubmitEvent::ReadFile { file, path, .. }) => reads.push((file, path)),
-                    Action::Event(e) => self.events.push(e),
+                    Action::Event(e) => {
+                        self.keep_cut(&e);
+                        if let SubmitEvent::ReadCheckpoint { rank, epoch, .. } = e {
+                            cut_reads.push((rank, epoch));
+                        }
+                        self.events.push(e);
+                    }
                 }
             }
-            let idle = inbox.is_empty() && overlay.is_empty() && reads.is_empty();
+            let idle = inbox.is_empty() && overlay.is_empty() && reads.is_empty() && cut_reads.is_empty();
+            for (rank, epoch) in cut_reads {
+                let kept = self.cuts.get(&(rank, epoch)).cloned().ok_or_else(|| "no such file".to_owned());
+                let data = kept.map(|b| FileData::new(Bytes::from(b)));
+                s.handle_file_read(self.now, crate::job::RESUME_FILES + rank, data);
+            }
             for (query, name) in overlay {
                 let result = if self.query_errors > 0 {
                     self.query_errors -= 1;
@@ -232,6 +248,21 @@ impl Harness {
                 out
             }
             _ => vec![],
+        }
+    }
+
+    /// Writes or removes a kept checkpoint file as the driver would.
+    fn keep_cut(&mut self, e: &SubmitEvent) {
+        match e {
+            SubmitEvent::StoreCheckpoint { rank, epoch, offset, data, .. } => {
+                let f = self.cuts.entry((*rank, *epoch)).or_default();
+                f.truncate(*offset as usize);
+                f.extend_from_slice(data);
+            }
+            SubmitEvent::DropCheckpoint { rank, epoch, .. } => {
+                self.cuts.remove(&(*rank, *epoch));
+            }
+            _ => {}
         }
     }
 
@@ -776,27 +807,6 @@ fn of_two_lines_of_one_node_the_newest_counts() {
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0; 3] }));
 }
 
-#[test]
-fn a_restart_rule_the_network_cannot_honour_is_refused_at_submit_time() {
-    let now = Instant::now();
-    let mut sub = Submitter::new(SubmitConfig::default(), addr(0), 42);
-    let rule = RestartPolicy::Checkpoint;
-    let mut asks = job(1, &["linux"]);
-    asks.restart = rule;
-    let err = sub.submit(now, 9, asks, 0).unwrap_err();
-    assert!(
-        matches!(&err, SubmitCmdError::CannotHonour(why) if why.contains(&format!("<restart>{}</restart>", rule.name()))),
-        "{err}"
-    );
-    assert!(sub.poll_action().is_none(), "nothing was started");
-    let mut periodic = job(1, &["linux"]);
-    periodic.checkpoint = Some(Duration::from_secs(30));
-    assert!(sub.submit(now, 9, periodic, 0).is_ok(), "periodic checkpoints alone are honoured");
-    let mut scratch = job(1, &["linux"]);
-    scratch.restart = RestartPolicy::Scratch;
-    assert!(sub.submit(now, 10, scratch, 0).is_ok(), "a restart from scratch is honoured");
-}
-
 /// The nodes holding the current run's ranks, from the last Placed event.
 fn placed_nodes(h: &Harness) -> Vec<NodeAddr> {
     let ranks = h.events.iter().rev().find_map(|e| match e {
@@ -882,4 +892,5 @@ fn a_job_that_keeps_losing_nodes_fails_after_the_last_restart() {
 }
 
 mod ckpt;
+mod cuts;
 mod signed;

@@ -183,7 +183,7 @@ pub(crate) fn follow(
                 bar.ranks(started, exited, size);
                 event(json!({"event": "restarting", "attempt": attempt, "reason": reason, "ms": ms}));
                 let max = p2pmp_core::job::MAX_RESTARTS;
-                note(&bar, format!("  restarting from scratch (restart {attempt} of at most {max}): {reason}"));
+                note(&bar, format!("  restarting {reason} (restart {attempt} of at most {max})"));
             }
             ToolReply::Staging { node, done, total, .. } => {
                 event(json!({"event": "staging", "node": node.to_string(), "done": done, "total": total, "ms": ms}));

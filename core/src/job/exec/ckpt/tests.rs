@@ -2,6 +2,7 @@
 
 use super::super::tests::{addr, drain, env, job_id, staged};
 use super::*;
+use crate::job::RESUME_FILES;
 use crate::job::Stream;
 use crate::machine::Machine;
 use crate::wire::Envelope;
@@ -80,4 +81,113 @@ fn an_exited_rank_is_asked_no_more() {
     let ignored = e.ignored();
     e.handle_message(now, stranger);
     assert_eq!((drain(&mut e).0.len(), e.ignored()), (0, ignored + 1));
+}
+
+const RESTARTING_XML: &str = "<p2pjob><executable>prog</executable><processes>2</processes>\
+    <requirement>linux</requirement><checkpoint>1s</checkpoint><restart>checkpoint</restart></p2pjob>";
+
+/// Offers `ranks` of a two-rank job that restarts from its checkpoints and
+/// stages its files; with `resume`, the cut and `files` of it first.
+fn offer_restarting(e: &mut Execution, now: Instant, job: JobId, ranks: Vec<u32>, resume: Option<(JobId, u64)>) {
+    let xml = Bytes::from_static(RESTARTING_XML.as_bytes());
+    let digest = crate::job::submit::digest;
+    e.handle_message(now, env(JobMsg::Offer { job, ranks, size: 2, digest: digest(&xml) }, Bytes::new()));
+    if let Some((from, epoch)) = resume {
+        e.handle_message(now, env(JobMsg::Resume { job, from, epoch }, Bytes::new()));
+    }
+    let prog = Bytes::from_static(b"#!/bin/sh\necho hi\n");
+    for (file, name, data) in [(0, "job.xml", xml), (1, "prog", prog)] {
+        let (total, d) = (data.len() as u64, digest(&data));
+        let body = JobMsg::Stage { job, file, name: name.into(), offset: 0, total, digest: d };
+        e.handle_message(now, env(body, data));
+    }
+}
+
+fn stage_resume_file(e: &mut Execution, now: Instant, job: JobId, file: u32, name: &str) {
+    let data = Bytes::from_static(b"P2PCKPT\0 a cut");
+    let (total, digest) = (data.len() as u64, crate::job::submit::digest(&data));
+    e.handle_message(now, env(JobMsg::Stage { job, file, name: name.into(), offset: 0, total, digest }, data));
+}
+
+#[test]
+fn a_job_that_restarts_from_checkpoints_ships_each_file_a_rank_reports_one_at_a_time() {
+    let now = Instant::now();
+    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    offer_restarting(&mut e, now, j, vec![0, 1], None);
+    e.handle_message(now, env(JobMsg::StageEnd { job: j, files: 2 }, Bytes::new()));
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let (_, evs) = drain(&mut e);
+    let spawned = evs.iter().find_map(|ev| match ev {
+        ExecEvent::SpawnProcess { env, .. } => Some(env.clone()),
+        _ => None,
+    });
+    let spawned = spawned.expect("spawned");
+    assert!(spawned.contains(&("P2PMP_CHECKPOINT_DIR".to_owned(), ".".to_owned())), "{spawned:?}");
+    assert!(!spawned.iter().any(|(k, _)| k == "P2PMP_RESTART"), "a first run resumes from nothing");
+    e.handle_rank_registered(4, process_key(j, 1));
+
+    e.handle_checkpointed(4, ckpt(1), 0).unwrap();
+    let (_, evs) = drain(&mut e);
+    assert_eq!(evs, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.1.ckpt".into() }]);
+    // A cut taken while the last file is still read is not shipped.
+    e.handle_checkpointed(4, ckpt(2), 0).unwrap();
+    assert_eq!(drain(&mut e).1, []);
+    let data = Bytes::from(vec![7u8; 1000]);
+    e.handle_output_file(j, 1, "rank-1.1.ckpt", Ok(data.clone()));
+    let (msgs, _) = drain(&mut e);
+    let digest = crate::job::submit::digest(&data);
+    assert_eq!(msgs, [JobMsg::CheckpointFile { job: j, rank: 1, epoch: 1, offset: 0, total: 1000, digest }]);
+    // Sent whole: the next cut is shipped again; a file that cannot be read is not.
+    e.handle_checkpointed(4, ckpt(3), 0).unwrap();
+    assert_eq!(drain(&mut e).1, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.3.ckpt".into() }]);
+    e.handle_output_file(j, 1, "rank-1.3.ckpt", Err("gone".into()));
+    assert_eq!(drain(&mut e).0, []);
+}
+
+#[test]
+fn a_job_that_does_not_restart_from_checkpoints_ships_none() {
+    let (mut e, j, _) = running();
+    e.handle_rank_registered(4, process_key(j, 1));
+    e.handle_checkpointed(4, ckpt(1), 0).unwrap();
+    let (msgs, evs) = drain(&mut e);
+    assert_eq!(evs, []);
+    assert!(matches!(msgs[..], [JobMsg::Checkpointed { .. }]), "{msgs:?}");
+}
+
+#[test]
+fn a_resumed_rank_waits_for_its_file_of_the_cut_and_starts_from_it() {
+    let now = Instant::now();
+    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
+    let (j, from) = (job_id(1), job_id(9));
+    offer_restarting(&mut e, now, j, vec![1], Some((from, 4)));
+    // Files that are not rank 1's of cut 4 are not taken.
+    stage_resume_file(&mut e, now, j, RESUME_FILES, "rank-0.4.ckpt");
+    stage_resume_file(&mut e, now, j, RESUME_FILES + 1, "rank-1.3.ckpt");
+    e.handle_message(now, env(JobMsg::StageEnd { job: j, files: 2 }, Bytes::new()));
+    let (msgs, evs) = drain(&mut e);
+    assert!(msgs.contains(&JobMsg::Resend { job: j, file: RESUME_FILES + 1 }), "{msgs:?}");
+    assert!(!msgs.contains(&JobMsg::Staged { job: j }));
+    let written: Vec<&str> = evs
+        .iter()
+        .filter_map(|ev| match ev {
+            ExecEvent::WriteFile { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written, ["job.xml", "prog"], "neither wrong file was written");
+
+    stage_resume_file(&mut e, now, j, RESUME_FILES + 1, "rank-1.4.ckpt");
+    e.handle_message(now, env(JobMsg::StageEnd { job: j, files: 2 }, Bytes::new()));
+    let (msgs, evs) = drain(&mut e);
+    assert!(msgs.contains(&JobMsg::Staged { job: j }), "{msgs:?}");
+    assert!(!evs.iter().any(|ev| matches!(ev, ExecEvent::CacheStore { name, .. } if name.ends_with(".ckpt"))));
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let env_of_rank_1 = drain(&mut e).1.into_iter().find_map(|ev| match ev {
+        ExecEvent::SpawnProcess { rank: 1, env, .. } => Some(env),
+        _ => None,
+    });
+    let env_of_rank_1 = env_of_rank_1.expect("rank 1 spawned");
+    assert!(env_of_rank_1.contains(&("P2PMP_RESTART".to_owned(), "rank-1.4.ckpt".to_owned())));
+    assert!(env_of_rank_1.contains(&("P2PMP_RESTART_JOB".to_owned(), from.to_string())));
 }

@@ -25,12 +25,13 @@ impl Submission {
                 *end = (*end).max(offset + payload.len() as u64);
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
+            JobMsg::CheckpointFile { rank, epoch, offset, total, digest, .. } => {
+                self.ack_output(from, payload.len())?;
+                let file = cuts::ShippedCheckpoint { rank, epoch, offset, total, digest };
+                return self.on_checkpoint_file(from, file, payload);
+            }
             JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } => {
-                // Every chunk from a node moves its window, whether it is used or not.
-                let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
-                n.out_consumed += payload.len() as u64;
-                let consumed = n.out_consumed;
-                self.send(from, JobMsg::OutputAck { job: wire, consumed }, Bytes::new());
+                self.ack_output(from, payload.len())?;
                 if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
                     return None;
                 }
@@ -104,6 +105,16 @@ impl Submission {
             }
             _ => return None,
         }
+        Some(())
+    }
+
+    /// Counts `len` bytes of output files (or checkpoint files) from `from`:
+    /// every chunk moves the node's window, whether it is used or not.
+    fn ack_output(&mut self, from: NodeAddr, len: usize) -> Option<()> {
+        let n = self.nodes.get_mut(&from).filter(|n| !n.accepted.is_empty())?;
+        n.out_consumed += len as u64;
+        let consumed = n.out_consumed;
+        self.send(from, JobMsg::OutputAck { job: self.wire, consumed }, Bytes::new());
         Some(())
     }
 

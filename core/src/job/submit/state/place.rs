@@ -159,7 +159,7 @@ impl Submission {
         use std::cmp::Reverse;
         // Nothing is offered before every file is read (and, for a signed
         // job, found to be the file signed): see `handle_file_read`.
-        if self.phase != Phase::Queued || self.files.iter().any(Option::is_none) {
+        if self.phase != Phase::Queued || self.files.iter().any(Option::is_none) || self.reading_cut() {
             return;
         }
         let all_answered = self.nodes.values().filter(|n| n.wanted && !n.closed).all(|n| n.answered);

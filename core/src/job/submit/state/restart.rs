@@ -1,4 +1,5 @@
-//! Restarting a job whose node was lost (`<restart>scratch</restart>`): the
+//! Restarting a job whose node was lost (`<restart>scratch</restart>`, or
+//! `checkpoint`: then from the newest cut kept, see `cuts`): the
 //! ranks still running are stopped, and the whole job is placed again, on
 //! nodes other than those lost, under a new wire id (so nothing of the old
 //! run, a late message, a stale registration of a rank's address, a
@@ -15,7 +16,7 @@ pub const MAX_RESTARTS: u32 = 3;
 impl Submission {
     /// Whether losing ranks now restarts the job rather than failing it.
     pub(super) fn restartable(&self) -> bool {
-        self.desc.restart == RestartPolicy::Scratch && self.restarts < MAX_RESTARTS && self.phase == Phase::Running
+        self.desc.restart != RestartPolicy::Fail && self.restarts < MAX_RESTARTS && self.phase == Phase::Running
     }
 
     /// Stops what is left of the current run and starts the job again from
@@ -25,7 +26,6 @@ impl Submission {
         self.restart_checkpoints();
         self.restarts += 1;
         self.wire = JobId(Id::hash_parts([&self.job.0.as_bytes()[..], b"restart", &self.restarts.to_be_bytes()]));
-        self.restart_reasons.push(why.clone());
         self.nodes.clear();
         self.closed = 0;
         self.refusals.clear();
@@ -40,12 +40,20 @@ impl Submission {
         self.out_bad.clear();
         self.out_base = self.out_end.clone();
         self.phase = Phase::Resolving;
-        let (job, attempt) = (self.job, self.restarts);
-        self.event(SubmitEvent::Restarting { job, attempt, reason: why });
+        let job = self.job;
         for (query, q) in self.queries.iter_mut().enumerate() {
             (q.values, q.attempts) = (None, 1);
             let e = SubmitEvent::Query { job, query: query as u32, name: q.name.clone() };
             self.actions.push_back(Action::Event(e));
         }
+        // From the newest cut kept whole, or from scratch (see `cuts`).
+        self.restart_from_cut(why);
+    }
+
+    /// The restart is settled (`how` says from where, and why): kept and reported.
+    pub(super) fn announce_restart(&mut self, how: String) {
+        self.restart_reasons.push(how.clone());
+        let (job, attempt) = (self.job, self.restarts);
+        self.event(SubmitEvent::Restarting { job, attempt, reason: how });
     }
 }

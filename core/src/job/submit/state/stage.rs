@@ -42,11 +42,10 @@ impl Submission {
                 let max = self.config.max_resends;
                 let deadline = now + self.config.stage_timeout;
                 let len = self.file_len(file);
+                // Only a file staged to it may be asked for again.
+                self.staged_file(file)?;
                 let n = self.nodes.get_mut(&from)?;
                 let Stage::Sent { resends, deadline: d, out, total } = &mut n.stage else { return None };
-                if file as usize >= self.files.len() {
-                    return None;
-                }
                 *total += len;
                 let count = resends.entry(file).or_insert(0);
                 *count += 1;
@@ -89,6 +88,9 @@ impl Submission {
     /// fails before anything is offered; once every file is read the job may
     /// be offered.
     pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
+        if let Some(rank) = file.checked_sub(crate::job::RESUME_FILES) {
+            return self.cut_file_read(now, rank, data);
+        }
         let i = file as usize;
         if self.phase == Phase::Finished || i == 0 || i >= self.files.len() || self.files[i].is_some() {
             return;
@@ -139,6 +141,11 @@ impl Submission {
         if let Some(n) = self.nodes.get_mut(&to) {
             n.stage = Stage::Asked { deadline: now + self.config.stage_timeout };
         }
+        // The cut to resume from, if any, comes first: the node takes its
+        // ranks' files for it only.
+        if let Some((resume, _)) = self.resume_for(&[]) {
+            self.send(to, resume, Bytes::new());
+        }
         self.send(to, JobMsg::Manifest { job: self.wire, files }, Bytes::new());
     }
 
@@ -147,7 +154,12 @@ impl Submission {
         let mut out = Outbox::default();
         let mut total = 0;
         // The job file always travels: the executor reads its arguments from it.
-        for f in (0..self.files.len() as u32).filter(|f| *f == 0 || !have.contains(f)) {
+        let own = (0..self.files.len() as u32).filter(|f| *f == 0 || !have.contains(f));
+        // Then the files its ranks resume from (a rank accepted later asks
+        // for its file with a resend).
+        let accepted = self.nodes.get(&to).map(|n| n.accepted.clone()).unwrap_or_default();
+        let resumed = self.resume_for(&accepted).map(|(_, files)| files).unwrap_or_default();
+        for f in own.chain(resumed) {
             out.push_file(f);
             total += self.file_len(f);
         }
@@ -158,25 +170,29 @@ impl Submission {
         Some(())
     }
 
+    /// Staged file `file` (see [`staged`]).
+    fn staged_file(&self, file: u32) -> Option<&(String, Bytes, Id)> {
+        staged(&self.files, &self.cuts, file)
+    }
+
     /// The length of staged file `file` (0 while it is being read).
     fn file_len(&self, file: u32) -> u64 {
-        self.files.get(file as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len() as u64)
+        self.staged_file(file).map_or(0, |(_, data, _)| data.len() as u64)
     }
 
     /// Sends what is due to `to` until its window is full.
     fn pump(&mut self, to: NodeAddr) {
         let (window, chunk) = (self.config.stage_window as u64, self.config.chunk_size);
         loop {
+            let (files, cuts) = (&self.files, &self.cuts);
             let Some(Node { stage: Stage::Sent { out, .. }, .. }) = self.nodes.get_mut(&to) else { return };
-            let files = &self.files;
-            let len = |f: u32| files.get(f as usize).and_then(Option::as_ref).map_or(0, |(_, data, _)| data.len());
-            match out.next(window, chunk, len) {
+            match out.next(window, chunk, |f| staged(files, cuts, f).map_or(0, |(_, data, _)| data.len())) {
                 None => return,
                 Some(Piece::End) => {
                     self.send(to, JobMsg::StageEnd { job: self.wire, files: self.files.len() as u32 }, Bytes::new())
                 }
                 Some(Piece::Chunk { file, start, end }) => {
-                    let Some((name, data, digest)) = self.files.get(file as usize).cloned().flatten() else { return };
+                    let Some((name, data, digest)) = self.staged_file(file).cloned() else { return };
                     let (offset, total) = (start as u64, data.len() as u64);
                     let msg = JobMsg::Stage { job: self.wire, file, name, offset, total, digest };
                     self.send(to, msg, data.slice(start..end));
@@ -201,4 +217,14 @@ impl Submission {
             self.send(to, JobMsg::Start { job: self.wire }, Bytes::new());
         }
     }
+}
+
+/// Staged file `file`: one of the job's own `files`, or a rank's file of the
+/// cut resumed from; `None` while it is being read.
+fn staged<'a>(
+    files: &'a [Option<(String, Bytes, Id)>],
+    cuts: &'a cuts::Cuts,
+    file: u32,
+) -> Option<&'a (String, Bytes, Id)> {
+    files.get(file as usize).and_then(Option::as_ref).or_else(|| cuts.file(file))
 }

@@ -1,0 +1,190 @@
+//! Cuts kept on the submitter's node and a restart that resumes from them
+//! (`<restart>checkpoint</restart>`).
+
+use super::*;
+use crate::ckpt::{Codec, Header};
+use crate::job::RESUME_FILES;
+
+/// `rank`'s checkpoint file of `epoch`, as the run `job` of a 2-rank job writes it.
+fn ckpt_file(job: JobId, rank: u32, epoch: u64) -> Bytes {
+    let stored = vec![rank as u8 ^ epoch as u8; 300 + rank as usize];
+    let header = Header { codec: Codec::None, job, rank, size: 2, epoch, raw_len: stored.len() as u64 };
+    Bytes::from(crate::ckpt::encode_file(&header, &stored))
+}
+
+/// `from` ships `data` as `rank`'s file of `epoch` in two chunks, with
+/// `digest` (the file's own unless told otherwise).
+fn ship(h: &mut Harness, s: &mut Submission, from: NodeAddr, (rank, epoch): (u32, u64), data: Bytes, digest: Id) {
+    let (job, total) = (s.wire(), data.len() as u64);
+    let half = data.len() / 2;
+    for (offset, piece) in [(0, data.slice(..half)), (half as u64, data.slice(half..))] {
+        let m = JobMsg::CheckpointFile { job, rank, epoch, offset, total, digest };
+        s.handle_message(h.now, reply(from, m, piece));
+    }
+    h.run(s, 5);
+}
+
+/// Ships every rank's good file of `epoch`.
+fn ship_cut(h: &mut Harness, s: &mut Submission, epoch: u64) {
+    for rank in 0..2 {
+        let node = s.ranks()[rank as usize].node.expect("placed");
+        let data = ckpt_file(s.wire(), rank, epoch);
+        let d = digest(&data);
+        ship(h, s, node, (rank, epoch), data, d);
+    }
+}
+
+/// A 2-rank job asking `<restart>checkpoint</restart>`, running on two of
+/// three one-slot nodes, its ranks not exiting.
+fn running() -> (Harness, Submission) {
+    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut j = job(2, &["linux"]);
+    j.restart = RestartPolicy::Checkpoint;
+    j.checkpoint = Some(Duration::from_secs(1));
+    let mut s = submission(&h, j);
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    (h, s)
+}
+
+#[test]
+fn shipped_files_are_kept_and_a_cut_counts_once_every_rank_s_file_arrived_whole() {
+    let (mut h, mut s) = running();
+    assert_eq!(s.newest_cut(), None);
+    ship_cut(&mut h, &mut s, 1);
+    assert_eq!(s.newest_cut(), Some(1));
+    assert_eq!(h.cuts.keys().copied().collect::<Vec<_>>(), [(0, 1), (1, 1)]);
+    assert_eq!(h.cuts[&(1, 1)], ckpt_file(s.wire(), 1, 1), "written whole, in order");
+    // Epoch 2: rank 1's file arrives damaged; the cut is not complete and
+    // the damaged file is removed.
+    let n0 = s.ranks()[0].node.unwrap();
+    let n1 = s.ranks()[1].node.unwrap();
+    let good = ckpt_file(s.wire(), 0, 2);
+    let d = digest(&good);
+    ship(&mut h, &mut s, n0, (0, 2), good, d);
+    let bad = ckpt_file(s.wire(), 1, 2);
+    ship(&mut h, &mut s, n1, (1, 2), bad, Id::hash("not its digest"));
+    assert_eq!(s.newest_cut(), Some(1));
+    assert!(!h.cuts.contains_key(&(1, 2)), "the damaged file is dropped");
+    // A node does not ship for a rank it does not hold.
+    let file = ckpt_file(s.wire(), 1, 3);
+    let d = digest(&file);
+    ship(&mut h, &mut s, n0, (1, 3), file, d);
+    assert!(!h.cuts.contains_key(&(1, 3)));
+    // Epochs 3 and 4 complete: the two newest complete cuts stay, older files go.
+    ship_cut(&mut h, &mut s, 3);
+    ship_cut(&mut h, &mut s, 4);
+    assert_eq!(s.newest_cut(), Some(4));
+    assert_eq!(h.cuts.keys().copied().collect::<Vec<_>>(), [(0, 3), (0, 4), (1, 3), (1, 4)]);
+    // A file of an epoch older than the newest cut is not taken.
+    let old = ckpt_file(s.wire(), 0, 2);
+    let d = digest(&old);
+    ship(&mut h, &mut s, n0, (0, 2), old, d);
+    assert!(!h.cuts.contains_key(&(0, 2)));
+    // Every chunk moved the node's output window, taken or not (six files
+    // of two chunks from rank 0's node, after its output file).
+    let acked = h.sent.iter().filter(|(to, m, _)| *to == n0 && matches!(m, JobMsg::OutputAck { .. })).count();
+    assert_eq!(acked, 1 + 2 * 6);
+}
+
+#[test]
+fn a_lost_node_restarts_every_rank_from_the_newest_cut_kept_whole() {
+    let (mut h, mut s) = running();
+    let first = s.wire();
+    ship_cut(&mut h, &mut s, 1);
+    ship_cut(&mut h, &mut s, 2);
+    let lost = s.ranks()[1].node.unwrap();
+    let sent_before = h.sent.len();
+    h.exit_code = Some(0);
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(s.restart_reasons().len(), 1);
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.starts_with("from checkpoint 2: node ") && reason.contains(&lost.to_string()), "{reason}");
+    assert_eq!(s.resumed_from(), Some(2));
+    // Each node of the new run hears the cut first, then gets the files of
+    // its own ranks only, after the job's.
+    let after = &h.sent[sent_before..];
+    for rank in 0..2u32 {
+        let node = s.ranks()[rank as usize].node.unwrap();
+        assert_ne!(node, lost);
+        let to_node: Vec<&JobMsg> = after.iter().filter(|(to, _, _)| *to == node).map(|(_, m, _)| m).collect();
+        let resume = to_node.iter().position(|m| **m == JobMsg::Resume { job: s.wire(), from: first, epoch: 2 });
+        let manifest = to_node.iter().position(|m| matches!(m, JobMsg::Manifest { .. }));
+        assert!(resume.is_some() && resume < manifest, "{to_node:?}");
+        let staged: Vec<(u32, String)> = to_node
+            .iter()
+            .filter_map(|m| match m {
+                JobMsg::Stage { file, name, offset: 0, .. } if *file >= RESUME_FILES => Some((*file, name.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(staged, [(RESUME_FILES + rank, format!("rank-{rank}.2.ckpt"))]);
+        let bytes: Vec<u8> = after
+            .iter()
+            .filter(|(to, m, _)| *to == node && matches!(m, JobMsg::Stage { file, .. } if *file == RESUME_FILES + rank))
+            .flat_map(|(_, _, p)| p.to_vec())
+            .collect();
+        assert_eq!(bytes, ckpt_file(first, rank, 2), "rank {rank}'s file as kept");
+    }
+    // The kept cuts go with the finished job (the node removes their directory).
+    assert!(h.events.iter().any(
+        |e| matches!(e, SubmitEvent::Restarting { attempt: 1, reason, .. } if reason.starts_with("from checkpoint 2"))
+    ));
+}
+
+#[test]
+fn a_damaged_kept_cut_is_detected_and_the_one_before_it_used() {
+    let (mut h, mut s) = running();
+    ship_cut(&mut h, &mut s, 1);
+    ship_cut(&mut h, &mut s, 2);
+    // The kept copy of rank 0's newest file rots on disk.
+    h.cuts.get_mut(&(0, 2)).unwrap()[crate::ckpt::HEADER_LEN + 7] ^= 1;
+    let lost = s.ranks()[0].node.unwrap();
+    h.exit_code = Some(0);
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.starts_with("from checkpoint 1: checkpoint 2 is damaged (rank 0's file "), "{reason}");
+    assert_eq!(s.resumed_from(), Some(1));
+    assert!(!h.cuts.contains_key(&(1, 2)), "the damaged cut is dropped whole");
+}
+
+#[test]
+fn without_a_complete_cut_the_job_restarts_from_scratch_and_says_so() {
+    let (mut h, mut s) = running();
+    // Only rank 0's file of epoch 1 arrived.
+    let n0 = s.ranks()[0].node.unwrap();
+    let file = ckpt_file(s.wire(), 0, 1);
+    let d = digest(&file);
+    ship(&mut h, &mut s, n0, (0, 1), file, d);
+    let lost = s.ranks()[1].node.unwrap();
+    h.exit_code = Some(0);
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.starts_with("from scratch (no checkpoint was kept whole yet): node "), "{reason}");
+    assert_eq!(s.resumed_from(), None);
+    assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Resume { .. })));
+    assert!(h.cuts.is_empty(), "the partial cut of the old run is dropped: {:?}", h.cuts.keys());
+}
+
+#[test]
+fn a_job_that_restarts_from_scratch_keeps_no_cut() {
+    let nodes: Vec<_> = (1..=2).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut j = job(2, &["linux"]);
+    j.restart = RestartPolicy::Scratch;
+    let mut s = submission(&h, j);
+    h.run(&mut s, 20);
+    ship_cut(&mut h, &mut s, 1);
+    assert_eq!(s.newest_cut(), None);
+    assert!(h.cuts.is_empty());
+}
