@@ -282,6 +282,18 @@ fn ckpt_checksum(loops: u64, size: u64) -> u64 {
     })
 }
 
+/// `out`, the output of a 2-rank `ckpt LOOPS` job: rank 0 resumed mid-run
+/// and the job ended with the checksum of an undisturbed run.
+fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64) {
+    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+    assert!(out.contains(&want), "want {want:?} in:\n{out}");
+    let resumed: u64 = out
+        .lines()
+        .find_map(|l| l.split_once("resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("rank 0 never resumed: {out}"));
+    assert!(resumed > 0 && resumed < loops, "resumed at {resumed}");
+}
+
 /// The epoch of each rank's last checkpoint in a `p2pjob status` text (0: none yet).
 fn checkpoint_epochs(status: &str) -> Vec<u64> {
     let rank_lines = status.lines().filter(|l| l.trim_start().starts_with("rank "));
@@ -326,20 +338,66 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     c.crash(victim);
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
-    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
-    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
-    let resumed: u64 = w
-        .stdout
-        .lines()
-        .find_map(|l| l.split_once("resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("rank 0 never resumed: {}", w.stdout));
-    assert!(resumed > 0 && resumed < loops, "resumed at {resumed}");
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
     let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
     assert!(w.stderr.contains("restarting from checkpoint "), "{}", w.stderr);
     assert!(w.stderr.contains(&lost), "{}", w.stderr);
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
     assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
     assert!(status.contains("recovered from epoch "), "{status}");
+}
+
+/// `p2pjob migrate JOB RANK`, twice, from a node that neither holds nor
+/// runs the job, while the checkpointing ring runs (`<restart>fail</restart>`,
+/// no interval: only the migrations take cuts): each time the rank's host is
+/// passed over, and the job ends with the checksum of an undisturbed run.
+#[test]
+fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
+    let Some(prog) = ckpt_ring() else { return };
+    let Some(c) = cluster("migrate", 4, &["--heartbeat-ms", "250"]) else { return };
+    let loops: u64 = 9_241;
+    let job = job_file(&c, "migrate.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
+    let t0 = Instant::now();
+    let id = submit(&c, 0, &job);
+    let on_host = |i: usize| ranks_on(&c, i, &loops.to_string()) > 0;
+    let mut moved_off = Vec::new();
+    for round in 1..=2 {
+        wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+        // Every rank registers with its node before it can be asked.
+        let hosts = p2pmp_tests::wait_until("both ranks running", Duration::from_secs(20), || {
+            let h: Vec<usize> = (0..4).filter(|&i| on_host(i)).collect();
+            if h.len() == 2 { Ok(h) } else { Err(format!("ranks on hosts {h:?}")) }
+        });
+        // Mid-run: some seconds of the ring's ~10 go by first.
+        std::thread::sleep(Duration::from_secs(2));
+        // A rank is asked once it has connected to its node: until then the
+        // request reaches no rank, and is asked again.
+        let m = p2pmp_tests::wait_until("a migration", Duration::from_secs(20), || {
+            let m = c.p2pjob(3, &["migrate", &id, "1"], Duration::from_secs(60));
+            match m.ok {
+                true => Ok(m),
+                false if m.stderr.contains("reached no rank") => Err(m.stderr),
+                false => panic!("round {round}: {} {}", m.stdout, m.stderr),
+            }
+        });
+        assert!(m.stdout.contains("moving rank 1 of job "), "{}", m.stdout);
+        let from = (0..4)
+            .find(|&i| m.stdout.contains(&format!("moved off node {}:7400", c.hosts[i].ip)))
+            .unwrap_or_else(|| panic!("moved off no host: {}", m.stdout));
+        assert!(hosts.contains(&from), "moved off host {from}, ranks were on {hosts:?}");
+        eprintln!("round {round}: moved off host {from} at {:?}", t0.elapsed());
+        moved_off.push(from);
+        // The job resumes on hosts other than the one the rank left.
+        let status = wait_status(&c, 0, &id, &format!("restart {round}: from checkpoint "), Duration::from_secs(30));
+        assert!(status.contains("moved off node"), "{status}");
+        eprintln!("round {round}: resumed at {:?}", t0.elapsed());
+    }
+    let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    // The last run's rank 0 says where it resumed (what a killed run had
+    // buffered on its stdout is lost with it).
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
+    eprintln!("migrated twice; the job took {:?} in all", t0.elapsed());
 }
 
 #[test]

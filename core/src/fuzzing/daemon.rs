@@ -154,7 +154,7 @@ impl Cursor<'_> {
 
     fn tool_request(&mut self, jobs: &[JobId]) -> ToolRequest {
         let job = self.job(jobs);
-        match self.byte() % 10 {
+        match self.byte() % 11 {
             0 => ToolRequest::Submit {
                 nonce: self.u64(),
                 xml: JOB_XML.to_owned(),
@@ -169,6 +169,7 @@ impl Cursor<'_> {
             6 => ToolRequest::Lookup { name: self.name() },
             7 => ToolRequest::Query { name: self.name() },
             8 => ToolRequest::Checkpoint { job },
+            9 => ToolRequest::Migrate { job, rank: u32::from(self.byte() % 3) },
             _ => ToolRequest::Ring,
         }
     }

@@ -14,9 +14,11 @@
 use bytes::Bytes;
 
 use super::control::ToolReply;
+use super::held::JobMeta;
 use super::{Client, ConnId, DaemonNode};
 use crate::job::{JobId, SubmitEvent};
 use crate::local::{LocalError, LocalReply, LocalRequest, PUSH_ID};
+use crate::machine::NodeAddr;
 
 impl DaemonNode {
     /// `p2pjob checkpoint` of `job`, held here, for `client`.
@@ -31,9 +33,42 @@ impl DaemonNode {
         }
     }
 
+    /// `p2pjob migrate` of `rank` of `job`, held here, for `client`.
+    pub(super) fn ask_migrate(&mut self, client: Client, job: JobId, rank: u32) {
+        match self.submitter.migrate(job, rank) {
+            Ok(request) => {
+                if let Some(meta) = self.jobs.get_mut(&job) {
+                    meta.migrate_waiters.push((request, client));
+                }
+            }
+            Err(e) => self.send_reply(client, ToolReply::Error { message: e.to_string() }, Bytes::new()),
+        }
+    }
+
+    /// A rank moved: the tools that asked for it are told.
+    pub(super) fn on_migrated(&mut self, job: JobId, rank: u32, from: NodeAddr, epoch: u64) {
+        let Some(meta) = self.jobs.get_mut(&job) else { return };
+        let clients: Vec<Client> = meta.migrate_waiters.drain(..).map(|(_, c)| c).collect();
+        for client in clients {
+            self.send_reply(client, ToolReply::Migrated { job, rank, from, epoch }, Bytes::new());
+        }
+    }
+
+    /// The job restarted after a loss before a rank it was moving moved:
+    /// the tools waiting for that are told.
+    pub(super) fn orphaned_migrations(&mut self, job: JobId, reason: &str) {
+        let Some(meta) = self.jobs.get_mut(&job) else { return };
+        let clients: Vec<Client> = meta.migrate_waiters.drain(..).map(|(_, c)| c).collect();
+        for client in clients {
+            let message = format!("rank of job {job} not moved: the job restarted {reason}");
+            self.send_reply(client, ToolReply::Error { message }, Bytes::new());
+        }
+    }
+
     /// How a checkpoint request of a job held here moved on: the tools that
-    /// asked are told.
+    /// asked are told (a migration's, of the ranks reached or why it failed).
     pub(super) fn on_checkpoint_event(&mut self, e: SubmitEvent) {
+        self.tell_migrate_waiters(&e);
         let (job, request, reply) = match e {
             SubmitEvent::CheckpointAsked { job, request, ranks } => {
                 (job, request, ToolReply::CheckpointAsked { job, ranks })
@@ -47,15 +82,41 @@ impl DaemonNode {
             }
             _ => return,
         };
+        self.tell_waiters(job, request, reply, |m| &mut m.checkpoint_waiters);
+    }
+
+    /// Sends `reply` to the tools in `waiters` of `job` that wait for
+    /// checkpoint request `request`; a last reply ends their wait.
+    fn tell_waiters(
+        &mut self,
+        job: JobId,
+        request: u64,
+        reply: ToolReply,
+        waiters: impl Fn(&mut JobMeta) -> &mut Vec<(u64, Client)>,
+    ) {
         let Some(meta) = self.jobs.get_mut(&job) else { return };
-        let clients: Vec<Client> =
-            meta.checkpoint_waiters.iter().filter(|(r, _)| *r == request).map(|(_, c)| *c).collect();
+        let list = waiters(meta);
+        let clients: Vec<Client> = list.iter().filter(|(r, _)| *r == request).map(|(_, c)| *c).collect();
         if reply.ends_request() {
-            meta.checkpoint_waiters.retain(|(r, _)| *r != request);
+            list.retain(|(r, _)| *r != request);
         }
         for client in clients {
             self.send_reply(client, reply.clone(), Bytes::new());
         }
+    }
+
+    fn tell_migrate_waiters(&mut self, e: &SubmitEvent) {
+        let (job, request, reply) = match e {
+            SubmitEvent::CheckpointAsked { job, request, ranks } => {
+                (*job, *request, ToolReply::CheckpointAsked { job: *job, ranks: ranks.clone() })
+            }
+            SubmitEvent::CheckpointFailed { job, request, reason } => {
+                let message = format!("rank of job {job} not moved: its checkpoint was not taken: {reason}");
+                (*job, *request, ToolReply::Error { message })
+            }
+            _ => return,
+        };
+        self.tell_waiters(job, request, reply, |m| &mut m.migrate_waiters);
     }
 
     /// The executor asks the rank on control connection `conn` for a checkpoint.

@@ -70,6 +70,11 @@ pub enum ToolRequest {
     /// reached), then [`ToolReply::CheckpointTaken`] once the cut is taken
     /// (or an error: the job ended first, no rank could be reached).
     Checkpoint { job: JobId },
+    /// Move `rank` of a running job off its node: a checkpoint is taken, and
+    /// the job resumes from it placed away from that node. Answered by
+    /// [`ToolReply::CheckpointAsked`], then [`ToolReply::Migrated`] (or an
+    /// error: no rank reached, the job ended first).
+    Migrate { job: JobId, rank: u32 },
 }
 
 impl ToolRequest {
@@ -82,7 +87,8 @@ impl ToolRequest {
             | ToolRequest::Kill { .. }
             | ToolRequest::Output { .. }
             | ToolRequest::Status { job: Some(_) }
-            | ToolRequest::Checkpoint { .. } => true,
+            | ToolRequest::Checkpoint { .. }
+            | ToolRequest::Migrate { .. } => true,
             ToolRequest::Status { job: None }
             | ToolRequest::Nodes
             | ToolRequest::Lookup { .. }
@@ -97,7 +103,13 @@ impl ToolRequest {
     /// checkpoint waiting for its cut), looking inside a signed request.
     pub fn streams(&self) -> bool {
         let lasts = |r: &ToolRequest| {
-            matches!(r, ToolRequest::Watch { .. } | ToolRequest::Output { .. } | ToolRequest::Checkpoint { .. })
+            matches!(
+                r,
+                ToolRequest::Watch { .. }
+                    | ToolRequest::Output { .. }
+                    | ToolRequest::Checkpoint { .. }
+                    | ToolRequest::Migrate { .. }
+            )
         };
         match self {
             ToolRequest::Signed { request, .. } => {
@@ -260,14 +272,18 @@ pub enum ToolReply {
     /// CAN's dimensions, and what each node that answered in time told of
     /// itself, sorted by node.
     Zones { me: NodeAddr, dims: u8, nodes: Vec<NodeZones> },
-    /// The job lost ranks (`reason`) and starts again from scratch: its
-    /// `attempt`-th restart (`<restart>scratch</restart>`).
+    /// The job lost ranks, or moves one, and starts again (`reason` says
+    /// from where and why: `from scratch: ...`, `from checkpoint 3: ...`):
+    /// its `attempt`-th restart.
     Restarting { job: JobId, attempt: u32, reason: String },
     /// Answer to [`ToolRequest::Checkpoint`]: these ranks were asked (a cut
     /// follows when any was: the ranks agree on it at their next safe point).
     CheckpointAsked { job: JobId, ranks: Vec<u32> },
     /// The last answer to [`ToolRequest::Checkpoint`]: the ranks took `cut`.
     CheckpointTaken { job: JobId, cut: CutInfo },
+    /// The last answer to [`ToolRequest::Migrate`]: the cut of `epoch` is
+    /// kept, and the job resumes from it away from node `from`.
+    Migrated { job: JobId, rank: u32, from: NodeAddr, epoch: u64 },
 }
 
 /// One CAN node in a [`ToolReply::Zones`], as it tells it.

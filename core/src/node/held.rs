@@ -52,6 +52,8 @@ pub(super) struct JobMeta {
     verifying: Option<(JobPhase, Vec<i32>, Option<String>)>,
     /// Tools following a checkpoint request: its number, who asked.
     pub(super) checkpoint_waiters: Vec<(u64, Client)>,
+    /// Tools waiting for a migration, by its checkpoint request.
+    pub(super) migrate_waiters: Vec<(u64, Client)>,
 }
 
 /// A replay of a job's logs to one client under way.
@@ -105,6 +107,7 @@ impl DaemonNode {
             outputs: BTreeMap::new(),
             verifying: None,
             checkpoint_waiters: Vec::new(),
+            migrate_waiters: Vec::new(),
         };
         self.jobs.insert(job, meta);
         let (name, value, ttl) = (job_key_name(job), self.addr.to_string(), self.job_key_ttl);
@@ -209,6 +212,7 @@ impl DaemonNode {
         for meta in self.jobs.values_mut() {
             meta.watchers.retain(|w| !pick(&w.client));
             meta.checkpoint_waiters.retain(|(_, c)| !pick(c));
+            meta.migrate_waiters.retain(|(_, c)| !pick(c));
         }
         self.replays.live.retain(|_, r| !pick(&r.client));
     }
@@ -321,12 +325,14 @@ impl DaemonNode {
                 self.tell_watchers(job, ToolReply::Queued { job, reason }, Bytes::new())
             }
             SubmitEvent::Restarting { job, attempt, reason } => {
+                self.orphaned_migrations(job, &reason);
                 self.tell_watchers(job, ToolReply::Restarting { job, attempt, reason }, Bytes::new())
             }
             SubmitEvent::StoreCheckpoint { job, rank, epoch, offset, data } => {
                 let path = self.cut_path(job, rank, epoch);
                 self.event(NodeEvent::WriteFile { path, offset, data });
             }
+            SubmitEvent::Migrated { job, rank, from, epoch } => self.on_migrated(job, rank, from, epoch),
             SubmitEvent::DropCheckpoint { job, rank, epoch } => {
                 let path = self.cut_path(job, rank, epoch);
                 self.event(NodeEvent::RemoveFile { path });

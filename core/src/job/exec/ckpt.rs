@@ -92,19 +92,22 @@ impl Execution {
     ) -> Result<(JobId, u32), ExecCmdError> {
         let (job, rank, to) = self.report_of(conn, |r| r.written(ckpt))?;
         self.send(to, JobMsg::Checkpointed { job, rank, ckpt, request }, Bytes::new());
-        self.ship_checkpoint(job, rank, ckpt.epoch);
+        self.ship_checkpoint(job, rank, ckpt.epoch, request);
         Ok((job, rank))
     }
 
     /// Reads `rank`'s checkpoint file of `epoch` to send it to the
-    /// submitter, when the job restarts from its checkpoints. One file per
-    /// rank at a time: a cut taken while the last one still travels is not
-    /// shipped (the submitter keeps the cuts that arrive whole).
-    fn ship_checkpoint(&mut self, job: JobId, rank: u32, epoch: u64) {
+    /// submitter: every file of a job that restarts from its checkpoints,
+    /// and every file of a cut a request asked for (`request` > 0: `p2pjob
+    /// checkpoint`, `migrate`). A periodic cut taken while the rank's last
+    /// file still travels is not shipped (the submitter keeps the cuts that
+    /// arrive whole); an asked-for one always is.
+    fn ship_checkpoint(&mut self, job: JobId, rank: u32, epoch: u64, request: u64) {
         let Some(j) = self.jobs.get_mut(&job) else { return };
-        let wanted = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
+        let restarts = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
         let busy = j.ckpt_reads.keys().any(|(r, _)| *r == rank) || j.outgoing.shipping_checkpoint(rank);
-        if !wanted || j.killed || busy {
+        let wanted = request > 0 || (restarts && !busy);
+        if !wanted || j.killed {
             return;
         }
         let name = ckpt::file_name(rank, epoch);

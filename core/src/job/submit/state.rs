@@ -11,6 +11,7 @@ use crate::job::outbox::{Outbox, Piece};
 mod checkpoint;
 mod collect;
 mod cuts;
+mod migrate;
 mod place;
 pub(super) mod restart;
 
@@ -159,6 +160,12 @@ pub struct Submission {
     ckpt: checkpoint::Checkpoints,
     /// The cuts kept here for a restart, and the one being resumed from.
     cuts: cuts::Cuts,
+    /// A rank being moved off its node (`migrate`).
+    migration: Option<migrate::Migration>,
+    /// Migrations so far (restarts that were not losses).
+    migrations: u32,
+    /// The node the next placement passes over (the one a rank moved off).
+    avoid: Option<NodeAddr>,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -234,6 +241,9 @@ impl Submission {
             refusals: Vec::new(),
             ckpt: checkpoint::Checkpoints::default(),
             cuts: cuts::Cuts::default(),
+            migration: None,
+            migrations: 0,
+            avoid: None,
             desc,
         };
         if !valid {
@@ -392,7 +402,8 @@ impl Submission {
             }
         };
         if self.restartable() {
-            self.restart(error.to_string());
+            let from_cut = self.desc.restart == RestartPolicy::Checkpoint;
+            self.restart(error.to_string(), from_cut);
         } else {
             self.fail(error);
         }

@@ -135,6 +135,18 @@ fn golden_bytes_pin_the_checkpoint_request_and_replies() {
     want.extend([1, 2, 3, 4, 5]);
     assert_eq!(postcard::to_allocvec(&taken).unwrap(), want);
     assert!(!asked.ends_request() && taken.ends_request());
+    let mut want = vec![12u8];
+    want.extend([0u8; 20]);
+    want.push(3);
+    let migrate = ToolRequest::Migrate { job, rank: 3 };
+    assert_eq!(postcard::to_allocvec(&migrate).unwrap(), want);
+    assert!(migrate.about_a_job() && migrate.streams());
+    let from = NodeAddr::loopback(2, 7000);
+    let migrated = ToolReply::Migrated { job, rank: 3, from, epoch: 4 };
+    let bytes = postcard::to_allocvec(&migrated).unwrap();
+    assert_eq!(bytes[..22], [&[22u8][..], &[0u8; 20], &[3]].concat());
+    assert_eq!(bytes.last(), Some(&4));
+    assert!(migrated.ends_request());
     assert!(ToolRequest::Checkpoint { job }.about_a_job() && ToolRequest::Checkpoint { job }.streams());
     let secret = crate::auth::SecretKey::from_seed([7; 32]);
     assert!(ToolRequest::Checkpoint { job }.sign(&secret, 1, 2, Vec::new()).streams(), "signed, it still streams");

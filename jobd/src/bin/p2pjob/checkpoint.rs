@@ -1,6 +1,7 @@
 //! `p2pjob checkpoint JOB`: ask a running job's ranks for a coordinated
 //! checkpoint, print how many the request reached and (unless `--no-wait`) the
-//! cut they took.
+//! cut they took; `p2pjob migrate JOB RANK`: move a rank off its node through
+//! such a checkpoint.
 
 use std::time::Duration;
 
@@ -11,41 +12,73 @@ use serde_json::json;
 
 use crate::tables;
 
-/// Asks for a checkpoint of `job` and prints how many ranks it reached, then
-/// (with `wait`) the cut once it is taken.
-pub(crate) fn ask(c: &mut Client, job: JobId, wait: bool, json: bool) -> anyhow::Result<()> {
-    let id = c.send(ToolRequest::Checkpoint { job })?;
-    // The first answer comes at once (from the job's node, maybe through
-    // another); the cut comes at the ranks' next safe point, however late.
+/// Follows the answers to request `id`: `on` gets each, and says when it is
+/// the last (with its result). The first comes within 20 s (from the job's
+/// node, maybe through another); the rest come at the ranks' next safe
+/// point, however late.
+fn follow(c: &mut Client, id: u64, mut on: impl FnMut(ToolReply) -> anyhow::Result<bool>) -> anyhow::Result<()> {
     let mut limit = Some(Duration::from_secs(20));
     loop {
         let (rid, reply, _) = c.next(limit)?;
         if rid != id {
             continue;
         }
-        match reply {
-            ToolReply::CheckpointAsked { ranks, .. } => {
-                if json {
-                    println!("{}", json!({"job": job.to_string(), "asked": ranks}));
-                } else {
-                    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
-                    println!("checkpoint of job {job} asked of {} rank(s): {}", ranks.len(), list.join(", "));
-                }
-                if !wait {
-                    return Ok(());
-                }
-                limit = None;
-            }
-            ToolReply::CheckpointTaken { cut, .. } => {
-                if json {
-                    println!("{}", p2pmp_jobd::json::cut(job, &cut));
-                } else {
-                    println!("{}", tables::cut(&cut));
-                }
-                return Ok(());
-            }
-            ToolReply::Error { message } => anyhow::bail!("{message}"),
-            other => anyhow::bail!("unexpected answer {other:?}"),
+        limit = None;
+        if let ToolReply::Error { message } = reply {
+            anyhow::bail!("{message}");
+        }
+        if on(reply)? {
+            return Ok(());
         }
     }
+}
+
+/// Asks for a checkpoint of `job` and prints how many ranks it reached, then
+/// (with `wait`) the cut once it is taken.
+pub(crate) fn ask(c: &mut Client, job: JobId, wait: bool, json: bool) -> anyhow::Result<()> {
+    let id = c.send(ToolRequest::Checkpoint { job })?;
+    follow(c, id, |reply| match reply {
+        ToolReply::CheckpointAsked { ranks, .. } => {
+            if json {
+                println!("{}", json!({"job": job.to_string(), "asked": ranks}));
+            } else {
+                let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                println!("checkpoint of job {job} asked of {} rank(s): {}", ranks.len(), list.join(", "));
+            }
+            Ok(!wait)
+        }
+        ToolReply::CheckpointTaken { cut, .. } => {
+            if json {
+                println!("{}", p2pmp_jobd::json::cut(job, &cut));
+            } else {
+                println!("{}", tables::cut(&cut));
+            }
+            Ok(true)
+        }
+        other => anyhow::bail!("unexpected answer {other:?}"),
+    })
+}
+
+/// Asks to move `rank` of `job` off its node; prints the ranks the
+/// checkpoint reached, then where the rank moved from.
+pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, json: bool) -> anyhow::Result<()> {
+    let id = c.send(ToolRequest::Migrate { job, rank })?;
+    follow(c, id, |reply| match reply {
+        ToolReply::CheckpointAsked { ranks, .. } => {
+            if !json {
+                println!("moving rank {rank} of job {job}: checkpoint asked of {} rank(s)", ranks.len());
+            }
+            Ok(false)
+        }
+        ToolReply::Migrated { from, epoch, .. } => {
+            if json {
+                let from = from.to_string();
+                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "epoch": epoch}));
+            } else {
+                println!("rank {rank} of job {job} moved off node {from}: the job resumes from checkpoint {epoch}");
+            }
+            Ok(true)
+        }
+        other => anyhow::bail!("unexpected answer {other:?}"),
+    })
 }

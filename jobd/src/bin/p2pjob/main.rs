@@ -115,6 +115,24 @@ enum Cmd {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Move a rank of a running job off its node.
+    ///
+    /// The job takes a checkpoint at its ranks' next P2P_Snapshot (as
+    /// `checkpoint` does), its files go to the node holding the job, and the
+    /// job is placed again on nodes meeting its requirements, the rank's node
+    /// passed over, every rank resuming from that checkpoint (the other ranks
+    /// move back to it too: a moment's work is done again). Prints the ranks
+    /// the checkpoint request reached, then where the rank moved from once the
+    /// job resumes there; `p2pjob status` shows the new placement. Fails (exit
+    /// 3) when the rank is not running, the request reaches no rank (not a
+    /// program using the checkpoint API), or the job ends first. Only the key
+    /// that submitted the job, or a node's admin, may ask.
+    Migrate {
+        /// Job id (hex).
+        job: String,
+        /// The rank to move.
+        rank: u32,
+    },
     /// Everything a job's ranks wrote to stdout and stderr so far, from the
     /// first byte (kept by the node holding the job until its retention ends).
     Output {
@@ -424,6 +442,12 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
             checkpoint::ask(&mut c, job, !no_wait, json).map_err(daemon)?;
+            Ok(0)
+        }
+        Cmd::Migrate { job, rank } => {
+            let job = parse_job(&job)?;
+            let mut c = connect(cli.node)?;
+            checkpoint::migrate(&mut c, job, rank, json).map_err(daemon)?;
             Ok(0)
         }
         Cmd::Nodes => {

@@ -129,6 +129,7 @@ impl Submission {
             .into_iter()
             .partition(|a| a.told && (a.reached.is_empty() || taken(a.request)));
         self.ckpt.asked = rest;
+        let mut taken = Vec::new();
         for Asked { request, reached, .. } in done {
             if reached.is_empty() {
                 let reason = "it reached no rank: only ranks of a program linked with the p2pmp library, connected \
@@ -139,10 +140,18 @@ impl Submission {
             }
             let files =
                 self.ckpt.ranks.values().filter(|r| r.covers >= request).filter_map(|r| r.reported.last.as_ref());
-            events.push(SubmitEvent::CheckpointTaken { job, request, cut: CutInfo::of(files) });
+            let cut = CutInfo::of(files);
+            taken.push((request, cut.epoch));
+            events.push(SubmitEvent::CheckpointTaken { job, request, cut });
         }
         for e in events {
+            if let SubmitEvent::CheckpointFailed { request, .. } = &e {
+                self.migration_failed(*request);
+            }
             self.event(e);
+        }
+        for (request, epoch) in taken {
+            self.migration_cut_taken(request, epoch);
         }
     }
 
@@ -154,13 +163,14 @@ impl Submission {
     /// The job restarts from scratch: the requests on their way fail, and
     /// what the ranks reported is of a run that is gone.
     pub(super) fn restart_checkpoints(&mut self) {
-        self.fail_checkpoints("the job restarted from scratch before the checkpoint was taken");
+        self.fail_checkpoints("the job restarted before the checkpoint was taken");
         self.ckpt.ranks.clear();
     }
 
     fn fail_checkpoints(&mut self, reason: &str) {
         let job = self.job;
         for a in std::mem::take(&mut self.ckpt.asked) {
+            self.migration_failed(a.request);
             let reason = reason.to_owned();
             self.event(SubmitEvent::CheckpointFailed { job, request: a.request, reason });
         }

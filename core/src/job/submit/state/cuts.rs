@@ -4,7 +4,9 @@
 //! nodes that wrote it; and when a node holding ranks is lost, the whole job
 //! is placed again and resumes from the newest cut it holds whole.
 //!
-//! - **Keeping.** Each file arrives in order, under the output files' window,
+//! - **Keeping.** Executors ship the files of every cut of a job that
+//!   restarts from its checkpoints, and of every cut a checkpoint request
+//!   asked for (`p2pjob checkpoint`, `migrate`). Each file arrives in order, under the output files' window,
 //!   is written through [`SubmitEvent::StoreCheckpoint`] and checked against
 //!   its SHA-1; a cut is complete once every rank's file of its epoch arrived
 //!   whole. The newest complete cut and the one before it are kept (the older
@@ -90,7 +92,7 @@ impl Submission {
     pub(super) fn on_checkpoint_file(&mut self, from: NodeAddr, file: ShippedCheckpoint, payload: Bytes) -> Option<()> {
         let ShippedCheckpoint { rank, epoch, offset, total, digest } = file;
         let newest = self.newest_cut().unwrap_or(0);
-        let wanted = self.desc.restart == RestartPolicy::Checkpoint && epoch > newest && total <= MAX_SHIPPED_FILE;
+        let wanted = epoch > newest && total <= MAX_SHIPPED_FILE;
         if !wanted || !self.holds(from, rank) {
             return None;
         }
@@ -123,6 +125,7 @@ impl Submission {
             kept.ranks.insert(rank);
             if kept.ranks.len() == size {
                 self.prune_cuts();
+                self.maybe_migrate();
             }
         }
         Some(())
@@ -151,16 +154,17 @@ impl Submission {
     /// A restart: resumes from the newest complete cut (reading its files
     /// back), or starts from scratch when there is none. Either way the
     /// restart is announced once it is settled.
-    pub(super) fn restart_from_cut(&mut self, why: String) {
+    pub(super) fn restart_from_cut(&mut self, why: String, from_cut: bool) {
         self.cuts.arriving.clear();
         self.cuts.resume = None;
-        if self.desc.restart == RestartPolicy::Checkpoint {
+        if from_cut {
             if let Some(epoch) = self.newest_cut() {
                 return self.read_cut(epoch, why);
             }
             self.forget_cuts();
             return self.announce_restart(format!("from scratch (no checkpoint was kept whole yet): {why}"));
         }
+        self.forget_cuts();
         self.announce_restart(format!("from scratch: {why}"))
     }
 

@@ -56,7 +56,7 @@ impl Submission {
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
             // Lines of older nodes carry only free slots; newer ones their total too.
             let total = res.slots_total.max(res.slots);
-            let lost_before = self.lost_nodes.contains(&addr);
+            let lost_before = self.lost_nodes.contains(&addr) || self.avoid == Some(addr);
             if total > 0 && !lost_before && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
                 let node = Node {
                     slots: total,

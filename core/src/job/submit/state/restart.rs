@@ -16,12 +16,15 @@ pub const MAX_RESTARTS: u32 = 3;
 impl Submission {
     /// Whether losing ranks now restarts the job rather than failing it.
     pub(super) fn restartable(&self) -> bool {
-        self.desc.restart != RestartPolicy::Fail && self.restarts < MAX_RESTARTS && self.phase == Phase::Running
+        let losses = self.restarts - self.migrations;
+        self.desc.restart != RestartPolicy::Fail && losses < MAX_RESTARTS && self.phase == Phase::Running
     }
 
     /// Stops what is left of the current run and starts the job again from
-    /// its queries; `why` is the loss, kept and reported.
-    pub(super) fn restart(&mut self, why: String) {
+    /// its queries; `why` is the loss, kept and reported. `from_cut`: from
+    /// the newest cut kept whole, if any.
+    pub(super) fn restart(&mut self, why: String, from_cut: bool) {
+        self.migration = None;
         self.release_nodes(true);
         self.restart_checkpoints();
         self.restarts += 1;
@@ -47,7 +50,7 @@ impl Submission {
             self.actions.push_back(Action::Event(e));
         }
         // From the newest cut kept whole, or from scratch (see `cuts`).
-        self.restart_from_cut(why);
+        self.restart_from_cut(why, from_cut);
     }
 
     /// The restart is settled (`how` says from where, and why): kept and reported.

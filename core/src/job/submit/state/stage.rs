@@ -209,6 +209,8 @@ impl Submission {
             return;
         }
         self.phase = Phase::Running;
+        // A node a rank moved off may take ranks again in a later placement.
+        self.avoid = None;
         let placed = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
         self.event(SubmitEvent::Placed { job: self.job, ranks: placed });
         let holding: Vec<NodeAddr> =

@@ -176,15 +176,86 @@ fn without_a_complete_cut_the_job_restarts_from_scratch_and_says_so() {
 }
 
 #[test]
-fn a_job_that_restarts_from_scratch_keeps_no_cut() {
-    let nodes: Vec<_> = (1..=2).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+fn a_job_that_restarts_from_scratch_does_so_with_a_cut_kept_and_keeps_the_new_run_s_cuts() {
+    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
     let mut h = Harness::new(&nodes);
     h.exit_code = None;
     let mut j = job(2, &["linux"]);
     j.restart = RestartPolicy::Scratch;
     let mut s = submission(&h, j);
     h.run(&mut s, 20);
+    // A cut asked for (p2pjob checkpoint) is shipped and kept all the same.
+    ship_cut(&mut h, &mut s, 3);
+    assert_eq!(s.newest_cut(), Some(3));
+    let lost = s.ranks()[0].node.unwrap();
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+    assert!(s.restart_reasons()[0].starts_with("from scratch: node "), "{:?}", s.restart_reasons());
+    assert_eq!(s.resumed_from(), None);
+    assert!(h.cuts.is_empty(), "the old run's cut is dropped");
+    // The new run counts its cuts from 1 again, and they are kept.
     ship_cut(&mut h, &mut s, 1);
-    assert_eq!(s.newest_cut(), None);
-    assert!(h.cuts.is_empty());
+    assert_eq!(s.newest_cut(), Some(1));
+}
+
+/// Answers checkpoint request `request` as the ranks would: each node says
+/// it reached its rank, each rank reports its file of `epoch` covering it.
+fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
+    let job = s.wire();
+    for rank in 0..2u32 {
+        let node = s.ranks()[rank as usize].node.unwrap();
+        let asked = JobMsg::CheckpointAsked { job, request, ranks: vec![rank] };
+        s.handle_message(h.now, reply(node, asked, Bytes::new()));
+        let ckpt = crate::ckpt::CheckpointInfo { epoch, unix_ms: 1, stored_bytes: 300, raw_bytes: 300 };
+        s.handle_message(h.now, reply(node, JobMsg::Checkpointed { job, rank, ckpt, request }, Bytes::new()));
+    }
+    h.run(s, 5);
+}
+
+#[test]
+fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() {
+    // <restart>fail</restart>: a migration needs no restart rule.
+    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    let first = s.wire();
+    let from = s.ranks()[1].node.unwrap();
+    assert_eq!(s.migrate(1), Ok(1));
+    assert!(matches!(s.migrate(0), Err(SubmitCmdError::Migrating { rank: 1, .. })));
+    h.run(&mut s, 5);
+    take_cut(&mut h, &mut s, 1, 1);
+    // Taken, but its files are not here yet: nothing moves.
+    assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
+    assert_eq!(s.wire(), first);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert!(h.events.contains(&SubmitEvent::Migrated { job: s.job(), rank: 1, from, epoch: 1 }), "{:?}", h.events);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert!(s.ranks().iter().all(|r| r.node != Some(from)), "the node moved off is passed over");
+    assert_eq!(s.resumed_from(), Some(1));
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.starts_with(&format!("from checkpoint 1: rank 1 moved off node {from}")), "{reason}");
+    assert!(h.sent.iter().any(|(_, m, _)| *m == JobMsg::Resume { job: s.wire(), from: first, epoch: 1 }));
+}
+
+#[test]
+fn a_migration_counts_against_no_restart_after_a_loss() {
+    let (mut h, mut s) = running();
+    for round in 1..=MAX_RESTARTS as u64 + 1 {
+        assert_eq!(s.phase(), Phase::Running, "round {round}: {:?}", h.events);
+        let request = s.migrate(0).unwrap();
+        take_cut(&mut h, &mut s, request, round);
+        ship_cut(&mut h, &mut s, round);
+        h.run(&mut s, 30);
+        assert_eq!(s.restart_reasons().len() as u64, round);
+    }
+    // Still one restart after a loss left (3 nodes: the one moved off last is free again).
+    let lost = s.ranks()[1].node.unwrap();
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+    assert!(s.restart_reasons().last().unwrap().contains(&lost.to_string()), "{:?}", s.restart_reasons());
+    assert_eq!(s.phase(), Phase::Running, "{:?}", h.outcome());
 }

@@ -1,0 +1,80 @@
+//! Moving a rank off its node (`p2pjob migrate JOB RANK`): the job takes a
+//! checkpoint now, its files travel to the node holding the job (executors
+//! ship the files of every cut a request asked for), and once that cut is
+//! kept whole the job is placed again, away from the rank's node, and every
+//! rank resumes from it (see `cuts`). The ranks roll back to a cut taken
+//! moments before, so no work is lost beyond what they did while it
+//! travelled; that one rank moves while the others go on untouched would need
+//! the MPI library to carry its per-peer sequence numbers across, which it
+//! does not yet.
+//!
+//! A migration does not count against the job's restarts after lost nodes.
+
+use super::*;
+
+/// A migration on its way.
+#[derive(Debug)]
+pub(super) struct Migration {
+    rank: u32,
+    /// The node it moves off.
+    from: NodeAddr,
+    /// The checkpoint request that takes its cut.
+    request: u64,
+    /// That cut's epoch, once the ranks took it.
+    epoch: Option<u64>,
+}
+
+impl Submission {
+    /// Moves `rank` off its node: asks for a checkpoint (its number is
+    /// returned; its progress comes as for [`Submission::request_checkpoint`]),
+    /// then restarts the job from that cut away from the node
+    /// ([`SubmitEvent::Migrated`]).
+    pub fn migrate(&mut self, rank: u32) -> Result<u64, SubmitCmdError> {
+        let job = self.job;
+        let Some(r) = self.ranks.get(rank as usize).copied() else {
+            return Err(SubmitCmdError::NoRunningRank { job, why: "it has no such rank" });
+        };
+        if let Some(m) = &self.migration {
+            return Err(SubmitCmdError::Migrating { job, rank: m.rank });
+        }
+        let from = match (r.node, r.exit, self.phase) {
+            (Some(node), None, Phase::Running) => node,
+            (_, Some(_), _) => return Err(SubmitCmdError::NoRunningRank { job, why: "that rank has exited" }),
+            _ => return Err(SubmitCmdError::NoRunningRank { job, why: "it is not running" }),
+        };
+        let request = self.request_checkpoint()?;
+        self.migration = Some(Migration { rank, from, request, epoch: None });
+        Ok(request)
+    }
+
+    /// Checkpoint request `request` was answered by the cut of `epoch`.
+    pub(super) fn migration_cut_taken(&mut self, request: u64, epoch: u64) {
+        if let Some(m) = self.migration.as_mut().filter(|m| m.request == request) {
+            m.epoch = Some(epoch);
+            self.maybe_migrate();
+        }
+    }
+
+    /// Checkpoint request `request` will not be answered: a migration
+    /// waiting for it ends (the tool that asked is told why).
+    pub(super) fn migration_failed(&mut self, request: u64) {
+        if self.migration.as_ref().is_some_and(|m| m.request == request) {
+            self.migration = None;
+        }
+    }
+
+    /// Once the migration's cut is kept whole here, the job moves.
+    pub(super) fn maybe_migrate(&mut self) {
+        let Some(m) = &self.migration else { return };
+        let (Some(epoch), true) = (m.epoch, self.phase == Phase::Running) else { return };
+        if self.newest_cut() != Some(epoch) {
+            return; // its files are still on their way
+        }
+        let Some(Migration { rank, from, .. }) = self.migration.take() else { return };
+        self.migrations += 1;
+        self.avoid = Some(from);
+        let job = self.job;
+        self.event(SubmitEvent::Migrated { job, rank, from, epoch });
+        self.restart(format!("rank {rank} moved off node {from} (p2pjob migrate)"), true);
+    }
+}
