@@ -74,6 +74,12 @@ pub(crate) struct Shell {
     procs: Procs,
     worker: Worker,
     stopping: Stopping,
+    /// Stopping: the overlay is left (or waiting for it is over).
+    left: bool,
+    /// Jobs that may still move their ranks off this node, as the node says.
+    moving: usize,
+    /// Stopping: how long those ranks are waited for.
+    drain_until: Option<Instant>,
 }
 
 impl Shell {
@@ -94,7 +100,15 @@ impl Shell {
                 return;
             }
         };
-        let mut sh = Shell { procs: Procs::new(remote.clone()), remote, worker, stopping: Stopping::No };
+        let mut sh = Shell {
+            procs: Procs::new(remote.clone()),
+            remote,
+            worker,
+            stopping: Stopping::No,
+            left: false,
+            moving: 0,
+            drain_until: None,
+        };
         let mut stats = tokio::time::interval(HOST_STATS_EVERY);
         let mut quota = tokio::time::interval(QUOTA_EVERY);
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -117,7 +131,9 @@ impl Shell {
                 _ = quota.tick(), if sh.procs.running() > 0 => sh.work(Work::CheckQuota),
                 Ok(()) = stop.asked.recv(), if sh.stopping == Stopping::No => {
                     let _ = sh.remote.post(NodeCommand::Leave);
-                    sh.stopping = Stopping::Leaving(Instant::now() + crate::daemon::stop_waits().0);
+                    let (leave, drain, _) = crate::daemon::stop_waits();
+                    sh.stopping = Stopping::Leaving(Instant::now() + leave);
+                    sh.drain_until = Some(Instant::now() + drain);
                 }
                 _ = tokio::time::sleep_until(deadline), if deadline != far => sh.next_stop_step(),
             }
@@ -132,15 +148,34 @@ impl Shell {
 
     fn next_stop_step(&mut self) {
         match self.stopping {
-            Stopping::Leaving(_) => self.kill_all(),
+            Stopping::Leaving(_) => {
+                self.left = true;
+                self.after_leave();
+            }
             Stopping::Killing(_) => self.stopping = Stopping::Done,
             Stopping::No | Stopping::Done => {}
         }
     }
 
+    /// The overlay is left: ranks that may still move off this node are
+    /// waited for (until their jobs say they stay, or the drain limit), the
+    /// rest stopped.
+    fn after_leave(&mut self) {
+        let until = self.drain_until.filter(|t| Instant::now() < *t);
+        match until {
+            Some(t) if self.moving > 0 => {
+                if self.stopping != Stopping::Leaving(t) {
+                    info!(jobs = self.moving, "waiting for ranks to move to other nodes before stopping");
+                }
+                self.stopping = Stopping::Leaving(t);
+            }
+            _ => self.kill_all(),
+        }
+    }
+
     fn kill_all(&mut self) {
         self.procs.kill_all();
-        self.stopping = Stopping::Killing(Instant::now() + crate::daemon::stop_waits().1);
+        self.stopping = Stopping::Killing(Instant::now() + crate::daemon::stop_waits().2);
     }
 
     fn adopt(&mut self, spawn: Spawn, child: std::io::Result<tokio::process::Child>) {
@@ -172,7 +207,14 @@ impl Shell {
             NodeEvent::Overlay(OverlayEvent::Left) => {
                 info!("left the overlay");
                 if matches!(self.stopping, Stopping::Leaving(_)) {
-                    self.kill_all();
+                    self.left = true;
+                    self.after_leave();
+                }
+            }
+            NodeEvent::Draining { jobs } => {
+                self.moving = jobs;
+                if matches!(self.stopping, Stopping::Leaving(_)) && self.left {
+                    self.after_leave();
                 }
             }
             NodeEvent::Overlay(e) => info!(event = ?e, "overlay"),

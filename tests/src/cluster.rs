@@ -326,6 +326,26 @@ impl Cluster {
         }
     }
 
+    /// SIGTERM of host `i`'s jobd (a graceful stop), waiting at most `limit`
+    /// for it to exit: how long it took.
+    ///
+    /// # Panics
+    /// If it is still running after `limit`.
+    pub fn terminate(&mut self, i: usize, limit: std::time::Duration) -> std::time::Duration {
+        let t0 = std::time::Instant::now();
+        let Some(mut c) = self.hosts[i].jobd.take() else { return t0.elapsed() };
+        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        while t0.elapsed() < limit {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                return t0.elapsed();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("jobd on host {i} still ran {limit:?} after SIGTERM");
+    }
+
     /// SIGSTOP of every process on host `i`: silent, no RST, nothing answers.
     pub fn pause(&self, i: usize) {
         self.hosts[i].ns.signal("STOP");

@@ -400,6 +400,31 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
     eprintln!("migrated twice; the job took {:?} in all", t0.elapsed());
 }
 
+/// SIGTERM of a daemon running a rank of the checkpointing ring
+/// (`<restart>fail</restart>`, no interval): before it stops, the job takes a
+/// checkpoint and resumes on the hosts left, the daemon exits once its rank
+/// has moved, and the job ends with the undisturbed result.
+#[test]
+fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
+    let Some(prog) = ckpt_ring() else { return };
+    let Some(mut c) = cluster("sigterm", 4, &["--heartbeat-ms", "250"]) else { return };
+    let loops: u64 = 9_311;
+    let job = job_file(&c, "sigterm.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
+    let took = c.terminate(victim, Duration::from_secs(45));
+    eprintln!("jobd on host {victim} exited {took:?} after SIGTERM");
+    assert!(c.log(victim).contains("waiting for ranks to move to other nodes before stopping"), "{}", c.log(victim));
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    let moved = format!("the ranks moved off node {}:7400 (its node is shutting down)", c.hosts[victim].ip);
+    assert!(status.contains("restart 1: from checkpoint ") && status.contains(&moved), "{status}");
+}
+
 #[test]
 fn a_paused_host_fails_its_job_within_the_failure_timeout_naming_it() {
     let timeout_ms = "2000";

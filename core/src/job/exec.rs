@@ -224,6 +224,9 @@ pub struct Execution {
     ignored: u64,
     /// Which rank each linked control connection serves ([`ckpt`]).
     links: BTreeMap<u64, (JobId, u32)>,
+    /// The node is shutting down: the jobs whose submitters may still move
+    /// their ranks off it ([`Execution::handle_leaving`]).
+    draining: BTreeSet<JobId>,
 }
 
 fn plain_name(name: &str) -> bool {
@@ -243,6 +246,7 @@ impl Execution {
             actions: VecDeque::new(),
             ignored: 0,
             links: BTreeMap::new(),
+            draining: BTreeSet::new(),
         }
     }
 
@@ -298,6 +302,7 @@ impl Execution {
     fn drop_job(&mut self, job: JobId) {
         let Some(j) = self.jobs.remove(&job) else { return };
         self.unlink(job, None);
+        self.draining.remove(&job);
         // Every slot not yet given back is freed now, a killed process's included.
         let mut freed = 0;
         for (rank, run) in j.ranks {
@@ -431,6 +436,9 @@ impl Execution {
             JobMsg::Done { .. } => self.drop_job(job),
             JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request),
             JobMsg::Resume { from: run, epoch, .. } if j.staged.is_none() => j.resume = Some((run, epoch)),
+            JobMsg::Staying { .. } => {
+                self.draining.remove(&job);
+            }
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
             _ => return None,

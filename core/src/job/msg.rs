@@ -145,6 +145,13 @@ pub enum JobMsg {
     /// [`super::RESUME_FILES`] + rank, named [`crate::ckpt::file_name`], apart
     /// from the files the submitter signed.
     Resume { job: JobId, from: JobId, epoch: u64 },
+    /// Executor -> submitter: this node is shutting down (gracefully) with
+    /// ranks of the job running: move them, if they can be moved, before it
+    /// stops them.
+    Leaving { job: JobId },
+    /// Submitter -> executor: answer to [`JobMsg::Leaving`]: the ranks will
+    /// not be moved (no checkpoint can be taken of them); stop them at will.
+    Staying { job: JobId },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -205,7 +212,9 @@ impl JobMsg {
             | JobMsg::Checkpointed { job, .. }
             | JobMsg::Recovered { job, .. }
             | JobMsg::CheckpointFile { job, .. }
-            | JobMsg::Resume { job, .. } => *job,
+            | JobMsg::Resume { job, .. }
+            | JobMsg::Leaving { job }
+            | JobMsg::Staying { job } => *job,
         }
     }
 
@@ -300,6 +309,8 @@ mod tests {
         want.extend([0u8; 20]);
         want.push(4);
         assert_eq!(body_bytes(&JobMsg::Resume { job: z, from: z, epoch: 4 }), want);
+        assert_eq!(body_bytes(&JobMsg::Leaving { job: z }), [&[31u8][..], &[0u8; 20]].concat());
+        assert_eq!(body_bytes(&JobMsg::Staying { job: z }), [&[32u8][..], &[0u8; 20]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -363,6 +374,8 @@ mod tests {
                 ahead
             }),
             job.clone().prop_map(|job| JobMsg::Unwant { job }),
+            job.clone().prop_map(|job| JobMsg::Leaving { job }),
+            job.clone().prop_map(|job| JobMsg::Staying { job }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

@@ -112,7 +112,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Unwant { .. }
         | JobMsg::SignedOffer { .. }
         | JobMsg::Checkpoint { .. }
-        | JobMsg::Resume { .. } => true,
+        | JobMsg::Resume { .. }
+        | JobMsg::Staying { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -128,7 +129,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::CheckpointAsked { .. }
         | JobMsg::Checkpointed { .. }
         | JobMsg::Recovered { .. }
-        | JobMsg::CheckpointFile { .. } => false,
+        | JobMsg::CheckpointFile { .. }
+        | JobMsg::Leaving { .. } => false,
     }
 }
 
@@ -286,6 +288,11 @@ pub enum NodeEvent {
     /// a process starts with [`crate::job::STREAM_WINDOW`] bytes of credit, and
     /// its pipes are read only while credit is left.
     OutputCredit { job: JobId, rank: u32, bytes: u64 },
+    /// The node is leaving and `jobs` jobs may still move their ranks off
+    /// it (their submitters take a checkpoint and place them elsewhere, then
+    /// stop them here): the shell waits for those ranks, within its limit,
+    /// before it stops the rest. Told whenever the number changes.
+    Draining { jobs: usize },
     /// Read the first `len` bytes of each log file (every earlier
     /// [`NodeEvent::WriteFile`] to it is done) and hand them back in order as
     /// [`NodeCommand::Replayed`] chunks, then [`NodeCommand::ReplayDone`].
@@ -386,6 +393,9 @@ pub struct DaemonNode {
     /// The wall clock (ms since the Unix epoch) at an instant, as the shell last said.
     wall: (Instant, u64),
     left: bool,
+    /// Jobs that may still move their ranks off this node, as last told
+    /// to the shell ([`NodeEvent::Draining`]).
+    draining: usize,
     /// Whose jobs run here, who may act on the jobs held here.
     policy: Policy,
     /// Signed tool requests taken within the window.
@@ -432,6 +442,7 @@ impl DaemonNode {
             forwards: remote::Forwards::default(),
             wall: (now, config.unix_ms),
             left: false,
+            draining: 0,
             policy: config.auth,
             replay: ReplayGuard::default(),
             job_replay: ReplayGuard::new(crate::auth::JOB_SIGNATURE_WINDOW_MS, crate::auth::REPLAY_CAP),
@@ -544,6 +555,11 @@ impl DaemonNode {
             if !busy {
                 break;
             }
+        }
+        let draining = self.exec.draining();
+        if draining != self.draining {
+            self.draining = draining;
+            self.event(NodeEvent::Draining { jobs: draining });
         }
     }
 
@@ -747,6 +763,10 @@ impl Machine for DaemonNode {
                     Err(NodeCmdError::Left)
                 } else {
                     self.left = true;
+                    // Ranks that can be moved are, before the shell stops
+                    // them: it hears how many before it hears the overlay left.
+                    self.draining = self.exec.handle_leaving();
+                    self.event(NodeEvent::Draining { jobs: self.draining });
                     self.overlay(now, OverlayCommand::Leave);
                     Ok(())
                 }

@@ -153,6 +153,31 @@ impl Execution {
         self.send(from, JobMsg::CheckpointAsked { job, request, ranks }, Bytes::new());
     }
 
+    /// The node is shutting down gracefully: every submitter (other than
+    /// this node) with ranks running here is asked to move them
+    /// ([`JobMsg::Leaving`]). The number of jobs that may still move.
+    pub fn handle_leaving(&mut self) -> usize {
+        let me = self.addr;
+        let running: Vec<(JobId, NodeAddr)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.submitter != me && j.ranks.values().any(|r| matches!(r, RankRun::Running { .. })))
+            .map(|(job, j)| (*job, j.submitter))
+            .collect();
+        for (job, to) in running {
+            self.draining.insert(job);
+            self.send(to, JobMsg::Leaving { job }, Bytes::new());
+        }
+        self.draining.len()
+    }
+
+    /// Jobs that may still move their ranks off this node before it stops
+    /// (asked by [`Execution::handle_leaving`]; a job stays once its submitter
+    /// says so, or stops them, or it ends).
+    pub fn draining(&self) -> usize {
+        self.draining.len()
+    }
+
     /// `rank` of `job` (every rank when `None`) exited or was dropped: its
     /// connection serves nothing any more.
     pub(super) fn unlink(&mut self, job: JobId, rank: Option<u32>) {

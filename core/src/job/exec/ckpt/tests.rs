@@ -191,3 +191,26 @@ fn a_resumed_rank_waits_for_its_file_of_the_cut_and_starts_from_it() {
     assert!(env_of_rank_1.contains(&("P2PMP_RESTART".to_owned(), "rank-1.4.ckpt".to_owned())));
     assert!(env_of_rank_1.contains(&("P2PMP_RESTART_JOB".to_owned(), from.to_string())));
 }
+
+#[test]
+fn a_node_shutting_down_asks_the_submitters_of_its_running_ranks_to_move_them() {
+    let (mut e, j, now) = running();
+    drain(&mut e);
+    assert_eq!(e.handle_leaving(), 1);
+    assert_eq!(e.draining(), 1);
+    assert_eq!(drain(&mut e).0, [JobMsg::Leaving { job: j }]);
+    // Told they stay: nothing to wait for.
+    e.handle_message(now, env(JobMsg::Staying { job: j }, Bytes::new()));
+    assert_eq!(e.draining(), 0);
+    // Asked again, then stopped by the submitter (the ranks moved): no longer waited for.
+    assert_eq!(e.handle_leaving(), 1);
+    e.handle_message(now, env(JobMsg::Kill { job: j }, Bytes::new()));
+    e.handle_process_exit(j, 0, -9).unwrap();
+    e.handle_process_exit(j, 1, -9).unwrap();
+    assert_eq!(e.draining(), 0);
+    // A job this node submitted itself is not asked about (its holder goes too).
+    let mut own = Execution::new(super::super::ExecConfig::new(2, "n"), addr(0));
+    staged(&mut own, now, j, vec![0, 1], false);
+    own.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    assert_eq!(own.handle_leaving(), 0);
+}

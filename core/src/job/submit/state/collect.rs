@@ -100,6 +100,7 @@ impl Submission {
                     self.finish(Outcome::Done { codes });
                 }
             }
+            JobMsg::Leaving { .. } => return self.on_leaving(from),
             m @ (JobMsg::CheckpointAsked { .. } | JobMsg::Checkpointed { .. } | JobMsg::Recovered { .. }) => {
                 return self.on_checkpoint_msg(from, m);
             }

@@ -8,7 +8,10 @@
 //! the MPI library to carry its per-peer sequence numbers across, which it
 //! does not yet.
 //!
-//! A migration does not count against the job's restarts after lost nodes.
+//! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
+//! the same way (or is told they stay, [`JobMsg::Staying`], when no
+//! checkpoint can be taken of them). A migration does not count against the
+//! job's restarts after lost nodes.
 
 use super::*;
 
@@ -22,6 +25,8 @@ pub(super) struct Migration {
     request: u64,
     /// That cut's epoch, once the ranks took it.
     epoch: Option<u64>,
+    /// The node is shutting down (else the user asked).
+    leaving: bool,
 }
 
 impl Submission {
@@ -30,6 +35,22 @@ impl Submission {
     /// then restarts the job from that cut away from the node
     /// ([`SubmitEvent::Migrated`]).
     pub fn migrate(&mut self, rank: u32) -> Result<u64, SubmitCmdError> {
+        self.start_migration(rank, false)
+    }
+
+    /// Node `from` is shutting down with live ranks of the job: they move
+    /// off it as for a migration, or the node is told they stay (then its
+    /// stop is a loss, handled by the job's restart rule).
+    pub(super) fn on_leaving(&mut self, from: NodeAddr) -> Option<()> {
+        let n = self.nodes.get(&from)?;
+        let live = n.accepted.iter().copied().find(|r| self.ranks[*r as usize].exit.is_none());
+        if live.is_none_or(|rank| self.start_migration(rank, true).is_err()) {
+            self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
+        }
+        Some(())
+    }
+
+    fn start_migration(&mut self, rank: u32, leaving: bool) -> Result<u64, SubmitCmdError> {
         let job = self.job;
         let Some(r) = self.ranks.get(rank as usize).copied() else {
             return Err(SubmitCmdError::NoRunningRank { job, why: "it has no such rank" });
@@ -43,7 +64,7 @@ impl Submission {
             _ => return Err(SubmitCmdError::NoRunningRank { job, why: "it is not running" }),
         };
         let request = self.request_checkpoint()?;
-        self.migration = Some(Migration { rank, from, request, epoch: None });
+        self.migration = Some(Migration { rank, from, request, epoch: None, leaving });
         Ok(request)
     }
 
@@ -58,8 +79,10 @@ impl Submission {
     /// Checkpoint request `request` will not be answered: a migration
     /// waiting for it ends (the tool that asked is told why).
     pub(super) fn migration_failed(&mut self, request: u64) {
-        if self.migration.as_ref().is_some_and(|m| m.request == request) {
-            self.migration = None;
+        let Some(m) = self.migration.take_if(|m| m.request == request) else { return };
+        if m.leaving {
+            // The node stops its ranks when it will: their loss takes its course.
+            self.send(m.from, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
     }
 
@@ -70,11 +93,14 @@ impl Submission {
         if self.newest_cut() != Some(epoch) {
             return; // its files are still on their way
         }
-        let Some(Migration { rank, from, .. }) = self.migration.take() else { return };
+        let Some(Migration { rank, from, leaving, .. }) = self.migration.take() else { return };
         self.migrations += 1;
         self.avoid = Some(from);
         let job = self.job;
         self.event(SubmitEvent::Migrated { job, rank, from, epoch });
-        self.restart(format!("rank {rank} moved off node {from} (p2pjob migrate)"), true);
+        let why = if leaving { "its node is shutting down" } else { "p2pjob migrate" };
+        let ranks = if leaving { "the ranks" } else { "rank" };
+        let which = if leaving { String::new() } else { format!(" {rank}") };
+        self.restart(format!("{ranks}{which} moved off node {from} ({why})"), true);
     }
 }

@@ -259,3 +259,33 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
     assert!(s.restart_reasons().last().unwrap().contains(&lost.to_string()), "{:?}", s.restart_reasons());
     assert_eq!(s.phase(), Phase::Running, "{:?}", h.outcome());
 }
+
+#[test]
+fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
+    let (mut h, mut s) = running();
+    let leaving = s.ranks()[0].node.unwrap();
+    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+    h.run(&mut s, 5);
+    let request = 1;
+    take_cut(&mut h, &mut s, request, 1);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let reason = &s.restart_reasons()[0];
+    let want = format!("from checkpoint 1: the ranks moved off node {leaving} (its node is shutting down)");
+    assert_eq!(reason, &want);
+
+    // Ranks that cannot be asked for a checkpoint stay: the node is told so.
+    let (mut h, mut s) = running();
+    let leaving = s.ranks()[1].node.unwrap();
+    let job = s.wire();
+    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job }, Bytes::new()));
+    for rank in 0..2usize {
+        let node = s.ranks()[rank].node.unwrap();
+        s.handle_message(h.now, reply(node, JobMsg::CheckpointAsked { job, request: 1, ranks: vec![] }, Bytes::new()));
+    }
+    h.run(&mut s, 5);
+    assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Staying { job }), "{:?}", h.sent);
+    assert_eq!(s.phase(), Phase::Running);
+}
