@@ -46,6 +46,9 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
             }
         }
     }
+    if !quick {
+        factor_rows(res, &dir, limit);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let raw_mib = if quick { 8 } else { 32 };
     for (name, data) in datasets(raw_mib << 20) {
@@ -61,6 +64,38 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
 
 /// Stored size as a percentage of raw, compression and decompression speed
 /// (MB/s of raw bytes; best of 3).
+/// Periodic checkpoints on the factoring job (2 ranks, K = 10,000; a safe
+/// point every flag round): plain, safe points only, a checkpoint every 10 s
+/// and every 60 s (s; the overhead is the difference from plain; the
+/// checkpoints taken beside).
+fn factor_rows(res: &mut Results, dir: &std::path::Path, limit: Duration) {
+    let args = |mode: &str| [mode.to_string(), crate::SEMIPRIME.to_string(), "10000".to_string()];
+    let row = "factoring, 2 ranks, K=10000";
+    // (row, rank mode, checkpoint interval in ms)
+    let runs = [
+        ("plain", "factor", None),
+        ("snap", "factor_snap", None),
+        ("ckpt10s", "factor_snap", Some(10_000)),
+        ("ckpt60s", "factor_snap", Some(60_000)),
+    ];
+    for (name, mode, every) in runs {
+        let env: Vec<(&str, String)> = every.map_or_else(Vec::new, |ms: u64| {
+            vec![("P2PMP_CHECKPOINT_MS", ms.to_string()), ("P2PMP_CHECKPOINT_DIR", dir.display().to_string())]
+        });
+        let lines = run::p2pmp_env(2, &args(mode), &env, limit).map_err(|f| f.why);
+        let time = lines.as_ref().map_err(Clone::clone).and_then(|l| {
+            run::values(l, "factor").first().map(|v| v[0]).ok_or_else(|| "failed: no output".to_string())
+        });
+        res.put("factor_ckpt", row, &format!("{name}_s"), "factor_2_k10000_s", time);
+        if mode == "factor_snap" {
+            let taken = lines.as_ref().map_err(Clone::clone).and_then(|l| {
+                run::values(l, "snapshots").first().map(|v| v[0]).ok_or_else(|| "failed: no output".to_string())
+            });
+            res.put("factor_ckpt", row, &format!("{name}_taken"), "factor_2_k10000_taken", taken);
+        }
+    }
+}
+
 fn measure(codec: Codec, raw: &[u8]) -> (f64, f64, f64) {
     let (mut best_c, mut best_d, mut stored) = (f64::MAX, f64::MAX, Vec::new());
     for _ in 0..3 {

@@ -66,19 +66,8 @@ fn measure(
     if let Some(why) = unavailable() {
         return Err(format!("skipped: {why}"));
     }
-    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]);
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut c = Cluster::new(2, "mpi-bench");
-    c.start_all(&["--slots", "1", "--stabilize-ms", "200", "--log-level", "warn"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c.p2pjob(0, &["nodes"], Duration::from_secs(20)).stdout.lines().filter(|l| l.starts_with("198.18.")).count()
-        < 2
-    {
-        if Instant::now() > deadline {
-            return Err("failed: the two hosts' overlay did not form".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let c = start_cluster(2, "mpi-bench", &[])?;
     let me_s = me.to_string_lossy().into_owned();
     let p2pmp = |plain: bool| -> Figures {
         let mut args = vec!["run", "-n", "2", me_s.as_str(), "pingpong"];
@@ -133,17 +122,51 @@ fn mpich_between(c: &Cluster, dir: &std::path::Path, quick: bool, limit: Duratio
     }
 }
 
-/// A raw blocking ping-pong of `n` x 5 messages of `size` bytes: the timing
-/// process on host 0, the echo on host 1.
+/// A cluster of `n` hosts with a jobd and one slot on each (`extra` flags
+/// beside), once the overlay lists them all (jobd built first).
+pub(crate) fn start_cluster(n: usize, tag: &str, extra: &[&str]) -> Result<Cluster, String> {
+    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]);
+    let mut c = Cluster::new(n, tag);
+    let flags: Vec<&str> = ["--slots", "1", "--stabilize-ms", "200", "--log-level", "warn"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    c.start_all(&flags);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.p2pjob(0, &["nodes"], Duration::from_secs(20)).stdout.lines().filter(|l| l.starts_with("198.18.")).count()
+        < n
+    {
+        if Instant::now() > deadline {
+            return Err("failed: the hosts' overlay did not form".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(c)
+}
+
+/// A raw blocking ping-pong of `n` x 5 messages of `size` bytes between
+/// hosts 0 and 1: the median half round trip in µs.
 fn raw_between(c: &Cluster, me: &std::path::Path, size: usize, n: usize) -> Result<f64, String> {
-    let at = std::net::SocketAddr::from((c.hosts[0].ip, 7500));
-    let timer = c.hosts[0]
+    raw_hosts(c, me, (0, 1), size, n)
+}
+
+/// A raw blocking ping-pong of `n` x 5 messages of `size` bytes: the timing
+/// process on host `a`, the echo on host `b`; the median half round trip in µs.
+pub(crate) fn raw_hosts(
+    c: &Cluster,
+    me: &std::path::Path,
+    (a, b): (usize, usize),
+    size: usize,
+    n: usize,
+) -> Result<f64, String> {
+    let at = std::net::SocketAddr::from((c.hosts[a].ip, 7500));
+    let timer = c.hosts[a]
         .command(me)
         .env(raw::CLIENT_VAR, format!("{at} {size} {n}"))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let echo = c.hosts[1].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} block", 5 * n)).status();
+    let echo = c.hosts[b].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} block", 5 * n)).status();
     let out = timer.wait_with_output().map_err(|e| e.to_string())?;
     match echo {
         Ok(st) if st.success() => {}

@@ -13,6 +13,9 @@
 //!   encrypted as by default between hosts and again unencrypted, beside a raw
 //!   blocking TCP ping-pong between processes on the same two hosts and MPICH
 //!   over TCP.
+//! - `--migrate` (only these rows): `p2pjob migrate` of a rank with 1.5 MB,
+//!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
+//!   copy of the same bytes (see `migrate.rs`).
 //!
 //! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
 //! turns over three rounds (quick: one), so load drifting on a shared machine
@@ -34,6 +37,7 @@
 
 mod ckpt;
 mod hosts;
+mod migrate;
 mod plot;
 mod ranks;
 mod raw;
@@ -48,7 +52,7 @@ use std::time::{Duration, Instant};
 use run::{Mpi, RefBuild, RunResult};
 
 pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
-const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
+pub(crate) const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
 /// Rounds of the p2pmp and raw ping-pongs, taking turns (quick: one).
 const PP_ROUNDS: usize = 3;
 /// The collectives timed, and the bytes per rank.
@@ -481,8 +485,10 @@ fn main() {
             Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick"), args.iter().any(|a| a == "plain")),
             Some("ring") => ranks::ring(arg(1), false),
             Some("ring_snap") => ranks::ring(arg(1), true),
-            Some("factor") => ranks::factor(arg(1), arg(2)),
+            Some("factor") => ranks::factor(arg(1), arg(2), false),
+            Some("factor_snap") => ranks::factor(arg(1), arg(2), true),
             Some("coll") => ranks::coll(args.iter().any(|a| a == "quick")),
+            Some("state") => ranks::state(arg(1), arg(2)),
             other => panic!("unknown mode {other:?}"),
         };
         res.expect("rank failed");
@@ -523,8 +529,26 @@ fn main() {
             res.table("snap", "P2P_Snapshot on the ring (s for the loops; µs inside a call; agreements; checkpoints)")
         );
         println!("{}", res.table("codec", "checkpoint compression of 32 MiB (stored % of raw; MB/s of raw bytes)"));
+        println!("{}", res.table("factor_ckpt", "periodic checkpoints on the factoring job (s; checkpoints taken)"));
         let flat = res.flat(quick, &[]);
         let _ = std::fs::write(dir.join(if quick { "ckpt-quick.json" } else { "ckpt.json" }), format!("{flat}\n"));
+        println!("{flat}");
+        return;
+    }
+    if args.iter().any(|a| a == "--migrate") {
+        migrate::section(&mut res, quick);
+        println!(
+            "{}",
+            res.table("migrate", "p2pjob migrate between hosts: request to every rank resumed, beside a raw copy (s)")
+        );
+        let flat = res.flat(quick, &[]);
+        let _ = std::fs::write(
+            dir.join(if quick { "migrate-quick.json" } else { "migrate.json" }),
+            format!(
+                "{flat}
+"
+            ),
+        );
         println!("{flat}");
         return;
     }

@@ -121,13 +121,24 @@ pub(crate) fn isqrt(n: u64) -> u64 {
 }
 
 /// Trial division of `n`, flags exchanged with rank 0 every `k` candidates:
-/// `factor <seconds> <factor>` from rank 0.
-pub(crate) fn factor(n: u64, k: u64) -> Result<(), p2pmp_mpi::Error> {
+/// `factor <seconds> <factor>` from rank 0. With `snapshot`, the next
+/// candidate and the factor found are protected and every flag round is a
+/// safe point (`snapshots <checkpoints taken>` follows).
+pub(crate) fn factor(n: u64, k: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Error> {
     let mut w = p2pmp_mpi::init()?;
     let (r, p) = (w.rank(), w.size());
     let limit = isqrt(n);
     let (mut cand, step) = (2 + u64::from(r), u64::from(p));
     let mut found = 0u64;
+    if snapshot {
+        // SAFETY: both outlive the world and are only read by `snapshot`
+        // between rounds.
+        unsafe {
+            w.protect(0, (&raw mut cand).cast(), 8)?;
+            w.protect(1, (&raw mut found).cast(), 8)?;
+        }
+        w.recover()?;
+    }
     w.barrier()?;
     let t = Instant::now();
     let global = loop {
@@ -162,9 +173,15 @@ pub(crate) fn factor(n: u64, k: u64) -> Result<(), p2pmp_mpi::Error> {
         if global != 0 {
             break global;
         }
+        if snapshot {
+            w.snapshot()?;
+        }
     };
     if r == 0 {
         println!("factor {} {global}", t.elapsed().as_secs_f64());
+        if snapshot {
+            println!("snapshots {}", w.checkpoint_stats().epoch);
+        }
     }
     w.finalize()
 }
@@ -201,6 +218,57 @@ pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
                 println!("coll {op} {bytes} {}", median(samples));
             }
         }
+    }
+    w.finalize()
+}
+
+/// The bytes `rank` protects in `state` mode: an xorshift stream, which no
+/// codec shrinks (the worst case for moving a checkpoint).
+fn state_fill(rank: u32, buf: &mut [u8]) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(rank + 1);
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// `state BYTES LOOPS`: every rank protects `BYTES` of state and passes a
+/// token round the ring `LOOPS` times (rank 0 pausing 1 ms a loop), a safe
+/// point each loop; a resumed rank 0 says `resumed I`, and every rank checks
+/// its state is intact at the end (`state ok`).
+pub(crate) fn state(bytes: u64, loops: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let (r, p) = (w.rank(), w.size());
+    let mut buf = vec![0u8; usize::try_from(bytes).unwrap_or(usize::MAX)];
+    state_fill(r, &mut buf);
+    let want = buf.clone();
+    let mut i = 0u64;
+    // SAFETY: both regions outlive the world and are not touched while a
+    // checkpoint copies them (only inside `snapshot` and `recover`).
+    unsafe {
+        w.protect(0, buf.as_mut_ptr(), buf.len())?;
+        w.protect(1, (&raw mut i).cast(), 8)?;
+    }
+    if w.recover()? && r == 0 {
+        println!("resumed {i}");
+    }
+    let mut tok = [0u8; 8];
+    while i < loops {
+        if r == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            w.send(&tok, 1 % p, 1)?;
+            w.recv_into(&mut tok, Some(p - 1), Some(1))?;
+        } else {
+            w.recv_into(&mut tok, Some(r - 1), Some(1))?;
+            w.send(&tok, (r + 1) % p, 1)?;
+        }
+        i += 1;
+        w.snapshot()?;
+    }
+    if buf == want {
+        println!("state ok");
     }
     w.finalize()
 }
