@@ -26,7 +26,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 use snow::resolvers::{BoxedCryptoResolver, CryptoResolver, DefaultResolver, FallbackResolver};
 
-pub use channel::{MAX_PLAIN_RECORD, MAX_RECORD, RECORD_OVERHEAD, SEAL_APART_MIN, SecureChannel, SecureError};
+pub use channel::{MAX_PLAIN_RECORD, MAX_RECORD, RECORD_OVERHEAD, SecureChannel, SecureError};
 
 /// The Noise protocol name every p2pmp link speaks.
 pub const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_SHA256";
