@@ -347,3 +347,62 @@ pub(super) fn decode_frames(
 pub(super) fn hello_ok(h: &RankHello, job: &[u8], me: u32, size: u32) -> bool {
     h.job == job && h.to_rank == me && h.from_rank < size && h.from_rank != me
 }
+
+#[cfg(test)]
+mod tests {
+    use p2pmp_core::secure::RECORD_OVERHEAD;
+
+    use super::*;
+    use crate::env::Encrypt;
+
+    /// An idle TCP connection, for a `Conn` whose bytes the test moves itself.
+    fn tcp() -> Io {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        Io::Tcp { stream: TcpStream::from_std(s), connecting: true }
+    }
+
+    /// Moves what `from` sealed into `to`'s channel (and through it to `to`'s
+    /// decoder), as a socket would.
+    fn carry(from: &mut Conn, to: &mut Conn, keys: &mut Keys) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        while from.tx_pending() {
+            if from.tx.is_empty() {
+                from.seal_next().unwrap();
+            }
+            let chunk = from.tx.pop_front().unwrap();
+            sizes.push(chunk.len());
+            to.secure.as_mut().unwrap().read_buffer().extend_from_slice(&chunk);
+            to.take_raw(keys).unwrap();
+        }
+        sizes
+    }
+
+    #[test]
+    fn frames_are_sealed_a_record_at_a_time_growing_and_arrive_whole() {
+        let ip = "127.0.0.1".parse().unwrap();
+        let (mut ka, mut kb) = (Keys::new(Encrypt::Always, ip, 2), Keys::new(Encrypt::Always, ip, 2));
+        let (mut a, mut b) = (Conn::new(tcp(), Some(1), false), Conn::new(tcp(), None, true));
+        let mut first = BytesMut::new();
+        a.secure = Some(ka.initiator(&mut first));
+        b.secure = Some(kb.responder());
+        a.tx.push_back(first.freeze());
+        // During the handshake a frame waits in the channel, and rides with it.
+        a.push_frame(Bytes::from_static(b"hello"), Bytes::new());
+        for _ in 0..2 {
+            carry(&mut a, &mut b, &mut kb);
+            carry(&mut b, &mut a, &mut ka);
+        }
+        assert!(a.secure.as_ref().unwrap().is_open() && b.secure.as_ref().unwrap().is_open());
+        let payload: Bytes = (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+        a.push_frame(Bytes::from_static(b"head"), payload.clone());
+        a.push_frame(Bytes::from_static(b"tail"), Bytes::new());
+        assert_eq!(a.tx.len(), 0, "nothing sealed before the socket asks");
+        let sizes = carry(&mut a, &mut b, &mut kb);
+        let o = RECORD_OVERHEAD;
+        assert_eq!(&sizes[..4], &[FIRST_RECORD + o, 2 * FIRST_RECORD + o, MAX_PLAIN_RECORD + o, MAX_PLAIN_RECORD + o]);
+        assert_eq!(a.record, FIRST_RECORD, "a drained queue starts small again");
+        let want = [&b"hello"[..], b"head", &payload, b"tail"].concat();
+        assert_eq!(&b.dec.buffer_mut()[..], &want[..]);
+    }
+}
