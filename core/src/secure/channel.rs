@@ -17,16 +17,16 @@
 //!
 //! Once open, records are Noise transport messages exactly as snow's
 //! `TransportState` makes them (ChaChaPoly, no associated data, the nonce a
-//! counter from 0), but sealed and opened in place with the transport keys of
-//! the handshake's split: a record is sealed where it is written in the
+//! counter from 0), but sealed and opened in place by ring's ChaCha20-Poly1305
+//! with the transport keys of the handshake's split: a record is sealed where
+//! it is written in the
 //! outgoing buffer and opened where it was received, so the plaintext is copied
 //! once each way (into the outgoing buffer; out to the caller's) and never
 //! zero-filled first. Senders that want the receiver to start decrypting early
 //! seal in smaller records ([`SecureChannel::seal_vectored`]).
 
 use bytes::{Buf, BufMut, BytesMut};
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 use thiserror::Error;
 
 use super::{NOISE_PARAMS, PublicKey, StaticKey, resolver};
@@ -64,34 +64,36 @@ pub enum SecureError {
 
 enum State {
     Handshake(Box<snow::HandshakeState>),
-    Open { tx: Cipher, rx: Cipher, remote: PublicKey },
+    Open { tx: Box<Cipher>, rx: Box<Cipher>, remote: PublicKey },
     Broken,
 }
 
 /// One direction of an open channel: Noise's `CipherState` for ChaChaPoly
 /// (a key and a counter nonce), sealing and opening in place.
 struct Cipher {
-    aead: ChaCha20Poly1305,
+    aead: LessSafeKey,
     /// The next record's nonce.
     n: u64,
 }
 
 impl Cipher {
     fn new(key: &[u8; 32]) -> Self {
-        Cipher { aead: ChaCha20Poly1305::new(key.into()), n: 0 }
+        // A 32-byte key is what ChaCha20-Poly1305 takes.
+        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
+        Cipher { aead: LessSafeKey::new(key), n: 0 }
     }
 
     /// The next nonce as Noise's ChaChaPoly takes it (32 zero bits, then the
     /// counter little-endian), or `None` once the 2^64 - 1 usable ones are spent
     /// (Noise reserves the last).
-    fn next_nonce(&mut self) -> Option<chacha20poly1305::Nonce> {
+    fn next_nonce(&mut self) -> Option<Nonce> {
         if self.n == u64::MAX {
             return None;
         }
         let mut nonce = [0u8; 12];
         nonce[4..].copy_from_slice(&self.n.to_le_bytes());
         self.n += 1;
-        Some(nonce.into())
+        Some(Nonce::assume_unique_for_key(nonce))
     }
 
     /// Encrypts `buf` in place: its tag.
@@ -99,14 +101,17 @@ impl Cipher {
         // Sealing 2^64 records takes centuries, and the AEAD refuses only
         // plaintexts over 256 GiB (records hold at most 64 KiB).
         let nonce = self.next_nonce().expect("record nonces left");
-        self.aead.encrypt_in_place_detached(&nonce, &[], buf).expect("a record-sized plaintext")
+        self.aead.seal_in_place_separate_tag(nonce, Aad::empty(), buf).expect("a record-sized plaintext")
     }
 
     /// Authenticates then decrypts `buf` in place, given its `tag`.
     fn open(&mut self, buf: &mut [u8], tag: &[u8]) -> Result<(), SecureError> {
         let nonce = self.next_nonce().ok_or(SecureError::BadRecord)?;
-        let tag = Tag::from_slice(tag);
-        self.aead.decrypt_in_place_detached(&nonce, &[], buf, tag).map_err(|_| SecureError::BadRecord)
+        let tag = Tag::try_from(tag).map_err(|_| SecureError::BadRecord)?;
+        self.aead
+            .open_in_place_separate_tag(nonce, Aad::empty(), tag, buf, 0..)
+            .map(drop)
+            .map_err(|_| SecureError::BadRecord)
     }
 }
 
@@ -290,7 +295,7 @@ impl SecureChannel {
                 part = &part[take..];
             }
             let tag = tx.seal(&mut out[at..]);
-            out.extend_from_slice(&tag);
+            out.extend_from_slice(tag.as_ref());
             left -= len;
         }
         Ok(())
@@ -382,7 +387,8 @@ impl SecureChannel {
         // second what the responder sends (snow's TransportState does the same).
         let (mut k1, mut k2) = hs.dangerously_get_raw_split();
         let (tx, rx) = if hs.is_initiator() { (&k1, &k2) } else { (&k2, &k1) };
-        self.state = State::Open { tx: Cipher::new(tx), rx: Cipher::new(rx), remote: PublicKey(remote) };
+        self.state =
+            State::Open { tx: Box::new(Cipher::new(tx)), rx: Box::new(Cipher::new(rx)), remote: PublicKey(remote) };
         k1.fill(0);
         k2.fill(0);
         Ok(())
