@@ -19,11 +19,11 @@
 //! `TransportState` makes them (ChaChaPoly, no associated data, the nonce a
 //! counter from 0), but sealed and opened in place by ring's ChaCha20-Poly1305
 //! with the transport keys of the handshake's split: a record is sealed where
-//! it is written in the
-//! outgoing buffer and opened where it was received, so the plaintext is copied
-//! once each way (into the outgoing buffer; out to the caller's) and never
-//! zero-filled first. Senders that want the receiver to start decrypting early
-//! seal in smaller records ([`SecureChannel::seal_vectored`]).
+//! it is written in the outgoing buffer and opened where it was received, so
+//! the plaintext is copied once each way (into the outgoing buffer; out to the
+//! caller's) and never zero-filled first. Each sealing call ends its last
+//! record, so a sender that wants the receiver to start decrypting early seals
+//! a little at a time (as the MPI transport does).
 
 use bytes::{Buf, BufMut, BytesMut};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
