@@ -14,8 +14,19 @@
 //! no extra record and each side reads the other's before answering; whatever
 //! does not fit is sealed into records as soon as the channel opens. The first
 //! message carries nothing: it is sent in the clear.
+//!
+//! Once open, records are Noise transport messages exactly as snow's
+//! `TransportState` makes them (ChaChaPoly, no associated data, the nonce a
+//! counter from 0), but sealed and opened in place by ring's ChaCha20-Poly1305
+//! with the transport keys of the handshake's split: a record is sealed where
+//! it is written in the outgoing buffer and opened where it was received, so
+//! the plaintext is copied once each way (into the outgoing buffer; out to the
+//! caller's) and never zero-filled first. Each sealing call ends its last
+//! record, so a sender that wants the receiver to start decrypting early seals
+//! a little at a time (as the MPI transport does).
 
 use bytes::{Buf, BufMut, BytesMut};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 use thiserror::Error;
 
 use super::{NOISE_PARAMS, PublicKey, StaticKey, resolver};
@@ -28,9 +39,8 @@ const TAG: usize = 16;
 pub const MAX_PLAIN_RECORD: usize = MAX_RECORD - TAG;
 /// Bytes a record adds to its plaintext: the length prefix and the tag.
 pub const RECORD_OVERHEAD: usize = 2 + TAG;
-/// From this payload size on, [`SecureChannel::seal_frame`] seals a frame's
-/// header and payload apart rather than copying them together.
-pub const SEAL_APART_MIN: usize = 16 * 1024;
+/// Room [`SecureChannel::read_buffer`] offers: two whole records.
+const READ_ROOM: usize = 2 * (2 + MAX_RECORD);
 /// Most early bytes one handshake message carries (XX adds at most 96 bytes).
 const MAX_EARLY: usize = MAX_RECORD - 128;
 /// The length of XX's first message: an ephemeral public key, no payload.
@@ -54,8 +64,55 @@ pub enum SecureError {
 
 enum State {
     Handshake(Box<snow::HandshakeState>),
-    Open { transport: Box<snow::TransportState>, remote: PublicKey },
+    Open { tx: Box<Cipher>, rx: Box<Cipher>, remote: PublicKey },
     Broken,
+}
+
+/// One direction of an open channel: Noise's `CipherState` for ChaChaPoly
+/// (a key and a counter nonce), sealing and opening in place.
+struct Cipher {
+    aead: LessSafeKey,
+    /// The next record's nonce.
+    n: u64,
+}
+
+impl Cipher {
+    fn new(key: &[u8; 32]) -> Self {
+        // A 32-byte key is what ChaCha20-Poly1305 takes.
+        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
+        Cipher { aead: LessSafeKey::new(key), n: 0 }
+    }
+
+    /// The next nonce as Noise's ChaChaPoly takes it (32 zero bits, then the
+    /// counter little-endian), or `None` once the 2^64 - 1 usable ones are spent
+    /// (Noise reserves the last).
+    fn next_nonce(&mut self) -> Option<Nonce> {
+        if self.n == u64::MAX {
+            return None;
+        }
+        let mut nonce = [0u8; 12];
+        nonce[4..].copy_from_slice(&self.n.to_le_bytes());
+        self.n += 1;
+        Some(Nonce::assume_unique_for_key(nonce))
+    }
+
+    /// Encrypts `buf` in place: its tag.
+    fn seal(&mut self, buf: &mut [u8]) -> Tag {
+        // Sealing 2^64 records takes centuries, and the AEAD refuses only
+        // plaintexts over 256 GiB (records hold at most 64 KiB).
+        let nonce = self.next_nonce().expect("record nonces left");
+        self.aead.seal_in_place_separate_tag(nonce, Aad::empty(), buf).expect("a record-sized plaintext")
+    }
+
+    /// Authenticates then decrypts `buf` in place, given its `tag`.
+    fn open(&mut self, buf: &mut [u8], tag: &[u8]) -> Result<(), SecureError> {
+        let nonce = self.next_nonce().ok_or(SecureError::BadRecord)?;
+        let tag = Tag::try_from(tag).map_err(|_| SecureError::BadRecord)?;
+        self.aead
+            .open_in_place_separate_tag(nonce, Aad::empty(), tag, buf, 0..)
+            .map(drop)
+            .map_err(|_| SecureError::BadRecord)
+    }
 }
 
 /// One end of an authenticated, encrypted stream. See the module docs.
@@ -151,6 +208,24 @@ impl SecureChannel {
             return Err(SecureError::Broken);
         }
         self.rx.extend_from_slice(data);
+        self.on_read(plain, out)
+    }
+
+    /// The receive buffer, for drivers that read straight into it (saving
+    /// [`SecureChannel::on_bytes`]'s copy), with room for two whole records;
+    /// then [`SecureChannel::on_read`]. Bytes already in it wait for the rest of
+    /// their record: append only.
+    pub fn read_buffer(&mut self) -> &mut BytesMut {
+        self.rx.reserve(READ_ROOM);
+        &mut self.rx
+    }
+
+    /// [`SecureChannel::on_bytes`] for bytes already appended to
+    /// [`SecureChannel::read_buffer`].
+    pub fn on_read(&mut self, plain: &mut BytesMut, out: &mut BytesMut) -> Result<bool, SecureError> {
+        if matches!(self.state, State::Broken) {
+            return Err(SecureError::Broken);
+        }
         if self.awaiting_first
             && self.rx.len() >= 2
             && usize::from(u16::from_be_bytes([self.rx[0], self.rx[1]])) != FIRST_MESSAGE
@@ -178,45 +253,56 @@ impl SecureChannel {
     /// needs). During the handshake the bytes wait and go with it (see the
     /// module docs); on a broken channel it is [`SecureError::Broken`].
     pub fn seal(&mut self, plain: &[u8], out: &mut BytesMut) -> Result<(), SecureError> {
-        let transport = match &mut self.state {
-            State::Open { transport, .. } => transport,
+        self.seal_vectored(&[plain], out)
+    }
+
+    /// Seals one encoded frame, its header then its payload, appending to
+    /// `out`: both go into the same records, so a small frame costs one.
+    pub fn seal_frame(&mut self, head: &[u8], payload: &[u8], out: &mut BytesMut) -> Result<(), SecureError> {
+        self.seal_vectored(&[head, payload], out)
+    }
+
+    /// Seals the bytes of `parts`, one after the other, as
+    /// [`SecureChannel::seal`] seals them together: in full records of
+    /// [`MAX_PLAIN_RECORD`] bytes, the last one shorter (none for no bytes).
+    /// Each is copied once, into `out`, and encrypted there.
+    pub fn seal_vectored(&mut self, parts: &[&[u8]], out: &mut BytesMut) -> Result<(), SecureError> {
+        let tx = match &mut self.state {
+            State::Open { tx, .. } => tx,
             State::Handshake(_) => {
-                self.early.extend_from_slice(plain);
+                parts.iter().for_each(|p| self.early.extend_from_slice(p));
                 return Ok(());
             }
             State::Broken => return Err(SecureError::Broken),
         };
-        out.reserve(Self::sealed_len(plain.len()));
-        for chunk in plain.chunks(MAX_PLAIN_RECORD) {
-            let body = chunk.len() + TAG;
-            // chunk.len() <= MAX_PLAIN_RECORD, so body <= u16::MAX.
-            out.put_u16(body as u16);
+        let mut left: usize = parts.iter().map(|p| p.len()).sum();
+        out.reserve(Self::sealed_len(left));
+        let mut parts = parts.iter().copied();
+        let mut part: &[u8] = &[];
+        while left > 0 {
+            let len = left.min(MAX_PLAIN_RECORD);
+            // len <= MAX_PLAIN_RECORD, so the body fits the u16 prefix.
+            out.put_u16((len + TAG) as u16);
             let at = out.len();
-            out.resize(at + body, 0);
-            // The buffer holds exactly the message, which is below MAXMSGLEN; the
-            // nonce cannot run out before 2^64 records.
-            transport.write_message(chunk, &mut out[at..]).expect("seal a record");
+            while out.len() < at + len {
+                if part.is_empty() {
+                    // The parts hold `left` bytes, and `len <= left`.
+                    part = parts.next().expect("parts hold the bytes counted");
+                    continue;
+                }
+                let take = part.len().min(at + len - out.len());
+                out.extend_from_slice(&part[..take]);
+                part = &part[take..];
+            }
+            let tag = tx.seal(&mut out[at..]);
+            out.extend_from_slice(tag.as_ref());
+            left -= len;
         }
         Ok(())
     }
 
-    /// Seals one encoded frame, its header then its payload, appending to
-    /// `out`: a small payload is copied beside the header into one record (one
-    /// tag, one cipher call), a large one ([`SEAL_APART_MIN`] bytes or more)
-    /// is sealed apart, saving the copy.
-    pub fn seal_frame(&mut self, head: &[u8], payload: &[u8], out: &mut BytesMut) -> Result<(), SecureError> {
-        out.reserve(Self::sealed_len(head.len() + payload.len()) + RECORD_OVERHEAD);
-        if payload.len() >= SEAL_APART_MIN {
-            self.seal(head, out)?;
-            return self.seal(payload, out);
-        }
-        let mut frame = BytesMut::with_capacity(head.len() + payload.len());
-        frame.extend_from_slice(head);
-        frame.extend_from_slice(payload);
-        self.seal(&frame, out)
-    }
-
-    /// Bytes [`SecureChannel::seal`] appends for `plain_len` bytes of plaintext.
+    /// Bytes [`SecureChannel::seal`] appends for `plain_len` bytes of plaintext
+    /// (at most; none for none).
     pub fn sealed_len(plain_len: usize) -> usize {
         plain_len + plain_len.div_ceil(MAX_PLAIN_RECORD).max(1) * RECORD_OVERHEAD
     }
@@ -292,35 +378,33 @@ impl SecureChannel {
             return Ok(());
         }
         // Checked just above: the state is a handshake.
-        let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Broken) else { unreachable!() };
+        let State::Handshake(mut hs) = std::mem::replace(&mut self.state, State::Broken) else { unreachable!() };
         let remote = hs
             .get_remote_static()
             .and_then(|k| <[u8; 32]>::try_from(k).ok())
             .ok_or_else(|| SecureError::Handshake("no static key from the peer".into()))?;
-        let transport = hs.into_transport_mode().map_err(|e| SecureError::Handshake(e.to_string()))?;
-        self.state = State::Open { transport: Box::new(transport), remote: PublicKey(remote) };
+        // Noise's Split: the first key seals what the initiator sends, the
+        // second what the responder sends (snow's TransportState does the same).
+        let (mut k1, mut k2) = hs.dangerously_get_raw_split();
+        let (tx, rx) = if hs.is_initiator() { (&k1, &k2) } else { (&k2, &k1) };
+        self.state =
+            State::Open { tx: Box::new(Cipher::new(tx)), rx: Box::new(Cipher::new(rx)), remote: PublicKey(remote) };
+        k1.fill(0);
+        k2.fill(0);
         Ok(())
     }
 
-    /// Decrypts one record of `len` bytes into `plain`.
+    /// Decrypts one record of `len` bytes where it lies in the receive buffer,
+    /// then appends its plaintext to `plain`.
     fn open_record(&mut self, len: usize, plain: &mut BytesMut) -> Result<(), SecureError> {
-        let State::Open { transport, .. } = &mut self.state else { return Err(SecureError::Broken) };
+        let State::Open { rx, .. } = &mut self.state else { return Err(SecureError::Broken) };
         if len < TAG {
             return Err(SecureError::BadRecord);
         }
-        let at = plain.len();
-        plain.resize(at + len, 0);
-        let res = transport.read_message(&self.rx[2..2 + len], &mut plain[at..]);
+        let (body, tag) = self.rx[2..2 + len].split_at_mut(len - TAG);
+        rx.open(body, tag)?;
+        plain.extend_from_slice(body);
         self.rx.advance(2 + len);
-        match res {
-            Ok(n) => {
-                plain.truncate(at + n);
-                Ok(())
-            }
-            Err(_) => {
-                plain.truncate(at);
-                Err(SecureError::BadRecord)
-            }
-        }
+        Ok(())
     }
 }

@@ -14,8 +14,10 @@
 //! Why Noise XX and not TLS: there is no CA in a peer-to-peer network, and XX
 //! authenticates both sides' raw static keys in one and a half round trips (the
 //! initiator's first data rides with the third handshake message); each record
-//! costs 18 bytes (a 2-byte length and a 16-byte tag) and the crypto is three
-//! small RustCrypto crates that `ed25519-dalek` (tool signatures) shares.
+//! costs 18 bytes (a 2-byte length and a 16-byte tag). The handshake's crypto
+//! is three small RustCrypto crates that `ed25519-dalek` (tool signatures)
+//! shares; records are sealed by ring's ChaCha20-Poly1305 (the same AEAD, in
+//! assembly: twice as fast on long records and seven times on short ones).
 
 mod channel;
 
@@ -26,7 +28,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 use snow::resolvers::{BoxedCryptoResolver, CryptoResolver, DefaultResolver, FallbackResolver};
 
-pub use channel::{MAX_PLAIN_RECORD, MAX_RECORD, RECORD_OVERHEAD, SEAL_APART_MIN, SecureChannel, SecureError};
+pub use channel::{MAX_PLAIN_RECORD, MAX_RECORD, RECORD_OVERHEAD, SecureChannel, SecureError};
 
 /// The Noise protocol name every p2pmp link speaks.
 pub const NOISE_PARAMS: &str = "Noise_XX_25519_ChaChaPoly_SHA256";

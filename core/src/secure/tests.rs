@@ -1,4 +1,4 @@
-use bytes::BytesMut;
+use bytes::{Buf, BufMut, BytesMut};
 
 use super::*;
 
@@ -143,4 +143,73 @@ fn a_first_record_of_the_wrong_length_is_refused_at_once() {
     let (mut plain, mut out) = (BytesMut::new(), BytesMut::new());
     // "GE" announces 18,245 bytes: refused without waiting for them.
     assert!(matches!(b.on_bytes(b"GET / HTTP/1.1", &mut plain, &mut out), Err(SecureError::Handshake(_))));
+}
+
+/// Records are snow's transport messages: a channel talks to a bare snow peer
+/// both ways, so sealing in place kept the wire format.
+#[test]
+fn records_are_the_transport_messages_snow_makes_and_reads() {
+    let (mut ra, mut rb) = (rng(9), rng(10));
+    let (ka, kb) = (StaticKey::generate(&mut ra), StaticKey::generate(&mut rb));
+    let hs = snow::Builder::with_resolver(NOISE_PARAMS.parse().unwrap(), resolver(rb.seed()))
+        .local_private_key(kb.private_bytes())
+        .unwrap()
+        .build_responder()
+        .unwrap();
+    let (mut to_b, mut to_a, mut plain) = (BytesMut::new(), BytesMut::new(), BytesMut::new());
+    let mut a = SecureChannel::initiator(&ka, ra.seed(), &mut to_b);
+    let mut hs = hs;
+    let mut msg = [0u8; MAX_RECORD];
+    hs.read_message(&to_b[2..], &mut msg).unwrap();
+    let n = hs.write_message(&[], &mut msg).unwrap();
+    to_a.put_u16(n as u16);
+    to_a.extend_from_slice(&msg[..n]);
+    to_b.clear();
+    a.on_bytes(&to_a, &mut plain, &mut to_b).unwrap();
+    assert!(a.is_open());
+    hs.read_message(&to_b[2..], &mut msg).unwrap();
+    let mut b = hs.into_transport_mode().unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    for data in [&b"first"[..], &big[..], b"last"] {
+        let mut wire = BytesMut::new();
+        a.seal(data, &mut wire).unwrap();
+        let mut got = Vec::new();
+        while !wire.is_empty() {
+            let len = usize::from(wire.get_u16());
+            let n = b.read_message(&wire[..len], &mut msg).unwrap();
+            got.extend_from_slice(&msg[..n]);
+            wire.advance(len);
+        }
+        assert_eq!(got, data, "snow reads what the channel sealed");
+        let mut wire = BytesMut::new();
+        for chunk in data.chunks(MAX_PLAIN_RECORD) {
+            let n = b.write_message(chunk, &mut msg).unwrap();
+            wire.put_u16(n as u16);
+            wire.extend_from_slice(&msg[..n]);
+        }
+        let mut plain = BytesMut::new();
+        a.on_bytes(&wire, &mut plain, &mut BytesMut::new()).unwrap();
+        assert_eq!(&plain[..], data, "the channel reads what snow sealed");
+    }
+}
+
+#[test]
+fn sealing_parts_is_sealing_them_joined_and_reads_go_straight_into_the_buffer() {
+    let (mut a1, mut b, ..) = pair(usize::MAX);
+    let (mut a2, ..) = pair(usize::MAX);
+    let big = vec![3u8; 150_000];
+    let parts: [&[u8]; 4] = [b"head", &big, b"", b"tail"];
+    let (mut w1, mut w2) = (BytesMut::new(), BytesMut::new());
+    a1.seal_vectored(&parts, &mut w1).unwrap();
+    a2.seal(&parts.concat(), &mut w2).unwrap();
+    assert_eq!(w1, w2, "the same records");
+    a1.seal_vectored(&[b"", b""], &mut w1).unwrap();
+    assert_eq!(w1, w2, "no bytes, no record");
+    let (mut plain, mut out) = (BytesMut::new(), BytesMut::new());
+    for c in w1.chunks(5000) {
+        b.read_buffer().extend_from_slice(c);
+        b.on_read(&mut plain, &mut out).unwrap();
+    }
+    assert_eq!(&plain[..], &parts.concat()[..]);
+    assert_eq!(b.buffered(), 0);
 }

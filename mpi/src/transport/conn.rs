@@ -10,8 +10,8 @@ use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
-use p2pmp_core::secure::{PublicKey, SecureChannel};
-use p2pmp_core::wire::vectored::write_queue;
+use p2pmp_core::secure::{MAX_PLAIN_RECORD, PublicKey, SecureChannel};
+use p2pmp_core::wire::vectored::{consume, write_queue};
 use p2pmp_core::wire::{FrameDecoder, decode_envelope};
 use tracing::{debug, warn};
 
@@ -24,6 +24,12 @@ const IOV: usize = 32;
 
 /// Bytes taken from a shared-memory ring per read.
 const RING_READ: usize = 256 << 10;
+
+/// Plaintext of the first record sealed after the queue of an encrypted link
+/// ran dry; each next record is twice as big, up to the largest Noise allows.
+/// Records are sealed only as the socket takes them, so the peer decrypts one
+/// while we encrypt the next: a small first one starts it early.
+const FIRST_RECORD: usize = 16 << 10;
 
 /// What carries a connection's bytes.
 #[derive(Debug)]
@@ -41,8 +47,16 @@ pub(super) enum Io {
 pub(super) struct Conn {
     pub(super) io: Io,
     pub(super) dec: FrameDecoder,
-    /// Bytes waiting for the socket or ring, in order (header and payload parts).
+    /// Bytes waiting for the socket or ring, in order (header and payload parts;
+    /// on an encrypted link, sealed records).
     pub(super) tx: VecDeque<Bytes>,
+    /// On an open encrypted link: frames (header and payload parts) to seal
+    /// after `tx`, a record at a time as the socket takes them.
+    plain: VecDeque<Bytes>,
+    /// Where records are sealed (a buffer reused once the socket took them).
+    sealed: BytesMut,
+    /// Plaintext bytes of the next record sealed from `plain`.
+    record: usize,
     /// The peer: known from the start on connections we opened, from the hello
     /// on accepted ones (on an encrypted one, once its key is vouched for).
     pub(super) rank: Option<u32>,
@@ -52,7 +66,7 @@ pub(super) struct Conn {
     /// An accepted TCP connection whose first bytes are not in yet: whether
     /// it must be encrypted (they say whether it is).
     pub(super) sniff: Option<bool>,
-    /// Bytes read and not yet through the channel (or the sniff).
+    /// Bytes read before the sniff (an encrypted link reads into its channel's buffer).
     raw: BytesMut,
     /// On a link we dialed: the key registered at the address, which must
     /// answer the handshake.
@@ -80,6 +94,9 @@ impl Conn {
             io,
             dec: FrameDecoder::default(),
             tx: VecDeque::new(),
+            plain: VecDeque::new(),
+            sealed: BytesMut::new(),
+            record: FIRST_RECORD,
             rank,
             accepted,
             secure: None,
@@ -99,25 +116,55 @@ impl Conn {
         self.tx.push_front(first.freeze());
     }
 
-    /// Queues one encoded frame: as it is, or sealed on an encrypted link
-    /// (kept by the channel to go with the handshake while that runs).
+    /// Queues one encoded frame: as it is, or on an encrypted link to be sealed
+    /// as the socket takes it (while the handshake runs, kept by the channel to
+    /// go with it).
     pub(super) fn push_frame(&mut self, head: Bytes, payload: Bytes) {
-        let Some(ch) = &mut self.secure else {
-            self.tx.push_back(head);
-            if !payload.is_empty() {
-                self.tx.push_back(payload);
+        let queue = match &mut self.secure {
+            None => &mut self.tx,
+            Some(ch) if ch.is_open() => &mut self.plain,
+            Some(ch) => {
+                // A channel fails only on bad input, and the connection is closed
+                // at once then; a frame queued on it would be resent by the engine
+                // anyway.
+                if let Err(e) = ch.seal_frame(&head, &payload, &mut BytesMut::new()) {
+                    debug!(%e, "frame not sealed");
+                }
+                return;
             }
-            return;
         };
-        let mut out = BytesMut::new();
-        // A channel fails only on bad input, and the connection is closed at
-        // once then; a frame queued on it would be resent by the engine anyway.
-        if let Err(e) = ch.seal_frame(&head, &payload, &mut out) {
-            debug!(%e, "frame not sealed");
+        queue.push_back(head);
+        if !payload.is_empty() {
+            queue.push_back(payload);
         }
-        if !out.is_empty() {
-            self.tx.push_back(out.freeze());
+    }
+
+    /// Whether bytes wait to be written (sealed or not yet).
+    pub(super) fn tx_pending(&self) -> bool {
+        !self.tx.is_empty() || !self.plain.is_empty()
+    }
+
+    /// Seals the next record from `plain` into `tx`: whether there was one.
+    fn seal_next(&mut self) -> io::Result<bool> {
+        let Some(ch) = &mut self.secure else { return Ok(false) };
+        if self.plain.is_empty() {
+            return Ok(false);
         }
+        let mut parts = [&[][..]; IOV];
+        let (mut k, mut len) = (0, 0);
+        for chunk in self.plain.iter().take(IOV) {
+            let take = chunk.len().min(self.record - len);
+            parts[k] = &chunk[..take];
+            (k, len) = (k + 1, len + take);
+            if len == self.record {
+                break;
+            }
+        }
+        ch.seal_vectored(&parts[..k], &mut self.sealed).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.tx.push_back(self.sealed.split().freeze());
+        consume(&mut self.plain, len);
+        self.record = if self.plain.is_empty() { FIRST_RECORD } else { (2 * self.record).min(MAX_PLAIN_RECORD) };
+        Ok(true)
     }
 
     /// Whether the connection is still being set up (no frames move yet).
@@ -147,7 +194,11 @@ impl Conn {
                 sock::recv_spare(stream, self.dec.buffer_mut(), wait)
             }
             Io::Tcp { stream, .. } => {
-                let got = sock::recv_spare(stream, &mut self.raw, wait)?;
+                let buf = match &mut self.secure {
+                    Some(ch) => ch.read_buffer(),
+                    None => &mut self.raw,
+                };
+                let got = sock::recv_spare(stream, buf, wait)?;
                 self.take_raw(keys).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 Ok(got)
             }
@@ -163,20 +214,23 @@ impl Conn {
                 return Ok(());
             }
             self.sniff = None;
-            if starts_handshake(&self.raw) {
-                self.secure = Some(keys.responder());
+            let raw = std::mem::take(&mut self.raw);
+            if starts_handshake(&raw) {
+                // From now on reads go straight into the channel's buffer.
+                let mut ch = keys.responder();
+                ch.read_buffer().extend_from_slice(&raw);
+                self.secure = Some(ch);
             } else if required {
                 return Err("a plain connection from another host: encryption is required".into());
+            } else {
+                // And from now on straight into the decoder's.
+                self.dec.buffer_mut().extend_from_slice(&raw);
+                return Ok(());
             }
         }
-        let Some(ch) = &mut self.secure else {
-            self.dec.buffer_mut().extend_from_slice(&self.raw);
-            self.raw.clear();
-            return Ok(());
-        };
+        let Some(ch) = &mut self.secure else { return Ok(()) };
         let mut out = BytesMut::new();
-        let opened = ch.on_bytes(&self.raw, self.dec.buffer_mut(), &mut out).map_err(|e| e.to_string())?;
-        self.raw.clear();
+        let opened = ch.on_read(self.dec.buffer_mut(), &mut out).map_err(|e| e.to_string())?;
         // Checked before the answer goes out: the initiator's answer carries
         // its hello and first frames, for the expected key only.
         if let (true, Some(want), Some(got)) = (opened, self.expect, ch.remote_key())
@@ -190,16 +244,22 @@ impl Conn {
         Ok(())
     }
 
-    /// Writes as much of `tx` as the socket or ring takes, without waiting.
+    /// Writes as much of `tx` as the socket or ring takes, without waiting; on
+    /// an encrypted link, then seals and writes the frames waiting in `plain`,
+    /// a record at a time, until the socket takes no more.
     pub(super) fn write_tx(&mut self) -> io::Result<()> {
-        let written = match &mut self.io {
-            Io::Tcp { stream, connecting: false } => {
-                write_queue::<IOV>(&mut self.tx, |iov| sock::send_vectored(stream, iov))
+        loop {
+            let all = match &mut self.io {
+                Io::Tcp { stream, connecting: false } => {
+                    write_queue::<IOV>(&mut self.tx, |iov| sock::send_vectored(stream, iov))?
+                }
+                Io::Shm(s) => write_queue::<IOV>(&mut self.tx, |iov| s.send(iov))?,
+                _ => return Ok(()),
+            };
+            if !all || !self.seal_next()? {
+                return Ok(());
             }
-            Io::Shm(s) => write_queue::<IOV>(&mut self.tx, |iov| s.send(iov)),
-            _ => return Ok(()),
-        };
-        written.map(drop)
+        }
     }
 
     /// Whether a TCP connection attempt finished: `None` while it still runs,
@@ -286,4 +346,63 @@ pub(super) fn decode_frames(
 /// Whether a hello comes from another rank of our job and means us.
 pub(super) fn hello_ok(h: &RankHello, job: &[u8], me: u32, size: u32) -> bool {
     h.job == job && h.to_rank == me && h.from_rank < size && h.from_rank != me
+}
+
+#[cfg(test)]
+mod tests {
+    use p2pmp_core::secure::RECORD_OVERHEAD;
+
+    use super::*;
+    use crate::env::Encrypt;
+
+    /// An idle TCP connection, for a `Conn` whose bytes the test moves itself.
+    fn tcp() -> Io {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        Io::Tcp { stream: TcpStream::from_std(s), connecting: true }
+    }
+
+    /// Moves what `from` sealed into `to`'s channel (and through it to `to`'s
+    /// decoder), as a socket would.
+    fn carry(from: &mut Conn, to: &mut Conn, keys: &mut Keys) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        while from.tx_pending() {
+            if from.tx.is_empty() {
+                from.seal_next().unwrap();
+            }
+            let chunk = from.tx.pop_front().unwrap();
+            sizes.push(chunk.len());
+            to.secure.as_mut().unwrap().read_buffer().extend_from_slice(&chunk);
+            to.take_raw(keys).unwrap();
+        }
+        sizes
+    }
+
+    #[test]
+    fn frames_are_sealed_a_record_at_a_time_growing_and_arrive_whole() {
+        let ip = "127.0.0.1".parse().unwrap();
+        let (mut ka, mut kb) = (Keys::new(Encrypt::Always, ip, 2), Keys::new(Encrypt::Always, ip, 2));
+        let (mut a, mut b) = (Conn::new(tcp(), Some(1), false), Conn::new(tcp(), None, true));
+        let mut first = BytesMut::new();
+        a.secure = Some(ka.initiator(&mut first));
+        b.secure = Some(kb.responder());
+        a.tx.push_back(first.freeze());
+        // During the handshake a frame waits in the channel, and rides with it.
+        a.push_frame(Bytes::from_static(b"hello"), Bytes::new());
+        for _ in 0..2 {
+            carry(&mut a, &mut b, &mut kb);
+            carry(&mut b, &mut a, &mut ka);
+        }
+        assert!(a.secure.as_ref().unwrap().is_open() && b.secure.as_ref().unwrap().is_open());
+        let payload: Bytes = (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>().into();
+        a.push_frame(Bytes::from_static(b"head"), payload.clone());
+        a.push_frame(Bytes::from_static(b"tail"), Bytes::new());
+        assert_eq!(a.tx.len(), 0, "nothing sealed before the socket asks");
+        let sizes = carry(&mut a, &mut b, &mut kb);
+        let o = RECORD_OVERHEAD;
+        assert_eq!(&sizes[..4], &[FIRST_RECORD + o, 2 * FIRST_RECORD + o, MAX_PLAIN_RECORD + o, MAX_PLAIN_RECORD + o]);
+        assert_eq!(a.record, FIRST_RECORD, "a drained queue starts small again");
+        let want = [&b"hello"[..], b"head", &payload, b"tail"].concat();
+        assert_eq!(&b.dec.buffer_mut()[..], &want[..]);
+    }
 }

@@ -573,7 +573,7 @@ impl Transport {
 
     /// Whether every outgoing queue is empty (all handed to the kernel).
     pub(crate) fn tx_empty(&self) -> bool {
-        self.conns.iter().flatten().all(|c| c.tx.is_empty())
+        self.conns.iter().flatten().all(|c| !c.tx_pending())
     }
 
     /// Waits up to `timeout` for socket readiness and handles what is ready.
@@ -910,7 +910,7 @@ impl Transport {
             return true;
         }
         // A handshake answer may be waiting to go out.
-        if self.conns[slot].as_ref().is_some_and(|c| !c.tx.is_empty()) && !self.dirty.contains(&slot) {
+        if self.conns[slot].as_ref().is_some_and(Conn::tx_pending) && !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
         got
