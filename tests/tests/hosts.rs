@@ -382,7 +382,7 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
         });
         assert!(m.stdout.contains("moving rank 1 of job "), "{}", m.stdout);
         let from = (0..4)
-            .find(|&i| m.stdout.contains(&format!("moved off node {}:7400", c.hosts[i].ip)))
+            .find(|&i| m.stdout.contains(&format!("moves off node {}:7400", c.hosts[i].ip)))
             .unwrap_or_else(|| panic!("moved off no host: {}", m.stdout));
         assert!(hosts.contains(&from), "moved off host {from}, ranks were on {hosts:?}");
         eprintln!("round {round}: moved off host {from} at {:?}", t0.elapsed());

@@ -208,6 +208,10 @@ struct ExecJob {
     /// The ranks here resume from this cut: the run that wrote it, its epoch
     /// ([`JobMsg::Resume`]).
     resume: Option<(JobId, u64)>,
+    /// The newest checkpoint request passed on to the ranks here.
+    asked: u64,
+    /// Per rank, the newest checkpoint request whose cut was shipped.
+    shipped: BTreeMap<u32, u64>,
 }
 
 /// A node's executor for every job offered to it.
@@ -227,6 +231,8 @@ pub struct Execution {
     /// The node is shutting down: the jobs whose submitters may still move
     /// their ranks off it ([`Execution::handle_leaving`]).
     draining: BTreeSet<JobId>,
+    /// The node is shutting down: no offer is taken any more.
+    leaving: bool,
 }
 
 fn plain_name(name: &str) -> bool {
@@ -247,6 +253,7 @@ impl Execution {
             ignored: 0,
             links: BTreeMap::new(),
             draining: BTreeSet::new(),
+            leaving: false,
         }
     }
 
@@ -470,6 +477,10 @@ impl Execution {
             }
         }
         let n = ranks.len() as u32;
+        if self.leaving {
+            self.send(from, JobMsg::Reject { job, ranks, reason: RejectReason::Leaving }, Bytes::new());
+            return Some(());
+        }
         // Slots granted to jobs waiting before this one are theirs.
         if n > self.free.saturating_sub(self.waiting.granted_to_others(job)) {
             self.send(from, JobMsg::Reject { job, ranks, reason: RejectReason::NoSlot }, Bytes::new());
@@ -496,6 +507,8 @@ impl Execution {
             checkpoints: BTreeMap::new(),
             ckpt_reads: BTreeMap::new(),
             resume: None,
+            asked: 0,
+            shipped: BTreeMap::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });

@@ -43,8 +43,11 @@ pub use submit::{
 pub const MAX_STAGED_FILES: u32 = description::MAX_ELEMENTS as u32 + 2;
 
 /// The staged file number of rank 0's checkpoint file when a job resumes
-/// from a cut ([`JobMsg::Resume`]); rank `r`'s is this plus `r`.
-pub const RESUME_FILES: u32 = MAX_STAGED_FILES;
+/// from a cut ([`JobMsg::Resume`]); rank `r`'s is this plus `r`. A wire
+/// number: fixed, beyond every job's own files.
+pub const RESUME_FILES: u32 = 1 << 20;
+const _: () =
+    assert!(RESUME_FILES > MAX_STAGED_FILES && RESUME_FILES.checked_add(description::MAX_PROCESSES).is_some());
 
 /// A job's identifier, unique per submission.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -378,8 +378,8 @@ impl Submitter {
 
     /// Moves `rank` of `job` off its node: the number of the checkpoint
     /// request that takes the cut it resumes from (see [`Submission::migrate`]).
-    pub fn migrate(&mut self, job: JobId, rank: u32) -> Result<u64, SubmitCmdError> {
-        self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.migrate(rank)
+    pub fn migrate(&mut self, now: Instant, job: JobId, rank: u32) -> Result<u64, SubmitCmdError> {
+        self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.migrate(now, rank)
     }
 
     /// The submission of `job`.

@@ -11,6 +11,8 @@
 //!   [`LocalRequest::Recovered`]) on its control connection go to the
 //!   executor, which keeps them and passes them to the job's holder.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 use super::control::ToolReply;
@@ -34,8 +36,8 @@ impl DaemonNode {
     }
 
     /// `p2pjob migrate` of `rank` of `job`, held here, for `client`.
-    pub(super) fn ask_migrate(&mut self, client: Client, job: JobId, rank: u32) {
-        match self.submitter.migrate(job, rank) {
+    pub(super) fn ask_migrate(&mut self, now: Instant, client: Client, job: JobId, rank: u32) {
+        match self.submitter.migrate(now, job, rank) {
             Ok(request) => {
                 if let Some(meta) = self.jobs.get_mut(&job) {
                     meta.migrate_waiters.push((request, client));
@@ -45,24 +47,25 @@ impl DaemonNode {
         }
     }
 
-    /// A rank moved: the tools that asked for it are told.
+    /// A rank moves: the tools that asked for it are told.
     pub(super) fn on_migrated(&mut self, job: JobId, rank: u32, from: NodeAddr, epoch: u64) {
+        self.answer_migrations(job, ToolReply::Migrated { job, rank, from, epoch });
+    }
+
+    /// Every tool waiting for a migration of `job` gets `reply`, its last.
+    fn answer_migrations(&mut self, job: JobId, reply: ToolReply) {
         let Some(meta) = self.jobs.get_mut(&job) else { return };
         let clients: Vec<Client> = meta.migrate_waiters.drain(..).map(|(_, c)| c).collect();
         for client in clients {
-            self.send_reply(client, ToolReply::Migrated { job, rank, from, epoch }, Bytes::new());
+            self.send_reply(client, reply.clone(), Bytes::new());
         }
     }
 
     /// The job restarted after a loss before a rank it was moving moved:
     /// the tools waiting for that are told.
     pub(super) fn orphaned_migrations(&mut self, job: JobId, reason: &str) {
-        let Some(meta) = self.jobs.get_mut(&job) else { return };
-        let clients: Vec<Client> = meta.migrate_waiters.drain(..).map(|(_, c)| c).collect();
-        for client in clients {
-            let message = format!("rank of job {job} not moved: the job restarted {reason}");
-            self.send_reply(client, ToolReply::Error { message }, Bytes::new());
-        }
+        let message = format!("rank of job {job} not moved: the job restarted {reason}");
+        self.answer_migrations(job, ToolReply::Error { message });
     }
 
     /// How a checkpoint request of a job held here moved on: the tools that

@@ -97,17 +97,23 @@ impl Execution {
     }
 
     /// Reads `rank`'s checkpoint file of `epoch` to send it to the
-    /// submitter: every file of a job that restarts from its checkpoints,
-    /// and every file of a cut a request asked for (`request` > 0: `p2pjob
-    /// checkpoint`, `migrate`). A periodic cut taken while the rank's last
-    /// file still travels is not shipped (the submitter keeps the cuts that
-    /// arrive whole); an asked-for one always is.
+    /// submitter: the files of a job that restarts from its checkpoints,
+    /// and the first file answering each checkpoint request this node passed
+    /// on (`p2pjob checkpoint`, `migrate`; a rank reports the newest request
+    /// its cut covers with every later cut too, and may report any number:
+    /// only requests asked here, each once, count). A periodic cut taken
+    /// while the rank's last file is still read or sent is not shipped (the
+    /// submitter keeps the cuts that arrive whole); an asked-for one is.
     fn ship_checkpoint(&mut self, job: JobId, rank: u32, epoch: u64, request: u64) {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let restarts = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
         let busy = j.ckpt_reads.keys().any(|(r, _)| *r == rank) || j.outgoing.shipping_checkpoint(rank);
-        let wanted = request > 0 || (restarts && !busy);
-        if !wanted || j.killed {
+        let shipped = j.shipped.entry(rank).or_default();
+        let asked_for = request > *shipped && request <= j.asked;
+        if asked_for {
+            *shipped = request;
+        }
+        if !(asked_for || (restarts && !busy)) || j.killed {
             return;
         }
         let name = ckpt::file_name(rank, epoch);
@@ -143,6 +149,9 @@ impl Execution {
     /// The submitter asks for checkpoint `request` of `job`: every linked
     /// rank is asked, and the submitter told which.
     pub(super) fn on_checkpoint_request(&mut self, from: NodeAddr, job: JobId, request: u64) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.asked = j.asked.max(request);
+        }
         let mut asks: Vec<(u32, u64)> =
             self.links.iter().filter(|(_, (j, _))| *j == job).map(|(&conn, &(_, rank))| (rank, conn)).collect();
         asks.sort_unstable();
@@ -157,6 +166,7 @@ impl Execution {
     /// this node) with ranks running here is asked to move them
     /// ([`JobMsg::Leaving`]). The number of jobs that may still move.
     pub fn handle_leaving(&mut self) -> usize {
+        self.leaving = true;
         let me = self.addr;
         let running: Vec<(JobId, NodeAddr)> = self
             .jobs

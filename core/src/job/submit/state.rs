@@ -311,7 +311,9 @@ impl Submission {
             return;
         }
         self.release_nodes(!matches!(outcome, Outcome::Done { .. }));
+        self.end_migration();
         self.end_checkpoints();
+        self.end_cuts();
         self.phase = Phase::Finished;
         // A finished job is kept for its status only: its files' bytes go now.
         self.files = Vec::new();
@@ -383,7 +385,7 @@ impl Submission {
                 _ => None,
             },
             Phase::Placing => self.while_placing(now, from, body),
-            Phase::Running => self.while_running(from, body, payload),
+            Phase::Running => self.while_running(now, from, body, payload),
             Phase::Resolving | Phase::Finished => None,
         }
     }
@@ -495,6 +497,7 @@ impl Machine for Submission {
         if self.bid_deadline.is_some_and(|d| d <= now) {
             self.try_offer(now);
         }
+        self.migration_timeout(now);
     }
 
     fn poll_action(&mut self) -> Option<Action<JobMsg, SubmitEvent>> {
@@ -509,6 +512,7 @@ impl Machine for Submission {
         let placing = self.phase == Phase::Placing;
         let stages = self.nodes.values().filter_map(|n| n.stage.deadline().filter(|_| placing));
         let queue = self.queue_deadline.filter(|_| self.phase <= Phase::Queued);
-        offers.chain(stages).chain(self.deadline).chain(queue).chain(self.bid_deadline).min()
+        let migrating = self.migration_deadline();
+        offers.chain(stages).chain(self.deadline).chain(queue).chain(self.bid_deadline).chain(migrating).min()
     }
 }

@@ -119,6 +119,15 @@ impl Harness {
     /// Drains the submission, answering overlay queries, file reads and messages,
     /// until nothing moves; then jumps time to the next timeout, up to `steps` times.
     fn run(&mut self, s: &mut Submission, steps: usize) {
+        self.run_for(s, steps, true);
+    }
+
+    /// As [`Harness::run`], without jumping time: stops once nothing moves.
+    fn settle(&mut self, s: &mut Submission) {
+        self.run_for(s, 100, false);
+    }
+
+    fn run_for(&mut self, s: &mut Submission, steps: usize, jump: bool) {
         for _ in 0..steps {
             let mut inbox: Vec<Envelope<JobMsg>> = Vec::new();
             let mut overlay = Vec::new();
@@ -165,6 +174,9 @@ impl Harness {
             }
             for m in inbox {
                 s.handle_message(self.now, m);
+            }
+            if idle && !jump {
+                return;
             }
             if idle {
                 match s.poll_timeout() {

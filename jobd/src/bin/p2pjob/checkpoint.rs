@@ -75,7 +75,7 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, json: bool) -> anyh
                 let from = from.to_string();
                 println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "epoch": epoch}));
             } else {
-                println!("rank {rank} of job {job} moved off node {from}: the job resumes from checkpoint {epoch}");
+                println!("rank {rank} of job {job} moves off node {from}: the job restarts from checkpoint {epoch}");
             }
             Ok(true)
         }

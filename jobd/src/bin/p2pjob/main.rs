@@ -122,8 +122,10 @@ enum Cmd {
     /// job is placed again on nodes meeting its requirements, the rank's node
     /// passed over, every rank resuming from that checkpoint (the other ranks
     /// move back to it too: a moment's work is done again). Prints the ranks
-    /// the checkpoint request reached, then where the rank moved from once the
-    /// job resumes there; `p2pjob status` shows the new placement. Fails (exit
+    /// the checkpoint request reached, then the node the rank moves off once
+    /// the checkpoint is kept and the job restarts from it; `p2pjob status`
+    /// shows the new placement. A migration that has not moved the rank
+    /// within 120 s gives up (the rank stays). Fails (exit
     /// 3) when the rank is not running, the request reaches no rank (not a
     /// program using the checkpoint API), or the job ends first. Only the key
     /// that submitted the job, or a node's admin, may ask.

@@ -2,8 +2,8 @@
 
 use super::super::tests::{addr, drain, env, job_id, staged};
 use super::*;
-use crate::job::RESUME_FILES;
 use crate::job::Stream;
+use crate::job::{RESUME_FILES, RejectReason};
 use crate::machine::Machine;
 use crate::wire::Envelope;
 use std::time::Instant;
@@ -146,13 +146,36 @@ fn a_job_that_restarts_from_checkpoints_ships_each_file_a_rank_reports_one_at_a_
 }
 
 #[test]
-fn a_job_that_does_not_restart_from_checkpoints_ships_none() {
-    let (mut e, j, _) = running();
+fn a_job_that_does_not_restart_from_checkpoints_ships_only_the_cut_of_each_request_asked_here() {
+    let (mut e, j, now) = running();
     e.handle_rank_registered(4, process_key(j, 1));
     e.handle_checkpointed(4, ckpt(1), 0).unwrap();
     let (msgs, evs) = drain(&mut e);
     assert_eq!(evs, []);
     assert!(matches!(msgs[..], [JobMsg::Checkpointed { .. }]), "{msgs:?}");
+    // A request number never asked here (a rank may say anything) ships nothing.
+    e.handle_checkpointed(4, ckpt(2), 99).unwrap();
+    assert_eq!(drain(&mut e).1, []);
+    e.handle_message(now, env(JobMsg::Checkpoint { job: j, request: 1 }, Bytes::new()));
+    drain(&mut e);
+    e.handle_checkpointed(4, ckpt(3), 1).unwrap();
+    assert_eq!(drain(&mut e).1, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.3.ckpt".into() }]);
+    // Later cuts still cover request 1 (ranks report the newest they covered): not shipped again.
+    e.handle_output_file(j, 1, "rank-1.3.ckpt", Ok(Bytes::from_static(b"c")));
+    drain(&mut e);
+    e.handle_checkpointed(4, ckpt(4), 1).unwrap();
+    assert_eq!(drain(&mut e).1, []);
+}
+
+#[test]
+fn a_node_shutting_down_takes_no_offer() {
+    let (mut e, _, now) = running();
+    e.handle_leaving();
+    drain(&mut e);
+    let other = job_id(2);
+    e.handle_message(now, env(JobMsg::Offer { job: other, ranks: vec![0], size: 1, digest: Id::ZERO }, Bytes::new()));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(&msgs[..], [JobMsg::Reject { reason: RejectReason::Leaving, .. }]), "{msgs:?}");
 }
 
 #[test]

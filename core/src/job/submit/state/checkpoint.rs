@@ -155,6 +155,12 @@ impl Submission {
         }
     }
 
+    /// Request `request` is no longer followed (its failure is reported by
+    /// the caller).
+    pub(super) fn ckpt_forget(&mut self, request: u64) {
+        self.ckpt.asked.retain(|a| a.request != request);
+    }
+
     /// The job ends: every request still on its way fails.
     pub(super) fn end_checkpoints(&mut self) {
         self.fail_checkpoints("the job ended before the checkpoint was taken");

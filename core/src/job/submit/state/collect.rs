@@ -6,7 +6,7 @@ use super::*;
 
 impl Submission {
     /// A message while the job runs.
-    pub(super) fn while_running(&mut self, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
+    pub(super) fn while_running(&mut self, now: Instant, from: NodeAddr, body: JobMsg, payload: Bytes) -> Option<()> {
         let (job, wire) = (self.job, self.wire);
         match body {
             JobMsg::Started { rank, .. } if self.holds(from, rank) => {
@@ -100,7 +100,7 @@ impl Submission {
                     self.finish(Outcome::Done { codes });
                 }
             }
-            JobMsg::Leaving { .. } => return self.on_leaving(from),
+            JobMsg::Leaving { .. } => return self.on_leaving(now, from),
             m @ (JobMsg::CheckpointAsked { .. } | JobMsg::Checkpointed { .. } | JobMsg::Recovered { .. }) => {
                 return self.on_checkpoint_msg(from, m);
             }

@@ -28,6 +28,9 @@ use super::*;
 use crate::ckpt::{self, MAX_SHIPPED_FILE};
 use crate::job::RESUME_FILES;
 
+/// Most cuts newer than the newest complete one kept in part.
+const MAX_INCOMPLETE_CUTS: usize = 3;
+
 /// A cut whose files (some or all) are kept here.
 #[derive(Debug)]
 struct Kept {
@@ -60,6 +63,8 @@ pub(super) struct Cuts {
     arriving: BTreeMap<(u32, u64), OutFile>,
     kept: BTreeMap<u64, Kept>,
     resume: Option<Resume>,
+    /// The cut the current run resumed from, once its files checked.
+    resumed: Option<u64>,
 }
 
 impl Cuts {
@@ -84,7 +89,7 @@ impl Submission {
 
     /// The cut the current run resumes from, once its files are read and checked.
     pub fn resumed_from(&self) -> Option<u64> {
-        self.cuts.resume.as_ref().filter(|r| r.unread.is_empty() && r.damaged.is_none()).map(|r| r.epoch)
+        self.cuts.resumed
     }
 
     /// A chunk of `rank`'s checkpoint file of `epoch` from `from` (its
@@ -97,10 +102,13 @@ impl Submission {
             return None;
         }
         let size = self.desc.processes as usize;
+        // Only a cut the rank said it took (a file follows its report).
+        let reported = self.checkpoints(rank).and_then(|c| c.last).map_or(0, |c| c.epoch);
         let cuts = &mut self.cuts;
         if offset == 0 {
             // Ranks ship one file at a time: a peer's made-up epochs must not grow the map.
-            if !cuts.arriving.contains_key(&(rank, epoch)) && cuts.arriving.len() >= 2 * size {
+            let full = !cuts.arriving.contains_key(&(rank, epoch)) && cuts.arriving.len() >= 2 * size;
+            if full || epoch > reported {
                 return None;
             }
             cuts.arriving.insert((rank, epoch), OutFile { hasher: Sha1::new(), received: 0 });
@@ -122,13 +130,30 @@ impl Submission {
             }
             let wire = self.wire;
             let kept = self.cuts.kept.entry(epoch).or_insert_with(|| Kept { wire, ranks: BTreeSet::new() });
+            if kept.wire != wire {
+                // Files of an earlier run's cut of the same number: not part of this one.
+                (kept.wire, kept.ranks) = (wire, BTreeSet::new());
+            }
             kept.ranks.insert(rank);
             if kept.ranks.len() == size {
                 self.prune_cuts();
                 self.maybe_migrate();
+            } else {
+                self.limit_incomplete_cuts();
             }
         }
         Some(())
+    }
+
+    /// At most [`MAX_INCOMPLETE_CUTS`] cuts newer than the newest complete
+    /// one are kept in part: the oldest goes first (a peer shipping made-up
+    /// epochs fills no disk).
+    fn limit_incomplete_cuts(&mut self) {
+        let newest = self.newest_cut().unwrap_or(0);
+        let incomplete: Vec<u64> = self.cuts.kept.keys().copied().filter(|e| *e > newest).collect();
+        for &epoch in incomplete.iter().take(incomplete.len().saturating_sub(MAX_INCOMPLETE_CUTS)) {
+            self.drop_cut(epoch);
+        }
     }
 
     /// Keeps the newest complete cut, the complete one before it and any
@@ -156,7 +181,7 @@ impl Submission {
     /// restart is announced once it is settled.
     pub(super) fn restart_from_cut(&mut self, why: String, from_cut: bool) {
         self.cuts.arriving.clear();
-        self.cuts.resume = None;
+        (self.cuts.resume, self.cuts.resumed) = (None, None);
         if from_cut {
             if let Some(epoch) = self.newest_cut() {
                 return self.read_cut(epoch, why);
@@ -178,6 +203,11 @@ impl Submission {
     }
 
     fn read_cut(&mut self, epoch: u64, why: String) {
+        // Newer cuts were never completed: the resumed run writes its own.
+        let newer: Vec<u64> = self.cuts.kept.keys().copied().filter(|e| *e > epoch).collect();
+        for e in newer {
+            self.drop_cut(e);
+        }
         let Some(kept) = self.cuts.kept.get(&epoch) else { return };
         let files = kept.ranks.iter().map(|r| (*r, None)).collect();
         let unread = kept.ranks.clone();
@@ -190,6 +220,9 @@ impl Submission {
 
     /// The driver read (or failed to read) `rank`'s file of the cut being resumed from.
     pub(super) fn cut_file_read(&mut self, now: Instant, rank: u32, data: Result<FileData, String>) {
+        if self.phase == Phase::Finished {
+            return;
+        }
         let size = self.desc.processes;
         let Some(r) = self.cuts.resume.as_mut().filter(|r| r.unread.contains(&rank)) else { return };
         r.unread.remove(&rank);
@@ -215,6 +248,7 @@ impl Submission {
         match r.damaged.take() {
             None => {
                 let how = format!("from checkpoint {epoch}: {}", r.why);
+                self.cuts.resumed = Some(epoch);
                 self.announce_restart(how);
             }
             // This cut is no use: the one before it, or scratch.
@@ -232,6 +266,20 @@ impl Submission {
             }
         }
         self.try_offer(now);
+    }
+
+    /// The run started: the bytes of the cut it resumed from are not needed
+    /// here any more (what it resumed from stays known).
+    pub(super) fn release_cut_files(&mut self) {
+        if let Some(r) = self.cuts.resume.as_mut() {
+            r.files.clear();
+        }
+    }
+
+    /// The job is over: a cut being read back is of no use.
+    pub(super) fn end_cuts(&mut self) {
+        self.cuts.resume = None;
+        self.cuts.arriving.clear();
     }
 
     /// Whether the cut to resume from is still being read.

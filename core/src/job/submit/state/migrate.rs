@@ -27,30 +27,35 @@ pub(super) struct Migration {
     epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
     leaving: bool,
+    /// When the rank stays after all, its cut not kept whole by then.
+    deadline: Instant,
 }
+
+/// How long a migration waits for its cut to be taken and kept whole here.
+pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Submission {
     /// Moves `rank` off its node: asks for a checkpoint (its number is
     /// returned; its progress comes as for [`Submission::request_checkpoint`]),
     /// then restarts the job from that cut away from the node
     /// ([`SubmitEvent::Migrated`]).
-    pub fn migrate(&mut self, rank: u32) -> Result<u64, SubmitCmdError> {
-        self.start_migration(rank, false)
+    pub fn migrate(&mut self, now: Instant, rank: u32) -> Result<u64, SubmitCmdError> {
+        self.start_migration(now, rank, false)
     }
 
     /// Node `from` is shutting down with live ranks of the job: they move
     /// off it as for a migration, or the node is told they stay (then its
     /// stop is a loss, handled by the job's restart rule).
-    pub(super) fn on_leaving(&mut self, from: NodeAddr) -> Option<()> {
+    pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live = n.accepted.iter().copied().find(|r| self.ranks[*r as usize].exit.is_none());
-        if live.is_none_or(|rank| self.start_migration(rank, true).is_err()) {
+        if live.is_none_or(|rank| self.start_migration(now, rank, true).is_err()) {
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
         Some(())
     }
 
-    fn start_migration(&mut self, rank: u32, leaving: bool) -> Result<u64, SubmitCmdError> {
+    fn start_migration(&mut self, now: Instant, rank: u32, leaving: bool) -> Result<u64, SubmitCmdError> {
         let job = self.job;
         let Some(r) = self.ranks.get(rank as usize).copied() else {
             return Err(SubmitCmdError::NoRunningRank { job, why: "it has no such rank" });
@@ -64,7 +69,8 @@ impl Submission {
             _ => return Err(SubmitCmdError::NoRunningRank { job, why: "it is not running" }),
         };
         let request = self.request_checkpoint()?;
-        self.migration = Some(Migration { rank, from, request, epoch: None, leaving });
+        let deadline = now + MIGRATION_TIMEOUT;
+        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, deadline });
         Ok(request)
     }
 
@@ -86,17 +92,44 @@ impl Submission {
         }
     }
 
+    /// When the migration under way gives up.
+    pub(super) fn migration_deadline(&self) -> Option<Instant> {
+        self.migration.as_ref().map(|m| m.deadline)
+    }
+
+    /// A migration whose cut was not kept whole in time ends: the rank stays.
+    pub(super) fn migration_timeout(&mut self, now: Instant) {
+        if self.migration.as_ref().is_some_and(|m| m.deadline <= now) {
+            let secs = MIGRATION_TIMEOUT.as_secs();
+            self.end_migration_with(format!("its checkpoint did not reach the job's node whole within {secs} s"));
+        }
+    }
+
+    /// The job ended: a migration under way ends with it.
+    pub(super) fn end_migration(&mut self) {
+        self.end_migration_with("the job ended before the rank moved".to_owned());
+    }
+
+    fn end_migration_with(&mut self, reason: String) {
+        let Some(request) = self.migration.as_ref().map(|m| m.request) else { return };
+        // Its request may be taken already: the tool waiting for the move is told here.
+        self.ckpt_forget(request);
+        let job = self.job;
+        self.event(SubmitEvent::CheckpointFailed { job, request, reason });
+        self.migration_failed(request);
+    }
+
     /// Once the migration's cut is kept whole here, the job moves.
     pub(super) fn maybe_migrate(&mut self) {
         let Some(m) = &self.migration else { return };
         let (Some(epoch), true) = (m.epoch, self.phase == Phase::Running) else { return };
-        if self.newest_cut() != Some(epoch) {
-            return; // its files are still on their way
+        if self.newest_cut().is_none_or(|newest| newest < epoch) {
+            return; // its files are still on their way (a newer cut will do too)
         }
         let Some(Migration { rank, from, leaving, .. }) = self.migration.take() else { return };
         self.migrations += 1;
         self.avoid = Some(from);
-        let job = self.job;
+        let (job, epoch) = (self.job, self.newest_cut().unwrap_or(epoch));
         self.event(SubmitEvent::Migrated { job, rank, from, epoch });
         let why = if leaving { "its node is shutting down" } else { "p2pjob migrate" };
         let ranks = if leaving { "the ranks" } else { "rank" };

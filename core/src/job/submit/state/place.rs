@@ -56,7 +56,7 @@ impl Submission {
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
             // Lines of older nodes carry only free slots; newer ones their total too.
             let total = res.slots_total.max(res.slots);
-            let lost_before = self.lost_nodes.contains(&addr) || self.avoid == Some(addr);
+            let lost_before = self.lost_nodes.contains(&addr);
             if total > 0 && !lost_before && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
                 let node = Node {
                     slots: total,
@@ -174,20 +174,23 @@ impl Submission {
         if self.granted() < self.unplaced.len() as u64 {
             return self.report_waiting();
         }
-        // Most grants first, ties to the least loaded, then the lowest address.
-        let mut heap: BinaryHeap<(u32, Reverse<u32>, Reverse<NodeAddr>)> = self
+        // A node a rank is moving off last (used only when no other has
+        // room), then most grants first, ties to the least loaded, then the
+        // lowest address.
+        let avoid = self.avoid;
+        let mut heap: BinaryHeap<(bool, u32, Reverse<u32>, Reverse<NodeAddr>)> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.wanted && !n.closed && n.granted > 0)
-            .map(|(a, n)| (n.granted, Reverse(n.load_milli), Reverse(*a)))
+            .map(|(a, n)| (avoid != Some(*a), n.granted, Reverse(n.load_milli), Reverse(*a)))
             .collect();
         let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
         while let Some(&rank) = self.unplaced.first() {
-            let Some((left, load, Reverse(addr))) = heap.pop() else { break };
+            let Some((other, left, load, Reverse(addr))) = heap.pop() else { break };
             self.unplaced.remove(&rank);
             offers.entry(addr).or_default().push(rank);
             if left > 1 {
-                heap.push((left - 1, load, Reverse(addr)));
+                heap.push((other, left - 1, load, Reverse(addr)));
             }
         }
         self.phase = Phase::Placing;

@@ -42,8 +42,13 @@ impl Submission {
                 let max = self.config.max_resends;
                 let deadline = now + self.config.stage_timeout;
                 let len = self.file_len(file);
-                // Only a file staged to it may be asked for again.
+                // Only a file staged to it may be asked for again (a cut's
+                // file only by the node holding that rank).
                 self.staged_file(file)?;
+                let rank = file.checked_sub(crate::job::RESUME_FILES);
+                if rank.is_some_and(|r| !self.nodes.get(&from).is_some_and(|n| n.accepted.contains(&r))) {
+                    return None;
+                }
                 let n = self.nodes.get_mut(&from)?;
                 let Stage::Sent { resends, deadline: d, out, total } = &mut n.stage else { return None };
                 *total += len;
@@ -211,6 +216,7 @@ impl Submission {
         self.phase = Phase::Running;
         // A node a rank moved off may take ranks again in a later placement.
         self.avoid = None;
+        self.release_cut_files();
         let placed = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
         self.event(SubmitEvent::Placed { job: self.job, ranks: placed });
         let holding: Vec<NodeAddr> =

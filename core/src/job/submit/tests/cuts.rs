@@ -16,12 +16,15 @@ fn ckpt_file(job: JobId, rank: u32, epoch: u64) -> Bytes {
 /// `digest` (the file's own unless told otherwise).
 fn ship(h: &mut Harness, s: &mut Submission, from: NodeAddr, (rank, epoch): (u32, u64), data: Bytes, digest: Id) {
     let (job, total) = (s.wire(), data.len() as u64);
+    // The rank's report comes first, as its node passes it on.
+    let ckpt = crate::ckpt::CheckpointInfo { epoch, unix_ms: 1, stored_bytes: total, raw_bytes: total };
+    s.handle_message(h.now, reply(from, JobMsg::Checkpointed { job, rank, ckpt, request: 0 }, Bytes::new()));
     let half = data.len() / 2;
     for (offset, piece) in [(0, data.slice(..half)), (half as u64, data.slice(half..))] {
         let m = JobMsg::CheckpointFile { job, rank, epoch, offset, total, digest };
         s.handle_message(h.now, reply(from, m, piece));
     }
-    h.run(s, 5);
+    h.settle(s);
 }
 
 /// Ships every rank's good file of `epoch`.
@@ -131,7 +134,6 @@ fn a_lost_node_restarts_every_rank_from_the_newest_cut_kept_whole() {
             .collect();
         assert_eq!(bytes, ckpt_file(first, rank, 2), "rank {rank}'s file as kept");
     }
-    // The kept cuts go with the finished job (the node removes their directory).
     assert!(h.events.iter().any(
         |e| matches!(e, SubmitEvent::Restarting { attempt: 1, reason, .. } if reason.starts_with("from checkpoint 2"))
     ));
@@ -209,7 +211,7 @@ fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
         let ckpt = crate::ckpt::CheckpointInfo { epoch, unix_ms: 1, stored_bytes: 300, raw_bytes: 300 };
         s.handle_message(h.now, reply(node, JobMsg::Checkpointed { job, rank, ckpt, request }, Bytes::new()));
     }
-    h.run(s, 5);
+    h.settle(s);
 }
 
 #[test]
@@ -222,9 +224,9 @@ fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() 
     h.run(&mut s, 20);
     let first = s.wire();
     let from = s.ranks()[1].node.unwrap();
-    assert_eq!(s.migrate(1), Ok(1));
-    assert!(matches!(s.migrate(0), Err(SubmitCmdError::Migrating { rank: 1, .. })));
-    h.run(&mut s, 5);
+    assert_eq!(s.migrate(h.now, 1), Ok(1));
+    assert!(matches!(s.migrate(h.now, 0), Err(SubmitCmdError::Migrating { rank: 1, .. })));
+    h.settle(&mut s);
     take_cut(&mut h, &mut s, 1, 1);
     // Taken, but its files are not here yet: nothing moves.
     assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
@@ -246,7 +248,7 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
     let (mut h, mut s) = running();
     for round in 1..=MAX_RESTARTS as u64 + 1 {
         assert_eq!(s.phase(), Phase::Running, "round {round}: {:?}", h.events);
-        let request = s.migrate(0).unwrap();
+        let request = s.migrate(h.now, 0).unwrap();
         take_cut(&mut h, &mut s, request, round);
         ship_cut(&mut h, &mut s, round);
         h.run(&mut s, 30);
@@ -265,7 +267,7 @@ fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
     let (mut h, mut s) = running();
     let leaving = s.ranks()[0].node.unwrap();
     s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
-    h.run(&mut s, 5);
+    h.settle(&mut s);
     let request = 1;
     take_cut(&mut h, &mut s, request, 1);
     h.exit_code = Some(0);
@@ -285,7 +287,83 @@ fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
         let node = s.ranks()[rank].node.unwrap();
         s.handle_message(h.now, reply(node, JobMsg::CheckpointAsked { job, request: 1, ranks: vec![] }, Bytes::new()));
     }
-    h.run(&mut s, 5);
+    h.settle(&mut s);
     assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Staying { job }), "{:?}", h.sent);
     assert_eq!(s.phase(), Phase::Running);
+}
+
+#[test]
+fn a_file_of_a_cut_its_rank_never_reported_is_not_kept() {
+    let (mut h, mut s) = running();
+    let n0 = s.ranks()[0].node.unwrap();
+    let (job, data) = (s.wire(), ckpt_file(s.wire(), 0, 7));
+    let (total, digest) = (data.len() as u64, digest(&data));
+    let file = JobMsg::CheckpointFile { job, rank: 0, epoch: 7, offset: 0, total, digest };
+    s.handle_message(h.now, reply(n0, file, data));
+    h.settle(&mut s);
+    assert!(h.cuts.is_empty(), "{:?}", h.cuts.keys());
+    // Made-up epochs, reported and shipped, keep at most a few partial cuts on disk.
+    for epoch in 1..=10 {
+        let data = ckpt_file(s.wire(), 0, epoch);
+        let d = super::digest(&data);
+        ship(&mut h, &mut s, n0, (0, epoch), data, d);
+    }
+    assert_eq!(h.cuts.keys().copied().collect::<Vec<_>>(), [(0, 8), (0, 9), (0, 10)]);
+}
+
+#[test]
+fn a_resumed_run_s_cuts_are_its_own_not_the_partial_ones_of_the_run_before() {
+    let (mut h, mut s) = running();
+    ship_cut(&mut h, &mut s, 1);
+    // Cut 2 reaches the job's node from rank 0 only, then rank 1's node dies.
+    let n0 = s.ranks()[0].node.unwrap();
+    let part = ckpt_file(s.wire(), 0, 2);
+    let d = digest(&part);
+    ship(&mut h, &mut s, n0, (0, 2), part, d);
+    let lost = s.ranks()[1].node.unwrap();
+    s.handle_send_failed(h.now, lost);
+    h.run(&mut s, 30);
+    assert_eq!(s.resumed_from(), Some(1));
+    assert!(!h.cuts.contains_key(&(0, 2)), "the old run's part of cut 2 is dropped");
+    // The resumed run takes cut 2 itself: it is complete only with both of its files.
+    let n0 = s.ranks()[0].node.unwrap();
+    let mine = ckpt_file(s.wire(), 0, 2);
+    let d = digest(&mine);
+    ship(&mut h, &mut s, n0, (0, 2), mine, d);
+    assert_eq!(s.newest_cut(), Some(1));
+    ship_cut(&mut h, &mut s, 2);
+    assert_eq!(s.newest_cut(), Some(2));
+}
+
+#[test]
+fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
+    let (mut h, mut s) = running();
+    let request = s.migrate(h.now, 1).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    // No file ever comes: the deadline passes (the harness jumps to it).
+    h.run(&mut s, 10);
+    let failed = h.events.iter().any(|e| {
+        matches!(e, SubmitEvent::CheckpointFailed { request: r, reason, .. }
+            if *r == request && reason.contains("did not reach the job's node whole"))
+    });
+    assert!(failed, "{:?}", h.events);
+    assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
+    assert_eq!(s.phase(), Phase::Running);
+    assert!(s.migrate(h.now, 1).is_ok(), "a new migration may be asked");
+}
+
+#[test]
+fn a_migration_with_no_other_node_free_restarts_the_job_where_it_was() {
+    let nodes: Vec<_> = (1..=2).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    let request = s.migrate(h.now, 1).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(s.resumed_from(), Some(1));
 }
