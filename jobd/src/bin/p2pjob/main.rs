@@ -120,8 +120,9 @@ enum Cmd {
     /// The job takes a checkpoint at its ranks' next P2P_Snapshot (as
     /// `checkpoint` does), its files go to the node holding the job, and the
     /// job is placed again on nodes meeting its requirements, the rank's node
-    /// passed over, every rank resuming from that checkpoint (the other ranks
-    /// move back to it too: a moment's work is done again). Prints the ranks
+    /// used only when no other has room, every rank resuming from that
+    /// checkpoint (the other ranks move back to it too: a moment's work is
+    /// done again). Prints the ranks
     /// the checkpoint request reached, then the node the rank moves off once
     /// the checkpoint is kept and the job restarts from it; `p2pjob status`
     /// shows the new placement. A migration that has not moved the rank
