@@ -69,22 +69,27 @@ impl DaemonNode {
     }
 
     /// How a checkpoint request of a job held here moved on: the tools that
-    /// asked are told (a migration's, of the ranks reached or why it failed).
+    /// asked are told, and so are those waiting for a migration it serves
+    /// (the ranks it reached, or why it failed; its cut is not their answer).
     pub(super) fn on_checkpoint_event(&mut self, e: SubmitEvent) {
-        self.tell_migrate_waiters(&e);
-        let (job, request, reply) = match e {
+        let (job, request, reply, migrating) = match e {
             SubmitEvent::CheckpointAsked { job, request, ranks } => {
-                (job, request, ToolReply::CheckpointAsked { job, ranks })
+                let reply = ToolReply::CheckpointAsked { job, ranks };
+                (job, request, reply.clone(), Some(reply))
             }
             SubmitEvent::CheckpointTaken { job, request, cut } => {
-                (job, request, ToolReply::CheckpointTaken { job, cut })
+                (job, request, ToolReply::CheckpointTaken { job, cut }, None)
             }
             SubmitEvent::CheckpointFailed { job, request, reason } => {
                 let message = format!("checkpoint of job {job} not taken: {reason}");
-                (job, request, ToolReply::Error { message })
+                let moved = format!("rank of job {job} not moved: its checkpoint was not taken: {reason}");
+                (job, request, ToolReply::Error { message }, Some(ToolReply::Error { message: moved }))
             }
             _ => return,
         };
+        if let Some(reply) = migrating {
+            self.tell_waiters(job, request, reply, |m| &mut m.migrate_waiters);
+        }
         self.tell_waiters(job, request, reply, |m| &mut m.checkpoint_waiters);
     }
 
@@ -106,20 +111,6 @@ impl DaemonNode {
         for client in clients {
             self.send_reply(client, reply.clone(), Bytes::new());
         }
-    }
-
-    fn tell_migrate_waiters(&mut self, e: &SubmitEvent) {
-        let (job, request, reply) = match e {
-            SubmitEvent::CheckpointAsked { job, request, ranks } => {
-                (*job, *request, ToolReply::CheckpointAsked { job: *job, ranks: ranks.clone() })
-            }
-            SubmitEvent::CheckpointFailed { job, request, reason } => {
-                let message = format!("rank of job {job} not moved: its checkpoint was not taken: {reason}");
-                (*job, *request, ToolReply::Error { message })
-            }
-            _ => return,
-        };
-        self.tell_waiters(job, request, reply, |m| &mut m.migrate_waiters);
     }
 
     /// The executor asks the rank on control connection `conn` for a checkpoint.

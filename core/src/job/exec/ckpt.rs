@@ -15,11 +15,12 @@
 //!   ([`RankCheckpoints`]) and go to the submitter as [`JobMsg::Checkpointed`]
 //!   and [`JobMsg::Recovered`].
 //! - **Shipping.** For a job that restarts from its checkpoints
-//!   (`<restart>checkpoint</restart>`), each file a rank reports is read from
-//!   the job directory (ranks write them there: `P2PMP_CHECKPOINT_DIR=.`) and
-//!   sent to the submitter as [`JobMsg::CheckpointFile`] chunks, beside the
-//!   output files and under their window, so the node holding the job keeps
-//!   every cut.
+//!   (`<restart>checkpoint</restart>`), and for the cut answering each
+//!   checkpoint request passed on here (`p2pjob checkpoint`, `migrate`), a
+//!   file a rank reports is read from the job directory (ranks write them
+//!   there: `P2PMP_CHECKPOINT_DIR=.`) and sent to the submitter as
+//!   [`JobMsg::CheckpointFile`] chunks, beside the output files and under
+//!   their window, so the node holding the job keeps the cut.
 //! - **Resume.** After [`JobMsg::Resume`], each rank placed here needs its
 //!   checkpoint file of that cut (staged as [`RESUME_FILES`] + rank, named
 //!   [`ckpt::file_name`]) before the job counts as staged; it starts with

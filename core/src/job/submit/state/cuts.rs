@@ -45,8 +45,8 @@ struct Kept {
 pub(super) struct Resume {
     from: JobId,
     epoch: u64,
-    /// Each rank's file: name, bytes, digest; `None` while being read.
-    files: BTreeMap<u32, Option<(String, Bytes, Id)>>,
+    /// Each rank's file read and checked: name, bytes, digest.
+    files: BTreeMap<u32, (String, Bytes, Id)>,
     /// Why the job restarts, and what went wrong with newer cuts.
     why: String,
     /// The first of its files found damaged: the cut is given up once every
@@ -72,7 +72,7 @@ impl Cuts {
     /// resumed from, once read.
     pub(super) fn file(&self, file: u32) -> Option<&(String, Bytes, Id)> {
         let rank = file.checked_sub(RESUME_FILES)?;
-        self.resume.as_ref()?.files.get(&rank)?.as_ref()
+        self.resume.as_ref()?.files.get(&rank)
     }
 
     /// Epochs of the complete cuts kept, newest first.
@@ -209,9 +209,8 @@ impl Submission {
             self.drop_cut(e);
         }
         let Some(kept) = self.cuts.kept.get(&epoch) else { return };
-        let files = kept.ranks.iter().map(|r| (*r, None)).collect();
-        let unread = kept.ranks.clone();
-        self.cuts.resume = Some(Resume { from: kept.wire, epoch, files, why, damaged: None, unread });
+        let (from, unread) = (kept.wire, kept.ranks.clone());
+        self.cuts.resume = Some(Resume { from, epoch, files: BTreeMap::new(), why, damaged: None, unread });
         let job = self.job;
         for rank in 0..self.desc.processes {
             self.event(SubmitEvent::ReadCheckpoint { job, rank, epoch });
@@ -236,7 +235,7 @@ impl Submission {
         });
         match checked {
             Ok(file) => {
-                r.files.insert(rank, Some(file));
+                r.files.insert(rank, file);
             }
             Err(e) => {
                 r.damaged.get_or_insert(format!("checkpoint {epoch} is damaged (rank {rank}'s file {e})"));

@@ -37,15 +37,20 @@ fn ship_cut(h: &mut Harness, s: &mut Submission, epoch: u64) {
     }
 }
 
-/// A 2-rank job asking `<restart>checkpoint</restart>`, running on two of
-/// three one-slot nodes, its ranks not exiting.
+/// A 2-rank job asking `<restart>checkpoint</restart>` and a checkpoint a
+/// second, running on two of three one-slot nodes, its ranks not exiting.
 fn running() -> (Harness, Submission) {
-    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
+    running_on(3, RestartPolicy::Checkpoint, Some(Duration::from_secs(1)))
+}
+
+/// A 2-rank job with `restart` and `checkpoint`, running on two of `nodes`
+/// one-slot nodes, its ranks not exiting.
+fn running_on(nodes: u32, restart: RestartPolicy, checkpoint: Option<Duration>) -> (Harness, Submission) {
+    let nodes: Vec<_> = (1..=nodes).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
     let mut h = Harness::new(&nodes);
     h.exit_code = None;
     let mut j = job(2, &["linux"]);
-    j.restart = RestartPolicy::Checkpoint;
-    j.checkpoint = Some(Duration::from_secs(1));
+    (j.restart, j.checkpoint) = (restart, checkpoint);
     let mut s = submission(&h, j);
     h.run(&mut s, 20);
     assert_eq!(s.phase(), Phase::Running);
@@ -179,13 +184,7 @@ fn without_a_complete_cut_the_job_restarts_from_scratch_and_says_so() {
 
 #[test]
 fn a_job_that_restarts_from_scratch_does_so_with_a_cut_kept_and_keeps_the_new_run_s_cuts() {
-    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
-    let mut h = Harness::new(&nodes);
-    h.exit_code = None;
-    let mut j = job(2, &["linux"]);
-    j.restart = RestartPolicy::Scratch;
-    let mut s = submission(&h, j);
-    h.run(&mut s, 20);
+    let (mut h, mut s) = running_on(3, RestartPolicy::Scratch, None);
     // A cut asked for (p2pjob checkpoint) is shipped and kept all the same.
     ship_cut(&mut h, &mut s, 3);
     assert_eq!(s.newest_cut(), Some(3));
@@ -217,11 +216,7 @@ fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
 #[test]
 fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() {
     // <restart>fail</restart>: a migration needs no restart rule.
-    let nodes: Vec<_> = (1..=3).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
-    let mut h = Harness::new(&nodes);
-    h.exit_code = None;
-    let mut s = submission(&h, job(2, &["linux"]));
-    h.run(&mut s, 20);
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
     let first = s.wire();
     let from = s.ranks()[1].node.unwrap();
     assert_eq!(s.migrate(h.now, 1), Ok(1));
@@ -354,11 +349,7 @@ fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
 
 #[test]
 fn a_migration_with_no_other_node_free_restarts_the_job_where_it_was() {
-    let nodes: Vec<_> = (1..=2).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
-    let mut h = Harness::new(&nodes);
-    h.exit_code = None;
-    let mut s = submission(&h, job(2, &["linux"]));
-    h.run(&mut s, 20);
+    let (mut h, mut s) = running_on(2, RestartPolicy::Fail, None);
     let request = s.migrate(h.now, 1).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     h.exit_code = Some(0);
