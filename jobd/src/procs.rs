@@ -65,15 +65,37 @@ pub(crate) struct Spawn {
 /// Every process of one daemon, owned by its event loop.
 #[derive(Debug)]
 pub(crate) struct Procs {
-    remote: Remote<DaemonNode>,
+    tell: Tell,
     live: BTreeMap<(JobId, u32), Live>,
+    /// Processes handed to the file worker and not started yet, with whether
+    /// a kill came meanwhile: such a process is stopped as soon as it starts
+    /// (a job failing while its ranks start left one running before).
+    starting: BTreeMap<(JobId, u32), bool>,
     /// Processes that ended, reported by their tasks (to leave the table).
     ended_tx: async_channel::Sender<(JobId, u32)>,
     ended: async_channel::Receiver<(JobId, u32)>,
 }
 
-fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
-    let _ = remote.post(cmd);
+/// Where the processes' output and exits go: the node (a channel in tests).
+#[derive(Clone)]
+pub(crate) struct Tell(Arc<dyn Fn(NodeCommand) + Send + Sync>);
+
+impl Tell {
+    pub(crate) fn node(remote: Remote<DaemonNode>) -> Self {
+        Tell(Arc::new(move |cmd| {
+            let _ = remote.post(cmd);
+        }))
+    }
+
+    fn send(&self, cmd: NodeCommand) {
+        (self.0)(cmd)
+    }
+}
+
+impl std::fmt::Debug for Tell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tell")
+    }
 }
 
 /// Sends what the process writes on `stream` to the node, as long as the
@@ -81,7 +103,7 @@ fn tell(remote: &Remote<DaemonNode>, cmd: NodeCommand) {
 /// not read (the process then blocks on its writes) until more arrives. A
 /// stopped process (closed credit) sends nothing more.
 async fn pump_output(
-    remote: Remote<DaemonNode>,
+    tell: Tell,
     job: JobId,
     rank: u32,
     stream: Stream,
@@ -97,7 +119,7 @@ async fn pump_output(
                 let Ok(permits) = credit.acquire_many(n as u32).await else { return };
                 permits.forget();
                 let data = Bytes::copy_from_slice(&buf[..n]);
-                tell(&remote, NodeCommand::ProcessOutput { job, rank, stream, data });
+                tell.send(NodeCommand::ProcessOutput { job, rank, stream, data });
             }
         }
     }
@@ -147,23 +169,30 @@ fn runnable(mut program: &std::fs::File) -> Result<(), String> {
 }
 
 impl Procs {
-    pub(crate) fn new(remote: Remote<DaemonNode>) -> Self {
+    pub(crate) fn new(tell: Tell) -> Self {
         setpriv(); // found now, not on the first job's critical path
         let (ended_tx, ended) = async_channel::unbounded();
-        Procs { remote, live: BTreeMap::new(), ended_tx, ended }
+        Procs { tell, live: BTreeMap::new(), starting: BTreeMap::new(), ended_tx, ended }
+    }
+
+    /// A process about to be started by the file worker (then [`Procs::adopt`]).
+    pub(crate) fn starting(&mut self, job: JobId, rank: u32) {
+        self.starting.insert((job, rank), false);
     }
 
     /// A process the worker started (or could not): its output and exit go to the node.
+    /// One killed while it was starting is stopped at once.
     pub(crate) fn adopt(&mut self, s: Spawn, child: std::io::Result<tokio::process::Child>) {
         let (job, rank) = (s.job, s.rank);
-        let remote = self.remote.clone();
+        let killed = self.starting.remove(&(job, rank)).unwrap_or(false);
+        let tell = self.tell.clone();
         let mut child = match child {
             Ok(c) => c,
             Err(e) => {
                 warn!(program = s.program, %e, "cannot start a process");
                 let data = Bytes::from(format!("p2pmp: cannot start {}: {e}\n", s.program));
-                tell(&remote, NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
-                tell(&remote, NodeCommand::ProcessExited { job, rank, code: 127 });
+                tell.send(NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
+                tell.send(NodeCommand::ProcessExited { job, rank, code: 127 });
                 return;
             }
         };
@@ -172,7 +201,7 @@ impl Procs {
         self.live.insert((job, rank), Live { kill, credit: credit.clone() });
         let ended = self.ended_tx.clone();
         let pump = |stream, r: Box<dyn AsyncRead + Send + Unpin>| {
-            tokio::spawn(pump_output(remote.clone(), job, rank, stream, credit.clone(), r))
+            tokio::spawn(pump_output(tell.clone(), job, rank, stream, credit.clone(), r))
         };
         let out = child.stdout.take().map(|o| pump(Stream::Stdout, Box::new(o)));
         let err = child.stderr.take().map(|e| pump(Stream::Stderr, Box::new(e)));
@@ -193,8 +222,11 @@ impl Procs {
                 Err(_) => -9,
             };
             debug!(%job, rank, code, "process exited");
-            tell(&remote, NodeCommand::ProcessExited { job, rank, code });
+            tell.send(NodeCommand::ProcessExited { job, rank, code });
         });
+        if killed {
+            self.kill(job, rank);
+        }
     }
 
     /// The next process that ended (for [`Procs::forget`]).
@@ -207,28 +239,33 @@ impl Procs {
         self.live.remove(&key);
     }
 
-    /// Stops a process (its exit is reported as usual).
+    /// Stops a process (its exit is reported as usual), or one still
+    /// starting as soon as it starts.
     pub(crate) fn kill(&mut self, job: JobId, rank: u32) {
         if let Some(p) = self.live.remove(&(job, rank)) {
             p.stop();
+        } else if let Some(killed) = self.starting.get_mut(&(job, rank)) {
+            *killed = true;
         }
     }
 
     /// Stops every process of `job`; the lowest rank's stderr gets `why` first.
     pub(crate) fn kill_job(&mut self, job: JobId, why: &str) {
         let ranks: Vec<u32> = self.live.range((job, 0)..=(job, u32::MAX)).map(|(k, _)| k.1).collect();
+        let starting: Vec<u32> = self.starting.range((job, 0)..=(job, u32::MAX)).map(|(k, _)| k.1).collect();
         if let Some(&rank) = ranks.first() {
             let data = Bytes::from(format!("p2pmp: {why}\n"));
-            tell(&self.remote, NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
+            self.tell.send(NodeCommand::ProcessOutput { job, rank, stream: Stream::Stderr, data });
         }
-        for rank in ranks {
+        for rank in ranks.into_iter().chain(starting) {
             self.kill(job, rank);
         }
     }
 
-    /// Stops every process.
+    /// Stops every process, those still starting as they start.
     pub(crate) fn kill_all(&mut self) {
         std::mem::take(&mut self.live).into_values().for_each(Live::stop);
+        self.starting.values_mut().for_each(|killed| *killed = true);
     }
 
     /// The submitter has `bytes` more of process (`job`, `rank`)'s output.
@@ -461,5 +498,50 @@ mod tests {
         std::os::unix::fs::symlink("/usr/bin/true", dir.join("link")).unwrap();
         assert!(check(&dir.join("link")).unwrap_err().contains("symbolic link"), "links are not followed");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A kill that reaches a process while the file worker is still starting
+    /// it stops it as soon as it starts (it ran on after its job had failed).
+    #[test]
+    fn a_process_killed_while_it_starts_is_stopped_once_started() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tell = Tell(Arc::new(move |cmd| {
+            let _ = tx.send(cmd);
+        }));
+        let job = JobId(p2pmp_core::id::Id::hash_parts([b"killed while starting".as_slice()]));
+        let spawn = |rank| Spawn { job, rank, dir: "/".into(), program: "sleep".into(), args: vec![], env: vec![] };
+        let sleeper = || tokio::process::Command::new("sleep").arg("60").kill_on_drop(true).spawn();
+        let exits = rt.block_on(async {
+            let mut procs = Procs::new(tell);
+            procs.starting(job, 0);
+            procs.starting(job, 1);
+            procs.kill_job(job, "the job failed");
+            procs.starting(job, 2);
+            procs.adopt(spawn(0), sleeper());
+            procs.adopt(spawn(1), sleeper());
+            procs.adopt(spawn(2), sleeper());
+            let mut exits = Vec::new();
+            let limit = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while exits.len() < 2 && tokio::time::Instant::now() < limit {
+                if let Some(key) = tokio::time::timeout_at(limit, procs.ended()).await.ok().flatten() {
+                    procs.forget(key);
+                    exits.push(key.1);
+                }
+            }
+            assert_eq!(procs.running(), 1, "rank 2, started after the kill, runs on");
+            procs.kill_all();
+            exits
+        });
+        assert_eq!(exits.len(), 2, "ranks 0 and 1 stopped at once, not after sleep's 60 s");
+        let mut killed: Vec<_> = rx
+            .try_iter()
+            .filter_map(|c| match c {
+                NodeCommand::ProcessExited { rank, code, .. } => Some((rank, code)),
+                _ => None,
+            })
+            .collect();
+        killed.sort_unstable();
+        assert_eq!(killed, [(0, -9), (1, -9)], "their exits are reported as killed");
     }
 }

@@ -13,7 +13,7 @@ use p2pmp_core::overlay::OverlayEvent;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::procs::{Procs, Spawn};
+use crate::procs::{Procs, Spawn, Tell};
 use crate::sandbox::Sandbox;
 use crate::worker::{Report, Work, Worker};
 
@@ -101,7 +101,7 @@ impl Shell {
             }
         };
         let mut sh = Shell {
-            procs: Procs::new(remote.clone()),
+            procs: Procs::new(Tell::node(remote.clone())),
             remote,
             worker,
             stopping: Stopping::No,
@@ -179,13 +179,11 @@ impl Shell {
     }
 
     fn adopt(&mut self, spawn: Spawn, child: std::io::Result<tokio::process::Child>) {
-        match (self.stopping, child) {
+        if matches!(self.stopping, Stopping::Killing(_) | Stopping::Done) {
             // Started while the daemon stops: it goes at once.
-            (Stopping::Killing(_) | Stopping::Done, Ok(mut c)) => {
-                let _ = c.start_kill();
-            }
-            (_, child) => self.procs.adopt(spawn, child),
+            self.procs.kill(spawn.job, spawn.rank);
         }
+        self.procs.adopt(spawn, child);
     }
 
     fn host_stats(&self) {
@@ -222,6 +220,7 @@ impl Shell {
             NodeEvent::WriteFile { path, offset, data } => self.work(Work::WriteFile { path, offset, data }),
             NodeEvent::Spawn { job, rank, dir, program, args, env } => {
                 info!(%job, rank, program, "starting a process");
+                self.procs.starting(job, rank);
                 self.work(Work::Spawn(Spawn { job, rank, dir, program, args, env }));
             }
             NodeEvent::Kill { job, rank } => self.procs.kill(job, rank),
