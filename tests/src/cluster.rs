@@ -488,6 +488,15 @@ impl Drop for Cluster {
                 eprintln!("---- jobd on host {i} ({}), last lines:", self.hosts[i].ip);
                 tail.iter().rev().for_each(|l| eprintln!("{l}"));
             }
+            // The whole logs outlive the cluster's directory, for a closer look.
+            let kept = self.dir.with_extension("logs");
+            if std::fs::create_dir_all(&kept).is_ok() {
+                for i in 0..self.hosts.len() {
+                    let name = format!("jobd{i}.log");
+                    let _ = std::fs::copy(self.dir.join(&name), kept.join(&name));
+                }
+                eprintln!("---- every jobd's whole log: {}", kept.display());
+            }
         }
         for h in &mut self.hosts {
             h.ns.signal("KILL");

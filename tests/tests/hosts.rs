@@ -372,8 +372,13 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
         std::thread::sleep(Duration::from_secs(2));
         // A rank is asked once it has connected to its node: until then the
         // request reaches no rank, and is asked again.
+        // The second time to a named host: the highest one without a rank.
+        let to = (round == 2).then(|| (0..4).rev().find(|i| !hosts.contains(i)).expect("a free host"));
+        let target = to.map(|i| format!("{}:7400", c.hosts[i].ip));
+        let mut args = vec!["migrate", id.as_str(), "1"];
+        args.extend(target.iter().flat_map(|t| ["--to", t.as_str()]));
         let m = p2pmp_tests::wait_until("a migration", Duration::from_secs(20), || {
-            let m = c.p2pjob(3, &["migrate", &id, "1"], Duration::from_secs(60));
+            let m = c.p2pjob(3, &args, Duration::from_secs(60));
             match m.ok {
                 true => Ok(m),
                 false if m.stderr.contains("reached no rank") => Err(m.stderr),
@@ -390,6 +395,15 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
         // The job resumes on hosts other than the one the rank left.
         let status = wait_status(&c, 0, &id, &format!("restart {round}: from checkpoint "), Duration::from_secs(30));
         assert!(status.contains("moved off node"), "{status}");
+        if let (Some(i), Some(t)) = (to, &target) {
+            assert!(m.stdout.contains(&format!("to node {t}")) && status.contains(&format!("to node {t}")), "{status}");
+            p2pmp_tests::wait_until("rank 1 on the host named", Duration::from_secs(20), || {
+                let s = c.p2pjob(0, &["--json", "status", &id], Duration::from_secs(20)).stdout;
+                let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap_or_default();
+                let node = v["jobs"][0]["ranks"][1]["node"].as_str().unwrap_or_default().to_owned();
+                if node == *t && on_host(i) { Ok(()) } else { Err(format!("rank 1 on {node:?}: {s}")) }
+            });
+        }
         eprintln!("round {round}: resumed at {:?}", t0.elapsed());
     }
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));

@@ -169,7 +169,7 @@ impl Cursor<'_> {
             6 => ToolRequest::Lookup { name: self.name() },
             7 => ToolRequest::Query { name: self.name() },
             8 => ToolRequest::Checkpoint { job },
-            9 => ToolRequest::Migrate { job, rank: u32::from(self.byte() % 3) },
+            9 => ToolRequest::Migrate { job, rank: u32::from(self.byte() % 3), to: None },
             _ => ToolRequest::Ring,
         }
     }

@@ -252,9 +252,10 @@ pub enum SubmitEvent {
     /// Keep `data` at `offset` of `rank`'s checkpoint file of `epoch` (offset
     /// 0 truncates), for a restart (`<restart>checkpoint</restart>`).
     StoreCheckpoint { job: JobId, rank: u32, epoch: u64, offset: u64, data: Bytes },
-    /// `rank` moves off node `from` (`p2pjob migrate`): the job restarts
-    /// from the cut of `epoch`, taken for it, away from that node.
-    Migrated { job: JobId, rank: u32, from: NodeAddr, epoch: u64 },
+    /// `rank` moves off node `from` (`p2pjob migrate`), to node `to` when
+    /// one was named: the job restarts from the cut of `epoch`, taken for
+    /// it, away from that node.
+    Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
     /// `rank`'s checkpoint file of `epoch` is no longer needed: remove it.
     DropCheckpoint { job: JobId, rank: u32, epoch: u64 },
     /// Read `rank`'s kept checkpoint file of `epoch` back; answer through
@@ -279,6 +280,9 @@ pub enum SubmitCmdError {
     /// [`MAX_PENDING_CHECKPOINTS`] requests.
     #[error("job {job} already waits for {pending} checkpoint(s): ask again once they are taken")]
     TooManyCheckpoints { job: JobId, pending: usize },
+    /// A rank cannot be moved to the node named.
+    #[error("rank {rank} of job {job} cannot move to node {to}: {why}")]
+    CannotMoveTo { job: JobId, rank: u32, to: NodeAddr, why: &'static str },
     /// A rank of the job is being moved already.
     #[error("job {job} is already moving rank {rank}: ask again once it has moved")]
     Migrating { job: JobId, rank: u32 },
@@ -378,8 +382,14 @@ impl Submitter {
 
     /// Moves `rank` of `job` off its node: the number of the checkpoint
     /// request that takes the cut it resumes from (see [`Submission::migrate`]).
-    pub fn migrate(&mut self, now: Instant, job: JobId, rank: u32) -> Result<u64, SubmitCmdError> {
-        self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.migrate(now, rank)
+    pub fn migrate(
+        &mut self,
+        now: Instant,
+        job: JobId,
+        rank: u32,
+        to: Option<NodeAddr>,
+    ) -> Result<u64, SubmitCmdError> {
+        self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.migrate(now, rank, to)
     }
 
     /// The submission of `job`.

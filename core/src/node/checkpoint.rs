@@ -36,8 +36,8 @@ impl DaemonNode {
     }
 
     /// `p2pjob migrate` of `rank` of `job`, held here, for `client`.
-    pub(super) fn ask_migrate(&mut self, now: Instant, client: Client, job: JobId, rank: u32) {
-        match self.submitter.migrate(now, job, rank) {
+    pub(super) fn ask_migrate(&mut self, now: Instant, client: Client, job: JobId, rank: u32, to: Option<NodeAddr>) {
+        match self.submitter.migrate(now, job, rank, to) {
             Ok(request) => {
                 if let Some(meta) = self.jobs.get_mut(&job) {
                     meta.migrate_waiters.push((request, client));
@@ -48,8 +48,8 @@ impl DaemonNode {
     }
 
     /// A rank moves: the tools that asked for it are told.
-    pub(super) fn on_migrated(&mut self, job: JobId, rank: u32, from: NodeAddr, epoch: u64) {
-        self.answer_migrations(job, ToolReply::Migrated { job, rank, from, epoch });
+    pub(super) fn on_migrated(&mut self, job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64) {
+        self.answer_migrations(job, ToolReply::Migrated { job, rank, from, to, epoch });
     }
 
     /// Every tool waiting for a migration of `job` gets `reply`, its last.

@@ -71,10 +71,12 @@ pub enum ToolRequest {
     /// (or an error: the job ended first, no rank could be reached).
     Checkpoint { job: JobId },
     /// Move `rank` of a running job off its node: a checkpoint is taken, and
-    /// the job resumes from it placed away from that node. Answered by
-    /// [`ToolReply::CheckpointAsked`], then [`ToolReply::Migrated`] (or an
-    /// error: no rank reached, the job ended first).
-    Migrate { job: JobId, rank: u32 },
+    /// the job resumes from it placed away from that node, on node `to` when
+    /// one is named (a candidate of the job's placement with a free slot).
+    /// Answered by [`ToolReply::CheckpointAsked`], then
+    /// [`ToolReply::Migrated`] (or an error: no rank reached, the job ended
+    /// first, `to` cannot take it).
+    Migrate { job: JobId, rank: u32, to: Option<NodeAddr> },
 }
 
 impl ToolRequest {
@@ -282,8 +284,9 @@ pub enum ToolReply {
     /// The last answer to [`ToolRequest::Checkpoint`]: the ranks took `cut`.
     CheckpointTaken { job: JobId, cut: CutInfo },
     /// The last answer to [`ToolRequest::Migrate`]: the cut of `epoch` is
-    /// kept, and the job resumes from it away from node `from`.
-    Migrated { job: JobId, rank: u32, from: NodeAddr, epoch: u64 },
+    /// kept, and the job resumes from it away from node `from` (with the
+    /// rank on node `to`, when one was named and has a slot by then).
+    Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
 }
 
 /// One CAN node in a [`ToolReply::Zones`], as it tells it.

@@ -332,7 +332,7 @@ impl DaemonNode {
                 let path = self.cut_path(job, rank, epoch);
                 self.event(NodeEvent::WriteFile { path, offset, data });
             }
-            SubmitEvent::Migrated { job, rank, from, epoch } => self.on_migrated(job, rank, from, epoch),
+            SubmitEvent::Migrated { job, rank, from, to, epoch } => self.on_migrated(job, rank, from, to, epoch),
             SubmitEvent::DropCheckpoint { job, rank, epoch } => {
                 let path = self.cut_path(job, rank, epoch);
                 self.event(NodeEvent::RemoveFile { path });

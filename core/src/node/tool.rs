@@ -88,7 +88,7 @@ impl DaemonNode {
                 self.send_reply(client, ToolReply::Jobs { jobs }, Bytes::new());
             }
             ToolRequest::Checkpoint { job } => self.ask_checkpoint(client, job),
-            ToolRequest::Migrate { job, rank } => self.ask_migrate(now, client, job, rank),
+            ToolRequest::Migrate { job, rank, to } => self.ask_migrate(now, client, job, rank, to),
             ToolRequest::Kill { job } => match self.submitter.handle_command(now, SubmitterCommand::Kill(job)) {
                 Ok(()) => self.send_reply(client, ToolReply::Killing { job }, Bytes::new()),
                 Err(e) => self.error(client, e.to_string()),

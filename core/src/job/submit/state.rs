@@ -166,6 +166,8 @@ pub struct Submission {
     migrations: u32,
     /// The node the next placement passes over (the one a rank moved off).
     avoid: Option<NodeAddr>,
+    /// The node the next placement gives a migrating rank (`migrate --to`).
+    toward: Option<(u32, NodeAddr)>,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -244,6 +246,7 @@ impl Submission {
             migration: None,
             migrations: 0,
             avoid: None,
+            toward: None,
             desc,
         };
         if !valid {

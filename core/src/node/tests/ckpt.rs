@@ -137,12 +137,15 @@ fn golden_bytes_pin_the_checkpoint_request_and_replies() {
     assert!(!asked.ends_request() && taken.ends_request());
     let mut want = vec![12u8];
     want.extend([0u8; 20]);
-    want.push(3);
-    let migrate = ToolRequest::Migrate { job, rank: 3 };
+    want.extend([3, 0]);
+    let migrate = ToolRequest::Migrate { job, rank: 3, to: None };
     assert_eq!(postcard::to_allocvec(&migrate).unwrap(), want);
+    let to = NodeAddr::loopback(5, 7400);
+    let moved = postcard::to_allocvec(&ToolRequest::Migrate { job, rank: 3, to: Some(to) }).unwrap();
+    assert_eq!(moved[..23], [&[12u8][..], &[0u8; 20], &[3, 1]].concat(), "Some(to) after the rank");
     assert!(migrate.about_a_job() && migrate.streams());
     let from = NodeAddr::loopback(2, 7000);
-    let migrated = ToolReply::Migrated { job, rank: 3, from, epoch: 4 };
+    let migrated = ToolReply::Migrated { job, rank: 3, from, to: None, epoch: 4 };
     let bytes = postcard::to_allocvec(&migrated).unwrap();
     assert_eq!(bytes[..22], [&[22u8][..], &[0u8; 20], &[3]].concat());
     assert_eq!(bytes.last(), Some(&4));

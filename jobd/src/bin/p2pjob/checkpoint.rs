@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use p2pmp_core::job::JobId;
+use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
 use serde_json::json;
@@ -59,10 +60,10 @@ pub(crate) fn ask(c: &mut Client, job: JobId, wait: bool, json: bool) -> anyhow:
     })
 }
 
-/// Asks to move `rank` of `job` off its node; prints the ranks the
-/// checkpoint reached, then where the rank moved from.
-pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, json: bool) -> anyhow::Result<()> {
-    let id = c.send(ToolRequest::Migrate { job, rank })?;
+/// Asks to move `rank` of `job` off its node (to node `to`, if named);
+/// prints the ranks the checkpoint reached, then where the rank moved from.
+pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, to: Option<NodeAddr>, json: bool) -> anyhow::Result<()> {
+    let id = c.send(ToolRequest::Migrate { job, rank, to })?;
     follow(c, id, |reply| match reply {
         ToolReply::CheckpointAsked { ranks, .. } => {
             if !json {
@@ -70,12 +71,15 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, json: bool) -> anyh
             }
             Ok(false)
         }
-        ToolReply::Migrated { from, epoch, .. } => {
+        ToolReply::Migrated { from, to, epoch, .. } => {
             if json {
-                let from = from.to_string();
-                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "epoch": epoch}));
+                let (from, to) = (from.to_string(), to.map(|t| t.to_string()));
+                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch}));
             } else {
-                println!("rank {rank} of job {job} moves off node {from}: the job restarts from checkpoint {epoch}");
+                let toward = to.map_or_else(String::new, |t| format!(" to node {t}"));
+                println!(
+                    "rank {rank} of job {job} moves off node {from}{toward}: the job restarts from checkpoint {epoch}"
+                );
             }
             Ok(true)
         }

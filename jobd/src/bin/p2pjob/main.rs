@@ -21,6 +21,7 @@ use anyhow::{Context, anyhow};
 use clap::{CommandFactory, Parser, Subcommand};
 use p2pmp_core::auth::SecretKey;
 use p2pmp_core::job::{JobDescription, JobId};
+use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
 use p2pmp_jobd::Overlay;
 use p2pmp_jobd::config::DEFAULT_CONTROL;
@@ -122,7 +123,11 @@ enum Cmd {
     /// job is placed again on nodes meeting its requirements, the rank's node
     /// used only when no other has room, every rank resuming from that
     /// checkpoint (the other ranks move back to it too: a moment's work is
-    /// done again). Prints the ranks
+    /// done again). With --to, the rank goes to that node (its overlay
+    /// address as `p2pjob status` and `nodes` show it): one meeting the job's
+    /// requirements with a free slot, else the request fails at once; should
+    /// the slot be taken before the job is placed again, the rank goes
+    /// elsewhere and the job's restart reason says so. Prints the ranks
     /// the checkpoint request reached, then the node the rank moves off once
     /// the checkpoint is kept and the job restarts from it; `p2pjob status`
     /// shows the new placement. A migration that has not moved the rank
@@ -135,6 +140,9 @@ enum Cmd {
         job: String,
         /// The rank to move.
         rank: u32,
+        /// The node to move it to (e.g. 198.18.0.3:7400; default: any other).
+        #[arg(long, value_name = "NODE")]
+        to: Option<NodeAddr>,
     },
     /// Everything a job's ranks wrote to stdout and stderr so far, from the
     /// first byte (kept by the node holding the job until its retention ends).
@@ -447,10 +455,10 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             checkpoint::ask(&mut c, job, !no_wait, json).map_err(daemon)?;
             Ok(0)
         }
-        Cmd::Migrate { job, rank } => {
+        Cmd::Migrate { job, rank, to } => {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
-            checkpoint::migrate(&mut c, job, rank, json).map_err(daemon)?;
+            checkpoint::migrate(&mut c, job, rank, to, json).map_err(daemon)?;
             Ok(0)
         }
         Cmd::Nodes => {

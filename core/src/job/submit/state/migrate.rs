@@ -8,6 +8,12 @@
 //! the MPI library to carry its per-peer sequence numbers across, which it
 //! does not yet.
 //!
+//! `p2pjob migrate JOB RANK --to NODE` names the node the rank goes to: one
+//! of the candidates the job was placed among, with a free slot when asked.
+//! That placement waits at it too and gives it the rank when it grants a
+//! slot; when it has none by then, the rank goes elsewhere and the restart's
+//! reason says so.
+//!
 //! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
 //! the same way (or is told they stay, [`JobMsg::Staying`], when no
 //! checkpoint can be taken of them). A migration does not count against the
@@ -27,6 +33,8 @@ pub(super) struct Migration {
     epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
     leaving: bool,
+    /// The node it moves to, when the user named one.
+    to: Option<NodeAddr>,
     /// When the rank stays after all, its cut not kept whole by then.
     deadline: Instant,
 }
@@ -39,8 +47,9 @@ impl Submission {
     /// returned; its progress comes as for [`Submission::request_checkpoint`]),
     /// then restarts the job from that cut away from the node
     /// ([`SubmitEvent::Migrated`]).
-    pub fn migrate(&mut self, now: Instant, rank: u32) -> Result<u64, SubmitCmdError> {
-        self.start_migration(now, rank, false)
+    /// `to`: the node the rank goes to (see the module docs).
+    pub fn migrate(&mut self, now: Instant, rank: u32, to: Option<NodeAddr>) -> Result<u64, SubmitCmdError> {
+        self.start_migration(now, rank, false, to)
     }
 
     /// Node `from` is shutting down with live ranks of the job: they move
@@ -49,13 +58,19 @@ impl Submission {
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live = n.accepted.iter().copied().find(|r| self.ranks[*r as usize].exit.is_none());
-        if live.is_none_or(|rank| self.start_migration(now, rank, true).is_err()) {
+        if live.is_none_or(|rank| self.start_migration(now, rank, true, None).is_err()) {
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
         Some(())
     }
 
-    fn start_migration(&mut self, now: Instant, rank: u32, leaving: bool) -> Result<u64, SubmitCmdError> {
+    fn start_migration(
+        &mut self,
+        now: Instant,
+        rank: u32,
+        leaving: bool,
+        to: Option<NodeAddr>,
+    ) -> Result<u64, SubmitCmdError> {
         let job = self.job;
         let Some(r) = self.ranks.get(rank as usize).copied() else {
             return Err(SubmitCmdError::NoRunningRank { job, why: "it has no such rank" });
@@ -68,10 +83,30 @@ impl Submission {
             (_, Some(_), _) => return Err(SubmitCmdError::NoRunningRank { job, why: "that rank has exited" }),
             _ => return Err(SubmitCmdError::NoRunningRank { job, why: "it is not running" }),
         };
+        if let Some(to) = to {
+            self.check_target(rank, from, to)?;
+        }
         let request = self.request_checkpoint()?;
         let deadline = now + MIGRATION_TIMEOUT;
-        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, deadline });
+        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, to, deadline });
         Ok(request)
+    }
+
+    /// Whether `rank`, on node `from`, may be moved to node `to`.
+    fn check_target(&self, rank: u32, from: NodeAddr, to: NodeAddr) -> Result<(), SubmitCmdError> {
+        let job = self.job;
+        let why = if to == from {
+            "the rank runs there"
+        } else if self.lost_nodes.contains(&to) {
+            "the job lost that node"
+        } else {
+            match self.nodes.get(&to) {
+                None => "it does not meet the job's requirements (or was not in the network when the job was placed)",
+                Some(n) if n.free_hint == 0 && n.accepted.is_empty() => "it has no free slot",
+                Some(_) => return Ok(()),
+            }
+        };
+        Err(SubmitCmdError::CannotMoveTo { job, rank, to, why })
     }
 
     /// Checkpoint request `request` was answered by the cut of `epoch`.
@@ -126,14 +161,31 @@ impl Submission {
         if self.newest_cut().is_none_or(|newest| newest < epoch) {
             return; // its files are still on their way (a newer cut will do too)
         }
-        let Some(Migration { rank, from, leaving, .. }) = self.migration.take() else { return };
+        let Some(Migration { rank, from, leaving, to, .. }) = self.migration.take() else { return };
         self.migrations += 1;
         self.avoid = Some(from);
         let (job, epoch) = (self.job, self.newest_cut().unwrap_or(epoch));
-        self.event(SubmitEvent::Migrated { job, rank, from, epoch });
+        self.event(SubmitEvent::Migrated { job, rank, from, to, epoch });
         let why = if leaving { "its node is shutting down" } else { "p2pjob migrate" };
         let ranks = if leaving { "the ranks" } else { "rank" };
         let which = if leaving { String::new() } else { format!(" {rank}") };
-        self.restart(format!("{ranks}{which} moved off node {from} ({why})"), true);
+        let toward = to.map_or_else(String::new, |t| format!(" to node {t}"));
+        self.restart(format!("{ranks}{which} moved off node {from}{toward} ({why})"), true);
+        // After `restart`, which forgets any earlier wish.
+        self.toward = to.map(|t| (rank, t));
+    }
+
+    /// The rank a migration sends to a named node, placed there when that
+    /// node granted a slot; otherwise the restart's reason says where it went.
+    pub(super) fn place_toward(&mut self, offers: &mut BTreeMap<NodeAddr, Vec<u32>>) {
+        let Some((rank, to)) = self.toward.take() else { return };
+        let granted = self.nodes.get(&to).is_some_and(|n| n.wanted && !n.closed && n.granted > 0);
+        if granted && self.unplaced.remove(&rank) {
+            offers.entry(to).or_default().push(rank);
+        } else if let Some(reason) = self.restart_reasons.last_mut() {
+            reason.push_str(&format!("; node {to} had no free slot for rank {rank}, which went to another node"));
+            let (job, attempt, reason) = (self.job, self.restarts, reason.clone());
+            self.event(SubmitEvent::Restarting { job, attempt, reason });
+        }
     }
 }

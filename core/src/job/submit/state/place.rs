@@ -120,6 +120,13 @@ impl Submission {
             .map(|(a, n)| (Reverse(n.free_hint), n.load_milli / 250, spread(a), *a, n.slots))
             .collect();
         order.sort();
+        // The node a migrating rank goes to is waited at first.
+        if let Some((_, to)) = self.toward {
+            if let Some(i) = order.iter().position(|o| o.3 == to) {
+                let target = order.remove(i);
+                order.insert(0, target);
+            }
+        }
         let (mut chosen, mut slots) = (Vec::new(), 0u64);
         for (_, _, _, addr, n) in order {
             if chosen.len() >= MAX_WANTED && slots >= u64::from(self.desc.processes) {
@@ -177,14 +184,16 @@ impl Submission {
         // A node a rank is moving off last (used only when no other has
         // room), then most grants first, ties to the least loaded, then the
         // lowest address.
+        let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
+        self.place_toward(&mut offers);
         let avoid = self.avoid;
         let mut heap: BinaryHeap<(bool, u32, Reverse<u32>, Reverse<NodeAddr>)> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.wanted && !n.closed && n.granted > 0)
-            .map(|(a, n)| (avoid != Some(*a), n.granted, Reverse(n.load_milli), Reverse(*a)))
+            .map(|(a, n)| (a, n, offers.get(a).map_or(0, |r| r.len() as u32)))
+            .filter(|(_, n, taken)| n.wanted && !n.closed && n.granted > *taken)
+            .map(|(a, n, taken)| (avoid != Some(*a), n.granted - taken, Reverse(n.load_milli), Reverse(*a)))
             .collect();
-        let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
         while let Some(&rank) = self.unplaced.first() {
             let Some((other, left, load, Reverse(addr))) = heap.pop() else { break };
             self.unplaced.remove(&rank);

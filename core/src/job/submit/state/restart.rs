@@ -25,6 +25,7 @@ impl Submission {
     /// the newest cut kept whole, if any.
     pub(super) fn restart(&mut self, why: String, from_cut: bool) {
         self.migration = None;
+        self.toward = None;
         self.release_nodes(true);
         self.restart_checkpoints();
         self.restarts += 1;

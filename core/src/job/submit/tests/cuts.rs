@@ -219,8 +219,8 @@ fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() 
     let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
     let first = s.wire();
     let from = s.ranks()[1].node.unwrap();
-    assert_eq!(s.migrate(h.now, 1), Ok(1));
-    assert!(matches!(s.migrate(h.now, 0), Err(SubmitCmdError::Migrating { rank: 1, .. })));
+    assert_eq!(s.migrate(h.now, 1, None), Ok(1));
+    assert!(matches!(s.migrate(h.now, 0, None), Err(SubmitCmdError::Migrating { rank: 1, .. })));
     h.settle(&mut s);
     take_cut(&mut h, &mut s, 1, 1);
     // Taken, but its files are not here yet: nothing moves.
@@ -229,7 +229,11 @@ fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() 
     h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
     h.run(&mut s, 30);
-    assert!(h.events.contains(&SubmitEvent::Migrated { job: s.job(), rank: 1, from, epoch: 1 }), "{:?}", h.events);
+    assert!(
+        h.events.contains(&SubmitEvent::Migrated { job: s.job(), rank: 1, from, to: None, epoch: 1 }),
+        "{:?}",
+        h.events
+    );
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
     assert!(s.ranks().iter().all(|r| r.node != Some(from)), "the node moved off is passed over");
     assert_eq!(s.resumed_from(), Some(1));
@@ -243,7 +247,7 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
     let (mut h, mut s) = running();
     for round in 1..=MAX_RESTARTS as u64 + 1 {
         assert_eq!(s.phase(), Phase::Running, "round {round}: {:?}", h.events);
-        let request = s.migrate(h.now, 0).unwrap();
+        let request = s.migrate(h.now, 0, None).unwrap();
         take_cut(&mut h, &mut s, request, round);
         ship_cut(&mut h, &mut s, round);
         h.run(&mut s, 30);
@@ -333,7 +337,7 @@ fn a_resumed_run_s_cuts_are_its_own_not_the_partial_ones_of_the_run_before() {
 #[test]
 fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
     let (mut h, mut s) = running();
-    let request = s.migrate(h.now, 1).unwrap();
+    let request = s.migrate(h.now, 1, None).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     // No file ever comes: the deadline passes (the harness jumps to it).
     h.run(&mut s, 10);
@@ -344,17 +348,60 @@ fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
     assert!(failed, "{:?}", h.events);
     assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
     assert_eq!(s.phase(), Phase::Running);
-    assert!(s.migrate(h.now, 1).is_ok(), "a new migration may be asked");
+    assert!(s.migrate(h.now, 1, None).is_ok(), "a new migration may be asked");
 }
 
 #[test]
 fn a_migration_with_no_other_node_free_restarts_the_job_where_it_was() {
     let (mut h, mut s) = running_on(2, RestartPolicy::Fail, None);
-    let request = s.migrate(h.now, 1).unwrap();
+    let request = s.migrate(h.now, 1, None).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
     h.run(&mut s, 30);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
     assert_eq!(s.resumed_from(), Some(1));
+}
+
+#[test]
+fn a_rank_migrated_to_a_named_node_resumes_there() {
+    let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
+    let from = s.ranks()[1].node.unwrap();
+    let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
+    // The free node placement would pick last: the highest address.
+    let to = (1..=4).map(addr).filter(|a| !used.contains(a)).max().unwrap();
+    let job = s.job();
+    for (bad, why) in [(from, "the rank runs there"), (addr(9), "does not meet the job's requirements")] {
+        let e = s.migrate(h.now, 1, Some(bad)).unwrap_err();
+        assert!(matches!(e, SubmitCmdError::CannotMoveTo { rank: 1, .. }), "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    let request = s.migrate(h.now, 1, Some(to)).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert!(h.events.contains(&SubmitEvent::Migrated { job, rank: 1, from, to: Some(to), epoch: 1 }), "{:?}", h.events);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(s.ranks()[1].node, Some(to), "rank 1 went where it was sent");
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.contains(&format!("rank 1 moved off node {from} to node {to}")), "{reason}");
+}
+
+#[test]
+fn a_named_node_that_grants_no_slot_in_time_leaves_the_rank_elsewhere_and_says_so() {
+    let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
+    let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
+    let to = (1..=4).map(addr).filter(|a| !used.contains(a)).max().unwrap();
+    let request = s.migrate(h.now, 1, Some(to)).unwrap();
+    // Its slot goes to another job meanwhile: it answers the wait no more.
+    h.behave.insert(to, Behave::Silent);
+    take_cut(&mut h, &mut s, request, 1);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert!(s.ranks().iter().all(|r| r.node.is_some() && r.node != Some(to)));
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.contains(&format!("node {to} had no free slot for rank 1, which went to another node")), "{reason}");
 }
