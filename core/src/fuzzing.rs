@@ -33,6 +33,26 @@ pub fn checkpoint_file(data: &[u8]) {
     }
 }
 
+/// A saved MPI engine (what a moving rank's checkpoint carries): decoded
+/// within a bound, a state that decodes survives a round trip, and one that
+/// restores drives a fresh engine without a panic (its frames resent, its
+/// messages received).
+pub fn saved_engine(data: &[u8]) {
+    use crate::mpi::{MpiConfig, MpiEngine, SavedEngine};
+    let Ok(saved) = SavedEngine::decode(data, 1 << 20) else { return };
+    let again = SavedEngine::decode(&saved.encode(), 1 << 20).expect("an encoded state decodes");
+    assert_eq!(again, saved, "a saved engine survives a round trip");
+    let (rank, size) = (saved.rank(), saved.size());
+    let Ok(mut e) = MpiEngine::restore(MpiConfig::default(), rank, size, saved) else { return };
+    let now = std::time::Instant::now();
+    while e.poll_transmit().is_some() {}
+    for src in (0..size.min(8)).filter(|&s| s != rank) {
+        let _ = e.irecv(now, 0, Some(src), None);
+    }
+    while e.poll_transmit().is_some() {}
+    while e.poll_completion().is_some() {}
+}
+
 pub use auth::{job_signature, key_text, signed_request};
 pub use daemon::daemon_node;
 pub use message::{MESSAGE_TYPES, message};
@@ -186,6 +206,7 @@ mod tests {
             ("resource_line", super::resource_line as fn(&[u8])),
             ("daemon_node", super::daemon_node as fn(&[u8])),
             ("checkpoint_file", super::checkpoint_file as fn(&[u8])),
+            ("saved_engine", super::saved_engine as fn(&[u8])),
             ("message", |d: &[u8]| {
                 super::message(d);
             }),

@@ -47,7 +47,7 @@ pub struct MpiEngine {
     ack_later: Vec<u32>,
     pub(super) completions: VecDeque<Completion>,
     timers: TimerTable<Timer>,
-    next_req: u64,
+    pub(super) next_req: u64,
     pub(super) stats: MpiStats,
     /// Leaving (`MPI_Finalize`): acknowledgements go out without delay.
     pub(super) closing: bool,

@@ -94,12 +94,14 @@ pub mod link;
 mod msg;
 mod queues;
 mod rendezvous;
+mod saved;
 
 pub use closing::GONE_GRACE;
 pub use config::MpiConfig;
 pub use engine::MpiEngine;
 pub use link::{LinkAction, LinkConfig, Links, Path, Route};
 pub use msg::{MpiMsg, SeqHdr};
+pub use saved::{SaveError, SavedEngine};
 
 use bytes::Bytes;
 use thiserror::Error;

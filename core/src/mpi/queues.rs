@@ -197,6 +197,11 @@ impl UnexpectedQueue {
         self.by_arrival.len()
     }
 
+    /// Every message held, earliest arrival first.
+    pub(crate) fn in_arrival_order(&self) -> impl Iterator<Item = &Unexpected> {
+        self.by_arrival.values()
+    }
+
     /// Messages held of communicators other than `comm`.
     pub(crate) fn len_besides(&self, comm: u32) -> usize {
         self.by_arrival.values().filter(|u| u.key.comm != comm).count()

@@ -16,7 +16,7 @@ use crate::mpi::{Completion, MpiConfig, MpiEngine, MpiMsg, RequestId, Status, Tr
 
 /// A small configuration that makes every mechanism fire often: small eager
 /// threshold, a credit window of a few messages, multi-chunk rendezvous, eager acks.
-pub(super) fn tight_config() -> MpiConfig {
+pub(in crate::mpi) fn tight_config() -> MpiConfig {
     MpiConfig {
         eager_threshold: 128,
         eager_window: 512,
@@ -29,15 +29,15 @@ pub(super) fn tight_config() -> MpiConfig {
 }
 
 /// The recognisable content of message `id`.
-pub(super) fn content(id: usize, len: usize) -> Bytes {
+pub(in crate::mpi) fn content(id: usize, len: usize) -> Bytes {
     (0..len).map(|i| (id as u8).wrapping_mul(31).wrapping_add(i as u8)).collect::<Vec<u8>>().into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Pat {
-    pub(super) comm: u32,
-    pub(super) src: Option<u32>,
-    pub(super) tag: Option<i32>,
+pub(in crate::mpi) struct Pat {
+    pub(in crate::mpi) comm: u32,
+    pub(in crate::mpi) src: Option<u32>,
+    pub(in crate::mpi) tag: Option<i32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -66,8 +66,8 @@ struct ModelRank {
 }
 
 #[derive(Debug)]
-pub(super) struct World {
-    pub(super) engines: Vec<MpiEngine>,
+pub(in crate::mpi) struct World {
+    pub(in crate::mpi) engines: Vec<MpiEngine>,
     n: usize,
     now: Instant,
     /// In-flight frames, per directed link `a * n + b`.
@@ -106,10 +106,14 @@ pub(super) struct World {
     cancel_answers: BTreeMap<(usize, RequestId), bool>,
     /// Messages taken back: never delivered.
     cancelled_msgs: BTreeSet<usize>,
+    /// Sends the application released (before its rank moved): no longer cancellable.
+    released: BTreeSet<(usize, RequestId)>,
+    /// Ranks that moved (their engine saved and restored in a new process).
+    pub(in crate::mpi) moves: usize,
 }
 
 impl World {
-    pub(super) fn new(n: usize, config: MpiConfig) -> Self {
+    pub(in crate::mpi) fn new(n: usize, config: MpiConfig) -> Self {
         let engines = (0..n).map(|r| MpiEngine::new(config.clone(), r as u32, n as u32).unwrap()).collect();
         World {
             engines,
@@ -137,6 +141,8 @@ impl World {
             cancel_expect: BTreeMap::new(),
             cancel_answers: BTreeMap::new(),
             cancelled_msgs: BTreeSet::new(),
+            released: BTreeSet::new(),
+            moves: 0,
         }
     }
 
@@ -174,7 +180,7 @@ impl World {
 
     /// A send; `sync`: a synchronous one, which must not complete before a
     /// receive took its message.
-    pub(super) fn send(&mut self, from: usize, to: usize, comm: u32, tag: i32, len: usize, sync: bool) {
+    pub(in crate::mpi) fn send(&mut self, from: usize, to: usize, comm: u32, tag: i32, len: usize, sync: bool) {
         let id = self.msgs.len();
         self.msgs.push(MsgRec { src: from as u32, dst: to as u32, comm, tag, len });
         self.delivered.push(0);
@@ -201,21 +207,21 @@ impl World {
         self.drain();
     }
 
-    pub(super) fn recv(&mut self, at: usize, p: Pat) {
+    pub(in crate::mpi) fn recv(&mut self, at: usize, p: Pat) {
         let req = self.engines[at].irecv(self.now, p.comm, p.src, p.tag).unwrap();
         self.model_post(at, req, p);
         self.recv_reqs[at].push(req);
         self.drain();
     }
 
-    pub(super) fn probe(&mut self, at: usize, p: Pat) {
+    pub(in crate::mpi) fn probe(&mut self, at: usize, p: Pat) {
         let got = self.engines[at].iprobe(p.comm, p.src, p.tag).unwrap();
         let want =
             self.model[at].unexpected.iter().map(|&id| self.msgs[id]).find(|m| m.matches(&p)).map(|m| m.status());
         assert_eq!(got, want, "iprobe at rank {at} for {p:?}");
     }
 
-    pub(super) fn cancel(&mut self, at: usize, nth: usize) {
+    pub(in crate::mpi) fn cancel(&mut self, at: usize, nth: usize) {
         let Some(&req) = self.recv_reqs[at].get(nth % self.recv_reqs[at].len().max(1)) else { return };
         let model = self.model[at].posted.iter().position(|&(r, _)| r == req);
         let got = self.engines[at].cancel(req);
@@ -230,9 +236,13 @@ impl World {
     /// Asks to cancel the `nth` send (of all ranks) not asked before. To itself
     /// a rank decides at once; to another, the model decides when the request
     /// reaches the receiver (see `deliver_one`).
-    pub(super) fn cancel_send(&mut self, nth: usize) {
-        let open: Vec<(usize, RequestId)> =
-            self.send_of.iter().copied().filter(|s| !self.cancel_asked.contains(s)).collect();
+    pub(in crate::mpi) fn cancel_send(&mut self, nth: usize) {
+        let open: Vec<(usize, RequestId)> = self
+            .send_of
+            .iter()
+            .copied()
+            .filter(|s| !self.cancel_asked.contains(s) && !self.released.contains(s))
+            .collect();
         let Some(&(at, req)) = open.get(nth % open.len().max(1)) else { return };
         self.cancel_asked.insert((at, req));
         let id = self.send_ids[&(at, req)];
@@ -258,7 +268,7 @@ impl World {
     }
 
     /// Delivers up to `k` frames from the `pick`th non-empty link.
-    pub(super) fn deliver(&mut self, pick: usize, k: usize) {
+    pub(in crate::mpi) fn deliver(&mut self, pick: usize, k: usize) {
         let busy: Vec<usize> = (0..self.links.len()).filter(|&l| !self.links[l].is_empty()).collect();
         if busy.is_empty() {
             return;
@@ -297,9 +307,44 @@ impl World {
         true
     }
 
+    /// Rank `at` moves to a new process, when it is quiet (no receive
+    /// posted, every send completed and released, no rendezvous or cancel
+    /// under way): its engine is saved, encoded, decoded and restored there;
+    /// the old process's connections die with what was in flight on them,
+    /// and the peers reconnect to the new one. False if it was not quiet.
+    pub(in crate::mpi) fn move_rank(&mut self, at: usize) -> bool {
+        let mine: Vec<(usize, RequestId)> = self.send_of.iter().copied().filter(|s| s.0 == at).collect();
+        if mine.iter().any(|s| {
+            !self.done.contains_key(s) || (self.cancel_asked.contains(s) && !self.cancel_answers.contains_key(s))
+        }) {
+            return false;
+        }
+        for s in mine {
+            self.engines[at].release(s.1);
+            self.released.insert(s);
+        }
+        let Ok(saved) = self.engines[at].save() else { return false };
+        let bytes = saved.encode();
+        let saved = crate::mpi::SavedEngine::decode(&bytes, bytes.len()).expect("a saved engine decodes");
+        let config = self.engines[at].config().clone();
+        for b in 0..self.n {
+            self.break_link(at, b);
+        }
+        // The new process connects to every peer as it sends (see `restore`).
+        self.engines[at] = MpiEngine::restore(config, at as u32, self.n as u32, saved).expect("restored");
+        for b in (0..self.n).filter(|&b| b != at) {
+            let (ab, ba) = (self.link(at, b), self.link(b, at));
+            (self.up[ab], self.up[ba]) = (true, true);
+            self.engines[b].handle_reconnected(at as u32).unwrap();
+        }
+        self.drain();
+        self.moves += 1;
+        true
+    }
+
     /// The connection between `a` and `b` breaks: in-flight frames are lost and
     /// both sides are told.
-    pub(super) fn break_link(&mut self, a: usize, b: usize) {
+    pub(in crate::mpi) fn break_link(&mut self, a: usize, b: usize) {
         if a == b || !self.up[self.link(a, b)] {
             return;
         }
@@ -314,7 +359,7 @@ impl World {
 
     /// A connection between `a` and `b` is (re-)established. If it was up, the old
     /// one silently died with its in-flight frames first.
-    pub(super) fn reconnect(&mut self, a: usize, b: usize) {
+    pub(in crate::mpi) fn reconnect(&mut self, a: usize, b: usize) {
         if a == b {
             return;
         }
@@ -338,7 +383,7 @@ impl World {
     /// The oldest `k` in-flight frames from `a` to `b` vanish but later ones still
     /// arrive, as when a driver's old connection died and it sent on a new one
     /// before reporting the reconnect. The receiver sees a gap until then.
-    pub(super) fn lose(&mut self, a: usize, b: usize, k: usize) {
+    pub(in crate::mpi) fn lose(&mut self, a: usize, b: usize, k: usize) {
         let l = self.link(a, b);
         if a == b || self.links[l].is_empty() {
             return;
@@ -350,7 +395,7 @@ impl World {
         self.lost_mid_stream = true;
     }
 
-    pub(super) fn tick(&mut self, ms: u64) {
+    pub(in crate::mpi) fn tick(&mut self, ms: u64) {
         self.now += Duration::from_millis(ms);
         for e in &mut self.engines {
             e.handle_timeout(self.now);
@@ -423,7 +468,7 @@ impl World {
     }
 
     /// Delivers everything and fires timers until nothing moves.
-    pub(super) fn quiesce(&mut self) {
+    pub(in crate::mpi) fn quiesce(&mut self) {
         for _ in 0..100_000 {
             if let Some(l) = (0..self.links.len()).find(|&l| !self.links[l].is_empty()) {
                 self.deliver_one(l);
@@ -442,7 +487,7 @@ impl World {
 
     /// Heals every connection, receives every message still unmatched, settles,
     /// and checks that everything was delivered exactly once and cleaned up.
-    pub(super) fn finish(&mut self) {
+    pub(in crate::mpi) fn finish(&mut self) {
         for a in 0..self.n {
             for b in a + 1..self.n {
                 let (ab, ba) = (self.link(a, b), self.link(b, a));

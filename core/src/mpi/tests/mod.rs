@@ -1,7 +1,7 @@
 //! Unit tests of the MPI engine, wire round trips, and (in `props`) model-based
 //! property tests.
 
-mod harness;
+pub(super) mod harness;
 mod props;
 
 use std::time::{Duration, Instant};

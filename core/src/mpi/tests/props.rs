@@ -1,5 +1,6 @@
 //! Random interleavings of sends, receives, probes, cancels (of receives and of
-//! sends), deliveries across links, connection breaks and reconnects, checked
+//! sends), deliveries across links, connection breaks and reconnects, and
+//! ranks moving to a new process (their engine saved and restored), checked
 //! against the reference model.
 
 use proptest::prelude::*;
@@ -18,6 +19,7 @@ enum Op {
     Reconnect { a: usize, b: usize },
     Lose { a: usize, b: usize, k: usize },
     Tick { ms: u64 },
+    Move { at: usize },
 }
 
 fn arb_len() -> impl Strategy<Value = usize> {
@@ -42,8 +44,12 @@ fn arb_op(n: usize, breaks: u32) -> impl Strategy<Value = Op> {
         10 => (any::<usize>(), 1..6usize).prop_map(|(pick, k)| Op::Deliver { pick, k }),
         breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Break { a, b }),
         breaks => (r.clone(), r.clone()).prop_map(|(a, b)| Op::Reconnect { a, b }),
-        breaks / 2 => (r.clone(), r, 1..4usize).prop_map(|(a, b, k)| Op::Lose { a, b, k }),
-        1 => (0..3u64).prop_map(|ms| Op::Tick { ms }),
+        breaks / 2 => (r.clone(), r.clone(), 1..4usize).prop_map(|(a, b, k)| Op::Lose { a, b, k }),
+        // Nested: prop_oneof! takes at most ten arms before it refuses a weight of 0.
+        1 + breaks => prop_oneof![
+            1 => (0..3u64).prop_map(|ms| Op::Tick { ms }),
+            breaks => r.prop_map(|at| Op::Move { at }),
+        ],
     ]
 }
 
@@ -82,6 +88,9 @@ fn run(n: usize, ops: &[Op]) {
             Op::Reconnect { a, b } => w.reconnect(a, b),
             Op::Lose { a, b, k } => w.lose(a, b, k),
             Op::Tick { ms } => w.tick(ms),
+            Op::Move { at } => {
+                w.move_rank(at);
+            }
         }
     }
     w.finish();
@@ -98,7 +107,8 @@ proptest! {
         run(s.0, &s.1);
     }
 
-    /// The same, with connections breaking (and silently dying) often.
+    /// The same, with connections breaking (and silently dying) often, and
+    /// ranks moving whenever they are quiet.
     #[test]
     fn reconnects_lose_and_duplicate_nothing(s in arb_scenario(4)) {
         run(s.0, &s.1);
