@@ -123,8 +123,13 @@ impl World {
     /// Starts MPI with an explicit environment and engine configuration.
     pub fn start(env: RankEnv, config: MpiConfig) -> Result<World> {
         epoch();
-        let ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
-        let engine = MpiEngine::new(config, env.rank, env.size)?;
+        let mut ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
+        ckpt.move_at = crate::ckpt::fault_move_cuts(env.rank);
+        // A process taking a moved rank's place goes on with its engine.
+        let (engine, next_ctx) = match crate::ckpt::resumed(&config, env.rank, env.size)? {
+            Some(resumed) => resumed,
+            None => (MpiEngine::new(config, env.rank, env.size)?, 2),
+        };
         let net = Transport::start(&env)?;
         Ok(World {
             engine,
@@ -138,7 +143,7 @@ impl World {
             recv_hint: None,
             finalized: false,
             coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
-            next_ctx: 2,
+            next_ctx,
             ckpt,
         })
     }

@@ -130,6 +130,42 @@ fn a_rank_moved_to_a_new_port_mid_conversation() {
     }
 }
 
+/// Ranks move alone at checkpoints while the others go on
+/// (`P2PMP_FAULT_MOVE_CUT`: after the cut the rank saves its engine and
+/// exits; the launcher starts it again from that checkpoint and engine): rank
+/// 1 twice, then rank 0 and rank 2, over shared memory and over TCP. Every
+/// run ends with the checksum of an undisturbed run; the moved ranks say
+/// where they resumed, and no other rank resumes (none rolls back).
+#[test]
+fn ranks_moved_alone_at_checkpoints_end_with_the_undisturbed_result() {
+    let loops = "30000";
+    let dir = std::env::temp_dir().join(format!("p2pmp-move-alone-{}", std::process::id()));
+    let ckpt = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let every = ("P2PMP_CHECKPOINT_MS", "150");
+    let plain = launch_env(3, "mpi_ckpt_ring", &[loops], Duration::from_secs(60), &[every]);
+    let result = |out: &str| out.lines().find(|l| l.starts_with("[0] ckpt ring ok ")).map(str::to_owned);
+    let want = result(&plain.stdout).unwrap_or_else(|| panic!("undisturbed run:\n{}\n{}", plain.stdout, plain.stderr));
+    for shm in ["1", "0"] {
+        for moves in ["1:2,1:4", "0:2,2:3"] {
+            let d = ckpt(&format!("shm{shm}-{}", moves.replace([':', ','], "_")));
+            let env = [every, ("P2PMP_SHM", shm), ("P2PMP_FAULT_MOVE_CUT", moves), ("P2PMP_CHECKPOINT_DIR", &d)];
+            let r = launch_env(3, "mpi_ckpt_ring", &[loops], Duration::from_secs(90), &env);
+            let ctx = format!("moves {moves}, shm {shm}:\n{}\n{}", r.stdout, r.stderr);
+            assert!(r.stderr.contains("fault injection"), "built without fault injection: {ctx}");
+            assert!(r.ok, "{ctx}");
+            assert_eq!(result(&r.stdout).as_deref(), Some(want.as_str()), "{ctx}");
+            let moved: Vec<u32> = moves.split(',').map(|m| m[..1].parse().unwrap()).collect();
+            assert_eq!(r.stderr.matches("moved away: started again").count(), moved.len(), "{ctx}");
+            for rank in 0..3u32 {
+                let resumed = r.stdout.lines().filter(|l| l.starts_with(&format!("[{rank}] resumed at loop "))).count();
+                let times = moved.iter().filter(|&&m| m == rank).count();
+                assert_eq!(resumed, times, "rank {rank} resumed {resumed} times: {ctx}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every shared-memory link is refused (as a bad segment would be): the ranks
 /// of one host fall back to TCP and the programs still finish correctly.
 #[test]

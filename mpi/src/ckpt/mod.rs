@@ -38,14 +38,17 @@
 //! it had), runs the restart hooks and returns true. The library state it
 //! carries is the snapshot count, the epoch and the agreement stride, so the
 //! resumed ranks agree on checkpoints as before. Rolling a whole job back to one
-//! epoch is consistent because that epoch's cut holds no message; moving one
-//! rank while the others go on would also need the per-peer sequence numbers
-//! and unacknowledged sends, which these files do not carry yet.
+//! epoch is consistent because that epoch's cut holds no message. One rank
+//! moving while the others go on also carries its engine across (the
+//! `moving` module: `rank-R.E.engine` beside the checkpoint).
 
 mod codec;
+mod moving;
 mod store;
 
 pub use codec::{compress, decompress};
+pub use moving::{MOVED_EXIT, RESUME_ENGINE_VAR, engine_path};
+pub(crate) use moving::{fault_move_cuts, resumed};
 pub use p2pmp_core::ckpt::Codec;
 
 use std::collections::BTreeMap;
@@ -134,6 +137,8 @@ pub(crate) struct Checkpointer {
     last_agreement: Option<(Instant, u64)>,
     /// How long the last agreement took.
     agreement_cost: Duration,
+    /// The cuts after which this rank moves alone (see `moving`).
+    pub(crate) move_at: std::collections::BTreeSet<u64>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -186,6 +191,7 @@ impl Checkpointer {
             stats: CheckpointStats { stride: 1, ..CheckpointStats::default() },
             last_agreement: None,
             agreement_cost: Duration::ZERO,
+            move_at: std::collections::BTreeSet::new(),
         })
     }
 
@@ -422,6 +428,7 @@ impl World {
         // Every rank has epoch `epoch` on disk: the older ones can go.
         self.barrier()?;
         store::drop_older(&self.ckpt.dir, me, epoch);
+        self.move_after_cut(epoch)?;
         Ok(true)
     }
 }

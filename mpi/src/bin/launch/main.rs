@@ -6,11 +6,17 @@
 //! and exits non-zero if any rank failed. The MPI tests and benchmarks start
 //! their ranks with it: no job protocol, no staging, just the ranks and the
 //! node they register with.
+//!
+//! A rank that moved away (exit status [`MOVED_EXIT`], its engine saved
+//! beside its checkpoint in `P2PMP_CHECKPOINT_DIR`, see
+//! `p2pmp_mpi::ckpt`) is started again from that checkpoint and engine while
+//! the other ranks go on.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +28,7 @@ use p2pmp_core::job::Resources;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::{DaemonConfig, DaemonNode, NodeEvent};
 use p2pmp_core::overlay::OverlayEvent;
+use p2pmp_mpi::ckpt::{DIR_VAR, MOVED_EXIT, RESTART_VAR, RESUME_ENGINE_VAR};
 use p2pmp_mpi::{JOB_VAR, NODE_VAR, RANK_VAR, SIZE_VAR, to_hex};
 
 #[derive(Debug, Parser)]
@@ -112,6 +119,19 @@ fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHan
     Ok((handle, node))
 }
 
+/// The checkpoint and engine file a rank that moved away left, newest cut first.
+fn moved_files(rank: u32) -> Option<(PathBuf, PathBuf)> {
+    let dir = PathBuf::from(std::env::var_os(DIR_VAR).unwrap_or_else(|| "checkpoints".into()));
+    let prefix = format!("rank-{rank}.");
+    let newest = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.strip_suffix(".engine")?.parse::<u64>().ok())
+        .max()?;
+    let ckpt = dir.join(p2pmp_core::ckpt::file_name(rank, newest));
+    Some((ckpt, p2pmp_mpi::ckpt::engine_path(&dir, rank, newest)))
+}
+
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     if args.n == 0 {
@@ -125,13 +145,14 @@ fn main() -> anyhow::Result<ExitCode> {
     }
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pipes = Vec::new();
-    for rank in 0..args.n {
+    let mut start = |rank: u32, resume: &[(&str, &Path)]| -> anyhow::Result<Child> {
         let mut child = Command::new(&args.cmd[0])
             .args(&args.cmd[1..])
             .env(JOB_VAR, &job)
             .env(RANK_VAR, rank.to_string())
             .env(SIZE_VAR, args.n.to_string())
             .env(NODE_VAR, node.to_string())
+            .envs(resume.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -139,7 +160,10 @@ fn main() -> anyhow::Result<ExitCode> {
             .with_context(|| format!("starting rank {rank}: {}", args.cmd[0]))?;
         pipes.push(forward(rank, child.stdout.take().expect("piped"), false));
         pipes.push(forward(rank, child.stderr.take().expect("piped"), true));
-        children.push(Some(child));
+        Ok(child)
+    };
+    for rank in 0..args.n {
+        children.push(Some(start(rank, &[])?));
     }
     let deadline = args.timeout.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut failed = false;
@@ -148,6 +172,13 @@ fn main() -> anyhow::Result<ExitCode> {
         for (rank, slot) in children.iter_mut().enumerate() {
             let Some(child) = slot else { continue };
             if let Some(status) = child.try_wait()? {
+                let moved = (status.code() == Some(MOVED_EXIT)).then(|| moved_files(rank as u32)).flatten();
+                if let Some((ckpt, engine)) = moved {
+                    eprintln!("p2pmp-launch: rank {rank} moved away: started again from {}", engine.display());
+                    let resume = [(RESTART_VAR, ckpt.as_path()), (RESUME_ENGINE_VAR, engine.as_path())];
+                    *slot = Some(start(rank as u32, &resume)?);
+                    continue;
+                }
                 if !status.success() {
                     eprintln!("p2pmp-launch: rank {rank} failed: {status}");
                     failed = true;

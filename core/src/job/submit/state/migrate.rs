@@ -4,9 +4,9 @@
 //! kept whole the job is placed again, away from the rank's node, and every
 //! rank resumes from it (see `cuts`). The ranks roll back to a cut taken
 //! moments before, so no work is lost beyond what they did while it
-//! travelled; that one rank moves while the others go on untouched would need
-//! the MPI library to carry its per-peer sequence numbers across, which it
-//! does not yet.
+//! travelled. That one rank moves while the others go on untouched needs this
+//! machine to place one rank of a running job alone, which it does not yet
+//! (the MPI library can carry a rank's engine across: `p2pmp_mpi::ckpt`).
 //!
 //! `p2pjob migrate JOB RANK --to NODE` names the node the rank goes to: one
 //! of the candidates the job was placed among, with a free slot when asked.
