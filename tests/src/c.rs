@@ -4,6 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// The checkpointing C ring (`tests/c/ckpt.c`), built once per test binary
+/// into `target/<profile>/<into>`: its path, or `None` without a C compiler
+/// (said on stderr, see [`build`]).
+pub fn ckpt_ring(into: &str) -> Option<String> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| build(into, &["ckpt"])).as_ref()?;
+    Some(dir.join("ckpt").to_string_lossy().into_owned())
+}
+
 /// Builds libp2pmpi and `p2pmpicc` (in the test binary's profile), then
 /// compiles each of `programs` (`tests/c/NAME.c`) into `target/<profile>/<into>/NAME`
 /// with warnings as errors: that directory, or `None` without a C compiler

@@ -259,13 +259,6 @@ fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
     );
 }
 
-/// The C checkpoint ring (`tests/c/ckpt.c`), compiled; `None` (said) without a C compiler.
-fn ckpt_ring() -> Option<String> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| p2pmp_tests::c::build("c-tests-hosts", &["ckpt"])).as_ref()?;
-    Some(dir.join("ckpt").to_string_lossy().into_owned())
-}
-
 /// What `ckpt LOOPS` on `size` ranks prints as its checksum when nothing
 /// disturbs it: each rank folds the token it holds after every step (rank 0
 /// `(i + 1) * size`, rank k `i * size + k + 1`) into 64 sums, hashes them,
@@ -312,7 +305,7 @@ fn checkpoint_epochs(status: &str) -> Vec<u64> {
 /// an undisturbed run.
 #[test]
 fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_results() {
-    let Some(prog) = ckpt_ring() else { return };
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(mut c) = cluster("restart_ckpt", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
         return;
     };
@@ -353,7 +346,7 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
 /// passed over, and the job ends with the checksum of an undisturbed run.
 #[test]
 fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
-    let Some(prog) = ckpt_ring() else { return };
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate", 4, &["--heartbeat-ms", "250"]) else { return };
     let loops: u64 = 9_241;
     let job = job_file(&c, "migrate.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
@@ -420,7 +413,7 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
 /// has moved, and the job ends with the undisturbed result.
 #[test]
 fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
-    let Some(prog) = ckpt_ring() else { return };
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(mut c) = cluster("sigterm", 4, &["--heartbeat-ms", "250"]) else { return };
     let loops: u64 = 9_311;
     let job = job_file(&c, "sigterm.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));

@@ -402,13 +402,6 @@ fn output_far_beyond_the_stream_window_arrives_whole() {
     }
 }
 
-/// The C checkpoint ring (`tests/c/ckpt.c`), compiled; `None` without a C compiler.
-fn ckpt_ring() -> Option<String> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| p2pmp_tests::c::build("c-tests-jobd", &["ckpt"])).as_ref()?;
-    Some(dir.join("ckpt").to_string_lossy().into_owned())
-}
-
 /// Waits until every rank of `job` has registered its process key (then it
 /// holds its control connection to its node, which knows it by that key).
 fn wait_registered(c: &Cluster, job: &str, ranks: u32) {
@@ -459,7 +452,7 @@ fn stored_per_rank(status: &str, epoch: u64) -> Vec<Option<u64>> {
 
 #[test]
 fn a_checkpoint_asked_of_a_running_ring_is_taken_once_by_every_rank_and_shown_in_its_status() {
-    let Some(prog) = ckpt_ring() else { return };
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-jobd") else { return };
     let c = Cluster::start(2, "ckpt");
     // No <checkpoint> interval: only the request takes one. Long enough to
     // ask during (rank 0 pauses 1 ms an iteration); killed at the end.
