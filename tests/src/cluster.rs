@@ -332,18 +332,39 @@ impl Cluster {
     /// # Panics
     /// If it is still running after `limit`.
     pub fn terminate(&mut self, i: usize, limit: std::time::Duration) -> std::time::Duration {
+        self.terminate_together(&[i], limit)[0]
+    }
+
+    /// SIGTERM of the jobd of every host in `hosts` at once, waiting at most
+    /// `limit` for them to exit: how long each took.
+    ///
+    /// # Panics
+    /// If one is still running after `limit`.
+    pub fn terminate_together(&mut self, hosts: &[usize], limit: std::time::Duration) -> Vec<std::time::Duration> {
         let t0 = std::time::Instant::now();
-        let Some(mut c) = self.hosts[i].jobd.take() else { return t0.elapsed() };
-        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-        while t0.elapsed() < limit {
-            if matches!(c.try_wait(), Ok(Some(_))) {
-                return t0.elapsed();
-            }
+        let mut running: Vec<(usize, std::process::Child)> =
+            hosts.iter().filter_map(|&i| Some((i, self.hosts[i].jobd.take()?))).collect();
+        for (_, c) in &running {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        }
+        let mut took = vec![std::time::Duration::ZERO; hosts.len()];
+        while !running.is_empty() && t0.elapsed() < limit {
+            running.retain_mut(|(i, c)| {
+                let exited = matches!(c.try_wait(), Ok(Some(_)));
+                if exited {
+                    took[hosts.iter().position(|h| h == i).unwrap_or(0)] = t0.elapsed();
+                }
+                !exited
+            });
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("jobd on host {i} still ran {limit:?} after SIGTERM");
+        let late: Vec<usize> = running.iter().map(|(i, _)| *i).collect();
+        for (_, mut c) in running {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(late.is_empty(), "jobd on hosts {late:?} still ran {limit:?} after SIGTERM");
+        took
     }
 
     /// SIGSTOP of every process on host `i`: silent, no RST, nothing answers.

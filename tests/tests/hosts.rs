@@ -275,10 +275,10 @@ fn ckpt_checksum(loops: u64, size: u64) -> u64 {
     })
 }
 
-/// `out`, the output of a 2-rank `ckpt LOOPS` job: rank 0 resumed mid-run
-/// and the job ended with the checksum of an undisturbed run.
-fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64) {
-    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+/// `out`, the output of a `ckpt LOOPS` job of `size` ranks: rank 0 resumed
+/// mid-run and the job ended with the checksum of an undisturbed run.
+fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64, size: u64) {
+    let want = format!("ckpt: token {}, checksum {:x}", loops * size, ckpt_checksum(loops, size));
     assert!(out.contains(&want), "want {want:?} in:\n{out}");
     let resumed: u64 = out
         .lines()
@@ -331,7 +331,7 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     c.crash(victim);
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
     let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
     assert!(w.stderr.contains("restarting from checkpoint "), "{}", w.stderr);
     assert!(w.stderr.contains(&lost), "{}", w.stderr);
@@ -403,7 +403,7 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
     // The last run's rank 0 says where it resumed (what a killed run had
     // buffered on its stdout is lost with it).
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
     eprintln!("migrated twice; the job took {:?} in all", t0.elapsed());
 }
 
@@ -426,10 +426,39 @@ fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
     assert!(c.log(victim).contains("waiting for ranks to move to other nodes before stopping"), "{}", c.log(victim));
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
     let moved = format!("the ranks moved off node {}:7400 (its node is shutting down)", c.hosts[victim].ip);
     assert!(status.contains("restart 1: from checkpoint ") && status.contains(&moved), "{status}");
+}
+
+/// Two daemons running ranks of the checkpointing ring stopped with SIGTERM
+/// at the same moment (a rolling restart, a shutdown of several machines):
+/// both wait for their ranks to move, one restart moves every rank off both,
+/// and the job ends with the undisturbed result.
+#[test]
+fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_completes() {
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
+    let Some(mut c) = cluster("sigterm2", 5, &["--heartbeat-ms", "250"]) else { return };
+    let loops: u64 = 9_377;
+    let job = job_file(&c, "sigterm2.xml", &prog, 3, &format!("  <arguments>{loops}</arguments>\n"));
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "3 running", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    // Three ranks on five one-slot hosts: at least two run off the submitter's host.
+    let victims: Vec<usize> = (1..5).filter(|&i| ranks_on(&c, i, &loops.to_string()) > 0).take(2).collect();
+    assert_eq!(victims.len(), 2, "ranks on hosts {victims:?}");
+    let took = c.terminate_together(&victims, Duration::from_secs(45));
+    eprintln!("jobd on hosts {victims:?} exited {took:?} after SIGTERM");
+    for &v in &victims {
+        assert!(c.log(v).contains("waiting for ranks to move to other nodes before stopping"), "{}", c.log(v));
+    }
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 3);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    assert!(status.contains("restart 1: from checkpoint ") && !status.contains("restart 2"), "one restart: {status}");
+    assert!(status.contains("(shutting down)"), "{status}");
 }
 
 #[test]

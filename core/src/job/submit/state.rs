@@ -164,8 +164,8 @@ pub struct Submission {
     migration: Option<migrate::Migration>,
     /// Migrations so far (restarts that were not losses).
     migrations: u32,
-    /// The node the next placement passes over (the one a rank moved off).
-    avoid: Option<NodeAddr>,
+    /// The nodes the next placement uses last (those ranks moved off).
+    avoid: BTreeSet<NodeAddr>,
     /// The node the next placement gives a migrating rank (`migrate --to`).
     toward: Option<(u32, NodeAddr)>,
 }
@@ -245,7 +245,7 @@ impl Submission {
             cuts: cuts::Cuts::default(),
             migration: None,
             migrations: 0,
-            avoid: None,
+            avoid: BTreeSet::new(),
             toward: None,
             desc,
         };

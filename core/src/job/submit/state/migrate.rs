@@ -16,8 +16,10 @@
 //!
 //! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
 //! the same way (or is told they stay, [`JobMsg::Staying`], when no
-//! checkpoint can be taken of them). A migration does not count against the
-//! job's restarts after lost nodes.
+//! checkpoint can be taken of them). A node that shuts down while a
+//! migration is under way joins it: that restart places the job away from
+//! both (so stopping several daemons at once moves every rank). A migration
+//! does not count against the job's restarts after lost nodes.
 
 use super::*;
 
@@ -33,6 +35,8 @@ pub(super) struct Migration {
     epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
     leaving: bool,
+    /// Other nodes shutting down, whose ranks move with this migration.
+    also: BTreeSet<NodeAddr>,
     /// The node it moves to, when the user named one.
     to: Option<NodeAddr>,
     /// When the rank stays after all, its cut not kept whole by then.
@@ -58,6 +62,12 @@ impl Submission {
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live = n.accepted.iter().copied().find(|r| self.ranks[*r as usize].exit.is_none());
+        if let (Some(_), Some(m)) = (live, self.migration.as_mut()) {
+            if m.from != from {
+                m.also.insert(from);
+            }
+            return Some(());
+        }
         if live.is_none_or(|rank| self.start_migration(now, rank, true, None).is_err()) {
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
@@ -88,7 +98,8 @@ impl Submission {
         }
         let request = self.request_checkpoint()?;
         let deadline = now + MIGRATION_TIMEOUT;
-        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, to, deadline });
+        let also = BTreeSet::new();
+        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline });
         Ok(request)
     }
 
@@ -121,9 +132,10 @@ impl Submission {
     /// waiting for it ends (the tool that asked is told why).
     pub(super) fn migration_failed(&mut self, request: u64) {
         let Some(m) = self.migration.take_if(|m| m.request == request) else { return };
-        if m.leaving {
-            // The node stops its ranks when it will: their loss takes its course.
-            self.send(m.from, JobMsg::Staying { job: self.wire }, Bytes::new());
+        // The nodes stop their ranks when they will: their loss takes its course.
+        let leaving = m.leaving.then_some(m.from).into_iter().chain(m.also);
+        for node in leaving {
+            self.send(node, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
     }
 
@@ -161,16 +173,21 @@ impl Submission {
         if self.newest_cut().is_none_or(|newest| newest < epoch) {
             return; // its files are still on their way (a newer cut will do too)
         }
-        let Some(Migration { rank, from, leaving, to, .. }) = self.migration.take() else { return };
+        let Some(Migration { rank, from, leaving, also, to, .. }) = self.migration.take() else { return };
         self.migrations += 1;
-        self.avoid = Some(from);
+        self.avoid = also.iter().copied().chain([from]).collect();
         let (job, epoch) = (self.job, self.newest_cut().unwrap_or(epoch));
         self.event(SubmitEvent::Migrated { job, rank, from, to, epoch });
         let why = if leaving { "its node is shutting down" } else { "p2pjob migrate" };
         let ranks = if leaving { "the ranks" } else { "rank" };
         let which = if leaving { String::new() } else { format!(" {rank}") };
         let toward = to.map_or_else(String::new, |t| format!(" to node {t}"));
-        self.restart(format!("{ranks}{which} moved off node {from}{toward} ({why})"), true);
+        let mut reason = format!("{ranks}{which} moved off node {from}{toward} ({why})");
+        if !also.is_empty() {
+            let nodes: Vec<String> = also.iter().map(ToString::to_string).collect();
+            reason.push_str(&format!("; and the ranks off node(s) {} (shutting down)", nodes.join(", ")));
+        }
+        self.restart(reason, true);
         // After `restart`, which forgets any earlier wish.
         self.toward = to.map(|t| (rank, t));
     }

@@ -186,13 +186,13 @@ impl Submission {
         // lowest address.
         let mut offers: BTreeMap<NodeAddr, Vec<u32>> = BTreeMap::new();
         self.place_toward(&mut offers);
-        let avoid = self.avoid;
+        let avoid = &self.avoid;
         let mut heap: BinaryHeap<(bool, u32, Reverse<u32>, Reverse<NodeAddr>)> = self
             .nodes
             .iter()
             .map(|(a, n)| (a, n, offers.get(a).map_or(0, |r| r.len() as u32)))
             .filter(|(_, n, taken)| n.wanted && !n.closed && n.granted > *taken)
-            .map(|(a, n, taken)| (avoid != Some(*a), n.granted - taken, Reverse(n.load_milli), Reverse(*a)))
+            .map(|(a, n, taken)| (!avoid.contains(a), n.granted - taken, Reverse(n.load_milli), Reverse(*a)))
             .collect();
         while let Some(&rank) = self.unplaced.first() {
             let Some((other, left, load, Reverse(addr))) = heap.pop() else { break };

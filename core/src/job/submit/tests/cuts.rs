@@ -405,3 +405,24 @@ fn a_named_node_that_grants_no_slot_in_time_leaves_the_rank_elsewhere_and_says_s
     let reason = &s.restart_reasons()[0];
     assert!(reason.contains(&format!("node {to} had no free slot for rank 1, which went to another node")), "{reason}");
 }
+
+#[test]
+fn two_nodes_shutting_down_at_once_have_every_rank_moved_by_one_restart() {
+    let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
+    let job = s.wire();
+    let (a, b) = (s.ranks()[0].node.unwrap(), s.ranks()[1].node.unwrap());
+    for node in [a, b] {
+        s.handle_message(h.now, reply(node, JobMsg::Leaving { job }, Bytes::new()));
+    }
+    h.settle(&mut s);
+    take_cut(&mut h, &mut s, 1, 1);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 1);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(s.restart_reasons().len(), 1, "one restart: {:?}", s.restart_reasons());
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.contains(&format!("off node(s) {b} (shutting down)")), "{reason}");
+    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|n| n != a && n != b)), "both moved off: {:?}", s.ranks());
+    assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Staying { .. })), "nobody told to stay");
+}
