@@ -179,11 +179,12 @@ impl Shell {
     }
 
     fn adopt(&mut self, spawn: Spawn, child: std::io::Result<tokio::process::Child>) {
+        let key = (spawn.job, spawn.rank);
+        self.procs.adopt(spawn, child);
         if matches!(self.stopping, Stopping::Killing(_) | Stopping::Done) {
             // Started while the daemon stops: it goes at once.
-            self.procs.kill(spawn.job, spawn.rank);
+            self.procs.kill(key.0, key.1);
         }
-        self.procs.adopt(spawn, child);
     }
 
     fn host_stats(&self) {

@@ -126,7 +126,7 @@ impl World {
         let mut ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
         ckpt.move_at = crate::ckpt::fault_move_cuts(env.rank);
         // A process taking a moved rank's place goes on with its engine.
-        let (engine, next_ctx) = match crate::ckpt::resumed(&config, env.rank, env.size)? {
+        let (engine, next_ctx) = match crate::ckpt::resumed(&mut ckpt, &config, env.rank, env.size)? {
             Some(resumed) => resumed,
             None => (MpiEngine::new(config, env.rank, env.size)?, 2),
         };

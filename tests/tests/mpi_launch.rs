@@ -143,7 +143,14 @@ fn ranks_moved_alone_at_checkpoints_end_with_the_undisturbed_result() {
     let ckpt = |name: &str| dir.join(name).to_string_lossy().into_owned();
     // A cut every 20 ms: the cuts the moves name come early on any machine.
     let every = ("P2PMP_CHECKPOINT_MS", "20");
-    let plain = launch_env(3, "mpi_ckpt_ring", &[loops], Duration::from_secs(60), &[every]);
+    let plain_dir = ckpt("plain");
+    let plain = launch_env(
+        3,
+        "mpi_ckpt_ring",
+        &[loops],
+        Duration::from_secs(60),
+        &[every, ("P2PMP_CHECKPOINT_DIR", &plain_dir)],
+    );
     let result = |out: &str| out.lines().find(|l| l.starts_with("[0] ckpt ring ok ")).map(str::to_owned);
     let want = result(&plain.stdout).unwrap_or_else(|| panic!("undisturbed run:\n{}\n{}", plain.stdout, plain.stderr));
     for shm in ["1", "0"] {

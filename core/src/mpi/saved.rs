@@ -24,6 +24,11 @@ use super::msg::MpiMsg;
 use super::queues::{Held, Key, Origin, Unexpected};
 use super::{MpiConfig, MpiError};
 
+/// Bound of every saved counter (sequence numbers, cumulative credit): far
+/// beyond what a run reaches, far enough below `u64::MAX` that adding to one
+/// never overflows.
+const MAX_COUNTER: u64 = 1 << 62;
+
 /// What an engine keeps about one peer, as saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct SavedPeer {
@@ -124,10 +129,13 @@ impl SavedEngine {
         (self.unacked.len(), self.unexpected.len())
     }
 
-    /// Whether it holds together: one entry per rank, sequenced frames
-    /// numbered in order below each stream's next number, messages from
-    /// peers. A restored engine relies on it.
-    fn check(&self) -> Result<(), SaveError> {
+    /// Whether it holds together for an engine of `config`: one entry per
+    /// rank, sequenced frames numbered in order below each stream's next
+    /// number (data only on frames that carry it), messages from peers
+    /// numbered below what their streams delivered, each charged what
+    /// `config` charges and within each peer's credit window. A restored
+    /// engine relies on it.
+    fn check(&self, config: &MpiConfig) -> Result<(), SaveError> {
         let bad = |why: String| Err(SaveError::Malformed(why));
         if self.size == 0 || self.rank >= self.size || self.peers.len() != self.size as usize {
             return bad(format!("rank {} of {} with {} peer entries", self.rank, self.size, self.peers.len()));
@@ -135,11 +143,21 @@ impl SavedEngine {
         if let Some(p) = self.peers.iter().find(|p| p.next_seq == 0 || p.recv_next == 0) {
             return bad(format!("sequence numbers start at 1: {p:?}"));
         }
+        // Cumulative counters grow by a message at a time: nowhere near this.
+        let huge = |p: &SavedPeer| {
+            [p.next_seq, p.recv_next, p.credit_limit, p.charged, p.granted].iter().any(|&v| v >= MAX_COUNTER)
+        };
+        if let Some(p) = self.peers.iter().find(|p| huge(p)) {
+            return bad(format!("a counter beyond {MAX_COUNTER}: {p:?}"));
+        }
         let mut last: Vec<Option<u64>> = vec![None; self.size as usize];
         for f in &self.unacked {
             let Some(hdr) = f.msg.hdr() else { return bad(format!("unsequenced frame {:?}", f.msg)) };
             if f.to >= self.size || f.to == self.rank {
                 return bad(format!("frame to rank {}", f.to));
+            }
+            if !f.msg.carries_payload() && !f.payload.is_empty() {
+                return bad(format!("data on a frame that carries none: {:?}", f.msg));
             }
             let peer = &self.peers[f.to as usize];
             let follows = last[f.to as usize].is_none_or(|prev| prev.checked_add(1) == Some(hdr.seq));
@@ -153,8 +171,27 @@ impl SavedEngine {
                 return bad(format!("frames to rank {to} end at {seq}, its stream at {}", self.peers[to].next_seq));
             }
         }
-        if let Some(m) = self.unexpected.iter().find(|m| m.src >= self.size || m.src == self.rank) {
-            return bad(format!("message from rank {}", m.src));
+        let mut charged = vec![0u64; self.size as usize];
+        for m in &self.unexpected {
+            if m.src >= self.size || m.src == self.rank {
+                return bad(format!("message from rank {}", m.src));
+            }
+            if m.seq == 0 || m.seq >= self.peers[m.src as usize].recv_next {
+                return bad(format!("message {} from rank {} beyond what arrived", m.seq, m.src));
+            }
+            match &m.held {
+                SavedHeld::Eager { data, charge } => {
+                    let c = &mut charged[m.src as usize];
+                    *c = c.saturating_add(*charge);
+                    if *charge != config.charge(data.len()) || *c > config.eager_window {
+                        return bad(format!("message {} from rank {} charged {charge}", m.seq, m.src));
+                    }
+                }
+                SavedHeld::Rts { rts_seq, .. } if *rts_seq != m.seq => {
+                    return bad(format!("request to send {rts_seq} saved as message {}", m.seq));
+                }
+                SavedHeld::Rts { .. } => {}
+            }
         }
         Ok(())
     }
@@ -217,7 +254,7 @@ impl MpiEngine {
             let (want_rank, want_size) = (rank, size);
             return Err(SaveError::Other { rank: saved.rank, size: saved.size, want_rank, want_size });
         }
-        saved.check()?;
+        saved.check(&config)?;
         let mut e = MpiEngine::new(config, rank, size)?;
         e.next_req = saved.next_req;
         for (p, s) in e.peers.iter_mut().zip(&saved.peers) {

@@ -284,8 +284,9 @@ pub enum ToolReply {
     /// The last answer to [`ToolRequest::Checkpoint`]: the ranks took `cut`.
     CheckpointTaken { job: JobId, cut: CutInfo },
     /// The last answer to [`ToolRequest::Migrate`]: the cut of `epoch` is
-    /// kept, and the job resumes from it away from node `from` (with the
-    /// rank on node `to`, when one was named and has a slot by then).
+    /// kept, and the job resumes from it away from node `from` (the rank
+    /// asked to go to node `to`, when one was named: it goes there if that
+    /// node grants a slot; `p2pjob status` shows where it went).
     Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
 }
 

@@ -137,6 +137,9 @@ pub(crate) struct Checkpointer {
     last_agreement: Option<(Instant, u64)>,
     /// How long the last agreement took.
     agreement_cost: Duration,
+    /// The cut of the engine this process resumed with (see `moving`):
+    /// the checkpoint it recovers from must be of the same.
+    engine_epoch: Option<u64>,
     /// The cuts after which this rank moves alone (see `moving`).
     pub(crate) move_at: std::collections::BTreeSet<u64>,
 }
@@ -191,6 +194,7 @@ impl Checkpointer {
             stats: CheckpointStats { stride: 1, ..CheckpointStats::default() },
             last_agreement: None,
             agreement_cost: Duration::ZERO,
+            engine_epoch: None,
             move_at: std::collections::BTreeSet::new(),
         })
     }
@@ -306,6 +310,14 @@ impl World {
                 self.ckpt.restart_job,
                 self.rank(),
                 self.size()
+            )));
+        }
+        if self.ckpt.engine_epoch.is_some_and(|e| e != header.epoch) {
+            return Err(Error::Checkpoint(format!(
+                "{}: checkpoint {}, the engine resumed is of checkpoint {}",
+                path.display(),
+                header.epoch,
+                self.ckpt.engine_epoch.unwrap_or_default()
             )));
         }
         let saved: BTreeMap<u32, &Region> = body.regions.iter().map(|r| (r.id, r)).collect();

@@ -5,8 +5,9 @@
 //! took: [`p2pmp_core::mpi::SavedEngine`]) beside its checkpoint as
 //! `rank-R.E.engine`, and exits with [`MOVED_EXIT`]. Nothing is received or
 //! acknowledged after the save. The process started in its place with
-//! `P2PMP_RESTART` (that checkpoint) and `P2PMP_RESUME_ENGINE` (that file)
-//! restores the engine before it talks, registers its new address, and goes
+//! `P2PMP_RESTART` (that checkpoint) and `P2PMP_RESUME_ENGINE` (that file,
+//! which names the job and the cut: both must be the checkpoint's) restores
+//! the engine before it talks, registers its new address, and goes
 //! on from the cut: its peers, whose connection to the old process broke,
 //! look it up again and resend what it never acknowledged; it resends what
 //! they lack; duplicates are dropped by sequence number. The other ranks do
@@ -14,6 +15,8 @@
 //!
 //! A rank that is not quiet at the cut (sends the program has not waited
 //! for, a rendezvous under way) does not move and says why on stderr.
+//! A peer that finishes meanwhile waits for the new process in
+//! `MPI_Finalize`'s barrier, so it never takes the moved rank for gone.
 //! Communicators other than the world's and `MPI_COMM_SELF` live in the
 //! program's memory: a program that moves a rank must not hold any (the
 //! context counter is carried, so new ones agree).
@@ -28,8 +31,11 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use p2pmp_core::id::{ID_BYTES, Id};
+use p2pmp_core::job::JobId;
 use p2pmp_core::mpi::{MpiConfig, MpiEngine, SavedEngine};
 
+use super::Checkpointer;
 use crate::error::{Error, Result};
 use crate::world::World;
 
@@ -49,30 +55,47 @@ pub fn engine_path(dir: &Path, rank: u32, epoch: u64) -> PathBuf {
     dir.join(format!("rank-{rank}.{epoch}.engine"))
 }
 
-/// The engine saved in `path` and the world's context counter, restored for
-/// `rank` of `size`.
-fn read(path: &Path, config: MpiConfig, rank: u32, size: u32) -> Result<(MpiEngine, u32)> {
+/// The header of an engine file: the magic, the job, the cut's epoch, the
+/// world's context counter.
+const HEADER: usize = 4 + ID_BYTES + 8 + 4;
+
+/// The engine saved in `path` by a run of `job`, restored for `rank` of
+/// `size`, with the world's context counter and the cut's epoch.
+fn read(path: &Path, job: JobId, config: MpiConfig, rank: u32, size: u32) -> Result<(MpiEngine, u32, u64)> {
     let bad = |why: String| Error::Checkpoint(format!("{}: {why}", path.display()));
     let mut bytes = Vec::new();
     File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes)).map_err(|e| bad(e.to_string()))?;
-    let body = match bytes.strip_prefix(MAGIC.as_slice()) {
-        Some(rest) if rest.len() >= 4 && bytes.len() as u64 <= MAX_FILE => rest,
-        _ => return Err(bad("not an engine file of this library".into())),
-    };
-    let (ctx, saved) = body.split_at(4);
-    let next_ctx = u32::from_le_bytes([ctx[0], ctx[1], ctx[2], ctx[3]]);
+    if bytes.len() < HEADER || !bytes.starts_with(MAGIC) || bytes.len() as u64 > MAX_FILE {
+        return Err(bad("not an engine file of this library".into()));
+    }
+    let (head, saved) = bytes.split_at(HEADER);
+    let field = |at: usize, n: usize| &head[at..at + n];
+    let theirs = JobId(Id::from_bytes(field(4, ID_BYTES).try_into().unwrap_or([0; ID_BYTES])));
+    let epoch = u64::from_le_bytes(field(4 + ID_BYTES, 8).try_into().unwrap_or([0; 8]));
+    let next_ctx = u32::from_le_bytes(field(4 + ID_BYTES + 8, 4).try_into().unwrap_or([0; 4]));
+    if theirs != job {
+        return Err(bad(format!("the engine of job {theirs}, this is job {job}")));
+    }
     let saved = SavedEngine::decode(saved, saved.len()).map_err(|e| bad(e.to_string()))?;
     let engine = MpiEngine::restore(config, rank, size, saved).map_err(|e| bad(e.to_string()))?;
-    Ok((engine, next_ctx.max(2)))
+    Ok((engine, next_ctx.max(2), epoch))
 }
 
 /// The engine this process resumes with when it takes a moved rank's
-/// place ([`RESUME_ENGINE_VAR`]), else `None`.
-pub(crate) fn resumed(config: &MpiConfig, rank: u32, size: u32) -> Result<Option<(MpiEngine, u32)>> {
-    match std::env::var_os(RESUME_ENGINE_VAR).filter(|p| !p.is_empty()) {
-        None => Ok(None),
-        Some(p) => read(Path::new(&p), config.clone(), rank, size).map(Some),
-    }
+/// place ([`RESUME_ENGINE_VAR`]), else `None`; its cut's epoch is noted in
+/// `ckpt`, which `recover` holds the checkpoint to. The file is removed
+/// once read (it is this process's state now).
+pub(crate) fn resumed(
+    ckpt: &mut Checkpointer,
+    config: &MpiConfig,
+    rank: u32,
+    size: u32,
+) -> Result<Option<(MpiEngine, u32)>> {
+    let Some(p) = std::env::var_os(RESUME_ENGINE_VAR).filter(|p| !p.is_empty()) else { return Ok(None) };
+    let (engine, next_ctx, epoch) = read(Path::new(&p), ckpt.restart_job, config.clone(), rank, size)?;
+    ckpt.engine_epoch = Some(epoch);
+    let _ = fs::remove_file(&p);
+    Ok(Some((engine, next_ctx)))
 }
 
 /// The cuts at which the tests' fault injection moves `rank`
@@ -111,6 +134,8 @@ impl World {
             }
         };
         let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(self.ckpt.job.0.as_bytes());
+        bytes.extend_from_slice(&epoch.to_le_bytes());
         bytes.extend_from_slice(&self.next_ctx.to_le_bytes());
         bytes.extend_from_slice(&saved.encode());
         let path = engine_path(&self.ckpt.dir, self.rank(), epoch);
@@ -127,5 +152,42 @@ impl World {
             path.display()
         );
         std::process::exit(MOVED_EXIT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine file is taken only for its own job and rank; anything else
+    /// (another job's, cut short, not one at all) is a clear error.
+    #[test]
+    fn an_engine_file_is_taken_only_for_its_job() {
+        let dir = std::env::temp_dir().join(format!("p2pmp-engine-file-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (job, other) = (JobId(Id::hash_parts([b"a".as_slice()])), JobId(Id::hash_parts([b"b".as_slice()])));
+        let config = MpiConfig::default();
+        let saved = MpiEngine::new(config.clone(), 1, 2).unwrap().save().unwrap().encode();
+        let file = |name: &str, of: JobId, body: &[u8]| {
+            let mut bytes = MAGIC.to_vec();
+            bytes.extend_from_slice(of.0.as_bytes());
+            bytes.extend_from_slice(&7u64.to_le_bytes());
+            bytes.extend_from_slice(&5u32.to_le_bytes());
+            bytes.extend_from_slice(body);
+            let p = dir.join(name);
+            fs::write(&p, bytes).unwrap();
+            p
+        };
+        let (_, ctx, epoch) = read(&file("good", job, &saved), job, config.clone(), 1, 2).unwrap();
+        assert_eq!((ctx, epoch), (5, 7));
+        let e = read(&file("theirs", other, &saved), job, config.clone(), 1, 2).unwrap_err().to_string();
+        assert!(e.contains(&format!("the engine of job {other}")), "{e}");
+        let e = read(&file("short", job, &saved[..saved.len() - 1]), job, config.clone(), 1, 2).unwrap_err();
+        assert!(e.to_string().contains("malformed"), "{e}");
+        let e = read(&file("rank", job, &saved), job, config.clone(), 0, 2).unwrap_err();
+        assert!(e.to_string().contains("rank 1 of 2"), "{e}");
+        fs::write(dir.join("junk"), b"P2P").unwrap();
+        assert!(read(&dir.join("junk"), job, config, 1, 2).unwrap_err().to_string().contains("not an engine file"));
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -56,3 +56,36 @@ fn a_busy_engine_is_not_saved_and_a_bad_state_is_not_restored() {
     own.unexpected.push(SavedMessage { comm: 0, src: 1, tag: 0, seq: 1, held: SavedHeld::Rts { rts_seq: 1, len: 9 } });
     assert!(MpiEngine::restore(tight_config(), 1, 3, own).is_err(), "a message from itself");
 }
+
+/// Saved messages charged other than the engine charges, beyond a peer's
+/// credit, numbered beyond what arrived, or counters near overflow are refused
+/// (they panicked or broke the credit bound before).
+#[test]
+fn a_saved_state_with_forged_charges_or_counters_is_refused() {
+    let config = tight_config();
+    let base = MpiEngine::new(config.clone(), 1, 2).unwrap().save().unwrap();
+    let with = |seq: u64, data: &[u8], charge: u64, recv_next: u64| {
+        let mut s = base.clone();
+        s.peers[0].recv_next = recv_next;
+        let held = SavedHeld::Eager { data: Bytes::copy_from_slice(data), charge };
+        s.unexpected.push(SavedMessage { comm: 0, src: 0, tag: 0, seq, held });
+        s
+    };
+    let fair = config.charge(3);
+    assert!(MpiEngine::restore(config.clone(), 1, 2, with(1, b"abc", fair, 2)).is_ok());
+    for (what, s) in [
+        ("a forged charge", with(1, b"abc", u64::MAX, 2)),
+        ("a charge other than the engine's", with(1, b"abc", fair + 1, 2)),
+        ("a message that never arrived", with(2, b"abc", fair, 2)),
+        (
+            "over the credit window",
+            with(1, &vec![7; config.eager_window as usize], config.charge(config.eager_window as usize), 2),
+        ),
+    ] {
+        let e = MpiEngine::restore(config.clone(), 1, 2, s).unwrap_err();
+        assert!(matches!(e, SaveError::Malformed(_)), "{what}: {e}");
+    }
+    let mut near = base.clone();
+    near.peers[0].granted = u64::MAX - 1;
+    assert!(MpiEngine::restore(config, 1, 2, near).is_err(), "a counter near overflow");
+}

@@ -76,7 +76,7 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, to: Option<NodeAddr
                 let (from, to) = (from.to_string(), to.map(|t| t.to_string()));
                 println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch}));
             } else {
-                let toward = to.map_or_else(String::new, |t| format!(" to node {t}"));
+                let toward = to.map_or_else(String::new, |t| format!(" (asked to go to node {t})"));
                 println!(
                     "rank {rank} of job {job} moves off node {from}{toward}: the job restarts from checkpoint {epoch}"
                 );

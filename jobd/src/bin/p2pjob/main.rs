@@ -123,11 +123,12 @@ enum Cmd {
     /// job is placed again on nodes meeting its requirements, the rank's node
     /// used only when no other has room, every rank resuming from that
     /// checkpoint (the other ranks move back to it too: a moment's work is
-    /// done again). With --to, the rank goes to that node (its overlay
-    /// address as `p2pjob status` and `nodes` show it): one meeting the job's
-    /// requirements with a free slot, else the request fails at once; should
-    /// the slot be taken before the job is placed again, the rank goes
-    /// elsewhere and the job's restart reason says so. Prints the ranks
+    /// done again). With --to, the rank is asked to go to that node (its
+    /// overlay address as `p2pjob status` and `nodes` show it): one meeting
+    /// the job's requirements that had a free slot, else the request fails
+    /// at once; the placement asks it first and waits up to 2 s for a slot
+    /// there, else the rank goes elsewhere and the job's restart reason says
+    /// so. Prints the ranks
     /// the checkpoint request reached, then the node the rank moves off once
     /// the checkpoint is kept and the job restarts from it; `p2pjob status`
     /// shows the new placement. A migration that has not moved the rank

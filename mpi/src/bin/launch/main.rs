@@ -119,13 +119,18 @@ fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHan
     Ok((handle, node))
 }
 
-/// The checkpoint and engine file a rank that moved away left, newest cut first.
-fn moved_files(rank: u32) -> Option<(PathBuf, PathBuf)> {
+/// The checkpoint and engine file a rank that moved away left: the newest
+/// engine file its process (started at `since`) wrote.
+fn moved_files(rank: u32, since: SystemTime) -> Option<(PathBuf, PathBuf)> {
     let dir = PathBuf::from(std::env::var_os(DIR_VAR).unwrap_or_else(|| "checkpoints".into()));
     let prefix = format!("rank-{rank}.");
+    // File times come from a coarse clock: a little slack.
+    let since = since - Duration::from_millis(100);
+    let written = |e: &std::fs::DirEntry| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
     let newest = std::fs::read_dir(&dir)
         .ok()?
         .flatten()
+        .filter(written)
         .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.strip_suffix(".engine")?.parse::<u64>().ok())
         .max()?;
     let ckpt = dir.join(p2pmp_core::ckpt::file_name(rank, newest));
@@ -143,9 +148,11 @@ fn main() -> anyhow::Result<ExitCode> {
     if args.verbose {
         eprintln!("p2pmp-launch: job {job}, node {node}, overlay {overlay_addr}, {} ranks", args.n);
     }
-    let mut children: Vec<Option<Child>> = Vec::new();
+    // Each rank's process, and when it started.
+    let mut children: Vec<Option<(Child, SystemTime)>> = Vec::new();
     let mut pipes = Vec::new();
-    let mut start = |rank: u32, resume: &[(&str, &Path)]| -> anyhow::Result<Child> {
+    let mut start = |rank: u32, resume: &[(&str, &Path)]| -> anyhow::Result<(Child, SystemTime)> {
+        let since = SystemTime::now();
         let mut child = Command::new(&args.cmd[0])
             .args(&args.cmd[1..])
             .env(JOB_VAR, &job)
@@ -160,7 +167,7 @@ fn main() -> anyhow::Result<ExitCode> {
             .with_context(|| format!("starting rank {rank}: {}", args.cmd[0]))?;
         pipes.push(forward(rank, child.stdout.take().expect("piped"), false));
         pipes.push(forward(rank, child.stderr.take().expect("piped"), true));
-        Ok(child)
+        Ok((child, since))
     };
     for rank in 0..args.n {
         children.push(Some(start(rank, &[])?));
@@ -170,9 +177,9 @@ fn main() -> anyhow::Result<ExitCode> {
     let mut kill_at: Option<Instant> = None;
     while children.iter().any(Option::is_some) {
         for (rank, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
+            let Some((child, since)) = slot else { continue };
             if let Some(status) = child.try_wait()? {
-                let moved = (status.code() == Some(MOVED_EXIT)).then(|| moved_files(rank as u32)).flatten();
+                let moved = (status.code() == Some(MOVED_EXIT)).then(|| moved_files(rank as u32, *since)).flatten();
                 if let Some((ckpt, engine)) = moved {
                     eprintln!("p2pmp-launch: rank {rank} moved away: started again from {}", engine.display());
                     let resume = [(RESTART_VAR, ckpt.as_path()), (RESUME_ENGINE_VAR, engine.as_path())];
@@ -194,7 +201,7 @@ fn main() -> anyhow::Result<ExitCode> {
             if timed_out {
                 eprintln!("p2pmp-launch: timeout; killing the ranks still running");
             }
-            for child in children.iter_mut().flatten() {
+            for (child, _) in children.iter_mut().flatten() {
                 let _ = child.kill();
                 let _ = child.wait();
             }

@@ -8,11 +8,12 @@
 //! machine to place one rank of a running job alone, which it does not yet
 //! (the MPI library can carry a rank's engine across: `p2pmp_mpi::ckpt`).
 //!
-//! `p2pjob migrate JOB RANK --to NODE` names the node the rank goes to: one
-//! of the candidates the job was placed among, with a free slot when asked.
-//! That placement waits at it too and gives it the rank when it grants a
-//! slot; when it has none by then, the rank goes elsewhere and the restart's
-//! reason says so.
+//! `p2pjob migrate JOB RANK --to NODE` names the node the rank is asked to
+//! go to: one of the candidates the job was placed among, with a free slot
+//! when the job was placed. The next placement asks it first and waits up to
+//! [`TOWARD_GRACE`] for its answer; when it grants a slot, the rank is
+//! offered there; when it has none, the rank goes elsewhere and the
+//! restart's reason says so.
 //!
 //! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
 //! the same way (or is told they stay, [`JobMsg::Staying`], when no
@@ -42,6 +43,9 @@ pub(super) struct Migration {
     /// When the rank stays after all, its cut not kept whole by then.
     deadline: Instant,
 }
+
+/// How long a placement waits for the node a migrating rank is sent to.
+pub(super) const TOWARD_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a migration waits for its cut to be taken and kept whole here.
 pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
@@ -113,7 +117,8 @@ impl Submission {
         } else {
             match self.nodes.get(&to) {
                 None => "it does not meet the job's requirements (or was not in the network when the job was placed)",
-                Some(n) if n.free_hint == 0 && n.accepted.is_empty() => "it has no free slot",
+                Some(n) if n.closed => "the job no longer asks it (it refused or did not answer)",
+                Some(n) if n.free_hint == 0 && n.accepted.is_empty() => "it had no free slot when the job was placed",
                 Some(_) => return Ok(()),
             }
         };
@@ -194,15 +199,26 @@ impl Submission {
 
     /// The rank a migration sends to a named node, placed there when that
     /// node granted a slot; otherwise the restart's reason says where it went.
+    /// The wish holds for every offer round of that placement (a refusal
+    /// elsewhere starts another), until the job runs.
     pub(super) fn place_toward(&mut self, offers: &mut BTreeMap<NodeAddr, Vec<u32>>) {
-        let Some((rank, to)) = self.toward.take() else { return };
+        let Some((rank, to)) = self.toward else { return };
         let granted = self.nodes.get(&to).is_some_and(|n| n.wanted && !n.closed && n.granted > 0);
         if granted && self.unplaced.remove(&rank) {
             offers.entry(to).or_default().push(rank);
-        } else if let Some(reason) = self.restart_reasons.last_mut() {
-            reason.push_str(&format!("; node {to} had no free slot for rank {rank}, which went to another node"));
-            let (job, attempt, reason) = (self.job, self.restarts, reason.clone());
-            self.event(SubmitEvent::Restarting { job, attempt, reason });
+            return;
         }
+        let note = format!("; node {to} had no free slot for rank {rank}, which went to another node");
+        let Some(reason) = self.restart_reasons.last_mut().filter(|r| !r.ends_with(&note)) else { return };
+        reason.push_str(&note);
+        // The restart's reason, amended: the tool following the job shows it again.
+        let (job, attempt, reason) = (self.job, self.restarts, reason.clone());
+        self.event(SubmitEvent::Restarting { job, attempt, reason });
+    }
+
+    /// Whether the node a migrating rank is sent to was asked for a slot and
+    /// has not answered yet.
+    pub(super) fn toward_pending(&self) -> bool {
+        self.toward.is_some_and(|(_, to)| self.nodes.get(&to).is_some_and(|n| n.wanted && !n.closed && !n.answered))
     }
 }

@@ -174,7 +174,8 @@ impl Submission {
         if !grace_over {
             // Let the other nodes answer: to spread the ranks, or (if the
             // grants do not cover the job yet) before saying it waits.
-            self.bid_deadline.get_or_insert(now + BID_GRACE);
+            let grace = if self.toward_pending() { super::migrate::TOWARD_GRACE } else { BID_GRACE };
+            self.bid_deadline.get_or_insert(now + grace);
             return;
         }
         self.bid_deadline = None;

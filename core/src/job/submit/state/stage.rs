@@ -216,6 +216,7 @@ impl Submission {
         self.phase = Phase::Running;
         // A node a rank moved off may take ranks again in a later placement.
         self.avoid.clear();
+        self.toward = None;
         self.release_cut_files();
         let placed = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
         self.event(SubmitEvent::Placed { job: self.job, ranks: placed });
