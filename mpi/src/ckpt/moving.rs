@@ -28,7 +28,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use p2pmp_core::id::{ID_BYTES, Id};
@@ -139,12 +139,7 @@ impl World {
         bytes.extend_from_slice(&self.next_ctx.to_le_bytes());
         bytes.extend_from_slice(&saved.encode());
         let path = engine_path(&self.ckpt.dir, self.rank(), epoch);
-        let tmp = path.with_extension("engine.tmp");
-        let mut f = File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        File::open(&self.ckpt.dir)?.sync_all()?;
+        super::store::write_atomic(&self.ckpt.dir, &path, &bytes)?;
         let (frames, messages) = saved.counts();
         eprintln!(
             "p2pmp: rank {} moves at checkpoint {epoch}: {frames} frame(s) unacknowledged, {messages} message(s) unreceived saved in {}",

@@ -26,14 +26,21 @@ pub(crate) fn write(dir: &Path, mut header: Header, body: &Body) -> Result<u64> 
     let stored = codec::compress(header.codec, &raw)?;
     let bytes = ckpt::encode_file(&header, &stored);
     fs::create_dir_all(dir)?;
-    let fin = path(dir, header.rank, header.epoch);
-    let tmp = fin.with_extension("ckpt.tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, &fin)?;
-    File::open(dir)?.sync_all()?;
+    write_atomic(dir, &path(dir, header.rank, header.epoch), &bytes)?;
     Ok(bytes.len() as u64)
+}
+
+/// Writes `bytes` to `fin` in `dir` atomically: a temporary file beside it,
+/// synced, renamed over it, and the directory synced.
+pub(crate) fn write_atomic(dir: &Path, fin: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = fin.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, fin)?;
+    File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 /// Reads and checks the checkpoint at `path`; `max_raw` bounds its decoded size.
