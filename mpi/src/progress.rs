@@ -61,6 +61,26 @@ impl SpinPolicy {
     }
 }
 
+/// What this rank's waits came to so far (see [`crate::World::wait_stats`]):
+/// counters for tuning the wait policy and the data path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Waits that were not over at once.
+    pub waits: u64,
+    /// Of them, those that ended while polling (busy or yielding).
+    pub polled: u64,
+    /// Rounds of yielding the CPU.
+    pub yields: u64,
+    /// Sleeps in the kernel.
+    pub sleeps: u64,
+    /// Times a gap in polling said the rank was preempted.
+    pub preempted_gaps: u64,
+    /// Times involuntary context switches said so.
+    pub preempted_switches: u64,
+    /// Doorbells this rank rang for its shared-memory peers.
+    pub bells_rung: u64,
+}
+
 /// How one wait goes on: busy-poll for `spin`, then poll and yield (at most
 /// `yields` rounds, until `spin + yield_for`), then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +113,7 @@ pub(crate) struct Waits {
     contended_until: Option<Instant>,
     /// Involuntary context switches of this thread when last looked at.
     nivcsw: i64,
+    pub(crate) stats: WaitStats,
 }
 
 impl Waits {
@@ -104,6 +125,7 @@ impl Waits {
             budget: vec![MAX_SPIN / 4; size as usize + 1],
             contended_until: None,
             nivcsw: involuntary_switches(),
+            stats: WaitStats::default(),
         }
     }
 
@@ -235,6 +257,7 @@ impl World {
         if done(self) {
             return Ok(());
         }
+        self.waits.stats.waits += 1;
         loop {
             // Reading one peer's connection alone is right only while nothing
             // else is under way: a rendezvous with another peer needs its
@@ -266,6 +289,7 @@ impl World {
                     let judged = !std::mem::take(&mut fresh);
                     if spinning && judged && gap > PREEMPTED_GAP {
                         // Something else ran on this core meanwhile.
+                        self.waits.stats.preempted_gaps += 1;
                         self.waits.contended(now);
                         break false;
                     }
@@ -273,15 +297,18 @@ impl World {
                         std::hint::spin_loop();
                     } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
                         rounds += 1;
+                        self.waits.stats.yields += 1;
                         std::thread::yield_now();
                     } else {
                         break false;
                     }
                 };
             if spinning && last.duration_since(start) >= MAX_SPIN / 4 && self.waits.preempted_since_last() {
+                self.waits.stats.preempted_switches += 1;
                 self.waits.contended(last);
             }
             if won {
+                self.waits.stats.polled += 1;
                 if spinning {
                     self.waits.learn(from, last.duration_since(start));
                 }
@@ -312,6 +339,7 @@ impl World {
         let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
         let timeout = timeout.min(Duration::from_secs(1));
         if self.net.before_sleep() {
+            self.waits.stats.sleeps += 1;
             let r = self.progress_once(Some(timeout));
             self.net.after_sleep();
             r?;
@@ -327,7 +355,14 @@ mod tests {
     use super::*;
 
     fn waits(cores: u32) -> Waits {
-        Waits { fixed: None, cores, budget: vec![MAX_SPIN / 4; 5], contended_until: None, nivcsw: 0 }
+        Waits {
+            fixed: None,
+            cores,
+            budget: vec![MAX_SPIN / 4; 5],
+            contended_until: None,
+            nivcsw: 0,
+            stats: WaitStats::default(),
+        }
     }
 
     #[test]

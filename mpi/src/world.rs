@@ -15,7 +15,7 @@ use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::pod::{self, Pod};
-use crate::progress::{SpinPolicy, Waits};
+use crate::progress::{SpinPolicy, WaitStats, Waits};
 use crate::transport::Transport;
 
 /// Communicator id of point-to-point traffic on the world communicator.
@@ -171,6 +171,12 @@ impl World {
     /// Replaces the adaptive waits with a fixed spin-then-block policy.
     pub fn set_spin_policy(&mut self, p: SpinPolicy) {
         self.waits.set_fixed(p);
+    }
+
+    /// What this rank's waits came to so far: polled, yielded, slept, and
+    /// the doorbells it rang for its shared-memory peers.
+    pub fn wait_stats(&self) -> WaitStats {
+        WaitStats { bells_rung: self.net.bells_rung(), ..self.waits.stats }
     }
 
     // ----- point to point

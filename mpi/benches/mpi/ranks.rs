@@ -43,6 +43,31 @@ pub(crate) fn pingpong(quick: bool, plain: bool) -> Result<(), p2pmp_mpi::Error>
     w.finalize()
 }
 
+/// `pp1 SIZE COUNT`: one ping-pong of `COUNT` messages of `SIZE` bytes,
+/// `pp <size> <half round trip µs>` from rank 0 (for profiling one size).
+pub(crate) fn pingpong_one(size: u64, count: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let data = Bytes::from(vec![7u8; usize::try_from(size).unwrap_or(8)]);
+    w.barrier()?;
+    let t = Instant::now();
+    for _ in 0..count {
+        if w.rank() == 0 {
+            w.send_bytes(data.clone(), 1, 0)?;
+            w.recv_bytes(Some(1), Some(0))?;
+        } else if w.rank() == 1 {
+            let m = w.recv_bytes(Some(0), Some(0))?;
+            w.send_bytes(m.data, 0, 0)?;
+        }
+    }
+    if w.rank() == 0 {
+        println!("pp {size} {}", t.elapsed().as_secs_f64() * 1e6 / (2 * count) as f64);
+    }
+    if std::env::var_os("P2PMP_WAIT_STATS").is_some() {
+        eprintln!("rank {} {:?}", w.rank(), w.wait_stats());
+    }
+    w.finalize()
+}
+
 /// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
 /// by an empty message, 5 repetitions: `win <size> <median MB/s>` from rank 0.
 fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error> {

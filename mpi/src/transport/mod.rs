@@ -571,6 +571,12 @@ impl Transport {
         l.here
     }
 
+    /// Doorbells rung for shared-memory peers on the links open now.
+    pub(crate) fn bells_rung(&self) -> u64 {
+        let rung = |c: &Conn| if let Io::Shm(s) = &c.io { s.rung } else { 0 };
+        self.conns.iter().flatten().map(rung).sum()
+    }
+
     /// Whether every outgoing queue is empty (all handed to the kernel).
     pub(crate) fn tx_empty(&self) -> bool {
         self.conns.iter().flatten().all(|c| !c.tx_pending())
