@@ -28,6 +28,8 @@ use crate::sock::Wait;
 use crate::transport::DIRECT_MAX;
 use crate::world::World;
 
+/// Cheap looks at the rings (a load each) between two full looks of a busy-poll.
+const PEEKS: u32 = 32;
 /// Longest busy-poll of one wait.
 const MAX_SPIN: Duration = Duration::from_micros(200);
 /// Least poll budget a peer keeps (a wait always looks twice before sleeping).
@@ -188,7 +190,8 @@ impl World {
         self.after_call_at(Instant::now())
     }
 
-    fn after_call_at(&mut self, now: Instant) -> Result<()> {
+    /// [`World::after_call`] at `now` (a call that just read the clock).
+    pub(crate) fn after_call_at(&mut self, now: Instant) -> Result<()> {
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
             match c {
@@ -271,9 +274,10 @@ impl World {
             // Only a wait that polls by its own budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
+            // The first look goes by the clock read at the start.
+            let mut now = start;
             let won = plan.polls()
                 && loop {
-                    let now = Instant::now();
                     let got = self.look(from, now)?;
                     if done(self) {
                         last = now;
@@ -282,6 +286,7 @@ impl World {
                     if got {
                         // Handling input takes time of its own: no gap to judge.
                         fresh = true;
+                        now = Instant::now();
                         continue;
                     }
                     let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
@@ -294,7 +299,14 @@ impl World {
                         break false;
                     }
                     if elapsed < plan.spin {
-                        std::hint::spin_loop();
+                        // Until a ring moves, look at the rings alone (a load
+                        // each), a while between full looks and clock reads.
+                        for _ in 0..PEEKS {
+                            if self.net.peek(from) {
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
                     } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
                         rounds += 1;
                         self.waits.stats.yields += 1;
@@ -302,6 +314,7 @@ impl World {
                     } else {
                         break false;
                     }
+                    now = Instant::now();
                 };
             if spinning && last.duration_since(start) >= MAX_SPIN / 4 && self.waits.preempted_since_last() {
                 self.waits.stats.preempted_switches += 1;

@@ -192,8 +192,9 @@ impl World {
     }
 
     pub(crate) fn isend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
-        let req = self.engine.isend(Instant::now(), comm, dest, tag, data)?;
-        self.after_call()?;
+        let now = Instant::now();
+        let req = self.engine.isend(now, comm, dest, tag, data)?;
+        self.after_call_at(now)?;
         Ok(Request(req))
     }
 
@@ -204,8 +205,9 @@ impl World {
     }
 
     pub(crate) fn issend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
-        let req = self.engine.issend(Instant::now(), comm, dest, tag, data)?;
-        self.after_call()?;
+        let now = Instant::now();
+        let req = self.engine.issend(now, comm, dest, tag, data)?;
+        self.after_call_at(now)?;
         Ok(Request(req))
     }
 
@@ -221,11 +223,12 @@ impl World {
     }
 
     pub(crate) fn irecv_on(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Request> {
-        let req = self.engine.irecv(Instant::now(), comm, source, tag)?;
+        let now = Instant::now();
+        let req = self.engine.irecv(now, comm, source, tag)?;
         // With two ranks, any source is the other one.
         let from = source.or_else(|| (self.size == 2).then(|| 1 - self.rank)).filter(|&s| s != self.rank);
         self.recv_hint = from.map(|s| (req, s));
-        self.after_call()?;
+        self.after_call_at(now)?;
         Ok(Request(req))
     }
 

@@ -74,10 +74,27 @@ struct HeaderRest<B> {
 /// the payload, so a driver can write both with one vectored write and no copy.
 pub fn encode_frame_parts<B: Serialize>(env: &Envelope<B>, max_frame: usize) -> Result<(BytesMut, Bytes), WireError> {
     let mut head = BytesMut::with_capacity(64);
-    write_header(env, &mut head)?;
-    let len = head.len() - LEN_PREFIX + env.payload.len();
-    patch_len(&mut head, 0, len, max_frame)?;
+    encode_frame_head(env, &mut head, max_frame)?;
     Ok((head, env.payload.clone()))
+}
+
+/// Appends a frame's length prefix and header to `out` (a buffer the caller
+/// reuses), leaving out the payload, which must follow them on the wire. On
+/// error `out` is unchanged.
+pub fn encode_frame_head<B: Serialize>(
+    env: &Envelope<B>,
+    out: &mut BytesMut,
+    max_frame: usize,
+) -> Result<(), WireError> {
+    let start = out.len();
+    let res = write_header(env, out).and_then(|()| {
+        let len = out.len() - start - LEN_PREFIX + env.payload.len();
+        patch_len(out, start, len, max_frame)
+    });
+    if res.is_err() {
+        out.truncate(start);
+    }
+    res
 }
 
 /// Appends a whole frame (prefix, header, payload) to `out`. On error `out` is unchanged.
@@ -108,10 +125,20 @@ fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(
         request_id: env.request_id,
         body: &env.body,
     };
-    let writer = postcard::to_extend(&header, BytesWriter(out))?;
-    let _ = writer;
+    // Most headers are small: serialized on the stack and copied once (a
+    // byte at a time through `Extend` costs more than the rest of a small
+    // MPI frame's encoding); larger ones go through `Extend`.
+    let mut small = [0u8; SMALL_HEADER];
+    match postcard::to_slice(&header, &mut small) {
+        Ok(bytes) => out.extend_from_slice(bytes),
+        Err(postcard::Error::SerializeBufferFull) => drop(postcard::to_extend(&header, BytesWriter(out))?),
+        Err(e) => return Err(e.into()),
+    }
     Ok(())
 }
+
+/// Headers up to this many bytes are serialized on the stack first.
+const SMALL_HEADER: usize = 256;
 
 fn patch_len(buf: &mut BytesMut, at: usize, len: usize, max_frame: usize) -> Result<(), WireError> {
     if len > max_frame || len > u32::MAX as usize {

@@ -53,7 +53,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
@@ -61,7 +61,7 @@ use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, 
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
 use p2pmp_core::secure::SecureChannel;
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_head, encode_frame_parts};
 use tracing::{debug, warn};
 
 use self::conn::{Conn, Decoded, Io, decode_frames};
@@ -177,6 +177,9 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// Where each frame's header is encoded (reused: a small frame written
+    /// straight into a ring allocates nothing).
+    head: BytesMut,
     #[cfg(feature = "fault-injection")]
     faults: fault::Faults,
 }
@@ -231,6 +234,7 @@ impl Transport {
             local,
             shm_slots: Vec::new(),
             last_poll: Instant::now(),
+            head: BytesMut::new(),
             #[cfg(feature = "fault-injection")]
             faults: fault::Faults::from_env(rank),
         })
@@ -260,21 +264,23 @@ impl Transport {
             return;
         }
         let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
+        let head = &mut self.head;
+        head.clear();
         // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
-        let (head, payload) = encode_frame_parts(&env, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
+        encode_frame_head(&env, head, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
+        let payload = env.payload;
         let slot = match (route, self.out[to as usize]) {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
             (Route::Hold, _) => {
-                self.held[to as usize].push_back((head.freeze(), payload));
+                self.held[to as usize].push_back((head.split().freeze(), payload));
                 return;
             }
             // The link broke just now (a fault): the engine resends.
             _ => return,
         };
         let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
-        conn.push_frame(head.freeze(), payload);
-        if !self.dirty.contains(&slot) {
+        if conn.put_frame(head, payload) && !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
     }
@@ -757,6 +763,20 @@ impl Transport {
             }
         }
         got
+    }
+
+    /// Whether a full look may find something: bytes in the ring of `from`
+    /// (or of any shared-memory peer), one load each and no system call.
+    /// True when that cannot be told so cheaply (a TCP peer, or none known).
+    pub(crate) fn peek(&self, from: Option<u32>) -> bool {
+        let ring = |slot: usize| match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
+            Some(Io::Shm(s)) => Some(s.has_input() || s.eof),
+            _ => None,
+        };
+        match from {
+            Some(f) => self.heard_on.get(f as usize).copied().flatten().and_then(ring).unwrap_or(true),
+            None => self.shm_slots.is_empty() || self.shm_slots.iter().any(|&slot| ring(slot).unwrap_or(true)),
+        }
     }
 
     /// About to sleep: asks every shared-memory peer to ring our doorbell.
