@@ -96,8 +96,15 @@ pub(crate) fn from_bytes<T: Pod>(data: &[u8]) -> crate::Result<Vec<T>> {
     if size == 0 || data.len() % size != 0 {
         return Err(crate::Error::Truncated { got: data.len(), want: data.len() / size.max(1) * size });
     }
-    let mut v = vec![T::zeroed(); data.len() / size];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(data);
+    let n = data.len() / size;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: the spare capacity holds `n` elements, `data.len()` bytes; the
+    // copy initialises every one of them, and any bytes are a valid `T`
+    // (`Pod`). No zero-fill first: a large buffer's pages are touched once.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr().cast::<u8>(), data.len());
+        v.set_len(n);
+    }
     Ok(v)
 }
 

@@ -13,7 +13,8 @@
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long, or at once when other work competes for the core: a spinning
 //!   rank that is preempted (a gap in its polling, or involuntary context
-//!   switches) leaves polling for [`CONTENDED_FOR`], and a woken sleeper gets
+//!   switches) leaves polling for a while ([`CONTENDED_MIN`], doubling up to
+//!   [`CONTENDED_MAX`] while preemptions follow each other), and a woken sleeper gets
 //!   the core back sooner than a yielder would.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
@@ -39,7 +40,13 @@ const MAX_YIELD: Duration = Duration::from_millis(2);
 /// A gap this long between two polls means the rank was preempted.
 const PREEMPTED_GAP: Duration = Duration::from_micros(40);
 /// How long a rank that saw other work take its core stays off polling.
-const CONTENDED_FOR: Duration = Duration::from_millis(50);
+/// Stays off polling this long after a preemption seen alone: a short burst
+/// of other work (a daemon's tick, a compiler starting) must not cost the
+/// fast path for long.
+const CONTENDED_MIN: Duration = Duration::from_millis(2);
+/// At most this long, after preemptions seen one right after the other
+/// (a CPU hog beside the rank).
+const CONTENDED_MAX: Duration = Duration::from_millis(50);
 
 /// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +88,8 @@ pub struct WaitStats {
     pub preempted_switches: u64,
     /// Doorbells this rank rang for its shared-memory peers.
     pub bells_rung: u64,
+    /// Waits that found this job's ranks on this host outnumbering its cores.
+    pub oversubscribed: u64,
 }
 
 /// How one wait goes on: busy-poll for `spin`, then poll and yield (at most
@@ -113,6 +122,8 @@ pub(crate) struct Waits {
     budget: Vec<Duration>,
     /// Until when other work is taken to compete for this rank's core.
     contended_until: Option<Instant>,
+    /// How long the next preemption keeps this rank off polling.
+    penalty: Duration,
     /// Involuntary context switches of this thread when last looked at.
     nivcsw: i64,
     pub(crate) stats: WaitStats,
@@ -126,6 +137,7 @@ impl Waits {
             cores,
             budget: vec![MAX_SPIN / 4; size as usize + 1],
             contended_until: None,
+            penalty: CONTENDED_MIN,
             nivcsw: involuntary_switches(),
             stats: WaitStats::default(),
         }
@@ -162,8 +174,12 @@ impl Waits {
     }
 
     /// Other work took this rank's core (seen at `now`): stop polling for a while.
+    /// One preemption within a penalty's length of the last window's end
+    /// doubles the penalty; one on its own sets it back to the least.
     fn contended(&mut self, now: Instant) {
-        self.contended_until = Some(now + CONTENDED_FOR);
+        let again = self.contended_until.is_some_and(|t| now < t + self.penalty);
+        self.penalty = if again { (self.penalty * 2).min(CONTENDED_MAX) } else { CONTENDED_MIN };
+        self.contended_until = Some(now + self.penalty);
     }
 
     /// Whether the thread was switched out against its will since last asked.
@@ -269,6 +285,9 @@ impl World {
             let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
             let start = Instant::now();
             let local = self.net.local_ranks(start);
+            if local > self.waits.cores {
+                self.waits.stats.oversubscribed += 1;
+            }
             let plan = self.waits.plan(start, from, local);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
             // Only a wait that polls by its own budget learns from how it went.
@@ -373,6 +392,7 @@ mod tests {
             cores,
             budget: vec![MAX_SPIN / 4; 5],
             contended_until: None,
+            penalty: CONTENDED_MIN,
             nivcsw: 0,
             stats: WaitStats::default(),
         }
@@ -411,8 +431,20 @@ mod tests {
         let now = Instant::now();
         let mut w = waits(2);
         w.contended(now);
-        assert_eq!(w.plan(now + CONTENDED_FOR / 2, Some(1), 2), Plan::spin(MIN_SPIN));
-        assert_eq!(w.plan(now + CONTENDED_FOR, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+        assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2), Plan::spin(MIN_SPIN));
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4), "a lone one: briefly");
+        // Preempted again right after each window: off polling longer and longer.
+        let mut t = now + CONTENDED_MIN;
+        for want in [4, 8, 16, 32, 50, 50] {
+            w.contended(t);
+            let d = Duration::from_millis(want);
+            assert_eq!(w.plan(t + d - Duration::from_micros(1), Some(1), 2), Plan::spin(MIN_SPIN), "{want} ms");
+            assert_eq!(w.plan(t + d, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+            t += d;
+        }
+        // Long after, a lone one is brief again.
+        w.contended(t + Duration::from_secs(1));
+        assert_eq!(w.plan(t + Duration::from_secs(1) + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4));
     }
 
     #[test]

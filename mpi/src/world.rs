@@ -114,6 +114,31 @@ pub fn init() -> Result<World> {
     World::start(RankEnv::from_env()?, MpiConfig::default())
 }
 
+/// Asks the C allocator to keep freed memory for reuse: message buffers of
+/// 64 KiB to a few MiB come and go all the time, and memory given back to the
+/// kernel (unmapped, or trimmed off the heap) is faulted in again, page by
+/// page, at the next one (a fifth of a 64 KiB Allreduce's time on 8 ranks).
+/// Left alone when the user tunes the allocator (`GLIBC_TUNABLES`,
+/// `MALLOC_*_`).
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let tuned = std::env::vars_os().any(|(k, _)| {
+            let k = k.to_string_lossy();
+            k == "GLIBC_TUNABLES" || (k.starts_with("MALLOC_") && k.ends_with('_'))
+        });
+        if !tuned {
+            // SAFETY: mallopt(3) only sets allocator parameters; 32 MiB is
+            // glibc's largest mmap threshold on 64-bit, and a trim threshold of
+            // 1 GiB keeps up to that much free heap.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+            }
+        }
+    }
+}
+
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
@@ -123,6 +148,7 @@ impl World {
     /// Starts MPI with an explicit environment and engine configuration.
     pub fn start(env: RankEnv, config: MpiConfig) -> Result<World> {
         epoch();
+        keep_freed_memory();
         let ckpt = Checkpointer::from_lookup(&env.job, |k| std::env::var(k).ok())?;
         let engine = MpiEngine::new(config, env.rank, env.size)?;
         let net = Transport::start(&env)?;

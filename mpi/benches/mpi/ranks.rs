@@ -62,10 +62,15 @@ pub(crate) fn pingpong_one(size: u64, count: u64) -> Result<(), p2pmp_mpi::Error
     if w.rank() == 0 {
         println!("pp {size} {}", t.elapsed().as_secs_f64() * 1e6 / (2 * count) as f64);
     }
+    print_wait_stats(&w);
+    w.finalize()
+}
+
+/// With `P2PMP_WAIT_STATS` set, how the rank's waits went (on stderr).
+fn print_wait_stats(w: &p2pmp_mpi::World) {
     if std::env::var_os("P2PMP_WAIT_STATS").is_some() {
         eprintln!("rank {} {:?}", w.rank(), w.wait_stats());
     }
-    w.finalize()
 }
 
 /// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
@@ -244,6 +249,7 @@ pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
             }
         }
     }
+    print_wait_stats(&w);
     w.finalize()
 }
 

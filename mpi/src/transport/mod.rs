@@ -558,6 +558,22 @@ impl Transport {
     /// than the cores). 1 without shared memory.
     pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
         let size = self.heard_on.len() as u32;
+        let Some(l) = self.local.as_ref() else { return 1 };
+        if l.here < size {
+            // Every peer linked over shared memory is here: known at once,
+            // before the next count (ranks starting together are linked
+            // within the first collective, long before RECOUNT).
+            if 1 + self.shm_slots.len() as u32 > l.here {
+                let rank = |&slot: &usize| self.conns.get(slot).and_then(Option::as_ref).and_then(|c| c.rank);
+                let mut peers: Vec<u32> = self.shm_slots.iter().filter_map(rank).collect();
+                peers.sort_unstable();
+                peers.dedup();
+                let linked = 1 + peers.len() as u32;
+                if let Some(l) = self.local.as_mut().filter(|l| linked > l.here) {
+                    l.here = linked.min(size);
+                }
+            }
+        }
         let Some(l) = self.local.as_mut() else { return 1 };
         let due = l.counted.is_none_or(|t| now.duration_since(t) >= RECOUNT * if l.here >= size { 10 } else { 1 });
         if due {
