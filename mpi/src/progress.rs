@@ -124,8 +124,6 @@ pub(crate) struct Waits {
     contended_until: Option<Instant>,
     /// How long the next preemption keeps this rank off polling.
     penalty: Duration,
-    /// Involuntary context switches of this thread when last looked at.
-    nivcsw: i64,
     pub(crate) stats: WaitStats,
 }
 
@@ -138,7 +136,6 @@ impl Waits {
             budget: vec![MAX_SPIN / 4; size as usize + 1],
             contended_until: None,
             penalty: CONTENDED_MIN,
-            nivcsw: involuntary_switches(),
             stats: WaitStats::default(),
         }
     }
@@ -180,13 +177,6 @@ impl Waits {
         let again = self.contended_until.is_some_and(|t| now < t + self.penalty);
         self.penalty = if again { (self.penalty * 2).min(CONTENDED_MAX) } else { CONTENDED_MIN };
         self.contended_until = Some(now + self.penalty);
-    }
-
-    /// Whether the thread was switched out against its will since last asked.
-    fn preempted_since_last(&mut self) -> bool {
-        let n = involuntary_switches();
-        let was = std::mem::replace(&mut self.nivcsw, n);
-        n > was
     }
 }
 
@@ -290,6 +280,9 @@ impl World {
             }
             let plan = self.waits.plan(start, from, local);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
+            // Involuntary switches when this busy-poll had gone on a while
+            // (only then: reading them costs a system call).
+            let mut switches: Option<i64> = None;
             // Only a wait that polls by its own budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
@@ -317,6 +310,9 @@ impl World {
                         self.waits.contended(now);
                         break false;
                     }
+                    if spinning && switches.is_none() && elapsed >= MAX_SPIN / 4 {
+                        switches = Some(involuntary_switches());
+                    }
                     if elapsed < plan.spin {
                         // Until a ring moves, look at the rings alone (a load
                         // each), a while between full looks and clock reads.
@@ -335,7 +331,8 @@ impl World {
                     }
                     now = Instant::now();
                 };
-            if spinning && last.duration_since(start) >= MAX_SPIN / 4 && self.waits.preempted_since_last() {
+            if switches.is_some_and(|n| involuntary_switches() > n) {
+                // Switched out during this busy-poll (too briefly for a gap).
                 self.waits.stats.preempted_switches += 1;
                 self.waits.contended(last);
             }
@@ -393,7 +390,6 @@ mod tests {
             budget: vec![MAX_SPIN / 4; 5],
             contended_until: None,
             penalty: CONTENDED_MIN,
-            nivcsw: 0,
             stats: WaitStats::default(),
         }
     }

@@ -135,6 +135,7 @@ pub(crate) fn ring(loops: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Error> {
         let per_call_us = in_snapshot.as_secs_f64() * 1e6 / st.calls.max(1) as f64;
         println!("snapshots {per_call_us} {} {} {}", st.agreements, st.epoch, st.stride);
     }
+    print_wait_stats(&w);
     w.finalize()
 }
 
