@@ -488,7 +488,13 @@ fn main() {
             Some("ring_snap") => ranks::ring(arg(1), true),
             Some("factor") => ranks::factor(arg(1), arg(2), false),
             Some("factor_snap") => ranks::factor(arg(1), arg(2), true),
-            Some("coll") => ranks::coll(args.iter().any(|a| a == "quick")),
+            Some("coll") => {
+                let only = args.iter().position(|a| a == "only").and_then(|i| {
+                    let op = args.get(i + 1)?;
+                    Some((op.as_str(), args.get(i + 2)?.parse().ok()?))
+                });
+                ranks::coll(args.iter().any(|a| a == "quick"), only)
+            }
             Some("state") => ranks::state(arg(1), arg(2)),
             other => panic!("unknown mode {other:?}"),
         };

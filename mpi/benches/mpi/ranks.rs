@@ -219,12 +219,13 @@ pub(crate) fn factor(n: u64, k: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Er
 
 /// The collectives the C program `coll.c` times, through the Rust API:
 /// `coll <op> <bytes> <median µs per call>` from rank 0.
-pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
+/// `only`: just this operation and size (`allreduce 65536`), for profiling.
+pub(crate) fn coll(quick: bool, only: Option<(&str, usize)>) -> Result<(), p2pmp_mpi::Error> {
     let mut w = p2pmp_mpi::init()?;
     let p = w.size() as usize;
     for op in crate::COLL_OPS {
         for bytes in crate::COLL_SIZES {
-            if op == "barrier" && bytes != 8 {
+            if (op == "barrier" && bytes != 8) || only.is_some_and(|o| o != (op, bytes)) {
                 continue;
             }
             let n = crate::coll_iters(bytes, quick);
