@@ -31,6 +31,8 @@ use crate::world::World;
 
 /// Cheap looks at the rings (a load each) between two full looks of a busy-poll.
 const PEEKS: u32 = 32;
+/// Yields between two full looks while no ring moves.
+const YIELDS_PER_LOOK: u32 = 4;
 /// Longest busy-poll of one wait.
 const MAX_SPIN: Duration = Duration::from_micros(200);
 /// Least poll budget a peer keeps (a wait always looks twice before sleeping).
@@ -323,9 +325,16 @@ impl World {
                             std::hint::spin_loop();
                         }
                     } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
-                        rounds += 1;
-                        self.waits.stats.yields += 1;
-                        std::thread::yield_now();
+                        // Yield until a ring moves, a few times between full
+                        // looks (which also see sockets, timers and room).
+                        for _ in 0..YIELDS_PER_LOOK {
+                            rounds += 1;
+                            self.waits.stats.yields += 1;
+                            std::thread::yield_now();
+                            if rounds >= plan.yields || self.net.peek(from) {
+                                break;
+                            }
+                        }
                     } else {
                         break false;
                     }
