@@ -14,7 +14,7 @@
 //!   is long, or at once when other work competes for the core: a spinning
 //!   rank that is preempted (a gap in its polling, or involuntary context
 //!   switches) leaves polling for a while ([`CONTENDED_MIN`], doubling up to
-//!   [`CONTENDED_MAX`] while preemptions follow each other), and a woken sleeper gets
+//!   [`CONTENDED_MAX`] while preemptions come within that of each other), and a woken sleeper gets
 //!   the core back sooner than a yielder would.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
@@ -173,10 +173,10 @@ impl Waits {
     }
 
     /// Other work took this rank's core (seen at `now`): stop polling for a while.
-    /// One preemption within a penalty's length of the last window's end
+    /// A preemption within [`CONTENDED_MAX`] of the last window's end
     /// doubles the penalty; one on its own sets it back to the least.
     fn contended(&mut self, now: Instant) {
-        let again = self.contended_until.is_some_and(|t| now < t + self.penalty);
+        let again = self.contended_until.is_some_and(|t| now < t + CONTENDED_MAX);
         self.penalty = if again { (self.penalty * 2).min(CONTENDED_MAX) } else { CONTENDED_MIN };
         self.contended_until = Some(now + self.penalty);
     }
