@@ -131,7 +131,9 @@ fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(
     let mut small = [0u8; SMALL_HEADER];
     match postcard::to_slice(&header, &mut small) {
         Ok(bytes) => out.extend_from_slice(bytes),
-        Err(postcard::Error::SerializeBufferFull) => drop(postcard::to_extend(&header, BytesWriter(out))?),
+        Err(postcard::Error::SerializeBufferFull) => {
+            postcard::to_extend(&header, BytesWriter(out))?;
+        }
         Err(e) => return Err(e.into()),
     }
     Ok(())
