@@ -289,7 +289,7 @@ impl World {
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
             // The first look goes by the clock read at the start.
-            let mut now = start;
+            let (mut now, mut stale) = (start, false);
             let won = plan.polls()
                 && loop {
                     let got = self.look(from, now)?;
@@ -300,7 +300,7 @@ impl World {
                     if got {
                         // Handling input takes time of its own: no gap to judge.
                         fresh = true;
-                        now = Instant::now();
+                        (now, stale) = (Instant::now(), false);
                         continue;
                     }
                     let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
@@ -318,11 +318,19 @@ impl World {
                     if elapsed < plan.spin {
                         // Until a ring moves, look at the rings alone (a load
                         // each), a while between full looks and clock reads.
+                        let mut moved = false;
                         for _ in 0..PEEKS {
                             if self.net.peek(from) {
+                                moved = true;
                                 break;
                             }
                             std::hint::spin_loop();
+                        }
+                        // Bytes came: look at once, by the clock read last (a
+                        // microsecond old): the read would delay every
+                        // message. Once in a row at most, so time moves on.
+                        if moved && !std::mem::replace(&mut stale, true) {
+                            continue;
                         }
                     } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
                         // Yield until a ring moves, a few times between full
@@ -338,7 +346,7 @@ impl World {
                     } else {
                         break false;
                     }
-                    now = Instant::now();
+                    (now, stale) = (Instant::now(), false);
                 };
             if switches.is_some_and(|n| involuntary_switches() > n) {
                 // Switched out during this busy-poll (too briefly for a gap).

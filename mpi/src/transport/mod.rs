@@ -59,9 +59,9 @@ use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
+use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, Path, Route, Transmit};
 use p2pmp_core::secure::SecureChannel;
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_head, encode_frame_parts};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_head_prefixed, encode_frame_parts};
 use tracing::{debug, warn};
 
 use self::conn::{Conn, Decoded, Io, decode_frames};
@@ -177,6 +177,8 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// The start of every header this rank writes (its version, key and address).
+    prefix: HeaderPrefix,
     /// Where each frame's header is encoded (reused: a small frame written
     /// straight into a ring allocates nothing).
     head: BytesMut,
@@ -206,6 +208,7 @@ impl Transport {
         let local = Local::start(&poll, key, size);
         let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
         let config = LinkConfig { same_host, ..LinkConfig::default() };
+        let prefix = HeaderPrefix::new(&key, &addr).map_err(|e| Error::Invalid(format!("own header: {e}")))?;
         Ok(Transport {
             poll,
             events: Events::with_capacity(256),
@@ -235,6 +238,7 @@ impl Transport {
             shm_slots: Vec::new(),
             last_poll: Instant::now(),
             head: BytesMut::new(),
+            prefix,
             #[cfg(feature = "fault-injection")]
             faults: fault::Faults::from_env(rank),
         })
@@ -263,12 +267,14 @@ impl Transport {
         if route == Route::Send && self.inject(engine, now, to) == fault::Inject::Drop {
             return;
         }
-        let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
         let head = &mut self.head;
         head.clear();
-        // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
-        encode_frame_head(&env, head, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
-        let payload = env.payload;
+        // The frame of `t.into_envelope(self.key, self.addr)`, our part of it
+        // encoded once. Invariant: the engine's frames fit the wire maximum
+        // (MpiConfig::validate).
+        encode_frame_head_prefixed(&self.prefix, 0, &t.msg, t.payload.len(), head, DEFAULT_MAX_FRAME)
+            .expect("engine frame fits a wire frame");
+        let payload = t.payload;
         let slot = match (route, self.out[to as usize]) {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
