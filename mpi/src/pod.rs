@@ -69,18 +69,23 @@ impl Op {
     /// Applies the operation element-wise: `acc[i] = acc[i] op x[i]`.
     pub fn apply<T: Pod>(self, acc: &mut [T], x: &[T]) {
         debug_assert_eq!(acc.len(), x.len());
-        let f: fn(T, T) -> T = match self {
-            Op::Sum => T::add,
-            Op::Prod => T::mul,
-            Op::Min => |a, b| if b < a { b } else { a },
-            Op::Max => |a, b| if b > a { b } else { a },
-            Op::LogicalAnd => T::logical_and,
-            Op::LogicalOr => T::logical_or,
-            Op::BitAnd => T::bit_and,
-            Op::BitOr => T::bit_or,
-        };
-        for (a, &b) in acc.iter_mut().zip(x) {
-            *a = f(*a, b);
+        // One loop per operation, each compiled (and vectorised) with its
+        // operation inlined: through a function pointer, a 64 KiB sum made
+        // 8,192 indirect calls and took a quarter of an 8-rank Allreduce.
+        fn each<T: Copy>(acc: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {
+            for (a, &b) in acc.iter_mut().zip(x) {
+                *a = f(*a, b);
+            }
+        }
+        match self {
+            Op::Sum => each(acc, x, T::add),
+            Op::Prod => each(acc, x, T::mul),
+            Op::Min => each(acc, x, |a, b| if b < a { b } else { a }),
+            Op::Max => each(acc, x, |a, b| if b > a { b } else { a }),
+            Op::LogicalAnd => each(acc, x, T::logical_and),
+            Op::LogicalOr => each(acc, x, T::logical_or),
+            Op::BitAnd => each(acc, x, T::bit_and),
+            Op::BitOr => each(acc, x, T::bit_or),
         }
     }
 }
@@ -96,8 +101,15 @@ pub(crate) fn from_bytes<T: Pod>(data: &[u8]) -> crate::Result<Vec<T>> {
     if size == 0 || data.len() % size != 0 {
         return Err(crate::Error::Truncated { got: data.len(), want: data.len() / size.max(1) * size });
     }
-    let mut v = vec![T::zeroed(); data.len() / size];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(data);
+    let n = data.len() / size;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: the spare capacity holds `n` elements, `data.len()` bytes; the
+    // copy initialises every one of them, and any bytes are a valid `T`
+    // (`Pod`). No zero-fill first: a large buffer's pages are touched once.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr().cast::<u8>(), data.len());
+        v.set_len(n);
+    }
     Ok(v)
 }
 

@@ -13,7 +13,8 @@
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long, or at once when other work competes for the core: a spinning
 //!   rank that is preempted (a gap in its polling, or involuntary context
-//!   switches) leaves polling for [`CONTENDED_FOR`], and a woken sleeper gets
+//!   switches) leaves polling for a while ([`CONTENDED_MIN`], doubling up to
+//!   [`CONTENDED_MAX`] while preemptions come within that of each other), and a woken sleeper gets
 //!   the core back sooner than a yielder would.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
@@ -28,6 +29,10 @@ use crate::sock::Wait;
 use crate::transport::DIRECT_MAX;
 use crate::world::World;
 
+/// Cheap looks at the rings (a load each) between two full looks of a busy-poll.
+const PEEKS: u32 = 32;
+/// Yields between two full looks while no ring moves.
+const YIELDS_PER_LOOK: u32 = 4;
 /// Longest busy-poll of one wait.
 const MAX_SPIN: Duration = Duration::from_micros(200);
 /// Least poll budget a peer keeps (a wait always looks twice before sleeping).
@@ -37,7 +42,13 @@ const MAX_YIELD: Duration = Duration::from_millis(2);
 /// A gap this long between two polls means the rank was preempted.
 const PREEMPTED_GAP: Duration = Duration::from_micros(40);
 /// How long a rank that saw other work take its core stays off polling.
-const CONTENDED_FOR: Duration = Duration::from_millis(50);
+/// Stays off polling this long after a preemption seen alone: a short burst
+/// of other work (a daemon's tick, a compiler starting) must not cost the
+/// fast path for long.
+const CONTENDED_MIN: Duration = Duration::from_millis(2);
+/// At most this long, after preemptions seen one right after the other
+/// (a CPU hog beside the rank).
+const CONTENDED_MAX: Duration = Duration::from_millis(50);
 
 /// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +70,28 @@ impl SpinPolicy {
         }
         Some(SpinPolicy { spin: Duration::from_micros(spin.unwrap_or(0)), yields: yields.unwrap_or(0) })
     }
+}
+
+/// What this rank's waits came to so far (see [`crate::World::wait_stats`]):
+/// counters for tuning the wait policy and the data path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Waits that were not over at once.
+    pub waits: u64,
+    /// Of them, those that ended while polling (busy or yielding).
+    pub polled: u64,
+    /// Rounds of yielding the CPU.
+    pub yields: u64,
+    /// Sleeps in the kernel.
+    pub sleeps: u64,
+    /// Times a gap in polling said the rank was preempted.
+    pub preempted_gaps: u64,
+    /// Times involuntary context switches said so.
+    pub preempted_switches: u64,
+    /// Doorbells this rank rang for its shared-memory peers.
+    pub bells_rung: u64,
+    /// Waits that found this job's ranks on this host outnumbering its cores.
+    pub oversubscribed: u64,
 }
 
 /// How one wait goes on: busy-poll for `spin`, then poll and yield (at most
@@ -91,8 +124,9 @@ pub(crate) struct Waits {
     budget: Vec<Duration>,
     /// Until when other work is taken to compete for this rank's core.
     contended_until: Option<Instant>,
-    /// Involuntary context switches of this thread when last looked at.
-    nivcsw: i64,
+    /// How long the next preemption keeps this rank off polling.
+    penalty: Duration,
+    pub(crate) stats: WaitStats,
 }
 
 impl Waits {
@@ -103,7 +137,8 @@ impl Waits {
             cores,
             budget: vec![MAX_SPIN / 4; size as usize + 1],
             contended_until: None,
-            nivcsw: involuntary_switches(),
+            penalty: CONTENDED_MIN,
+            stats: WaitStats::default(),
         }
     }
 
@@ -138,15 +173,12 @@ impl Waits {
     }
 
     /// Other work took this rank's core (seen at `now`): stop polling for a while.
+    /// A preemption within [`CONTENDED_MAX`] of the last window's end
+    /// doubles the penalty; one on its own sets it back to the least.
     fn contended(&mut self, now: Instant) {
-        self.contended_until = Some(now + CONTENDED_FOR);
-    }
-
-    /// Whether the thread was switched out against its will since last asked.
-    fn preempted_since_last(&mut self) -> bool {
-        let n = involuntary_switches();
-        let was = std::mem::replace(&mut self.nivcsw, n);
-        n > was
+        let again = self.contended_until.is_some_and(|t| now < t + CONTENDED_MAX);
+        self.penalty = if again { (self.penalty * 2).min(CONTENDED_MAX) } else { CONTENDED_MIN };
+        self.contended_until = Some(now + self.penalty);
     }
 }
 
@@ -166,7 +198,8 @@ impl World {
         self.after_call_at(Instant::now())
     }
 
-    fn after_call_at(&mut self, now: Instant) -> Result<()> {
+    /// [`World::after_call`] at `now` (a call that just read the clock).
+    pub(crate) fn after_call_at(&mut self, now: Instant) -> Result<()> {
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
             match c {
@@ -235,6 +268,7 @@ impl World {
         if done(self) {
             return Ok(());
         }
+        self.waits.stats.waits += 1;
         loop {
             // Reading one peer's connection alone is right only while nothing
             // else is under way: a rendezvous with another peer needs its
@@ -243,14 +277,21 @@ impl World {
             let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
             let start = Instant::now();
             let local = self.net.local_ranks(start);
+            if local > self.waits.cores {
+                self.waits.stats.oversubscribed += 1;
+            }
             let plan = self.waits.plan(start, from, local);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
+            // Involuntary switches when this busy-poll had gone on a while
+            // (only then: reading them costs a system call).
+            let mut switches: Option<i64> = None;
             // Only a wait that polls by its own budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
+            // The first look goes by the clock read at the start.
+            let (mut now, mut stale) = (start, false);
             let won = plan.polls()
                 && loop {
-                    let now = Instant::now();
                     let got = self.look(from, now)?;
                     if done(self) {
                         last = now;
@@ -259,6 +300,7 @@ impl World {
                     if got {
                         // Handling input takes time of its own: no gap to judge.
                         fresh = true;
+                        (now, stale) = (Instant::now(), false);
                         continue;
                     }
                     let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
@@ -266,22 +308,53 @@ impl World {
                     let judged = !std::mem::take(&mut fresh);
                     if spinning && judged && gap > PREEMPTED_GAP {
                         // Something else ran on this core meanwhile.
+                        self.waits.stats.preempted_gaps += 1;
                         self.waits.contended(now);
                         break false;
                     }
+                    if spinning && switches.is_none() && elapsed >= MAX_SPIN / 4 {
+                        switches = Some(involuntary_switches());
+                    }
                     if elapsed < plan.spin {
-                        std::hint::spin_loop();
+                        // Until a ring moves, look at the rings alone (a load
+                        // each), a while between full looks and clock reads.
+                        let mut moved = false;
+                        for _ in 0..PEEKS {
+                            if self.net.peek(from) {
+                                moved = true;
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
+                        // Bytes came: look at once, by the clock read last (a
+                        // microsecond old): the read would delay every
+                        // message. Once in a row at most, so time moves on.
+                        if moved && !std::mem::replace(&mut stale, true) {
+                            continue;
+                        }
                     } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
-                        rounds += 1;
-                        std::thread::yield_now();
+                        // Yield until a ring moves, a few times between full
+                        // looks (which also see sockets, timers and room).
+                        for _ in 0..YIELDS_PER_LOOK {
+                            rounds += 1;
+                            self.waits.stats.yields += 1;
+                            std::thread::yield_now();
+                            if rounds >= plan.yields || self.net.peek(from) {
+                                break;
+                            }
+                        }
                     } else {
                         break false;
                     }
+                    (now, stale) = (Instant::now(), false);
                 };
-            if spinning && last.duration_since(start) >= MAX_SPIN / 4 && self.waits.preempted_since_last() {
+            if switches.is_some_and(|n| involuntary_switches() > n) {
+                // Switched out during this busy-poll (too briefly for a gap).
+                self.waits.stats.preempted_switches += 1;
                 self.waits.contended(last);
             }
             if won {
+                self.waits.stats.polled += 1;
                 if spinning {
                     self.waits.learn(from, last.duration_since(start));
                 }
@@ -312,6 +385,7 @@ impl World {
         let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
         let timeout = timeout.min(Duration::from_secs(1));
         if self.net.before_sleep() {
+            self.waits.stats.sleeps += 1;
             let r = self.progress_once(Some(timeout));
             self.net.after_sleep();
             r?;
@@ -327,7 +401,14 @@ mod tests {
     use super::*;
 
     fn waits(cores: u32) -> Waits {
-        Waits { fixed: None, cores, budget: vec![MAX_SPIN / 4; 5], contended_until: None, nivcsw: 0 }
+        Waits {
+            fixed: None,
+            cores,
+            budget: vec![MAX_SPIN / 4; 5],
+            contended_until: None,
+            penalty: CONTENDED_MIN,
+            stats: WaitStats::default(),
+        }
     }
 
     #[test]
@@ -363,8 +444,20 @@ mod tests {
         let now = Instant::now();
         let mut w = waits(2);
         w.contended(now);
-        assert_eq!(w.plan(now + CONTENDED_FOR / 2, Some(1), 2), Plan::spin(MIN_SPIN));
-        assert_eq!(w.plan(now + CONTENDED_FOR, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+        assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2), Plan::spin(MIN_SPIN));
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4), "a lone one: briefly");
+        // Preempted again right after each window: off polling longer and longer.
+        let mut t = now + CONTENDED_MIN;
+        for want in [4, 8, 16, 32, 50, 50] {
+            w.contended(t);
+            let d = Duration::from_millis(want);
+            assert_eq!(w.plan(t + d - Duration::from_micros(1), Some(1), 2), Plan::spin(MIN_SPIN), "{want} ms");
+            assert_eq!(w.plan(t + d, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+            t += d;
+        }
+        // Long after, a lone one is brief again.
+        w.contended(t + Duration::from_secs(1));
+        assert_eq!(w.plan(t + Duration::from_secs(1) + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4));
     }
 
     #[test]

@@ -510,7 +510,10 @@ impl Drop for Cluster {
                 tail.iter().rev().for_each(|l| eprintln!("{l}"));
             }
             // The whole logs outlive the cluster's directory, for a closer look.
-            let kept = self.dir.with_extension("logs");
+            // Named apart from the scratch directories the next test sweeps.
+            let name =
+                self.dir.file_name().map(|n| n.to_string_lossy().replace("p2pmp-cluster-", "")).unwrap_or_default();
+            let kept = std::env::temp_dir().join(format!("p2pmp-failed-logs-{name}"));
             if std::fs::create_dir_all(&kept).is_ok() {
                 for i in 0..self.hosts.len() {
                     let name = format!("jobd{i}.log");

@@ -131,7 +131,13 @@ fn assert_clean(c: &Cluster, live: &[usize]) {
             if strays.is_empty() && job_dirs.is_empty() {
                 Ok(())
             } else {
-                Err(format!("processes {strays:?}, job directories {job_dirs:?}"))
+                let inside: Vec<String> = job_dirs
+                    .iter()
+                    .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .take(20)
+                    .collect();
+                Err(format!("processes {strays:?}, job directories {job_dirs:?}, holding {inside:?}"))
             }
         });
     }

@@ -52,6 +52,19 @@ fn ring_on_2_3_and_8_ranks() {
     }
 }
 
+/// Ranks that sleep at every wait (no polling): every message over shared
+/// memory must ring the doorbell of a peer that announced its sleep, so a
+/// lost wake-up would hang the ring (the launcher's limit fails it then).
+#[test]
+fn ring_of_ranks_that_always_sleep() {
+    let sleep = [("P2PMP_SPIN_US", "0"), ("P2PMP_YIELDS", "0")];
+    for (n, loops) in [(2, "5000"), (3, "2000")] {
+        let r = launch_env(n, "mpi_ring", &[loops], Duration::from_secs(60), &sleep);
+        let want = format!("[0] ring ok {loops}");
+        assert!(r.ok && r.stdout.contains(&want), "mpi_ring on {n} ranks:\n{}\n{}", r.stdout, r.stderr);
+    }
+}
+
 #[test]
 fn collectives_match_sequential_results() {
     for n in [1, 2, 3, 4, 5, 8] {

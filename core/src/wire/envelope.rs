@@ -74,10 +74,27 @@ struct HeaderRest<B> {
 /// the payload, so a driver can write both with one vectored write and no copy.
 pub fn encode_frame_parts<B: Serialize>(env: &Envelope<B>, max_frame: usize) -> Result<(BytesMut, Bytes), WireError> {
     let mut head = BytesMut::with_capacity(64);
-    write_header(env, &mut head)?;
-    let len = head.len() - LEN_PREFIX + env.payload.len();
-    patch_len(&mut head, 0, len, max_frame)?;
+    encode_frame_head(env, &mut head, max_frame)?;
     Ok((head, env.payload.clone()))
+}
+
+/// Appends a frame's length prefix and header to `out` (a buffer the caller
+/// reuses), leaving out the payload, which must follow them on the wire. On
+/// error `out` is unchanged.
+pub fn encode_frame_head<B: Serialize>(
+    env: &Envelope<B>,
+    out: &mut BytesMut,
+    max_frame: usize,
+) -> Result<(), WireError> {
+    let start = out.len();
+    let res = write_header(env, out).and_then(|()| {
+        let len = out.len() - start - LEN_PREFIX + env.payload.len();
+        patch_len(out, start, len, max_frame)
+    });
+    if res.is_err() {
+        out.truncate(start);
+    }
+    res
 }
 
 /// Appends a whole frame (prefix, header, payload) to `out`. On error `out` is unchanged.
@@ -99,6 +116,54 @@ pub fn encode_frame<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut, max_fra
     }
 }
 
+/// The part of a header that is the same on every frame one sender writes
+/// (version, sender id and address), encoded once: postcard encodes a struct
+/// as its fields one after the other, so a header is this followed by the
+/// request id and the body (see [`encode_frame_head_prefixed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderPrefix(Vec<u8>);
+
+impl HeaderPrefix {
+    /// The prefix of every envelope [`Envelope::new`] makes for this sender.
+    pub fn new(sender: &Id, sender_addr: &NodeAddr) -> Result<Self, WireError> {
+        Ok(HeaderPrefix(postcard::to_allocvec(&(PROTOCOL_VERSION, sender, sender_addr))?))
+    }
+}
+
+/// [`encode_frame_head`] of `Envelope::new(sender, sender_addr, request_id,
+/// body)` with a payload of `payload_len` bytes, `prefix` made for that
+/// sender: the same bytes, without encoding the sender each time.
+pub fn encode_frame_head_prefixed<B: Serialize>(
+    prefix: &HeaderPrefix,
+    request_id: u64,
+    body: &B,
+    payload_len: usize,
+    out: &mut BytesMut,
+    max_frame: usize,
+) -> Result<(), WireError> {
+    let start = out.len();
+    out.put_u32(0); // back-patched
+    out.extend_from_slice(&prefix.0);
+    let rest = (request_id, body);
+    let mut small = [0u8; SMALL_HEADER];
+    let res = match postcard::to_slice(&rest, &mut small) {
+        Ok(bytes) => {
+            out.extend_from_slice(bytes);
+            Ok(())
+        }
+        Err(postcard::Error::SerializeBufferFull) => postcard::to_extend(&rest, BytesWriter(out)).map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let res = res.map_err(WireError::from).and_then(|()| {
+        let len = out.len() - start - LEN_PREFIX + payload_len;
+        patch_len(out, start, len, max_frame)
+    });
+    if res.is_err() {
+        out.truncate(start);
+    }
+    res
+}
+
 fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(), WireError> {
     out.put_u32(0); // back-patched
     let header = HeaderRef {
@@ -108,10 +173,22 @@ fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(
         request_id: env.request_id,
         body: &env.body,
     };
-    let writer = postcard::to_extend(&header, BytesWriter(out))?;
-    let _ = writer;
+    // Most headers are small: serialized on the stack and copied once (a
+    // byte at a time through `Extend` costs more than the rest of a small
+    // MPI frame's encoding); larger ones go through `Extend`.
+    let mut small = [0u8; SMALL_HEADER];
+    match postcard::to_slice(&header, &mut small) {
+        Ok(bytes) => out.extend_from_slice(bytes),
+        Err(postcard::Error::SerializeBufferFull) => {
+            postcard::to_extend(&header, BytesWriter(out))?;
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(())
 }
+
+/// Headers up to this many bytes are serialized on the stack first.
+const SMALL_HEADER: usize = 256;
 
 fn patch_len(buf: &mut BytesMut, at: usize, len: usize, max_frame: usize) -> Result<(), WireError> {
     if len > max_frame || len > u32::MAX as usize {

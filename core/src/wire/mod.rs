@@ -21,7 +21,10 @@ mod msg;
 pub mod vectored;
 
 pub use calls::Calls;
-pub use envelope::{Envelope, decode_envelope, encode_frame, encode_frame_parts, round_trip};
+pub use envelope::{
+    Envelope, HeaderPrefix, decode_envelope, encode_frame, encode_frame_head, encode_frame_head_prefixed,
+    encode_frame_parts, round_trip,
+};
 pub use error::WireError;
 pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};
 pub use msg::{Goodbye, Hello};

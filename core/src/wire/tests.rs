@@ -85,6 +85,45 @@ fn parts_encoding_equals_whole_encoding() {
 }
 
 #[test]
+fn heads_appended_to_a_reused_buffer_equal_whole_encodings_small_and_large() {
+    // A small header is serialized on the stack, a large one through Extend.
+    for body in [Sample::Small(3), Sample::Many((0..200).collect())] {
+        let e = env(body).with_payload(Bytes::from_static(b"payload"));
+        let mut whole = BytesMut::new();
+        encode_frame(&e, &mut whole, DEFAULT_MAX_FRAME).unwrap();
+        let mut head = BytesMut::from(&b"kept"[..]);
+        encode_frame_head(&e, &mut head, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(&head[..4], b"kept");
+        assert_eq!([&head[4..], &e.payload[..]].concat(), &whole[..]);
+        assert_eq!(
+            encode_frame_head(&e, &mut head, 10),
+            Err(WireError::FrameTooLarge { len: whole.len() as u64 - 4, max: 10 })
+        );
+        assert_eq!(head.len(), 4 + whole.len() - e.payload.len(), "unchanged on error");
+    }
+}
+
+#[test]
+fn prefixed_heads_equal_whole_encodings() {
+    let sender = Id::hash("sender");
+    let addr = NodeAddr::loopback(1, 4000);
+    let prefix = HeaderPrefix::new(&sender, &addr).unwrap();
+    for (rid, body) in
+        [(0, Sample::Small(3)), (7, Sample::Text("hi".into())), (1 << 40, Sample::Many((0..200).collect()))]
+    {
+        let e = Envelope::new(sender, addr, rid, body).with_payload(Bytes::from_static(b"payload"));
+        let mut whole = BytesMut::new();
+        encode_frame(&e, &mut whole, DEFAULT_MAX_FRAME).unwrap();
+        let mut head = BytesMut::from(&b"kept"[..]);
+        encode_frame_head_prefixed(&prefix, rid, &e.body, e.payload.len(), &mut head, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!([&head[4..], &e.payload[..]].concat(), &whole[..]);
+        let refused = encode_frame_head_prefixed(&prefix, rid, &e.body, e.payload.len(), &mut head, 10);
+        assert!(matches!(refused, Err(WireError::FrameTooLarge { .. })));
+        assert_eq!(head.len(), 4 + whole.len() - e.payload.len(), "unchanged on error");
+    }
+}
+
+#[test]
 fn oversized_frames_are_refused_both_ways() {
     let mut dec = FrameDecoder::new(100);
     dec.push(&101u32.to_be_bytes());

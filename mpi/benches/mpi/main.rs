@@ -483,11 +483,18 @@ fn main() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
         let res = match args.first().map(String::as_str) {
             Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick"), args.iter().any(|a| a == "plain")),
+            Some("pp1") => ranks::pingpong_one(arg(1), arg(2)),
             Some("ring") => ranks::ring(arg(1), false),
             Some("ring_snap") => ranks::ring(arg(1), true),
             Some("factor") => ranks::factor(arg(1), arg(2), false),
             Some("factor_snap") => ranks::factor(arg(1), arg(2), true),
-            Some("coll") => ranks::coll(args.iter().any(|a| a == "quick")),
+            Some("coll") => {
+                let only = args.iter().position(|a| a == "only").and_then(|i| {
+                    let op = args.get(i + 1)?;
+                    Some((op.as_str(), args.get(i + 2)?.parse().ok()?))
+                });
+                ranks::coll(args.iter().any(|a| a == "quick"), only)
+            }
             Some("state") => ranks::state(arg(1), arg(2)),
             other => panic!("unknown mode {other:?}"),
         };

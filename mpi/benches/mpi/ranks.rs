@@ -43,6 +43,36 @@ pub(crate) fn pingpong(quick: bool, plain: bool) -> Result<(), p2pmp_mpi::Error>
     w.finalize()
 }
 
+/// `pp1 SIZE COUNT`: one ping-pong of `COUNT` messages of `SIZE` bytes,
+/// `pp <size> <half round trip µs>` from rank 0 (for profiling one size).
+pub(crate) fn pingpong_one(size: u64, count: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let data = Bytes::from(vec![7u8; usize::try_from(size).unwrap_or(8)]);
+    w.barrier()?;
+    let t = Instant::now();
+    for _ in 0..count {
+        if w.rank() == 0 {
+            w.send_bytes(data.clone(), 1, 0)?;
+            w.recv_bytes(Some(1), Some(0))?;
+        } else if w.rank() == 1 {
+            let m = w.recv_bytes(Some(0), Some(0))?;
+            w.send_bytes(m.data, 0, 0)?;
+        }
+    }
+    if w.rank() == 0 {
+        println!("pp {size} {}", t.elapsed().as_secs_f64() * 1e6 / (2 * count) as f64);
+    }
+    print_wait_stats(&w);
+    w.finalize()
+}
+
+/// With `P2PMP_WAIT_STATS` set, how the rank's waits went (on stderr).
+fn print_wait_stats(w: &p2pmp_mpi::World) {
+    if std::env::var_os("P2PMP_WAIT_STATS").is_some() {
+        eprintln!("rank {} {:?}", w.rank(), w.wait_stats());
+    }
+}
+
 /// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
 /// by an empty message, 5 repetitions: `win <size> <median MB/s>` from rank 0.
 fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error> {
@@ -105,6 +135,7 @@ pub(crate) fn ring(loops: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Error> {
         let per_call_us = in_snapshot.as_secs_f64() * 1e6 / st.calls.max(1) as f64;
         println!("snapshots {per_call_us} {} {} {}", st.agreements, st.epoch, st.stride);
     }
+    print_wait_stats(&w);
     w.finalize()
 }
 
@@ -188,12 +219,13 @@ pub(crate) fn factor(n: u64, k: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Er
 
 /// The collectives the C program `coll.c` times, through the Rust API:
 /// `coll <op> <bytes> <median µs per call>` from rank 0.
-pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
+/// `only`: just this operation and size (`allreduce 65536`), for profiling.
+pub(crate) fn coll(quick: bool, only: Option<(&str, usize)>) -> Result<(), p2pmp_mpi::Error> {
     let mut w = p2pmp_mpi::init()?;
     let p = w.size() as usize;
     for op in crate::COLL_OPS {
         for bytes in crate::COLL_SIZES {
-            if op == "barrier" && bytes != 8 {
+            if (op == "barrier" && bytes != 8) || only.is_some_and(|o| o != (op, bytes)) {
                 continue;
             }
             let n = crate::coll_iters(bytes, quick);
@@ -219,6 +251,7 @@ pub(crate) fn coll(quick: bool) -> Result<(), p2pmp_mpi::Error> {
             }
         }
     }
+    print_wait_stats(&w);
     w.finalize()
 }
 

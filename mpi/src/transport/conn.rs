@@ -3,7 +3,7 @@
 //! written, and the few things done to every TCP socket.
 
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -137,6 +137,30 @@ impl Conn {
         if !payload.is_empty() {
             queue.push_back(payload);
         }
+    }
+
+    /// Sends one encoded frame (`head` is taken, leaving it empty): on a
+    /// shared-memory link with nothing queued, straight into the ring, and
+    /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
+    /// does. Whether anything was queued (then the link needs a write).
+    pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: Bytes) -> bool {
+        if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
+            // A broken ring takes nothing: the queued frame meets the error
+            // again at the next write, which closes the link.
+            let n = s.send(&[IoSlice::new(head), IoSlice::new(&payload)]).unwrap_or(0);
+            let h = head.len();
+            if n >= h {
+                head.clear();
+                if n == h + payload.len() {
+                    return false;
+                }
+                self.tx.push_back(payload.slice(n - h..));
+                return true;
+            }
+            let _ = head.split_to(n);
+        }
+        self.push_frame(head.split().freeze(), payload);
+        true
     }
 
     /// Whether bytes wait to be written (sealed or not yet).

@@ -53,15 +53,15 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, MpiMsg, Path, Route, Transmit};
+use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, Path, Route, Transmit};
 use p2pmp_core::secure::SecureChannel;
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, encode_frame_parts};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_head_prefixed, encode_frame_parts};
 use tracing::{debug, warn};
 
 use self::conn::{Conn, Decoded, Io, decode_frames};
@@ -177,6 +177,11 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// The start of every header this rank writes (its version, key and address).
+    prefix: HeaderPrefix,
+    /// Where each frame's header is encoded (reused: a small frame written
+    /// straight into a ring allocates nothing).
+    head: BytesMut,
     #[cfg(feature = "fault-injection")]
     faults: fault::Faults,
 }
@@ -203,6 +208,7 @@ impl Transport {
         let local = Local::start(&poll, key, size);
         let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
         let config = LinkConfig { same_host, ..LinkConfig::default() };
+        let prefix = HeaderPrefix::new(&key, &addr).map_err(|e| Error::Invalid(format!("own header: {e}")))?;
         Ok(Transport {
             poll,
             events: Events::with_capacity(256),
@@ -231,6 +237,8 @@ impl Transport {
             local,
             shm_slots: Vec::new(),
             last_poll: Instant::now(),
+            head: BytesMut::new(),
+            prefix,
             #[cfg(feature = "fault-injection")]
             faults: fault::Faults::from_env(rank),
         })
@@ -259,22 +267,26 @@ impl Transport {
         if route == Route::Send && self.inject(engine, now, to) == fault::Inject::Drop {
             return;
         }
-        let env: Envelope<MpiMsg> = t.into_envelope(self.key, self.addr);
-        // Invariant: the engine's frames fit the wire maximum (MpiConfig::validate).
-        let (head, payload) = encode_frame_parts(&env, DEFAULT_MAX_FRAME).expect("engine frame fits a wire frame");
+        let head = &mut self.head;
+        head.clear();
+        // The frame of `t.into_envelope(self.key, self.addr)`, our part of it
+        // encoded once. Invariant: the engine's frames fit the wire maximum
+        // (MpiConfig::validate).
+        encode_frame_head_prefixed(&self.prefix, 0, &t.msg, t.payload.len(), head, DEFAULT_MAX_FRAME)
+            .expect("engine frame fits a wire frame");
+        let payload = t.payload;
         let slot = match (route, self.out[to as usize]) {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
             (Route::Hold, _) => {
-                self.held[to as usize].push_back((head.freeze(), payload));
+                self.held[to as usize].push_back((head.split().freeze(), payload));
                 return;
             }
             // The link broke just now (a fault): the engine resends.
             _ => return,
         };
         let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
-        conn.push_frame(head.freeze(), payload);
-        if !self.dirty.contains(&slot) {
+        if conn.put_frame(head, payload) && !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
     }
@@ -552,6 +564,22 @@ impl Transport {
     /// than the cores). 1 without shared memory.
     pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
         let size = self.heard_on.len() as u32;
+        let Some(l) = self.local.as_ref() else { return 1 };
+        if l.here < size {
+            // Every peer linked over shared memory is here: known at once,
+            // before the next count (ranks starting together are linked
+            // within the first collective, long before RECOUNT).
+            if 1 + self.shm_slots.len() as u32 > l.here {
+                let rank = |&slot: &usize| self.conns.get(slot).and_then(Option::as_ref).and_then(|c| c.rank);
+                let mut peers: Vec<u32> = self.shm_slots.iter().filter_map(rank).collect();
+                peers.sort_unstable();
+                peers.dedup();
+                let linked = 1 + peers.len() as u32;
+                if let Some(l) = self.local.as_mut().filter(|l| linked > l.here) {
+                    l.here = linked.min(size);
+                }
+            }
+        }
         let Some(l) = self.local.as_mut() else { return 1 };
         let due = l.counted.is_none_or(|t| now.duration_since(t) >= RECOUNT * if l.here >= size { 10 } else { 1 });
         if due {
@@ -569,6 +597,12 @@ impl Transport {
             l.counted = Some(now);
         }
         l.here
+    }
+
+    /// Doorbells rung for shared-memory peers on the links open now.
+    pub(crate) fn bells_rung(&self) -> u64 {
+        let rung = |c: &Conn| if let Io::Shm(s) = &c.io { s.rung } else { 0 };
+        self.conns.iter().flatten().map(rung).sum()
     }
 
     /// Whether every outgoing queue is empty (all handed to the kernel).
@@ -751,6 +785,20 @@ impl Transport {
             }
         }
         got
+    }
+
+    /// Whether a full look may find something: bytes in the ring of `from`
+    /// (or of any shared-memory peer), one load each and no system call.
+    /// True when that cannot be told so cheaply (a TCP peer, or none known).
+    pub(crate) fn peek(&self, from: Option<u32>) -> bool {
+        let ring = |slot: usize| match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
+            Some(Io::Shm(s)) => Some(s.has_input() || s.eof),
+            _ => None,
+        };
+        match from {
+            Some(f) => self.heard_on.get(f as usize).copied().flatten().and_then(ring).unwrap_or(true),
+            None => self.shm_slots.is_empty() || self.shm_slots.iter().any(|&slot| ring(slot).unwrap_or(true)),
+        }
     }
 
     /// About to sleep: asks every shared-memory peer to ring our doorbell.

@@ -96,6 +96,8 @@ pub(in crate::transport) struct ShmIo {
     peer_bell: OwnedFd,
     /// The peer closed its end: what is left in the ring is the last of it.
     pub(super) eof: bool,
+    /// Doorbells rung for the peer so far.
+    pub(super) rung: u64,
     /// Keeps the rings mapped (dropped after them).
     _seg: Segment,
 }
@@ -191,7 +193,7 @@ impl ShmSetup {
         };
         let peer_bell = peer_bell.expect("counted above");
         let (tx, rx) = seg.ends(self.peer.is_some()).map_err(|e| invalid(e.to_string()))?;
-        let io = ShmIo { sock: self.sock, tx, rx, peer_bell, eof: false, _seg: seg };
+        let io = ShmIo { sock: self.sock, tx, rx, peer_bell, eof: false, rung: 0, _seg: seg };
         Ok((Setup::Done(Box::new(io), from), None))
     }
 }
@@ -206,6 +208,7 @@ impl ShmIo {
             Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
             Ok(n) => {
                 if self.rx.must_wake() {
+                    self.rung += 1;
                     segment::ring_bell(self.peer_bell.as_raw_fd());
                 }
                 Ok((n, n + 1))
@@ -225,6 +228,7 @@ impl ShmIo {
             Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
             Ok(n) => {
                 if self.tx.must_wake() {
+                    self.rung += 1;
                     segment::ring_bell(self.peer_bell.as_raw_fd());
                 }
                 Ok(n)

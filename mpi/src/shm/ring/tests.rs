@@ -1,5 +1,6 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use proptest::prelude::*;
 
@@ -211,4 +212,95 @@ proptest! {
             prop_assert_eq!(c.available().unwrap(), model.len());
         }
     }
+}
+
+/// Longest a side of [`sleeping_ping_pong`] waits for its doorbell: only a
+/// lost wake-up (or a machine stalled for that long) reaches it. A liveness
+/// bound, not a speed one.
+const LOST: i32 = 10_000;
+
+/// Blocks until `bell` rings (at most [`LOST`] ms); false if it never did.
+fn sleep_on(bell: RawFd) -> bool {
+    let mut p = libc::pollfd { fd: bell, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: poll(2) on one pollfd that lives across the call.
+        match unsafe { libc::poll(&raw mut p, 1, LOST) } {
+            1 => {
+                crate::shm::segment::drain_bell(bell);
+                return true;
+            }
+            0 => return false,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => panic!("poll: {}", std::io::Error::last_os_error()),
+        }
+    }
+}
+
+/// One side of a ping-pong over two rings in which every wait sleeps as the
+/// transport's does: look, (sometimes) spin a little, `begin_sleep`, block on
+/// our doorbell, `end_sleep`, look again; and every write rings the peer's
+/// doorbell when `must_wake` says it sleeps. `first` sends first. Panics on a
+/// lost wake-up instead of hanging.
+fn sleeping_ping_pong(out: &mut Producer, inb: &mut Consumer, bells: (&OwnedFdPair, bool), rounds: u32) {
+    let (pair, first) = bells;
+    let (mine, peer) =
+        if first { (pair.0.as_raw_fd(), pair.1.as_raw_fd()) } else { (pair.1.as_raw_fd(), pair.0.as_raw_fd()) };
+    let mut b = BytesMut::new();
+    let mut x = 0x2545_f491u32;
+    for i in 0..rounds {
+        let send = |out: &mut Producer| {
+            assert_eq!(out.write(&[&i.to_le_bytes()]).unwrap(), 4);
+            if out.must_wake() {
+                crate::shm::segment::ring_bell(peer);
+            }
+        };
+        if first {
+            send(out);
+        }
+        loop {
+            b.clear();
+            if inb.read_into(&mut b, 4).unwrap() == 4 {
+                assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), i);
+                break;
+            }
+            // A few spins or none, so the peer's write lands anywhere in
+            // our way to sleep.
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            for _ in 0..x % 64 {
+                std::hint::spin_loop();
+            }
+            if inb.begin_sleep() {
+                // Not rung within LOST: the peer wrote without ringing (or
+                // sleeps itself, waiting for what we never got).
+                assert!(sleep_on(mine), "round {i}: a lost wake-up");
+                inb.end_sleep();
+            }
+        }
+        if !first {
+            send(out);
+        }
+    }
+}
+
+type OwnedFdPair = (OwnedFd, OwnedFd);
+
+/// Many short ping-pongs between two threads that both sleep on doorbells at
+/// every wait: the sleep/wake race (a write landing between a consumer's last
+/// look and its sleep) is hit thousands of times, and a producer that skipped
+/// the doorbell wrongly leaves a side asleep for good.
+#[test]
+fn sleeping_ping_pongs_never_lose_a_wake_up() {
+    let (a, b) = (Region::new(64), Region::new(64));
+    let (mut a_out, mut a_in) = a.ends(0);
+    let (mut b_out, mut b_in) = b.ends(0);
+    let bells: OwnedFdPair = (crate::shm::segment::doorbell().unwrap(), crate::shm::segment::doorbell().unwrap());
+    let rounds = 20_000;
+    std::thread::scope(|s| {
+        let bells = &bells;
+        // Thread one sends on ring a and reads ring b; thread two the other way.
+        s.spawn(move || sleeping_ping_pong(&mut a_out, &mut b_in, (bells, true), rounds));
+        s.spawn(move || sleeping_ping_pong(&mut b_out, &mut a_in, (bells, false), rounds));
+    });
 }
