@@ -407,47 +407,25 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
     eprintln!("migrated twice; the job took {:?} in all", t0.elapsed());
 }
 
-/// SIGTERM of a daemon running a rank of the checkpointing ring
-/// (`<restart>fail</restart>`, no interval): before it stops, the job takes a
-/// checkpoint and resumes on the hosts left, the daemon exits once its rank
-/// has moved, and the job ends with the undisturbed result.
-#[test]
-fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
-    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
-    let Some(mut c) = cluster("sigterm", 4, &["--heartbeat-ms", "250"]) else { return };
-    let loops: u64 = 9_311;
-    let job = job_file(&c, "sigterm.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
+/// Runs the checkpointing ring (`ranks` ranks, `loops` loops) on a cluster
+/// of `hosts` one-slot hosts, then SIGTERMs together the daemons of
+/// `stopped` hosts running its ranks (never the submitter's): each must wait
+/// for its ranks to move, and the job must end with the undisturbed result.
+/// Returns the hosts stopped and the job's status text (`None`: skipped).
+fn stop_daemons_under_the_ring(
+    test: &str,
+    hosts: usize,
+    (ranks, loops): (u32, u64),
+    stopped: usize,
+) -> Option<(Cluster, Vec<usize>, String)> {
+    let prog = p2pmp_tests::c::ckpt_ring("c-tests-hosts")?;
+    let mut c = cluster(test, hosts, &["--heartbeat-ms", "250"])?;
+    let job = job_file(&c, &format!("{test}.xml"), &prog, ranks, &format!("  <arguments>{loops}</arguments>\n"));
     let id = submit(&c, 0, &job);
-    wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+    wait_status(&c, 0, &id, &format!("{ranks} running"), Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
-    let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
-    let took = c.terminate(victim, Duration::from_secs(45));
-    eprintln!("jobd on host {victim} exited {took:?} after SIGTERM");
-    assert!(c.log(victim).contains("waiting for ranks to move to other nodes before stopping"), "{}", c.log(victim));
-    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
-    assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
-    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
-    let moved = format!("the ranks moved off node {}:7400 (its node is shutting down)", c.hosts[victim].ip);
-    assert!(status.contains("restart 1: from checkpoint ") && status.contains(&moved), "{status}");
-}
-
-/// Two daemons running ranks of the checkpointing ring stopped with SIGTERM
-/// at the same moment (a rolling restart, a shutdown of several machines):
-/// both wait for their ranks to move, one restart moves every rank off both,
-/// and the job ends with the undisturbed result.
-#[test]
-fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_completes() {
-    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
-    let Some(mut c) = cluster("sigterm2", 5, &["--heartbeat-ms", "250"]) else { return };
-    let loops: u64 = 9_377;
-    let job = job_file(&c, "sigterm2.xml", &prog, 3, &format!("  <arguments>{loops}</arguments>\n"));
-    let id = submit(&c, 0, &job);
-    wait_status(&c, 0, &id, "3 running", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_secs(2));
-    // Three ranks on five one-slot hosts: at least two run off the submitter's host.
-    let victims: Vec<usize> = (1..5).filter(|&i| ranks_on(&c, i, &loops.to_string()) > 0).take(2).collect();
-    assert_eq!(victims.len(), 2, "ranks on hosts {victims:?}");
+    let victims: Vec<usize> = (1..hosts).filter(|&i| ranks_on(&c, i, &loops.to_string()) > 0).take(stopped).collect();
+    assert_eq!(victims.len(), stopped, "ranks off the submitter's host on hosts {victims:?}");
     let took = c.terminate_together(&victims, Duration::from_secs(45));
     eprintln!("jobd on hosts {victims:?} exited {took:?} after SIGTERM");
     for &v in &victims {
@@ -455,8 +433,30 @@ fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_comple
     }
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 3);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, u64::from(ranks));
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    Some((c, victims, status))
+}
+
+/// SIGTERM of a daemon running a rank of the checkpointing ring
+/// (`<restart>fail</restart>`, no interval): before it stops, the job takes a
+/// checkpoint and resumes on the hosts left, the daemon exits once its rank
+/// has moved, and the job ends with the undisturbed result.
+#[test]
+fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
+    let Some((c, victims, status)) = stop_daemons_under_the_ring("sigterm", 4, (2, 9_311), 1) else { return };
+    let moved = format!("the ranks moved off node {}:7400 (its node is shutting down)", c.hosts[victims[0]].ip);
+    assert!(status.contains("restart 1: from checkpoint ") && status.contains(&moved), "{status}");
+}
+
+/// Two daemons running ranks of the checkpointing ring stopped with SIGTERM
+/// at the same moment (a rolling restart, a shutdown of several machines):
+/// both wait for their ranks to move, one restart moves every rank off both,
+/// and the job ends with the undisturbed result. Three ranks on five
+/// one-slot hosts: at least two run off the submitter's host.
+#[test]
+fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_completes() {
+    let Some((_c, _, status)) = stop_daemons_under_the_ring("sigterm2", 5, (3, 9_377), 2) else { return };
     assert!(status.contains("restart 1: from checkpoint ") && !status.contains("restart 2"), "one restart: {status}");
     assert!(status.contains("(shutting down)"), "{status}");
 }

@@ -217,13 +217,12 @@ impl MpiEngine {
         }
         let mut unexpected = Vec::with_capacity(self.unexpected.len());
         for u in self.unexpected.in_arrival_order() {
-            let (Origin::Peer { seq }, false) = (u.origin, matches!(u.held, Held::SelfSync { .. })) else {
-                return Err(SaveError::NotQuiet("a message to itself is waiting"));
-            };
+            let to_itself = SaveError::NotQuiet("a message to itself is waiting");
+            let Origin::Peer { seq } = u.origin else { return Err(to_itself) };
             let held = match &u.held {
                 Held::Eager { data, charge } => SavedHeld::Eager { data: data.clone(), charge: *charge },
                 Held::Rts { rts_seq, len } => SavedHeld::Rts { rts_seq: *rts_seq, len: *len },
-                Held::SelfSync { .. } => return Err(SaveError::NotQuiet("a message to itself is waiting")),
+                Held::SelfSync { .. } => return Err(to_itself),
             };
             unexpected.push(SavedMessage { comm: u.key.comm, src: u.key.src, tag: u.key.tag, seq, held });
         }

@@ -123,8 +123,7 @@ impl Submission {
         // The node a migrating rank goes to is waited at first.
         if let Some((_, to)) = self.toward {
             if let Some(i) = order.iter().position(|o| o.3 == to) {
-                let target = order.remove(i);
-                order.insert(0, target);
+                order[..=i].rotate_right(1);
             }
         }
         let (mut chosen, mut slots) = (Vec::new(), 0u64);
