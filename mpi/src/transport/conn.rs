@@ -74,6 +74,9 @@ pub(super) struct Conn {
     /// On an accepted encrypted link: the rank its hello names, waiting for
     /// its key to be vouched for (its frames wait in the decoder).
     pub(super) claimed: Option<u32>,
+    /// The poll said the peer closed its end or the connection failed: read
+    /// to the end of stream (or the error), a short read does not drain it.
+    pub(super) hung_up: bool,
 }
 
 /// What decoding a connection's buffered frames came to.
@@ -104,6 +107,7 @@ impl Conn {
             raw: BytesMut::new(),
             expect: None,
             claimed: None,
+            hung_up: false,
         }
     }
 

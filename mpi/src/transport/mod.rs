@@ -46,6 +46,8 @@ mod conn;
 mod fault;
 mod secure;
 mod shm;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -161,8 +163,8 @@ pub(crate) struct Transport {
     heard_on: Vec<Option<usize>>,
     /// Connections whose queue may have bytes to write.
     dirty: Vec<usize>,
-    /// Ready tokens of the last poll (reused, so polling allocates nothing).
-    ready: Vec<(Token, bool, bool)>,
+    /// What the last poll found ready (reused, so polling allocates nothing).
+    ready: Vec<Ready>,
     /// Replies of the node read in the last poll (reused).
     replies: Vec<(u64, LocalReply)>,
     /// The newest checkpoint request the node sent (0: none).
@@ -639,8 +641,8 @@ impl Transport {
         }
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
-        ready.extend(self.events.iter().map(|e| (e.token(), e.is_readable() || e.is_error(), e.is_writable())));
-        for &(token, readable, writable) in &ready {
+        ready.extend(self.events.iter().map(Ready::of));
+        for &Ready { token, readable, writable, closed } in &ready {
             match token {
                 LISTENER => self.accept_all()?,
                 NODE => self.node_ready(engine, now),
@@ -659,7 +661,9 @@ impl Transport {
                         s.check_closed();
                         self.read_conn(engine, slot, Wait::No, now);
                     }
-                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, readable, writable, now),
+                    Some(Io::Tcp { .. }) => {
+                        self.on_tcp_ready(engine, slot, Ready { token, readable, writable, closed }, now)
+                    }
                 },
             }
         }
@@ -757,11 +761,16 @@ impl Transport {
         }
     }
 
-    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, readable: bool, writable: bool, now: Instant) {
-        if readable {
+    fn on_tcp_ready(&mut self, engine: &mut MpiEngine, slot: usize, ready: Ready, now: Instant) {
+        if ready.closed {
+            if let Some(c) = self.conns[slot].as_mut() {
+                c.hung_up = true;
+            }
+        }
+        if ready.readable {
             self.read_conn(engine, slot, Wait::No, now);
         }
-        if writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
+        if ready.writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
     }
@@ -924,6 +933,7 @@ impl Transport {
             if conn.claimed.is_some() && conn.dec.buffered() >= CLAIM_MAX {
                 break true; // read on once its key is vouched for
             }
+            let hung_up = conn.hung_up;
             match conn.recv(wait, &mut self.keys) {
                 Ok((0, _)) => break false,
                 Ok((n, room)) => {
@@ -934,7 +944,9 @@ impl Transport {
                     }
                     // A short read drained the socket: readiness is edge-triggered,
                     // so later bytes raise a new event; skip the EAGAIN read.
-                    if n < room {
+                    // Not once the peer hung up: its end of stream (or error)
+                    // came with the bytes and raises no event of its own.
+                    if n < room && !hung_up {
                         break true;
                     }
                 }
@@ -999,6 +1011,28 @@ impl Transport {
     pub(crate) fn unregister(&mut self) {
         if self.node_failed.is_none() {
             let _ = self.node.unregister(self.key);
+        }
+    }
+}
+
+/// What one poll event says of its token.
+#[derive(Debug, Clone, Copy)]
+struct Ready {
+    token: Token,
+    /// Bytes to read, or an error to collect by reading.
+    readable: bool,
+    writable: bool,
+    /// The peer closed its end, or the connection failed.
+    closed: bool,
+}
+
+impl Ready {
+    fn of(e: &mio::event::Event) -> Ready {
+        Ready {
+            token: e.token(),
+            readable: e.is_readable() || e.is_error(),
+            writable: e.is_writable(),
+            closed: e.is_read_closed() || e.is_error(),
         }
     }
 }
