@@ -16,8 +16,8 @@
 //! message carries nothing: it is sent in the clear.
 //!
 //! Once open, records are Noise transport messages exactly as snow's
-//! `TransportState` makes them (ChaChaPoly, no associated data, the nonce a
-//! counter from 0), but sealed and opened in place by ring's ChaCha20-Poly1305
+//! `TransportState` makes them (AESGCM, no associated data, the nonce a
+//! counter from 0), but sealed and opened in place by ring's AES-256-GCM
 //! with the transport keys of the handshake's split: a record is sealed where
 //! it is written in the outgoing buffer and opened where it was received, so
 //! the plaintext is copied once each way (into the outgoing buffer; out to the
@@ -26,9 +26,9 @@
 //! a little at a time (as the MPI transport does).
 
 use bytes::{Buf, BufMut, BytesMut};
-use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 use thiserror::Error;
 
+use super::aesgcm::RecordCipher;
 use super::{NOISE_PARAMS, PublicKey, StaticKey, resolver};
 
 /// Largest Noise message, and so the largest record body.
@@ -64,55 +64,8 @@ pub enum SecureError {
 
 enum State {
     Handshake(Box<snow::HandshakeState>),
-    Open { tx: Box<Cipher>, rx: Box<Cipher>, remote: PublicKey },
+    Open { tx: Box<RecordCipher>, rx: Box<RecordCipher>, remote: PublicKey },
     Broken,
-}
-
-/// One direction of an open channel: Noise's `CipherState` for ChaChaPoly
-/// (a key and a counter nonce), sealing and opening in place.
-struct Cipher {
-    aead: LessSafeKey,
-    /// The next record's nonce.
-    n: u64,
-}
-
-impl Cipher {
-    fn new(key: &[u8; 32]) -> Self {
-        // A 32-byte key is what ChaCha20-Poly1305 takes.
-        let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
-        Cipher { aead: LessSafeKey::new(key), n: 0 }
-    }
-
-    /// The next nonce as Noise's ChaChaPoly takes it (32 zero bits, then the
-    /// counter little-endian), or `None` once the 2^64 - 1 usable ones are spent
-    /// (Noise reserves the last).
-    fn next_nonce(&mut self) -> Option<Nonce> {
-        if self.n == u64::MAX {
-            return None;
-        }
-        let mut nonce = [0u8; 12];
-        nonce[4..].copy_from_slice(&self.n.to_le_bytes());
-        self.n += 1;
-        Some(Nonce::assume_unique_for_key(nonce))
-    }
-
-    /// Encrypts `buf` in place: its tag.
-    fn seal(&mut self, buf: &mut [u8]) -> Tag {
-        // Sealing 2^64 records takes centuries, and the AEAD refuses only
-        // plaintexts over 256 GiB (records hold at most 64 KiB).
-        let nonce = self.next_nonce().expect("record nonces left");
-        self.aead.seal_in_place_separate_tag(nonce, Aad::empty(), buf).expect("a record-sized plaintext")
-    }
-
-    /// Authenticates then decrypts `buf` in place, given its `tag`.
-    fn open(&mut self, buf: &mut [u8], tag: &[u8]) -> Result<(), SecureError> {
-        let nonce = self.next_nonce().ok_or(SecureError::BadRecord)?;
-        let tag = Tag::try_from(tag).map_err(|_| SecureError::BadRecord)?;
-        self.aead
-            .open_in_place_separate_tag(nonce, Aad::empty(), tag, buf, 0..)
-            .map(drop)
-            .map_err(|_| SecureError::BadRecord)
-    }
 }
 
 /// One end of an authenticated, encrypted stream. See the module docs.
@@ -387,8 +340,11 @@ impl SecureChannel {
         // second what the responder sends (snow's TransportState does the same).
         let (mut k1, mut k2) = hs.dangerously_get_raw_split();
         let (tx, rx) = if hs.is_initiator() { (&k1, &k2) } else { (&k2, &k1) };
-        self.state =
-            State::Open { tx: Box::new(Cipher::new(tx)), rx: Box::new(Cipher::new(rx)), remote: PublicKey(remote) };
+        self.state = State::Open {
+            tx: Box::new(RecordCipher::new(tx)),
+            rx: Box::new(RecordCipher::new(rx)),
+            remote: PublicKey(remote),
+        };
         k1.fill(0);
         k2.fill(0);
         Ok(())
@@ -402,7 +358,9 @@ impl SecureChannel {
             return Err(SecureError::BadRecord);
         }
         let (body, tag) = self.rx[2..2 + len].split_at_mut(len - TAG);
-        rx.open(body, tag)?;
+        if !rx.open(body, tag) {
+            return Err(SecureError::BadRecord);
+        }
         plain.extend_from_slice(body);
         self.rx.advance(2 + len);
         Ok(())
