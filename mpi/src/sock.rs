@@ -109,12 +109,18 @@ pub(crate) fn blocking_with_timeout(sock: &impl AsRawFd, timeout: Duration) -> i
     Ok(())
 }
 
+/// Most seconds Linux takes for `TCP_KEEPIDLE` and `TCP_KEEPINTVL`.
+const MAX_KEEPALIVE_S: u64 = 32_767;
+
 /// Makes a silent peer an error within about `timeout`, whatever this rank is
 /// doing: the kernel probes an idle connection (keepalive) and gives up on
 /// data the peer does not acknowledge (`TCP_USER_TIMEOUT`). A paused or cut-off
 /// host sends no reset; without this a rank waiting on it would wait forever.
 pub(crate) fn fail_silent_peers_after(sock: &impl AsRawFd, timeout: Duration) -> io::Result<()> {
-    let secs = |d: Duration| libc::c_int::try_from(d.as_secs().max(1)).unwrap_or(libc::c_int::MAX);
+    // Linux takes at most 32,767 s between probes: a longer timeout (a day,
+    // or "never" spelled as a huge number) probes that often, and gives up
+    // after the user timeout alone.
+    let secs = |d: Duration| libc::c_int::try_from(d.as_secs().clamp(1, MAX_KEEPALIVE_S)).unwrap_or(1);
     let ms = libc::c_int::try_from(timeout.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
     let probes = 5;
     let options = [
@@ -197,6 +203,21 @@ mod tests {
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 5);
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 1);
         assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 10_000);
+    }
+
+    /// A failure timeout beyond what keepalive takes (here 30 days) still
+    /// sets the options: every link failed with EINVAL before.
+    #[test]
+    fn a_failure_timeout_of_days_is_taken() {
+        let (a, _b) = pair();
+        fail_silent_peers_after(&a, Duration::from_secs(30 * 86_400)).unwrap();
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) writes at most `len` bytes into `v`.
+        let rc = unsafe {
+            libc::getsockopt(a.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (&raw mut v).cast(), &raw mut len)
+        };
+        assert_eq!((rc, v), (0, 32_767));
     }
 
     #[test]

@@ -322,7 +322,7 @@ impl Transport {
 
     fn apply(&mut self, engine: &mut MpiEngine, now: Instant, a: LinkAction) -> Option<Error> {
         match a {
-            LinkAction::Resolve { peer } => match self.ask_resolve(peer) {
+            LinkAction::Resolve { peer } => match self.ask_resolve(engine, now, peer) {
                 Ok(id) => drop(self.resolves.insert(id, peer)),
                 Err(why) => self.links.handle_resolved(now, peer, Err(why), engine),
             },
@@ -699,27 +699,41 @@ impl Transport {
         }
         self.replies = replies;
         if let Err(e) = res {
-            warn!(%e, "the local node connection failed");
-            let why = e.to_string();
+            self.node_lost(engine, now, e.to_string());
+        }
+    }
+
+    /// The node connection failed (seen reading it, or asking it): every
+    /// resolve and key check waiting for an answer fails now, and every
+    /// later one at once.
+    fn node_lost(&mut self, engine: &mut MpiEngine, now: Instant, why: String) {
+        if self.node_failed.is_none() {
+            warn!(%why, "the local node connection failed");
             let _ = self.poll.registry().deregister(&mut self.node.stream);
-            for (_, peer) in std::mem::take(&mut self.resolves) {
-                self.links.handle_resolved(now, peer, Err(why.clone()), engine);
-            }
             self.node_failed = Some(why.clone());
-            for (_, rank) in std::mem::take(&mut self.verifies) {
-                self.verified(engine, now, rank, Err(why.clone()));
-            }
+        }
+        for (_, peer) in std::mem::take(&mut self.resolves) {
+            self.links.handle_resolved(now, peer, Err(why.clone()), engine);
+        }
+        for (_, rank) in std::mem::take(&mut self.verifies) {
+            self.verified(engine, now, rank, Err(why.clone()));
         }
     }
 
     /// Asks the node for the endpoints `rank` registered: the request's id, or
-    /// why the node cannot be asked (kept: every later request fails alike).
-    fn ask_resolve(&mut self, rank: u32) -> std::result::Result<u64, String> {
-        if let Some(why) = &self.node_failed {
-            return Err(why.clone());
+    /// why the node cannot be asked (then it is lost: see `node_lost`).
+    fn ask_resolve(&mut self, engine: &mut MpiEngine, now: Instant, rank: u32) -> std::result::Result<u64, String> {
+        let asked = match &self.node_failed {
+            Some(why) => Err(why.clone()),
+            None => {
+                let req = LocalRequest::ResolveKeyed { key: process_key(&self.job, rank) };
+                self.node.request(req).map_err(|e| e.to_string())
+            }
+        };
+        if let Err(why) = &asked {
+            self.node_lost(engine, now, why.clone());
         }
-        let asked = self.node.request(LocalRequest::ResolveKeyed { key: process_key(&self.job, rank) });
-        asked.map_err(|e| self.node_failed.insert(e.to_string()).clone())
+        asked
     }
 
     /// Checks the key of connections claiming `rank`: asks the node for the
@@ -728,7 +742,7 @@ impl Transport {
         if self.verifies.values().any(|&r| r == rank) {
             return;
         }
-        match self.ask_resolve(rank) {
+        match self.ask_resolve(engine, now, rank) {
             Ok(id) => drop(self.verifies.insert(id, rank)),
             Err(why) => self.verified(engine, now, rank, Err(why)),
         }

@@ -14,13 +14,29 @@ use crate::env::{Encrypt, RankEnv};
 
 /// A local node that grants every registration and answers nothing else.
 fn fake_node() -> SocketAddr {
+    fake_node_until(std::sync::mpsc::channel().1)
+}
+
+/// [`fake_node`], closing its connection once `die` says so (or its sender
+/// is gone and the rank writes again).
+fn fake_node_until(die: std::sync::mpsc::Receiver<()>) -> SocketAddr {
     let l = StdListener::bind("127.0.0.1:0").unwrap();
     let at = l.local_addr().unwrap();
     std::thread::spawn(move || {
         let Ok((mut s, _)) = l.accept() else { return };
+        s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
         let mut dec = FrameDecoder::new(DEFAULT_MAX_FRAME);
         let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = s.read(&mut buf) {
+        loop {
+            if die.try_recv().is_ok() {
+                return;
+            }
+            let n = match s.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return,
+            };
             dec.push(&buf[..n]);
             while let Ok(Some(frame)) = dec.decode() {
                 let env: Envelope<LocalRequest> = decode_envelope(frame).unwrap();
@@ -38,19 +54,24 @@ fn fake_node() -> SocketAddr {
     at
 }
 
-/// Rank 0 of a two-rank job, its transport and engine.
-fn rank0() -> (Transport, MpiEngine) {
+/// Rank 0 of a job of `size` ranks whose node is at `node`, its transport and engine.
+fn rank0_of(size: u32, node: SocketAddr) -> (Transport, MpiEngine) {
     let env = RankEnv {
         job: b"transport-test".to_vec(),
         rank: 0,
-        size: 2,
-        node: fake_node(),
+        size,
+        node,
         host: "127.0.0.1".parse().unwrap(),
         failure_timeout: Duration::from_secs(10),
         encrypt: Encrypt::Never,
     };
     let net = Transport::start(&env).unwrap();
-    (net, MpiEngine::new(MpiConfig::default(), 0, 2).unwrap())
+    (net, MpiEngine::new(MpiConfig::default(), 0, size).unwrap())
+}
+
+/// Rank 0 of a two-rank job, its transport and engine.
+fn rank0() -> (Transport, MpiEngine) {
+    rank0_of(2, fake_node())
 }
 
 /// Polls until `done` or a deadline.
@@ -86,4 +107,30 @@ fn a_peer_that_hangs_up_right_after_its_bytes_is_seen_gone() {
     assert!(heard, "the connection was neither heard nor closed");
     let gone = poll_until(&mut net, &mut engine, |n| n.heard_on[1].is_none() && n.conns.iter().all(Option::is_none));
     assert!(gone, "the peer hung up but its connection stays: {:?}", net.conns);
+}
+
+/// The node connection found broken by a request (not by reading it) fails
+/// the resolves already waiting for the node's answer too: before, they
+/// waited forever (the node's poll events were ignored once it had failed),
+/// and so did every message to those ranks.
+#[test]
+fn a_node_found_gone_by_a_request_fails_every_resolve_waiting() {
+    let (die, dies) = std::sync::mpsc::channel();
+    let (mut net, mut engine) = rank0_of(4, fake_node_until(dies));
+    let send_to = |net: &mut Transport, engine: &mut MpiEngine, peer: u32| {
+        let now = Instant::now();
+        engine.isend(now, 0, peer, 0, bytes::Bytes::from_static(b"hi")).unwrap();
+        net.pump(engine, now).unwrap();
+    };
+    send_to(&mut net, &mut engine, 1);
+    assert_eq!(net.resolves.len(), 1, "rank 1 resolved through the node");
+    die.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // The first request after the close is still taken by the kernel (the
+    // node's reset comes back), the next one fails: the node is found gone.
+    send_to(&mut net, &mut engine, 2);
+    std::thread::sleep(Duration::from_millis(50));
+    send_to(&mut net, &mut engine, 3);
+    assert!(net.node_failed.is_some(), "a request to a closed node failed");
+    assert!(net.resolves.is_empty(), "resolves still waiting for a node that is gone: {:?}", net.resolves);
 }
