@@ -180,6 +180,9 @@ struct Link {
     engine_up: bool,
     backoff: Backoff,
     down_since: Option<Instant>,
+    /// The peer was heard while this link was open: it works (until then a
+    /// connection that closes is a failed attempt, not a break).
+    heard_while_open: bool,
     /// A retry while only acknowledgements were owed failed: no more until the
     /// peer is heard from, the engine has frames for it, or closing starts.
     ack_only_gave_up: bool,
@@ -198,6 +201,7 @@ impl Link {
             engine_up: true,
             backoff: Backoff::default(),
             down_since: None,
+            heard_while_open: false,
             ack_only_gave_up: false,
             timers: TimerTable::default(),
             why: String::new(),
@@ -354,22 +358,41 @@ impl Links {
 
     /// The connection `peer`'s frames went out on broke: the engine stops
     /// sending, and a reconnect is due at once (the peer may have moved).
+    /// A connection that closes before the peer was heard on the open link
+    /// (it took the connection, then refused the link: a key it would not
+    /// vouch for, encryption it requires) failed instead: the reconnect
+    /// backs off, and frames that wait [`LinkConfig::unreachable_after`]
+    /// give up, as after refused connects.
     pub fn handle_closed(&mut self, now: Instant, peer: u32, engine: &mut MpiEngine) {
         let Some(l) = self.links.get_mut(peer as usize) else { return };
         if !l.open {
             return;
         }
         l.open = false;
+        if std::mem::take(&mut l.heard_while_open) {
+            l.backoff.reset();
+            l.down_since = None;
+            self.mark_down(now, peer, engine);
+            self.links[peer as usize].timers.set(Timer::Retry, now);
+            return;
+        }
+        l.why = "the connection closed before the peer said anything on it".into();
         self.mark_down(now, peer, engine);
-        self.links[peer as usize].timers.set(Timer::Retry, now);
+        self.give_up_if_too_long(now, peer, engine);
     }
 
     /// Frames from `peer` arrived on a connection (ours or its own): we may
-    /// answer on it, and it is worth reconnecting to for acknowledgements again.
+    /// answer on it, and it is worth reconnecting to for acknowledgements
+    /// again; an open link to it works.
     pub fn handle_heard(&mut self, peer: u32) {
         if let Some(l) = self.links.get_mut(peer as usize) {
             l.inbound = true;
             l.ack_only_gave_up = false;
+            if l.open {
+                l.heard_while_open = true;
+                l.backoff.reset();
+                l.down_since = None;
+            }
         }
     }
 
@@ -490,8 +513,14 @@ impl Links {
         l.attempt = Attempt::None;
         l.timers.clear(Timer::Attempt);
         l.timers.clear(Timer::Retry);
-        l.backoff.reset();
-        l.down_since = None;
+        // The back-off and the time down end once the peer is heard on it
+        // (`handle_heard`): a peer that takes connections and then refuses
+        // the link must not be redialled at once forever.
+        l.heard_while_open = l.inbound;
+        if l.inbound {
+            l.backoff.reset();
+            l.down_since = None;
+        }
         l.ack_only_gave_up = false;
         if !l.engine_up {
             l.engine_up = true;
@@ -528,11 +557,19 @@ impl Links {
             self.settle(peer);
             return;
         }
+        self.give_up_if_too_long(now, peer, engine);
+        self.mark_down(now, peer, engine);
+    }
+
+    /// Frames for `peer` waited too long for a link: the rank gives up (never
+    /// while closing).
+    fn give_up_if_too_long(&mut self, now: Instant, peer: u32, engine: &MpiEngine) {
+        let l = &self.links[peer as usize];
         let since = l.down_since.unwrap_or(now);
-        if !self.closing && now.saturating_duration_since(since) > self.config.unreachable_after {
+        let waiting = engine.unacked_len(peer) > 0;
+        if waiting && !self.closing && now.saturating_duration_since(since) > self.config.unreachable_after {
             self.actions.push_back(LinkAction::GiveUp { peer, why: l.why.clone() });
         }
-        self.mark_down(now, peer, engine);
     }
 
     /// The engine stops sending to `peer` until a reconnect, which waits for

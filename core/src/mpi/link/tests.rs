@@ -158,6 +158,18 @@ impl Rig {
         self.pump();
     }
 
+    /// The peer answered on the link we opened (the driver hears it there).
+    fn heard(&mut self, peer: u32) {
+        self.links.handle_heard(peer);
+    }
+
+    /// The connection we opened and heard the peer on broke (the driver
+    /// tells both, as it closes it).
+    fn broke(&mut self, peer: u32) {
+        self.links.handle_inbound_closed(peer);
+        self.closed(peer);
+    }
+
     fn tick(&mut self, d: Duration) {
         self.now += d;
         self.engine.handle_timeout(self.now);
@@ -243,7 +255,9 @@ fn addresses_are_tried_newest_first_then_the_attempt_fails_and_backs_off() {
     assert!(r.connected(1));
     assert_eq!(r.engine.stats().resent, 1, "the reconnect resends the unacknowledged frame");
     assert_eq!(r.sent[1].len(), 1);
-    assert_eq!(r.links.backoff(1), Duration::ZERO);
+    assert_eq!(r.links.backoff(1), Duration::from_millis(2), "open, the peer not heard yet");
+    r.heard(1);
+    assert_eq!(r.links.backoff(1), Duration::ZERO, "heard: the link works");
     r.check();
 }
 
@@ -276,7 +290,8 @@ fn a_broken_link_reconnects_at_once_and_the_engine_resends() {
     r.send(1, 10);
     r.resolved(1, Ok(vec![addr(1)]));
     r.connected(1);
-    r.closed(1);
+    r.heard(1);
+    r.broke(1);
     assert!(r.links.is_down(1));
     r.tick(Duration::ZERO);
     assert_eq!(r.took().last(), Some(&LinkAction::Resolve { peer: 1 }), "a break is retried at once");
@@ -284,6 +299,34 @@ fn a_broken_link_reconnects_at_once_and_the_engine_resends() {
     r.connected(1);
     assert_eq!(r.sent[1].len(), 2, "sent, then resent after the break");
     r.check();
+}
+
+/// A peer that takes every connection and then closes it without a word
+/// (it refuses the link: a key it will not vouch for, encryption it
+/// requires) is redialled after a growing back-off, not at once forever, and
+/// frames waiting for it give up after `unreachable_after`.
+#[test]
+fn a_peer_that_takes_connections_and_refuses_the_link_backs_off_and_gives_up() {
+    let mut r = Rig::new(2);
+    r.send(1, 10);
+    let start = r.now;
+    let mut dials = 0;
+    while r.now < start + Duration::from_secs(61) {
+        if r.resolving[1] {
+            r.resolved(1, Ok(vec![addr(1)]));
+        }
+        if r.connecting[1].is_some() {
+            assert!(r.connected(1));
+            dials += 1;
+            r.closed(1);
+            r.check();
+        }
+        r.tick(Duration::from_millis(1));
+    }
+    // At most one dial per 200 ms once the back-off is up (and a few on the way).
+    assert!(dials < 61 * 5 + 10, "redialled {dials} times in a minute");
+    let gave_up = r.took().iter().any(|a| matches!(a, LinkAction::GiveUp { peer: 1, .. }));
+    assert!(gave_up, "frames waited a minute for a link that never worked");
 }
 
 #[test]
@@ -323,12 +366,13 @@ fn ack_only_links_give_up_until_heard_or_closing() {
     r.resolved(1, Ok(vec![addr(1)]));
     r.connected(1);
     r.acked_by(1);
+    r.heard(1);
     // The peer sends us a frame we owe an acknowledgement for, then the link breaks.
     let hdr = crate::mpi::SeqHdr { seq: 1, ack: 1, credit: 1 << 20 };
     r.engine.handle_message(r.now, 1, MpiMsg::Eager { hdr, comm: 0, tag: 0 }, Bytes::from_static(b"x"));
     r.engine.handle_disconnected(1).unwrap();
     r.engine.handle_reconnected(1).unwrap();
-    r.closed(1);
+    r.broke(1);
     assert!(r.engine.wants_link(1) && r.engine.unacked_len(1) == 0, "only an ack owed");
     r.tick(Duration::ZERO);
     r.resolved(1, Ok(vec![]));
@@ -391,16 +435,18 @@ fn a_peer_that_moves_between_hosts_switches_paths() {
     r.send(1, 10);
     r.resolved(1, Ok(vec![here(1)]));
     assert!(r.connected(1));
+    r.heard(1);
     assert_eq!(r.links.path(1), Some(Path::Shm));
     // It moves away: the link breaks, the resolve names another host.
-    r.closed(1);
+    r.broke(1);
     r.tick(Duration::ZERO);
     r.resolved(1, Ok(vec![here(1), addr(7)]));
     assert_eq!(r.took().last(), Some(&tcp(1, addr(7))), "the newest registration, over TCP");
     assert!(r.connected(1));
     assert_eq!(r.links.path(1), Some(Path::Tcp));
+    r.heard(1);
     // And back.
-    r.closed(1);
+    r.broke(1);
     r.tick(Duration::ZERO);
     r.resolved(1, Ok(vec![here(2)]));
     assert_eq!(r.took().last(), Some(&shm(1, here(2))));
