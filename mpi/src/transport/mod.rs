@@ -625,6 +625,9 @@ impl Transport {
                 return Ok(rings);
             }
         }
+        // A ring had bytes (or closed: a reconnect may be due now): what came
+        // is handled before any sleep.
+        let timeout = if rings { Some(Duration::ZERO) } else { timeout };
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(true),
