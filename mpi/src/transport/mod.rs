@@ -618,8 +618,10 @@ impl Transport {
     pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>, now: Instant) -> Result<bool> {
         let rings = self.service_shm(engine, now);
         if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
-            // Spinning on the rings: the sockets only now and then.
-            if rings || now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
+            // Spinning on the rings: the sockets only now and then, also while
+            // the rings stay busy (a long stream from one peer must not
+            // starve the sockets, the node's answers and writes waiting).
+            if now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
                 self.apply_links(engine, now)?;
                 self.flush_dirty(engine, now);
                 return Ok(rings);
@@ -647,7 +649,7 @@ impl Transport {
         ready.extend(self.events.iter().map(Ready::of));
         for &Ready { token, readable, writable, closed } in &ready {
             match token {
-                LISTENER => self.accept_all()?,
+                LISTENER => self.accept_all(),
                 NODE => self.node_ready(engine, now),
                 SHM_LISTENER => self.accept_shm(),
                 DOORBELL => {
@@ -883,21 +885,29 @@ impl Transport {
         }
     }
 
-    fn accept_all(&mut self) -> Result<()> {
+    fn accept_all(&mut self) {
         loop {
             match self.listener.accept() {
                 Ok((stream, from)) => {
-                    conn::configure(&stream, DIRECT_MAX, self.failure_timeout)?;
-                    let slot = self.add_conn(Io::Tcp { stream, connecting: false }, None, true)?;
-                    if let Some(c) = self.conns[slot].as_mut() {
-                        c.sniff = Some(self.keys.wanted(from.ip()));
+                    // A connection that cannot be set up is dropped (its peer
+                    // dials again); the others, and the rest of the poll's
+                    // events, go on.
+                    let added = conn::configure(&stream, DIRECT_MAX, self.failure_timeout)
+                        .and_then(|()| self.add_conn(Io::Tcp { stream, connecting: false }, None, true));
+                    match added {
+                        Ok(slot) => {
+                            if let Some(c) = self.conns[slot].as_mut() {
+                                c.sniff = Some(self.keys.wanted(from.ip()));
+                            }
+                        }
+                        Err(e) => warn!(%e, %from, "cannot take a connection: dropped"),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     warn!(%e, "accept failed");
-                    return Ok(());
+                    return;
                 }
             }
         }
