@@ -82,7 +82,7 @@ pub struct WaitStats {
     pub polled: u64,
     /// Rounds of yielding the CPU.
     pub yields: u64,
-    /// Sleeps in the kernel.
+    /// Sleeps in the kernel (in `epoll`, or in `recv` on the one peer awaited).
     pub sleeps: u64,
     /// Times a gap in polling said the rank was preempted.
     pub preempted_gaps: u64,
@@ -379,6 +379,7 @@ impl World {
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
             if self.progress_direct(f, Wait::Block, now)?.is_some() {
+                self.waits.stats.sleeps += 1;
                 return Ok(());
             }
         }

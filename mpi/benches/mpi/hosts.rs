@@ -79,6 +79,9 @@ fn measure(
         let why = if out.ok { "failed: no figure".into() } else { format!("failed: {}", out.stderr.trim()) };
         let how = if plain { "unencrypted" } else { "encrypted" };
         eprintln!("  hosts     p2pmp ping-pong over the bridge ({how}) took {:.1} s", started.elapsed().as_secs_f64());
+        for stats in out.stdout.lines().filter(|l| l.contains("] stats rank ")) {
+            eprintln!("  hosts       {stats}");
+        }
         figures_of(&lines, &why)
     };
     let (encrypted, plain) = (p2pmp(false), p2pmp(true));

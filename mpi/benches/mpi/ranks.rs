@@ -39,6 +39,8 @@ pub(crate) fn pingpong(quick: bool, plain: bool) -> Result<(), p2pmp_mpi::Error>
             println!("pp {size} {}", median(samples));
         }
     }
+    // How the waits went, from both ranks: the two-host rows echo it.
+    println!("stats rank {r} {:?}", w.wait_stats());
     window(&mut w, quick)?;
     w.finalize()
 }
