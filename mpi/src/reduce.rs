@@ -7,7 +7,8 @@
 //!
 //! - `reduce`: a binomial tree; rooted at `root` (relative ranks) when the
 //!   operation commutes, else at rank 0 (in rank order) and then sent to `root`.
-//! - `allreduce`: recursive doubling (ranks beyond the largest power of two
+//! - `allreduce`: through rank 0 in one step on small groups (see `flat`),
+//!   else recursive doubling (ranks beyond the largest power of two
 //!   fold into a partner first and get the result back at the end) when the
 //!   operation commutes, else `reduce` to 0 and `bcast`.
 //! - `scan`: a chain, each rank combining its predecessor's prefix.
@@ -92,6 +93,20 @@ impl World {
             return Ok(all.to_vec());
         }
         let (r, p) = (self.crank(), self.csize());
+        if crate::flat::flat(p) {
+            let n = data.len();
+            let down = self.flat_exchange(Bytes::from(data), TAG_ALLREDUCE, |parts| {
+                let mut parts = parts.into_iter();
+                let mut acc = parts.next().expect("the root's own part comes first").to_vec();
+                for x in parts {
+                    same_len(&acc, &x)?;
+                    op(&x, &mut acc)?;
+                }
+                Ok(Bytes::from(acc))
+            })?;
+            // The root answers a length mismatch with nothing.
+            return if down.len() == n { Ok(down.to_vec()) } else { Err(mismatch("allreduce", down.len(), n)) };
+        }
         let pof2 = if p.is_power_of_two() { p } else { p.next_power_of_two() / 2 };
         let rem = p - pof2;
         let mut acc = data;
