@@ -1,17 +1,19 @@
 //! Collectives on the world communicator, over their own communicator id so they
 //! never match user messages. Every rank must call them in the same order.
 //!
-//! - `barrier`: dissemination, ⌈log2 p⌉ rounds.
+//! - `barrier`: through rank 0 in one step on small groups (see `flat`),
+//!   else dissemination, ⌈log2 p⌉ rounds.
 //! - `bcast`, `gather`, `scatter`: binomial trees rooted at `root`.
 //! - reductions: see `reduce`.
 //! - `allgather`: Bruck's algorithm, ⌈log2 p⌉ rounds for any p.
-//! - `alltoall`: pairwise exchange, p - 1 rounds.
+//! - `alltoall`: every block posted at once on small groups (see `flat`: one
+//!   wait, not p - 1), else pairwise exchange, p - 1 rounds.
 
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Result};
 use crate::pod::{self, Pod};
-use crate::world::{Request, World};
+use crate::world::{Completed, Request, World};
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
@@ -89,6 +91,9 @@ impl World {
     /// Returns once every rank has entered the barrier.
     pub fn barrier(&mut self) -> Result<()> {
         let (r, p) = (self.crank(), self.csize());
+        if crate::flat::flat(p) {
+            return self.flat_exchange(Bytes::new(), TAG_BARRIER, |_| Ok(Bytes::new())).map(drop);
+        }
         let mut d = 1;
         while d < p {
             self.coll_sendrecv(Bytes::new(), (r + d) % p, (r + p - d) % p, TAG_BARRIER)?;
@@ -252,14 +257,30 @@ impl World {
         let mut out = vec![0u8; all.len()];
         let me = r as usize;
         out[me * n..(me + 1) * n].copy_from_slice(&all[me * n..(me + 1) * n]);
-        for s in 1..p {
-            let (to, from) = (((r + s) % p) as usize, ((r + p - s) % p) as usize);
-            let block = Bytes::copy_from_slice(&all[to * n..(to + 1) * n]);
-            let x = self.coll_sendrecv(block, to as u32, from as u32, TAG_ALLTOALL)?;
+        let block = |to: u32| Bytes::copy_from_slice(&all[to as usize * n..(to as usize + 1) * n]);
+        let mut put = |from: u32, x: &[u8]| {
             if x.len() != n {
                 return Err(mismatch("alltoall", x.len(), n));
             }
-            out[from * n..(from + 1) * n].copy_from_slice(&x);
+            out[from as usize * n..(from as usize + 1) * n].copy_from_slice(x);
+            Ok(())
+        };
+        // Peer s steps ahead gets its block while the one s behind sends ours.
+        let (to, from) = (|s: u32| (r + s) % p, |s: u32| (r + p - s) % p);
+        if crate::flat::flat(p) {
+            let recvs = (1..p).map(|s| self.coll_irecv(from(s), TAG_ALLTOALL)).collect::<Result<Vec<_>>>()?;
+            let sends =
+                (1..p).map(|s| self.coll_isend(block(to(s)), to(s), TAG_ALLTOALL)).collect::<Result<Vec<_>>>()?;
+            for (s, c) in (1..p).zip(self.waitall(recvs)?) {
+                if let Completed::Received(m) = c {
+                    put(from(s), &m.data)?;
+                }
+            }
+            self.waitall(sends)?;
+        } else {
+            for s in 1..p {
+                put(from(s), &self.coll_sendrecv(block(to(s)), to(s), from(s), TAG_ALLTOALL)?)?;
+            }
         }
         pod::from_bytes(&out)
     }

@@ -63,6 +63,7 @@ mod create;
 pub mod datatype;
 mod env;
 mod error;
+mod flat;
 mod group;
 mod intercoll;
 mod node_client;

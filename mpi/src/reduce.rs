@@ -7,9 +7,11 @@
 //!
 //! - `reduce`: a binomial tree; rooted at `root` (relative ranks) when the
 //!   operation commutes, else at rank 0 (in rank order) and then sent to `root`.
-//! - `allreduce`: recursive doubling (ranks beyond the largest power of two
-//!   fold into a partner first and get the result back at the end) when the
-//!   operation commutes, else `reduce` to 0 and `bcast`.
+//! - `allreduce`: through rank 0 in one step on small groups (see `flat`;
+//!   in rank order, so for any operation), else recursive doubling (ranks
+//!   beyond the largest power of two fold into a partner first and get the
+//!   result back at the end) when the operation commutes, else `reduce` to 0
+//!   and `bcast`.
 //! - `scan`: a chain, each rank combining its predecessor's prefix.
 //! - `reduce_scatter`: `reduce` to 0, then each rank's block sent to it.
 
@@ -86,6 +88,21 @@ impl World {
 
     /// Combines every rank's `data` with `op`; the result on every rank.
     pub fn allreduce_bytes(&mut self, data: Vec<u8>, op: &mut Combine<'_>, commutative: bool) -> Result<Vec<u8>> {
+        if crate::flat::flat(self.csize()) {
+            let n = data.len();
+            let down = self.flat_exchange(Bytes::from(data), TAG_ALLREDUCE, |parts| {
+                // x0 op (x1 op (... op x(p-1))): rank order, for any operation.
+                let mut parts = parts.into_iter().rev();
+                let mut acc = parts.next().expect("one part per rank").to_vec();
+                for x in parts {
+                    same_len(&acc, &x)?;
+                    op(&x, &mut acc)?;
+                }
+                Ok(Bytes::from(acc))
+            })?;
+            // The root answers a length mismatch with nothing.
+            return if down.len() == n { Ok(down.to_vec()) } else { Err(mismatch("allreduce", down.len(), n)) };
+        }
         if !commutative {
             let got = self.reduce_tree(data, 0, op)?;
             let all = self.bcast_bytes(got.map(Bytes::from).unwrap_or_default(), 0)?;

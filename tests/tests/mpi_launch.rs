@@ -1,5 +1,6 @@
 //! The MPI library over real processes on loopback, started by `p2pmp-launch`:
-//! ring, every collective against a sequential computation, an ANY_SOURCE
+//! ring, every collective against a sequential computation, how often a
+//! collective makes a rank wait, an ANY_SOURCE
 //! stress, messages from 0 B to 64 MiB, the launcher's failure reporting, and
 //! faults: connections dropped every few frames, a rank moved to a new port.
 //!
@@ -70,6 +71,28 @@ fn collectives_match_sequential_results() {
     for n in [1, 2, 3, 4, 5, 8] {
         expect_ok(n, "mpi_collectives", &[], "[0] collectives ok");
     }
+}
+
+/// Collectives of small groups go through rank 0 in one step: on 8 ranks a
+/// rank waits at most once per Allreduce or Barrier (rank 0: for the parts,
+/// then perhaps for room to send the answers) and at most twice per Alltoall
+/// (its receives, then its sends). Recursive doubling and dissemination made
+/// every rank wait about 3 times a call, pairwise exchange about 7: on ranks
+/// sharing cores each wait is a trip through the run queue.
+#[test]
+fn small_groups_collectives_wait_once_per_call() {
+    let r = launch(8, "mpi_coll_waits", &["200"], Duration::from_secs(60));
+    assert!(r.ok, "mpi_coll_waits:\n{}\n{}", r.stdout, r.stderr);
+    let mut seen = 0;
+    for line in r.stdout.lines().filter_map(|l| l.split_once("] waits ").map(|(_, rest)| rest)) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| f[i].parse::<u64>().expect("a count");
+        let (op, rank, waits, calls) = (f[0], num(1), num(2), num(3));
+        let most = if op == "alltoall" || rank == 0 { 2 * calls } else { calls };
+        assert!(waits <= most, "{op} on rank {rank}: {waits} waits in {calls} calls\n{}", r.stdout);
+        seen += 1;
+    }
+    assert_eq!(seen, 3 * 8, "{}", r.stdout);
 }
 
 #[test]

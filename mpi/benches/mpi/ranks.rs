@@ -216,6 +216,7 @@ pub(crate) fn factor(n: u64, k: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Er
             println!("snapshots {}", w.checkpoint_stats().epoch);
         }
     }
+    print_wait_stats(&w);
     w.finalize()
 }
 

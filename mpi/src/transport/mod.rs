@@ -41,6 +41,7 @@
 //! the node's replies, so the data path pays nothing while none comes), and the
 //! rank reports each checkpoint and recovery ([`Transport::report`]).
 
+mod census;
 mod conn;
 #[cfg(feature = "fault-injection")]
 mod fault;
@@ -66,6 +67,7 @@ use p2pmp_core::secure::SecureChannel;
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_head_prefixed, encode_frame_parts};
 use tracing::{debug, warn};
 
+use self::census::Census;
 use self::conn::{Conn, Decoded, Io, decode_frames};
 use self::secure::Keys;
 use self::shm::{Setup, ShmSetup};
@@ -104,13 +106,9 @@ struct Local {
     /// Whether this rank opens shared-memory links (`P2PMP_SHM=0`: no; it
     /// still accepts them, and its socket still says it is here).
     open_links: bool,
-    /// This job's ranks found on this host, and when they were counted.
-    here: u32,
-    counted: Option<Instant>,
+    /// This job's ranks found on this host, and when to count them again.
+    census: Census,
 }
-
-/// How often the ranks of this host are counted again while some may be missing.
-const RECOUNT: Duration = Duration::from_millis(200);
 
 impl Local {
     /// Listens for links from ranks of this host, unless the socket cannot be
@@ -122,7 +120,7 @@ impl Local {
             poll.registry().register(&mut listener, SHM_LISTENER, Interest::READABLE)?;
             poll.registry().register(&mut mio::unix::SourceFd(&bell.as_raw_fd()), DOORBELL, Interest::READABLE)?;
             let open_links = !std::env::var("P2PMP_SHM").is_ok_and(|v| v.trim() == "0");
-            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, here: 1, counted: None })
+            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, census: Census::new() })
         })();
         made.map_err(|e| warn!(%e, "no shared memory: everything goes over TCP")).ok()
     }
@@ -561,30 +559,28 @@ impl Transport {
     }
 
     /// This job's ranks on this host, this one included, as last counted (by
-    /// their shared-memory sockets; counted again now and then while fewer
-    /// than the job's ranks were found, at most as far as matters: one more
-    /// than the cores). 1 without shared memory.
+    /// their shared-memory sockets; counted again as `Census` says, at most
+    /// as far as matters in a large job: one more than the cores). 1 without
+    /// shared memory.
     pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
         let size = self.heard_on.len() as u32;
         let Some(l) = self.local.as_ref() else { return 1 };
-        if l.here < size {
+        if l.census.here < size {
             // Every peer linked over shared memory is here: known at once,
-            // before the next count (ranks starting together are linked
-            // within the first collective, long before RECOUNT).
-            if 1 + self.shm_slots.len() as u32 > l.here {
+            // before the next count.
+            if 1 + self.shm_slots.len() as u32 > l.census.here {
                 let rank = |&slot: &usize| self.conns.get(slot).and_then(Option::as_ref).and_then(|c| c.rank);
                 let mut peers: Vec<u32> = self.shm_slots.iter().filter_map(rank).collect();
                 peers.sort_unstable();
                 peers.dedup();
-                let linked = 1 + peers.len() as u32;
-                if let Some(l) = self.local.as_mut().filter(|l| linked > l.here) {
-                    l.here = linked.min(size);
+                let linked = (1 + peers.len() as u32).min(size);
+                if let Some(l) = self.local.as_mut() {
+                    l.census.at_least(linked);
                 }
             }
         }
         let Some(l) = self.local.as_mut() else { return 1 };
-        let due = l.counted.is_none_or(|t| now.duration_since(t) >= RECOUNT * if l.here >= size { 10 } else { 1 });
-        if due {
+        if l.census.due(now, size) {
             let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
             let mut here = 1;
             for r in (0..size).filter(|&r| r != self.rank) {
@@ -595,10 +591,9 @@ impl Transport {
                     here += 1;
                 }
             }
-            l.here = here;
-            l.counted = Some(now);
+            l.census.counted(now, here);
         }
-        l.here
+        l.census.here
     }
 
     /// Doorbells rung for shared-memory peers on the links open now.
