@@ -25,10 +25,23 @@ pub(crate) const FLAT_MAX: u32 = 8;
 /// The root of the flat shape.
 const ROOT: u32 = 0;
 
+/// Largest part (bytes per rank) a data-carrying collective sends through
+/// the root in one step. Beyond it bandwidth, not waits, sets the time: the
+/// root's link would carry p - 1 parts each way where a tree's carries
+/// log2 p (ranks on other hosts share nothing but that link).
+pub(crate) const FLAT_MAX_BYTES: usize = 64 << 10;
+
 /// Whether collectives on `p` ranks go through the root in one step (two
 /// ranks exchange directly: one step either way, and no rank waits twice).
 pub(crate) fn flat(p: u32) -> bool {
     (3..=FLAT_MAX).contains(&p)
+}
+
+/// Whether a collective on `p` ranks whose parts are `bytes` long goes
+/// through the root in one step. Every rank's part has the same length (as
+/// MPI requires of the calls), so every rank picks the same shape.
+pub(crate) fn flat_for(p: u32, bytes: usize) -> bool {
+    flat(p) && bytes <= FLAT_MAX_BYTES
 }
 
 impl World {
@@ -78,5 +91,12 @@ mod tests {
         assert!(!flat(1) && !flat(2), "one rank has no one to wait for; two exchange directly");
         assert!((3..=8).all(flat));
         assert!(!flat(9) && !flat(64), "the root's 2(p - 1) messages would outweigh log2 p steps");
+    }
+
+    #[test]
+    fn large_parts_take_the_tree_whatever_the_group() {
+        assert!(flat_for(8, 8) && flat_for(8, FLAT_MAX_BYTES));
+        assert!(!flat_for(8, FLAT_MAX_BYTES + 1), "1 MiB parts: the root's link would carry 7 MiB each way");
+        assert!(!flat_for(2, 8) && !flat_for(9, 8));
     }
 }

@@ -88,7 +88,7 @@ impl World {
 
     /// Combines every rank's `data` with `op`; the result on every rank.
     pub fn allreduce_bytes(&mut self, data: Vec<u8>, op: &mut Combine<'_>, commutative: bool) -> Result<Vec<u8>> {
-        if crate::flat::flat(self.csize()) {
+        if crate::flat::flat_for(self.csize(), data.len()) {
             let n = data.len();
             let down = self.flat_exchange(Bytes::from(data), TAG_ALLREDUCE, |parts| {
                 // x0 op (x1 op (... op x(p-1))): rank order, for any operation.
