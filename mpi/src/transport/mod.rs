@@ -613,10 +613,12 @@ impl Transport {
     pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>, now: Instant) -> Result<bool> {
         let rings = self.service_shm(engine, now);
         if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
-            // Spinning on the rings: the sockets only now and then, also while
-            // the rings stay busy (a long stream from one peer must not
-            // starve the sockets, the node's answers and writes waiting).
-            if now.duration_since(self.last_poll) < ZERO_POLL_EVERY {
+            // Spinning on the rings: the sockets only now and then, and
+            // while the rings keep bringing bytes more rarely still, but
+            // never never (a long stream from one peer must not starve the
+            // sockets, the node's answers and writes waiting).
+            let since = now.duration_since(self.last_poll);
+            if since < ZERO_POLL_EVERY || (rings && since < POLL_EVERY) {
                 self.apply_links(engine, now)?;
                 self.flush_dirty(engine, now);
                 return Ok(rings);
