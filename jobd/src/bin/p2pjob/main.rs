@@ -125,8 +125,8 @@ enum Cmd {
     /// checkpoint (the other ranks move back to it too: a moment's work is
     /// done again). With --to, the rank is asked to go to that node (its
     /// overlay address as `p2pjob status` and `nodes` show it): one meeting
-    /// the job's requirements that had a free slot, else the request fails
-    /// at once; the placement asks it first and waits up to 2 s for a slot
+    /// the job's requirements, else the request fails at once; the
+    /// placement asks it first and waits up to 2 s for a slot
     /// there, else the rank goes elsewhere and the job's restart reason says
     /// so. Prints the ranks
     /// the checkpoint request reached, then the node the rank moves off once

@@ -9,8 +9,8 @@
 //! (the MPI library can carry a rank's engine across: `p2pmp_mpi::ckpt`).
 //!
 //! `p2pjob migrate JOB RANK --to NODE` names the node the rank is asked to
-//! go to: one of the candidates the job was placed among, with a free slot
-//! when the job was placed. The next placement asks it first and waits up to
+//! go to: one of the candidates the job was placed among. The next
+//! placement asks it first and waits up to
 //! [`TOWARD_GRACE`] for its answer; when it grants a slot, the rank is
 //! offered there; when it has none, the rank goes elsewhere and the
 //! restart's reason says so.
@@ -118,7 +118,9 @@ impl Submission {
             match self.nodes.get(&to) {
                 None => "it does not meet the job's requirements (or was not in the network when the job was placed)",
                 Some(n) if n.closed => "the job no longer asks it (it refused or did not answer)",
-                Some(n) if n.free_hint == 0 && n.accepted.is_empty() => "it had no free slot when the job was placed",
+                // Whether it has a slot now is its own answer to the next
+                // placement (its free slots as advertised when the job was
+                // placed may be stale: a rank just moved off it, say).
                 Some(_) => return Ok(()),
             }
         };
