@@ -12,7 +12,8 @@
 //! run of each rank per call suffices. The root handles 2(p - 1) messages,
 //! which for p up to [`FLAT_MAX`] costs less than the steps saved.
 //!
-//! The shape depends on the group size alone, so every rank picks the same.
+//! The shape depends on what every rank knows alike (the group size, and for
+//! Allreduce the part's length: [`flat_for`]), so every rank picks the same.
 
 use bytes::Bytes;
 

@@ -7,11 +7,11 @@
 //!
 //! - `reduce`: a binomial tree; rooted at `root` (relative ranks) when the
 //!   operation commutes, else at rank 0 (in rank order) and then sent to `root`.
-//! - `allreduce`: through rank 0 in one step on small groups (see `flat`;
-//!   in rank order, so for any operation), else recursive doubling (ranks
-//!   beyond the largest power of two fold into a partner first and get the
-//!   result back at the end) when the operation commutes, else `reduce` to 0
-//!   and `bcast`.
+//! - `allreduce`: through rank 0 in one step on small groups with parts up
+//!   to 64 KiB (see `flat`; in rank order, so for any operation), else
+//!   recursive doubling (ranks beyond the largest power of two fold into a
+//!   partner first and get the result back at the end) when the operation
+//!   commutes, else `reduce` to 0 and `bcast`.
 //! - `scan`: a chain, each rank combining its predecessor's prefix.
 //! - `reduce_scatter`: `reduce` to 0, then each rank's block sent to it.
 

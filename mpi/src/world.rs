@@ -92,6 +92,8 @@ impl Hasher for ReqHasher {
 
 /// A map keyed by request id.
 pub(crate) type ReqMap<V> = HashMap<RequestId, V, BuildHasherDefault<ReqHasher>>;
+/// A set of request ids.
+pub(crate) type ReqSet = HashSet<RequestId, BuildHasherDefault<ReqHasher>>;
 
 /// The world communicator of one rank: every MPI call goes through it.
 ///
@@ -105,7 +107,7 @@ pub struct World {
     size: u32,
     pub(crate) done: ReqMap<Completion>,
     /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
-    pub(crate) forgotten: HashSet<RequestId, BuildHasherDefault<ReqHasher>>,
+    pub(crate) forgotten: ReqSet,
     /// Sends being cancelled: the receiver's answer once it came.
     pub(crate) cancels: ReqMap<Option<bool>>,
     /// How waits poll, yield and sleep, and what they learned.
@@ -187,7 +189,7 @@ impl World {
             rank: env.rank,
             size: env.size,
             done: ReqMap::default(),
-            forgotten: HashSet::default(),
+            forgotten: ReqSet::default(),
             cancels: ReqMap::default(),
             waits: Waits::new(env.size),
             recv_hint: None,

@@ -86,34 +86,21 @@ pub fn encode_frame_head<B: Serialize>(
     out: &mut BytesMut,
     max_frame: usize,
 ) -> Result<(), WireError> {
-    let start = out.len();
-    let res = write_header(env, out).and_then(|()| {
-        let len = out.len() - start - LEN_PREFIX + env.payload.len();
-        patch_len(out, start, len, max_frame)
-    });
-    if res.is_err() {
-        out.truncate(start);
-    }
-    res
+    let header = HeaderRef {
+        version: env.version,
+        sender: &env.sender,
+        sender_addr: &env.sender_addr,
+        request_id: env.request_id,
+        body: &env.body,
+    };
+    append_head(out, env.payload.len(), max_frame, |out| put_postcard(&header, out))
 }
 
 /// Appends a whole frame (prefix, header, payload) to `out`. On error `out` is unchanged.
 pub fn encode_frame<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut, max_frame: usize) -> Result<(), WireError> {
-    let start = out.len();
-    let res = write_header(env, out).and_then(|()| {
-        let len = out.len() - start - LEN_PREFIX + env.payload.len();
-        patch_len(out, start, len, max_frame)
-    });
-    match res {
-        Ok(()) => {
-            out.extend_from_slice(&env.payload);
-            Ok(())
-        }
-        Err(e) => {
-            out.truncate(start);
-            Err(e)
-        }
-    }
+    encode_frame_head(env, out, max_frame)?;
+    out.extend_from_slice(&env.payload);
+    Ok(())
 }
 
 /// The part of a header that is the same on every frame one sender writes
@@ -141,20 +128,24 @@ pub fn encode_frame_head_prefixed<B: Serialize>(
     out: &mut BytesMut,
     max_frame: usize,
 ) -> Result<(), WireError> {
+    append_head(out, payload_len, max_frame, |out| {
+        out.extend_from_slice(&prefix.0);
+        put_postcard(&(request_id, body), out)
+    })
+}
+
+/// Appends a length prefix, then what `write` puts after it (the header),
+/// and sets the prefix to the frame's length with a payload of `payload_len`
+/// bytes to follow. On error `out` is unchanged.
+fn append_head(
+    out: &mut BytesMut,
+    payload_len: usize,
+    max_frame: usize,
+    write: impl FnOnce(&mut BytesMut) -> Result<(), WireError>,
+) -> Result<(), WireError> {
     let start = out.len();
     out.put_u32(0); // back-patched
-    out.extend_from_slice(&prefix.0);
-    let rest = (request_id, body);
-    let mut small = [0u8; SMALL_HEADER];
-    let res = match postcard::to_slice(&rest, &mut small) {
-        Ok(bytes) => {
-            out.extend_from_slice(bytes);
-            Ok(())
-        }
-        Err(postcard::Error::SerializeBufferFull) => postcard::to_extend(&rest, BytesWriter(out)).map(|_| ()),
-        Err(e) => Err(e),
-    };
-    let res = res.map_err(WireError::from).and_then(|()| {
+    let res = write(out).and_then(|()| {
         let len = out.len() - start - LEN_PREFIX + payload_len;
         patch_len(out, start, len, max_frame)
     });
@@ -164,23 +155,16 @@ pub fn encode_frame_head_prefixed<B: Serialize>(
     res
 }
 
-fn write_header<B: Serialize>(env: &Envelope<B>, out: &mut BytesMut) -> Result<(), WireError> {
-    out.put_u32(0); // back-patched
-    let header = HeaderRef {
-        version: env.version,
-        sender: &env.sender,
-        sender_addr: &env.sender_addr,
-        request_id: env.request_id,
-        body: &env.body,
-    };
-    // Most headers are small: serialized on the stack and copied once (a
-    // byte at a time through `Extend` costs more than the rest of a small
-    // MPI frame's encoding); larger ones go through `Extend`.
+/// Appends `value`, postcard-encoded. Most headers are small: serialized on
+/// the stack and copied once (a byte at a time through `Extend` costs more
+/// than the rest of a small MPI frame's encoding); larger ones go through
+/// `Extend`.
+fn put_postcard<T: Serialize>(value: &T, out: &mut BytesMut) -> Result<(), WireError> {
     let mut small = [0u8; SMALL_HEADER];
-    match postcard::to_slice(&header, &mut small) {
+    match postcard::to_slice(value, &mut small) {
         Ok(bytes) => out.extend_from_slice(bytes),
         Err(postcard::Error::SerializeBufferFull) => {
-            postcard::to_extend(&header, BytesWriter(out))?;
+            postcard::to_extend(value, BytesWriter(out))?;
         }
         Err(e) => return Err(e.into()),
     }

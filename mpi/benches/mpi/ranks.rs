@@ -24,15 +24,7 @@ pub(crate) fn pingpong(quick: bool, plain: bool) -> Result<(), p2pmp_mpi::Error>
             let n = iters(size, quick);
             w.barrier()?;
             let t = Instant::now();
-            for _ in 0..n {
-                if r == 0 {
-                    w.send_bytes(data.clone(), 1, 0)?;
-                    w.recv_bytes(Some(1), Some(0))?;
-                } else if r == 1 {
-                    let m = w.recv_bytes(Some(0), Some(0))?;
-                    w.send_bytes(m.data, 0, 0)?;
-                }
-            }
+            round_trips(&mut w, &data, n as u64)?;
             samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
         }
         if r == 0 {
@@ -52,20 +44,28 @@ pub(crate) fn pingpong_one(size: u64, count: u64) -> Result<(), p2pmp_mpi::Error
     let data = Bytes::from(vec![7u8; usize::try_from(size).unwrap_or(8)]);
     w.barrier()?;
     let t = Instant::now();
-    for _ in 0..count {
-        if w.rank() == 0 {
-            w.send_bytes(data.clone(), 1, 0)?;
-            w.recv_bytes(Some(1), Some(0))?;
-        } else if w.rank() == 1 {
-            let m = w.recv_bytes(Some(0), Some(0))?;
-            w.send_bytes(m.data, 0, 0)?;
-        }
-    }
+    round_trips(&mut w, &data, count)?;
     if w.rank() == 0 {
         println!("pp {size} {}", t.elapsed().as_secs_f64() * 1e6 / (2 * count) as f64);
     }
     print_wait_stats(&w);
     w.finalize()
+}
+
+/// `n` round trips of `data` from rank 0 to rank 1 and back (other ranks
+/// stand by).
+fn round_trips(w: &mut p2pmp_mpi::World, data: &Bytes, n: u64) -> Result<(), p2pmp_mpi::Error> {
+    let r = w.rank();
+    for _ in 0..n {
+        if r == 0 {
+            w.send_bytes(data.clone(), 1, 0)?;
+            w.recv_bytes(Some(1), Some(0))?;
+        } else if r == 1 {
+            let m = w.recv_bytes(Some(0), Some(0))?;
+            w.send_bytes(m.data, 0, 0)?;
+        }
+    }
+    Ok(())
 }
 
 /// With `P2PMP_WAIT_STATS` set, how the rank's waits went (on stderr).

@@ -286,7 +286,14 @@ impl Transport {
             _ => return,
         };
         let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
-        if conn.put_frame(head, payload) && !self.dirty.contains(&slot) {
+        if conn.put_frame(head, payload) {
+            self.mark_dirty(slot);
+        }
+    }
+
+    /// Connection `slot` may have bytes to write: the next flush writes them.
+    fn mark_dirty(&mut self, slot: usize) {
+        if !self.dirty.contains(&slot) {
             self.dirty.push(slot);
         }
     }
@@ -480,9 +487,7 @@ impl Transport {
                 c.push_frame(head, payload);
             }
         }
-        if !self.dirty.contains(&slot) {
-            self.dirty.push(slot);
-        }
+        self.mark_dirty(slot);
     }
 
     /// Registers a connection in a free slot.
@@ -613,10 +618,10 @@ impl Transport {
     pub(crate) fn poll_io(&mut self, engine: &mut MpiEngine, timeout: Option<Duration>, now: Instant) -> Result<bool> {
         let rings = self.service_shm(engine, now);
         if timeout == Some(Duration::ZERO) && !self.shm_slots.is_empty() {
-            // Spinning on the rings: the sockets only now and then, and
-            // while the rings keep bringing bytes more rarely still, but
-            // never never (a long stream from one peer must not starve the
-            // sockets, the node's answers and writes waiting).
+            // Spinning on the rings: the sockets only now and then, and more
+            // rarely while the rings keep bringing bytes, but never not at
+            // all (a long stream from one peer must not starve the sockets,
+            // the node's answers and writes waiting).
             let since = now.duration_since(self.last_poll);
             if since < ZERO_POLL_EVERY || (rings && since < POLL_EVERY) {
                 self.apply_links(engine, now)?;
@@ -644,8 +649,8 @@ impl Transport {
         let mut ready = std::mem::take(&mut self.ready);
         ready.clear();
         ready.extend(self.events.iter().map(Ready::of));
-        for &Ready { token, readable, writable, closed } in &ready {
-            match token {
+        for &r in &ready {
+            match r.token {
                 LISTENER => self.accept_all(),
                 NODE => self.node_ready(engine, now),
                 SHM_LISTENER => self.accept_shm(),
@@ -663,9 +668,7 @@ impl Transport {
                         s.check_closed();
                         self.read_conn(engine, slot, Wait::No, now);
                     }
-                    Some(Io::Tcp { .. }) => {
-                        self.on_tcp_ready(engine, slot, Ready { token, readable, writable, closed }, now)
-                    }
+                    Some(Io::Tcp { .. }) => self.on_tcp_ready(engine, slot, r, now),
                 },
             }
         }
@@ -786,8 +789,8 @@ impl Transport {
         if ready.readable {
             self.read_conn(engine, slot, Wait::No, now);
         }
-        if ready.writable && self.conns.get(slot).is_some_and(Option::is_some) && !self.dirty.contains(&slot) {
-            self.dirty.push(slot);
+        if ready.writable && self.conns.get(slot).is_some_and(Option::is_some) {
+            self.mark_dirty(slot);
         }
     }
 
@@ -799,11 +802,11 @@ impl Transport {
             let Some(&slot) = self.shm_slots.get(i) else { break };
             let Some(c) = self.conns[slot].as_ref() else { continue };
             let (input, output) = match &c.io {
-                Io::Shm(s) => (s.has_input() || s.eof, !c.tx.is_empty()),
+                Io::Shm(s) => (s.has_input(), !c.tx.is_empty()),
                 _ => (false, false),
             };
-            if output && !self.dirty.contains(&slot) {
-                self.dirty.push(slot);
+            if output {
+                self.mark_dirty(slot);
             }
             if input {
                 got |= self.read_conn(engine, slot, Wait::No, now);
@@ -817,7 +820,7 @@ impl Transport {
     /// True when that cannot be told so cheaply (a TCP peer, or none known).
     pub(crate) fn peek(&self, from: Option<u32>) -> bool {
         let ring = |slot: usize| match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
-            Some(Io::Shm(s)) => Some(s.has_input() || s.eof),
+            Some(Io::Shm(s)) => Some(s.has_input()),
             _ => None,
         };
         match from {
@@ -994,8 +997,8 @@ impl Transport {
             return true;
         }
         // A handshake answer may be waiting to go out.
-        if self.conns[slot].as_ref().is_some_and(Conn::tx_pending) && !self.dirty.contains(&slot) {
-            self.dirty.push(slot);
+        if self.conns[slot].as_ref().is_some_and(Conn::tx_pending) {
+            self.mark_dirty(slot);
         }
         got
     }

@@ -237,9 +237,10 @@ impl ShmIo {
         }
     }
 
-    /// Whether bytes may wait in the ring (one load).
+    /// Whether a read may find something: bytes in the ring (one load), or
+    /// the peer's end once it closed.
     pub(super) fn has_input(&self) -> bool {
-        self.rx.has_data()
+        self.rx.has_data() || self.eof
     }
 
     /// About to sleep: asks the peer to ring us for its next bytes (and for
