@@ -249,7 +249,7 @@ fn hosts_row(hello: &Path, dir: &Path) -> Result<[f64; 4], String> {
     if let Some(why) = unavailable() {
         return Err(format!("skipped: {why}"));
     }
-    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]);
+    p2pmp_tests::cargo_build(&[]);
     let mut c = Cluster::new(4, "startup-bench");
     c.start_all(&["--slots", "2", "--stabilize-ms", "200", "--log-level", "warn"]);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -4,7 +4,7 @@
 //! runs the node program (`p2pmp-node`, the node program of p2pmp-adapters) as a
 //! child process on loopback, talks to it through its line protocol, and kills it
 //! when dropped. [`wait_until`] polls a condition against a deadline.
-//! [`cargo_build`] builds the binaries and examples a process test runs;
+//! [`cargo_build`] builds the programs and examples a process test runs;
 //! [`run_to_end`] runs one to its end with a deadline; [`c::build`] compiles
 //! the C test programs. [`cluster`] builds a
 //! cluster of hosts out of network namespaces, a `jobd` on each. [`bench`](mod@bench) is
@@ -32,21 +32,31 @@ pub fn target_dir() -> PathBuf {
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
-/// Runs `cargo build -q ARGS` in the test binary's own profile, so the programs a
-/// process test starts are current, and returns `target/<profile>`.
+/// Builds every library, program and example of the workspace (`cargo build -q
+/// --workspace --lib --bins --examples`, plus `--features FEATURES` when some are
+/// named) in the test binary's own profile, so the programs a process test starts
+/// are current, and returns `target/<profile>`.
+///
+/// Every process test asks for the same set: a build of one package alone would
+/// unify the dependencies' features differently from `cargo test --workspace`
+/// and compile a second copy of them (four such sets took the target directory
+/// of a CI run from 7 to 13 GB, and one run out of disk).
 ///
 /// # Panics
 /// If the build fails: the test cannot run without its programs.
-pub fn cargo_build(args: &[&str]) -> PathBuf {
+pub fn cargo_build(features: &[&str]) -> PathBuf {
     let dir = target_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q"]).args(args);
+    cmd.args(["build", "-q", "--workspace", "--lib", "--bins", "--examples"]);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
     let st = cmd.status().expect("running cargo build");
-    assert!(st.success(), "cargo build {} failed", args.join(" "));
+    assert!(st.success(), "cargo build --features {} failed", features.join(","));
     dir
 }
 

@@ -38,17 +38,7 @@ fn built() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         p2pmp_tests::c::build("c-tests", &PROGRAMS)?;
-        Some(p2pmp_tests::cargo_build(&[
-            "-p",
-            "p2pmp-jobd",
-            "--lib",
-            "--bin",
-            "p2pjob",
-            "-p",
-            "p2pmp-mpi",
-            "--bin",
-            "p2pmp-launch",
-        ]))
+        Some(p2pmp_tests::cargo_build(&[]))
     })
     .as_ref()
 }

@@ -30,7 +30,7 @@ const MID_RUN: Duration = Duration::from_millis(1500);
 const KEYS: &[&str] = &["alpha", "bravo", "charlie", "delta"];
 
 fn built() -> PathBuf {
-    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"])
+    p2pmp_tests::cargo_build(&[])
 }
 
 /// A tiny seeded generator (xorshift) for the random choices of a run.

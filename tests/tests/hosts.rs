@@ -13,19 +13,7 @@ use p2pmp_tests::cluster::{Cluster, cluster_or_skip};
 /// `target/<profile>`, with the programs this file runs freshly built.
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        p2pmp_tests::cargo_build(&[
-            "-p",
-            "p2pmp-jobd",
-            "--bins",
-            "-p",
-            "p2pmp-mpi",
-            "--example",
-            "mpi_ring",
-            "--example",
-            "mpi_sizes",
-        ])
-    })
+    DIR.get_or_init(|| p2pmp_tests::cargo_build(&[]))
 }
 
 fn ring() -> String {

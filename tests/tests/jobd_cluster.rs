@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 /// `target/<profile>`, with the programs this file runs freshly built.
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins", "-p", "p2pmp-mpi", "--example", "mpi_ring"])
-    })
+    DIR.get_or_init(|| p2pmp_tests::cargo_build(&[]))
 }
 
 /// A scratch directory removed on drop.

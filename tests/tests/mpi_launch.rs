@@ -19,9 +19,7 @@ use p2pmp_tests::Finished;
 /// fault injection: the `P2PMP_FAULT_*` variables below act only then).
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples", "--features", "fault-injection"])
-    })
+    DIR.get_or_init(|| p2pmp_tests::cargo_build(&["p2pmp-mpi/fault-injection"]))
 }
 
 /// Runs `prog args` on `n` ranks, waiting at most `limit`.

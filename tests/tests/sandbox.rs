@@ -20,7 +20,7 @@ const LIMITS: [&str; 5] = ["processes=64", "memory_mb=256", "file_size_mb=64", "
 
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]))
+    DIR.get_or_init(|| p2pmp_tests::cargo_build(&[]))
 }
 
 fn root() -> bool {

@@ -13,7 +13,7 @@ use p2pmp_tests::sniff::{Sniffer, mpi_sizes_bytes};
 
 #[test]
 fn encrypted_rank_links_carry_no_message_byte_in_the_clear() {
-    let dir = p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples"]);
+    let dir = p2pmp_tests::cargo_build(&[]);
     // 64 bytes from the middle of the 1000-byte message (the fourth size).
     let needle = mpi_sizes_bytes(1000, 3)[400..464].to_vec();
     for (mode, in_clear) in [("never", true), ("always", false)] {
@@ -54,7 +54,7 @@ fn a_connection_claiming_a_rank_with_another_key_is_dropped() {
     use p2pmp_core::secure::{SecureChannel, SecureRng, StaticKey};
     use p2pmp_core::wire::{Calls, DEFAULT_MAX_FRAME, Envelope, encode_frame};
 
-    let dir = p2pmp_tests::cargo_build(&["-p", "p2pmp-mpi", "--bins", "--examples"]);
+    let dir = p2pmp_tests::cargo_build(&[]);
     let mut launch = std::process::Command::new(dir.join("p2pmp-launch"))
         .args(["--verbose", "-n", "2", "--timeout", "120", "--"])
         .arg(dir.join("examples").join("mpi_ring"))

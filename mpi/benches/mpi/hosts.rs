@@ -128,7 +128,7 @@ fn mpich_between(c: &Cluster, dir: &std::path::Path, quick: bool, limit: Duratio
 /// A cluster of `n` hosts with a jobd and one slot on each (`extra` flags
 /// beside), once the overlay lists them all (jobd built first).
 pub(crate) fn start_cluster(n: usize, tag: &str, extra: &[&str]) -> Result<Cluster, String> {
-    p2pmp_tests::cargo_build(&["-p", "p2pmp-jobd", "--bins"]);
+    p2pmp_tests::cargo_build(&[]);
     let mut c = Cluster::new(n, tag);
     let flags: Vec<&str> = ["--slots", "1", "--stabilize-ms", "200", "--log-level", "warn"]
         .into_iter()
