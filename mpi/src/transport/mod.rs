@@ -92,6 +92,11 @@ pub(crate) const DIRECT_MAX: Duration = Duration::from_millis(10);
 /// steady stream from one peer nor a wait on it starves the others (answers
 /// of the node, connections set up, a peer that reconnected elsewhere).
 const POLL_EVERY: Duration = Duration::from_micros(500);
+/// After an `accept` failed for want of resources (a descriptor, most
+/// often: the job's `open_files` limit), how long until it is tried again.
+/// The listeners are edge-triggered: without a retry, the connections left
+/// in the backlog would wait for the next one to arrive.
+const ACCEPT_RETRY: Duration = Duration::from_millis(20);
 /// Most bytes an accepted encrypted connection may send while the key it
 /// authenticated with is being checked against its claimed rank's.
 const CLAIM_MAX: usize = 4 << 20;
@@ -177,6 +182,9 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// When the listeners are to be accepted from again, after an `accept`
+    /// failed with connections left waiting ([`ACCEPT_RETRY`]).
+    accept_again: Option<Instant>,
     /// The start of every header this rank writes (its version, key and address).
     prefix: HeaderPrefix,
     /// Where each frame's header is encoded (reused: a small frame written
@@ -237,6 +245,7 @@ impl Transport {
             local,
             shm_slots: Vec::new(),
             last_poll: Instant::now(),
+            accept_again: None,
             head: BytesMut::new(),
             prefix,
             #[cfg(feature = "fault-injection")]
@@ -560,7 +569,7 @@ impl Transport {
 
     /// The link machine's next deadline (an attempt's, or a reconnect's).
     pub(crate) fn next_retry(&self, engine: &MpiEngine) -> Option<Instant> {
-        self.links.poll_timeout(engine)
+        self.links.poll_timeout(engine).into_iter().chain(self.accept_again).min()
     }
 
     /// This job's ranks on this host, this one included, as last counted (by
@@ -629,6 +638,11 @@ impl Transport {
                 return Ok(rings);
             }
         }
+        if self.accept_again.is_some_and(|at| at <= now) {
+            self.accept_again = None;
+            self.accept_all(now);
+            self.accept_shm(now);
+        }
         // A ring had bytes (or closed: a reconnect may be due now): what came
         // is handled before any sleep.
         let timeout = if rings { Some(Duration::ZERO) } else { timeout };
@@ -651,9 +665,9 @@ impl Transport {
         ready.extend(self.events.iter().map(Ready::of));
         for &r in &ready {
             match r.token {
-                LISTENER => self.accept_all(),
+                LISTENER => self.accept_all(now),
                 NODE => self.node_ready(engine, now),
-                SHM_LISTENER => self.accept_shm(),
+                SHM_LISTENER => self.accept_shm(now),
                 DOORBELL => {
                     if let Some(l) = &self.local {
                         crate::shm::segment::drain_bell(l.bell.as_raw_fd());
@@ -861,7 +875,7 @@ impl Transport {
     }
 
     /// Accepts shared-memory links (their hellos come as events).
-    fn accept_shm(&mut self) {
+    fn accept_shm(&mut self, now: Instant) {
         loop {
             let Some(l) = &self.local else { return };
             match l.listener.accept() {
@@ -878,14 +892,15 @@ impl Transport {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    warn!(%e, "accept of a shared-memory link failed");
+                    warn!(%e, "accept of a shared-memory link failed: tried again shortly");
+                    self.accept_again = Some(now + ACCEPT_RETRY);
                     return;
                 }
             }
         }
     }
 
-    fn accept_all(&mut self) {
+    fn accept_all(&mut self, now: Instant) {
         loop {
             match self.listener.accept() {
                 Ok((stream, from)) => {
@@ -906,7 +921,8 @@ impl Transport {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    warn!(%e, "accept failed");
+                    warn!(%e, "accept failed: tried again shortly");
+                    self.accept_again = Some(now + ACCEPT_RETRY);
                     return;
                 }
             }

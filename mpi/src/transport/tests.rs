@@ -134,3 +134,63 @@ fn a_node_found_gone_by_a_request_fails_every_resolve_waiting() {
     assert!(net.node_failed.is_some(), "a request to a closed node failed");
     assert!(net.resolves.is_empty(), "resolves still waiting for a node that is gone: {:?}", net.resolves);
 }
+
+/// Runs the test `name` of this binary alone in a child process with
+/// `CHILD_VAR` set (for a test that changes what is process-wide, such as
+/// its limits); panics if it fails there.
+fn in_child(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} failed in its child process:\n{said}");
+    assert!(said.contains("1 passed"), "{name} did not run in its child process:\n{said}");
+}
+
+const CHILD_VAR: &str = "P2PMP_TRANSPORT_TEST_CHILD";
+
+/// A peer's connection that waits in the backlog while the rank has no
+/// descriptor left (its `open_files` limit) is taken once one is free, with
+/// no other connection arriving to raise a new event: the listener is
+/// edge-triggered, and before, such a connection waited for the next one.
+#[test]
+fn a_connection_refused_for_want_of_descriptors_is_taken_once_one_is_free() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return in_child("transport::tests::a_connection_refused_for_want_of_descriptors_is_taken_once_one_is_free");
+    }
+    let (mut net, mut engine) = rank0();
+    // The peer dials and says hello: the kernel queues the connection.
+    let mut peer = StdStream::connect(net.addr.0).unwrap();
+    let hello = RankHello { job: b"transport-test".to_vec(), from_rank: 1, to_rank: 0 };
+    let mut out = bytes::BytesMut::new();
+    encode_frame(&Envelope::new(net.key, net.addr, 0, hello), &mut out, DEFAULT_MAX_FRAME).unwrap();
+    peer.write_all(&out).unwrap();
+    // Every descriptor left is taken.
+    let mut held = Vec::new();
+    loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(f) => held.push(f),
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => break,
+            Err(e) => panic!("opening /dev/null: {e}"),
+        }
+        if held.len() == 1 {
+            // SAFETY: a plain getrlimit/setrlimit on a local struct; this
+            // process is the test's own child.
+            unsafe {
+                let mut lim = std::mem::zeroed::<libc::rlimit>();
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+                lim.rlim_cur = 64;
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            }
+        }
+    }
+    let refused = !poll_until(&mut net, &mut engine, |n| n.heard_on[1].is_some() || n.accept_again.is_some())
+        || net.heard_on[1].is_some();
+    assert!(!refused, "the accept did not fail for want of a descriptor (the limit did not bite)");
+    drop(held);
+    let heard = poll_until(&mut net, &mut engine, |n| n.heard_on[1].is_some());
+    assert!(heard, "the connection left waiting was never taken");
+    drop(peer);
+}
