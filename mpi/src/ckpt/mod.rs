@@ -6,9 +6,16 @@
 //! A snapshot is a collective: every rank calls it the same number of times.
 //! Most calls cost an increment and a comparison: the ranks agree whether a
 //! checkpoint is due (the job's interval, `P2PMP_CHECKPOINT_MS`, has passed on
-//! some rank) only every `stride` calls, one 16-byte allreduce, and the stride
-//! grows until that agreement costs about 1% of the time between agreements
-//! (and no more than a tenth of the interval passes between two of them).
+//! some rank) only every `stride` calls, one small allreduce, and the stride
+//! grows (at most doubling at each agreement) until that agreement costs about
+//! 1% of the time between agreements, but never so far that a tenth of the
+//! interval passes between two of them on any rank: the largest stride some
+//! rank wants for its cost, within the smallest any rank allows for the
+//! interval. Each rank measures the time between the starts of two agreements,
+//! which a rank running late (preempted as the last agreement ended, say)
+//! cannot make look short: from their ends, such a rank once saw its calls
+//! take microseconds, asked for a stride of 1,023, and a job with a 50 ms
+//! interval on a loaded machine took no checkpoint in 300 ms.
 //!
 //! A checkpoint is also due when the node asked for one (`p2pjob checkpoint`:
 //! a numbered request pushed over the rank's node connection, see
@@ -133,7 +140,7 @@ pub(crate) struct Checkpointer {
     /// The newest of the node's checkpoint requests a cut answered.
     served: u64,
     stats: CheckpointStats,
-    /// When the last agreement ended, and the call count then.
+    /// When the last agreement started, and the call count then.
     last_agreement: Option<(Instant, u64)>,
     /// How long the last agreement took.
     agreement_cost: Duration,
@@ -212,18 +219,23 @@ impl Checkpointer {
         Bytes::from(s)
     }
 
-    /// The stride this rank would like: an agreement costing about
-    /// 1/[`AGREEMENT_SHARE`] of the time between agreements, and at least ten
-    /// agreements an interval.
-    fn wanted_stride(&self, now: Instant) -> u64 {
-        let Some((at, calls)) = self.last_agreement else { return 1 };
+    /// The strides this rank would like, agreement starting at `now`: for an
+    /// agreement costing about 1/[`AGREEMENT_SHARE`] of the time between
+    /// agreements, and at most (for ten agreements an interval).
+    fn wanted_stride(&self, now: Instant) -> (u64, u64) {
+        let Some((at, calls)) = self.last_agreement else { return (1, MAX_STRIDE) };
         let per_call = now.saturating_duration_since(at).as_nanos() / u128::from((self.stats.calls - calls).max(1));
         let per_call = per_call.max(1);
-        let mut stride = self.agreement_cost.as_nanos() * u128::from(AGREEMENT_SHARE) / per_call;
-        if let Some(every) = self.every {
-            stride = stride.min(every.as_nanos() / 10 / per_call);
-        }
-        stride.clamp(1, u128::from(MAX_STRIDE)) as u64
+        let wanted = self.agreement_cost.as_nanos() * u128::from(AGREEMENT_SHARE) / per_call;
+        let most = self.every.map_or(u128::from(MAX_STRIDE), |every| every.as_nanos() / 10 / per_call);
+        let clamp = |s: u128| s.clamp(1, u128::from(MAX_STRIDE)) as u64;
+        (clamp(wanted), clamp(most))
+    }
+
+    /// The stride after an agreement: the largest any rank wants, within the
+    /// smallest any allows and twice the stride so far.
+    fn agreed_stride(&self, wanted: u64, most: u64) -> u64 {
+        wanted.min(most).min(self.stats.stride.saturating_mul(2)).clamp(1, MAX_STRIDE)
     }
 
     fn set_state(&mut self, state: &[u8]) -> Result<()> {
@@ -369,14 +381,15 @@ impl World {
         // The node's newest request: a cut answers it unless one already did.
         let asked = self.net.checkpoint_wanted();
         let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t) || asked > c.served);
-        let wanted = c.wanted_stride(start);
-        let agreed = self.allreduce(&[due, wanted, asked], Op::Max)?;
+        let (wanted, most) = c.wanted_stride(start);
+        // One maximum for all four: the smallest `most` as the largest complement.
+        let agreed = self.allreduce(&[due, wanted, asked, u64::MAX - most], Op::Max)?;
         let c = &mut self.ckpt;
         let end = Instant::now();
         c.stats.agreements += 1;
-        c.stats.stride = agreed[1].clamp(1, MAX_STRIDE);
+        c.stats.stride = c.agreed_stride(agreed[1], u64::MAX - agreed[3]);
         c.agreement_cost = end - start;
-        c.last_agreement = Some((end, c.stats.calls));
+        c.last_agreement = Some((start, c.stats.calls));
         if agreed[0] == 0 {
             return Ok(());
         }
@@ -475,5 +488,29 @@ mod tests {
             let e = Checkpointer::from_lookup(&job, |k| (k == RESTART_JOB_VAR).then(|| bad.to_owned())).unwrap_err();
             assert!(e.to_string().contains(RESTART_JOB_VAR), "{e}");
         }
+    }
+
+    /// The stride never lets a tenth of the interval pass between agreements
+    /// on any rank, whatever another rank's cost asks for, and grows at most
+    /// twofold an agreement. Before, the largest stride any rank wanted was
+    /// taken: a rank preempted as an agreement ended measured its next call
+    /// from that end, saw microseconds, and asked for 1,023 (the C ring of
+    /// `c_abi` beside two CPU hogs: 0 checkpoints in 300 ms at a 50 ms interval).
+    #[test]
+    fn a_rank_whose_calls_look_short_cannot_stretch_the_interval() {
+        let every = |k: &str| (k == INTERVAL_VAR).then(|| "50".to_owned());
+        let mut c = Checkpointer::from_lookup(&[1u8; ID_BYTES], every).unwrap();
+        let t0 = Instant::now();
+        // Calls of 1 ms from one agreement's start to the next's, agreements
+        // of 100 us: 10 calls wanted for the cost, at most 5 for the interval.
+        (c.stats.calls, c.last_agreement, c.agreement_cost) = (20, Some((t0, 10)), Duration::from_micros(100));
+        assert_eq!(c.wanted_stride(t0 + Duration::from_millis(10)), (10, 5));
+        c.stats.stride = 4;
+        assert_eq!(c.agreed_stride(1023, 5), 5, "the smallest limit of any rank holds");
+        c.stats.stride = 1;
+        assert_eq!(c.agreed_stride(1023, MAX_STRIDE), 2, "twice the stride so far at most");
+        assert_eq!(c.agreed_stride(0, MAX_STRIDE), 1);
+        let no_interval = Checkpointer::from_lookup(&[1u8; ID_BYTES], |_| None).unwrap();
+        assert_eq!(no_interval.wanted_stride(t0), (1, MAX_STRIDE), "before any agreement");
     }
 }
