@@ -129,6 +129,12 @@ pub enum LocalReply {
     /// point. `request` numbers the job's checkpoint requests, from 1; a cut
     /// covering it (or a later one) answers it.
     CheckpointWanted { request: u64 },
+    /// Sent unasked (with [`PUSH_ID`]): as [`LocalReply::CheckpointWanted`],
+    /// and after the cut answering `request` this rank moves alone: it saves
+    /// its engine ([`crate::ckpt::engine_file_name`]) and exits with
+    /// [`crate::ckpt::MOVED_EXIT`]; its node starts it elsewhere from that
+    /// cut, and the other ranks go on.
+    MoveWanted { request: u64 },
 }
 
 /// The first frame on every connection between two ranks: who connects. The
@@ -198,6 +204,7 @@ mod tests {
                 .prop_map(|(key, endpoints)| LocalReply::ResolvedKeyed { key, endpoints }),
             Just(LocalReply::Noted),
             any::<u64>().prop_map(|request| LocalReply::CheckpointWanted { request }),
+            any::<u64>().prop_map(|request| LocalReply::MoveWanted { request }),
         ]
     }
 
@@ -247,6 +254,7 @@ mod tests {
         assert_eq!(postcard::to_allocvec(&rec).unwrap(), [6, 2, 0x80, 1]);
         assert_eq!(postcard::to_allocvec(&LocalReply::Noted).unwrap(), [5]);
         assert_eq!(postcard::to_allocvec(&LocalReply::CheckpointWanted { request: 9 }).unwrap(), [6, 9]);
+        assert_eq!(postcard::to_allocvec(&LocalReply::MoveWanted { request: 9 }).unwrap(), [7, 9]);
     }
 
     proptest! {

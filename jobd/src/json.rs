@@ -57,7 +57,7 @@ pub fn job(j: &JobStatus) -> Value {
         .collect();
     json!({"job": j.job.to_string(), "holder": j.holder.to_string(), "executable": j.executable,
         "phase": phase_name(j.phase), "waiting": j.waiting, "ranks": ranks, "error": j.error,
-        "restarts": j.restarts})
+        "restarts": j.restarts, "moves": j.moves})
 }
 
 /// Every job: `{"jobs": [...]}`.
@@ -110,6 +110,7 @@ mod tests {
             holder: a,
             waiting: None,
             restarts: vec!["node 127.0.0.1:7401 holding rank(s) [1] was lost".into()],
+            moves: vec!["rank 1 moved off node 127.0.0.1:7401 to node 127.0.0.1:7402, from checkpoint 2".into()],
         };
         let v = jobs(&[s]);
         assert_eq!(v["jobs"][0]["phase"], "failed");
@@ -124,6 +125,10 @@ mod tests {
         assert_eq!((c["epoch"].as_u64(), c["ranks"].as_u64(), c["raw_bytes"].as_u64()), (Some(2), Some(1), Some(30)));
         assert_eq!(v["jobs"][0]["job"], "0".repeat(40));
         assert_eq!(v["jobs"][0]["restarts"][0], "node 127.0.0.1:7401 holding rank(s) [1] was lost");
+        assert_eq!(
+            v["jobs"][0]["moves"][0],
+            "rank 1 moved off node 127.0.0.1:7401 to node 127.0.0.1:7402, from checkpoint 2"
+        );
         let r =
             Resources { os: "linux".into(), slots: 2, slots_total: 4, load_milli: Some(1500), ..Resources::default() };
         let line = r.any_value(a);

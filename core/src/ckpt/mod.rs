@@ -56,6 +56,22 @@ pub fn file_name(rank: u32, epoch: u64) -> String {
     format!("rank-{rank}.{epoch}.ckpt")
 }
 
+/// The name of the file a rank that moves alone saves its engine in, beside
+/// its checkpoint (the MPI library's format; its header names the cut), and
+/// the one the rank started in its place reads it from.
+pub fn engine_file_name(rank: u32) -> String {
+    format!("rank-{rank}.engine")
+}
+
+/// The exit status of a rank's process that saved its engine to move alone
+/// (`EX_TEMPFAIL`): its node ships the engine instead of reporting an exit.
+pub const MOVED_EXIT: i32 = 75;
+
+/// Most bytes of a rank's engine file carried to the node it moves to (in
+/// one message: a rank moves only at a cut, when nothing is in flight, so
+/// its engine is small).
+pub const MAX_ENGINE_FILE: u64 = 8 << 20;
+
 /// How the stored body is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {

@@ -123,6 +123,9 @@ pub enum ExecEvent {
     /// Ask `rank` of `job`, over its control connection `conn`, to take a
     /// checkpoint at its next safe point (checkpoint request `request`).
     AskCheckpoint { conn: u64, job: JobId, rank: u32, request: u64 },
+    /// Ask `rank` of `job`, over its control connection `conn`, to move alone
+    /// after the cut answering checkpoint request `request` ([`moving`]).
+    AskMove { conn: u64, job: JobId, rank: u32, request: u64 },
 }
 
 /// An executor input that cannot be carried out (API misuse).
@@ -212,6 +215,10 @@ struct ExecJob {
     asked: u64,
     /// Per rank, the newest checkpoint request whose cut was shipped.
     shipped: BTreeMap<u32, u64>,
+    /// Ranks asked to move alone ([`moving`]).
+    moving: BTreeMap<u32, moving::Moving>,
+    /// Ranks placed here that resume with the engine a moved rank carried.
+    engines: BTreeSet<u32>,
 }
 
 /// A node's executor for every job offered to it.
@@ -399,6 +406,7 @@ impl Execution {
                         env.push(("P2PMP_CHECKPOINT_MS".to_owned(), every.as_millis().to_string()));
                     }
                     env.extend(ckpt::resume_env(resume, rank));
+                    env.extend(self.engine_env(job, rank));
                     let (program, args) = (program.clone(), desc.arguments.clone());
                     self.actions.push_back(Action::Event(ExecEvent::SpawnProcess { job, rank, program, args, env }));
                     self.send(from, JobMsg::Started { job, rank }, Bytes::new());
@@ -442,6 +450,8 @@ impl Execution {
             }
             JobMsg::Done { .. } => self.drop_job(job),
             JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request),
+            JobMsg::Move { rank, request, .. } => return self.on_move(job, rank, request),
+            JobMsg::ResumeEngine { rank, .. } => return self.on_resume_engine(job, rank, payload),
             JobMsg::Resume { from: run, epoch, .. } if j.staged.is_none() => j.resume = Some((run, epoch)),
             JobMsg::Staying { .. } => {
                 self.draining.remove(&job);
@@ -509,6 +519,8 @@ impl Execution {
             resume: None,
             asked: 0,
             shipped: BTreeMap::new(),
+            moving: BTreeMap::new(),
+            engines: BTreeSet::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -560,6 +572,12 @@ impl Execution {
             _ => BTreeSet::new(),
         };
         j.ranks.insert(rank, RankRun::Collecting(code));
+        if self.left_to_move(job, rank, code) {
+            // Its output files stay behind; its last reports may still come.
+            self.maybe_exit(job, rank);
+            return Ok(());
+        }
+        let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         j.pending_reads.insert(rank, names.clone());
         self.unlink(job, Some(rank));
         for name in names {
@@ -618,6 +636,7 @@ impl Machine for Execution {
 }
 
 mod ckpt;
+mod moving;
 mod output;
 mod queue;
 mod stage;

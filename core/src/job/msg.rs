@@ -152,6 +152,20 @@ pub enum JobMsg {
     /// Submitter -> executor: answer to [`JobMsg::Leaving`]: the ranks will
     /// not be moved (no checkpoint can be taken of them); stop them at will.
     Staying { job: JobId },
+    /// Submitter -> executor, after [`JobMsg::Checkpoint`] of `request`:
+    /// `rank` moves alone at the cut answering it (`p2pjob migrate`): it
+    /// saves its engine and exits, and the node sends [`JobMsg::Moved`]
+    /// instead of an exit.
+    Move { job: JobId, rank: u32, request: u64 },
+    /// Executor -> submitter: `rank` left its process to move (after its
+    /// checkpoint files); payload = its engine file
+    /// ([`crate::ckpt::engine_file_name`]), empty when it could not be read.
+    Moved { job: JobId, rank: u32 },
+    /// Submitter -> executor, after [`JobMsg::Resume`] and before
+    /// [`JobMsg::Start`]: `rank`, placed here, takes the place of a rank that
+    /// moved alone; payload = the engine it saved, written beside its
+    /// checkpoint for it to resume with.
+    ResumeEngine { job: JobId, rank: u32 },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -214,7 +228,10 @@ impl JobMsg {
             | JobMsg::CheckpointFile { job, .. }
             | JobMsg::Resume { job, .. }
             | JobMsg::Leaving { job }
-            | JobMsg::Staying { job } => *job,
+            | JobMsg::Staying { job }
+            | JobMsg::Move { job, .. }
+            | JobMsg::Moved { job, .. }
+            | JobMsg::ResumeEngine { job, .. } => *job,
         }
     }
 
@@ -222,7 +239,12 @@ impl JobMsg {
     pub fn carries_payload(&self) -> bool {
         matches!(
             self,
-            JobMsg::Stage { .. } | JobMsg::Output { .. } | JobMsg::OutputFile { .. } | JobMsg::CheckpointFile { .. }
+            JobMsg::Stage { .. }
+                | JobMsg::Output { .. }
+                | JobMsg::OutputFile { .. }
+                | JobMsg::CheckpointFile { .. }
+                | JobMsg::Moved { .. }
+                | JobMsg::ResumeEngine { .. }
         )
     }
 }
@@ -311,6 +333,10 @@ mod tests {
         assert_eq!(body_bytes(&JobMsg::Resume { job: z, from: z, epoch: 4 }), want);
         assert_eq!(body_bytes(&JobMsg::Leaving { job: z }), [&[31u8][..], &[0u8; 20]].concat());
         assert_eq!(body_bytes(&JobMsg::Staying { job: z }), [&[32u8][..], &[0u8; 20]].concat());
+        let (zero, tail) = (&[0u8; 20][..], &[1u8, 2][..]);
+        assert_eq!(body_bytes(&JobMsg::Move { job: z, rank: 1, request: 2 }), [&[33u8][..], zero, tail].concat());
+        assert_eq!(body_bytes(&JobMsg::Moved { job: z, rank: 1 }), [&[34u8][..], zero, &[1]].concat());
+        assert_eq!(body_bytes(&JobMsg::ResumeEngine { job: z, rank: 1 }), [&[35u8][..], zero, &[1]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -376,6 +402,13 @@ mod tests {
             job.clone().prop_map(|job| JobMsg::Unwant { job }),
             job.clone().prop_map(|job| JobMsg::Leaving { job }),
             job.clone().prop_map(|job| JobMsg::Staying { job }),
+            (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, request)| JobMsg::Move {
+                job,
+                rank,
+                request
+            }),
+            (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::Moved { job, rank }),
+            (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::ResumeEngine { job, rank }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

@@ -256,6 +256,10 @@ pub enum SubmitEvent {
     /// `to` when one was named: the job restarts from the cut of `epoch`, taken for
     /// it, away from that node.
     Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
+    /// `rank` moved alone off node `from` and runs on node `to`, resumed
+    /// from its file of the cut of `epoch` (`p2pjob migrate`); the other
+    /// ranks went on.
+    Moved { job: JobId, rank: u32, from: NodeAddr, to: NodeAddr, epoch: u64 },
     /// `rank`'s checkpoint file of `epoch` is no longer needed: remove it.
     DropCheckpoint { job: JobId, rank: u32, epoch: u64 },
     /// Read `rank`'s kept checkpoint file of `epoch` back; answer through

@@ -5,8 +5,10 @@
 //!   submitter ([`crate::job::Submitter::request_checkpoint`]); the tool that
 //!   asked follows it: the ranks it reached ([`ToolReply::CheckpointAsked`]),
 //!   then the cut ([`ToolReply::CheckpointTaken`]) or why there is none.
-//! - **Executor.** Its asks ([`crate::job::ExecEvent::AskCheckpoint`]) go to
-//!   the ranks as [`LocalReply::CheckpointWanted`], unasked ([`PUSH_ID`]).
+//! - **Executor.** Its asks ([`crate::job::ExecEvent::AskCheckpoint`],
+//!   [`crate::job::ExecEvent::AskMove`]) go to the ranks as
+//!   [`LocalReply::CheckpointWanted`] and [`LocalReply::MoveWanted`], unasked
+//!   ([`PUSH_ID`]).
 //! - **Ranks.** A rank's reports ([`LocalRequest::Checkpointed`],
 //!   [`LocalRequest::Recovered`]) on its control connection go to the
 //!   executor, which keeps them and passes them to the job's holder.
@@ -50,6 +52,11 @@ impl DaemonNode {
     /// A rank moves: the tools that asked for it are told.
     pub(super) fn on_migrated(&mut self, job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64) {
         self.answer_migrations(job, ToolReply::Migrated { job, rank, from, to, epoch });
+    }
+
+    /// A rank moved alone: the tools that asked for it are told.
+    pub(super) fn on_moved(&mut self, job: JobId, rank: u32, from: NodeAddr, to: NodeAddr, epoch: u64) {
+        self.answer_migrations(job, ToolReply::Moved { job, rank, from, to, epoch });
     }
 
     /// Every tool waiting for a migration of `job` gets `reply`, its last.
@@ -116,6 +123,12 @@ impl DaemonNode {
     /// The executor asks the rank on control connection `conn` for a checkpoint.
     pub(super) fn push_checkpoint_wanted(&mut self, conn: ConnId, request: u64) {
         self.reply(conn, PUSH_ID, LocalReply::CheckpointWanted { request });
+    }
+
+    /// The executor asks the rank on control connection `conn` to move
+    /// alone after the cut answering `request`.
+    pub(super) fn push_move_wanted(&mut self, conn: ConnId, request: u64) {
+        self.reply(conn, PUSH_ID, LocalReply::MoveWanted { request });
     }
 
     /// A rank's checkpoint report on control connection `conn`. A connection

@@ -73,9 +73,9 @@ pub enum ToolRequest {
     /// Move `rank` of a running job off its node: a checkpoint is taken, and
     /// the job resumes from it placed away from that node, on node `to` when
     /// one is named (a candidate of the job's placement with a free slot).
-    /// Answered by [`ToolReply::CheckpointAsked`], then
-    /// [`ToolReply::Migrated`] (or an error: no rank reached, the job ended
-    /// first, `to` cannot take it).
+    /// Answered by [`ToolReply::CheckpointAsked`], then [`ToolReply::Moved`]
+    /// ([`ToolReply::Migrated`] when the job rolled back to the cut instead)
+    /// or an error: no rank reached, the job ended first, `to` cannot take it.
     Migrate { job: JobId, rank: u32, to: Option<NodeAddr> },
 }
 
@@ -227,6 +227,8 @@ pub struct JobStatus {
     pub waiting: Option<String>,
     /// Why it restarted, each time it did (`<restart>scratch</restart>`).
     pub restarts: Vec<String>,
+    /// Every rank that moved alone (`p2pjob migrate`), in words.
+    pub moves: Vec<String>,
 }
 
 /// A daemon's answer to a [`ToolRequest`].
@@ -288,6 +290,10 @@ pub enum ToolReply {
     /// asked to go to node `to`, when one was named: it goes there if that
     /// node grants a slot; `p2pjob status` shows where it went).
     Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
+    /// The last answer to [`ToolRequest::Migrate`]: the rank moved alone off
+    /// node `from` and runs on node `to`, resumed from its checkpoint of
+    /// `epoch`; the other ranks went on.
+    Moved { job: JobId, rank: u32, from: NodeAddr, to: NodeAddr, epoch: u64 },
 }
 
 /// One CAN node in a [`ToolReply::Zones`], as it tells it.

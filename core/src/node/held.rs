@@ -271,8 +271,8 @@ impl DaemonNode {
         let error = meta.end.as_ref().and_then(|e| e.error.clone());
         let executable = s.description().executable.clone();
         let waiting = s.waiting_reason();
-        let restarts = s.restart_reasons().to_vec();
-        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting, restarts })
+        let (restarts, moves) = (s.restart_reasons().to_vec(), s.moves().to_vec());
+        Some(JobStatus { job, executable, phase, ranks, error, holder: self.addr, waiting, restarts, moves })
     }
 
     pub(super) fn on_submit_event(&mut self, now: Instant, e: SubmitEvent) {
@@ -333,6 +333,7 @@ impl DaemonNode {
                 self.event(NodeEvent::WriteFile { path, offset, data });
             }
             SubmitEvent::Migrated { job, rank, from, to, epoch } => self.on_migrated(job, rank, from, to, epoch),
+            SubmitEvent::Moved { job, rank, from, to, epoch } => self.on_moved(job, rank, from, to, epoch),
             SubmitEvent::DropCheckpoint { job, rank, epoch } => {
                 let path = self.cut_path(job, rank, epoch);
                 self.event(NodeEvent::RemoveFile { path });

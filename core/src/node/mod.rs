@@ -113,7 +113,9 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::SignedOffer { .. }
         | JobMsg::Checkpoint { .. }
         | JobMsg::Resume { .. }
-        | JobMsg::Staying { .. } => true,
+        | JobMsg::Staying { .. }
+        | JobMsg::Move { .. }
+        | JobMsg::ResumeEngine { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -130,7 +132,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Checkpointed { .. }
         | JobMsg::Recovered { .. }
         | JobMsg::CheckpointFile { .. }
-        | JobMsg::Leaving { .. } => false,
+        | JobMsg::Leaving { .. }
+        | JobMsg::Moved { .. } => false,
     }
 }
 
@@ -636,6 +639,7 @@ impl DaemonNode {
             ExecEvent::SlotsChanged { .. } => self.resources_changed(now),
             ExecEvent::OutputCredit { job, rank, bytes } => self.event(NodeEvent::OutputCredit { job, rank, bytes }),
             ExecEvent::AskCheckpoint { conn, request, .. } => self.push_checkpoint_wanted(conn, request),
+            ExecEvent::AskMove { conn, request, .. } => self.push_move_wanted(conn, request),
         }
     }
 

@@ -365,6 +365,7 @@ mod tests {
             holder,
             waiting: None,
             restarts: Vec::new(),
+            moves: Vec::new(),
         }
     }
 

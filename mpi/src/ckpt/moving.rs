@@ -2,8 +2,9 @@
 //! rank has written its file and passed the barrier that ends it, the moving
 //! rank saves its engine (per-peer sequence numbers and credit, the frames
 //! its peers have not acknowledged, the messages it received and no receive
-//! took: [`p2pmp_core::mpi::SavedEngine`]) beside its checkpoint as
-//! `rank-R.E.engine`, and exits with [`MOVED_EXIT`]. Nothing is received or
+//! took: [`p2pmp_core::mpi::SavedEngine`]; its header names the job and the
+//! cut) beside its checkpoint as `rank-R.engine`, and exits with
+//! [`MOVED_EXIT`]. Nothing is received or
 //! acknowledged after the save. The process started in its place with
 //! `P2PMP_RESTART` (that checkpoint) and `P2PMP_RESUME_ENGINE` (that file,
 //! which names the job and the cut: both must be the checkpoint's) restores
@@ -21,10 +22,13 @@
 //! program's memory: a program that moves a rank must not hold any (the
 //! context counter is carried, so new ones agree).
 //!
-//! What asks a rank to move is, for now, the tests' fault injection
-//! (`P2PMP_FAULT_MOVE_CUT=rank:epoch[,...]`, feature `fault-injection`); the
-//! `p2pmp-launch` tool starts the replacement. The daemons do not yet: a
-//! `p2pjob migrate` rolls the whole job back to the cut.
+//! What asks a rank to move is its node (`p2pjob migrate`: a
+//! [`LocalReply::MoveWanted`](p2pmp_core::local::LocalReply::MoveWanted)
+//! pushed over the rank's node connection, which also asks for the cut; the
+//! rank moves after the first cut answering it), which ships the engine and
+//! the checkpoint to the node the rank moves to; or the tests' fault
+//! injection (`P2PMP_FAULT_MOVE_CUT=rank:epoch[,...]`, feature
+//! `fault-injection`), when the `p2pmp-launch` tool starts the replacement.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -43,16 +47,17 @@ use crate::world::World;
 /// the engine file it saved.
 pub const RESUME_ENGINE_VAR: &str = "P2PMP_RESUME_ENGINE";
 /// The exit status of a process whose rank moved away (`EX_TEMPFAIL`).
-pub const MOVED_EXIT: i32 = 75;
+pub const MOVED_EXIT: i32 = p2pmp_core::ckpt::MOVED_EXIT;
 /// The first bytes of an engine file.
 const MAGIC: &[u8; 4] = b"P2PE";
 /// Largest engine file read back (frames and unreceived messages are
 /// bounded by the eager credit, rendezvous data by the cut's quiet rule).
 const MAX_FILE: u64 = 1 << 30;
 
-/// The engine file of `rank` at the cut of `epoch`, in `dir`.
-pub fn engine_path(dir: &Path, rank: u32, epoch: u64) -> PathBuf {
-    dir.join(format!("rank-{rank}.{epoch}.engine"))
+/// The engine file of `rank` in `dir` (one at a time: the process that
+/// takes the rank's place removes it once read).
+pub fn engine_path(dir: &Path, rank: u32) -> PathBuf {
+    dir.join(p2pmp_core::ckpt::engine_file_name(rank))
 }
 
 /// The header of an engine file: the magic, the job, the cut's epoch, the
@@ -119,10 +124,13 @@ pub(crate) fn fault_move_cuts(_rank: u32) -> BTreeSet<u64> {
 
 impl World {
     /// Called at the end of the cut of `epoch`: when this rank is to move
-    /// then, saves its engine and exits ([`MOVED_EXIT`]); a rank that is
-    /// not quiet stays and says why.
+    /// then (the fault injection names the cut, or the cut answers the
+    /// node's move request), saves its engine and exits ([`MOVED_EXIT`]); a
+    /// rank that is not quiet stays and says why (and tries again at the
+    /// next cut, when its node asked).
     pub(super) fn move_after_cut(&mut self, epoch: u64) -> Result<()> {
-        if !self.ckpt.move_at.contains(&epoch) {
+        let asked = self.net.move_wanted();
+        if !(self.ckpt.move_at.contains(&epoch) || (asked > 0 && asked <= self.ckpt.served)) {
             return Ok(());
         }
         let saved = match (self.done.is_empty() && self.cancels.is_empty(), self.engine.save()) {
@@ -138,7 +146,7 @@ impl World {
         bytes.extend_from_slice(&epoch.to_le_bytes());
         bytes.extend_from_slice(&self.next_ctx.to_le_bytes());
         bytes.extend_from_slice(&saved.encode());
-        let path = engine_path(&self.ckpt.dir, self.rank(), epoch);
+        let path = engine_path(&self.ckpt.dir, self.rank());
         super::store::write_atomic(&self.ckpt.dir, &path, &bytes)?;
         let (frames, messages) = saved.counts();
         eprintln!(

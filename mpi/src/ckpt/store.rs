@@ -93,12 +93,10 @@ pub(crate) fn restart_file(path: &Path, rank: u32, size: u32) -> Result<PathBuf>
     }
 }
 
-/// Every checkpoint of `rank` in `dir` older than `epoch` removed, with the
-/// engine saved at it if the rank moved then (see `moving`).
+/// Every checkpoint of `rank` in `dir` older than `epoch` removed.
 pub(crate) fn drop_older(dir: &Path, rank: u32, epoch: u64) {
     for old in epochs(dir).remove(&rank).unwrap_or_default().range(..epoch) {
         let _ = fs::remove_file(path(dir, rank, *old));
-        let _ = fs::remove_file(super::engine_path(dir, rank, *old));
     }
 }
 

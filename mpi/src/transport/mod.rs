@@ -37,7 +37,8 @@
 //! set) at their next bytes ([`Transport::before_sleep`]).
 //!
 //! The node connection also carries checkpoints: the node may ask for one
-//! unasked ([`LocalReply::CheckpointWanted`], noticed when the poll loop reads
+//! unasked ([`LocalReply::CheckpointWanted`], or [`LocalReply::MoveWanted`]:
+//! a checkpoint after which this rank moves; noticed when the poll loop reads
 //! the node's replies, so the data path pays nothing while none comes), and the
 //! rank reports each checkpoint and recovery ([`Transport::report`]).
 
@@ -172,6 +173,8 @@ pub(crate) struct Transport {
     replies: Vec<(u64, LocalReply)>,
     /// The newest checkpoint request the node sent (0: none).
     checkpoint_wanted: u64,
+    /// The newest request the node sent to move this rank alone (0: none).
+    move_wanted: u64,
     /// A peer stayed unreachable too long (reported by the next call that can).
     gave_up: Option<Error>,
     /// A peer silent this long breaks its connection (`P2PMP_FAILURE_TIMEOUT_MS`).
@@ -240,6 +243,7 @@ impl Transport {
             ready: Vec::with_capacity(256),
             replies: Vec::new(),
             checkpoint_wanted: 0,
+            move_wanted: 0,
             gave_up: None,
             failure_timeout,
             local,
@@ -702,9 +706,18 @@ impl Transport {
         let mut replies = std::mem::take(&mut self.replies);
         let res = self.node.flush().map_err(Error::from).and_then(|()| self.node.read_replies(&mut replies));
         for (id, reply) in replies.drain(..) {
-            if let (PUSH_ID, LocalReply::CheckpointWanted { request }) = (id, &reply) {
-                self.checkpoint_wanted = self.checkpoint_wanted.max(*request);
-                continue;
+            match (id, &reply) {
+                (PUSH_ID, LocalReply::CheckpointWanted { request }) => {
+                    self.checkpoint_wanted = self.checkpoint_wanted.max(*request);
+                    continue;
+                }
+                // A move is asked with its cut.
+                (PUSH_ID, LocalReply::MoveWanted { request }) => {
+                    self.checkpoint_wanted = self.checkpoint_wanted.max(*request);
+                    self.move_wanted = self.move_wanted.max(*request);
+                    continue;
+                }
+                _ => {}
             }
             let found = node_client::resolved(reply);
             if let Some(peer) = self.resolves.remove(&id) {
@@ -1038,6 +1051,12 @@ impl Transport {
     /// The newest checkpoint request the node sent this rank (0: none yet).
     pub(crate) fn checkpoint_wanted(&self) -> u64 {
         self.checkpoint_wanted
+    }
+
+    /// The newest request the node sent to move this rank alone (0: none):
+    /// the rank moves after the first cut answering it (see `ckpt`).
+    pub(crate) fn move_wanted(&self) -> u64 {
+        self.move_wanted
     }
 
     /// Tells the node of a checkpoint or a recovery, without waiting (best

@@ -59,6 +59,9 @@ impl Execution {
     /// is not sent; the rank's exit follows once every file is answered and sent.
     /// A checkpoint file read to be shipped ([`super::ckpt`]) comes back the same way.
     pub fn handle_output_file(&mut self, job: JobId, rank: u32, name: &str, data: Result<Bytes, String>) {
+        if self.engine_read(job, rank, name, &data) {
+            return self.maybe_exit(job, rank);
+        }
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let what = if j.pending_reads.get_mut(&rank).is_some_and(|p| p.remove(name)) {
             Shipped::Output(name.to_owned())
@@ -120,18 +123,25 @@ impl Execution {
         }
     }
 
-    /// `rank` exits once every output file is answered and sent.
+    /// `rank` exits once every output file is answered and sent (a rank that
+    /// left to move, once its checkpoint file and engine are: see `moving`).
     pub(super) fn maybe_exit(&mut self, job: JobId, rank: u32) {
-        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let Some(j) = self.jobs.get(&job) else { return };
         let Some(RankRun::Collecting(code)) = j.ranks.get(&rank).copied() else { return };
         if j.pending_reads.get(&rank).is_some_and(|p| !p.is_empty()) || !j.outgoing.all_sent(rank) {
             return;
         }
+        let (msg, payload) = match self.moved_message(job, rank) {
+            Some(None) => return,
+            Some(Some(moved)) => moved,
+            None => (JobMsg::Exit { job, rank, code }, Bytes::new()),
+        };
+        let Some(j) = self.jobs.get_mut(&job) else { return };
         j.pending_reads.remove(&rank);
         j.ranks.insert(rank, RankRun::Exited(code));
         let to = j.submitter;
         let over = j.killed && j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
-        self.send(to, JobMsg::Exit { job, rank, code }, Bytes::new());
+        self.send(to, msg, payload);
         self.release(1);
         if over {
             self.drop_job(job);

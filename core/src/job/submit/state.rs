@@ -8,6 +8,7 @@ use crate::auth::JobAuth;
 use crate::job::RejectReason;
 use crate::job::outbox::{Outbox, Piece};
 
+mod alone;
 mod checkpoint;
 mod collect;
 mod cuts;
@@ -168,6 +169,8 @@ pub struct Submission {
     avoid: BTreeSet<NodeAddr>,
     /// The node the next placement gives a migrating rank (`migrate --to`).
     toward: Option<(u32, NodeAddr)>,
+    /// Every move of a rank alone, in words, in order.
+    moves: Vec<String>,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -247,6 +250,7 @@ impl Submission {
             migrations: 0,
             avoid: BTreeSet::new(),
             toward: None,
+            moves: Vec::new(),
             desc,
         };
         if !valid {
@@ -278,6 +282,11 @@ impl Submission {
     /// Why each restart happened, in order (empty when it never restarted).
     pub fn restart_reasons(&self) -> &[String] {
         &self.restart_reasons
+    }
+
+    /// Every rank that moved alone, in words, in order.
+    pub fn moves(&self) -> &[String] {
+        &self.moves
     }
 
     /// The job description.
@@ -501,6 +510,7 @@ impl Machine for Submission {
             self.try_offer(now);
         }
         self.migration_timeout(now);
+        self.move_timeout(now);
     }
 
     fn poll_action(&mut self) -> Option<Action<JobMsg, SubmitEvent>> {
@@ -515,7 +525,7 @@ impl Machine for Submission {
         let placing = self.phase == Phase::Placing;
         let stages = self.nodes.values().filter_map(|n| n.stage.deadline().filter(|_| placing));
         let queue = self.queue_deadline.filter(|_| self.phase <= Phase::Queued);
-        let migrating = self.migration_deadline();
+        let migrating = self.migration_deadline().into_iter().chain(self.move_deadline());
         offers.chain(stages).chain(self.deadline).chain(queue).chain(self.bid_deadline).chain(migrating).min()
     }
 }

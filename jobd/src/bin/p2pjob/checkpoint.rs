@@ -71,6 +71,18 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, to: Option<NodeAddr
             }
             Ok(false)
         }
+        ToolReply::Moved { from, to, epoch, .. } => {
+            if json {
+                let (from, to) = (from.to_string(), to.to_string());
+                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch}));
+            } else {
+                println!(
+                    "rank {rank} of job {job} moved off node {from} to node {to}, resuming from checkpoint {epoch}; \
+                     the other ranks went on"
+                );
+            }
+            Ok(true)
+        }
         ToolReply::Migrated { from, to, epoch, .. } => {
             if json {
                 let (from, to) = (from.to_string(), to.map(|t| t.to_string()));

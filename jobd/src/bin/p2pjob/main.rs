@@ -119,23 +119,24 @@ enum Cmd {
     /// Move a rank of a running job off its node.
     ///
     /// The job takes a checkpoint at its ranks' next P2P_Snapshot (as
-    /// `checkpoint` does), its files go to the node holding the job, and the
-    /// job is placed again on nodes meeting its requirements, the rank's node
-    /// used only when no other has room, every rank resuming from that
-    /// checkpoint (the other ranks move back to it too: a moment's work is
-    /// done again). With --to, the rank is asked to go to that node (its
-    /// overlay address as `p2pjob status` and `nodes` show it): one meeting
-    /// the job's requirements, else the request fails at once; the
-    /// placement asks it first and waits up to 2 s for a slot
-    /// there, else the rank goes elsewhere and the job's restart reason says
-    /// so. Prints the ranks
-    /// the checkpoint request reached, then the node the rank moves off once
-    /// the checkpoint is kept and the job restarts from it; `p2pjob status`
-    /// shows the new placement. A migration that has not moved the rank
-    /// within 120 s gives up (the rank stays). Fails (exit
-    /// 3) when the rank is not running, the request reaches no rank (not a
-    /// program using the checkpoint API), or the job ends first. Only the key
-    /// that submitted the job, or a node's admin, may ask.
+    /// `checkpoint` does); after it the rank saves its MPI state and leaves
+    /// its node, its checkpoint and that state go to the node holding the
+    /// job and on to another node meeting the job's requirements and running
+    /// no rank of it, and the rank resumes there from that checkpoint; its
+    /// peers find it again and resend what it had not received. The other
+    /// ranks go on: nothing rolls back. With --to, the rank goes to that
+    /// node (its overlay address as `p2pjob status` and `nodes` show it):
+    /// one meeting the job's requirements and running no rank of it, else
+    /// the request fails at once; when that node does not take it, the rank
+    /// goes elsewhere. Prints the ranks the checkpoint request reached, then
+    /// where the rank moved; `p2pjob status` lists every move. When the rank,
+    /// once left, cannot be placed alone, the whole job resumes from its
+    /// newest checkpoint kept whole (`status` shows it as a restart). A
+    /// migration whose checkpoint has not been taken within 120 s gives up
+    /// (the rank stays). Fails (exit 3) when the rank is not running, the
+    /// request reaches no rank (not a program using the checkpoint API), or
+    /// the job ends first. Only the key that submitted the job, or a node's
+    /// admin, may ask.
     Migrate {
         /// Job id (hex).
         job: String,
@@ -410,6 +411,9 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                             );
                             for (i, why) in j.restarts.iter().enumerate() {
                                 println!("  restart {}: {why}", i + 1);
+                            }
+                            for (i, how) in j.moves.iter().enumerate() {
+                                println!("  move {}: {how}", i + 1);
                             }
                             print!("{ranks}");
                         }

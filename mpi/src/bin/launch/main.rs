@@ -119,22 +119,22 @@ fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHan
     Ok((handle, node))
 }
 
-/// The checkpoint and engine file a rank that moved away left: the newest
-/// engine file its process (started at `since`) wrote.
+/// The checkpoint and engine file a rank that moved away left: the engine
+/// file its process (started at `since`) wrote, and its newest checkpoint
+/// (the engine names its cut: the process resuming checks they agree).
 fn moved_files(rank: u32, since: SystemTime) -> Option<(PathBuf, PathBuf)> {
     let dir = PathBuf::from(std::env::var_os(DIR_VAR).unwrap_or_else(|| "checkpoints".into()));
-    let prefix = format!("rank-{rank}.");
+    let engine = p2pmp_mpi::ckpt::engine_path(&dir, rank);
     // File times come from a coarse clock: a little slack.
     let since = since - Duration::from_millis(100);
-    let written = |e: &std::fs::DirEntry| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+    std::fs::metadata(&engine).and_then(|m| m.modified()).ok().filter(|t| *t >= since)?;
+    let prefix = format!("rank-{rank}.");
     let newest = std::fs::read_dir(&dir)
         .ok()?
         .flatten()
-        .filter(written)
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.strip_suffix(".engine")?.parse::<u64>().ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix(&prefix)?.strip_suffix(".ckpt")?.parse::<u64>().ok())
         .max()?;
-    let ckpt = dir.join(p2pmp_core::ckpt::file_name(rank, newest));
-    Some((ckpt, p2pmp_mpi::ckpt::engine_path(&dir, rank, newest)))
+    Some((dir.join(p2pmp_core::ckpt::file_name(rank, newest)), engine))
 }
 
 fn main() -> anyhow::Result<ExitCode> {

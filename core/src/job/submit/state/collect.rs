@@ -12,7 +12,15 @@ impl Submission {
             JobMsg::Started { rank, .. } if self.holds(from, rank) => {
                 self.ranks[rank as usize].started = true;
                 self.event(SubmitEvent::Started { job, rank, node: from });
+                self.moved_rank_started(rank, from);
             }
+            JobMsg::Moved { rank, .. } => return self.on_moved(from, rank, payload),
+            m @ (JobMsg::Accept { .. }
+            | JobMsg::Reject { .. }
+            | JobMsg::Resend { .. }
+            | JobMsg::Have { .. }
+            | JobMsg::StageAck { .. }
+            | JobMsg::Staged { .. }) => return self.while_moving(now, from, m),
             JobMsg::Output { rank, stream, offset, .. } => {
                 self.ack_stream(from, rank, payload.len());
                 if !self.holds(from, rank) {

@@ -75,6 +75,12 @@ impl Cuts {
         self.resume.as_ref()?.files.get(&rank)
     }
 
+    /// Whether `rank`'s file of the cut of `epoch` written by run `wire` is
+    /// kept whole.
+    pub(super) fn holds(&self, wire: JobId, rank: u32, epoch: u64) -> bool {
+        self.kept.get(&epoch).is_some_and(|k| k.wire == wire && k.ranks.contains(&rank))
+    }
+
     /// Epochs of the complete cuts kept, newest first.
     fn complete(&self, size: u32) -> impl Iterator<Item = u64> + '_ {
         self.kept.iter().rev().filter(move |(_, k)| k.ranks.len() as u32 == size).map(|(e, _)| *e)
@@ -137,10 +143,10 @@ impl Submission {
             kept.ranks.insert(rank);
             if kept.ranks.len() == size {
                 self.prune_cuts();
-                self.maybe_migrate();
             } else {
                 self.limit_incomplete_cuts();
             }
+            self.maybe_migrate();
         }
         Some(())
     }
@@ -202,6 +208,14 @@ impl Submission {
         }
     }
 
+    /// A rank moving alone resumes from its file of the cut of `epoch` (of
+    /// this run): that file alone is read back.
+    pub(super) fn read_moved_rank(&mut self, rank: u32, epoch: u64, why: String) {
+        let (from, unread) = (self.wire, BTreeSet::from([rank]));
+        self.cuts.resume = Some(Resume { from, epoch, files: BTreeMap::new(), why, damaged: None, unread });
+        self.event(SubmitEvent::ReadCheckpoint { job: self.job, rank, epoch });
+    }
+
     fn read_cut(&mut self, epoch: u64, why: String) {
         // Newer cuts were never completed: the resumed run writes its own.
         let newer: Vec<u64> = self.cuts.kept.keys().copied().filter(|e| *e > epoch).collect();
@@ -243,6 +257,10 @@ impl Submission {
         }
         if !r.unread.is_empty() {
             return;
+        }
+        if self.migration.as_ref().is_some_and(|m| m.alone.is_some()) {
+            let damage = r.damaged.take();
+            return self.moved_file_read(now, damage);
         }
         match r.damaged.take() {
             None => {

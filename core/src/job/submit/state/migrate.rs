@@ -1,23 +1,20 @@
-//! Moving a rank off its node (`p2pjob migrate JOB RANK`): the job takes a
-//! checkpoint now, its files travel to the node holding the job (executors
-//! ship the files of every cut a request asked for), and once that cut is
-//! kept whole the job is placed again, away from the rank's node, and every
-//! rank resumes from it (see `cuts`). The ranks roll back to a cut taken
-//! moments before, so no work is lost beyond what they did while it
-//! travelled. That one rank moves while the others go on untouched needs this
-//! machine to place one rank of a running job alone, which it does not yet
-//! (the MPI library can carry a rank's engine across: `p2pmp_mpi::ckpt`).
+//! Moving a rank off its node. Either way the job takes a checkpoint now,
+//! and its files travel to the node holding the job (executors ship the
+//! files of every cut a request asked for).
 //!
-//! `p2pjob migrate JOB RANK --to NODE` names the node the rank is asked to
-//! go to: one of the candidates the job was placed among. The next
-//! placement asks it first and waits up to
-//! [`TOWARD_GRACE`] for its answer; when it grants a slot, the rank is
-//! offered there; when it has none, the rank goes elsewhere and the
-//! restart's reason says so.
+//! `p2pjob migrate JOB RANK` moves the rank alone: it leaves after that cut
+//! and resumes on another node while the others go on (see `alone`).
+//! `p2pjob migrate JOB RANK --to NODE` names the node it goes to: one of the
+//! candidates the job was placed among that holds no rank of it; when that
+//! node does not take it, the rank goes elsewhere.
 //!
 //! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
-//! the same way (or is told they stay, [`JobMsg::Staying`], when no
-//! checkpoint can be taken of them). A node that shuts down while a
+//! by rolling the job back: once the cut is kept whole the job is placed
+//! again, away from the node, and every rank resumes from it (see `cuts`),
+//! so no work is lost beyond what the ranks did while it travelled (or the
+//! node is told they stay, [`JobMsg::Staying`], when no checkpoint can be
+//! taken of them). A rank moving alone that cannot be placed alone after
+//! it left rolls the job back the same way. A node that shuts down while a
 //! migration is under way joins it: that restart places the job away from
 //! both (so stopping several daemons at once moves every rank). A migration
 //! does not count against the job's restarts after lost nodes.
@@ -27,11 +24,11 @@ use super::*;
 /// A migration on its way.
 #[derive(Debug)]
 pub(super) struct Migration {
-    rank: u32,
+    pub(super) rank: u32,
     /// The node it moves off.
-    from: NodeAddr,
+    pub(super) from: NodeAddr,
     /// The checkpoint request that takes its cut.
-    request: u64,
+    pub(super) request: u64,
     /// That cut's epoch, once the ranks took it.
     epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
@@ -39,9 +36,11 @@ pub(super) struct Migration {
     /// Other nodes shutting down, whose ranks move with this migration.
     also: BTreeSet<NodeAddr>,
     /// The node it moves to, when the user named one.
-    to: Option<NodeAddr>,
+    pub(super) to: Option<NodeAddr>,
     /// When the rank stays after all, its cut not kept whole by then.
     deadline: Instant,
+    /// It moves alone (`p2pjob migrate`), else the job rolls back to the cut.
+    pub(super) alone: Option<super::alone::Alone>,
 }
 
 /// How long a placement waits for the node a migrating rank is sent to.
@@ -51,10 +50,10 @@ pub(super) const TOWARD_GRACE: Duration = Duration::from_secs(2);
 pub(super) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Submission {
-    /// Moves `rank` off its node: asks for a checkpoint (its number is
-    /// returned; its progress comes as for [`Submission::request_checkpoint`]),
-    /// then restarts the job from that cut away from the node
-    /// ([`SubmitEvent::Migrated`]).
+    /// Moves `rank` off its node alone: asks for a checkpoint (its number is
+    /// returned; its progress comes as for [`Submission::request_checkpoint`])
+    /// and for the rank to leave at its cut, then places it on another node
+    /// ([`SubmitEvent::Moved`]; see `alone`).
     /// `to`: the node the rank goes to (see the module docs).
     pub fn migrate(&mut self, now: Instant, rank: u32, to: Option<NodeAddr>) -> Result<u64, SubmitCmdError> {
         self.start_migration(now, rank, false, to)
@@ -103,7 +102,11 @@ impl Submission {
         let request = self.request_checkpoint()?;
         let deadline = now + MIGRATION_TIMEOUT;
         let also = BTreeSet::new();
-        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline });
+        let alone = (!leaving).then(super::alone::Alone::default);
+        if alone.is_some() {
+            self.send(from, JobMsg::Move { job: self.wire, rank, request }, Bytes::new());
+        }
+        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline, alone });
         Ok(request)
     }
 
@@ -118,6 +121,9 @@ impl Submission {
             match self.nodes.get(&to) {
                 None => "it does not meet the job's requirements (or was not in the network when the job was placed)",
                 Some(n) if n.closed => "the job no longer asks it (it refused or did not answer)",
+                Some(n) if !n.accepted.is_empty() => {
+                    "it runs other ranks of the job (a rank moves alone to a node that does not)"
+                }
                 // Whether it has a slot now is its own answer to the next
                 // placement (its free slots as advertised when the job was
                 // placed may be stale: a rank just moved off it, say).
@@ -151,10 +157,14 @@ impl Submission {
         self.migration.as_ref().map(|m| m.deadline)
     }
 
-    /// A migration whose cut was not kept whole in time ends: the rank stays.
+    /// A migration whose cut was not kept whole in time ends: the rank
+    /// stays (or, when it already left to move alone, the job rolls back).
     pub(super) fn migration_timeout(&mut self, now: Instant) {
         if self.migration.as_ref().is_some_and(|m| m.deadline <= now) {
             let secs = MIGRATION_TIMEOUT.as_secs();
+            if self.moving_rank_left() {
+                return self.roll_back_move(format!("it was not running elsewhere within {secs} s"));
+            }
             self.end_migration_with(format!("its checkpoint did not reach the job's node whole within {secs} s"));
         }
     }
@@ -173,8 +183,12 @@ impl Submission {
         self.migration_failed(request);
     }
 
-    /// Once the migration's cut is kept whole here, the job moves.
+    /// Once the migration's cut is kept whole here, the job moves (a rank
+    /// moving alone moves once its own file is here: see `alone`).
     pub(super) fn maybe_migrate(&mut self) {
+        if self.moving_alone() {
+            return self.advance_alone();
+        }
         let Some(m) = &self.migration else { return };
         let (Some(epoch), true) = (m.epoch, self.phase == Phase::Running) else { return };
         if self.newest_cut().is_none_or(|newest| newest < epoch) {

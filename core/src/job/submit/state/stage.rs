@@ -126,7 +126,7 @@ impl Submission {
     }
 
     /// Once every file is read, tells `to` what is coming; [`JobMsg::Have`] starts the transfer.
-    fn stage_node(&mut self, now: Instant, to: NodeAddr) {
+    pub(super) fn stage_node(&mut self, now: Instant, to: NodeAddr) {
         let Some(files) = self
             .files
             .iter()

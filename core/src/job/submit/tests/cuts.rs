@@ -213,33 +213,61 @@ fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
     h.settle(s);
 }
 
+/// The node of `rank` says it left to move, with an engine.
+fn left(h: &mut Harness, s: &mut Submission, from: NodeAddr, rank: u32) {
+    s.handle_message(h.now, reply(from, JobMsg::Moved { job: s.wire(), rank }, Bytes::from_static(b"engine")));
+}
+
 #[test]
-fn a_migrated_rank_s_job_resumes_from_the_cut_taken_for_it_away_from_its_node() {
+fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     // <restart>fail</restart>: a migration needs no restart rule.
     let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
-    let first = s.wire();
+    let (job, wire) = (s.job(), s.wire());
     let from = s.ranks()[1].node.unwrap();
+    let stays = s.ranks()[0].node.unwrap();
     assert_eq!(s.migrate(h.now, 1, None), Ok(1));
     assert!(matches!(s.migrate(h.now, 0, None), Err(SubmitCmdError::Migrating { rank: 1, .. })));
     h.settle(&mut s);
+    assert!(h.sent.iter().any(|(to, m, _)| *to == from && *m == JobMsg::Move { job: wire, rank: 1, request: 1 }));
     take_cut(&mut h, &mut s, 1, 1);
-    // Taken, but its files are not here yet: nothing moves.
-    assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
-    assert_eq!(s.wire(), first);
-    h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
+    // The cut is here, but the rank has not left its process: nothing moves.
+    assert_eq!(s.ranks()[1].node, Some(from));
+    let before = h.sent.len();
+    h.exit_code = Some(0);
+    left(&mut h, &mut s, from, 1);
     h.run(&mut s, 30);
-    assert!(
-        h.events.contains(&SubmitEvent::Migrated { job: s.job(), rank: 1, from, to: None, epoch: 1 }),
-        "{:?}",
-        h.events
-    );
+    let to = s.ranks()[1].node.unwrap();
+    assert!(to != from && to != stays, "rank 1 went to the free node: {to}");
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to, epoch: 1 }), "{:?}", h.events);
+    assert_eq!(s.moves(), [format!("rank 1 moved off node {from} to node {to}, from checkpoint 1")]);
+    // Nothing rolled back: same run, no restart, rank 0's node told nothing
+    // but the checkpoint; the node moved off is done with the job.
+    assert_eq!((s.wire(), s.restart_reasons().len(), s.ranks()[0].node), (wire, 0, Some(stays)));
+    let after = &h.sent[before..];
+    assert!(!after.iter().any(|(n, _, _)| *n == stays), "{after:?}");
+    assert!(after.iter().any(|(n, m, _)| *n == from && *m == JobMsg::Done { job: wire }), "{after:?}");
+    // The new node: one rank offered, told the cut and given the engine before the files.
+    let to_new: Vec<&(NodeAddr, JobMsg, Bytes)> = after.iter().filter(|(n, _, _)| *n == to).collect();
+    assert!(matches!(&to_new[0].1, JobMsg::Offer { ranks, .. } if *ranks == [1]), "{to_new:?}");
+    let at = |want: &dyn Fn(&JobMsg) -> bool| to_new.iter().position(|(_, m, _)| want(m));
+    let resume = at(&|m| *m == JobMsg::Resume { job: wire, from: wire, epoch: 1 });
+    let engine = at(&|m| *m == JobMsg::ResumeEngine { job: wire, rank: 1 });
+    let start = at(&|m| *m == JobMsg::Start { job: wire });
+    assert!(resume.is_some() && resume < engine && engine < start, "{to_new:?}");
+    assert_eq!(to_new[engine.unwrap()].2, Bytes::from_static(b"engine"));
+    let staged: Vec<u32> = to_new
+        .iter()
+        .filter_map(|(_, m, _)| match m {
+            JobMsg::Stage { file, offset: 0, .. } if *file >= RESUME_FILES => Some(*file),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(staged, [RESUME_FILES + 1], "only the moving rank's file");
+    // The job ends as ever once rank 0 exits too.
+    s.handle_message(h.now, reply(stays, JobMsg::Exit { job: wire, rank: 0, code: 0 }, Bytes::new()));
+    h.settle(&mut s);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
-    assert!(s.ranks().iter().all(|r| r.node != Some(from)), "the node moved off is passed over");
-    assert_eq!(s.resumed_from(), Some(1));
-    let reason = &s.restart_reasons()[0];
-    assert!(reason.starts_with(&format!("from checkpoint 1: rank 1 moved off node {from}")), "{reason}");
-    assert!(h.sent.iter().any(|(_, m, _)| *m == JobMsg::Resume { job: s.wire(), from: first, epoch: 1 }));
 }
 
 #[test]
@@ -247,8 +275,11 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
     let (mut h, mut s) = running();
     for round in 1..=MAX_RESTARTS as u64 + 1 {
         assert_eq!(s.phase(), Phase::Running, "round {round}: {:?}", h.events);
-        let request = s.migrate(h.now, 0, None).unwrap();
-        take_cut(&mut h, &mut s, request, round);
+        // A node shutting down: its rank moves by rolling the job back.
+        let leaving = s.ranks()[0].node.unwrap();
+        s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+        h.settle(&mut s);
+        take_cut(&mut h, &mut s, round, round);
         ship_cut(&mut h, &mut s, round);
         h.run(&mut s, 30);
         assert_eq!(s.restart_reasons().len() as u64, round);
@@ -352,14 +383,39 @@ fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
 }
 
 #[test]
-fn a_migration_with_no_other_node_free_restarts_the_job_where_it_was() {
+fn a_rank_that_left_with_no_other_node_free_rolls_the_job_back_where_it_was() {
     let (mut h, mut s) = running_on(2, RestartPolicy::Fail, None);
+    let from = s.ranks()[1].node.unwrap();
     let request = s.migrate(h.now, 1, None).unwrap();
     take_cut(&mut h, &mut s, request, 1);
-    h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
+    h.exit_code = Some(0);
+    left(&mut h, &mut s, from, 1);
     h.run(&mut s, 30);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(s.resumed_from(), Some(1));
+    let reason = &s.restart_reasons()[0];
+    let want = format!("from checkpoint 1: rank 1 could not move off node {from} alone (no other node of the job's");
+    assert!(reason.starts_with(&want), "{reason}");
+    assert!(s.moves().is_empty());
+}
+
+#[test]
+fn a_rank_whose_file_arrives_damaged_rolls_the_job_back_to_the_cut_before() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let from = s.ranks()[1].node.unwrap();
+    ship_cut(&mut h, &mut s, 1);
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 2);
+    ship_cut(&mut h, &mut s, 2);
+    // The kept copy of the rank's file rots before it is read back.
+    h.cuts.get_mut(&(1, 2)).unwrap()[crate::ckpt::HEADER_LEN + 7] ^= 1;
+    h.exit_code = Some(0);
+    left(&mut h, &mut s, from, 1);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let reason = &s.restart_reasons()[0];
+    assert!(reason.starts_with("from checkpoint 1: ") && reason.contains("could not move off node"), "{reason}");
     assert_eq!(s.resumed_from(), Some(1));
 }
 
@@ -367,43 +423,50 @@ fn a_migration_with_no_other_node_free_restarts_the_job_where_it_was() {
 fn a_rank_migrated_to_a_named_node_resumes_there() {
     let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
     let from = s.ranks()[1].node.unwrap();
+    let other = s.ranks()[0].node.unwrap();
     let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
     // The free node placement would pick last: the highest address.
     let to = (1..=4).map(addr).filter(|a| !used.contains(a)).max().unwrap();
     let job = s.job();
-    for (bad, why) in [(from, "the rank runs there"), (addr(9), "does not meet the job's requirements")] {
+    for (bad, why) in [
+        (from, "the rank runs there"),
+        (addr(9), "does not meet the job's requirements"),
+        (other, "it runs other ranks of the job"),
+    ] {
         let e = s.migrate(h.now, 1, Some(bad)).unwrap_err();
         assert!(matches!(e, SubmitCmdError::CannotMoveTo { rank: 1, .. }), "{e}");
         assert!(e.to_string().contains(why), "{e}");
     }
     let request = s.migrate(h.now, 1, Some(to)).unwrap();
     take_cut(&mut h, &mut s, request, 1);
-    h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
+    left(&mut h, &mut s, from, 1);
     h.run(&mut s, 30);
-    assert!(h.events.contains(&SubmitEvent::Migrated { job, rank: 1, from, to: Some(to), epoch: 1 }), "{:?}", h.events);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to, epoch: 1 }), "{:?}", h.events);
     assert_eq!(s.ranks()[1].node, Some(to), "rank 1 went where it was sent");
-    let reason = &s.restart_reasons()[0];
-    assert!(reason.contains(&format!("rank 1 moved off node {from} to node {to}")), "{reason}");
+    assert!(s.restart_reasons().is_empty());
 }
 
 #[test]
-fn a_named_node_that_grants_no_slot_in_time_leaves_the_rank_elsewhere_and_says_so() {
+fn a_named_node_that_does_not_answer_leaves_the_rank_to_another() {
     let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
+    let from = s.ranks()[1].node.unwrap();
     let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
     let to = (1..=4).map(addr).filter(|a| !used.contains(a)).max().unwrap();
     let request = s.migrate(h.now, 1, Some(to)).unwrap();
-    // Its slot goes to another job meanwhile: it answers the wait no more.
     h.behave.insert(to, Behave::Silent);
     take_cut(&mut h, &mut s, request, 1);
-    h.exit_code = Some(0);
     ship_cut(&mut h, &mut s, 1);
+    left(&mut h, &mut s, from, 1);
     h.run(&mut s, 30);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
-    assert!(s.ranks().iter().all(|r| r.node.is_some() && r.node != Some(to)));
-    let reason = &s.restart_reasons()[0];
-    assert!(reason.contains(&format!("node {to} had no free slot for rank 1, which went to another node")), "{reason}");
+    let went = s.ranks()[1].node.unwrap();
+    assert!(!used.contains(&went) && went != to, "{went}");
+    // Rank 1 was offered to its first node, then to the one named, then to the other.
+    let offered: Vec<NodeAddr> = h.offers().iter().filter(|(_, r)| *r == [1]).map(|(n, _)| *n).collect();
+    assert_eq!(offered, [from, to, went]);
+    assert!(h.sent.iter().any(|(n, m, _)| *n == to && matches!(m, JobMsg::Kill { .. })), "the silent node let go");
+    assert!(h.events.contains(&SubmitEvent::Moved { job: s.job(), rank: 1, from, to: went, epoch: 1 }));
+    assert!(s.restart_reasons().is_empty());
 }
 
 #[test]

@@ -1,0 +1,118 @@
+//! A rank that moves alone (`p2pjob migrate`), on the executor's side: both
+//! the node it leaves and the node it moves to.
+//!
+//! - **Leaving.** [`JobMsg::Move`] names a rank running here and the
+//!   checkpoint request whose cut it moves at; the rank is told over its
+//!   control connection ([`ExecEvent::AskMove`]). After that cut it saves its
+//!   engine in [`ckpt::engine_file_name`] and exits with
+//!   [`ckpt::MOVED_EXIT`]: no output file is read, the engine file is, and
+//!   once the rank's checkpoint file has gone out whole (its report may come
+//!   after the exit: the control connection stays linked until it closes)
+//!   the submitter gets [`JobMsg::Moved`] carrying it instead of an exit. The
+//!   slot is free. An exit with any other code, or of a rank not asked to
+//!   move, is an exit.
+//! - **Arriving.** A rank offered here to take a moved rank's place is
+//!   staged like a rank of a restarted job ([`JobMsg::Resume`], its
+//!   checkpoint file) and gets the engine ([`JobMsg::ResumeEngine`]), written
+//!   beside it; it starts with `P2PMP_RESUME_ENGINE` naming that file, so it
+//!   goes on from the cut with the others, who never stopped.
+
+use bytes::Bytes;
+
+use super::{ExecEvent, Execution, RankRun};
+use crate::ckpt::{self, MAX_ENGINE_FILE, MOVED_EXIT};
+use crate::job::JobId;
+use crate::job::msg::JobMsg;
+
+/// A rank asked to move alone.
+#[derive(Debug)]
+pub(super) struct Moving {
+    /// The checkpoint request whose cut it moves at.
+    request: u64,
+    /// It exited to move: its engine file as read (empty when it could not
+    /// be), `None` while being read.
+    engine: Option<Bytes>,
+    left: bool,
+}
+
+impl Execution {
+    /// The submitter asks `rank` of `job` to move at the cut answering `request`.
+    pub(super) fn on_move(&mut self, job: JobId, rank: u32, request: u64) -> Option<()> {
+        let j = self.jobs.get_mut(&job)?;
+        if !matches!(j.ranks.get(&rank), Some(RankRun::Running { .. })) {
+            return None;
+        }
+        j.moving.insert(rank, Moving { request, engine: None, left: false });
+        let conn = self.links.iter().find(|(_, l)| **l == (job, rank)).map(|(c, _)| *c);
+        // A rank not linked yet is not reached: the move runs out its time
+        // at the submitter.
+        if let Some(conn) = conn {
+            self.event(ExecEvent::AskMove { conn, job, rank, request });
+        }
+        Some(())
+    }
+
+    /// `rank` exited with `code`: whether it left to move (then its engine
+    /// file is being read, and its exit is not reported).
+    pub(super) fn left_to_move(&mut self, job: JobId, rank: u32, code: i32) -> bool {
+        let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.moving.get_mut(&rank)) else { return false };
+        if code != MOVED_EXIT || m.left {
+            return false;
+        }
+        m.left = true;
+        let name = ckpt::engine_file_name(rank);
+        self.event(ExecEvent::ReadOutputFile { job, rank, name });
+        true
+    }
+
+    /// Whether `name`, just read, is the engine file of a rank that left to
+    /// move: then it is kept to go with [`JobMsg::Moved`].
+    pub(super) fn engine_read(&mut self, job: JobId, rank: u32, name: &str, data: &Result<Bytes, String>) -> bool {
+        let Some(m) = self.jobs.get_mut(&job).and_then(|j| j.moving.get_mut(&rank)) else { return false };
+        if !m.left || m.engine.is_some() || name != ckpt::engine_file_name(rank) {
+            return false;
+        }
+        let fits = |b: &Bytes| b.len() as u64 <= MAX_ENGINE_FILE;
+        m.engine = Some(data.as_ref().ok().filter(|b| fits(b)).cloned().unwrap_or_default());
+        if m.engine.as_ref().is_some_and(Bytes::is_empty) {
+            tracing::warn!(%job, rank, "the engine of a moving rank could not be read: {data:?}");
+        }
+        true
+    }
+
+    /// For a rank that left to move, once its engine is read and its
+    /// checkpoint file has gone out: the [`JobMsg::Moved`] that stands for
+    /// its exit. `None` for any other rank; `Some(None)` while not yet.
+    pub(super) fn moved_message(&mut self, job: JobId, rank: u32) -> Option<Option<(JobMsg, Bytes)>> {
+        let j = self.jobs.get_mut(&job)?;
+        let m = j.moving.get(&rank).filter(|m| m.left)?;
+        let reading = j.ckpt_reads.keys().any(|(r, _)| *r == rank);
+        let Some(engine) = m.engine.clone().filter(|_| !reading) else { return Some(None) };
+        tracing::info!(%job, rank, request = m.request, "rank moves alone: {} engine bytes", engine.len());
+        j.moving.remove(&rank);
+        Some(Some((JobMsg::Moved { job, rank }, engine)))
+    }
+
+    /// The engine `rank`, placed here, resumes with: written beside its
+    /// checkpoint before it starts.
+    pub(super) fn on_resume_engine(&mut self, job: JobId, rank: u32, payload: Bytes) -> Option<()> {
+        let j = self.jobs.get_mut(&job)?;
+        let placed = j.ranks.get(&rank) == Some(&RankRun::Waiting);
+        if !placed || j.resume.is_none() || payload.is_empty() || payload.len() as u64 > MAX_ENGINE_FILE {
+            return None;
+        }
+        j.engines.insert(rank);
+        let name = ckpt::engine_file_name(rank);
+        self.event(ExecEvent::WriteFile { job, name, offset: 0, data: payload });
+        Some(())
+    }
+
+    /// The environment that makes `rank` resume with the engine it carried.
+    pub(super) fn engine_env(&self, job: JobId, rank: u32) -> Option<(String, String)> {
+        let carried = self.jobs.get(&job).is_some_and(|j| j.engines.contains(&rank));
+        carried.then(|| ("P2PMP_RESUME_ENGINE".to_owned(), ckpt::engine_file_name(rank)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

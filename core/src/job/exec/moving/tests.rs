@@ -1,0 +1,135 @@
+//! The executor's side of a rank that moves alone: the node it leaves and
+//! the node it moves to.
+
+use std::time::Instant;
+
+use super::super::tests::{addr, drain, env, job_id, staged};
+use super::*;
+use crate::ckpt::CheckpointInfo;
+use crate::job::process_key;
+use crate::machine::Machine;
+
+/// An executor running both ranks of job 1, rank 1 linked on connection 4.
+fn running() -> (Execution, JobId, Instant) {
+    let now = Instant::now();
+    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    staged(&mut e, now, j, vec![0, 1], false);
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    e.handle_rank_registered(4, process_key(j, 1));
+    drain(&mut e);
+    (e, j, now)
+}
+
+fn ckpt(epoch: u64) -> CheckpointInfo {
+    CheckpointInfo { epoch, unix_ms: 1_000 + epoch, stored_bytes: 100, raw_bytes: 300 }
+}
+
+#[test]
+fn a_rank_that_leaves_to_move_ships_its_checkpoint_then_its_engine_instead_of_an_exit() {
+    let (mut e, j, now) = running();
+    e.handle_message(now, env(JobMsg::Checkpoint { job: j, request: 2 }, Bytes::new()));
+    e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 2 }, Bytes::new()));
+    let (_, evs) = drain(&mut e);
+    assert!(evs.contains(&ExecEvent::AskMove { conn: 4, job: j, rank: 1, request: 2 }), "{evs:?}");
+    e.handle_checkpointed(4, ckpt(3), 2).unwrap();
+    drain(&mut e);
+    let free = e.free_slots();
+    // It leaves while its checkpoint file is still being read: no output
+    // file is read, its engine is.
+    e.handle_process_exit(j, 1, MOVED_EXIT).unwrap();
+    let (msgs, evs) = drain(&mut e);
+    assert_eq!(msgs, []);
+    assert_eq!(evs, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.engine".into() }]);
+    e.handle_output_file(j, 1, "rank-1.engine", Ok(Bytes::from_static(b"ENGINE")));
+    assert_eq!(drain(&mut e).0, [], "not before its checkpoint file went out");
+    e.handle_output_file(j, 1, "rank-1.3.ckpt", Ok(Bytes::from_static(b"CUT")));
+    let mut out = Vec::new();
+    while let Some(a) = e.poll_action() {
+        if let crate::machine::Action::Send { msg, .. } = a {
+            out.push((msg.body, msg.payload));
+        }
+    }
+    assert!(matches!(out[0].0, JobMsg::CheckpointFile { rank: 1, epoch: 3, .. }), "{out:?}");
+    assert_eq!(out[1], (JobMsg::Moved { job: j, rank: 1 }, Bytes::from_static(b"ENGINE")));
+    assert_eq!(out.len(), 2, "no exit: {out:?}");
+    assert_eq!(e.free_slots(), free + 1, "its slot is free");
+}
+
+#[test]
+fn an_exit_is_an_exit_unless_the_rank_was_asked_to_move_and_left_for_it() {
+    // Exit 75 of a rank never asked to move: an ordinary exit.
+    let (mut e, j, _) = running();
+    e.handle_process_exit(j, 1, MOVED_EXIT).unwrap();
+    let (msgs, _) = drain(&mut e);
+    assert!(!msgs.iter().any(|m| matches!(m, JobMsg::Moved { .. })), "{msgs:?}");
+    e.handle_output_file(j, 1, "out.txt", Err("none".into()));
+    assert_eq!(drain(&mut e).0, [JobMsg::Exit { job: j, rank: 1, code: MOVED_EXIT }]);
+    // Asked to move but crashed: an exit too.
+    let (mut e, j, now) = running();
+    e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 1 }, Bytes::new()));
+    e.handle_process_exit(j, 1, -9).unwrap();
+    e.handle_output_file(j, 1, "out.txt", Err("none".into()));
+    assert_eq!(drain(&mut e).0, [JobMsg::Exit { job: j, rank: 1, code: -9 }]);
+    // Asked to move, left, its engine unreadable: the submitter is told with nothing.
+    let (mut e, j, now) = running();
+    e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 1 }, Bytes::new()));
+    e.handle_process_exit(j, 1, MOVED_EXIT).unwrap();
+    e.handle_output_file(j, 1, "rank-1.engine", Err("gone".into()));
+    let moved: Vec<_> = std::iter::from_fn(|| e.poll_action())
+        .filter_map(|a| match a {
+            crate::machine::Action::Send { msg, .. } => Some((msg.body, msg.payload)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved, [(JobMsg::Moved { job: j, rank: 1 }, Bytes::new())]);
+    // A move asked of a rank not running here is dropped.
+    let ignored = e.ignored();
+    e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 1 }, Bytes::new()));
+    assert_eq!(e.ignored(), ignored + 1);
+}
+
+#[test]
+fn a_rank_taking_a_moved_rank_s_place_starts_with_its_engine() {
+    let now = Instant::now();
+    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    let xml = Bytes::from_static(
+        b"<p2pjob><executable>prog</executable><processes>2</processes><requirement>linux</requirement></p2pjob>",
+    );
+    let digest = crate::job::submit::digest;
+    e.handle_message(now, env(JobMsg::Offer { job: j, ranks: vec![1], size: 2, digest: digest(&xml) }, Bytes::new()));
+    // An engine before the cut is named is not taken.
+    let engine = Bytes::from_static(b"ENGINE");
+    let ignored = e.ignored();
+    e.handle_message(now, env(JobMsg::ResumeEngine { job: j, rank: 1 }, engine.clone()));
+    assert_eq!(e.ignored(), ignored + 1);
+    e.handle_message(now, env(JobMsg::Resume { job: j, from: j, epoch: 3 }, Bytes::new()));
+    e.handle_message(now, env(JobMsg::ResumeEngine { job: j, rank: 0 }, engine.clone()));
+    assert_eq!(e.ignored(), ignored + 2, "not a rank placed here");
+    e.handle_message(now, env(JobMsg::ResumeEngine { job: j, rank: 1 }, engine.clone()));
+    let (_, evs) = drain(&mut e);
+    let write = ExecEvent::WriteFile { job: j, name: "rank-1.engine".into(), offset: 0, data: engine };
+    assert!(evs.contains(&write), "{evs:?}");
+    let prog = Bytes::from_static(b"#!/bin/sh\n");
+    let cut = Bytes::from_static(b"P2PCKPT\0 a cut");
+    let files = [(0, "job.xml", xml), (1, "prog", prog), (crate::job::RESUME_FILES + 1, "rank-1.3.ckpt", cut)];
+    for (file, name, data) in files {
+        let (total, d) = (data.len() as u64, digest(&data));
+        e.handle_message(
+            now,
+            env(JobMsg::Stage { job: j, file, name: name.into(), offset: 0, total, digest: d }, data),
+        );
+    }
+    e.handle_message(now, env(JobMsg::StageEnd { job: j, files: 2 }, Bytes::new()));
+    assert!(drain(&mut e).0.contains(&JobMsg::Staged { job: j }));
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let spawned = drain(&mut e).1.into_iter().find_map(|ev| match ev {
+        ExecEvent::SpawnProcess { rank: 1, env, .. } => Some(env),
+        _ => None,
+    });
+    let spawned = spawned.expect("rank 1 spawned");
+    for var in [("P2PMP_RESUME_ENGINE", "rank-1.engine"), ("P2PMP_RESTART", "rank-1.3.ckpt")] {
+        assert!(spawned.contains(&(var.0.to_owned(), var.1.to_owned())), "{spawned:?}");
+    }
+}

@@ -1,0 +1,249 @@
+//! A rank that moves alone (`p2pjob migrate JOB RANK`): the other ranks go
+//! on, nothing rolls back.
+//!
+//! 1. **Ask.** With the checkpoint request of the migration, the rank's node
+//!    is told that the rank moves at its cut ([`JobMsg::Move`]). After the
+//!    cut the rank saves its engine and leaves; the node ships its
+//!    checkpoint file (as for any cut asked for) and then, instead of an
+//!    exit, [`JobMsg::Moved`] with the engine.
+//! 2. **Leave.** Once the engine is here, the rank's report covers the
+//!    request and its checkpoint file arrived whole, the rank is no longer
+//!    its old node's (that node is done with the job if it holds no other
+//!    rank of it), and the file is read back and checked as for a restart.
+//! 3. **Place.** The rank is offered alone ([`JobMsg::Offer`] of one rank) to
+//!    a candidate of the job that holds none of it: the node named by
+//!    `--to` first, then the most free, least loaded. A refusal or silence
+//!    moves on to the next. The node is staged like a node of a restarted
+//!    job ([`JobMsg::Resume`], the job's files, the rank's checkpoint file)
+//!    and gets the engine ([`JobMsg::ResumeEngine`]); then it starts the
+//!    rank, which re-registers its process key: its peers look it up again
+//!    and resend what it never acknowledged.
+//! 4. **Moved** ([`SubmitEvent::Moved`]) once the rank runs there.
+//!
+//! Whatever goes wrong after the rank left (its engine or file lost or
+//! damaged, no node to take it, the deadline) rolls the whole job back to
+//! the newest cut kept whole instead, as a node shutting down does: the
+//! rank's process is gone, and the others would wait for it.
+
+use super::*;
+
+/// A rank moving alone, once asked.
+#[derive(Debug, Default)]
+pub(super) struct Alone {
+    /// The engine it left with ([`JobMsg::Moved`]).
+    engine: Option<Bytes>,
+    /// The cut it resumes from, once it left its node.
+    epoch: Option<u64>,
+    /// The node it is offered to, or staged at.
+    target: Option<NodeAddr>,
+    /// Nodes offered the rank so far.
+    tried: BTreeSet<NodeAddr>,
+}
+
+impl Submission {
+    /// Whether a rank is moving alone.
+    pub(super) fn moving_alone(&self) -> bool {
+        self.migration.as_ref().is_some_and(|m| m.alone.is_some())
+    }
+
+    fn alone(&mut self) -> Option<&mut Alone> {
+        self.migration.as_mut()?.alone.as_mut()
+    }
+
+    /// Node `from` says `rank` left its process to move, with `engine`.
+    pub(super) fn on_moved(&mut self, from: NodeAddr, rank: u32, engine: Bytes) -> Option<()> {
+        let m = self.migration.as_mut().filter(|m| m.rank == rank && m.from == from)?;
+        let a = m.alone.as_mut().filter(|a| a.engine.is_none())?;
+        if engine.is_empty() {
+            self.roll_back_move(format!("rank {rank} left node {from}, which could not read the engine it saved"));
+            return Some(());
+        }
+        a.engine = Some(engine);
+        self.advance_alone();
+        Some(())
+    }
+
+    /// Once the rank left with its engine and its checkpoint file of the
+    /// cut answering the move is here whole: it leaves its node, and that
+    /// file is read back.
+    pub(super) fn advance_alone(&mut self) {
+        let Some(m) = &self.migration else { return };
+        let (rank, from, request) = (m.rank, m.from, m.request);
+        if m.alone.as_ref().is_none_or(|a| a.engine.is_none() || a.epoch.is_some()) {
+            return;
+        }
+        let Some(epoch) = self.checkpoints(rank).and_then(|c| c.last).map(|c| c.epoch) else { return };
+        if self.rank_covers(rank) < request || !self.cuts.holds(self.wire, rank, epoch) {
+            return; // its report or its file is still on its way
+        }
+        if let Some(a) = self.alone() {
+            a.epoch = Some(epoch);
+        }
+        self.ranks[rank as usize].node = None;
+        // Its output goes on after what its old process wrote.
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let end = self.out_end.get(&(rank, stream)).copied().unwrap_or(0);
+            self.out_base.insert((rank, stream), end);
+        }
+        let wire = self.wire;
+        if let Some(n) = self.nodes.get_mut(&from) {
+            n.accepted.retain(|r| *r != rank);
+            if n.accepted.is_empty() {
+                // Done with the job: it may take a rank of it again later.
+                (n.stage, n.out_consumed, n.streamed) = (Stage::NotSent, 0, BTreeMap::new());
+                self.send(from, JobMsg::Done { job: wire }, Bytes::new());
+            }
+        }
+        self.read_moved_rank(rank, epoch, format!("rank {rank} moves off node {from}"));
+    }
+
+    /// The rank's checkpoint file was read back: checked (`damage` says
+    /// what is wrong with it), it is offered to a node.
+    pub(super) fn moved_file_read(&mut self, now: Instant, damage: Option<String>) {
+        match damage {
+            Some(damage) => self.roll_back_move(damage),
+            None => self.offer_moved(now),
+        }
+    }
+
+    /// Offers the moving rank to the next node (see the module docs), or
+    /// rolls the job back when none is left.
+    fn offer_moved(&mut self, now: Instant) {
+        use std::cmp::Reverse;
+        let Some(m) = &self.migration else { return };
+        let (rank, from, to) = (m.rank, m.from, m.to);
+        let Some(a) = &m.alone else { return };
+        let free = |(addr, n): (&NodeAddr, &Node)| {
+            let free = !n.closed && n.accepted.is_empty() && n.offer.is_none() && n.stage == Stage::NotSent;
+            free && *addr != from && !a.tried.contains(addr) && !self.lost_nodes.contains(addr)
+        };
+        let mut order: Vec<(bool, Reverse<u32>, u32, NodeAddr)> = self
+            .nodes
+            .iter()
+            .filter(|n| free(*n))
+            .map(|(addr, n)| (Some(*addr) != to, Reverse(n.free_hint), n.load_milli / 250, *addr))
+            .collect();
+        order.sort();
+        let Some(&(_, _, _, target)) = order.first() else {
+            return self.roll_back_move(format!("no other node of the job's candidates took rank {rank}"));
+        };
+        if let Some(a) = self.alone() {
+            a.target = Some(target);
+            a.tried.insert(target);
+        }
+        if let Some(n) = self.nodes.get_mut(&target) {
+            n.offer = Some((vec![rank], now + self.config.offer_timeout));
+        }
+        let (job, size) = (self.wire, self.desc.processes);
+        let digest = self.files[0].as_ref().map(|f| f.2).unwrap_or_default();
+        let msg = match &self.auth {
+            Some(auth) => JobMsg::SignedOffer { job, ranks: vec![rank], size, digest, auth: auth.clone() },
+            None => JobMsg::Offer { job, ranks: vec![rank], size, digest },
+        };
+        self.send(target, msg, Bytes::new());
+    }
+
+    /// A placement message from the node the moving rank is offered to.
+    pub(super) fn while_moving(&mut self, now: Instant, from: NodeAddr, body: JobMsg) -> Option<()> {
+        let target = self.migration.as_ref()?.alone.as_ref()?.target.filter(|t| *t == from)?;
+        let rank = self.migration.as_ref()?.rank;
+        match body {
+            JobMsg::Accept { ranks, .. } => {
+                let n = self.nodes.get_mut(&target)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) {
+                    return None;
+                }
+                (n.offer, n.accepted) = (None, ranks);
+                self.ranks[rank as usize].node = Some(target);
+                self.stage_node(now, target);
+                let engine = self.migration.as_ref()?.alone.as_ref()?.engine.clone()?;
+                self.send(target, JobMsg::ResumeEngine { job: self.wire, rank }, engine);
+            }
+            JobMsg::Reject { ranks, reason, .. } => {
+                let n = self.nodes.get(&target)?;
+                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) && n.accepted.is_empty() {
+                    return None;
+                }
+                if let RejectReason::NotAllowed(why) = &reason {
+                    self.refused(why);
+                }
+                self.drop_move_target(now, false);
+            }
+            JobMsg::Staged { .. } => {
+                let n = self.nodes.get_mut(&target)?;
+                if !matches!(n.stage, Stage::Sent { .. }) {
+                    return None;
+                }
+                n.stage = Stage::Staged;
+                self.send(target, JobMsg::Start { job: self.wire }, Bytes::new());
+            }
+            // The files travel as to any node being staged.
+            body => return self.while_placing(now, from, body),
+        }
+        Some(())
+    }
+
+    /// The node the rank was offered to refused, or stopped answering or
+    /// taking its files: it is given up (told to drop the job, unless it
+    /// refused), and the next is tried.
+    fn drop_move_target(&mut self, now: Instant, tell: bool) {
+        let Some(target) = self.alone().and_then(|a| a.target.take()) else { return };
+        let rank = self.migration.as_ref().map_or(0, |m| m.rank);
+        if let Some(n) = self.nodes.get_mut(&target) {
+            (n.offer, n.accepted, n.stage) = (None, Vec::new(), Stage::NotSent);
+        }
+        self.ranks[rank as usize].node = None;
+        if tell {
+            self.send(target, JobMsg::Kill { job: self.wire }, Bytes::new());
+        }
+        self.offer_moved(now);
+    }
+
+    /// The moving rank's offer or staging stalled: the next node.
+    pub(super) fn move_timeout(&mut self, now: Instant) {
+        let Some(target) = self.migration.as_ref().and_then(|m| m.alone.as_ref()).and_then(|a| a.target) else {
+            return;
+        };
+        let stalled = self.nodes.get(&target).is_some_and(|n| {
+            n.offer.as_ref().is_some_and(|(_, d)| *d <= now) || n.stage.deadline().is_some_and(|d| d <= now)
+        });
+        if stalled {
+            self.drop_move_target(now, true);
+        }
+    }
+
+    /// When the moving rank's offer or staging counts as stalled.
+    pub(super) fn move_deadline(&self) -> Option<Instant> {
+        let target = self.migration.as_ref()?.alone.as_ref()?.target?;
+        let n = self.nodes.get(&target)?;
+        n.offer.as_ref().map(|(_, d)| *d).into_iter().chain(n.stage.deadline()).min()
+    }
+
+    /// `rank` started on `node`: when it is the moving rank on its new
+    /// node, the move is over.
+    pub(super) fn moved_rank_started(&mut self, rank: u32, node: NodeAddr) {
+        let Some(m) = self.migration.as_ref().filter(|m| m.rank == rank) else { return };
+        let Some(epoch) = m.alone.as_ref().filter(|a| a.target == Some(node)).and_then(|a| a.epoch) else { return };
+        let from = m.from;
+        self.migration = None;
+        self.release_cut_files();
+        let job = self.job;
+        self.moves.push(format!("rank {rank} moved off node {from} to node {node}, from checkpoint {epoch}"));
+        self.event(SubmitEvent::Moved { job, rank, from, to: node, epoch });
+    }
+
+    /// Whether the rank, asked to move alone, already left its process.
+    pub(super) fn moving_rank_left(&self) -> bool {
+        self.migration.as_ref().and_then(|m| m.alone.as_ref()).is_some_and(|a| a.engine.is_some())
+    }
+
+    /// The rank left but cannot be placed alone: the whole job goes back to
+    /// the newest cut kept whole (`why` says what went wrong).
+    pub(super) fn roll_back_move(&mut self, why: String) {
+        let Some(m) = self.migration.take() else { return };
+        let (rank, from) = (m.rank, m.from);
+        self.migrations += 1;
+        self.avoid = BTreeSet::from([from]);
+        self.restart(format!("rank {rank} could not move off node {from} alone ({why})"), true);
+    }
+}
