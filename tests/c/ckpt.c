@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     CHECK(P2P_Recover(&restarted) == MPI_SUCCESS, "recover");
     CHECK(restarted == 0 || restarted == 1, "restarted is %d", restarted);
     CHECK(hooks.restart == restarted, "restart hook ran %d times", hooks.restart);
-    if (restarted && rank == 0) printf("resumed at iteration %ld\n", i);
+    if (restarted) printf("resumed at iteration %ld\n", i);
     /* i counts the iterations done: what a checkpoint saves is a whole step. */
     while (i < loops) {
         if (i == die_at && !restarted && rank == (size > 1 ? 1 : 0)) {

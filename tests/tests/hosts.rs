@@ -270,7 +270,7 @@ fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64, size: u64) 
     assert!(out.contains(&want), "want {want:?} in:\n{out}");
     let resumed: u64 = out
         .lines()
-        .find_map(|l| l.split_once("resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
+        .find_map(|l| l.split_once("[0] resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
         .unwrap_or_else(|| panic!("rank 0 never resumed: {out}"));
     assert!(resumed > 0 && resumed < loops, "resumed at {resumed}");
 }
@@ -328,36 +328,53 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     assert!(status.contains("recovered from epoch "), "{status}");
 }
 
+/// The process of `rank` of the job run with `tag` in its command line:
+/// its host and pid.
+fn rank_process(c: &Cluster, rank: u32, tag: &str) -> Option<(usize, u32)> {
+    let want = format!("P2PMP_RANK={rank}");
+    (0..c.hosts.len()).find_map(|i| {
+        c.processes(i).into_iter().find_map(|p| {
+            let tagged = std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|l| l.contains(tag));
+            let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+            let ranked = env.split(|b| *b == 0).any(|v| v == want.as_bytes());
+            (tagged && ranked).then_some((i, p))
+        })
+    })
+}
+
 /// `p2pjob migrate JOB RANK`, twice, from a node that neither holds nor
 /// runs the job, while the checkpointing ring runs (`<restart>fail</restart>`,
-/// no interval: only the migrations take cuts): each time the rank's host is
-/// passed over, and the job ends with the checksum of an undisturbed run.
+/// no interval: only the migrations take cuts): each time rank 1 moves
+/// alone to a host that runs no rank (the second time to one named), rank
+/// 0 goes on in the same process, never rolled back, and the job ends with
+/// the checksum of an undisturbed run.
 #[test]
-fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
+fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_result() {
     let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate", 4, &["--heartbeat-ms", "250"]) else { return };
     let loops: u64 = 9_241;
+    let tag = loops.to_string();
     let job = job_file(&c, "migrate.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
     let t0 = Instant::now();
     let id = submit(&c, 0, &job);
-    let on_host = |i: usize| ranks_on(&c, i, &loops.to_string()) > 0;
-    let mut moved_off = Vec::new();
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+    let rank0 = p2pmp_tests::wait_until("rank 0's process", Duration::from_secs(20), || {
+        rank_process(&c, 0, &tag).ok_or_else(|| "not yet".to_owned())
+    });
     for round in 1..=2 {
-        wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
         // Every rank registers with its node before it can be asked.
-        let hosts = p2pmp_tests::wait_until("both ranks running", Duration::from_secs(20), || {
-            let h: Vec<usize> = (0..4).filter(|&i| on_host(i)).collect();
-            if h.len() == 2 { Ok(h) } else { Err(format!("ranks on hosts {h:?}")) }
+        let (from, _) = p2pmp_tests::wait_until("rank 1's process", Duration::from_secs(20), || {
+            rank_process(&c, 1, &tag).ok_or_else(|| "not yet".to_owned())
         });
         // Mid-run: some seconds of the ring's ~10 go by first.
         std::thread::sleep(Duration::from_secs(2));
-        // A rank is asked once it has connected to its node: until then the
-        // request reaches no rank, and is asked again.
         // The second time to a named host: the highest one without a rank.
-        let to = (round == 2).then(|| (0..4).rev().find(|i| !hosts.contains(i)).expect("a free host"));
+        let to = (round == 2).then(|| (0..4).rev().find(|&i| i != from && i != rank0.0).expect("a free host"));
         let target = to.map(|i| format!("{}:7400", c.hosts[i].ip));
         let mut args = vec!["migrate", id.as_str(), "1"];
         args.extend(target.iter().flat_map(|t| ["--to", t.as_str()]));
+        // A rank is asked once it has connected to its node: until then the
+        // request reaches no rank, and is asked again.
         let m = p2pmp_tests::wait_until("a migration", Duration::from_secs(20), || {
             let m = c.p2pjob(3, &args, Duration::from_secs(60));
             match m.ok {
@@ -366,33 +383,30 @@ fn a_rank_migrated_twice_mid_run_ends_with_the_undisturbed_result() {
                 false => panic!("round {round}: {} {}", m.stdout, m.stderr),
             }
         });
-        assert!(m.stdout.contains("moving rank 1 of job "), "{}", m.stdout);
-        let from = (0..4)
-            .find(|&i| m.stdout.contains(&format!("moves off node {}:7400", c.hosts[i].ip)))
-            .unwrap_or_else(|| panic!("moved off no host: {}", m.stdout));
-        assert!(hosts.contains(&from), "moved off host {from}, ranks were on {hosts:?}");
-        eprintln!("round {round}: moved off host {from} at {:?}", t0.elapsed());
-        moved_off.push(from);
-        // The job resumes on hosts other than the one the rank left.
-        let status = wait_status(&c, 0, &id, &format!("restart {round}: from checkpoint "), Duration::from_secs(30));
-        assert!(status.contains("moved off node"), "{status}");
+        let off = format!("rank 1 of job {id} moved off node {}:7400 to node ", c.hosts[from].ip);
+        assert!(m.stdout.contains("moving rank 1 of job ") && m.stdout.contains(&off), "{}", m.stdout);
+        assert!(m.stdout.contains("the other ranks went on"), "{}", m.stdout);
+        let (now_on, _) = p2pmp_tests::wait_until("rank 1 running again", Duration::from_secs(20), || {
+            rank_process(&c, 1, &tag).filter(|(h, _)| *h != from).ok_or_else(|| "not yet".to_owned())
+        });
+        assert_ne!(now_on, rank0.0, "rank 1 went to a host running no rank");
         if let (Some(i), Some(t)) = (to, &target) {
-            assert!(m.stdout.contains(&format!("to node {t}")) && status.contains(&format!("to node {t}")), "{status}");
-            p2pmp_tests::wait_until("rank 1 on the host named", Duration::from_secs(20), || {
-                let s = c.p2pjob(0, &["--json", "status", &id], Duration::from_secs(20)).stdout;
-                let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap_or_default();
-                let node = v["jobs"][0]["ranks"][1]["node"].as_str().unwrap_or_default().to_owned();
-                if node == *t && on_host(i) { Ok(()) } else { Err(format!("rank 1 on {node:?}: {s}")) }
-            });
+            assert_eq!(now_on, i, "rank 1 went to the host named");
+            assert!(m.stdout.contains(&format!("to node {t}")), "{}", m.stdout);
         }
-        eprintln!("round {round}: resumed at {:?}", t0.elapsed());
+        let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+        assert!(status.contains(&format!("move {round}: rank 1 moved off node ")), "{status}");
+        assert!(!status.contains("restart "), "nothing rolled back: {status}");
+        assert_eq!(rank_process(&c, 0, &tag), Some(rank0), "rank 0 runs on in the same process");
+        eprintln!("round {round}: rank 1 moved from host {from} to host {now_on} at {:?}", t0.elapsed());
     }
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    // The last run's rank 0 says where it resumed (what a killed run had
-    // buffered on its stdout is lost with it).
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
-    eprintln!("migrated twice; the job took {:?} in all", t0.elapsed());
+    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
+    assert!(w.stdout.contains("[1] resumed at iteration "), "{}", w.stdout);
+    assert!(!w.stdout.contains("[0] resumed"), "rank 0 never resumed: {}", w.stdout);
+    eprintln!("rank 1 moved twice; the job took {:?} in all", t0.elapsed());
 }
 
 /// Runs the checkpointing ring (`ranks` ranks, `loops` loops) on a cluster
