@@ -263,16 +263,19 @@ fn ckpt_checksum(loops: u64, size: u64) -> u64 {
     })
 }
 
-/// `out`, the output of a `ckpt LOOPS` job of `size` ranks: rank 0 resumed
+/// `out`, the output of a `ckpt LOOPS` job of `size` ranks: `rank` resumed
 /// mid-run and the job ended with the checksum of an undisturbed run.
-fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64, size: u64) {
+fn assert_resumed_with_the_undisturbed_result(out: &str, loops: u64, size: u64, rank: u32) {
     let want = format!("ckpt: token {}, checksum {:x}", loops * size, ckpt_checksum(loops, size));
     assert!(out.contains(&want), "want {want:?} in:\n{out}");
-    let resumed: u64 = out
-        .lines()
-        .find_map(|l| l.split_once("[0] resumed at iteration ").and_then(|(_, i)| i.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("rank 0 never resumed: {out}"));
+    let resumed = resumed_at(out, rank).unwrap_or_else(|| panic!("rank {rank} never resumed: {out}"));
     assert!(resumed > 0 && resumed < loops, "resumed at {resumed}");
+}
+
+/// Where `rank` of a `ckpt` job resumed, as its output says.
+fn resumed_at(out: &str, rank: u32) -> Option<u64> {
+    let said = format!("[{rank}] resumed at iteration ");
+    out.lines().find_map(|l| l.split_once(said.as_str()).and_then(|(_, i)| i.trim().parse().ok()))
 }
 
 /// The epoch of each rank's last checkpoint in a `p2pjob status` text (0: none yet).
@@ -319,7 +322,7 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     c.crash(victim);
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2, 0);
     let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
     assert!(w.stderr.contains("restarting from checkpoint "), "{}", w.stderr);
     assert!(w.stderr.contains(&lost), "{}", w.stderr);
@@ -402,32 +405,48 @@ fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_resul
     }
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
-    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
-    assert!(w.stdout.contains("[1] resumed at iteration "), "{}", w.stdout);
-    assert!(!w.stdout.contains("[0] resumed"), "rank 0 never resumed: {}", w.stdout);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2, 1);
+    assert_eq!(resumed_at(&w.stdout, 0), None, "rank 0 never resumed: {}", w.stdout);
     eprintln!("rank 1 moved twice; the job took {:?} in all", t0.elapsed());
+}
+
+/// What [`stop_daemons_under_the_ring`] saw: the cluster, the hosts stopped,
+/// the ranks that ran on them, the job's status text and its output.
+struct Stopped {
+    c: Cluster,
+    victims: Vec<usize>,
+    ranks: Vec<u32>,
+    status: String,
+    out: String,
 }
 
 /// Runs the checkpointing ring (`ranks` ranks, `loops` loops) on a cluster
 /// of `hosts` one-slot hosts, then SIGTERMs together the daemons of
 /// `stopped` hosts running its ranks (never the submitter's): each must wait
-/// for its ranks to move, and the job must end with the undisturbed result.
-/// Returns the hosts stopped and the job's status text (`None`: skipped).
+/// for its ranks to move, and the job must end with the checksum of an
+/// undisturbed run (`None`: skipped).
 fn stop_daemons_under_the_ring(
     test: &str,
     hosts: usize,
     (ranks, loops): (u32, u64),
     stopped: usize,
-) -> Option<(Cluster, Vec<usize>, String)> {
+) -> Option<Stopped> {
     let prog = p2pmp_tests::c::ckpt_ring("c-tests-hosts")?;
     let mut c = cluster(test, hosts, &["--heartbeat-ms", "250"])?;
+    let tag = loops.to_string();
     let job = job_file(&c, &format!("{test}.xml"), &prog, ranks, &format!("  <arguments>{loops}</arguments>\n"));
     let id = submit(&c, 0, &job);
     wait_status(&c, 0, &id, &format!("{ranks} running"), Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
-    let victims: Vec<usize> = (1..hosts).filter(|&i| ranks_on(&c, i, &loops.to_string()) > 0).take(stopped).collect();
+    let hosts_of: Vec<usize> = (0..ranks)
+        .map(|r| {
+            let found = || rank_process(&c, r, &tag).map(|(h, _)| h).ok_or_else(|| "not yet".to_owned());
+            p2pmp_tests::wait_until(&format!("rank {r}'s process"), Duration::from_secs(20), found)
+        })
+        .collect();
+    let victims: Vec<usize> = (1..hosts).filter(|i| hosts_of.contains(i)).take(stopped).collect();
     assert_eq!(victims.len(), stopped, "ranks off the submitter's host on hosts {victims:?}");
+    let moved = (0..ranks).filter(|r| victims.contains(&hosts_of[*r as usize])).collect();
     let took = c.terminate_together(&victims, Duration::from_secs(45));
     eprintln!("jobd on hosts {victims:?} exited {took:?} after SIGTERM");
     for &v in &victims {
@@ -435,20 +454,26 @@ fn stop_daemons_under_the_ring(
     }
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, u64::from(ranks));
+    let want = format!("ckpt: token {}, checksum {:x}", loops * u64::from(ranks), ckpt_checksum(loops, ranks.into()));
+    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
-    Some((c, victims, status))
+    Some(Stopped { c, victims, ranks: moved, status, out: w.stdout })
 }
 
 /// SIGTERM of a daemon running a rank of the checkpointing ring
-/// (`<restart>fail</restart>`, no interval): before it stops, the job takes a
-/// checkpoint and resumes on the hosts left, the daemon exits once its rank
-/// has moved, and the job ends with the undisturbed result.
+/// (`<restart>fail</restart>`, no interval): before it stops, the rank
+/// takes a checkpoint with the others and moves alone to a host left, the
+/// daemon exits once it has, the other rank never rolls back, and the job
+/// ends with the undisturbed result.
 #[test]
-fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
-    let Some((c, victims, status)) = stop_daemons_under_the_ring("sigterm", 4, (2, 9_311), 1) else { return };
-    let moved = format!("the ranks moved off node {}:7400 (its node is shutting down)", c.hosts[victims[0]].ip);
-    assert!(status.contains("restart 1: from checkpoint ") && status.contains(&moved), "{status}");
+fn a_daemon_stopped_under_a_running_job_moves_its_rank_alone_and_the_job_completes() {
+    let Some(s) = stop_daemons_under_the_ring("sigterm", 4, (2, 9_311), 1) else { return };
+    let (rank, other) = (s.ranks[0], 1 - s.ranks[0]);
+    let moved = format!("move 1: rank {rank} moved off node {}:7400 to node ", s.c.hosts[s.victims[0]].ip);
+    assert!(s.status.contains(&moved) && s.status.contains("(its node is shutting down)"), "{}", s.status);
+    assert!(!s.status.contains("restart "), "nothing rolled back: {}", s.status);
+    assert!(resumed_at(&s.out, rank).is_some_and(|i| i > 0), "rank {rank} resumed: {}", s.out);
+    assert_eq!(resumed_at(&s.out, other), None, "rank {other} never resumed: {}", s.out);
 }
 
 /// Two daemons running ranks of the checkpointing ring stopped with SIGTERM
@@ -458,9 +483,11 @@ fn a_daemon_stopped_under_a_running_job_moves_its_rank_and_the_job_completes() {
 /// one-slot hosts: at least two run off the submitter's host.
 #[test]
 fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_completes() {
-    let Some((_c, _, status)) = stop_daemons_under_the_ring("sigterm2", 5, (3, 9_377), 2) else { return };
+    let Some(s) = stop_daemons_under_the_ring("sigterm2", 5, (3, 9_377), 2) else { return };
+    let status = &s.status;
     assert!(status.contains("restart 1: from checkpoint ") && !status.contains("restart 2"), "one restart: {status}");
     assert!(status.contains("(shutting down)"), "{status}");
+    assert!(resumed_at(&s.out, 0).is_some_and(|i| i > 0), "every rank rolled back: {}", s.out);
 }
 
 #[test]

@@ -546,7 +546,10 @@ fn main() {
         migrate::section(&mut res, quick);
         println!(
             "{}",
-            res.table("migrate", "p2pjob migrate between hosts: request to every rank resumed, beside a raw copy (s)")
+            res.table(
+                "migrate",
+                "p2pjob migrate between hosts: request to the rank resumed alone, beside a raw copy (s)"
+            )
         );
         let flat = res.flat(quick, &[]);
         let _ = std::fs::write(

@@ -52,10 +52,12 @@ impl Submission {
 
     /// Node `from` says `rank` left its process to move, with `engine`.
     pub(super) fn on_moved(&mut self, from: NodeAddr, rank: u32, engine: Bytes) -> Option<()> {
-        let m = self.migration.as_mut().filter(|m| m.rank == rank && m.from == from)?;
-        let a = m.alone.as_mut().filter(|a| a.engine.is_none())?;
+        let m = self.migration.as_mut().filter(|m| m.rank == rank && m.from == from && !m.left)?;
+        // Its process is gone, whatever comes next.
+        m.left = true;
+        let Some(a) = m.alone.as_mut() else { return Some(()) }; // the job rolls back
         if engine.is_empty() {
-            self.roll_back_move(format!("rank {rank} left node {from}, which could not read the engine it saved"));
+            self.roll_back_move(Some(format!("node {from} could not read the engine it saved")));
             return Some(());
         }
         a.engine = Some(engine);
@@ -101,7 +103,7 @@ impl Submission {
     /// what is wrong with it), it is offered to a node.
     pub(super) fn moved_file_read(&mut self, now: Instant, damage: Option<String>) {
         match damage {
-            Some(damage) => self.roll_back_move(damage),
+            Some(damage) => self.roll_back_move(Some(damage)),
             None => self.offer_moved(now),
         }
     }
@@ -125,7 +127,7 @@ impl Submission {
             .collect();
         order.sort();
         let Some(&(_, _, _, target)) = order.first() else {
-            return self.roll_back_move(format!("no other node of the job's candidates took rank {rank}"));
+            return self.roll_back_move(Some(format!("no other node of the job's candidates took rank {rank}")));
         };
         if let Some(a) = self.alone() {
             a.target = Some(target);
@@ -224,26 +226,39 @@ impl Submission {
     pub(super) fn moved_rank_started(&mut self, rank: u32, node: NodeAddr) {
         let Some(m) = self.migration.as_ref().filter(|m| m.rank == rank) else { return };
         let Some(epoch) = m.alone.as_ref().filter(|a| a.target == Some(node)).and_then(|a| a.epoch) else { return };
-        let from = m.from;
+        let (from, leaving) = (m.from, m.leaving);
         self.migration = None;
         self.release_cut_files();
         let job = self.job;
-        self.moves.push(format!("rank {rank} moved off node {from} to node {node}, from checkpoint {epoch}"));
+        let why = if leaving { " (its node is shutting down)" } else { "" };
+        self.moves.push(format!("rank {rank} moved off node {from} to node {node}, from checkpoint {epoch}{why}"));
         self.event(SubmitEvent::Moved { job, rank, from, to: node, epoch });
     }
 
-    /// Whether the rank, asked to move alone, already left its process.
-    pub(super) fn moving_rank_left(&self) -> bool {
-        self.migration.as_ref().and_then(|m| m.alone.as_ref()).is_some_and(|a| a.engine.is_some())
+    /// The rank does not move alone (`why` says what went wrong, if
+    /// anything did): the whole job goes back to the migration's cut, once
+    /// it is kept whole here.
+    pub(super) fn roll_back_move(&mut self, why: Option<String>) {
+        let Some(m) = self.migration.as_mut() else { return };
+        m.rolled = why;
+        let target = m.alone.take().and_then(|a| a.target);
+        // A node offered the rank lets go of it.
+        if let Some(target) = target {
+            if let Some(n) = self.nodes.get_mut(&target) {
+                (n.offer, n.accepted, n.stage) = (None, Vec::new(), Stage::NotSent);
+            }
+            self.send(target, JobMsg::Kill { job: self.wire }, Bytes::new());
+        }
+        self.maybe_migrate();
     }
 
-    /// The rank left but cannot be placed alone: the whole job goes back to
-    /// the newest cut kept whole (`why` says what went wrong).
-    pub(super) fn roll_back_move(&mut self, why: String) {
+    /// The rank left and the job cannot wait for its cut any longer: it
+    /// goes back to the newest cut kept whole, whichever that is.
+    pub(super) fn roll_back_now(&mut self, why: String) {
         let Some(m) = self.migration.take() else { return };
         let (rank, from) = (m.rank, m.from);
         self.migrations += 1;
-        self.avoid = BTreeSet::from([from]);
+        self.avoid = m.also.iter().copied().chain([from]).collect();
         self.restart(format!("rank {rank} could not move off node {from} alone ({why})"), true);
     }
 }

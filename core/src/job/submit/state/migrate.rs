@@ -3,18 +3,21 @@
 //! files of every cut a request asked for).
 //!
 //! `p2pjob migrate JOB RANK` moves the rank alone: it leaves after that cut
-//! and resumes on another node while the others go on (see `alone`).
+//! and resumes on another node while the others go on (see `alone`). So
+//! does the one rank of a node shutting down gracefully
+//! ([`JobMsg::Leaving`]).
 //! `p2pjob migrate JOB RANK --to NODE` names the node it goes to: one of the
 //! candidates the job was placed among that holds no rank of it; when that
 //! node does not take it, the rank goes elsewhere.
 //!
-//! A node shutting down gracefully ([`JobMsg::Leaving`]) has its ranks moved
-//! by rolling the job back: once the cut is kept whole the job is placed
-//! again, away from the node, and every rank resumes from it (see `cuts`),
-//! so no work is lost beyond what the ranks did while it travelled (or the
-//! node is told they stay, [`JobMsg::Staying`], when no checkpoint can be
-//! taken of them). A rank moving alone that cannot be placed alone after
-//! it left rolls the job back the same way. A node that shuts down while a
+//! A node shutting down with several ranks of the job, or while another
+//! migration is under way, has its ranks moved by rolling the job back: once
+//! the cut is kept whole the job is placed again, away from the node, and
+//! every rank resumes from it (see `cuts`), so no work is lost beyond what
+//! the ranks did while it travelled (or the node is told they stay,
+//! [`JobMsg::Staying`], when no checkpoint can be taken of them). A rank
+//! moving alone that cannot be placed alone after it left rolls the job back
+//! the same way. A node that shuts down while a
 //! migration is under way joins it: that restart places the job away from
 //! both (so stopping several daemons at once moves every rank). A migration
 //! does not count against the job's restarts after lost nodes.
@@ -32,15 +35,20 @@ pub(super) struct Migration {
     /// That cut's epoch, once the ranks took it.
     epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
-    leaving: bool,
+    pub(super) leaving: bool,
     /// Other nodes shutting down, whose ranks move with this migration.
-    also: BTreeSet<NodeAddr>,
+    pub(super) also: BTreeSet<NodeAddr>,
     /// The node it moves to, when the user named one.
     pub(super) to: Option<NodeAddr>,
     /// When the rank stays after all, its cut not kept whole by then.
     deadline: Instant,
-    /// It moves alone (`p2pjob migrate`), else the job rolls back to the cut.
+    /// It moves alone, else the job rolls back to the cut.
     pub(super) alone: Option<super::alone::Alone>,
+    /// Why a move alone turned into rolling the job back.
+    pub(super) rolled: Option<String>,
+    /// The rank's process left to move alone: the job cannot go on without
+    /// rolling back once the move is given up.
+    pub(super) left: bool,
 }
 
 /// How long a placement waits for the node a migrating rank is sent to.
@@ -56,32 +64,37 @@ impl Submission {
     /// ([`SubmitEvent::Moved`]; see `alone`).
     /// `to`: the node the rank goes to (see the module docs).
     pub fn migrate(&mut self, now: Instant, rank: u32, to: Option<NodeAddr>) -> Result<u64, SubmitCmdError> {
-        self.start_migration(now, rank, false, to)
+        self.start_migration(now, rank, (false, true), to)
     }
 
     /// Node `from` is shutting down with live ranks of the job: they move
-    /// off it as for a migration, or the node is told they stay (then its
-    /// stop is a loss, handled by the job's restart rule).
+    /// off it as for a migration (one rank alone; several, or a node joining
+    /// a migration under way, by rolling the job back), or the node is told
+    /// they stay (then its stop is a loss, handled by the job's restart rule).
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
-        let live = n.accepted.iter().copied().find(|r| self.ranks[*r as usize].exit.is_none());
-        if let (Some(_), Some(m)) = (live, self.migration.as_mut()) {
-            if m.from != from {
-                m.also.insert(from);
+        let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
+        if let (Some(_), Some(m)) = (live.first(), self.migration.as_mut()) {
+            if m.from != from && m.also.insert(from) && m.alone.is_some() {
+                // They all move together, by rolling the job back.
+                self.roll_back_move(None);
             }
             return Some(());
         }
-        if live.is_none_or(|rank| self.start_migration(now, rank, true, None).is_err()) {
+        let alone = live.len() == 1;
+        if live.first().is_none_or(|&rank| self.start_migration(now, rank, (true, alone), None).is_err()) {
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
         }
         Some(())
     }
 
+    /// Moves `rank` (its node `leaving`, or the user asked) `alone` or by
+    /// rolling the job back.
     fn start_migration(
         &mut self,
         now: Instant,
         rank: u32,
-        leaving: bool,
+        (leaving, alone): (bool, bool),
         to: Option<NodeAddr>,
     ) -> Result<u64, SubmitCmdError> {
         let job = self.job;
@@ -102,11 +115,13 @@ impl Submission {
         let request = self.request_checkpoint()?;
         let deadline = now + MIGRATION_TIMEOUT;
         let also = BTreeSet::new();
-        let alone = (!leaving).then(super::alone::Alone::default);
+        let alone = alone.then(super::alone::Alone::default);
         if alone.is_some() {
             self.send(from, JobMsg::Move { job: self.wire, rank, request }, Bytes::new());
         }
-        self.migration = Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline, alone });
+        let (rolled, left) = (None, false);
+        self.migration =
+            Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline, alone, rolled, left });
         Ok(request)
     }
 
@@ -162,8 +177,9 @@ impl Submission {
     pub(super) fn migration_timeout(&mut self, now: Instant) {
         if self.migration.as_ref().is_some_and(|m| m.deadline <= now) {
             let secs = MIGRATION_TIMEOUT.as_secs();
-            if self.moving_rank_left() {
-                return self.roll_back_move(format!("it was not running elsewhere within {secs} s"));
+            if self.migration.as_ref().is_some_and(|m| m.left) {
+                // Its process is gone: the job cannot go on without it.
+                return self.roll_back_now(format!("it was not running again within {secs} s"));
             }
             self.end_migration_with(format!("its checkpoint did not reach the job's node whole within {secs} s"));
         }
@@ -194,7 +210,7 @@ impl Submission {
         if self.newest_cut().is_none_or(|newest| newest < epoch) {
             return; // its files are still on their way (a newer cut will do too)
         }
-        let Some(Migration { rank, from, leaving, also, to, .. }) = self.migration.take() else { return };
+        let Some(Migration { rank, from, leaving, also, to, rolled, .. }) = self.migration.take() else { return };
         self.migrations += 1;
         self.avoid = also.iter().copied().chain([from]).collect();
         let (job, epoch) = (self.job, self.newest_cut().unwrap_or(epoch));
@@ -203,7 +219,10 @@ impl Submission {
         let ranks = if leaving { "the ranks" } else { "rank" };
         let which = if leaving { String::new() } else { format!(" {rank}") };
         let toward = to.map_or_else(String::new, |t| format!(" to node {t}"));
-        let mut reason = format!("{ranks}{which} moved off node {from}{toward} ({why})");
+        let mut reason = match rolled {
+            None => format!("{ranks}{which} moved off node {from}{toward} ({why})"),
+            Some(failed) => format!("rank {rank} could not move off node {from} alone ({failed}; {why})"),
+        };
         if !also.is_empty() {
             let nodes: Vec<String> = also.iter().map(ToString::to_string).collect();
             reason.push_str(&format!("; and the ranks off node(s) {} (shutting down)", nodes.join(", ")));

@@ -275,9 +275,11 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
     let (mut h, mut s) = running();
     for round in 1..=MAX_RESTARTS as u64 + 1 {
         assert_eq!(s.phase(), Phase::Running, "round {round}: {:?}", h.events);
-        // A node shutting down: its rank moves by rolling the job back.
-        let leaving = s.ranks()[0].node.unwrap();
-        s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+        // Both nodes shutting down: their ranks move by rolling the job back.
+        for rank in 0..2 {
+            let leaving = s.ranks()[rank].node.unwrap();
+            s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+        }
         h.settle(&mut s);
         take_cut(&mut h, &mut s, round, round);
         ship_cut(&mut h, &mut s, round);
@@ -294,19 +296,23 @@ fn a_migration_counts_against_no_restart_after_a_loss() {
 
 #[test]
 fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
+    // Its one rank moves alone, and the node is done with the job.
     let (mut h, mut s) = running();
+    let (job, wire) = (s.job(), s.wire());
     let leaving = s.ranks()[0].node.unwrap();
-    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: wire }, Bytes::new()));
     h.settle(&mut s);
-    let request = 1;
-    take_cut(&mut h, &mut s, request, 1);
-    h.exit_code = Some(0);
+    assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Move { job: wire, rank: 0, request: 1 }));
+    take_cut(&mut h, &mut s, 1, 1);
     ship_cut(&mut h, &mut s, 1);
+    left(&mut h, &mut s, leaving, 0);
     h.run(&mut s, 30);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
-    let reason = &s.restart_reasons()[0];
-    let want = format!("from checkpoint 1: the ranks moved off node {leaving} (its node is shutting down)");
-    assert_eq!(reason, &want);
+    let to = s.ranks()[0].node.unwrap();
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 0, from: leaving, to, epoch: 1 }), "{:?}", h.events);
+    assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Done { job: wire }));
+    let want = format!("rank 0 moved off node {leaving} to node {to}, from checkpoint 1 (its node is shutting down)");
+    assert_eq!(s.moves(), [want]);
+    assert!(s.restart_reasons().is_empty());
 
     // Ranks that cannot be asked for a checkpoint stay: the node is told so.
     let (mut h, mut s) = running();
@@ -417,6 +423,29 @@ fn a_rank_whose_file_arrives_damaged_rolls_the_job_back_to_the_cut_before() {
     let reason = &s.restart_reasons()[0];
     assert!(reason.starts_with("from checkpoint 1: ") && reason.contains("could not move off node"), "{reason}");
     assert_eq!(s.resumed_from(), Some(1));
+}
+
+#[test]
+fn a_rank_gone_to_move_is_not_left_waited_for_when_the_cut_never_arrives() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let wire = s.wire();
+    let (a, b) = (s.ranks()[0].node.unwrap(), s.ranks()[1].node.unwrap());
+    // Both nodes shut down: the first one's rank was asked to move alone,
+    // and leaves; the second turns the move into rolling the job back.
+    for node in [a, b] {
+        s.handle_message(h.now, reply(node, JobMsg::Leaving { job: wire }, Bytes::new()));
+    }
+    left(&mut h, &mut s, a, 0);
+    take_cut(&mut h, &mut s, 1, 1);
+    // No file ever comes: at the deadline the job rolls back all the same
+    // (from scratch: no cut is kept), rather than wait for rank 0 forever.
+    h.run(&mut s, 10);
+    let reason = s.restart_reasons().first().cloned().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("rank 0 could not move off node {a} alone (it was not running again")),
+        "{reason}"
+    );
+    assert_ne!(s.wire(), wire);
 }
 
 #[test]
