@@ -252,9 +252,10 @@ pub enum SubmitEvent {
     /// Keep `data` at `offset` of `rank`'s checkpoint file of `epoch` (offset
     /// 0 truncates), for a restart (`<restart>checkpoint</restart>`).
     StoreCheckpoint { job: JobId, rank: u32, epoch: u64, offset: u64, data: Bytes },
-    /// `rank` moves off node `from` (`p2pjob migrate`), asked to go to node
-    /// `to` when one was named: the job restarts from the cut of `epoch`, taken for
-    /// it, away from that node.
+    /// `rank` moves off node `from` by rolling the job back (its node shuts
+    /// down with others, or it could not move alone), asked to go to node
+    /// `to` when one was named: the job restarts from the cut of `epoch`,
+    /// taken for it, away from that node.
     Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
     /// `rank` moved alone off node `from` and runs on node `to`, resumed
     /// from its file of the cut of `epoch` (`p2pjob migrate`); the other

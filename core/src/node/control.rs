@@ -70,9 +70,10 @@ pub enum ToolRequest {
     /// reached), then [`ToolReply::CheckpointTaken`] once the cut is taken
     /// (or an error: the job ended first, no rank could be reached).
     Checkpoint { job: JobId },
-    /// Move `rank` of a running job off its node: a checkpoint is taken, and
-    /// the job resumes from it placed away from that node, on node `to` when
-    /// one is named (a candidate of the job's placement with a free slot).
+    /// Move `rank` of a running job off its node alone: a checkpoint is
+    /// taken, and the rank resumes from it on another node (`to` when one is
+    /// named: a candidate of the job's placement running no rank of it)
+    /// while the others go on.
     /// Answered by [`ToolReply::CheckpointAsked`], then [`ToolReply::Moved`]
     /// ([`ToolReply::Migrated`] when the job rolled back to the cut instead)
     /// or an error: no rank reached, the job ended first, `to` cannot take it.
@@ -285,10 +286,10 @@ pub enum ToolReply {
     CheckpointAsked { job: JobId, ranks: Vec<u32> },
     /// The last answer to [`ToolRequest::Checkpoint`]: the ranks took `cut`.
     CheckpointTaken { job: JobId, cut: CutInfo },
-    /// The last answer to [`ToolRequest::Migrate`]: the cut of `epoch` is
-    /// kept, and the job resumes from it away from node `from` (the rank
-    /// asked to go to node `to`, when one was named: it goes there if that
-    /// node grants a slot; `p2pjob status` shows where it went).
+    /// The last answer to [`ToolRequest::Migrate`] when the rank could not
+    /// move alone: the cut of `epoch` is kept, and the whole job resumes from
+    /// it away from node `from` (`to`: the node the rank was asked to go to,
+    /// if any; `p2pjob status` shows where it went).
     Migrated { job: JobId, rank: u32, from: NodeAddr, to: Option<NodeAddr>, epoch: u64 },
     /// The last answer to [`ToolRequest::Migrate`]: the rank moved alone off
     /// node `from` and runs on node `to`, resumed from its checkpoint of

@@ -74,7 +74,8 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, to: Option<NodeAddr
         ToolReply::Moved { from, to, epoch, .. } => {
             if json {
                 let (from, to) = (from.to_string(), to.to_string());
-                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch}));
+                let line = json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch, "alone": true});
+                println!("{line}");
             } else {
                 println!(
                     "rank {rank} of job {job} moved off node {from} to node {to}, resuming from checkpoint {epoch}; \
@@ -86,7 +87,8 @@ pub(crate) fn migrate(c: &mut Client, job: JobId, rank: u32, to: Option<NodeAddr
         ToolReply::Migrated { from, to, epoch, .. } => {
             if json {
                 let (from, to) = (from.to_string(), to.map(|t| t.to_string()));
-                println!("{}", json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch}));
+                let line = json!({"job": job.to_string(), "rank": rank, "from": from, "to": to, "epoch": epoch, "alone": false});
+                println!("{line}");
             } else {
                 let toward = to.map_or_else(String::new, |t| format!(" (asked to go to node {t})"));
                 println!(
