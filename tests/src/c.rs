@@ -9,8 +9,20 @@ use std::process::{Command, Stdio};
 /// (said on stderr, see [`build`]).
 pub fn ckpt_ring(into: &str) -> Option<String> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| build(into, &["ckpt"])).as_ref()?;
-    Some(dir.join("ckpt").to_string_lossy().into_owned())
+    built_once(&DIR, into, "ckpt")
+}
+
+/// The factoring program with a safe point every round
+/// (`tests/c/factor_ckpt.c`), as [`ckpt_ring`].
+pub fn ckpt_factor(into: &str) -> Option<String> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    built_once(&DIR, into, "factor_ckpt")
+}
+
+/// Program `name`, built into `dir` on the first call.
+fn built_once(dir: &std::sync::OnceLock<Option<PathBuf>>, into: &str, name: &str) -> Option<String> {
+    let dir = dir.get_or_init(|| build(into, &[name])).as_ref()?;
+    Some(dir.join(name).to_string_lossy().into_owned())
 }
 
 /// Builds libp2pmpi and `p2pmpicc` (in the test binary's profile), then

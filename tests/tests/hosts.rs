@@ -356,22 +356,47 @@ fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_resul
     let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate", 4, &["--heartbeat-ms", "250"]) else { return };
     let loops: u64 = 9_241;
-    let tag = loops.to_string();
-    let job = job_file(&c, "migrate.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
+    let out = move_rank_1_twice(&c, &prog, &loops.to_string());
+    assert_resumed_with_the_undisturbed_result(&out, loops, 2, 1);
+    assert_eq!(resumed_at(&out, 0), None, "rank 0 never resumed: {out}");
+}
+
+/// The same with the factoring job (a safe point every round of K
+/// candidates, the next candidate and the factor found protected): rank 1
+/// moves twice mid-run, alone, and the job finds the factors an undisturbed
+/// run finds.
+#[test]
+fn a_factoring_rank_migrated_twice_mid_run_finds_the_same_factors() {
+    let Some(prog) = p2pmp_tests::c::ckpt_factor("c-tests-hosts") else { return };
+    let Some(c) = cluster("migrate_factor", 4, &["--heartbeat-ms", "250"]) else { return };
+    // Two primes near 2^31 (the demo's number): ~10 s of trial division on 2 ranks.
+    let out = move_rank_1_twice(&c, &prog, "4611686039902224373 20000");
+    assert!(out.contains("[0] factor: 4611686039902224373 = 2147483647 x 2147483659"), "{out}");
+    assert!(out.contains("[1] resumed at candidate "), "{out}");
+    assert!(!out.contains("[0] resumed"), "rank 0 never resumed: {out}");
+}
+
+/// Submits `prog` with `args` (whose first word tags its processes) as a
+/// 2-rank job on host 0 of `c`, moves rank 1 twice mid-run with `p2pjob
+/// migrate` from host 3 (the second time `--to` the highest host without a
+/// rank), checking each time that it moved alone: to a host running no
+/// rank, rank 0 in the same process, nothing rolled back. The job's output.
+fn move_rank_1_twice(c: &Cluster, prog: &str, args: &str) -> String {
+    let tag = args.split(' ').next().unwrap_or(args);
+    let job = job_file(c, "migrate.xml", prog, 2, &format!("  <arguments>{args}</arguments>\n"));
     let t0 = Instant::now();
-    let id = submit(&c, 0, &job);
-    wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+    let id = submit(c, 0, &job);
+    wait_status(c, 0, &id, "2 running", Duration::from_secs(30));
     let rank0 = p2pmp_tests::wait_until("rank 0's process", Duration::from_secs(20), || {
-        rank_process(&c, 0, &tag).ok_or_else(|| "not yet".to_owned())
+        rank_process(c, 0, tag).ok_or_else(|| "not yet".to_owned())
     });
     for round in 1..=2 {
         // Every rank registers with its node before it can be asked.
         let (from, _) = p2pmp_tests::wait_until("rank 1's process", Duration::from_secs(20), || {
-            rank_process(&c, 1, &tag).ok_or_else(|| "not yet".to_owned())
+            rank_process(c, 1, tag).ok_or_else(|| "not yet".to_owned())
         });
-        // Mid-run: some seconds of the ring's ~10 go by first.
+        // Mid-run: some seconds of the job's ~10 go by first.
         std::thread::sleep(Duration::from_secs(2));
-        // The second time to a named host: the highest one without a rank.
         let to = (round == 2).then(|| (0..4).rev().find(|&i| i != from && i != rank0.0).expect("a free host"));
         let target = to.map(|i| format!("{}:7400", c.hosts[i].ip));
         let mut args = vec!["migrate", id.as_str(), "1"];
@@ -390,7 +415,7 @@ fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_resul
         assert!(m.stdout.contains("moving rank 1 of job ") && m.stdout.contains(&off), "{}", m.stdout);
         assert!(m.stdout.contains("the other ranks went on"), "{}", m.stdout);
         let (now_on, _) = p2pmp_tests::wait_until("rank 1 running again", Duration::from_secs(20), || {
-            rank_process(&c, 1, &tag).filter(|(h, _)| *h != from).ok_or_else(|| "not yet".to_owned())
+            rank_process(c, 1, tag).filter(|(h, _)| *h != from).ok_or_else(|| "not yet".to_owned())
         });
         assert_ne!(now_on, rank0.0, "rank 1 went to a host running no rank");
         if let (Some(i), Some(t)) = (to, &target) {
@@ -400,14 +425,13 @@ fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_resul
         let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
         assert!(status.contains(&format!("move {round}: rank 1 moved off node ")), "{status}");
         assert!(!status.contains("restart "), "nothing rolled back: {status}");
-        assert_eq!(rank_process(&c, 0, &tag), Some(rank0), "rank 0 runs on in the same process");
+        assert_eq!(rank_process(c, 0, tag), Some(rank0), "rank 0 runs on in the same process");
         eprintln!("round {round}: rank 1 moved from host {from} to host {now_on} at {:?}", t0.elapsed());
     }
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
-    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2, 1);
-    assert_eq!(resumed_at(&w.stdout, 0), None, "rank 0 never resumed: {}", w.stdout);
     eprintln!("rank 1 moved twice; the job took {:?} in all", t0.elapsed());
+    w.stdout
 }
 
 /// What [`stop_daemons_under_the_ring`] saw: the cluster, the hosts stopped,
