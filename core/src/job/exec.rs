@@ -449,7 +449,8 @@ impl Execution {
                 self.send(from, JobMsg::StatusReply { job, ranks }, Bytes::new());
             }
             JobMsg::Done { .. } => self.drop_job(job),
-            JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request),
+            JobMsg::Checkpoint { request, .. } => self.on_checkpoint_request(from, job, request, true),
+            JobMsg::CheckpointStay { request, .. } => self.on_checkpoint_request(from, job, request, false),
             JobMsg::Move { rank, request, .. } => return self.on_move(job, rank, request),
             JobMsg::ResumeEngine { rank, .. } => return self.on_resume_engine(job, rank, payload),
             JobMsg::Resume { from: run, epoch, .. } if j.staged.is_none() => j.resume = Some((run, epoch)),

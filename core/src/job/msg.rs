@@ -166,6 +166,11 @@ pub enum JobMsg {
     /// moved alone; payload = the engine it saved, written beside its
     /// checkpoint for it to resume with.
     ResumeEngine { job: JobId, rank: u32 },
+    /// Submitter -> executor: as [`JobMsg::Checkpoint`], but the files of
+    /// its cut stay on this node (unless the job restarts from its
+    /// checkpoints, when every cut is shipped): a rank moving alone needs
+    /// only its own file, whose node [`JobMsg::Move`] tells.
+    CheckpointStay { job: JobId, request: u64 },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -231,7 +236,8 @@ impl JobMsg {
             | JobMsg::Staying { job }
             | JobMsg::Move { job, .. }
             | JobMsg::Moved { job, .. }
-            | JobMsg::ResumeEngine { job, .. } => *job,
+            | JobMsg::ResumeEngine { job, .. }
+            | JobMsg::CheckpointStay { job, .. } => *job,
         }
     }
 
@@ -337,6 +343,7 @@ mod tests {
         assert_eq!(body_bytes(&JobMsg::Move { job: z, rank: 1, request: 2 }), [&[33u8][..], zero, tail].concat());
         assert_eq!(body_bytes(&JobMsg::Moved { job: z, rank: 1 }), [&[34u8][..], zero, &[1]].concat());
         assert_eq!(body_bytes(&JobMsg::ResumeEngine { job: z, rank: 1 }), [&[35u8][..], zero, &[1]].concat());
+        assert_eq!(body_bytes(&JobMsg::CheckpointStay { job: z, request: 2 }), [&[36u8][..], zero, &[2]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -409,6 +416,7 @@ mod tests {
             }),
             (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::Moved { job, rank }),
             (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::ResumeEngine { job, rank }),
+            (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::CheckpointStay { job, request }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

@@ -115,7 +115,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Resume { .. }
         | JobMsg::Staying { .. }
         | JobMsg::Move { .. }
-        | JobMsg::ResumeEngine { .. } => true,
+        | JobMsg::ResumeEngine { .. }
+        | JobMsg::CheckpointStay { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }

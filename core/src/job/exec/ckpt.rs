@@ -16,7 +16,9 @@
 //!   and [`JobMsg::Recovered`].
 //! - **Shipping.** For a job that restarts from its checkpoints
 //!   (`<restart>checkpoint</restart>`), and for the cut answering each
-//!   checkpoint request passed on here (`p2pjob checkpoint`, `migrate`), a
+//!   checkpoint request passed on here (`p2pjob checkpoint`, a node
+//!   shutting down; of a move alone, [`JobMsg::CheckpointStay`], only the
+//!   moving rank's, see `moving`), a
 //!   file a rank reports is read from the job directory (ranks write them
 //!   there: `P2PMP_CHECKPOINT_DIR=.`) and sent to the submitter as
 //!   [`JobMsg::CheckpointFile`] chunks, beside the output files and under
@@ -100,7 +102,9 @@ impl Execution {
     /// Reads `rank`'s checkpoint file of `epoch` to send it to the
     /// submitter: the files of a job that restarts from its checkpoints,
     /// and the first file answering each checkpoint request this node passed
-    /// on (`p2pjob checkpoint`, `migrate`; a rank reports the newest request
+    /// on to be shipped (`p2pjob checkpoint`, a node shutting down; of a
+    /// [`JobMsg::CheckpointStay`] only the file of a rank moving at it,
+    /// see `moving`; a rank reports the newest request
     /// its cut covers with every later cut too, and may report any number:
     /// only requests asked here, each once, count). A periodic cut taken
     /// while the rank's last file is still read or sent is not shipped (the
@@ -109,8 +113,9 @@ impl Execution {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let restarts = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
         let busy = j.ckpt_reads.keys().any(|(r, _)| *r == rank) || j.outgoing.shipping_checkpoint(rank);
+        let asked_here = request <= j.asked || super::moving::ships_for_move(j, rank, request);
         let shipped = j.shipped.entry(rank).or_default();
-        let asked_for = request > *shipped && request <= j.asked;
+        let asked_for = request > *shipped && asked_here;
         if asked_for {
             *shipped = request;
         }
@@ -148,9 +153,10 @@ impl Execution {
     }
 
     /// The submitter asks for checkpoint `request` of `job`: every linked
-    /// rank is asked, and the submitter told which.
-    pub(super) fn on_checkpoint_request(&mut self, from: NodeAddr, job: JobId, request: u64) {
-        if let Some(j) = self.jobs.get_mut(&job) {
+    /// rank is asked, and the submitter told which. `ship`: the files of
+    /// the cut answering it go to the submitter.
+    pub(super) fn on_checkpoint_request(&mut self, from: NodeAddr, job: JobId, request: u64, ship: bool) {
+        if let Some(j) = self.jobs.get_mut(&job).filter(|_| ship) {
             j.asked = j.asked.max(request);
         }
         let mut asks: Vec<(u32, u64)> =

@@ -19,7 +19,7 @@
 
 use bytes::Bytes;
 
-use super::{ExecEvent, Execution, RankRun};
+use super::{ExecEvent, ExecJob, Execution, RankRun};
 use crate::ckpt::{self, MAX_ENGINE_FILE, MOVED_EXIT};
 use crate::job::JobId;
 use crate::job::msg::JobMsg;
@@ -33,6 +33,13 @@ pub(super) struct Moving {
     /// be), `None` while being read.
     engine: Option<Bytes>,
     left: bool,
+}
+
+/// Whether `rank`'s file of a cut covering checkpoint request `request`
+/// goes to the submitter because the rank moves at it (the other ranks'
+/// files of that cut stay).
+pub(super) fn ships_for_move(j: &ExecJob, rank: u32, request: u64) -> bool {
+    j.moving.get(&rank).is_some_and(|m| request >= m.request)
 }
 
 impl Execution {

@@ -28,12 +28,16 @@ fn ckpt(epoch: u64) -> CheckpointInfo {
 #[test]
 fn a_rank_that_leaves_to_move_ships_its_checkpoint_then_its_engine_instead_of_an_exit() {
     let (mut e, j, now) = running();
-    e.handle_message(now, env(JobMsg::Checkpoint { job: j, request: 2 }, Bytes::new()));
+    e.handle_rank_registered(6, process_key(j, 0));
+    e.handle_message(now, env(JobMsg::CheckpointStay { job: j, request: 2 }, Bytes::new()));
     e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 2 }, Bytes::new()));
     let (_, evs) = drain(&mut e);
     assert!(evs.contains(&ExecEvent::AskMove { conn: 4, job: j, rank: 1, request: 2 }), "{evs:?}");
+    // Both ranks take the cut; only the moving one's file is read to go.
+    e.handle_checkpointed(6, ckpt(3), 2).unwrap();
     e.handle_checkpointed(4, ckpt(3), 2).unwrap();
-    drain(&mut e);
+    let (_, evs) = drain(&mut e);
+    assert_eq!(evs, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.3.ckpt".into() }]);
     let free = e.free_slots();
     // It leaves while its checkpoint file is still being read: no output
     // file is read, its engine is.

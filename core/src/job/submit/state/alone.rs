@@ -237,9 +237,14 @@ impl Submission {
 
     /// The rank does not move alone (`why` says what went wrong, if
     /// anything did): the whole job goes back to the migration's cut, once
-    /// it is kept whole here.
+    /// it is kept whole here (or, when only the rank's file of it comes
+    /// here, to the newest cut kept whole now).
     pub(super) fn roll_back_move(&mut self, why: Option<String>) {
         let Some(m) = self.migration.as_mut() else { return };
+        if !m.shipped {
+            let why = why.unwrap_or_else(|| "the job rolls back".to_owned());
+            return self.roll_back_now(why);
+        }
         m.rolled = why;
         let target = m.alone.take().and_then(|a| a.target);
         // A node offered the rank lets go of it.

@@ -54,6 +54,12 @@ impl Submission {
     /// request's number. Its progress comes as [`SubmitEvent::CheckpointAsked`],
     /// then [`SubmitEvent::CheckpointTaken`] or [`SubmitEvent::CheckpointFailed`].
     pub fn request_checkpoint(&mut self) -> Result<u64, SubmitCmdError> {
+        self.ask_checkpoint(true)
+    }
+
+    /// As [`Submission::request_checkpoint`]; unless `ship`, the files of
+    /// its cut stay on the ranks' nodes ([`JobMsg::CheckpointStay`]).
+    pub(super) fn ask_checkpoint(&mut self, ship: bool) -> Result<u64, SubmitCmdError> {
         let job = self.job;
         let why = match self.phase {
             Phase::Finished => Some("it is over"),
@@ -69,8 +75,10 @@ impl Submission {
         }
         self.ckpt.last_request += 1;
         let request = self.ckpt.last_request;
+        let job = self.wire;
+        let msg = if ship { JobMsg::Checkpoint { job, request } } else { JobMsg::CheckpointStay { job, request } };
         for &to in &nodes {
-            self.send(to, JobMsg::Checkpoint { job: self.wire, request }, Bytes::new());
+            self.send(to, msg.clone(), Bytes::new());
         }
         self.ckpt.asked.push(Asked { request, waiting: nodes, reached: BTreeSet::new(), told: false });
         Ok(request)

@@ -49,6 +49,8 @@ pub(super) struct Migration {
     /// The rank's process left to move alone: the job cannot go on without
     /// rolling back once the move is given up.
     pub(super) left: bool,
+    /// Every rank's file of its cut comes here (else only the moving rank's).
+    pub(super) shipped: bool,
 }
 
 /// How long a placement waits for the node a migrating rank is sent to.
@@ -112,7 +114,11 @@ impl Submission {
         if let Some(to) = to {
             self.check_target(rank, from, to)?;
         }
-        let request = self.request_checkpoint()?;
+        // A user's move alone needs only the rank's own file; a node shutting
+        // down ships the whole cut, since others may follow it and roll the
+        // job back to it.
+        let shipped = leaving || !alone;
+        let request = self.ask_checkpoint(shipped)?;
         let deadline = now + MIGRATION_TIMEOUT;
         let also = BTreeSet::new();
         let alone = alone.then(super::alone::Alone::default);
@@ -120,8 +126,20 @@ impl Submission {
             self.send(from, JobMsg::Move { job: self.wire, rank, request }, Bytes::new());
         }
         let (rolled, left) = (None, false);
-        self.migration =
-            Some(Migration { rank, from, request, epoch: None, leaving, also, to, deadline, alone, rolled, left });
+        self.migration = Some(Migration {
+            rank,
+            from,
+            request,
+            epoch: None,
+            leaving,
+            also,
+            to,
+            deadline,
+            alone,
+            rolled,
+            left,
+            shipped,
+        });
         Ok(request)
     }
 

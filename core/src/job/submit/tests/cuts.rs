@@ -229,6 +229,12 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     assert!(matches!(s.migrate(h.now, 0, None), Err(SubmitCmdError::Migrating { rank: 1, .. })));
     h.settle(&mut s);
     assert!(h.sent.iter().any(|(to, m, _)| *to == from && *m == JobMsg::Move { job: wire, rank: 1, request: 1 }));
+    // Only the moving rank's file of the cut is needed here: the others stay.
+    for node in [from, stays] {
+        let stay = JobMsg::CheckpointStay { job: wire, request: 1 };
+        assert!(h.sent.iter().any(|(to, m, _)| *to == node && *m == stay), "{:?}", h.sent);
+    }
+    assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Checkpoint { .. })));
     take_cut(&mut h, &mut s, 1, 1);
     ship_cut(&mut h, &mut s, 1);
     // The cut is here, but the rank has not left its process: nothing moves.
