@@ -72,6 +72,48 @@ pub const MOVED_EXIT: i32 = 75;
 /// its engine is small).
 pub const MAX_ENGINE_FILE: u64 = 8 << 20;
 
+/// The first bytes of an engine file.
+const ENGINE_MAGIC: &[u8; 4] = b"P2PE";
+/// An engine file's header: the magic, the job, the cut's epoch (u64) and
+/// the world's context counter (u32), little-endian; the MPI library's
+/// saved engine follows.
+pub const ENGINE_HEADER_LEN: usize = 4 + ID_BYTES + 8 + 4;
+
+/// An engine file's header (see [`ENGINE_HEADER_LEN`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineHeader {
+    /// The run that saved it.
+    pub job: JobId,
+    /// The cut it was saved at.
+    pub epoch: u64,
+    /// The world's next communicator context.
+    pub next_ctx: u32,
+}
+
+impl EngineHeader {
+    /// The header's bytes, for the saved engine to follow.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = ENGINE_MAGIC.to_vec();
+        b.extend_from_slice(self.job.0.as_bytes());
+        b.extend_from_slice(&self.epoch.to_le_bytes());
+        b.extend_from_slice(&self.next_ctx.to_le_bytes());
+        b
+    }
+
+    /// The header of engine file `bytes` and what follows it; `None` when
+    /// it is not one.
+    pub fn decode(bytes: &[u8]) -> Option<(EngineHeader, &[u8])> {
+        let (head, rest) = (bytes.get(..ENGINE_HEADER_LEN)?, bytes.get(ENGINE_HEADER_LEN..)?);
+        if !head.starts_with(ENGINE_MAGIC) {
+            return None;
+        }
+        let job = JobId(crate::id::Id::from_bytes(head[4..4 + ID_BYTES].try_into().ok()?));
+        let epoch = u64::from_le_bytes(head[4 + ID_BYTES..12 + ID_BYTES].try_into().ok()?);
+        let next_ctx = u32::from_le_bytes(head[12 + ID_BYTES..].try_into().ok()?);
+        Some((EngineHeader { job, epoch, next_ctx }, rest))
+    }
+}
+
 /// How the stored body is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {

@@ -157,10 +157,12 @@ pub enum JobMsg {
     /// saves its engine and exits, and the node sends [`JobMsg::Moved`]
     /// instead of an exit.
     Move { job: JobId, rank: u32, request: u64 },
-    /// Executor -> submitter: `rank` left its process to move (after its
-    /// checkpoint files); payload = its engine file
-    /// ([`crate::ckpt::engine_file_name`]), empty when it could not be read.
-    Moved { job: JobId, rank: u32 },
+    /// Executor -> submitter: `rank`, asked to move at the cut answering
+    /// checkpoint request `request`, left its process; payload = its engine
+    /// file ([`crate::ckpt::engine_file_name`], whose header names the cut),
+    /// empty when it could not be read. Its file of that cut is shipped as
+    /// for any cut asked for (it may arrive after this).
+    Moved { job: JobId, rank: u32, request: u64 },
     /// Submitter -> executor, after [`JobMsg::Resume`] and before
     /// [`JobMsg::Start`]: `rank`, placed here, takes the place of a rank that
     /// moved alone; payload = the engine it saved, written beside its
@@ -341,7 +343,7 @@ mod tests {
         assert_eq!(body_bytes(&JobMsg::Staying { job: z }), [&[32u8][..], &[0u8; 20]].concat());
         let (zero, tail) = (&[0u8; 20][..], &[1u8, 2][..]);
         assert_eq!(body_bytes(&JobMsg::Move { job: z, rank: 1, request: 2 }), [&[33u8][..], zero, tail].concat());
-        assert_eq!(body_bytes(&JobMsg::Moved { job: z, rank: 1 }), [&[34u8][..], zero, &[1]].concat());
+        assert_eq!(body_bytes(&JobMsg::Moved { job: z, rank: 1, request: 2 }), [&[34u8][..], zero, tail].concat());
         assert_eq!(body_bytes(&JobMsg::ResumeEngine { job: z, rank: 1 }), [&[35u8][..], zero, &[1]].concat());
         assert_eq!(body_bytes(&JobMsg::CheckpointStay { job: z, request: 2 }), [&[36u8][..], zero, &[2]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
@@ -414,7 +416,11 @@ mod tests {
                 rank,
                 request
             }),
-            (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::Moved { job, rank }),
+            (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, request)| JobMsg::Moved {
+                job,
+                rank,
+                request
+            }),
             (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::ResumeEngine { job, rank }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::CheckpointStay { job, request }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),

@@ -288,6 +288,13 @@ pub enum SubmitCmdError {
     /// A rank cannot be moved to the node named.
     #[error("rank {rank} of job {job} cannot move to node {to}: {why}")]
     CannotMoveTo { job: JobId, rank: u32, to: NodeAddr, why: &'static str },
+    /// No node could take the rank alone: every other candidate of the job
+    /// runs ranks of it, or is gone.
+    #[error(
+        "rank {rank} of job {job} has nowhere to go: every other node meeting the job's requirements runs ranks of it \
+         or is gone"
+    )]
+    NowhereToGo { job: JobId, rank: u32 },
     /// A rank of the job is being moved already.
     #[error("job {job} is already moving rank {rank}: ask again once it has moved")]
     Migrating { job: JobId, rank: u32 },

@@ -379,8 +379,13 @@ impl World {
             c.next_due = Some(start + every);
         }
         // The node's newest request: a cut answers it unless one already did.
+        // A rank asked to move that is still here wants a cut to leave after
+        // (the cut answering the move was taken before it was asked, or it
+        // was not quiet then).
         let asked = self.net.checkpoint_wanted();
-        let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t) || asked > c.served);
+        let moving = self.net.move_wanted();
+        let stays = moving > 0 && moving <= c.served;
+        let due = u64::from(c.requested || c.next_due.is_some_and(|t| start >= t) || asked > c.served || stays);
         let (wanted, most) = c.wanted_stride(start);
         // One maximum for all four: the smallest `most` as the largest complement.
         let agreed = self.allreduce(&[due, wanted, asked, u64::MAX - most], Op::Max)?;

@@ -35,7 +35,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use p2pmp_core::id::{ID_BYTES, Id};
+use p2pmp_core::ckpt::EngineHeader;
 use p2pmp_core::job::JobId;
 use p2pmp_core::mpi::{MpiConfig, MpiEngine, SavedEngine};
 
@@ -48,8 +48,6 @@ use crate::world::World;
 pub const RESUME_ENGINE_VAR: &str = "P2PMP_RESUME_ENGINE";
 /// The exit status of a process whose rank moved away (`EX_TEMPFAIL`).
 pub const MOVED_EXIT: i32 = p2pmp_core::ckpt::MOVED_EXIT;
-/// The first bytes of an engine file.
-const MAGIC: &[u8; 4] = b"P2PE";
 /// Largest engine file read back (frames and unreceived messages are
 /// bounded by the eager credit, rendezvous data by the cut's quiet rule).
 const MAX_FILE: u64 = 1 << 30;
@@ -60,24 +58,16 @@ pub fn engine_path(dir: &Path, rank: u32) -> PathBuf {
     dir.join(p2pmp_core::ckpt::engine_file_name(rank))
 }
 
-/// The header of an engine file: the magic, the job, the cut's epoch, the
-/// world's context counter.
-const HEADER: usize = 4 + ID_BYTES + 8 + 4;
-
 /// The engine saved in `path` by a run of `job`, restored for `rank` of
 /// `size`, with the world's context counter and the cut's epoch.
 fn read(path: &Path, job: JobId, config: MpiConfig, rank: u32, size: u32) -> Result<(MpiEngine, u32, u64)> {
     let bad = |why: String| Error::Checkpoint(format!("{}: {why}", path.display()));
     let mut bytes = Vec::new();
     File::open(path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes)).map_err(|e| bad(e.to_string()))?;
-    if bytes.len() < HEADER || !bytes.starts_with(MAGIC) || bytes.len() as u64 > MAX_FILE {
+    let header = EngineHeader::decode(&bytes).filter(|_| bytes.len() as u64 <= MAX_FILE);
+    let Some((EngineHeader { job: theirs, epoch, next_ctx }, saved)) = header else {
         return Err(bad("not an engine file of this library".into()));
-    }
-    let (head, saved) = bytes.split_at(HEADER);
-    let field = |at: usize, n: usize| &head[at..at + n];
-    let theirs = JobId(Id::from_bytes(field(4, ID_BYTES).try_into().unwrap_or([0; ID_BYTES])));
-    let epoch = u64::from_le_bytes(field(4 + ID_BYTES, 8).try_into().unwrap_or([0; 8]));
-    let next_ctx = u32::from_le_bytes(field(4 + ID_BYTES + 8, 4).try_into().unwrap_or([0; 4]));
+    };
     if theirs != job {
         return Err(bad(format!("the engine of job {theirs}, this is job {job}")));
     }
@@ -141,10 +131,7 @@ impl World {
                 return Ok(());
             }
         };
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend_from_slice(self.ckpt.job.0.as_bytes());
-        bytes.extend_from_slice(&epoch.to_le_bytes());
-        bytes.extend_from_slice(&self.next_ctx.to_le_bytes());
+        let mut bytes = EngineHeader { job: self.ckpt.job, epoch, next_ctx: self.next_ctx }.encode();
         bytes.extend_from_slice(&saved.encode());
         let path = engine_path(&self.ckpt.dir, self.rank());
         super::store::write_atomic(&self.ckpt.dir, &path, &bytes)?;
@@ -160,6 +147,8 @@ impl World {
 
 #[cfg(test)]
 mod tests {
+    use p2pmp_core::id::Id;
+
     use super::*;
 
     /// An engine file is taken only for its own job and rank; anything else
@@ -172,10 +161,7 @@ mod tests {
         let config = MpiConfig::default();
         let saved = MpiEngine::new(config.clone(), 1, 2).unwrap().save().unwrap().encode();
         let file = |name: &str, of: JobId, body: &[u8]| {
-            let mut bytes = MAGIC.to_vec();
-            bytes.extend_from_slice(of.0.as_bytes());
-            bytes.extend_from_slice(&7u64.to_le_bytes());
-            bytes.extend_from_slice(&5u32.to_le_bytes());
+            let mut bytes = EngineHeader { job: of, epoch: 7, next_ctx: 5 }.encode();
             bytes.extend_from_slice(body);
             let p = dir.join(name);
             fs::write(&p, bytes).unwrap();

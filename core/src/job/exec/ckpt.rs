@@ -113,9 +113,9 @@ impl Execution {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let restarts = j.staged.as_ref().is_some_and(|d| d.restart == RestartPolicy::Checkpoint);
         let busy = j.ckpt_reads.keys().any(|(r, _)| *r == rank) || j.outgoing.shipping_checkpoint(rank);
-        let asked_here = request <= j.asked || super::moving::ships_for_move(j, rank, request);
+        let for_move = super::moving::ships_for_move(j, rank, request);
         let shipped = j.shipped.entry(rank).or_default();
-        let asked_for = request > *shipped && asked_here;
+        let asked_for = for_move || (request > *shipped && request <= j.asked);
         if asked_for {
             *shipped = request;
         }

@@ -6,11 +6,13 @@
 //!   control connection ([`ExecEvent::AskMove`]). After that cut it saves its
 //!   engine in [`ckpt::engine_file_name`] and exits with
 //!   [`ckpt::MOVED_EXIT`]: no output file is read, the engine file is, and
-//!   once the rank's checkpoint file has gone out whole (its report may come
-//!   after the exit: the control connection stays linked until it closes)
-//!   the submitter gets [`JobMsg::Moved`] carrying it instead of an exit. The
-//!   slot is free. An exit with any other code, or of a rank not asked to
-//!   move, is an exit.
+//!   once the rank's checkpoint files being read have gone out whole, the
+//!   submitter gets [`JobMsg::Moved`] carrying it instead of an exit. Every
+//!   file of a cut answering the move goes to the submitter, whether the
+//!   rank left at the first or a later one, and even when its report comes
+//!   after the exit (the control connection stays linked until it closes,
+//!   so then the file follows [`JobMsg::Moved`]). The slot is free. An exit
+//!   with any other code, or of a rank not asked to move, is an exit.
 //! - **Arriving.** A rank offered here to take a moved rank's place is
 //!   staged like a rank of a restarted job ([`JobMsg::Resume`], its
 //!   checkpoint file) and gets the engine ([`JobMsg::ResumeEngine`]), written
@@ -33,11 +35,15 @@ pub(super) struct Moving {
     /// be), `None` while being read.
     engine: Option<Bytes>,
     left: bool,
+    /// [`JobMsg::Moved`] went out (the entry stays: a report of the cut it
+    /// left at may still come, and its file must still go).
+    sent: bool,
 }
 
 /// Whether `rank`'s file of a cut covering checkpoint request `request`
 /// goes to the submitter because the rank moves at it (the other ranks'
-/// files of that cut stay).
+/// files of that cut stay): every such cut's, since the rank leaves after
+/// the first it is quiet at, which may not be the first to answer it.
 pub(super) fn ships_for_move(j: &ExecJob, rank: u32, request: u64) -> bool {
     j.moving.get(&rank).is_some_and(|m| request >= m.request)
 }
@@ -49,7 +55,7 @@ impl Execution {
         if !matches!(j.ranks.get(&rank), Some(RankRun::Running { .. })) {
             return None;
         }
-        j.moving.insert(rank, Moving { request, engine: None, left: false });
+        j.moving.insert(rank, Moving { request, engine: None, left: false, sent: false });
         let conn = self.links.iter().find(|(_, l)| **l == (job, rank)).map(|(c, _)| *c);
         // A rank not linked yet is not reached: the move runs out its time
         // at the submitter.
@@ -92,12 +98,13 @@ impl Execution {
     /// its exit. `None` for any other rank; `Some(None)` while not yet.
     pub(super) fn moved_message(&mut self, job: JobId, rank: u32) -> Option<Option<(JobMsg, Bytes)>> {
         let j = self.jobs.get_mut(&job)?;
-        let m = j.moving.get(&rank).filter(|m| m.left)?;
         let reading = j.ckpt_reads.keys().any(|(r, _)| *r == rank);
-        let Some(engine) = m.engine.clone().filter(|_| !reading) else { return Some(None) };
-        tracing::info!(%job, rank, request = m.request, "rank moves alone: {} engine bytes", engine.len());
-        j.moving.remove(&rank);
-        Some(Some((JobMsg::Moved { job, rank }, engine)))
+        let m = j.moving.get_mut(&rank).filter(|m| m.left)?;
+        let Some(engine) = m.engine.clone().filter(|_| !reading && !m.sent) else { return Some(None) };
+        m.sent = true;
+        let request = m.request;
+        tracing::info!(%job, rank, request, "rank moves alone: {} engine bytes", engine.len());
+        Some(Some((JobMsg::Moved { job, rank, request }, engine)))
     }
 
     /// The engine `rank`, placed here, resumes with: written beside its

@@ -443,6 +443,9 @@ impl Submission {
     }
 
     fn peer_gone(&mut self, now: Instant, to: NodeAddr, silent: Option<Duration>) {
+        if self.move_target_gone(now, to) {
+            return;
+        }
         let Some(n) = self.nodes.get(&to) else { return };
         let live = n.accepted.iter().any(|r| self.ranks[*r as usize].exit.is_none());
         match self.phase {

@@ -132,10 +132,11 @@ enum Cmd {
     /// where the rank moved; `p2pjob status` lists every move. When the rank,
     /// once left, cannot be placed alone, the whole job resumes from its
     /// newest checkpoint kept whole (`status` shows it as a restart). A
-    /// migration whose checkpoint has not been taken within 120 s gives up
-    /// (the rank stays). Fails (exit 3) when the rank is not running, the
-    /// request reaches no rank (not a program using the checkpoint API), or
-    /// the job ends first. Only the key that submitted the job, or a node's
+    /// migration whose rank has not left within 120 s gives up (the rank
+    /// stays). Fails (exit 3) when the rank is not running, no other node
+    /// meeting the job's requirements is free of its ranks, the request
+    /// reaches no rank (not a program using the checkpoint API), or the job
+    /// ends first. Only the key that submitted the job, or a node's
     /// admin, may ask.
     Migrate {
         /// Job id (hex).

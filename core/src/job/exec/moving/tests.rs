@@ -55,7 +55,7 @@ fn a_rank_that_leaves_to_move_ships_its_checkpoint_then_its_engine_instead_of_an
         }
     }
     assert!(matches!(out[0].0, JobMsg::CheckpointFile { rank: 1, epoch: 3, .. }), "{out:?}");
-    assert_eq!(out[1], (JobMsg::Moved { job: j, rank: 1 }, Bytes::from_static(b"ENGINE")));
+    assert_eq!(out[1], (JobMsg::Moved { job: j, rank: 1, request: 2 }, Bytes::from_static(b"ENGINE")));
     assert_eq!(out.len(), 2, "no exit: {out:?}");
     assert_eq!(e.free_slots(), free + 1, "its slot is free");
 }
@@ -86,7 +86,7 @@ fn an_exit_is_an_exit_unless_the_rank_was_asked_to_move_and_left_for_it() {
             _ => None,
         })
         .collect();
-    assert_eq!(moved, [(JobMsg::Moved { job: j, rank: 1 }, Bytes::new())]);
+    assert_eq!(moved, [(JobMsg::Moved { job: j, rank: 1, request: 1 }, Bytes::new())]);
     // A move asked of a rank not running here is dropped.
     let ignored = e.ignored();
     e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 1 }, Bytes::new()));
@@ -136,4 +136,26 @@ fn a_rank_taking_a_moved_rank_s_place_starts_with_its_engine() {
     for var in [("P2PMP_RESUME_ENGINE", "rank-1.engine"), ("P2PMP_RESTART", "rank-1.3.ckpt")] {
         assert!(spawned.contains(&(var.0.to_owned(), var.1.to_owned())), "{spawned:?}");
     }
+}
+
+#[test]
+fn a_rank_that_leaves_before_its_report_arrives_still_ships_its_file_after() {
+    let (mut e, j, now) = running();
+    e.handle_message(now, env(JobMsg::CheckpointStay { job: j, request: 1 }, Bytes::new()));
+    e.handle_message(now, env(JobMsg::Move { job: j, rank: 1, request: 1 }, Bytes::new()));
+    drain(&mut e);
+    e.handle_process_exit(j, 1, MOVED_EXIT).unwrap();
+    e.handle_output_file(j, 1, "rank-1.engine", Ok(Bytes::from_static(b"ENGINE")));
+    let (msgs, _) = drain(&mut e);
+    assert_eq!(msgs, [JobMsg::Moved { job: j, rank: 1, request: 1 }]);
+    // Its report of the cut it left at comes after the exit: that file
+    // still goes (the rank's connection is still linked), and Moved is not
+    // sent twice.
+    e.handle_checkpointed(4, ckpt(2), 1).unwrap();
+    let (msgs, evs) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::Checkpointed { .. }]), "{msgs:?}");
+    assert_eq!(evs, [ExecEvent::ReadOutputFile { job: j, rank: 1, name: "rank-1.2.ckpt".into() }]);
+    e.handle_output_file(j, 1, "rank-1.2.ckpt", Ok(Bytes::from_static(b"CUT")));
+    let (msgs, _) = drain(&mut e);
+    assert!(matches!(msgs[..], [JobMsg::CheckpointFile { rank: 1, epoch: 2, .. }]), "{msgs:?}");
 }

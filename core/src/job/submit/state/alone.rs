@@ -1,37 +1,45 @@
-//! A rank that moves alone (`p2pjob migrate JOB RANK`): the other ranks go
-//! on, nothing rolls back.
+//! A rank that moves alone (`p2pjob migrate JOB RANK`, or the one rank of
+//! a node shutting down): the other ranks go on, nothing rolls back.
 //!
-//! 1. **Ask.** With the checkpoint request of the migration, the rank's node
-//!    is told that the rank moves at its cut ([`JobMsg::Move`]). After the
-//!    cut the rank saves its engine and leaves; the node ships its
-//!    checkpoint file (as for any cut asked for) and then, instead of an
-//!    exit, [`JobMsg::Moved`] with the engine.
-//! 2. **Leave.** Once the engine is here, the rank's report covers the
-//!    request and its checkpoint file arrived whole, the rank is no longer
-//!    its old node's (that node is done with the job if it holds no other
-//!    rank of it), and the file is read back and checked as for a restart.
+//! 1. **Ask**, only when some other candidate of the job runs none of its
+//!    ranks (else `migrate` fails at once, and a node shutting down rolls
+//!    the job back). The rank's node is told that the rank moves at the cut
+//!    answering the migration's checkpoint request ([`JobMsg::Move`]; for
+//!    `migrate` the other ranks' files of that cut stay where they are,
+//!    [`JobMsg::CheckpointStay`]). After the first cut it is quiet at, the
+//!    rank saves its engine and leaves; its node ships its file of that cut
+//!    and sends [`JobMsg::Moved`] with the engine instead of an exit.
+//! 2. **Leave.** Once the engine is here and the rank's file of the cut the
+//!    engine names arrived whole, the rank is no longer its old node's (that
+//!    node is done with the job if it runs no other live rank of it), and
+//!    the file is read back and checked as for a restart.
 //! 3. **Place.** The rank is offered alone ([`JobMsg::Offer`] of one rank) to
 //!    a candidate of the job that holds none of it: the node named by
-//!    `--to` first, then the most free, least loaded. A refusal or silence
-//!    moves on to the next. The node is staged like a node of a restarted
-//!    job ([`JobMsg::Resume`], the job's files, the rank's checkpoint file)
-//!    and gets the engine ([`JobMsg::ResumeEngine`]); then it starts the
-//!    rank, which re-registers its process key: its peers look it up again
-//!    and resend what it never acknowledged.
+//!    `--to` first, then the most free, least loaded, the node it left last
+//!    (never one shutting down). A refusal, silence or loss moves on to the
+//!    next. The node is staged like a node of a restarted job
+//!    ([`JobMsg::Resume`], the job's files, the rank's checkpoint file) and
+//!    gets the engine ([`JobMsg::ResumeEngine`]); then it starts the rank,
+//!    which re-registers its process key: its peers look it up again and
+//!    resend what it never acknowledged.
 //! 4. **Moved** ([`SubmitEvent::Moved`]) once the rank runs there.
 //!
-//! Whatever goes wrong after the rank left (its engine or file lost or
-//! damaged, no node to take it, the deadline) rolls the whole job back to
-//! the newest cut kept whole instead, as a node shutting down does: the
-//! rank's process is gone, and the others would wait for it.
+//! When the move cannot end that way (its engine or file lost or damaged,
+//! no node takes it, another node shuts down meanwhile, the deadline), the
+//! whole job rolls back instead, as nodes shutting down together do: to the
+//! migration's cut once every rank's file of it is here (asked again of
+//! every rank when only the moving rank's was to come and it has not left),
+//! else at once to the newest cut kept whole, since the rank's process is
+//! gone and the others would wait for it. A rank that leaves when no move
+//! of it is under way any more (given up meanwhile) rolls the job back too.
 
 use super::*;
 
 /// A rank moving alone, once asked.
 #[derive(Debug, Default)]
 pub(super) struct Alone {
-    /// The engine it left with ([`JobMsg::Moved`]).
-    engine: Option<Bytes>,
+    /// The engine it left with ([`JobMsg::Moved`]), and the cut it saved it at.
+    engine: Option<(Bytes, u64)>,
     /// The cut it resumes from, once it left its node.
     epoch: Option<u64>,
     /// The node it is offered to, or staged at.
@@ -46,21 +54,46 @@ impl Submission {
         self.migration.as_ref().is_some_and(|m| m.alone.is_some())
     }
 
+    /// Whether a node other than `from` could take a rank alone: a
+    /// candidate of the job, not lost, running none of its ranks.
+    pub(super) fn move_candidates(&self, from: NodeAddr) -> bool {
+        self.nodes.iter().any(|(addr, n)| {
+            let idle = n.accepted.iter().all(|r| self.ranks[*r as usize].exit.is_some()) && n.offer.is_none();
+            *addr != from && idle && !n.closed && !self.lost_nodes.contains(addr)
+        })
+    }
+
     fn alone(&mut self) -> Option<&mut Alone> {
         self.migration.as_mut()?.alone.as_mut()
     }
 
-    /// Node `from` says `rank` left its process to move, with `engine`.
-    pub(super) fn on_moved(&mut self, from: NodeAddr, rank: u32, engine: Bytes) -> Option<()> {
-        let m = self.migration.as_mut().filter(|m| m.rank == rank && m.from == from && !m.left)?;
+    /// Node `from` says `rank` left its process to move at the cut
+    /// answering checkpoint request `request`, with `engine`. A rank that
+    /// left when no move of it is under way (its move was given up, the
+    /// node asked it long ago) is gone all the same: the job rolls back.
+    pub(super) fn on_moved(&mut self, from: NodeAddr, rank: u32, request: u64, engine: Bytes) -> Option<()> {
+        let ours = |m: &migrate::Migration| m.rank == rank && m.from == from && m.request == request;
+        if !self.migration.as_ref().is_some_and(ours) {
+            let alive = self.holds(from, rank) && self.ranks[rank as usize].exit.is_none();
+            if alive && self.phase == Phase::Running {
+                self.migration = None;
+                self.migrations += 1;
+                self.avoid = BTreeSet::from([from]);
+                self.restart(format!("rank {rank} left node {from} to move after its move was given up"), true);
+            }
+            return alive.then_some(());
+        }
+        let wire = self.wire;
+        let m = self.migration.as_mut().filter(|m| !m.left)?;
         // Its process is gone, whatever comes next.
         m.left = true;
         let Some(a) = m.alone.as_mut() else { return Some(()) }; // the job rolls back
-        if engine.is_empty() {
-            self.roll_back_move(Some(format!("node {from} could not read the engine it saved")));
+        let saved = Some(&engine[..]).filter(|e| e.len() as u64 <= crate::ckpt::MAX_ENGINE_FILE);
+        let Some((header, _)) = saved.and_then(crate::ckpt::EngineHeader::decode).filter(|(h, _)| h.job == wire) else {
+            self.roll_back_move(Some(format!("node {from} could not carry the engine it saved")));
             return Some(());
-        }
-        a.engine = Some(engine);
+        };
+        a.engine = Some((engine.clone(), header.epoch));
         self.advance_alone();
         Some(())
     }
@@ -70,28 +103,29 @@ impl Submission {
     /// file is read back.
     pub(super) fn advance_alone(&mut self) {
         let Some(m) = &self.migration else { return };
-        let (rank, from, request) = (m.rank, m.from, m.request);
-        if m.alone.as_ref().is_none_or(|a| a.engine.is_none() || a.epoch.is_some()) {
-            return;
-        }
-        let Some(epoch) = self.checkpoints(rank).and_then(|c| c.last).map(|c| c.epoch) else { return };
-        if self.rank_covers(rank) < request || !self.cuts.holds(self.wire, rank, epoch) {
-            return; // its report or its file is still on its way
+        let (rank, from) = (m.rank, m.from);
+        let Some(a) = m.alone.as_ref().filter(|a| a.epoch.is_none()) else { return };
+        let Some(epoch) = a.engine.as_ref().map(|(_, epoch)| *epoch) else { return };
+        if !self.cuts.holds(self.wire, rank, epoch) {
+            return; // its file of that cut is still on its way
         }
         if let Some(a) = self.alone() {
             a.epoch = Some(epoch);
         }
-        self.ranks[rank as usize].node = None;
+        (self.ranks[rank as usize].node, self.ranks[rank as usize].started) = (None, false);
         // Its output goes on after what its old process wrote.
         for stream in [Stream::Stdout, Stream::Stderr] {
             let end = self.out_end.get(&(rank, stream)).copied().unwrap_or(0);
             self.out_base.insert((rank, stream), end);
         }
         let wire = self.wire;
+        let ranks = &self.ranks;
         if let Some(n) = self.nodes.get_mut(&from) {
             n.accepted.retain(|r| *r != rank);
-            if n.accepted.is_empty() {
-                // Done with the job: it may take a rank of it again later.
+            if n.accepted.iter().all(|r| ranks[*r as usize].exit.is_some()) {
+                // Done with the job (its other ranks, if any, exited): it may
+                // take a rank of it again, this one even.
+                n.accepted.clear();
                 (n.stage, n.out_consumed, n.streamed) = (Stage::NotSent, 0, BTreeMap::new());
                 self.send(from, JobMsg::Done { job: wire }, Bytes::new());
             }
@@ -113,20 +147,22 @@ impl Submission {
     fn offer_moved(&mut self, now: Instant) {
         use std::cmp::Reverse;
         let Some(m) = &self.migration else { return };
-        let (rank, from, to) = (m.rank, m.from, m.to);
+        let (rank, from, to, leaving) = (m.rank, m.from, m.to, m.leaving);
         let Some(a) = &m.alone else { return };
+        // The node it left only last, and never one shutting down.
         let free = |(addr, n): (&NodeAddr, &Node)| {
             let free = !n.closed && n.accepted.is_empty() && n.offer.is_none() && n.stage == Stage::NotSent;
-            free && *addr != from && !a.tried.contains(addr) && !self.lost_nodes.contains(addr)
+            let shutting_down = leaving && *addr == from;
+            free && !shutting_down && !a.tried.contains(addr) && !self.lost_nodes.contains(addr)
         };
-        let mut order: Vec<(bool, Reverse<u32>, u32, NodeAddr)> = self
+        let mut order: Vec<(bool, bool, Reverse<u32>, u32, NodeAddr)> = self
             .nodes
             .iter()
             .filter(|n| free(*n))
-            .map(|(addr, n)| (Some(*addr) != to, Reverse(n.free_hint), n.load_milli / 250, *addr))
+            .map(|(addr, n)| (*addr == from, Some(*addr) != to, Reverse(n.free_hint), n.load_milli / 250, *addr))
             .collect();
         order.sort();
-        let Some(&(_, _, _, target)) = order.first() else {
+        let Some(&(_, _, _, _, target)) = order.first() else {
             return self.roll_back_move(Some(format!("no other node of the job's candidates took rank {rank}")));
         };
         if let Some(a) = self.alone() {
@@ -158,7 +194,7 @@ impl Submission {
                 (n.offer, n.accepted) = (None, ranks);
                 self.ranks[rank as usize].node = Some(target);
                 self.stage_node(now, target);
-                let engine = self.migration.as_ref()?.alone.as_ref()?.engine.clone()?;
+                let (engine, _) = self.migration.as_ref()?.alone.as_ref()?.engine.clone()?;
                 self.send(target, JobMsg::ResumeEngine { job: self.wire, rank }, engine);
             }
             JobMsg::Reject { ranks, reason, .. } => {
@@ -201,6 +237,18 @@ impl Submission {
         self.offer_moved(now);
     }
 
+    /// Node `node` is gone or silent: whether it was the node the moving
+    /// rank was offered to, not yet started there (then the next is tried).
+    pub(super) fn move_target_gone(&mut self, now: Instant, node: NodeAddr) -> bool {
+        let Some(m) = &self.migration else { return false };
+        let target = m.alone.as_ref().and_then(|a| a.target);
+        if target != Some(node) || self.ranks[m.rank as usize].started && self.holds(node, m.rank) {
+            return false;
+        }
+        self.drop_move_target(now, false);
+        true
+    }
+
     /// The moving rank's offer or staging stalled: the next node.
     pub(super) fn move_timeout(&mut self, now: Instant) {
         let Some(target) = self.migration.as_ref().and_then(|m| m.alone.as_ref()).and_then(|a| a.target) else {
@@ -240,11 +288,21 @@ impl Submission {
     /// it is kept whole here (or, when only the rank's file of it comes
     /// here, to the newest cut kept whole now).
     pub(super) fn roll_back_move(&mut self, why: Option<String>) {
-        let Some(m) = self.migration.as_mut() else { return };
+        let Some(m) = self.migration.as_ref() else { return };
         if !m.shipped {
-            let why = why.unwrap_or_else(|| "the job rolls back".to_owned());
-            return self.roll_back_now(why);
+            // Only the rank's own file of its cut comes here: a cut every
+            // rank ships is asked for, unless the rank is gone already.
+            let request = if m.left { None } else { self.ask_checkpoint(true).ok() };
+            let Some(request) = request else {
+                return self.roll_back_now(why.unwrap_or_else(|| "the job rolls back".to_owned()));
+            };
+            if let Some(m) = self.migration.as_mut() {
+                (m.request, m.epoch, m.shipped) = (request, None, true);
+            }
         }
+        // A read of its file back is of no use now.
+        self.abandon_resume();
+        let Some(m) = self.migration.as_mut() else { return };
         m.rolled = why;
         let target = m.alone.take().and_then(|a| a.target);
         // A node offered the rank lets go of it.

@@ -105,11 +105,6 @@ impl Submission {
         Some(())
     }
 
-    /// The newest checkpoint request `rank`'s last cut covers (0: none).
-    pub(super) fn rank_covers(&self, rank: u32) -> u64 {
-        self.ckpt.ranks.get(&rank).map_or(0, |r| r.covers)
-    }
-
     fn reported(&mut self, rank: u32, ckpt: CheckpointInfo, request: u64) {
         let last_request = self.ckpt.last_request;
         let r = self.ckpt.ranks.entry(rank).or_default();

@@ -285,6 +285,11 @@ impl Submission {
         self.try_offer(now);
     }
 
+    /// Forgets the cut being read back (a move alone given up).
+    pub(super) fn abandon_resume(&mut self) {
+        self.cuts.resume = None;
+    }
+
     /// The run started: the bytes of the cut it resumed from are not needed
     /// here any more (what it resumed from stays known).
     pub(super) fn release_cut_files(&mut self) {

@@ -33,7 +33,7 @@ pub(super) struct Migration {
     /// The checkpoint request that takes its cut.
     pub(super) request: u64,
     /// That cut's epoch, once the ranks took it.
-    epoch: Option<u64>,
+    pub(super) epoch: Option<u64>,
     /// The node is shutting down (else the user asked).
     pub(super) leaving: bool,
     /// Other nodes shutting down, whose ranks move with this migration.
@@ -77,8 +77,11 @@ impl Submission {
         let n = self.nodes.get(&from)?;
         let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
         if let (Some(_), Some(m)) = (live.first(), self.migration.as_mut()) {
-            if m.from != from && m.also.insert(from) && m.alone.is_some() {
-                // They all move together, by rolling the job back.
+            // Other ranks to move than the one moving alone: they all move
+            // together, by rolling the job back.
+            let more = if m.from == from { live.iter().any(|r| *r != m.rank) } else { m.also.insert(from) };
+            m.leaving |= m.from == from;
+            if more && m.alone.is_some() {
                 self.roll_back_move(None);
             }
             return Some(());
@@ -113,6 +116,11 @@ impl Submission {
         };
         if let Some(to) = to {
             self.check_target(rank, from, to)?;
+        }
+        // A node shutting down rolls the job back when no node could take its rank.
+        let alone = alone && self.move_candidates(from);
+        if !alone && !leaving {
+            return Err(SubmitCmdError::NowhereToGo { job, rank });
         }
         // A user's move alone needs only the rank's own file; a node shutting
         // down ships the whole cut, since others may follow it and roll the

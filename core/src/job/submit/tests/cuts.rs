@@ -213,9 +213,12 @@ fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
     h.settle(s);
 }
 
-/// The node of `rank` says it left to move, with an engine.
-fn left(h: &mut Harness, s: &mut Submission, from: NodeAddr, rank: u32) {
-    s.handle_message(h.now, reply(from, JobMsg::Moved { job: s.wire(), rank }, Bytes::from_static(b"engine")));
+/// The node of `rank` says it left to move at the cut answering `request`,
+/// with an engine saved at `epoch`.
+fn left(h: &mut Harness, s: &mut Submission, from: NodeAddr, rank: u32, (request, epoch): (u64, u64)) {
+    let mut engine = crate::ckpt::EngineHeader { job: s.wire(), epoch, next_ctx: 2 }.encode();
+    engine.extend_from_slice(b"engine");
+    s.handle_message(h.now, reply(from, JobMsg::Moved { job: s.wire(), rank, request }, Bytes::from(engine)));
 }
 
 #[test]
@@ -241,7 +244,7 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     assert_eq!(s.ranks()[1].node, Some(from));
     let before = h.sent.len();
     h.exit_code = Some(0);
-    left(&mut h, &mut s, from, 1);
+    left(&mut h, &mut s, from, 1, (1, 1));
     h.run(&mut s, 30);
     let to = s.ranks()[1].node.unwrap();
     assert!(to != from && to != stays, "rank 1 went to the free node: {to}");
@@ -261,7 +264,7 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     let engine = at(&|m| *m == JobMsg::ResumeEngine { job: wire, rank: 1 });
     let start = at(&|m| *m == JobMsg::Start { job: wire });
     assert!(resume.is_some() && resume < engine && engine < start, "{to_new:?}");
-    assert_eq!(to_new[engine.unwrap()].2, Bytes::from_static(b"engine"));
+    assert!(to_new[engine.unwrap()].2.ends_with(b"engine"), "the engine the rank left with");
     let staged: Vec<u32> = to_new
         .iter()
         .filter_map(|(_, m, _)| match m {
@@ -311,7 +314,7 @@ fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
     assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Move { job: wire, rank: 0, request: 1 }));
     take_cut(&mut h, &mut s, 1, 1);
     ship_cut(&mut h, &mut s, 1);
-    left(&mut h, &mut s, leaving, 0);
+    left(&mut h, &mut s, leaving, 0, (1, 1));
     h.run(&mut s, 30);
     let to = s.ranks()[0].node.unwrap();
     assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 0, from: leaving, to, epoch: 1 }), "{:?}", h.events);
@@ -378,8 +381,9 @@ fn a_resumed_run_s_cuts_are_its_own_not_the_partial_ones_of_the_run_before() {
 }
 
 #[test]
-fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
+fn a_migration_whose_cut_never_arrives_gives_up_and_a_rank_that_leaves_after_all_rolls_the_job_back() {
     let (mut h, mut s) = running();
+    let (wire, from) = (s.wire(), s.ranks()[1].node.unwrap());
     let request = s.migrate(h.now, 1, None).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     // No file ever comes: the deadline passes (the harness jumps to it).
@@ -391,25 +395,83 @@ fn a_migration_whose_cut_never_arrives_gives_up_and_the_rank_stays() {
     assert!(failed, "{:?}", h.events);
     assert!(!h.events.iter().any(|e| matches!(e, SubmitEvent::Migrated { .. })));
     assert_eq!(s.phase(), Phase::Running);
-    assert!(s.migrate(h.now, 1, None).is_ok(), "a new migration may be asked");
+    // The rank, asked all the same, leaves late: it is gone, so the job
+    // rolls back rather than wait for it forever.
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.settle(&mut s);
+    assert_ne!(s.wire(), wire);
+    let reason = s.restart_reasons().first().cloned().unwrap_or_default();
+    assert!(reason.contains(&format!("rank 1 left node {from} to move after its move was given up")), "{reason}");
 }
 
 #[test]
-fn a_rank_that_left_with_no_other_node_free_rolls_the_job_back_where_it_was() {
-    let (mut h, mut s) = running_on(2, RestartPolicy::Fail, None);
-    let from = s.ranks()[1].node.unwrap();
+fn a_rank_that_leaves_at_a_later_cut_resumes_from_that_one() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let (job, from) = (s.job(), s.ranks()[1].node.unwrap());
     let request = s.migrate(h.now, 1, None).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     ship_cut(&mut h, &mut s, 1);
-    h.exit_code = Some(0);
-    left(&mut h, &mut s, from, 1);
+    // It was asked after the cut answering the move: it leaves after the
+    // next, whose file comes after its engine.
+    left(&mut h, &mut s, from, 1, (request, 2));
+    h.settle(&mut s);
+    assert_eq!(s.ranks()[1].node, Some(from), "not before its file of cut 2");
+    take_cut(&mut h, &mut s, request, 2);
+    ship_cut(&mut h, &mut s, 2);
     h.run(&mut s, 30);
-    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
-    assert_eq!(s.resumed_from(), Some(1));
-    let reason = &s.restart_reasons()[0];
-    let want = format!("from checkpoint 1: rank 1 could not move off node {from} alone (no other node of the job's");
-    assert!(reason.starts_with(&want), "{reason}");
-    assert!(s.moves().is_empty());
+    let to = s.ranks()[1].node.unwrap();
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to, epoch: 2 }), "{:?}", h.events);
+    assert!(h.sent.iter().any(|(n, m, _)| *n == to && matches!(m, JobMsg::Resume { epoch: 2, .. })));
+}
+
+#[test]
+fn a_node_lost_while_the_rank_is_staged_there_is_passed_over() {
+    let (mut h, mut s) = running_on(4, RestartPolicy::Fail, None);
+    let (job, from) = (s.job(), s.ranks()[1].node.unwrap());
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    ship_cut(&mut h, &mut s, 1);
+    // The first node offered takes the rank, then says nothing more and goes.
+    let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
+    let first = (1..=4).map(addr).filter(|a| !used.contains(a)).min().unwrap();
+    h.behave.insert(first, Behave::Silent);
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.settle(&mut s);
+    s.handle_message(h.now, reply(first, JobMsg::Accept { job: s.wire(), ranks: vec![1] }, Bytes::new()));
+    h.settle(&mut s);
+    assert_eq!(s.ranks()[1].node, Some(first));
+    s.handle_send_failed(h.now, first);
+    h.run(&mut s, 30);
+    let to = s.ranks()[1].node.unwrap();
+    assert!(to != first && !used.contains(&to), "{to}");
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to, epoch: 1 }), "{:?}", h.events);
+    assert!(s.restart_reasons().is_empty(), "not a loss of the job: {:?}", s.restart_reasons());
+}
+
+#[test]
+fn a_rank_with_nowhere_to_go_is_not_asked_to_move_and_one_refused_everywhere_comes_back() {
+    // Two nodes, one rank on each: no node could take either alone.
+    let (h, mut s) = running_on(2, RestartPolicy::Fail, None);
+    let e = s.migrate(h.now, 1, None).unwrap_err();
+    assert!(matches!(e, SubmitCmdError::NowhereToGo { rank: 1, .. }), "{e}");
+    assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Move { .. })));
+    // Three: the free one refuses the rank once it left; it goes back to
+    // the node it left (done with the job meanwhile) rather than the job
+    // rolling back.
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let (job, from) = (s.job(), s.ranks()[1].node.unwrap());
+    let used: Vec<NodeAddr> = s.ranks().iter().filter_map(|r| r.node).collect();
+    let free = (1..=3).map(addr).find(|a| !used.contains(a)).unwrap();
+    h.behave.insert(free, Behave::Reject);
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    ship_cut(&mut h, &mut s, 1);
+    left(&mut h, &mut s, from, 1, (1, 1));
+    h.run(&mut s, 30);
+    assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to: from, epoch: 1 }), "{:?}", h.events);
+    let offered: Vec<NodeAddr> = h.offers().iter().filter(|(_, r)| *r == [1]).map(|(n, _)| *n).collect();
+    assert_eq!(offered, [from, free, from]);
+    assert!(s.restart_reasons().is_empty());
 }
 
 #[test]
@@ -423,7 +485,7 @@ fn a_rank_whose_file_arrives_damaged_rolls_the_job_back_to_the_cut_before() {
     // The kept copy of the rank's file rots before it is read back.
     h.cuts.get_mut(&(1, 2)).unwrap()[crate::ckpt::HEADER_LEN + 7] ^= 1;
     h.exit_code = Some(0);
-    left(&mut h, &mut s, from, 1);
+    left(&mut h, &mut s, from, 1, (1, 2));
     h.run(&mut s, 30);
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
     let reason = &s.restart_reasons()[0];
@@ -441,7 +503,7 @@ fn a_rank_gone_to_move_is_not_left_waited_for_when_the_cut_never_arrives() {
     for node in [a, b] {
         s.handle_message(h.now, reply(node, JobMsg::Leaving { job: wire }, Bytes::new()));
     }
-    left(&mut h, &mut s, a, 0);
+    left(&mut h, &mut s, a, 0, (1, 1));
     take_cut(&mut h, &mut s, 1, 1);
     // No file ever comes: at the deadline the job rolls back all the same
     // (from scratch: no cut is kept), rather than wait for rank 0 forever.
@@ -475,7 +537,7 @@ fn a_rank_migrated_to_a_named_node_resumes_there() {
     let request = s.migrate(h.now, 1, Some(to)).unwrap();
     take_cut(&mut h, &mut s, request, 1);
     ship_cut(&mut h, &mut s, 1);
-    left(&mut h, &mut s, from, 1);
+    left(&mut h, &mut s, from, 1, (1, 1));
     h.run(&mut s, 30);
     assert!(h.events.contains(&SubmitEvent::Moved { job, rank: 1, from, to, epoch: 1 }), "{:?}", h.events);
     assert_eq!(s.ranks()[1].node, Some(to), "rank 1 went where it was sent");
@@ -492,7 +554,7 @@ fn a_named_node_that_does_not_answer_leaves_the_rank_to_another() {
     h.behave.insert(to, Behave::Silent);
     take_cut(&mut h, &mut s, request, 1);
     ship_cut(&mut h, &mut s, 1);
-    left(&mut h, &mut s, from, 1);
+    left(&mut h, &mut s, from, 1, (1, 1));
     h.run(&mut s, 30);
     let went = s.ranks()[1].node.unwrap();
     assert!(!used.contains(&went) && went != to, "{went}");
