@@ -33,12 +33,24 @@ pub fn checkpoint_file(data: &[u8]) {
     }
 }
 
-/// A saved MPI engine (what a moving rank's checkpoint carries): decoded
-/// within a bound, a state that decodes survives a round trip, and one that
-/// restores drives a fresh engine without a panic (its frames resent, its
-/// messages received).
+/// A saved MPI engine (what a moving rank carries to its new node), in an
+/// engine file or alone: the file's header, when there is one, survives a
+/// round trip; the engine is decoded within a bound, a state that decodes
+/// survives a round trip, and one that restores drives a fresh engine
+/// without a panic (its frames resent, its messages received).
 pub fn saved_engine(data: &[u8]) {
     use crate::mpi::{MpiConfig, MpiEngine, SavedEngine};
+    let data = match crate::ckpt::EngineHeader::decode(data) {
+        Some((header, rest)) => {
+            assert_eq!(
+                [header.encode(), rest.to_vec()].concat(),
+                data,
+                "an engine file's header survives a round trip"
+            );
+            rest
+        }
+        None => data,
+    };
     let Ok(saved) = SavedEngine::decode(data, 1 << 20) else { return };
     let again = SavedEngine::decode(&saved.encode(), 1 << 20).expect("an encoded state decodes");
     assert_eq!(again, saved, "a saved engine survives a round trip");
