@@ -27,13 +27,19 @@
 //! When the move cannot end that way (its engine or file lost or damaged,
 //! no node takes it, another node shuts down meanwhile, the deadline), the
 //! whole job rolls back instead, as nodes shutting down together do: to the
-//! migration's cut once every rank's file of it is here (asked again of
-//! every rank when only the moving rank's was to come and it has not left),
-//! else at once to the newest cut kept whole, since the rank's process is
-//! gone and the others would wait for it. A rank that leaves when no move
+//! migration's cut once every rank's file of it is here (a cut is asked
+//! again of every rank when only the moving rank's file was to come and it
+//! has not left; once it left, that cut is waited for [`LEFT_GRACE`] at
+//! most, since the rank may have left before it), else at once to the
+//! newest cut kept whole, since the rank's process is gone and the others
+//! would wait for it. A rank that leaves when no move
 //! of it is under way any more (given up meanwhile) rolls the job back too.
 
 use super::*;
+
+/// How long a job rolling back waits for the cut it asked of every rank
+/// once the moving rank left anyway.
+const LEFT_GRACE: Duration = Duration::from_secs(10);
 
 /// A rank moving alone, once asked.
 #[derive(Debug, Default)]
@@ -71,7 +77,13 @@ impl Submission {
     /// answering checkpoint request `request`, with `engine`. A rank that
     /// left when no move of it is under way (its move was given up, the
     /// node asked it long ago) is gone all the same: the job rolls back.
-    pub(super) fn on_moved(&mut self, from: NodeAddr, rank: u32, request: u64, engine: Bytes) -> Option<()> {
+    pub(super) fn on_moved(
+        &mut self,
+        now: Instant,
+        from: NodeAddr,
+        (rank, request): (u32, u64),
+        engine: Bytes,
+    ) -> Option<()> {
         let ours = |m: &migrate::Migration| m.rank == rank && m.from == from && m.request == request;
         if !self.migration.as_ref().is_some_and(ours) {
             let alive = self.holds(from, rank) && self.ranks[rank as usize].exit.is_none();
@@ -87,7 +99,13 @@ impl Submission {
         let m = self.migration.as_mut().filter(|m| !m.left)?;
         // Its process is gone, whatever comes next.
         m.left = true;
-        let Some(a) = m.alone.as_mut() else { return Some(()) }; // the job rolls back
+        let Some(a) = m.alone.as_mut() else {
+            // The job rolls back: to the cut asked of every rank if that one
+            // is here soon (the rank may have left before taking it), else
+            // to the newest kept whole.
+            m.deadline = m.deadline.min(now + LEFT_GRACE);
+            return Some(());
+        };
         let saved = Some(&engine[..]).filter(|e| e.len() as u64 <= crate::ckpt::MAX_ENGINE_FILE);
         let Some((header, _)) = saved.and_then(crate::ckpt::EngineHeader::decode).filter(|(h, _)| h.job == wire) else {
             self.roll_back_move(Some(format!("node {from} could not carry the engine it saved")));
@@ -297,7 +315,7 @@ impl Submission {
                 return self.roll_back_now(why.unwrap_or_else(|| "the job rolls back".to_owned()));
             };
             if let Some(m) = self.migration.as_mut() {
-                (m.request, m.epoch, m.shipped) = (request, None, true);
+                (m.again, m.shipped) = (Some(request), true);
             }
         }
         // A read of its file back is of no use now.

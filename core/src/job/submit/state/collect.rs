@@ -14,7 +14,7 @@ impl Submission {
                 self.event(SubmitEvent::Started { job, rank, node: from });
                 self.moved_rank_started(rank, from);
             }
-            JobMsg::Moved { rank, request, .. } => return self.on_moved(from, rank, request, payload),
+            JobMsg::Moved { rank, request, .. } => return self.on_moved(now, from, (rank, request), payload),
             m @ (JobMsg::Accept { .. }
             | JobMsg::Reject { .. }
             | JobMsg::Resend { .. }

@@ -41,7 +41,7 @@ pub(super) struct Migration {
     /// The node it moves to, when the user named one.
     pub(super) to: Option<NodeAddr>,
     /// When the rank stays after all, its cut not kept whole by then.
-    deadline: Instant,
+    pub(super) deadline: Instant,
     /// It moves alone, else the job rolls back to the cut.
     pub(super) alone: Option<super::alone::Alone>,
     /// Why a move alone turned into rolling the job back.
@@ -51,6 +51,17 @@ pub(super) struct Migration {
     pub(super) left: bool,
     /// Every rank's file of its cut comes here (else only the moving rank's).
     pub(super) shipped: bool,
+    /// A checkpoint request asked of every rank, shipped, for a move alone
+    /// turned into rolling back (its own request's cut ships only the
+    /// moving rank's file).
+    pub(super) again: Option<u64>,
+}
+
+impl Migration {
+    /// Whether checkpoint request `request` takes this migration's cut.
+    fn takes(&self, request: u64) -> bool {
+        self.request == request || self.again == Some(request)
+    }
 }
 
 /// How long a placement waits for the node a migrating rank is sent to.
@@ -147,6 +158,7 @@ impl Submission {
             rolled,
             left,
             shipped,
+            again: None,
         });
         Ok(request)
     }
@@ -176,7 +188,7 @@ impl Submission {
 
     /// Checkpoint request `request` was answered by the cut of `epoch`.
     pub(super) fn migration_cut_taken(&mut self, request: u64, epoch: u64) {
-        if let Some(m) = self.migration.as_mut().filter(|m| m.request == request) {
+        if let Some(m) = self.migration.as_mut().filter(|m| m.takes(request)) {
             m.epoch = Some(epoch);
             self.maybe_migrate();
         }
@@ -185,7 +197,7 @@ impl Submission {
     /// Checkpoint request `request` will not be answered: a migration
     /// waiting for it ends (the tool that asked is told why).
     pub(super) fn migration_failed(&mut self, request: u64) {
-        let Some(m) = self.migration.take_if(|m| m.request == request) else { return };
+        let Some(m) = self.migration.take_if(|m| m.takes(request)) else { return };
         // The nodes stop their ranks when they will: their loss takes its course.
         let leaving = m.leaving.then_some(m.from).into_iter().chain(m.also);
         for node in leaving {

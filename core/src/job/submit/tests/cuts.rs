@@ -586,3 +586,32 @@ fn two_nodes_shutting_down_at_once_have_every_rank_moved_by_one_restart() {
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|n| n != a && n != b)), "both moved off: {:?}", s.ranks());
     assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Staying { .. })), "nobody told to stay");
 }
+
+#[test]
+fn a_node_shutting_down_during_a_move_alone_has_the_job_roll_back_to_a_cut_asked_of_every_rank() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let (wire, from, other) = (s.wire(), s.ranks()[1].node.unwrap(), s.ranks()[0].node.unwrap());
+    let request = s.migrate(h.now, 1, None).unwrap();
+    h.settle(&mut s);
+    // Rank 0's node shuts down before rank 1 left: only rank 1's file of the
+    // move's cut was to come, so a cut every rank ships is asked for.
+    s.handle_message(h.now, reply(other, JobMsg::Leaving { job: wire }, Bytes::new()));
+    h.settle(&mut s);
+    let again = JobMsg::Checkpoint { job: wire, request: request + 1 };
+    assert!(h.sent.iter().any(|(to, m, _)| *to == other && *m == again), "{:?}", h.sent);
+    // Rank 1 leaves at the move's cut all the same; the job waits for the
+    // cut asked again, then rolls back to it away from both nodes.
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.settle(&mut s);
+    assert_eq!(s.wire(), wire, "not before the cut is here");
+    take_cut(&mut h, &mut s, request + 1, 2);
+    h.exit_code = Some(0);
+    ship_cut(&mut h, &mut s, 2);
+    h.run(&mut s, 30);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let reason = &s.restart_reasons()[0];
+    assert!(
+        reason.starts_with("from checkpoint 2: rank 1 moved off node ") && reason.contains("(shutting down)"),
+        "{reason}"
+    );
+}
