@@ -27,6 +27,22 @@ pub(super) fn drain(e: &mut Execution) -> (Vec<JobMsg>, Vec<ExecEvent>) {
     (msgs, evs)
 }
 
+/// An executor running both ranks of job 1 (no control connection linked).
+pub(super) fn two_ranks_running() -> (Execution, JobId, Instant) {
+    let now = Instant::now();
+    let mut e = Execution::new(ExecConfig::new(2, "n"), addr(5));
+    let j = job_id(1);
+    staged(&mut e, now, j, vec![0, 1], false);
+    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    drain(&mut e);
+    (e, j, now)
+}
+
+/// A rank's report of its checkpoint of `epoch`.
+pub(super) fn ckpt(epoch: u64) -> crate::ckpt::CheckpointInfo {
+    crate::ckpt::CheckpointInfo { epoch, unix_ms: 1_000 + epoch, stored_bytes: 100, raw_bytes: 300 }
+}
+
 const XML: &str = "<p2pjob><executable>prog</executable><arguments>a b</arguments>\
     <outputfile>out.txt</outputfile><processes>2</processes><requirement>linux</requirement></p2pjob>";
 

@@ -1,27 +1,12 @@
 //! The executor's checkpoint side: links, asks, reports.
 
-use super::super::tests::{addr, drain, env, job_id, staged};
+use super::super::tests::{addr, ckpt, drain, env, job_id, staged, two_ranks_running as running};
 use super::*;
 use crate::job::Stream;
 use crate::job::{RESUME_FILES, RejectReason};
 use crate::machine::Machine;
 use crate::wire::Envelope;
 use std::time::Instant;
-
-/// An executor running both ranks of job 1.
-fn running() -> (Execution, JobId, Instant) {
-    let now = Instant::now();
-    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
-    let j = job_id(1);
-    staged(&mut e, now, j, vec![0, 1], false);
-    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
-    drain(&mut e);
-    (e, j, now)
-}
-
-fn ckpt(epoch: u64) -> CheckpointInfo {
-    CheckpointInfo { epoch, unix_ms: 1_000 + epoch, stored_bytes: 100, raw_bytes: 300 }
-}
 
 #[test]
 fn a_connection_serves_the_running_rank_whose_key_it_registers_and_the_first_one_stays() {

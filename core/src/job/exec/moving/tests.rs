@@ -3,26 +3,16 @@
 
 use std::time::Instant;
 
-use super::super::tests::{addr, drain, env, job_id, staged};
+use super::super::tests::{addr, ckpt, drain, env, job_id, two_ranks_running};
 use super::*;
-use crate::ckpt::CheckpointInfo;
 use crate::job::process_key;
 use crate::machine::Machine;
 
 /// An executor running both ranks of job 1, rank 1 linked on connection 4.
 fn running() -> (Execution, JobId, Instant) {
-    let now = Instant::now();
-    let mut e = Execution::new(super::super::ExecConfig::new(2, "n"), addr(5));
-    let j = job_id(1);
-    staged(&mut e, now, j, vec![0, 1], false);
-    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let (mut e, j, now) = two_ranks_running();
     e.handle_rank_registered(4, process_key(j, 1));
-    drain(&mut e);
     (e, j, now)
-}
-
-fn ckpt(epoch: u64) -> CheckpointInfo {
-    CheckpointInfo { epoch, unix_ms: 1_000 + epoch, stored_bytes: 100, raw_bytes: 300 }
 }
 
 #[test]
