@@ -93,6 +93,18 @@ struct Node {
     streamed: BTreeMap<u32, (u64, u64)>,
 }
 
+impl Node {
+    /// When its offer goes unanswered or its staging stalls, whichever is first.
+    fn placement_deadline(&self) -> Option<Instant> {
+        self.offer.as_ref().map(|(_, d)| *d).into_iter().chain(self.stage.deadline()).min()
+    }
+
+    /// Its offer went unanswered, or its staging stopped moving.
+    fn stalled(&self, now: Instant) -> bool {
+        self.placement_deadline().is_some_and(|d| d <= now)
+    }
+}
+
 struct OutFile {
     hasher: Sha1,
     received: u64,
@@ -502,9 +514,7 @@ impl Machine for Submission {
         }
         // An offer unanswered, or staging that stopped moving: that node is out,
         // and the job waits again (all or nothing).
-        let stuck = self.nodes.iter().find(|(_, n)| {
-            n.offer.as_ref().is_some_and(|(_, d)| *d <= now) || n.stage.deadline().is_some_and(|d| d <= now)
-        });
+        let stuck = self.nodes.iter().find(|(_, n)| n.stalled(now));
         if let (Phase::Placing, Some((a, _))) = (self.phase, stuck) {
             let a = *a;
             self.retreat(now, a, true);

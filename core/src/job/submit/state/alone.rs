@@ -216,13 +216,7 @@ impl Submission {
                 self.send(target, JobMsg::ResumeEngine { job: self.wire, rank }, engine);
             }
             JobMsg::Reject { ranks, reason, .. } => {
-                let n = self.nodes.get(&target)?;
-                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) && n.accepted.is_empty() {
-                    return None;
-                }
-                if let RejectReason::NotAllowed(why) = &reason {
-                    self.refused(why);
-                }
+                self.refusal(target, &ranks, &reason)?;
                 self.drop_move_target(now, false);
             }
             JobMsg::Staged { .. } => {
@@ -272,10 +266,7 @@ impl Submission {
         let Some(target) = self.migration.as_ref().and_then(|m| m.alone.as_ref()).and_then(|a| a.target) else {
             return;
         };
-        let stalled = self.nodes.get(&target).is_some_and(|n| {
-            n.offer.as_ref().is_some_and(|(_, d)| *d <= now) || n.stage.deadline().is_some_and(|d| d <= now)
-        });
-        if stalled {
+        if self.nodes.get(&target).is_some_and(|n| n.stalled(now)) {
             self.drop_move_target(now, true);
         }
     }
@@ -283,8 +274,7 @@ impl Submission {
     /// When the moving rank's offer or staging counts as stalled.
     pub(super) fn move_deadline(&self) -> Option<Instant> {
         let target = self.migration.as_ref()?.alone.as_ref()?.target?;
-        let n = self.nodes.get(&target)?;
-        n.offer.as_ref().map(|(_, d)| *d).into_iter().chain(n.stage.deadline()).min()
+        self.nodes.get(&target)?.placement_deadline()
     }
 
     /// `rank` started on `node`: when it is the moving rank on its new

@@ -26,15 +26,7 @@ impl Submission {
                 self.try_start(now);
             }
             JobMsg::Reject { ranks, reason, .. } => {
-                let n = self.nodes.get(&from)?;
-                // A node that accepted may still refuse while files arrive
-                // (a staged file is not the one signed, an unusable job file).
-                if n.offer.as_ref().map(|(r, _)| r) != Some(&ranks) && n.accepted.is_empty() {
-                    return None;
-                }
-                if let RejectReason::NotAllowed(why) = &reason {
-                    self.refused(why);
-                }
+                self.refusal(from, &ranks, &reason)?;
                 // Busy (a grant taken back for an earlier job): wait again, there too.
                 self.retreat(now, from, reason != RejectReason::NoSlot);
             }
@@ -84,6 +76,22 @@ impl Submission {
                 self.try_start(now);
             }
             _ => return None,
+        }
+        Some(())
+    }
+
+    /// Node `from` refused `ranks` for `reason`: `None` unless it answers
+    /// its offer, or refuses what it took (a node that accepted may still
+    /// refuse while files arrive: a staged file is not the one signed, an
+    /// unusable job file). A refusal by the node's policy is kept for the
+    /// job's error.
+    pub(super) fn refusal(&mut self, from: NodeAddr, ranks: &[u32], reason: &RejectReason) -> Option<()> {
+        let n = self.nodes.get(&from)?;
+        if n.offer.as_ref().map(|(r, _)| r.as_slice()) != Some(ranks) && n.accepted.is_empty() {
+            return None;
+        }
+        if let RejectReason::NotAllowed(why) = reason {
+            self.refused(why);
         }
         Some(())
     }
