@@ -3,8 +3,10 @@
 //!
 //! - **Poll** (busy, no system call on shared memory) while the answer is
 //!   likely near and a core is free: for as long as waits on that peer have
-//!   recently taken (a budget per peer, doubled when a wait ends while polling,
-//!   halved when polling did not pay), at most [`MAX_SPIN`].
+//!   recently gone without progress (a budget per peer, at least twice a
+//!   stretch that ended while polling, halved when polling did not pay), at
+//!   most [`MAX_SPIN`]. Progress is bytes read, or bytes written after
+//!   waiting for room: a long transfer polls as long as it keeps moving.
 //! - **Yield** between checks (`sched_yield`) when this job's ranks on this
 //!   host outnumber its cores: the rank that holds the answer needs the core.
 //!   The ranks of this host are counted by their shared-memory sockets
@@ -12,10 +14,16 @@
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long, or at once when other work competes for the core: a spinning
-//!   rank that is preempted (a gap in its polling, or involuntary context
-//!   switches) leaves polling for a while ([`CONTENDED_MIN`], doubling up to
-//!   [`CONTENDED_MAX`] while preemptions come within that of each other), and a woken sleeper gets
-//!   the core back sooner than a yielder would.
+//!   rank that is preempted (a gap in its polling as long as the scheduler's
+//!   slice for another runnable task, [`PREEMPTED_GAP`]) leaves polling for a
+//!   while ([`CONTENDED_MIN`], doubling up to [`CONTENDED_MAX`] while
+//!   preemptions come within that of each other), and a woken sleeper gets
+//!   the core back sooner than a yielder would. Shorter gaps are the
+//!   machine's own housekeeping (kernel threads, interrupts), not competing
+//!   work: on the 2-core test machine two ranks spinning side by side see
+//!   about a hundred gaps of 40 us to 1 ms a second and two or three over
+//!   1 ms; beside a CPU hog on each core, over a hundred a second of 3 ms and
+//!   more, half the time lost.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
 //! replace all this with a fixed policy.
@@ -39,8 +47,9 @@ const MAX_SPIN: Duration = Duration::from_micros(200);
 const MIN_SPIN: Duration = Duration::from_micros(2);
 /// Longest yielding of one wait before it sleeps.
 const MAX_YIELD: Duration = Duration::from_millis(2);
-/// A gap this long between two polls means the rank was preempted.
-const PREEMPTED_GAP: Duration = Duration::from_micros(40);
+/// A gap this long between two polls means the rank was preempted by
+/// competing work (the kernel's least slice is 0.75 ms and more).
+const PREEMPTED_GAP: Duration = Duration::from_millis(1);
 /// How long a rank that saw other work take its core stays off polling.
 /// Stays off polling this long after a preemption seen alone: a short burst
 /// of other work (a daemon's tick, a compiler starting) must not cost the
@@ -86,8 +95,6 @@ pub struct WaitStats {
     pub sleeps: u64,
     /// Times a gap in polling said the rank was preempted.
     pub preempted_gaps: u64,
-    /// Times involuntary context switches said so.
-    pub preempted_switches: u64,
     /// Doorbells this rank rang for its shared-memory peers.
     pub bells_rung: u64,
     /// Waits that found this job's ranks on this host outnumbering its cores.
@@ -182,16 +189,6 @@ impl Waits {
     }
 }
 
-/// Involuntary context switches of the calling thread so far.
-fn involuntary_switches() -> i64 {
-    // SAFETY: getrusage(2) writes one rusage into `ru`, which lives across the call.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) } != 0 {
-        return 0;
-    }
-    ru.ru_nivcsw
-}
-
 impl World {
     /// Drains the engine into the sockets and its completions into `done`.
     pub(crate) fn after_call(&mut self) -> Result<()> {
@@ -264,11 +261,18 @@ impl World {
     /// Makes progress until `done(self)`, polling, yielding and sleeping as
     /// the module docs say. `from`: the one rank whose bytes can finish the
     /// wait, if known; its connection is then read directly.
+    ///
+    /// The poll budget is for the time without progress: bytes read, or
+    /// bytes written after waiting for room. A long wait that keeps moving
+    /// (a large message, a window of sends) goes on polling, and each stretch
+    /// without progress teaches the budget as a whole short wait would.
     pub(crate) fn progress_until(&mut self, from: Option<u32>, mut done: impl FnMut(&World) -> bool) -> Result<()> {
         if done(self) {
             return Ok(());
         }
         self.waits.stats.waits += 1;
+        // The last progress, and the count of bytes written then.
+        let (mut idle_from, mut written) = (Instant::now(), self.net.written());
         loop {
             // Reading one peer's connection alone is right only while nothing
             // else is under way: a rendezvous with another peer needs its
@@ -282,9 +286,6 @@ impl World {
             }
             let plan = self.waits.plan(start, from, local);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
-            // Involuntary switches when this busy-poll had gone on a while
-            // (only then: reading them costs a system call).
-            let mut switches: Option<i64> = None;
             // Only a wait that polls by its own budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
             let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
@@ -297,13 +298,15 @@ impl World {
                         last = now;
                         break true;
                     }
-                    if got {
-                        // Handling input takes time of its own: no gap to judge.
+                    if got || self.net.written() != written {
+                        self.progressed(spinning, from, now, &mut idle_from, &mut written);
+                        // Handling input, or copying output into a ring or
+                        // socket, takes time of its own: no gap to judge.
                         fresh = true;
                         (now, stale) = (Instant::now(), false);
                         continue;
                     }
-                    let (gap, elapsed) = (now.duration_since(last), now.duration_since(start));
+                    let gap = now.duration_since(last);
                     last = now;
                     let judged = !std::mem::take(&mut fresh);
                     if spinning && judged && gap > PREEMPTED_GAP {
@@ -312,10 +315,8 @@ impl World {
                         self.waits.contended(now);
                         break false;
                     }
-                    if spinning && switches.is_none() && elapsed >= MAX_SPIN / 4 {
-                        switches = Some(involuntary_switches());
-                    }
-                    if elapsed < plan.spin {
+                    let idle = now.duration_since(idle_from);
+                    if idle < plan.spin {
                         // Until a ring moves, look at the rings alone (a load
                         // each), a while between full looks and clock reads.
                         let mut moved = false;
@@ -332,7 +333,7 @@ impl World {
                         if moved && !std::mem::replace(&mut stale, true) {
                             continue;
                         }
-                    } else if rounds < plan.yields && elapsed < plan.spin.saturating_add(plan.yield_for) {
+                    } else if rounds < plan.yields && idle < plan.spin.saturating_add(plan.yield_for) {
                         // Yield until a ring moves, a few times between full
                         // looks (which also see sockets, timers and room).
                         for _ in 0..YIELDS_PER_LOOK {
@@ -348,39 +349,56 @@ impl World {
                     }
                     (now, stale) = (Instant::now(), false);
                 };
-            if switches.is_some_and(|n| involuntary_switches() > n) {
-                // Switched out during this busy-poll (too briefly for a gap).
-                self.waits.stats.preempted_switches += 1;
-                self.waits.contended(last);
-            }
             if won {
                 self.waits.stats.polled += 1;
                 if spinning {
-                    self.waits.learn(from, last.duration_since(start));
+                    self.waits.learn(from, last.duration_since(idle_from));
                 }
                 return Ok(());
             }
-            self.sleep_once(from)?;
+            let got = self.sleep_once(from)?;
             if done(self) {
                 if spinning {
-                    self.waits.learn(from, start.elapsed());
+                    self.waits.learn(from, idle_from.elapsed());
                 }
                 return Ok(());
             }
+            if got || self.net.written() != written {
+                self.progressed(spinning, from, Instant::now(), &mut idle_from, &mut written);
+            }
         }
+    }
+
+    /// The wait on `from` made progress at `now` after being idle since
+    /// `idle_from`: a polling wait learns from that stretch (see
+    /// [`Waits::learn`]), and the next stretch starts.
+    fn progressed(
+        &mut self,
+        spinning: bool,
+        from: Option<u32>,
+        now: Instant,
+        idle_from: &mut Instant,
+        written: &mut u64,
+    ) {
+        if spinning {
+            self.waits.learn(from, now.saturating_duration_since(*idle_from));
+        }
+        *idle_from = now;
+        *written = self.net.written();
     }
 
     /// Sleeps in the kernel until a socket event, a doorbell or the next
     /// deadline, then handles what happened. With `from` known over TCP, no
     /// deadline within [`DIRECT_MAX`] and nothing left to write, it sleeps in
     /// `recv` on that rank's socket (one system call) rather than in `epoll`.
-    fn sleep_once(&mut self, from: Option<u32>) -> Result<()> {
+    /// Whether input came.
+    fn sleep_once(&mut self, from: Option<u32>) -> Result<bool> {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
-            if self.progress_direct(f, Wait::Block, now)?.is_some() {
+            if let Some(got) = self.progress_direct(f, Wait::Block, now)? {
                 self.waits.stats.sleeps += 1;
-                return Ok(());
+                return Ok(got);
             }
         }
         let timeout = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
@@ -389,11 +407,10 @@ impl World {
             self.waits.stats.sleeps += 1;
             let r = self.progress_once(Some(timeout));
             self.net.after_sleep();
-            r?;
+            r
         } else {
-            self.progress_once(Some(Duration::ZERO))?;
+            self.progress_once(Some(Duration::ZERO))
         }
-        Ok(())
     }
 }
 

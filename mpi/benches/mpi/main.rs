@@ -484,6 +484,7 @@ fn main() {
         let res = match args.first().map(String::as_str) {
             Some("pingpong") => ranks::pingpong(args.iter().any(|a| a == "quick"), args.iter().any(|a| a == "plain")),
             Some("pp1") => ranks::pingpong_one(arg(1), arg(2)),
+            Some("win1") => ranks::window_one(arg(1)),
             Some("ring") => ranks::ring(arg(1), false),
             Some("ring_snap") => ranks::ring(arg(1), true),
             Some("factor") => ranks::factor(arg(1), arg(2), false),

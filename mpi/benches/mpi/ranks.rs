@@ -75,10 +75,24 @@ fn print_wait_stats(w: &p2pmp_mpi::World) {
     }
 }
 
+/// `win1 ROUNDS`: the window of [`window`] alone, `ROUNDS` rounds a
+/// repetition (for profiling it).
+pub(crate) fn window_one(rounds: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    window_rounds(&mut w, usize::try_from(rounds).unwrap_or(1))?;
+    print_wait_stats(&w);
+    w.finalize()
+}
+
 /// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
 /// by an empty message, 5 repetitions: `win <size> <median MB/s>` from rank 0.
 fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error> {
-    let (size, rounds) = (1usize << 20, if quick { 2 } else { 10 });
+    window_rounds(w, if quick { 2 } else { 10 })
+}
+
+/// [`window`] with `rounds` windows a repetition.
+fn window_rounds(w: &mut p2pmp_mpi::World, rounds: usize) -> Result<(), p2pmp_mpi::Error> {
+    let size = 1usize << 20;
     let data = Bytes::from(vec![7u8; size]);
     let mut samples = Vec::new();
     for _ in 0..5 {

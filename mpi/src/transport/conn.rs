@@ -274,18 +274,26 @@ impl Conn {
 
     /// Writes as much of `tx` as the socket or ring takes, without waiting; on
     /// an encrypted link, then seals and writes the frames waiting in `plain`,
-    /// a record at a time, until the socket takes no more.
-    pub(super) fn write_tx(&mut self) -> io::Result<()> {
+    /// a record at a time, until the socket takes no more. Returns the bytes
+    /// written.
+    pub(super) fn write_tx(&mut self) -> io::Result<usize> {
+        let mut written = 0;
+        let mut counted = |n: io::Result<usize>| {
+            if let Ok(n) = n {
+                written += n;
+            }
+            n
+        };
         loop {
             let all = match &mut self.io {
                 Io::Tcp { stream, connecting: false } => {
-                    write_queue::<IOV>(&mut self.tx, |iov| sock::send_vectored(stream, iov))?
+                    write_queue::<IOV>(&mut self.tx, |iov| counted(sock::send_vectored(stream, iov)))?
                 }
-                Io::Shm(s) => write_queue::<IOV>(&mut self.tx, |iov| s.send(iov))?,
-                _ => return Ok(()),
+                Io::Shm(s) => write_queue::<IOV>(&mut self.tx, |iov| counted(s.send(iov)))?,
+                _ => return Ok(written),
             };
             if !all || !self.seal_next()? {
-                return Ok(());
+                return Ok(written);
             }
         }
     }

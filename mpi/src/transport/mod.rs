@@ -185,6 +185,9 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// Bytes handed to sockets and rings after waiting for room (a waiting
+    /// sender's progress, as bytes read are a receiver's).
+    written: u64,
     /// When the listeners are to be accepted from again, after an `accept`
     /// failed with connections left waiting ([`ACCEPT_RETRY`]).
     accept_again: Option<Instant>,
@@ -249,6 +252,7 @@ impl Transport {
             local,
             shm_slots: Vec::new(),
             last_poll: Instant::now(),
+            written: 0,
             accept_again: None,
             head: BytesMut::new(),
             prefix,
@@ -314,9 +318,12 @@ impl Transport {
     fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
-            if let Err(e) = conn.write_tx() {
-                debug!(slot, %e, "write failed");
-                self.close_conn(engine, now, slot);
+            match conn.write_tx() {
+                Ok(n) => self.written = self.written.wrapping_add(n as u64),
+                Err(e) => {
+                    debug!(slot, %e, "write failed");
+                    self.close_conn(engine, now, slot);
+                }
             }
         }
     }
@@ -618,6 +625,12 @@ impl Transport {
     pub(crate) fn bells_rung(&self) -> u64 {
         let rung = |c: &Conn| if let Io::Shm(s) = &c.io { s.rung } else { 0 };
         self.conns.iter().flatten().map(rung).sum()
+    }
+
+    /// The count of bytes written after waiting for room so far (it moves
+    /// when a waiting sender makes progress).
+    pub(crate) fn written(&self) -> u64 {
+        self.written
     }
 
     /// Whether every outgoing queue is empty (all handed to the kernel).
