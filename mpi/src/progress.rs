@@ -13,17 +13,18 @@
 //!   (`Transport::local_ranks`), not by a load average.
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
-//!   is long, or at once when other work competes for the core: a spinning
-//!   rank that is preempted (a gap in its polling as long as the scheduler's
-//!   slice for another runnable task, [`PREEMPTED_GAP`]) leaves polling for a
-//!   while ([`CONTENDED_MIN`], doubling up to [`CONTENDED_MAX`] while
-//!   preemptions come within that of each other), and a woken sleeper gets
-//!   the core back sooner than a yielder would. Shorter gaps are the
-//!   machine's own housekeeping (kernel threads, interrupts), not competing
-//!   work: on the 2-core test machine two ranks spinning side by side see
-//!   about a hundred gaps of 40 us to 1 ms a second and two or three over
-//!   1 ms; beside a CPU hog on each core, over a hundred a second of 3 ms and
-//!   more, half the time lost.
+//!   is long, or at once when other work competes for the core: when the
+//!   machine has more tasks ready to run than cores (the scheduler's count,
+//!   looked at every few milliseconds of waiting), or a spinning rank is
+//!   preempted (a gap in its polling a good part of the scheduler's least
+//!   slice, [`PREEMPTED_GAP`]), the rank leaves polling for a while
+//!   ([`CONTENDED_MIN`], doubling up to [`CONTENDED_MAX`] while this comes
+//!   again within that), and a woken sleeper gets the core back sooner than a
+//!   yielder would. Shorter gaps are the machine's own housekeeping (kernel
+//!   threads, interrupts), not competing work: on the 2-core test machine two
+//!   ranks spinning side by side see about a hundred gaps of 40 us to 1 ms a
+//!   second; beside a CPU hog on each core, over a hundred a second of 3 ms
+//!   and more, half the time lost.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
 //! replace all this with a fixed policy.
@@ -37,6 +38,10 @@ use crate::sock::Wait;
 use crate::transport::DIRECT_MAX;
 use crate::world::World;
 
+mod runnable;
+
+use runnable::Runnable;
+
 /// Cheap looks at the rings (a load each) between two full looks of a busy-poll.
 const PEEKS: u32 = 32;
 /// Yields between two full looks while no ring moves.
@@ -48,8 +53,8 @@ const MIN_SPIN: Duration = Duration::from_micros(2);
 /// Longest yielding of one wait before it sleeps.
 const MAX_YIELD: Duration = Duration::from_millis(2);
 /// A gap this long between two polls means the rank was preempted by
-/// competing work (the kernel's least slice is 0.75 ms and more).
-const PREEMPTED_GAP: Duration = Duration::from_millis(1);
+/// competing work (the kernel's least slice is 0.75 ms).
+const PREEMPTED_GAP: Duration = Duration::from_micros(250);
 /// How long a rank that saw other work take its core stays off polling.
 /// Stays off polling this long after a preemption seen alone: a short burst
 /// of other work (a daemon's tick, a compiler starting) must not cost the
@@ -95,6 +100,9 @@ pub struct WaitStats {
     pub sleeps: u64,
     /// Times a gap in polling said the rank was preempted.
     pub preempted_gaps: u64,
+    /// Times the machine had more tasks ready to run than cores (at two
+    /// looks in a row).
+    pub crowded: u64,
     /// Doorbells this rank rang for its shared-memory peers.
     pub bells_rung: u64,
     /// Waits that found this job's ranks on this host outnumbering its cores.
@@ -133,6 +141,10 @@ pub(crate) struct Waits {
     contended_until: Option<Instant>,
     /// How long the next preemption keeps this rank off polling.
     penalty: Duration,
+    /// The machine's runnable tasks, looked at now and then.
+    runnable: Runnable,
+    /// Whether they outnumbered the cores at the last look.
+    crowded: bool,
     pub(crate) stats: WaitStats,
 }
 
@@ -145,6 +157,8 @@ impl Waits {
             budget: vec![MAX_SPIN / 4; size as usize + 1],
             contended_until: None,
             penalty: CONTENDED_MIN,
+            runnable: Runnable::open(),
+            crowded: false,
             stats: WaitStats::default(),
         }
     }
@@ -177,6 +191,19 @@ impl Waits {
         let i = self.slot(peer);
         let b = &mut self.budget[i];
         *b = if waited <= MAX_SPIN { (*b).max(waited * 2) } else { *b / 2 }.clamp(MIN_SPIN, MAX_SPIN);
+    }
+
+    /// Looks at the machine's runnable tasks if due: more than cores at two
+    /// looks in a row (a task that stays ready, not a kernel thread's blip)
+    /// means other work competes for the cores, as a preemption does.
+    fn look_at_runnable(&mut self, now: Instant) {
+        let Some(n) = self.runnable.sample(now) else { return };
+        let crowded = n > self.cores;
+        let before = std::mem::replace(&mut self.crowded, crowded);
+        if crowded && before {
+            self.stats.crowded += 1;
+            self.contended(now);
+        }
     }
 
     /// Other work took this rank's core (seen at `now`): stop polling for a while.
@@ -284,6 +311,7 @@ impl World {
             if local > self.waits.cores {
                 self.waits.stats.oversubscribed += 1;
             }
+            self.waits.look_at_runnable(start);
             let plan = self.waits.plan(start, from, local);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
             // Only a wait that polls by its own budget learns from how it went.
@@ -425,6 +453,8 @@ mod tests {
             budget: vec![MAX_SPIN / 4; 5],
             contended_until: None,
             penalty: CONTENDED_MIN,
+            runnable: Runnable::open(),
+            crowded: false,
             stats: WaitStats::default(),
         }
     }
