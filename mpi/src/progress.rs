@@ -14,7 +14,7 @@
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long, or at once when other work competes for the core: when the
-//!   machine has more tasks ready to run than cores (the scheduler's count,
+//!   machine has more tasks ready to run than CPUs online (the scheduler's count,
 //!   looked at every few milliseconds of waiting), or a spinning rank is
 //!   preempted (a gap in its polling a good part of the scheduler's least
 //!   slice, [`PREEMPTED_GAP`]), the rank leaves polling for a while
@@ -100,7 +100,7 @@ pub struct WaitStats {
     pub sleeps: u64,
     /// Times a gap in polling said the rank was preempted.
     pub preempted_gaps: u64,
-    /// Times the machine had more tasks ready to run than cores (at two
+    /// Times the machine had more tasks ready to run than CPUs online (at two
     /// looks in a row).
     pub crowded: u64,
     /// Doorbells this rank rang for its shared-memory peers.
@@ -193,12 +193,12 @@ impl Waits {
         *b = if waited <= MAX_SPIN { (*b).max(waited * 2) } else { *b / 2 }.clamp(MIN_SPIN, MAX_SPIN);
     }
 
-    /// Looks at the machine's runnable tasks if due: more than cores at two
+    /// Looks at the machine's runnable tasks if due: more than CPUs at two
     /// looks in a row (a task that stays ready, not a kernel thread's blip)
     /// means other work competes for the cores, as a preemption does.
     fn look_at_runnable(&mut self, now: Instant) {
         let Some(n) = self.runnable.sample(now) else { return };
-        let crowded = n > self.cores;
+        let crowded = self.runnable.crowded(n);
         let before = std::mem::replace(&mut self.crowded, crowded);
         if crowded && before {
             self.stats.crowded += 1;

@@ -1,7 +1,10 @@
 //! How many tasks the machine has ready to run right now: the scheduler's
 //! own count, the fourth field of `/proc/loadavg` (`running/total`), which is
-//! the instantaneous figure behind the load averages. More of them than cores
-//! means other work competes for the core a polling rank would burn.
+//! the instantaneous figure behind the load averages. More of them than the
+//! machine has CPUs online means other work competes for the core a polling
+//! rank would burn. (The count is the whole machine's, so it is held against
+//! every CPU online, not against the CPUs this process may use: a job kept to
+//! a few CPUs of a big machine must not take the others' work for its own.)
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -17,11 +20,21 @@ pub(super) struct Runnable {
     file: Option<File>,
     /// When the next look is due.
     next: Option<Instant>,
+    /// The machine's CPUs online.
+    cpus: u32,
 }
 
 impl Runnable {
     pub(super) fn open() -> Self {
-        Runnable { file: File::open("/proc/loadavg").ok(), next: None }
+        // SAFETY: sysconf(3) only reads a system setting.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let cpus = u32::try_from(online).ok().filter(|&n| n > 0).unwrap_or(1);
+        Runnable { file: File::open("/proc/loadavg").ok(), next: None, cpus }
+    }
+
+    /// Whether `n` runnable tasks are more than the machine's CPUs.
+    pub(super) fn crowded(&self, n: u32) -> bool {
+        n > self.cpus
     }
 
     /// The count at `now`, if a look is due (at most every [`EVERY`]) and
@@ -65,6 +78,7 @@ mod tests {
             assert!(first.is_some_and(|n| n >= 1), "this test's own thread runs: {first:?}");
         }
         assert_eq!(r.sample(t + EVERY / 2), None, "not due yet");
+        assert!(!r.crowded(r.cpus) && r.crowded(r.cpus + 1), "crowded above the CPUs online");
         if cfg!(target_os = "linux") {
             assert!(r.sample(t + EVERY).is_some(), "due again");
         }
