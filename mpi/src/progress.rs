@@ -14,8 +14,8 @@
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long, or at once when other work competes for the core: when the
-//!   machine has more tasks ready to run than CPUs online (the scheduler's count,
-//!   looked at every few milliseconds of waiting), or a spinning rank is
+//!   machine has more tasks ready to run than CPUs online (the scheduler's
+//!   count, looked at every few milliseconds of waiting), or a spinning rank is
 //!   preempted (a gap in its polling a good part of the scheduler's least
 //!   slice, [`PREEMPTED_GAP`]), the rank leaves polling for a while
 //!   ([`CONTENDED_MIN`], doubling up to [`CONTENDED_MAX`] while this comes
@@ -143,7 +143,7 @@ pub(crate) struct Waits {
     penalty: Duration,
     /// The machine's runnable tasks, looked at now and then.
     runnable: Runnable,
-    /// Whether they outnumbered the cores at the last look.
+    /// Whether they outnumbered the CPUs online at the last look.
     crowded: bool,
     pub(crate) stats: WaitStats,
 }
@@ -419,7 +419,7 @@ impl World {
     /// deadline, then handles what happened. With `from` known over TCP, no
     /// deadline within [`DIRECT_MAX`] and nothing left to write, it sleeps in
     /// `recv` on that rank's socket (one system call) rather than in `epoll`.
-    /// Whether input came.
+    /// Whether anything came (bytes, or events of the poll loop).
     fn sleep_once(&mut self, from: Option<u32>) -> Result<bool> {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
