@@ -195,6 +195,20 @@ fn no_process_matching(pattern: &str, limit: Duration) -> bool {
     }
 }
 
+/// The processes whose command line matches `pattern`, with their parents
+/// (for a failure's message).
+fn processes_matching(pattern: &str) -> String {
+    let out = Command::new("pgrep").args(["-af", pattern]).output().expect("pgrep");
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    let parents: Vec<String> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+        .map(|stat| stat.rsplit(')').next().unwrap_or("").split_whitespace().nth(1).unwrap_or("?").to_string())
+        .collect();
+    format!("{list}(parents: {parents:?})")
+}
+
 fn job_file(exe: &str, args: &str, procs: u32, extra: &str) -> String {
     format!(
         "<?xml version=\"1.0\"?>\n<p2pjob>\n  <executable>{exe}</executable>\n  <arguments>{args}</arguments>\n{extra}  \
@@ -344,7 +358,8 @@ fn a_daemon_killed_mid_job_fails_the_job_with_a_clear_report() {
     assert_eq!(w.code, 1, "{}", w.stderr);
     assert!(w.stderr.contains("was lost"), "{}", w.stderr);
     let pattern = format!("job-.*/sleep {tag}");
-    assert!(no_process_matching(&pattern, Duration::from_secs(10)), "ranks outlived the failed job");
+    let gone = no_process_matching(&pattern, Duration::from_secs(10));
+    assert!(gone, "ranks outlived the failed job: {}", processes_matching(&pattern));
 }
 
 #[test]
