@@ -141,12 +141,7 @@ fn a_corrupt_transfer_is_re_requested_and_never_run() {
 
 #[test]
 fn output_exit_and_output_files_go_back_then_kill_stops_the_rest() {
-    let now = Instant::now();
-    let mut e = Execution::new(ExecConfig::new(2, "n"), addr(5));
-    let j = job_id(1);
-    staged(&mut e, now, j, vec![0, 1], false);
-    e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
-    drain(&mut e);
+    let (mut e, j, now) = two_ranks_running();
     e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"abc")).unwrap();
     e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"de")).unwrap();
     let (msgs, _) = drain(&mut e);
