@@ -45,10 +45,10 @@ use sha1::Sha1;
 
 use super::cache::FileCache;
 use super::description::JobDescription;
-use super::msg::{JobMsg, RankState, RejectReason, Stream};
+use super::msg::{JobMsg, RankState, RejectReason, StagedFile, Stream};
 use super::{JobId, MAX_STAGED_FILES};
 use crate::auth::JobManifest;
-use crate::ckpt::RankCheckpoints;
+use crate::ckpt::{RankCheckpoints, engine_file_name};
 use crate::id::Id;
 use crate::machine::{Action, Machine, NodeAddr};
 use crate::wire::Envelope;
@@ -219,6 +219,9 @@ struct ExecJob {
     moving: BTreeMap<u32, moving::Moving>,
     /// Ranks placed here that resume with the engine a moved rank carried.
     engines: BTreeSet<u32>,
+    /// The output files a moved rank placed here carries
+    /// ([`JobMsg::CarriedFiles`]), by staged file number.
+    carried: BTreeMap<u32, StagedFile>,
 }
 
 /// A node's executor for every job offered to it.
@@ -363,8 +366,11 @@ impl Execution {
                     self.refuse_unsigned(job, error);
                     return Some(());
                 }
-                let bad: Vec<u32> =
-                    (0..files).chain(ckpt::resume_files(j)).filter(|f| !j.files.get(f).is_some_and(|i| i.ok)).collect();
+                let bad: Vec<u32> = (0..files)
+                    .chain(ckpt::resume_files(j))
+                    .chain(j.carried.keys().copied())
+                    .filter(|f| !j.files.get(f).is_some_and(|i| i.ok))
+                    .collect();
                 if !bad.is_empty() {
                     for file in bad {
                         self.send(from, JobMsg::Resend { job, file }, Bytes::new());
@@ -453,6 +459,7 @@ impl Execution {
             JobMsg::CheckpointStay { request, .. } => self.on_checkpoint_request(from, job, request, false),
             JobMsg::Move { rank, request, .. } => return self.on_move(job, rank, request),
             JobMsg::ResumeEngine { rank, .. } => return self.on_resume_engine(job, rank, payload),
+            JobMsg::CarriedFiles { rank, files, .. } => return self.on_carried_files(job, rank, files),
             JobMsg::Resume { from: run, epoch, .. } if j.staged.is_none() => j.resume = Some((run, epoch)),
             JobMsg::Staying { .. } => {
                 self.draining.remove(&job);
@@ -522,6 +529,7 @@ impl Execution {
             shipped: BTreeMap::new(),
             moving: BTreeMap::new(),
             engines: BTreeSet::new(),
+            carried: BTreeMap::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -573,14 +581,16 @@ impl Execution {
             _ => BTreeSet::new(),
         };
         j.ranks.insert(rank, RankRun::Collecting(code));
-        if self.left_to_move(job, rank, code) {
-            // Its output files stay behind; its last reports may still come.
-            self.maybe_exit(job, rank);
-            return Ok(());
-        }
+        // A rank that left to move takes its output files along (read like
+        // those of an exit, they go before its engine); its last reports
+        // may still come over its control connection.
+        let moving = self.left_to_move(job, rank, code);
+        let names: BTreeSet<String> = names.into_iter().filter(|n| !moving || *n != engine_file_name(rank)).collect();
         let Some(j) = self.jobs.get_mut(&job) else { return Ok(()) };
         j.pending_reads.insert(rank, names.clone());
-        self.unlink(job, Some(rank));
+        if !moving {
+            self.unlink(job, Some(rank));
+        }
         for name in names {
             self.event(ExecEvent::ReadOutputFile { job, rank, name });
         }

@@ -49,6 +49,14 @@ pub const RESUME_FILES: u32 = 1 << 20;
 const _: () =
     assert!(RESUME_FILES > MAX_STAGED_FILES && RESUME_FILES.checked_add(description::MAX_PROCESSES).is_some());
 
+/// The staged file number of the first output file a rank that moved alone
+/// carries to its new node ([`JobMsg::CarriedFiles`]); the next is this
+/// plus one. A wire number: fixed, beyond every rank's checkpoint file.
+pub const CARRIED_FILES: u32 = 2 << 20;
+const _: () = assert!(
+    CARRIED_FILES >= RESUME_FILES + description::MAX_PROCESSES && CARRIED_FILES.checked_add(MAX_STAGED_FILES).is_some()
+);
+
 /// A job's identifier, unique per submission.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobId(pub Id);

@@ -173,6 +173,12 @@ pub enum JobMsg {
     /// checkpoints, when every cut is shipped): a rank moving alone needs
     /// only its own file, whose node [`JobMsg::Move`] tells.
     CheckpointStay { job: JobId, request: u64 },
+    /// Submitter -> executor, after [`JobMsg::ResumeEngine`]: the output
+    /// files `rank` had written when it left its old node, staged here as
+    /// [`super::CARRIED_FILES`] + their index in `files` before it starts,
+    /// apart from the files the submitter signed, so the rank finds its job
+    /// directory as it left it.
+    CarriedFiles { job: JobId, rank: u32, files: Vec<StagedFile> },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -239,7 +245,8 @@ impl JobMsg {
             | JobMsg::Move { job, .. }
             | JobMsg::Moved { job, .. }
             | JobMsg::ResumeEngine { job, .. }
-            | JobMsg::CheckpointStay { job, .. } => *job,
+            | JobMsg::CheckpointStay { job, .. }
+            | JobMsg::CarriedFiles { job, .. } => *job,
         }
     }
 
@@ -269,6 +276,10 @@ mod tests {
 
     fn body_bytes(m: &JobMsg) -> Vec<u8> {
         postcard::to_allocvec(m).unwrap()
+    }
+
+    fn staged(file: u32, name: &str, total: u64) -> StagedFile {
+        StagedFile { file, name: name.into(), total, digest: Id::ZERO }
     }
 
     /// postcard encodes variants by index: these pin the indices and field order.
@@ -346,6 +357,9 @@ mod tests {
         assert_eq!(body_bytes(&JobMsg::Moved { job: z, rank: 1, request: 2 }), [&[34u8][..], zero, tail].concat());
         assert_eq!(body_bytes(&JobMsg::ResumeEngine { job: z, rank: 1 }), [&[35u8][..], zero, &[1]].concat());
         assert_eq!(body_bytes(&JobMsg::CheckpointStay { job: z, request: 2 }), [&[36u8][..], zero, &[2]].concat());
+        let carried = JobMsg::CarriedFiles { job: z, rank: 1, files: vec![staged(0x200000, "o", 3)] };
+        let want = [&[37u8][..], zero, &[1, 1, 0x80, 0x80, 0x80, 0x01, 1, b'o', 3], zero].concat();
+        assert_eq!(body_bytes(&carried), want);
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -423,6 +437,11 @@ mod tests {
             }),
             (job.clone(), any::<u32>()).prop_map(|(job, rank)| JobMsg::ResumeEngine { job, rank }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::CheckpointStay { job, request }),
+            (job.clone(), any::<u32>(), proptest::collection::vec((any::<u32>(), "[a-z]{0,4}", any::<u64>()), 0..3))
+                .prop_map(|(job, rank, files)| {
+                    let files = files.into_iter().map(|(f, n, t)| staged(f, &n, t)).collect();
+                    JobMsg::CarriedFiles { job, rank, files }
+                }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

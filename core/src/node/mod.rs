@@ -116,7 +116,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Staying { .. }
         | JobMsg::Move { .. }
         | JobMsg::ResumeEngine { .. }
-        | JobMsg::CheckpointStay { .. } => true,
+        | JobMsg::CheckpointStay { .. }
+        | JobMsg::CarriedFiles { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }

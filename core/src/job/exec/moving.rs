@@ -5,9 +5,11 @@
 //!   checkpoint request whose cut it moves at; the rank is told over its
 //!   control connection ([`ExecEvent::AskMove`]). After that cut it saves its
 //!   engine in [`ckpt::engine_file_name`] and exits with
-//!   [`ckpt::MOVED_EXIT`]: no output file is read, the engine file is, and
-//!   once the rank's checkpoint files being read have gone out whole, the
-//!   submitter gets [`JobMsg::Moved`] carrying it instead of an exit. Every
+//!   [`ckpt::MOVED_EXIT`]: its output files are read and go out as an
+//!   exit's do (the submitter carries them to its new node), the engine
+//!   file is read, and once the rank's output and checkpoint files being
+//!   read have gone out whole, the submitter gets [`JobMsg::Moved`]
+//!   carrying it instead of an exit. Every
 //!   file of a cut answering the move goes to the submitter, whether the
 //!   rank left at the first or a later one, and even when its report comes
 //!   after the exit (the control connection stays linked until it closes,
@@ -16,15 +18,19 @@
 //! - **Arriving.** A rank offered here to take a moved rank's place is
 //!   staged like a rank of a restarted job ([`JobMsg::Resume`], its
 //!   checkpoint file) and gets the engine ([`JobMsg::ResumeEngine`]), written
-//!   beside it; it starts with `P2PMP_RESUME_ENGINE` naming that file, so it
-//!   goes on from the cut with the others, who never stopped.
+//!   beside it; the output files it had written are staged too
+//!   ([`JobMsg::CarriedFiles`], numbered from [`CARRIED_FILES`], each
+//!   checked against its digest like any staged file). It starts with
+//!   `P2PMP_RESUME_ENGINE` naming the engine file, so it goes on from the
+//!   cut with the others, who never stopped, in a job directory as it left
+//!   it.
 
 use bytes::Bytes;
 
 use super::{ExecEvent, ExecJob, Execution, RankRun};
-use crate::ckpt::{self, MAX_ENGINE_FILE, MOVED_EXIT};
-use crate::job::JobId;
-use crate::job::msg::JobMsg;
+use crate::ckpt::{self, MAX_ENGINE_FILE, MAX_SHIPPED_FILE, MOVED_EXIT};
+use crate::job::msg::{JobMsg, StagedFile};
+use crate::job::{CARRIED_FILES, JobId, MAX_STAGED_FILES};
 
 /// A rank asked to move alone.
 #[derive(Debug)]
@@ -46,6 +52,12 @@ pub(super) struct Moving {
 /// the first it is quiet at, which may not be the first to answer it.
 pub(super) fn ships_for_move(j: &ExecJob, rank: u32, request: u64) -> bool {
     j.moving.get(&rank).is_some_and(|m| request >= m.request)
+}
+
+/// Whether staged file `f` is an output file a moved rank placed here
+/// carries, as announced.
+pub(super) fn is_carried_file(j: &ExecJob, f: &StagedFile) -> bool {
+    j.carried.get(&f.file) == Some(f)
 }
 
 impl Execution {
@@ -118,6 +130,20 @@ impl Execution {
         j.engines.insert(rank);
         let name = ckpt::engine_file_name(rank);
         self.event(ExecEvent::WriteFile { job, name, offset: 0, data: payload });
+        Some(())
+    }
+
+    /// The output files `rank`, placed here to resume with a moved rank's
+    /// engine, carries: staged before the job counts as staged.
+    pub(super) fn on_carried_files(&mut self, job: JobId, rank: u32, files: Vec<StagedFile>) -> Option<()> {
+        let j = self.jobs.get_mut(&job).filter(|j| j.engines.contains(&rank) && j.staged.is_none())?;
+        let numbers = CARRIED_FILES..CARRIED_FILES + MAX_STAGED_FILES;
+        let usable =
+            |f: &StagedFile| numbers.contains(&f.file) && super::plain_name(&f.name) && f.total <= MAX_SHIPPED_FILE;
+        if files.len() > MAX_STAGED_FILES as usize || !files.iter().all(usable) {
+            return None;
+        }
+        j.carried.extend(files.into_iter().map(|f| (f.file, f)));
         Some(())
     }
 

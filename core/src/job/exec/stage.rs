@@ -74,13 +74,14 @@ impl Execution {
         let consumed = j.consumed;
         self.send(from, JobMsg::StageAck { job, consumed }, Bytes::new());
         let j = self.jobs.get_mut(&job)?;
-        // A rank's checkpoint file to resume from is the job's own data, not
-        // a file its submitter signed.
-        let resumed = super::ckpt::is_resume_file(j, c.file, &c.name, c.total);
+        // A rank's checkpoint file to resume from, or an output file a moved
+        // rank carries, is the job's own data, not a file its submitter signed.
+        let head = || StagedFile { file: c.file, name: c.name.clone(), total: c.total, digest: c.digest };
+        let resumed =
+            super::ckpt::is_resume_file(j, c.file, &c.name, c.total) || super::moving::is_carried_file(j, &head());
         if (c.file >= MAX_STAGED_FILES && !resumed) || !super::plain_name(&c.name) || j.staged.is_some() {
             return None;
         }
-        let head = || StagedFile { file: c.file, name: c.name.clone(), total: c.total, digest: c.digest };
         if let Some(error) = j.manifest.as_ref().filter(|_| !resumed).and_then(|m| m.check(&head()).err()) {
             self.refuse_unsigned(job, error);
             return Some(());

@@ -36,6 +36,7 @@
 //! of it is under way any more (given up meanwhile) rolls the job back too.
 
 use super::*;
+use crate::job::CARRIED_FILES;
 
 /// How long a job rolling back waits for the cut it asked of every rank
 /// once the moving rank left anyway.
@@ -52,6 +53,18 @@ pub(super) struct Alone {
     target: Option<NodeAddr>,
     /// Nodes offered the rank so far.
     tried: BTreeSet<NodeAddr>,
+    /// The output files it had written when it left, on their way here: by
+    /// name, the bytes so far, the length and digest they must have.
+    arriving: BTreeMap<String, (Vec<u8>, u64, Id)>,
+    /// Those arrived whole: staged to its new node as [`CARRIED_FILES`] +
+    /// their index.
+    carried: Vec<(String, Bytes, Id)>,
+}
+
+/// The output files the rank moving alone in `migration` carries, arrived
+/// whole (none when no rank moves alone).
+pub(super) fn carried(migration: &Option<migrate::Migration>) -> &[(String, Bytes, Id)] {
+    migration.as_ref().and_then(|m| m.alone.as_ref()).map_or(&[], |a| &a.carried)
 }
 
 impl Submission {
@@ -116,6 +129,58 @@ impl Submission {
         Some(())
     }
 
+    /// The staged file numbers of the output files the rank moving alone
+    /// carries, when it is placed at `to` (else none).
+    pub(super) fn carried_to(&self, to: NodeAddr) -> std::ops::Range<u32> {
+        let a = self.migration.as_ref().and_then(|m| m.alone.as_ref()).filter(|a| a.target == Some(to));
+        CARRIED_FILES..CARRIED_FILES + a.map_or(0, |a| a.carried.len() as u32)
+    }
+
+    /// Whether output-file chunks of `rank` from `from` are the files of a
+    /// rank moving alone that is leaving that node: they go with it, not to
+    /// the job's results (its last run there writes those).
+    pub(super) fn carries(&self, from: NodeAddr, rank: u32) -> bool {
+        let m = self.migration.as_ref().filter(|m| m.rank == rank && m.from == from && !m.left);
+        m.is_some_and(|m| m.alone.as_ref().is_some_and(|a| a.epoch.is_none()))
+    }
+
+    /// A chunk of output file `name` that the moving rank carries (see
+    /// [`Submission::carries`]): kept when it continues the file, checked
+    /// once whole. A damaged file rolls the job back: the rank would lose
+    /// what it wrote.
+    pub(super) fn on_carried_chunk(&mut self, name: String, head: (u64, u64, Id), payload: Bytes) -> Option<()> {
+        let (offset, total, digest) = head;
+        let staged = self.files.iter().flatten().any(|(n, _, _)| *n == name);
+        // Only the job's output files (one named like a staged file is
+        // staged from the job's own), each at most once.
+        let outputs = self.desc.outputfiles.len();
+        if !self.desc.outputfiles.contains(&name) || staged || total > crate::ckpt::MAX_SHIPPED_FILE {
+            return None;
+        }
+        let rank = self.migration.as_ref()?.rank;
+        let a = self.alone()?;
+        if offset == 0 && !a.arriving.contains_key(&name) {
+            if a.arriving.len() + a.carried.len() >= outputs || a.carried.iter().any(|(n, _, _)| *n == name) {
+                return None;
+            }
+            a.arriving.insert(name.clone(), (Vec::new(), total, digest));
+        }
+        let (data, want, digest) = a.arriving.get_mut(&name).filter(|(d, _, _)| d.len() as u64 == offset)?;
+        data.extend_from_slice(&payload);
+        if (data.len() as u64) < *want {
+            return Some(());
+        }
+        let (want, digest) = (*want, *digest);
+        let (data, _, _) = a.arriving.remove(&name)?;
+        let whole = data.len() as u64 == want && Id::from_bytes(Sha1::digest(&data).into()) == digest;
+        if !whole {
+            self.roll_back_move(Some(format!("output file {name} of rank {rank} arrived damaged")));
+            return Some(());
+        }
+        a.carried.push((name, Bytes::from(data), digest));
+        Some(())
+    }
+
     /// Once the rank left with its engine and its checkpoint file of the
     /// cut answering the move is here whole: it leaves its node, and that
     /// file is read back.
@@ -126,6 +191,11 @@ impl Submission {
         let Some(epoch) = a.engine.as_ref().map(|(_, epoch)| *epoch) else { return };
         if !self.cuts.holds(self.wire, rank, epoch) {
             return; // its file of that cut is still on its way
+        }
+        // Its output files went out before its engine: one not whole now never is.
+        if let Some(name) = a.arriving.keys().next() {
+            let why = format!("output file {name} of rank {rank} came cut short");
+            return self.roll_back_move(Some(why));
         }
         if let Some(a) = self.alone() {
             a.epoch = Some(epoch);
@@ -214,6 +284,19 @@ impl Submission {
                 self.stage_node(now, target);
                 let (engine, _) = self.migration.as_ref()?.alone.as_ref()?.engine.clone()?;
                 self.send(target, JobMsg::ResumeEngine { job: self.wire, rank }, engine);
+                let files: Vec<StagedFile> = carried(&self.migration)
+                    .iter()
+                    .zip(CARRIED_FILES..)
+                    .map(|((name, data, digest), file)| StagedFile {
+                        file,
+                        name: name.clone(),
+                        total: data.len() as u64,
+                        digest: *digest,
+                    })
+                    .collect();
+                if !files.is_empty() {
+                    self.send(target, JobMsg::CarriedFiles { job: self.wire, rank, files }, Bytes::new());
+                }
             }
             JobMsg::Reject { ranks, reason, .. } => {
                 self.refusal(target, &ranks, &reason)?;

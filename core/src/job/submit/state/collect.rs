@@ -40,6 +40,9 @@ impl Submission {
             }
             JobMsg::OutputFile { rank, name, offset, total, digest: want, .. } => {
                 self.ack_output(from, payload.len())?;
+                if self.carries(from, rank) {
+                    return self.on_carried_chunk(name, (offset, total, want), payload);
+                }
                 if !self.holds(from, rank) || !self.desc.outputfiles.contains(&name) {
                     return None;
                 }

@@ -37,7 +37,7 @@ impl Submission {
                 // Only a file staged to it may be asked for again (a cut's
                 // file only by the node holding that rank).
                 self.staged_file(file)?;
-                let rank = file.checked_sub(crate::job::RESUME_FILES);
+                let rank = file.checked_sub(crate::job::RESUME_FILES).filter(|_| file < crate::job::CARRIED_FILES);
                 if rank.is_some_and(|r| !self.nodes.get(&from).is_some_and(|n| n.accepted.contains(&r))) {
                     return None;
                 }
@@ -172,7 +172,7 @@ impl Submission {
         // for its file with a resend).
         let accepted = self.nodes.get(&to).map(|n| n.accepted.clone()).unwrap_or_default();
         let resumed = self.resume_for(&accepted).map(|(_, files)| files).unwrap_or_default();
-        for f in own.chain(resumed) {
+        for f in own.chain(resumed).chain(self.carried_to(to)) {
             out.push_file(f);
             total += self.file_len(f);
         }
@@ -185,7 +185,7 @@ impl Submission {
 
     /// Staged file `file` (see [`staged`]).
     fn staged_file(&self, file: u32) -> Option<&(String, Bytes, Id)> {
-        staged(&self.files, &self.cuts, file)
+        staged(&self.files, &self.cuts, alone::carried(&self.migration), file)
     }
 
     /// The length of staged file `file` (0 while it is being read).
@@ -197,9 +197,9 @@ impl Submission {
     fn pump(&mut self, to: NodeAddr) {
         let (window, chunk) = (self.config.stage_window as u64, self.config.chunk_size);
         loop {
-            let (files, cuts) = (&self.files, &self.cuts);
+            let (files, cuts, carried) = (&self.files, &self.cuts, alone::carried(&self.migration));
             let Some(Node { stage: Stage::Sent { out, .. }, .. }) = self.nodes.get_mut(&to) else { return };
-            match out.next(window, chunk, |f| staged(files, cuts, f).map_or(0, |(_, data, _)| data.len())) {
+            match out.next(window, chunk, |f| staged(files, cuts, carried, f).map_or(0, |(_, data, _)| data.len())) {
                 None => return,
                 Some(Piece::End) => {
                     self.send(to, JobMsg::StageEnd { job: self.wire, files: self.files.len() as u32 }, Bytes::new())
@@ -236,12 +236,15 @@ impl Submission {
     }
 }
 
-/// Staged file `file`: one of the job's own `files`, or a rank's file of the
-/// cut resumed from; `None` while it is being read.
+/// Staged file `file`: one of the job's own `files`, a rank's file of the
+/// cut resumed from, or an output file a rank moving alone `carried`;
+/// `None` while it is being read.
 fn staged<'a>(
     files: &'a [Option<(String, Bytes, Id)>],
     cuts: &'a cuts::Cuts,
+    carried: &'a [(String, Bytes, Id)],
     file: u32,
 ) -> Option<&'a (String, Bytes, Id)> {
-    files.get(file as usize).and_then(Option::as_ref).or_else(|| cuts.file(file))
+    let carried = || file.checked_sub(crate::job::CARRIED_FILES).and_then(|i| carried.get(i as usize));
+    files.get(file as usize).and_then(Option::as_ref).or_else(|| cuts.file(file)).or_else(carried)
 }

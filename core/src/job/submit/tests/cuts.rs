@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ckpt::{Codec, Header};
-use crate::job::RESUME_FILES;
+use crate::job::{CARRIED_FILES, RESUME_FILES};
 
 /// `rank`'s checkpoint file of `epoch`, as the run `job` of a 2-rank job writes it.
 fn ckpt_file(job: JobId, rank: u32, epoch: u64) -> Bytes {
@@ -276,6 +276,82 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     // The job ends as ever once rank 0 exits too.
     s.handle_message(h.now, reply(stays, JobMsg::Exit { job: wire, rank: 0, code: 0 }, Bytes::new()));
     h.settle(&mut s);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+}
+
+/// The node of `rank` ships output file `name` of it, `data`, in two
+/// chunks with `digest`.
+fn ship_output(
+    h: &mut Harness,
+    s: &mut Submission,
+    from: NodeAddr,
+    (rank, name): (u32, &str),
+    data: Bytes,
+    digest: Id,
+) {
+    let (job, total, half) = (s.wire(), data.len() as u64, data.len() / 2);
+    for (offset, piece) in [(0, data.slice(..half)), (half as u64, data.slice(half..))] {
+        let m = JobMsg::OutputFile { job, rank, name: name.into(), offset, total, digest };
+        s.handle_message(h.now, reply(from, m, piece));
+    }
+    h.settle(s);
+}
+
+#[test]
+fn a_rank_moving_alone_takes_the_output_files_it_wrote_to_its_new_node() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let wire = s.wire();
+    let from = s.ranks()[1].node.unwrap();
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    ship_cut(&mut h, &mut s, 1);
+    // Its node reads its output file as it leaves: it goes with the rank,
+    // not to the job's results.
+    let log = Bytes::from_static(b"iterations 1 to 1000\n");
+    let writes = |h: &Harness| h.events.iter().filter(|e| matches!(e, SubmitEvent::WriteFile { .. })).count();
+    let written = writes(&h);
+    ship_output(&mut h, &mut s, from, (1, "result.txt"), log.clone(), digest(&log));
+    assert_eq!(writes(&h), written, "{:?}", h.events);
+    let before = h.sent.len();
+    h.exit_code = Some(0);
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.run(&mut s, 30);
+    let to = s.ranks()[1].node.unwrap();
+    assert!(s.moves().len() == 1 && s.restart_reasons().is_empty(), "{:?}", h.events);
+    let to_new: Vec<&(NodeAddr, JobMsg, Bytes)> = h.sent[before..].iter().filter(|(n, _, _)| *n == to).collect();
+    let at = |want: &dyn Fn(&JobMsg) -> bool| to_new.iter().position(|(_, m, _)| want(m));
+    let announced =
+        StagedFile { file: CARRIED_FILES, name: "result.txt".into(), total: log.len() as u64, digest: digest(&log) };
+    let carried = at(&|m| *m == JobMsg::CarriedFiles { job: wire, rank: 1, files: vec![announced.clone()] });
+    let engine = at(&|m| matches!(m, JobMsg::ResumeEngine { .. }));
+    let staged = at(&|m| matches!(m, JobMsg::Stage { file, offset: 0, .. } if *file == CARRIED_FILES));
+    let start = at(&|m| *m == JobMsg::Start { job: wire });
+    assert!(engine < carried && carried < staged && staged < start, "{to_new:?}");
+    let bytes: Vec<u8> = to_new
+        .iter()
+        .filter(|(_, m, _)| matches!(m, JobMsg::Stage { file, .. } if *file == CARRIED_FILES))
+        .flat_map(|(_, _, p)| p.to_vec())
+        .collect();
+    assert_eq!(bytes, log, "the file as the rank left it");
+}
+
+#[test]
+fn a_damaged_output_file_of_a_rank_moving_alone_rolls_the_job_back() {
+    let (mut h, mut s) = running_on(3, RestartPolicy::Fail, None);
+    let from = s.ranks()[1].node.unwrap();
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    ship_cut(&mut h, &mut s, 1);
+    // Every rank's file of the migration's cut is here: the job rolls back
+    // to it at once, and the rank's engine arriving after changes nothing.
+    h.exit_code = Some(0);
+    let log = Bytes::from_static(b"iterations 1 to 1000\n");
+    ship_output(&mut h, &mut s, from, (1, "result.txt"), log, Id::ZERO);
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.run(&mut s, 30);
+    let reason = &s.restart_reasons()[..];
+    assert!(reason.len() == 1 && reason[0].contains("output file result.txt of rank 1 arrived damaged"), "{reason:?}");
+    assert!(s.moves().is_empty());
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
 }
 
