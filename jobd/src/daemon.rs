@@ -28,9 +28,9 @@ use crate::shell::{Shell, Stop};
 /// this leaves room for several such jobs at once plus their control traffic.
 const MAX_TX_BYTES: usize = 128 << 20;
 
-/// How long a stopping daemon waits to have left the overlay, for ranks
-/// that can move to other nodes to have moved (counted from the stop), then
-/// for its processes to end.
+/// How long a stopping daemon waits for ranks that can move to other nodes
+/// to have moved (it stays in the overlay meanwhile), then to have left the
+/// overlay, then for its processes to end.
 const LEAVE_WAIT: Duration = Duration::from_secs(3);
 const DRAIN_WAIT: Duration = Duration::from_secs(30);
 const KILL_WAIT: Duration = Duration::from_secs(2);
@@ -124,7 +124,7 @@ impl Daemon {
         let Some(handle) = self.handle.take() else { return };
         if let Some(stop) = self.stop.take() {
             // The shell leaves the overlay, waits for it, stops every process.
-            stop.wait(LEAVE_WAIT.max(DRAIN_WAIT) + KILL_WAIT + Duration::from_secs(1));
+            stop.wait(DRAIN_WAIT + LEAVE_WAIT + KILL_WAIT + Duration::from_secs(1));
         }
         if let Ok(s) = handle.inspect(|d| d.stats()) {
             let g = s.guard;
@@ -146,7 +146,7 @@ impl Drop for Daemon {
     }
 }
 
-/// How long the shell waits to have left, for ranks to move, then for
+/// How long the shell waits to have left, for ranks to move, and for
 /// processes to end (for `shell`).
 pub(crate) const fn stop_waits() -> (Duration, Duration, Duration) {
     (LEAVE_WAIT, DRAIN_WAIT, KILL_WAIT)

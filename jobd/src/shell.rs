@@ -1,8 +1,11 @@
 //! The daemon's own event loop, beside the node on the same runtime: it
 //! carries out the node's events (processes to start, kill and feed credit;
 //! file work, queued to the [`Worker`]; host figures measured every few
-//! seconds) and never blocks. On [`Stop`] it leaves the overlay, waits to have
-//! left, stops every process and says it is done.
+//! seconds) and never blocks. On [`Stop`] it waits for the ranks its node's
+//! jobs' submitters move to other nodes (up to 30 s; the node stays in the
+//! overlay meanwhile, so their peers find them again), has the node leave
+//! the overlay, waits to have left, stops every process still here and says
+//! it is done.
 
 use std::time::Duration;
 
@@ -60,6 +63,10 @@ impl Stop {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Stopping {
     No,
+    /// Ranks moving off to other nodes, until the node says none is left
+    /// to move or the instant passes; the node stays in the overlay
+    /// meanwhile (their peers look their new places up through it).
+    Draining(Instant),
     /// Leaving the overlay, until the node says it left or the instant passes.
     Leaving(Instant),
     /// Every process killed; waiting for them to end until the instant.
@@ -74,12 +81,8 @@ pub(crate) struct Shell {
     procs: Procs,
     worker: Worker,
     stopping: Stopping,
-    /// Stopping: the overlay is left (or waiting for it is over).
-    left: bool,
     /// Jobs that may still move their ranks off this node, as the node says.
     moving: usize,
-    /// Stopping: how long those ranks are waited for.
-    drain_until: Option<Instant>,
 }
 
 impl Shell {
@@ -100,21 +103,14 @@ impl Shell {
                 return;
             }
         };
-        let mut sh = Shell {
-            procs: Procs::new(Tell::node(remote.clone())),
-            remote,
-            worker,
-            stopping: Stopping::No,
-            left: false,
-            moving: 0,
-            drain_until: None,
-        };
+        let mut sh =
+            Shell { procs: Procs::new(Tell::node(remote.clone())), remote, worker, stopping: Stopping::No, moving: 0 };
         let mut stats = tokio::time::interval(HOST_STATS_EVERY);
         let mut quota = tokio::time::interval(QUOTA_EVERY);
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
             let deadline = match sh.stopping {
-                Stopping::Leaving(t) | Stopping::Killing(t) => t,
+                Stopping::Draining(t) | Stopping::Leaving(t) | Stopping::Killing(t) => t,
                 Stopping::No | Stopping::Done => far,
             };
             tokio::select! {
@@ -130,10 +126,11 @@ impl Shell {
                 _ = stats.tick() => sh.host_stats(),
                 _ = quota.tick(), if sh.procs.running() > 0 => sh.work(Work::CheckQuota),
                 Ok(()) = stop.asked.recv(), if sh.stopping == Stopping::No => {
+                    // The node says how many jobs may still move ranks off
+                    // ([`NodeEvent::Draining`]), and leaves the overlay once
+                    // none is left.
+                    sh.stopping = Stopping::Draining(Instant::now() + crate::daemon::stop_waits().1);
                     let _ = sh.remote.post(NodeCommand::Leave);
-                    let (leave, drain, _) = crate::daemon::stop_waits();
-                    sh.stopping = Stopping::Leaving(Instant::now() + leave);
-                    sh.drain_until = Some(Instant::now() + drain);
                 }
                 _ = tokio::time::sleep_until(deadline), if deadline != far => sh.next_stop_step(),
             }
@@ -148,29 +145,19 @@ impl Shell {
 
     fn next_stop_step(&mut self) {
         match self.stopping {
-            Stopping::Leaving(_) => {
-                self.left = true;
-                self.after_leave();
-            }
+            // Ranks still here are stopped after the overlay is left.
+            Stopping::Draining(_) => self.leave_now(),
+            Stopping::Leaving(_) => self.kill_all(),
             Stopping::Killing(_) => self.stopping = Stopping::Done,
             Stopping::No | Stopping::Done => {}
         }
     }
 
-    /// The overlay is left: ranks that may still move off this node are
-    /// waited for (until their jobs say they stay, or the drain limit), the
-    /// rest stopped.
-    fn after_leave(&mut self) {
-        let until = self.drain_until.filter(|t| Instant::now() < *t);
-        match until {
-            Some(t) if self.moving > 0 => {
-                if self.stopping != Stopping::Leaving(t) {
-                    info!(jobs = self.moving, "waiting for ranks to move to other nodes before stopping");
-                }
-                self.stopping = Stopping::Leaving(t);
-            }
-            _ => self.kill_all(),
-        }
+    /// Done waiting for ranks to move: the node leaves the overlay now (a
+    /// second [`NodeCommand::Leave`] makes it leave with ranks still here).
+    fn leave_now(&mut self) {
+        let _ = self.remote.post(NodeCommand::Leave);
+        self.stopping = Stopping::Leaving(Instant::now() + crate::daemon::stop_waits().0);
     }
 
     fn kill_all(&mut self) {
@@ -205,15 +192,19 @@ impl Shell {
         match ev {
             NodeEvent::Overlay(OverlayEvent::Left) => {
                 info!("left the overlay");
-                if matches!(self.stopping, Stopping::Leaving(_)) {
-                    self.left = true;
-                    self.after_leave();
+                if matches!(self.stopping, Stopping::Draining(_) | Stopping::Leaving(_)) {
+                    self.kill_all();
                 }
             }
             NodeEvent::Draining { jobs } => {
+                let stopping = matches!(self.stopping, Stopping::Draining(_));
+                if stopping && jobs > 0 && self.moving == 0 {
+                    info!(jobs, "waiting for ranks to move to other nodes before stopping");
+                }
                 self.moving = jobs;
-                if matches!(self.stopping, Stopping::Leaving(_)) && self.left {
-                    self.after_leave();
+                if stopping && jobs == 0 {
+                    // The node leaves the overlay by itself now.
+                    self.stopping = Stopping::Leaving(Instant::now() + crate::daemon::stop_waits().0);
                 }
             }
             NodeEvent::Overlay(e) => info!(event = ?e, "overlay"),

@@ -4,8 +4,12 @@
  * P2P_Snapshot.
  * The token, the iteration and the checksum are protected; a restarted process
  * (P2PMP_RESTART) resumes from its checkpoint and must end with the results of
- * an undisturbed run. Usage: ckpt loops [die_at]: with die_at, rank 1 (or 0 on
- * one rank) exits with status 3 at that iteration unless it was restarted. */
+ * an undisturbed run. Usage: ckpt loops [die_at [trace_every]]: with die_at
+ * (-1: never), rank 1 (or 0 on one rank) exits with status 3 at that iteration
+ * unless it was restarted; with trace_every, each rank appends "rank R
+ * iteration I" to trace.txt in its working directory at every multiple of it,
+ * before the safe point, so a rank that moves must find the file as it left
+ * it for the lines to run on without a gap or a repeat. */
 #define _POSIX_C_SOURCE 199309L
 #include <mpi.h>
 #include <p2pmp.h>
@@ -26,6 +30,7 @@ int main(int argc, char **argv) {
     int rank, size, restarted = -1;
     long loops = argc > 1 ? atol(argv[1]) : 100;
     long die_at = argc > 2 ? atol(argv[2]) : -1;
+    long trace_every = argc > 3 ? atol(argv[3]) : 0;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -64,6 +69,12 @@ int main(int argc, char **argv) {
         }
         sum[i % 64] = sum[i % 64] * 31 + (unsigned long)token;
         i++;
+        if (trace_every > 0 && i % trace_every == 0) {
+            FILE *trace = fopen("trace.txt", "a");
+            CHECK(trace != NULL, "open trace.txt");
+            fprintf(trace, "rank %d iteration %ld\n", rank, i);
+            CHECK(fclose(trace) == 0, "close trace.txt");
+        }
         CHECK(P2P_Snapshot() == MPI_SUCCESS, "snapshot at %ld", i);
         if (hooks.pre) CHECK(hooks.pre == hooks.post, "hooks %d before, %d after", hooks.pre, hooks.post);
     }

@@ -37,6 +37,24 @@ fn cluster(test: &str, n: usize, extra: &[&str]) -> Option<Cluster> {
     Some(c)
 }
 
+/// A cluster of as many hosts as `slots`, host `i` offering `slots[i]`
+/// process slots, with `extra` flags on every jobd.
+fn cluster_with_slots(test: &str, slots: &[u32], extra: &[&str]) -> Option<Cluster> {
+    if slots.iter().all(|s| *s == 1) {
+        return cluster(test, slots.len(), extra);
+    }
+    built();
+    let mut c = cluster_or_skip(test, slots.len())?;
+    for (i, n) in slots.iter().enumerate() {
+        let n = n.to_string();
+        let flags: Vec<&str> = FAST.iter().chain(extra).copied().chain(["--slots", n.as_str()]).collect();
+        let boot: Vec<usize> = if i == 0 { Vec::new() } else { vec![0, i - 1] };
+        c.start_jobd(i, &boot, &flags);
+    }
+    wait_for_nodes(&c, 0, slots.len());
+    Some(c)
+}
+
 /// Waits until `p2pjob nodes` on host `from` lists `n` nodes.
 fn wait_for_nodes(c: &Cluster, from: usize, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -350,15 +368,23 @@ fn rank_process(c: &Cluster, rank: u32, tag: &str) -> Option<(usize, u32)> {
 /// no interval: only the migrations take cuts): each time rank 1 moves
 /// alone to a host that runs no rank (the second time to one named), rank
 /// 0 goes on in the same process, never rolled back, and the job ends with
-/// the checksum of an undisturbed run.
+/// the checksum of an undisturbed run. Each rank appends a line to its
+/// output file every 500 iterations: rank 1's comes back whole, the lines
+/// written on each of its three hosts in one file, none missing or repeated.
 #[test]
 fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_result() {
     let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate", 4, &["--heartbeat-ms", "250"]) else { return };
-    let loops: u64 = 9_241;
-    let out = move_rank_1_twice(&c, &prog, &loops.to_string());
+    let (loops, every): (u64, u64) = (9_241, 500);
+    let (out, dir) = move_rank_1_twice(&c, &prog, &format!("{loops} -1 {every}"), &["trace.txt"]);
     assert_resumed_with_the_undisturbed_result(&out, loops, 2, 1);
     assert_eq!(resumed_at(&out, 0), None, "rank 0 never resumed: {out}");
+    for rank in 0..2 {
+        let path = dir.join(format!("trace.txt.{rank}"));
+        let trace = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let want: String = (1..=loops / every).map(|k| format!("rank {rank} iteration {}\n", k * every)).collect();
+        assert_eq!(trace, want, "rank {rank}'s trace, written before and after its moves");
+    }
 }
 
 /// The same with the factoring job (a safe point every round of K
@@ -370,7 +396,7 @@ fn a_factoring_rank_migrated_twice_mid_run_finds_the_same_factors() {
     let Some(prog) = p2pmp_tests::c::ckpt_factor("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate_factor", 4, &["--heartbeat-ms", "250"]) else { return };
     // Two primes near 2^31 (the demo's number): ~10 s of trial division on 2 ranks.
-    let out = move_rank_1_twice(&c, &prog, "4611686039902224373 20000");
+    let (out, _) = move_rank_1_twice(&c, &prog, "4611686039902224373 20000", &[]);
     assert!(out.contains("[0] factor: 4611686039902224373 = 2147483647 x 2147483659"), "{out}");
     assert!(out.contains("[1] resumed at candidate "), "{out}");
     assert!(!out.contains("[0] resumed"), "rank 0 never resumed: {out}");
@@ -380,10 +406,12 @@ fn a_factoring_rank_migrated_twice_mid_run_finds_the_same_factors() {
 /// 2-rank job on host 0 of `c`, moves rank 1 twice mid-run with `p2pjob
 /// migrate` from host 3 (the second time `--to` the highest host without a
 /// rank), checking each time that it moved alone: to a host running no
-/// rank, rank 0 in the same process, nothing rolled back. The job's output.
-fn move_rank_1_twice(c: &Cluster, prog: &str, args: &str) -> String {
+/// rank, rank 0 in the same process, nothing rolled back. The job's output,
+/// and the directory its `outputs` (output files) came back to.
+fn move_rank_1_twice(c: &Cluster, prog: &str, args: &str, outputs: &[&str]) -> (String, std::path::PathBuf) {
     let tag = args.split(' ').next().unwrap_or(args);
-    let job = job_file(c, "migrate.xml", prog, 2, &format!("  <arguments>{args}</arguments>\n"));
+    let files: String = outputs.iter().map(|f| format!("  <outputfile>{f}</outputfile>\n")).collect();
+    let job = job_file(c, "migrate.xml", prog, 2, &format!("  <arguments>{args}</arguments>\n{files}"));
     let t0 = Instant::now();
     let id = submit(c, 0, &job);
     wait_status(c, 0, &id, "2 running", Duration::from_secs(30));
@@ -431,7 +459,8 @@ fn move_rank_1_twice(c: &Cluster, prog: &str, args: &str) -> String {
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(90));
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
     eprintln!("rank 1 moved twice; the job took {:?} in all", t0.elapsed());
-    w.stdout
+    let dir = std::path::Path::new(&job).parent().expect("the job file's directory").to_owned();
+    (w.stdout, dir)
 }
 
 /// What [`stop_daemons_under_the_ring`] saw: the cluster, the hosts stopped,
@@ -445,18 +474,19 @@ struct Stopped {
 }
 
 /// Runs the checkpointing ring (`ranks` ranks, `loops` loops) on a cluster
-/// of `hosts` one-slot hosts, then SIGTERMs together the daemons of
-/// `stopped` hosts running its ranks (never the submitter's): each must wait
-/// for its ranks to move, and the job must end with the checksum of an
+/// of hosts offering `slots` slots each, then SIGTERMs together the daemons
+/// of `stopped` hosts running its ranks (never the submitter's): each must
+/// wait for its ranks to move, and the job must end with the checksum of an
 /// undisturbed run (`None`: skipped).
 fn stop_daemons_under_the_ring(
     test: &str,
-    hosts: usize,
+    slots: &[u32],
     (ranks, loops): (u32, u64),
     stopped: usize,
 ) -> Option<Stopped> {
     let prog = p2pmp_tests::c::ckpt_ring("c-tests-hosts")?;
-    let mut c = cluster(test, hosts, &["--heartbeat-ms", "250"])?;
+    let hosts = slots.len();
+    let mut c = cluster_with_slots(test, slots, &["--heartbeat-ms", "250"])?;
     let tag = loops.to_string();
     let job = job_file(&c, &format!("{test}.xml"), &prog, ranks, &format!("  <arguments>{loops}</arguments>\n"));
     let id = submit(&c, 0, &job);
@@ -491,13 +521,36 @@ fn stop_daemons_under_the_ring(
 /// ends with the undisturbed result.
 #[test]
 fn a_daemon_stopped_under_a_running_job_moves_its_rank_alone_and_the_job_completes() {
-    let Some(s) = stop_daemons_under_the_ring("sigterm", 4, (2, 9_311), 1) else { return };
+    let Some(s) = stop_daemons_under_the_ring("sigterm", &[1; 4], (2, 9_311), 1) else { return };
     let (rank, other) = (s.ranks[0], 1 - s.ranks[0]);
     let moved = format!("move 1: rank {rank} moved off node {}:7400 to node ", s.c.hosts[s.victims[0]].ip);
     assert!(s.status.contains(&moved) && s.status.contains("(its node is shutting down)"), "{}", s.status);
     assert!(!s.status.contains("restart "), "nothing rolled back: {}", s.status);
     assert!(resumed_at(&s.out, rank).is_some_and(|i| i > 0), "rank {rank} resumed: {}", s.out);
     assert_eq!(resumed_at(&s.out, other), None, "rank {other} never resumed: {}", s.out);
+}
+
+/// SIGTERM of a daemon running two ranks of the checkpointing ring (host 1
+/// offers two slots, three one-slot hosts besides): both ranks move alone,
+/// one after the other, each to a host of its own, the third rank goes on
+/// untouched, nothing rolls back, and the job ends with the undisturbed
+/// result.
+#[test]
+fn a_daemon_stopped_with_two_ranks_moves_them_alone_in_turn() {
+    let Some(s) = stop_daemons_under_the_ring("sigterm_two", &[1, 2, 1, 1], (3, 9_419), 1) else { return };
+    assert_eq!(s.victims, [1], "the two-slot host runs ranks");
+    assert_eq!(s.ranks.len(), 2, "two ranks ran on host 1: {:?}", s.ranks);
+    let from = format!("moved off node {}:7400 to node ", s.c.hosts[1].ip);
+    for rank in &s.ranks {
+        let line = s.status.lines().find(|l| l.contains(&format!("rank {rank} {from}")));
+        let line = line.unwrap_or_else(|| panic!("rank {rank} moved alone: {}", s.status));
+        assert!(line.contains("(its node is shutting down)"), "{line}");
+        assert!(resumed_at(&s.out, *rank).is_some_and(|at| at > 0), "rank {rank} resumed: {}", s.out);
+    }
+    assert!(s.status.contains("move 1: ") && s.status.contains("move 2: "), "{}", s.status);
+    assert!(!s.status.contains("restart "), "nothing rolled back: {}", s.status);
+    let stayed = (0..3).find(|r| !s.ranks.contains(r)).expect("a rank off host 1");
+    assert_eq!(resumed_at(&s.out, stayed), None, "rank {stayed} never resumed: {}", s.out);
 }
 
 /// Two daemons running ranks of the checkpointing ring stopped with SIGTERM
@@ -507,7 +560,7 @@ fn a_daemon_stopped_under_a_running_job_moves_its_rank_alone_and_the_job_complet
 /// one-slot hosts: at least two run off the submitter's host.
 #[test]
 fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_completes() {
-    let Some(s) = stop_daemons_under_the_ring("sigterm2", 5, (3, 9_377), 2) else { return };
+    let Some(s) = stop_daemons_under_the_ring("sigterm2", &[1; 5], (3, 9_377), 2) else { return };
     let status = &s.status;
     assert!(status.contains("restart 1: from checkpoint ") && !status.contains("restart 2"), "one restart: {status}");
     assert!(status.contains("(shutting down)"), "{status}");

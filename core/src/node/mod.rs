@@ -397,7 +397,12 @@ pub struct DaemonNode {
     forwards: remote::Forwards,
     /// The wall clock (ms since the Unix epoch) at an instant, as the shell last said.
     wall: (Instant, u64),
+    /// Stopping: no more advertising (set by [`NodeCommand::Leave`]).
     left: bool,
+    /// Stopping, with ranks still to move off: the overlay is left once
+    /// they are gone (their peers find their new places through this node's
+    /// lookups until then), or on a second [`NodeCommand::Leave`].
+    leave_after_drain: bool,
     /// Jobs that may still move their ranks off this node, as last told
     /// to the shell ([`NodeEvent::Draining`]).
     draining: usize,
@@ -447,6 +452,7 @@ impl DaemonNode {
             forwards: remote::Forwards::default(),
             wall: (now, config.unix_ms),
             left: false,
+            leave_after_drain: false,
             draining: 0,
             policy: config.auth,
             replay: ReplayGuard::default(),
@@ -565,6 +571,12 @@ impl DaemonNode {
         if draining != self.draining {
             self.draining = draining;
             self.event(NodeEvent::Draining { jobs: draining });
+            if draining == 0 && self.leave_after_drain {
+                // The last ranks moved off: now the overlay is left (once).
+                self.leave_after_drain = false;
+                self.overlay(now, OverlayCommand::Leave);
+                self.pump(now);
+            }
         }
     }
 
@@ -765,15 +777,25 @@ impl Machine for DaemonNode {
                 Ok(())
             }
             NodeCommand::Leave => {
-                if self.left {
+                if self.leave_after_drain {
+                    // The shell waited long enough for ranks to move.
+                    self.leave_after_drain = false;
+                    self.overlay(now, OverlayCommand::Leave);
+                    Ok(())
+                } else if self.left {
                     Err(NodeCmdError::Left)
                 } else {
                     self.left = true;
                     // Ranks that can be moved are, before the shell stops
-                    // them: it hears how many before it hears the overlay left.
+                    // them, and before the overlay is left: their peers
+                    // look their new places up through this node.
                     self.draining = self.exec.handle_leaving();
                     self.event(NodeEvent::Draining { jobs: self.draining });
-                    self.overlay(now, OverlayCommand::Leave);
+                    if self.draining == 0 {
+                        self.overlay(now, OverlayCommand::Leave);
+                    } else {
+                        self.leave_after_drain = true;
+                    }
                     Ok(())
                 }
             }

@@ -8,7 +8,9 @@
 //!    `migrate` the other ranks' files of that cut stay where they are,
 //!    [`JobMsg::CheckpointStay`]). After the first cut it is quiet at, the
 //!    rank saves its engine and leaves; its node ships its file of that cut
-//!    and sends [`JobMsg::Moved`] with the engine instead of an exit.
+//!    and its output files (kept here to go with it, not as results: its
+//!    last run writes those), and sends [`JobMsg::Moved`] with the engine
+//!    instead of an exit.
 //! 2. **Leave.** Once the engine is here and the rank's file of the cut the
 //!    engine names arrived whole, the rank is no longer its old node's (that
 //!    node is done with the job if it runs no other live rank of it), and
@@ -19,12 +21,13 @@
 //!    (never one shutting down). A refusal, silence or loss moves on to the
 //!    next. The node is staged like a node of a restarted job
 //!    ([`JobMsg::Resume`], the job's files, the rank's checkpoint file) and
-//!    gets the engine ([`JobMsg::ResumeEngine`]); then it starts the rank,
+//!    gets the engine ([`JobMsg::ResumeEngine`]) and the output files
+//!    ([`JobMsg::CarriedFiles`]); then it starts the rank,
 //!    which re-registers its process key: its peers look it up again and
 //!    resend what it never acknowledged.
 //! 4. **Moved** ([`SubmitEvent::Moved`]) once the rank runs there.
 //!
-//! When the move cannot end that way (its engine or file lost or damaged,
+//! When the move cannot end that way (its engine or a file lost or damaged,
 //! no node takes it, another node shuts down meanwhile, the deadline), the
 //! whole job rolls back instead, as nodes shutting down together do: to the
 //! migration's cut once every rank's file of it is here (a cut is asked
@@ -73,13 +76,13 @@ impl Submission {
         self.migration.as_ref().is_some_and(|m| m.alone.is_some())
     }
 
-    /// Whether a node other than `from` could take a rank alone: a
-    /// candidate of the job, not lost, running none of its ranks.
-    pub(super) fn move_candidates(&self, from: NodeAddr) -> bool {
-        self.nodes.iter().any(|(addr, n)| {
-            let idle = n.accepted.iter().all(|r| self.ranks[*r as usize].exit.is_some()) && n.offer.is_none();
-            *addr != from && idle && !n.closed && !self.lost_nodes.contains(addr)
-        })
+    /// How many nodes other than `from` could take a rank alone: candidates
+    /// of the job, not lost, running none of its ranks.
+    pub(super) fn move_candidates(&self, from: NodeAddr) -> usize {
+        let idle = |n: &Node| n.accepted.iter().all(|r| self.ranks[*r as usize].exit.is_some()) && n.offer.is_none();
+        let free =
+            |(addr, n): &(&NodeAddr, &Node)| **addr != from && idle(n) && !n.closed && !self.lost_nodes.contains(addr);
+        self.nodes.iter().filter(free).count()
     }
 
     fn alone(&mut self) -> Option<&mut Alone> {
@@ -361,17 +364,21 @@ impl Submission {
     }
 
     /// `rank` started on `node`: when it is the moving rank on its new
-    /// node, the move is over.
-    pub(super) fn moved_rank_started(&mut self, rank: u32, node: NodeAddr) {
+    /// node, the move is over, and the next rank of a node shutting down
+    /// with several moves (see `migrate`).
+    pub(super) fn moved_rank_started(&mut self, now: Instant, rank: u32, node: NodeAddr) {
         let Some(m) = self.migration.as_ref().filter(|m| m.rank == rank) else { return };
         let Some(epoch) = m.alone.as_ref().filter(|a| a.target == Some(node)).and_then(|a| a.epoch) else { return };
         let (from, leaving) = (m.from, m.leaving);
-        self.migration = None;
+        let next = self.migration.take().map(|m| m.then).unwrap_or_default();
         self.release_cut_files();
         let job = self.job;
         let why = if leaving { " (its node is shutting down)" } else { "" };
         self.moves.push(format!("rank {rank} moved off node {from} to node {node}, from checkpoint {epoch}{why}"));
         self.event(SubmitEvent::Moved { job, rank, from, to: node, epoch });
+        if leaving {
+            self.move_off_leaving(now, from, next);
+        }
     }
 
     /// The rank does not move alone (`why` says what went wrong, if
@@ -407,10 +414,16 @@ impl Submission {
     }
 
     /// The rank left and the job cannot wait for its cut any longer: it
-    /// goes back to the newest cut kept whole, whichever that is.
+    /// goes back to the newest cut kept whole, whichever that is. The
+    /// migration is answered as one that rolls the job back to its own cut
+    /// is ([`SubmitEvent::Migrated`]), unless no cut is kept (the restart
+    /// from scratch answers it).
     pub(super) fn roll_back_now(&mut self, why: String) {
         let Some(m) = self.migration.take() else { return };
         let (rank, from) = (m.rank, m.from);
+        if let Some(epoch) = self.newest_cut() {
+            self.event(SubmitEvent::Migrated { job: self.job, rank, from, to: m.to, epoch });
+        }
         self.migrations += 1;
         self.avoid = m.also.iter().copied().chain([from]).collect();
         self.restart(format!("rank {rank} could not move off node {from} alone ({why})"), true);

@@ -12,7 +12,7 @@ impl Submission {
             JobMsg::Started { rank, .. } if self.holds(from, rank) => {
                 self.ranks[rank as usize].started = true;
                 self.event(SubmitEvent::Started { job, rank, node: from });
-                self.moved_rank_started(rank, from);
+                self.moved_rank_started(now, rank, from);
             }
             JobMsg::Moved { rank, request, .. } => return self.on_moved(now, from, (rank, request), payload),
             m @ (JobMsg::Accept { .. }

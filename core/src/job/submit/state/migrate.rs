@@ -10,8 +10,10 @@
 //! candidates the job was placed among that holds no rank of it; when that
 //! node does not take it, the rank goes elsewhere.
 //!
-//! A node shutting down with several ranks of the job, or while another
-//! migration is under way, has its ranks moved by rolling the job back: once
+//! A node shutting down with several ranks of the job has them moved alone
+//! one after the other when as many other nodes could take one each. With
+//! fewer, or while another migration is under way, its ranks move by
+//! rolling the job back: once
 //! the cut is kept whole the job is placed again, away from the node, and
 //! every rank resumes from it (see `cuts`), so no work is lost beyond what
 //! the ranks did while it travelled (or the node is told they stay,
@@ -51,6 +53,9 @@ pub(super) struct Migration {
     pub(super) left: bool,
     /// Every rank's file of its cut comes here (else only the moving rank's).
     pub(super) shipped: bool,
+    /// The other live ranks of a node shutting down, to move alone after
+    /// this one, in turn.
+    pub(super) then: Vec<u32>,
     /// A checkpoint request asked of every rank, shipped, for a move alone
     /// turned into rolling back (its own request's cut ships only the
     /// moving rank's file).
@@ -81,27 +86,48 @@ impl Submission {
     }
 
     /// Node `from` is shutting down with live ranks of the job: they move
-    /// off it as for a migration (one rank alone; several, or a node joining
-    /// a migration under way, by rolling the job back), or the node is told
-    /// they stay (then its stop is a loss, handled by the job's restart rule).
+    /// off it as for a migration, or the node is told they stay (then its
+    /// stop is a loss, handled by the job's restart rule). Each moves alone,
+    /// one after the other, when as many other nodes could take one each;
+    /// otherwise, or when the node joins a migration under way, they move
+    /// by rolling the job back.
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
         if let (Some(_), Some(m)) = (live.first(), self.migration.as_mut()) {
-            // Other ranks to move than the one moving alone: they all move
+            // Other ranks to move than those moving alone: they all move
             // together, by rolling the job back.
-            let more = if m.from == from { live.iter().any(|r| *r != m.rank) } else { m.also.insert(from) };
+            let queued = |r: &u32| *r == m.rank || m.then.contains(r);
+            let more = if m.from == from { !live.iter().all(queued) } else { m.also.insert(from) };
             m.leaving |= m.from == from;
             if more && m.alone.is_some() {
                 self.roll_back_move(None);
             }
             return Some(());
         }
-        let alone = live.len() == 1;
-        if live.first().is_none_or(|&rank| self.start_migration(now, rank, (true, alone), None).is_err()) {
-            self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
-        }
+        self.move_off_leaving(now, from, live);
         Some(())
+    }
+
+    /// Moves the first of `ranks`, on node `from` shutting down, the rest
+    /// after it (see [`Submission::on_leaving`]); with none left to move,
+    /// the node is told they stay.
+    pub(super) fn move_off_leaving(&mut self, now: Instant, from: NodeAddr, ranks: Vec<u32>) {
+        let live: Vec<u32> =
+            ranks.into_iter().filter(|r| self.holds(from, *r) && self.ranks[*r as usize].exit.is_none()).collect();
+        let Some((&first, rest)) = live.split_first() else { return };
+        let alone = self.move_candidates(from) >= live.len();
+        match self.start_migration(now, first, (true, alone), None) {
+            Ok(_) => {
+                if let Some(m) = self.migration.as_mut().filter(|m| m.alone.is_some()) {
+                    m.then = rest.to_vec();
+                }
+            }
+            Err(e) => {
+                tracing::info!(job = %self.job, %from, "the ranks of a node shutting down stay: {e}");
+                self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
+            }
+        }
     }
 
     /// Moves `rank` (its node `leaving`, or the user asked) `alone` or by
@@ -129,7 +155,7 @@ impl Submission {
             self.check_target(rank, from, to)?;
         }
         // A node shutting down rolls the job back when no node could take its rank.
-        let alone = alone && self.move_candidates(from);
+        let alone = alone && self.move_candidates(from) > 0;
         if !alone && !leaving {
             return Err(SubmitCmdError::NowhereToGo { job, rank });
         }
@@ -140,6 +166,8 @@ impl Submission {
         let request = self.ask_checkpoint(shipped)?;
         let deadline = now + MIGRATION_TIMEOUT;
         let also = BTreeSet::new();
+        let how = if alone { "alone" } else { "by rolling the job back" };
+        tracing::info!(%job, rank, %from, request, leaving, "moving a rank off its node {how}");
         let alone = alone.then(super::alone::Alone::default);
         if alone.is_some() {
             self.send(from, JobMsg::Move { job: self.wire, rank, request }, Bytes::new());
@@ -159,6 +187,7 @@ impl Submission {
             left,
             shipped,
             again: None,
+            then: Vec::new(),
         });
         Ok(request)
     }

@@ -7,8 +7,13 @@ use crate::job::{CARRIED_FILES, RESUME_FILES};
 
 /// `rank`'s checkpoint file of `epoch`, as the run `job` of a 2-rank job writes it.
 fn ckpt_file(job: JobId, rank: u32, epoch: u64) -> Bytes {
+    ckpt_file_of(job, (rank, 2), epoch)
+}
+
+/// `rank`'s checkpoint file of `epoch`, as the run `job` of a `size`-rank job writes it.
+fn ckpt_file_of(job: JobId, (rank, size): (u32, u32), epoch: u64) -> Bytes {
     let stored = vec![rank as u8 ^ epoch as u8; 300 + rank as usize];
-    let header = Header { codec: Codec::None, job, rank, size: 2, epoch, raw_len: stored.len() as u64 };
+    let header = Header { codec: Codec::None, job, rank, size, epoch, raw_len: stored.len() as u64 };
     Bytes::from(crate::ckpt::encode_file(&header, &stored))
 }
 
@@ -29,9 +34,10 @@ fn ship(h: &mut Harness, s: &mut Submission, from: NodeAddr, (rank, epoch): (u32
 
 /// Ships every rank's good file of `epoch`.
 fn ship_cut(h: &mut Harness, s: &mut Submission, epoch: u64) {
-    for rank in 0..2 {
+    let size = s.ranks().len() as u32;
+    for rank in 0..size {
         let node = s.ranks()[rank as usize].node.expect("placed");
-        let data = ckpt_file(s.wire(), rank, epoch);
+        let data = ckpt_file_of(s.wire(), (rank, size), epoch);
         let d = digest(&data);
         ship(h, s, node, (rank, epoch), data, d);
     }
@@ -203,7 +209,7 @@ fn a_job_that_restarts_from_scratch_does_so_with_a_cut_kept_and_keeps_the_new_ru
 /// it reached its rank, each rank reports its file of `epoch` covering it.
 fn take_cut(h: &mut Harness, s: &mut Submission, request: u64, epoch: u64) {
     let job = s.wire();
-    for rank in 0..2u32 {
+    for rank in 0..s.ranks().len() as u32 {
         let node = s.ranks()[rank as usize].node.unwrap();
         let asked = JobMsg::CheckpointAsked { job, request, ranks: vec![rank] };
         s.handle_message(h.now, reply(node, asked, Bytes::new()));
@@ -349,7 +355,7 @@ fn a_damaged_output_file_of_a_rank_moving_alone_rolls_the_job_back() {
     ship_output(&mut h, &mut s, from, (1, "result.txt"), log, Id::ZERO);
     left(&mut h, &mut s, from, 1, (request, 1));
     h.run(&mut s, 30);
-    let reason = &s.restart_reasons()[..];
+    let reason = s.restart_reasons();
     assert!(reason.len() == 1 && reason[0].contains("output file result.txt of rank 1 arrived damaged"), "{reason:?}");
     assert!(s.moves().is_empty());
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
@@ -411,6 +417,60 @@ fn a_node_shutting_down_has_its_ranks_moved_or_is_told_they_stay() {
     h.settle(&mut s);
     assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Staying { job }), "{:?}", h.sent);
     assert_eq!(s.phase(), Phase::Running);
+}
+
+#[test]
+fn a_node_shutting_down_with_two_ranks_has_them_moved_alone_in_turn() {
+    // A two-slot node runs two ranks of three; two more nodes are free.
+    let mut nodes = vec![(addr(1), res(2, 8000, &[]), Behave::Accept)];
+    nodes.extend((2..=4).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)));
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut s = submission(&h, job(3, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    let (id, wire) = (s.job(), s.wire());
+    let leaving = addr(1);
+    let two: Vec<u32> = (0..3).filter(|r| s.ranks()[*r as usize].node == Some(leaving)).collect();
+    assert_eq!(two.len(), 2, "{:?}", s.ranks());
+    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: wire }, Bytes::new()));
+    h.settle(&mut s);
+    for (request, rank) in (1..).zip(two.iter().copied()) {
+        let mv = JobMsg::Move { job: wire, rank, request };
+        assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == mv), "rank {rank}: {:?}", h.sent);
+        take_cut(&mut h, &mut s, request, request);
+        ship_cut(&mut h, &mut s, request);
+        left(&mut h, &mut s, leaving, rank, (request, request));
+        // No time passes: the next move must not run out its own.
+        h.settle(&mut s);
+        let to = s.ranks()[rank as usize].node.unwrap();
+        let moved = SubmitEvent::Moved { job: id, rank, from: leaving, to, epoch: request };
+        assert!(h.events.contains(&moved), "rank {rank}: {:?}", h.events);
+    }
+    // Nothing rolled back; the node is done with the job once both left,
+    // and each rank went to a node of its own.
+    assert!(s.restart_reasons().is_empty(), "{:?}", s.restart_reasons());
+    assert_eq!((s.wire(), s.moves().len()), (wire, 2));
+    assert!(h.sent.iter().any(|(to, m, _)| *to == leaving && *m == JobMsg::Done { job: wire }));
+    let mut placed: Vec<NodeAddr> = s.ranks().iter().map(|r| r.node.unwrap()).collect();
+    placed.sort();
+    placed.dedup();
+    assert_eq!(placed.len(), 3, "{:?}", s.ranks());
+    assert!(!placed.contains(&leaving));
+
+    // With one free node for two ranks, they move by rolling the job back.
+    let nodes = [(addr(1), res(2, 8000, &[]), Behave::Accept), (addr(2), res(1, 8000, &[]), Behave::Accept)];
+    let mut h = Harness::new(&nodes);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    let wire = s.wire();
+    let leaving = s.ranks()[0].node.unwrap();
+    assert_eq!(s.ranks()[1].node, Some(leaving), "{:?}", s.ranks());
+    s.handle_message(h.now, reply(leaving, JobMsg::Leaving { job: wire }, Bytes::new()));
+    h.settle(&mut s);
+    assert!(!h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Move { .. })), "{:?}", h.sent);
+    assert!(h.sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Checkpoint { request: 1, .. })), "{:?}", h.sent);
 }
 
 #[test]
@@ -567,6 +627,11 @@ fn a_rank_whose_file_arrives_damaged_rolls_the_job_back_to_the_cut_before() {
     let reason = &s.restart_reasons()[0];
     assert!(reason.starts_with("from checkpoint 1: ") && reason.contains("could not move off node"), "{reason}");
     assert_eq!(s.resumed_from(), Some(1));
+    // The tool that asked is answered as for any migration rolling the job
+    // back (with the newest cut kept whole when it rolled back: that the
+    // cut is damaged is found when it is read).
+    let answered = |e: &SubmitEvent| matches!(e, SubmitEvent::Migrated { rank: 1, from: f, .. } if *f == from);
+    assert!(h.events.iter().any(answered), "{:?}", h.events);
 }
 
 #[test]
