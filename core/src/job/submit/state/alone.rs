@@ -153,11 +153,12 @@ impl Submission {
     /// what it wrote.
     pub(super) fn on_carried_chunk(&mut self, name: String, head: (u64, u64, Id), payload: Bytes) -> Option<()> {
         let (offset, total, digest) = head;
-        let staged = self.files.iter().flatten().any(|(n, _, _)| *n == name);
-        // Only the job's output files (one named like a staged file is
-        // staged from the job's own), each at most once.
+        // Only the job's output files, each at most once; one named like an
+        // input file replaces it there (it is staged after), but never the
+        // job file or the executable.
+        let own = self.files.iter().take(2).flatten().any(|(n, _, _)| *n == name);
         let outputs = self.desc.outputfiles.len();
-        if !self.desc.outputfiles.contains(&name) || staged || total > crate::ckpt::MAX_SHIPPED_FILE {
+        if !self.desc.outputfiles.contains(&name) || own || total > crate::ckpt::MAX_SHIPPED_FILE {
             return None;
         }
         let rank = self.migration.as_ref()?.rank;
