@@ -52,11 +52,16 @@ fn running() -> (Harness, Submission) {
 /// A 2-rank job with `restart` and `checkpoint`, running on two of `nodes`
 /// one-slot nodes, its ranks not exiting.
 fn running_on(nodes: u32, restart: RestartPolicy, checkpoint: Option<Duration>) -> (Harness, Submission) {
+    let mut j = job(2, &["linux"]);
+    (j.restart, j.checkpoint) = (restart, checkpoint);
+    running_job_on(nodes, j)
+}
+
+/// Job `j` (2 ranks) running on two of `nodes` one-slot nodes, its ranks not exiting.
+fn running_job_on(nodes: u32, j: JobDescription) -> (Harness, Submission) {
     let nodes: Vec<_> = (1..=nodes).map(|i| (addr(i), res(1, 8000, &[]), Behave::Accept)).collect();
     let mut h = Harness::new(&nodes);
     h.exit_code = None;
-    let mut j = job(2, &["linux"]);
-    (j.restart, j.checkpoint) = (restart, checkpoint);
     let mut s = submission(&h, j);
     h.run(&mut s, 20);
     assert_eq!(s.phase(), Phase::Running);
@@ -339,6 +344,36 @@ fn a_rank_moving_alone_takes_the_output_files_it_wrote_to_its_new_node() {
         .flat_map(|(_, _, p)| p.to_vec())
         .collect();
     assert_eq!(bytes, log, "the file as the rank left it");
+}
+
+#[test]
+fn a_rank_moving_alone_carries_an_input_it_rewrote_but_never_a_file_named_like_its_executable() {
+    let mut j = job(2, &["linux"]);
+    j.outputfiles.extend(["input1".to_owned(), "ring".to_owned()]);
+    let (mut h, mut s) = running_job_on(3, j);
+    let from = s.ranks()[1].node.unwrap();
+    let request = s.migrate(h.now, 1, None).unwrap();
+    take_cut(&mut h, &mut s, request, 1);
+    ship_cut(&mut h, &mut s, 1);
+    for name in ["input1", "ring"] {
+        let data = Bytes::from(format!("{name} as rank 1 left it"));
+        let d = digest(&data);
+        ship_output(&mut h, &mut s, from, (1, name), data, d);
+    }
+    let before = h.sent.len();
+    h.exit_code = Some(0);
+    left(&mut h, &mut s, from, 1, (request, 1));
+    h.run(&mut s, 30);
+    let to = s.ranks()[1].node.unwrap();
+    let announced: Vec<Vec<String>> = h.sent[before..]
+        .iter()
+        .filter_map(|(n, m, _)| match m {
+            JobMsg::CarriedFiles { files, .. } if *n == to => Some(files.iter().map(|f| f.name.clone()).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced, [["input1"]], "the input it rewrote, staged after the job's own; not the executable");
+    assert_eq!(s.moves().len(), 1, "{:?}", h.events);
 }
 
 #[test]
