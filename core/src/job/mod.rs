@@ -57,6 +57,12 @@ const _: () = assert!(
     CARRIED_FILES >= RESUME_FILES + description::MAX_PROCESSES && CARRIED_FILES.checked_add(MAX_STAGED_FILES).is_some()
 );
 
+/// The rank whose checkpoint file staged file `file` is (a number from
+/// [`RESUME_FILES`] up to [`CARRIED_FILES`]), if it is one.
+pub fn resume_rank(file: u32) -> Option<u32> {
+    file.checked_sub(RESUME_FILES).filter(|_| file < CARRIED_FILES)
+}
+
 /// A job's identifier, unique per submission.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobId(pub Id);

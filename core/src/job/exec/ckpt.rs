@@ -42,7 +42,7 @@ use crate::machine::NodeAddr;
 /// checkpoint file a rank placed here resumes from.
 pub(super) fn is_resume_file(j: &ExecJob, file: u32, name: &str, total: u64) -> bool {
     let Some((_, epoch)) = j.resume else { return false };
-    let Some(rank) = file.checked_sub(RESUME_FILES) else { return false };
+    let Some(rank) = crate::job::resume_rank(file) else { return false };
     j.ranks.contains_key(&rank) && total <= MAX_SHIPPED_FILE && name == ckpt::file_name(rank, epoch)
 }
 

@@ -71,7 +71,7 @@ impl Cuts {
     /// Staged file `file` beyond the job's own: a rank's file of the cut
     /// resumed from, once read.
     pub(super) fn file(&self, file: u32) -> Option<&(String, Bytes, Id)> {
-        let rank = file.checked_sub(RESUME_FILES)?;
+        let rank = crate::job::resume_rank(file)?;
         self.resume.as_ref()?.files.get(&rank)
     }
 

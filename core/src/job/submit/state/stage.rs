@@ -37,7 +37,7 @@ impl Submission {
                 // Only a file staged to it may be asked for again (a cut's
                 // file only by the node holding that rank).
                 self.staged_file(file)?;
-                let rank = file.checked_sub(crate::job::RESUME_FILES).filter(|_| file < crate::job::CARRIED_FILES);
+                let rank = crate::job::resume_rank(file);
                 if rank.is_some_and(|r| !self.nodes.get(&from).is_some_and(|n| n.accepted.contains(&r))) {
                     return None;
                 }
@@ -101,7 +101,7 @@ impl Submission {
     /// fails before anything is offered; once every file is read the job may
     /// be offered.
     pub fn handle_file_read(&mut self, now: Instant, file: u32, data: Result<FileData, String>) {
-        if let Some(rank) = file.checked_sub(crate::job::RESUME_FILES) {
+        if let Some(rank) = crate::job::resume_rank(file) {
             return self.cut_file_read(now, rank, data);
         }
         let i = file as usize;
