@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use p2pmp_tests::{Finished, run_to_end};
 
 /// The limits the test daemons run with: small, so each test is quick.
-const LIMITS: [&str; 5] = ["processes=64", "memory_mb=256", "file_size_mb=64", "disk_mb=48", "cpu_s=30"];
+const LIMITS: [&str; 5] = ["processes=64", "memory_mb=256", "file_size_mb=32", "disk_mb=48", "cpu_s=30"];
 
 fn built() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -213,11 +213,12 @@ fn limits_stop_a_fork_bomb_a_huge_file_an_allocation_loop_and_a_full_disk_while_
     assert_eq!(processes_of(uid), 0, "the bomb's processes outlived its job");
     let _ = n.p2pjob(&["wait", &bomb], Duration::from_secs(30));
 
-    // A 10 GiB file: stopped at the 64 MiB file-size limit.
+    // A 10 GiB file: stopped at the 32 MiB file-size limit (below the disk
+    // limit, so the disk watcher never races the signal).
     let big =
         n.run("big.sh", "dd if=/dev/zero of=big bs=1M count=10240 2>/dev/null\necho dd $?\nstat -c 'size %s' big", &[]);
     assert!(big.stdout.contains("dd 153"), "dd was not stopped by SIGXFSZ: {big:?}");
-    assert!(big.stdout.contains("size 67108864"), "{big:?}");
+    assert!(big.stdout.contains("size 33554432"), "{big:?}");
 
     // A directory filled file by file: killed over its 48 MiB disk limit.
     let fill = n.run(
@@ -300,9 +301,9 @@ fn a_job_file_asks_for_lower_limits_but_never_higher() {
     std::fs::write(n.dir.join("asked.xml"), job_file("write.sh", "", extra)).unwrap();
     let out = n.p2pjob(&["submit", "asked.xml", "--wait"], Duration::from_secs(30));
     assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 2097152"), "{out:?}");
-    // Asking for more than the node's 64 MiB gets the node's.
+    // Asking for more than the node's 32 MiB gets the node's.
     let extra = "  <limit>file_size_mb=100000</limit>\n";
     std::fs::write(n.dir.join("more.xml"), job_file("write.sh", "", extra)).unwrap();
     let out = n.p2pjob(&["submit", "more.xml", "--wait"], Duration::from_secs(30));
-    assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 67108864"), "{out:?}");
+    assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 33554432"), "{out:?}");
 }
