@@ -73,6 +73,9 @@ pub struct ExecConfig {
     /// How long a rank's peer may stay silent before their connection counts as
     /// broken (`P2PMP_FAILURE_TIMEOUT_MS` of every rank).
     pub failure_timeout: Duration,
+    /// How long a running job whose submitter is gone waits for its deputy
+    /// to take it over ([`JobMsg::Adopt`]) before it is stopped.
+    pub adopt_timeout: Duration,
 }
 
 impl ExecConfig {
@@ -86,6 +89,7 @@ impl ExecConfig {
             output_window: 4 << 20,
             cache_bytes: 1 << 30,
             failure_timeout: Duration::from_secs(10),
+            adopt_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -222,6 +226,13 @@ struct ExecJob {
     /// The output files a moved rank placed here carries
     /// ([`JobMsg::CarriedFiles`]), by staged file number.
     carried: BTreeMap<u32, StagedFile>,
+    /// The node that takes the job over if its submitter dies ([`adopt`]).
+    deputy: Option<NodeAddr>,
+    /// The submitter is gone: the job waits for its deputy until `deadline`.
+    orphaned: bool,
+    /// Ranks that exited before the job was adopted: their output files and
+    /// exit go to the new submitter again, their slot is free already.
+    reexit: BTreeSet<u32>,
 }
 
 /// A node's executor for every job offered to it.
@@ -288,6 +299,11 @@ impl Execution {
         held.chain(self.waiting.jobs_of(submitter))
     }
 
+    /// Whether this node runs `job` for `submitter`.
+    pub fn runs_for(&self, job: JobId, submitter: NodeAddr) -> bool {
+        self.jobs.get(&job).is_some_and(|j| j.submitter == submitter)
+    }
+
     /// The submitters of the jobs this node holds or queues.
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
         self.jobs.values().map(|j| j.submitter).chain(self.waiting.submitters())
@@ -350,6 +366,8 @@ impl Execution {
             JobMsg::Unwant { .. } => return self.on_unwant(from, job),
             // A kill of a job that only waits here ends its wait.
             JobMsg::Kill { .. } if !self.jobs.contains_key(&job) => return self.on_unwant(from, job),
+            // From the deputy, not the submitter.
+            JobMsg::Adopt { .. } => return self.on_adopt(from, job),
             _ => {}
         }
         let j = self.jobs.get_mut(&job).filter(|j| j.submitter == from)?;
@@ -466,6 +484,7 @@ impl Execution {
             }
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
+            JobMsg::Guard { deputy, .. } => j.deputy = Some(deputy).filter(|d| *d != from),
             _ => return None,
         }
         Some(())
@@ -530,6 +549,9 @@ impl Execution {
             moving: BTreeMap::new(),
             engines: BTreeSet::new(),
             carried: BTreeMap::new(),
+            deputy: None,
+            orphaned: false,
+            reexit: BTreeSet::new(),
         });
         j.ranks.extend(ranks.iter().map(|r| (*r, RankRun::Waiting)));
         self.event(ExecEvent::SlotsChanged { free: self.free });
@@ -615,13 +637,16 @@ impl Machine for Execution {
         }
     }
 
-    fn handle_send_failed(&mut self, _now: Instant, to: NodeAddr) {
+    fn handle_send_failed(&mut self, now: Instant, to: NodeAddr) {
         // The submitter is gone: nobody can receive results, so stop its jobs
-        // and forget what it waits for (its grants go to others).
+        // (unless a deputy may take them over) and forget what it waits for
+        // (its grants go to others).
         self.drop_waiting_of(to);
         let gone: Vec<JobId> = self.jobs.iter().filter(|(_, j)| j.submitter == to).map(|(k, _)| *k).collect();
         for job in gone {
-            self.drop_job(job);
+            if !self.orphan(now, job) {
+                self.drop_job(job);
+            }
         }
     }
 
@@ -646,6 +671,7 @@ impl Machine for Execution {
     }
 }
 
+mod adopt;
 mod ckpt;
 mod moving;
 mod output;

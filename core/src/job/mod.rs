@@ -35,8 +35,8 @@ pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
-    FileData, MAX_RESTARTS, Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError, SubmitConfig,
-    SubmitError, SubmitEvent, Submitter, SubmitterCommand,
+    FileData, Guarded, MAX_RESTARTS, Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError,
+    SubmitConfig, SubmitError, SubmitEvent, Submitter, SubmitterCommand,
 };
 
 /// Most files one job may stage (job file, executable, input files).

@@ -8,6 +8,7 @@ use super::JobId;
 use crate::auth::JobAuth;
 use crate::ckpt::{CheckpointInfo, RecoveryInfo};
 use crate::id::Id;
+use crate::machine::NodeAddr;
 
 /// Which output stream a chunk belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -179,6 +180,26 @@ pub enum JobMsg {
     /// apart from the files the submitter signed, so the rank finds its job
     /// directory as it left it.
     CarriedFiles { job: JobId, rank: u32, files: Vec<StagedFile> },
+    /// Submitter -> every node holding ranks, whenever the job (re)starts or
+    /// a rank moves: the job `id` runs as `job` (its wire id, after
+    /// `restarts` restarts) with `ranks` placed so; node `deputy` takes the
+    /// job over if the submitter's node dies (see `crate::node::guard`), and
+    /// the others take [`JobMsg::Adopt`] from it then; `owner` signed the
+    /// job, if it was signed. Payload = the job file.
+    Guard {
+        job: JobId,
+        id: JobId,
+        restarts: u32,
+        deputy: NodeAddr,
+        ranks: Vec<(u32, NodeAddr)>,
+        owner: Option<crate::auth::PublicKey>,
+    },
+    /// Deputy -> executor: the job's submitter is gone and this node holds the
+    /// job from now on: send it what the old one would have got.
+    Adopt { job: JobId },
+    /// Executor -> the node that adopted the job: per rank here, the stdout +
+    /// stderr bytes it sent so far (where its output goes on).
+    Adopted { job: JobId, streamed: Vec<(u32, u64)> },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -246,7 +267,10 @@ impl JobMsg {
             | JobMsg::Moved { job, .. }
             | JobMsg::ResumeEngine { job, .. }
             | JobMsg::CheckpointStay { job, .. }
-            | JobMsg::CarriedFiles { job, .. } => *job,
+            | JobMsg::CarriedFiles { job, .. }
+            | JobMsg::Guard { job, .. }
+            | JobMsg::Adopt { job }
+            | JobMsg::Adopted { job, .. } => *job,
         }
     }
 
@@ -260,6 +284,7 @@ impl JobMsg {
                 | JobMsg::CheckpointFile { .. }
                 | JobMsg::Moved { .. }
                 | JobMsg::ResumeEngine { .. }
+                | JobMsg::Guard { .. }
         )
     }
 }
@@ -271,7 +296,6 @@ mod tests {
 
     use super::*;
     use crate::auth::{JobManifest, PublicKey, Signature};
-    use crate::machine::NodeAddr;
     use crate::wire::{DEFAULT_MAX_FRAME, Envelope};
 
     fn body_bytes(m: &JobMsg) -> Vec<u8> {
@@ -360,6 +384,15 @@ mod tests {
         let carried = JobMsg::CarriedFiles { job: z, rank: 1, files: vec![staged(0x200000, "o", 3)] };
         let want = [&[37u8][..], zero, &[1, 1, 0x80, 0x80, 0x80, 0x01, 1, b'o', 3], zero].concat();
         assert_eq!(body_bytes(&carried), want);
+        let a = NodeAddr::loopback(2, 7000);
+        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputy: a, ranks: vec![(0, a)], owner: None };
+        let addr = postcard::to_allocvec(&a).unwrap();
+        // restarts 1, the deputy, [(0, a)], no owner
+        let want = [&[38u8][..], zero, zero, &[1], &addr, &[1, 0], &addr, &[0]].concat();
+        assert_eq!(body_bytes(&guard), want);
+        assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
+        let adopted = JobMsg::Adopted { job: z, streamed: vec![(1, 128)] };
+        assert_eq!(body_bytes(&adopted), [&[40u8][..], zero, &[1, 1, 0x80, 0x01]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -442,6 +475,15 @@ mod tests {
                     let files = files.into_iter().map(|(f, n, t)| staged(f, &n, t)).collect();
                     JobMsg::CarriedFiles { job, rank, files }
                 }),
+            (job.clone(), any::<u32>(), any::<u16>(), proptest::collection::vec((any::<u32>(), any::<u16>()), 0..3))
+                .prop_map(|(job, restarts, port, ranks)| {
+                    let ranks = ranks.into_iter().map(|(r, p)| (r, NodeAddr::loopback(3, p))).collect();
+                    let owner = (port % 2 == 0).then_some(PublicKey([port as u8; 32]));
+                    JobMsg::Guard { job, id: job, restarts, deputy: NodeAddr::loopback(2, port), ranks, owner }
+                }),
+            job.clone().prop_map(|job| JobMsg::Adopt { job }),
+            (job.clone(), proptest::collection::vec((any::<u32>(), any::<u64>()), 0..3))
+                .prop_map(|(job, streamed)| JobMsg::Adopted { job, streamed }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

@@ -49,7 +49,7 @@ use crate::wire::Envelope;
 mod state;
 
 pub use state::restart::MAX_RESTARTS;
-pub use state::{MAX_PENDING_CHECKPOINTS, Submission, SubmissionCommand};
+pub use state::{Guarded, MAX_PENDING_CHECKPOINTS, Submission, SubmissionCommand};
 
 /// Tunables of a submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,6 +402,17 @@ impl Submitter {
         to: Option<NodeAddr>,
     ) -> Result<u64, SubmitCmdError> {
         self.jobs.get_mut(&job).ok_or(SubmitCmdError::UnknownJob(job))?.migrate(now, rank, to)
+    }
+
+    /// Takes over job `g` (described by `desc`) from its dead submitting
+    /// node (see [`Submission::adopt`]); `false` when it is held here already.
+    pub fn adopt(&mut self, now: Instant, g: Guarded, desc: JobDescription) -> bool {
+        if self.jobs.contains_key(&g.job) {
+            return false;
+        }
+        let s = Submission::adopt(self.config.clone(), self.addr, g.clone(), desc, now);
+        self.jobs.insert(g.job, s);
+        true
     }
 
     /// The submission of `job`.

@@ -70,6 +70,7 @@ impl DaemonNode {
         w.extend(self.exec.submitters());
         w.extend(self.forward_targets());
         w.extend(self.remote_clients());
+        w.extend(self.guards.holders());
         w.remove(&self.addr);
         w
     }

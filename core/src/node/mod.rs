@@ -36,6 +36,7 @@ mod advert;
 mod authz;
 mod checkpoint;
 pub mod control;
+mod guard;
 mod heartbeat;
 mod held;
 mod overlay;
@@ -56,7 +57,7 @@ use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
 use crate::job::description::join_path as join;
 use crate::job::{
-    ExecConfig, ExecEvent, Execution, FileData, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
+    ExecConfig, ExecEvent, Execution, FileData, Guarded, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
 };
 use crate::local::{LocalReply, LocalRequest};
 use crate::machine::{Action, Machine, NodeAddr};
@@ -117,7 +118,9 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Move { .. }
         | JobMsg::ResumeEngine { .. }
         | JobMsg::CheckpointStay { .. }
-        | JobMsg::CarriedFiles { .. } => true,
+        | JobMsg::CarriedFiles { .. }
+        | JobMsg::Guard { .. }
+        | JobMsg::Adopt { .. } => true,
         JobMsg::Accept { .. }
         | JobMsg::Reject { .. }
         | JobMsg::Resend { .. }
@@ -135,7 +138,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Recovered { .. }
         | JobMsg::CheckpointFile { .. }
         | JobMsg::Leaving { .. }
-        | JobMsg::Moved { .. } => false,
+        | JobMsg::Moved { .. }
+        | JobMsg::Adopted { .. } => false,
     }
 }
 
@@ -389,9 +393,11 @@ pub struct DaemonNode {
     pending: BTreeMap<Token, Pending>,
     /// Process keys registered by ranks, by control connection.
     regs: BTreeMap<ConnId, Vec<(String, String)>>,
-    /// Jobs submitted here.
+    /// Jobs submitted here (or taken over: see `guard`).
     jobs: BTreeMap<JobId, held::JobMeta>,
     replays: held::Replays,
+    /// Jobs this node takes over if their submitting node dies.
+    guards: guard::Guards,
     advert: advert::Advert,
     liveness: heartbeat::Liveness,
     forwards: remote::Forwards,
@@ -427,6 +433,10 @@ impl DaemonNode {
         let submitter = Submitter::new(config.submit, addr, config.seed ^ 0x5eed_0b5e_55ed_cafe);
         let mut exec_config = ExecConfig::new(config.resources.slots, config.control);
         exec_config.failure_timeout = config.failure_timeout;
+        // A deputy finds its submitter gone within the failure timeout (and a
+        // heartbeat): the executors wait well beyond that for it.
+        exec_config.adopt_timeout =
+            exec_config.adopt_timeout.max(3 * (config.failure_timeout + config.heartbeat_period));
         let exec = Execution::new(exec_config, addr);
         let mut timers = TimerTable::default();
         timers.set(Timer::Heartbeat, now + config.heartbeat_period);
@@ -447,6 +457,7 @@ impl DaemonNode {
             regs: BTreeMap::new(),
             jobs: BTreeMap::new(),
             replays: held::Replays::default(),
+            guards: guard::Guards::default(),
             advert: advert::Advert::new(config.resources, config.advert_gap, config.generation_base),
             liveness: heartbeat::Liveness::new(config.heartbeat_period, config.failure_timeout),
             forwards: remote::Forwards::default(),
@@ -679,6 +690,9 @@ impl DaemonNode {
     /// A peer is gone (a failed send, or silent for `silent`): everything that
     /// depends on it is told.
     fn peer_gone(&mut self, now: Instant, peer: NodeAddr, silent: Option<Duration>) {
+        // Jobs it submitted are held here first, so its loss is one of their
+        // nodes' losses below (when it ran ranks of them too).
+        self.take_over(now, peer);
         match silent {
             Some(d) => self.submitter.handle_peer_silent(now, peer, d),
             None => self.submitter.handle_send_failed(now, peer),
@@ -704,7 +718,21 @@ impl Machine for DaemonNode {
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
+            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputy, ranks, owner }) => {
+                let from = head.sender_addr;
+                self.on_guard(
+                    from,
+                    Guarded { job: id, wire: job, restarts, ranks, owner },
+                    deputy,
+                    head.payload.clone(),
+                );
+                let j = JobMsg::Guard { job, id, restarts, deputy, ranks: Vec::new(), owner };
+                self.exec.handle_message(now, head.map(|()| j));
+            }
             NodeMsg::Job(j) if for_executor(&j) => {
+                if let JobMsg::Done { job } | JobMsg::Kill { job } = j {
+                    self.unguard(head.sender_addr, job);
+                }
                 // A refused offer ends the job's wait here, so the slots
                 // granted to it go back to the queue.
                 let j = self.admit(now, head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });

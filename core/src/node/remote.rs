@@ -78,6 +78,10 @@ struct Forward {
     req: ToolRequest,
     /// The node answering, once found.
     to: Option<NodeAddr>,
+    /// Other nodes registered under the job's key, tried in turn if `to` is
+    /// lost (a job's deputy that took it over registers beside the dead node
+    /// until that one's registration expires).
+    others: Vec<NodeAddr>,
     deadline: Option<Instant>,
     gather: Option<Gather>,
 }
@@ -94,7 +98,7 @@ impl DaemonNode {
         let Client::Local { conn, request_id } = client else { return None };
         self.forwards.next += 1;
         let fwd = self.forwards.next;
-        let f = Forward { conn, request_id, job, req, to: None, deadline: None, gather: None };
+        let f = Forward { conn, request_id, job, req, to: None, others: Vec::new(), deadline: None, gather: None };
         self.forwards.live.insert(fwd, f);
         Some(fwd)
     }
@@ -134,17 +138,20 @@ impl DaemonNode {
     pub(super) fn located(&mut self, now: Instant, fwd: u64, result: Result<Vec<String>, OverlayError>) {
         let Some(f) = self.forwards.live.get(&fwd) else { return };
         let job = f.job.map(|j| j.to_string()).unwrap_or_default();
-        let holder = match result {
-            Ok(values) => values.iter().filter_map(|v| v.parse::<NodeAddr>().ok()).find(|a| *a != self.addr),
+        let mut holders: Vec<NodeAddr> = match result {
+            Ok(values) => {
+                values.iter().filter_map(|v| v.parse::<NodeAddr>().ok()).filter(|a| *a != self.addr).collect()
+            }
             Err(e) => return self.fail_forward(fwd, format!("cannot find job {job}: overlay query failed: {e}")),
         };
-        let Some(to) = holder else {
+        holders.dedup();
+        let Some(to) = holders.first().copied() else {
             let keep = self.retention.as_secs();
             let message = format!("no job {job} in the network (a finished job is kept for {keep} s after it ends)");
             return self.fail_forward(fwd, message);
         };
         let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
-        f.to = Some(to);
+        (f.to, f.others) = (Some(to), holders.split_off(1));
         let stream = f.req.streams();
         // A stream may run for as long as its job: heartbeats watch its node.
         f.deadline = (!stream).then(|| now + REQUEST_TIMEOUT);
@@ -184,6 +191,13 @@ impl DaemonNode {
     pub(super) fn forward_target_gone(&mut self, peer: NodeAddr, silent: Option<Duration>) {
         let hit: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.to == Some(peer)).map(|(k, _)| *k).collect();
         for fwd in hit {
+            if let Some(f) = self.forwards.live.get_mut(&fwd).filter(|f| !f.others.is_empty()) {
+                let to = f.others.remove(0);
+                f.to = Some(to);
+                let req = f.req.clone();
+                self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+                continue;
+            }
             let job = self.forwards.live[&fwd].job.map(|j| j.to_string()).unwrap_or_default();
             let why = match silent {
                 Some(d) => format!("stopped answering (nothing heard for {:.1} s)", d.as_secs_f64()),

@@ -141,8 +141,12 @@ impl Execution {
         j.ranks.insert(rank, RankRun::Exited(code));
         let to = j.submitter;
         let over = j.killed && j.ranks.values().all(|r| matches!(r, RankRun::Exited(_)));
+        // A rank exiting again for an adopting submitter freed its slot before.
+        let again = j.reexit.remove(&rank);
         self.send(to, msg, payload);
-        self.release(1);
+        if !again {
+            self.release(1);
+        }
         if over {
             self.drop_job(job);
         }

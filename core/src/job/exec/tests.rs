@@ -616,4 +616,5 @@ fn a_gone_submitter_s_waits_are_dropped_and_their_grants_go_to_others() {
     assert_eq!(e.waiting(), 0);
 }
 
+mod adopt;
 mod signed;

@@ -12,11 +12,13 @@ mod alone;
 mod checkpoint;
 mod collect;
 mod cuts;
+mod guard;
 mod migrate;
 mod place;
 pub(super) mod restart;
 
 pub use checkpoint::MAX_PENDING_CHECKPOINTS;
+pub use guard::Guarded;
 mod stage;
 
 /// What the application asks of one submission.
@@ -167,6 +169,9 @@ pub struct Submission {
     ignored: u64,
     /// The submitter's credentials, sent with every offer ([`JobMsg::SignedOffer`]).
     auth: Option<JobAuth>,
+    /// The key that signed the job (its credentials' key; or, for a job
+    /// taken over, as its deputy was told).
+    owner: Option<crate::auth::PublicKey>,
     /// Why nodes refused the job in words (at most [`MAX_REFUSALS`], distinct).
     refusals: Vec<String>,
     /// The ranks' checkpoints and the checkpoint requests on their way.
@@ -191,6 +196,7 @@ const MAX_REFUSALS: usize = 8;
 impl Submission {
     /// Offers go out with the submitter's credentials from now on.
     pub(super) fn set_auth(&mut self, auth: Option<JobAuth>) {
+        self.owner = auth.as_ref().map(|a| a.key);
         self.auth = auth;
     }
 
@@ -255,6 +261,7 @@ impl Submission {
             actions: VecDeque::new(),
             ignored: 0,
             auth: None,
+            owner: None,
             refusals: Vec::new(),
             ckpt: checkpoint::Checkpoints::default(),
             cuts: cuts::Cuts::default(),

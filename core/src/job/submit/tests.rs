@@ -905,4 +905,5 @@ fn a_job_that_keeps_losing_nodes_fails_after_the_last_restart() {
 
 mod ckpt;
 mod cuts;
+mod guard;
 mod signed;

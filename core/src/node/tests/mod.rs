@@ -13,6 +13,7 @@ use crate::sim::{NodeIdx, Sim, SimConfig};
 
 mod authz;
 mod ckpt;
+mod guard;
 mod queue;
 
 pub(super) fn resources(slots: u32) -> Resources {
@@ -392,9 +393,12 @@ fn a_silent_executor_fails_the_job_within_the_failure_timeout_naming_it() {
     assert!(e.contains(&format!("node {} holding rank(s)", sim.addr(n[1]))) && e.contains("stopped answering"), "{e}");
     // The default failure timeout is 10 s, checked every 1 s heartbeat.
     assert!(took > Duration::from_secs(10) && took <= Duration::from_secs(12), "{took:?}");
-    // The executor, cut off too, drops its ranks on its own.
-    sim.run_for(Duration::from_secs(15));
+    // The executor, cut off too, is the job's deputy: it takes the job over,
+    // finds the ranks on the node cut off lost in turn, and stops its own.
+    shell.run(&mut sim, Duration::from_secs(15), |_| false);
     assert_eq!(sim.node(n[1]).execution().jobs().count(), 0);
+    let adopted = sim.node(n[1]).submitter().jobs().map(|s| s.phase()).collect::<Vec<_>>();
+    assert_eq!(adopted, [crate::job::Phase::Finished]);
 }
 
 #[test]

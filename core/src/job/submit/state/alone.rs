@@ -377,6 +377,7 @@ impl Submission {
         let why = if leaving { " (its node is shutting down)" } else { "" };
         self.moves.push(format!("rank {rank} moved off node {from} to node {node}, from checkpoint {epoch}{why}"));
         self.event(SubmitEvent::Moved { job, rank, from, to: node, epoch });
+        self.guard();
         if leaving {
             self.move_off_leaving(now, from, next);
         }

@@ -112,6 +112,7 @@ impl Submission {
                 }
             }
             JobMsg::Leaving { .. } => return self.on_leaving(now, from),
+            JobMsg::Adopted { streamed, .. } => return self.on_adopted(from, streamed),
             m @ (JobMsg::CheckpointAsked { .. } | JobMsg::Checkpointed { .. } | JobMsg::Recovered { .. }) => {
                 return self.on_checkpoint_msg(from, m);
             }

@@ -233,6 +233,7 @@ impl Submission {
         for to in holding {
             self.send(to, JobMsg::Start { job: self.wire }, Bytes::new());
         }
+        self.guard();
     }
 }
 

@@ -1,0 +1,80 @@
+//! A running job whose submitter dies is not stopped at once when the
+//! submitter named a deputy ([`JobMsg::Guard`]): it waits up to
+//! [`super::ExecConfig::adopt_timeout`] for the deputy's [`JobMsg::Adopt`],
+//! its ranks running on (their output waits in their pipes, past the stream
+//! window). Adopted, the job answers to the deputy: [`JobMsg::Adopted`] tells
+//! where each rank's output goes on (what was in flight to the dead node is
+//! lost, and its window given back), and the output files and exits of ranks
+//! that ended go again, read afresh from the job directory. Only the deputy
+//! the submitter named may adopt: no other node can take a job's results.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{ExecEvent, Execution, RankRun, output};
+use crate::job::JobId;
+use crate::job::msg::JobMsg;
+use crate::machine::NodeAddr;
+
+impl Execution {
+    /// `job`'s submitter is gone: whether the job waits for its deputy
+    /// (it has one and runs) rather than being dropped.
+    pub(super) fn orphan(&mut self, now: Instant, job: JobId) -> bool {
+        let timeout = self.config.adopt_timeout;
+        let Some(j) = self.jobs.get_mut(&job) else { return false };
+        if j.deputy.is_none() || j.killed || j.staged.is_none() {
+            return false;
+        }
+        if !j.orphaned {
+            tracing::info!(%job, deputy = ?j.deputy, "the job's submitter is gone: waiting for its deputy");
+            (j.orphaned, j.deadline) = (true, Some(now + timeout));
+        }
+        true
+    }
+
+    /// `from` takes `job` over.
+    pub(super) fn on_adopt(&mut self, from: NodeAddr, job: JobId) -> Option<()> {
+        let j = self.jobs.get_mut(&job).filter(|j| j.deputy == Some(from) && !j.killed)?;
+        (j.submitter, j.deputy, j.orphaned, j.deadline) = (from, None, false, None);
+        // Whatever was on its way to the old submitter starts over.
+        j.outgoing = output::Outgoing::default();
+        let names: BTreeSet<String> =
+            j.staged.as_ref().map(|d| d.outputfiles.iter().cloned().collect()).unwrap_or_default();
+        let (mut streamed, mut credit, mut collect) = (Vec::new(), Vec::new(), Vec::new());
+        for (&rank, run) in j.ranks.iter_mut() {
+            match *run {
+                RankRun::Running { stdout, stderr } => {
+                    let sent = stdout + stderr;
+                    let acked = j.stream_acked.entry(rank).or_default();
+                    credit.push((rank, sent - (*acked).min(sent)));
+                    *acked = sent;
+                    streamed.push((rank, sent));
+                }
+                RankRun::Exited(code) => {
+                    *run = RankRun::Collecting(code);
+                    j.reexit.insert(rank);
+                    collect.push(rank);
+                }
+                RankRun::Collecting(_) => collect.push(rank),
+                RankRun::Waiting => {}
+            }
+        }
+        for &rank in &collect {
+            j.pending_reads.insert(rank, names.clone());
+        }
+        tracing::info!(%job, submitter = %from, "the job was adopted");
+        self.send(from, JobMsg::Adopted { job, streamed }, Bytes::new());
+        for (rank, bytes) in credit.into_iter().filter(|(_, b)| *b > 0) {
+            self.event(ExecEvent::OutputCredit { job, rank, bytes });
+        }
+        for rank in collect {
+            for name in &names {
+                self.event(ExecEvent::ReadOutputFile { job, rank, name: name.clone() });
+            }
+            self.maybe_exit(job, rank);
+        }
+        Some(())
+    }
+}

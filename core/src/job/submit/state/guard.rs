@@ -1,0 +1,102 @@
+//! The job's deputy: whenever the job starts (again) or a rank moves, every
+//! node holding ranks is told the placement and which of them takes the job
+//! over if this node dies ([`JobMsg::Guard`], with the job file). That node
+//! builds the job anew from it ([`Submission::adopt`]), claims the executors
+//! ([`JobMsg::Adopt`]), which answer with where each rank's output goes on
+//! ([`JobMsg::Adopted`]) and send again what the old node would have got:
+//! output files and exits of ranks that ended. The ranks run on untouched.
+
+use super::*;
+
+/// What a deputy was told of the job it may take over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guarded {
+    /// The job's id.
+    pub job: JobId,
+    /// Its current run's wire id.
+    pub wire: JobId,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Every rank's node.
+    pub ranks: Vec<(u32, NodeAddr)>,
+    /// The key that signed the job, if it was signed.
+    pub owner: Option<crate::auth::PublicKey>,
+}
+
+impl Submission {
+    /// The node that takes the job over if this one dies: the node of the
+    /// lowest rank that is not this one (none while every rank runs here).
+    pub fn deputy(&self) -> Option<NodeAddr> {
+        if self.phase != Phase::Running {
+            return None;
+        }
+        self.ranks.iter().filter_map(|r| r.node).find(|n| *n != self.addr)
+    }
+
+    /// Tells every node holding ranks the placement and the deputy.
+    pub(super) fn guard(&mut self) {
+        let Some(deputy) = self.deputy() else { return };
+        let ranks: Vec<(u32, NodeAddr)> = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
+        let Some((_, xml, _)) = self.files.first().cloned().flatten() else { return };
+        let holding: BTreeSet<NodeAddr> = ranks.iter().map(|(_, n)| *n).collect();
+        let (job, id, restarts, owner) = (self.wire, self.job, self.restarts, self.owner);
+        for to in holding {
+            let msg = JobMsg::Guard { job, id, restarts, deputy, ranks: ranks.clone(), owner };
+            self.send(to, msg, xml.clone());
+        }
+    }
+
+    /// Takes over job `g` (its description `desc`), running on its nodes,
+    /// whose submitting node died: every executor is claimed and the job is
+    /// collected from here on, as if submitted here. This node becomes the
+    /// next deputy's submitter in turn.
+    pub fn adopt(config: SubmitConfig, addr: NodeAddr, g: Guarded, desc: JobDescription, now: Instant) -> Self {
+        let mut s = Submission::new(config, addr, (g.job, 0), desc, now);
+        s.owner = g.owner;
+        // Nothing is resolved or read again: the job runs.
+        s.actions.clear();
+        if s.phase == Phase::Finished {
+            return s;
+        }
+        (s.wire, s.restarts, s.phase) = (g.wire, g.restarts, Phase::Running);
+        s.unplaced.clear();
+        s.queue_deadline = None;
+        for &(rank, node) in &g.ranks {
+            let Some(r) = s.ranks.get_mut(rank as usize) else { continue };
+            (r.node, r.started) = (Some(node), true);
+            let n = s.nodes.entry(node).or_insert_with(|| Node {
+                slots: 0,
+                free_hint: 0,
+                load_milli: 0,
+                wanted: false,
+                granted: 0,
+                ahead: 0,
+                answered: true,
+                accepted: Vec::new(),
+                offer: None,
+                closed: false,
+                stage: Stage::Staged,
+                out_consumed: 0,
+                streamed: BTreeMap::new(),
+            });
+            n.accepted.push(rank);
+        }
+        let nodes: Vec<NodeAddr> = s.nodes.keys().copied().collect();
+        for to in nodes {
+            s.send(to, JobMsg::Adopt { job: g.wire }, Bytes::new());
+        }
+        s.guard();
+        s
+    }
+
+    /// An executor took the adoption: its ranks' output goes on from `streamed`.
+    pub(super) fn on_adopted(&mut self, from: NodeAddr, streamed: Vec<(u32, u64)>) -> Option<()> {
+        let n = self.nodes.get_mut(&from)?;
+        for (rank, sent) in streamed {
+            if n.accepted.contains(&rank) {
+                n.streamed.insert(rank, (sent, sent));
+            }
+        }
+        Some(())
+    }
+}

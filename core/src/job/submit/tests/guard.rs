@@ -1,0 +1,103 @@
+//! The deputy: named to every node of a running job, and taking the job over.
+
+use super::*;
+
+/// The [`JobMsg::Guard`]s sent so far: to whom, what they said, the payload.
+fn guards(h: &Harness) -> Vec<(NodeAddr, Guarded, NodeAddr, Bytes)> {
+    h.sent
+        .iter()
+        .filter_map(|(to, m, p)| match m {
+            JobMsg::Guard { job, id, restarts, deputy, ranks, owner } => {
+                let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), owner: *owner };
+                Some((*to, g, *deputy, p.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Drains `s` into what it sent and what it reported.
+fn drain(s: &mut Submission) -> (Vec<(NodeAddr, JobMsg, Bytes)>, Vec<SubmitEvent>) {
+    let (mut sent, mut events) = (Vec::new(), Vec::new());
+    while let Some(a) = s.poll_action() {
+        match a {
+            Action::Send { to, msg } => sent.push((to, msg.body, msg.payload)),
+            Action::Event(e) => events.push(e),
+        }
+    }
+    (sent, events)
+}
+
+#[test]
+fn a_started_job_names_the_node_of_its_lowest_other_rank_its_deputy_on_every_node() {
+    let (h, s) = running_on_two_nodes();
+    let rank0 = s.ranks()[0].node.unwrap();
+    let told = guards(&h);
+    let to: BTreeSet<NodeAddr> = told.iter().map(|(to, ..)| *to).collect();
+    assert_eq!(to, [addr(1), addr(2)].into(), "every node holding ranks, once each");
+    assert_eq!(told.len(), 2);
+    for (_, g, deputy, xml) in &told {
+        assert_eq!(*deputy, rank0);
+        assert_eq!((g.job, g.wire, g.restarts), (s.job(), s.wire(), 0));
+        let placed: Vec<(u32, NodeAddr)> = s.ranks().iter().map(|r| (r.rank, r.node.unwrap())).collect();
+        assert_eq!(g.ranks, placed);
+        // The job file goes along: the deputy needs it to hold the job.
+        assert_eq!(&JobDescription::parse(xml).unwrap().job, s.description());
+    }
+}
+
+#[test]
+fn no_deputy_while_every_rank_runs_on_the_submitting_node() {
+    let mut h = Harness::new(&[(addr(0), res(2, 8000, &[]), Behave::Accept)]);
+    h.exit_code = None;
+    let mut s = submission(&h, job(2, &["linux"]));
+    h.run(&mut s, 20);
+    assert_eq!(s.phase(), Phase::Running);
+    assert_eq!(s.deputy(), None);
+    assert!(guards(&h).is_empty());
+}
+
+#[test]
+fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_deputy() {
+    let (h, s) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let desc = JobDescription::parse(&xml).unwrap().job;
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, g, desc, h.now);
+    assert_eq!((d.job(), d.wire(), d.phase()), (s.job(), s.wire(), Phase::Running));
+    let (sent, events) = drain(&mut d);
+    assert!(events.is_empty(), "nothing is resolved or read again: {events:?}");
+    let adopt: BTreeSet<NodeAddr> = sent
+        .iter()
+        .filter(|(_, m, _)| matches!(m, JobMsg::Adopt { job } if *job == s.wire()))
+        .map(|(t, ..)| *t)
+        .collect();
+    assert_eq!(adopt, [addr(1), addr(2)].into());
+    // Its own deputy: the other node.
+    let other = if deputy == addr(1) { addr(2) } else { addr(1) };
+    assert!(sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Guard { deputy, .. } if *deputy == other)));
+
+    // The executors answer; a rank's output goes on where it was.
+    let wire = s.wire();
+    let rank_on = |n: NodeAddr| s.ranks().iter().find(|r| r.node == Some(n)).unwrap().rank;
+    for n in [addr(1), addr(2)] {
+        let rank = rank_on(n);
+        d.handle_message(h.now, reply(n, JobMsg::Adopted { job: wire, streamed: vec![(rank, 1000)] }, Bytes::new()));
+        let out = JobMsg::Output { job: wire, rank, stream: Stream::Stdout, offset: 1000 };
+        d.handle_message(h.now, reply(n, out, Bytes::from_static(b"late line\n")));
+        let data = Bytes::from(format!("result {rank}"));
+        let (total, digest) = (data.len() as u64, digest(&data));
+        let file = JobMsg::OutputFile { job: wire, rank, name: "result.txt".into(), offset: 0, total, digest };
+        d.handle_message(h.now, reply(n, file, data));
+        d.handle_message(h.now, reply(n, JobMsg::Exit { job: wire, rank, code: 0 }, Bytes::new()));
+    }
+    let (sent, events) = drain(&mut d);
+    let finished = events.iter().find_map(|e| match e {
+        SubmitEvent::Finished { outcome, .. } => Some(outcome.clone()),
+        _ => None,
+    });
+    assert_eq!(finished, Some(Outcome::Done { codes: vec![0, 0] }), "{events:?}");
+    let lines = events.iter().filter(|e| matches!(e, SubmitEvent::Output { offset: 1000, .. })).count();
+    let files = events.iter().filter(|e| matches!(e, SubmitEvent::OutputFileDone { ok: true, .. })).count();
+    assert_eq!((lines, files), (2, 2));
+    assert_eq!(sent.iter().filter(|(_, m, _)| matches!(m, JobMsg::Done { .. })).count(), 2);
+}
