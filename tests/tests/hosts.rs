@@ -265,6 +265,53 @@ fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
     );
 }
 
+/// kill -9 of the submitting host under a running job whose ranks all run
+/// on other hosts: the job's deputy (the node of rank 0) takes it over, the
+/// ranks run on, and `p2pjob wait` and `status` from the other hosts find
+/// the job there and collect the rest of it: the ring's result.
+#[test]
+fn a_job_outlives_its_submitting_host_and_other_hosts_collect_it() {
+    built();
+    let Some(mut c) = cluster_or_skip("submitter_dies", 4) else { return };
+    // Hosts 1 to 3 are the workers the job asks for; host 0 only submits.
+    for i in 0..4 {
+        let mut flags: Vec<&str> = FAST.to_vec();
+        flags.extend(["--slots", "1", "--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]);
+        if i > 0 {
+            flags.extend(["--tag", "worker"]);
+        }
+        let boot: Vec<usize> = if i == 0 { Vec::new() } else { vec![0, i - 1] };
+        c.start_jobd(i, &boot, &flags);
+    }
+    wait_for_nodes(&c, 0, 4);
+    // The ring starts a moment after its ranks do: it runs once the
+    // submitting host is gone, and its result goes to the deputy.
+    let tag = "2.718281";
+    let script = write(&c, "late-ring.sh", &format!("#!/bin/sh\nsleep {tag}\nexec {} 300\n", ring()));
+    let job = job_file(&c, "outlive.xml", &script, 3, "  <requirement>worker</requirement>\n");
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "3 running", Duration::from_secs(20));
+    c.crash(0);
+    let t0 = Instant::now();
+    let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(60));
+    eprintln!("collected {:?} after the submitting host died: {}", t0.elapsed(), w.stderr.trim());
+    assert!(w.ok, "the job did not outlive host 0: {} {}", w.stdout, w.stderr);
+    assert!(w.stdout.contains("[0] ring ok 300"), "{}", w.stdout);
+    for i in 1..4 {
+        let status = c.p2pjob(i, &["status", &id], Duration::from_secs(20));
+        assert!(status.ok && status.stdout.contains("done"), "host {i}: {} {}", status.stdout, status.stderr);
+        if i == 3 {
+            eprintln!("status from host 3:\n{}", status.stdout);
+        }
+        // Held by the deputy: rank 0's node.
+        let holder = status.stdout.split_once("(on ").and_then(|(_, r)| r.split_once(')')).map(|(a, _)| a);
+        let rank0 = status.stdout.split_once("rank 0").and_then(|(_, r)| r.split_whitespace().nth(1));
+        assert!(holder.is_some() && holder == rank0, "{}", status.stdout);
+        assert_ne!(holder, Some(format!("{}:7400", c.hosts[0].ip).as_str()));
+        assert_eq!(ranks_on(&c, i, tag), 0, "host {i} still runs a rank");
+    }
+}
+
 /// What `ckpt LOOPS` on `size` ranks prints as its checksum when nothing
 /// disturbs it: each rank folds the token it holds after every step (rank 0
 /// `(i + 1) * size`, rank k `i * size + k + 1`) into 64 sums, hashes them,

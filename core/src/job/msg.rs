@@ -183,7 +183,7 @@ pub enum JobMsg {
     /// Submitter -> every node holding ranks, whenever the job (re)starts or
     /// a rank moves: the job `id` runs as `job` (its wire id, after
     /// `restarts` restarts) with `ranks` placed so; node `deputy` takes the
-    /// job over if the submitter's node dies (see `crate::node::guard`), and
+    /// job over if the submitter's node dies (see `crate::node::deputy`), and
     /// the others take [`JobMsg::Adopt`] from it then; `owner` signed the
     /// job, if it was signed. Payload = the job file.
     Guard {

@@ -298,6 +298,10 @@ pub enum SubmitCmdError {
     /// A rank of the job is being moved already.
     #[error("job {job} is already moving rank {rank}: ask again once it has moved")]
     Migrating { job: JobId, rank: u32 },
+    /// The job was taken over from its dead submitting node, which kept its
+    /// files: its ranks cannot be placed anew.
+    #[error("job {job} was taken over from its lost submitting node, which had its files: its ranks cannot move")]
+    TakenOver { job: JobId },
     /// The job's signature does not hold for this job file.
     #[error("the job's signature is refused: {0}")]
     BadSignature(crate::auth::AuthError),

@@ -36,7 +36,7 @@ mod advert;
 mod authz;
 mod checkpoint;
 pub mod control;
-mod guard;
+mod deputy;
 mod heartbeat;
 mod held;
 mod overlay;
@@ -397,7 +397,7 @@ pub struct DaemonNode {
     jobs: BTreeMap<JobId, held::JobMeta>,
     replays: held::Replays,
     /// Jobs this node takes over if their submitting node dies.
-    guards: guard::Guards,
+    guards: deputy::Guards,
     advert: advert::Advert,
     liveness: heartbeat::Liveness,
     forwards: remote::Forwards,
@@ -457,7 +457,7 @@ impl DaemonNode {
             regs: BTreeMap::new(),
             jobs: BTreeMap::new(),
             replays: held::Replays::default(),
-            guards: guard::Guards::default(),
+            guards: deputy::Guards::default(),
             advert: advert::Advert::new(config.resources, config.advert_gap, config.generation_base),
             liveness: heartbeat::Liveness::new(config.heartbeat_period, config.failure_timeout),
             forwards: remote::Forwards::default(),

@@ -188,6 +188,10 @@ pub struct Submission {
     toward: Option<(u32, NodeAddr)>,
     /// Every move of a rank alone, in words, in order.
     moves: Vec<String>,
+    /// Taken over from its dead submitting node (`guard`): the job's files
+    /// and cuts stayed there, so its ranks can be neither placed again nor
+    /// moved.
+    adopted: bool,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -270,6 +274,7 @@ impl Submission {
             avoid: BTreeSet::new(),
             toward: None,
             moves: Vec::new(),
+            adopted: false,
             desc,
         };
         if !valid {

@@ -13,7 +13,7 @@ use crate::sim::{NodeIdx, Sim, SimConfig};
 
 mod authz;
 mod ckpt;
-mod guard;
+mod deputy;
 mod queue;
 
 pub(super) fn resources(slots: u32) -> Resources {

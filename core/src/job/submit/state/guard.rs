@@ -58,7 +58,7 @@ impl Submission {
         if s.phase == Phase::Finished {
             return s;
         }
-        (s.wire, s.restarts, s.phase) = (g.wire, g.restarts, Phase::Running);
+        (s.wire, s.restarts, s.phase, s.adopted) = (g.wire, g.restarts, Phase::Running, true);
         s.unplaced.clear();
         s.queue_deadline = None;
         for &(rank, node) in &g.ranks {

@@ -82,6 +82,9 @@ impl Submission {
     /// ([`SubmitEvent::Moved`]; see `alone`).
     /// `to`: the node the rank goes to (see the module docs).
     pub fn migrate(&mut self, now: Instant, rank: u32, to: Option<NodeAddr>) -> Result<u64, SubmitCmdError> {
+        if self.adopted {
+            return Err(SubmitCmdError::TakenOver { job: self.job });
+        }
         self.start_migration(now, rank, (false, true), to)
     }
 
@@ -94,6 +97,11 @@ impl Submission {
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
+        if self.adopted {
+            // Its files are not here to place the ranks anew.
+            self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
+            return Some(());
+        }
         if let (Some(_), Some(m)) = (live.first(), self.migration.as_mut()) {
             // Other ranks to move than those moving alone: they all move
             // together, by rolling the job back.

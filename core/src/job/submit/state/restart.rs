@@ -17,7 +17,8 @@ impl Submission {
     /// Whether losing ranks now restarts the job rather than failing it.
     pub(super) fn restartable(&self) -> bool {
         let losses = self.restarts - self.migrations;
-        self.desc.restart != RestartPolicy::Fail && losses < MAX_RESTARTS && self.phase == Phase::Running
+        let placeable = !self.adopted;
+        placeable && self.desc.restart != RestartPolicy::Fail && losses < MAX_RESTARTS && self.phase == Phase::Running
     }
 
     /// Stops what is left of the current run and starts the job again from

@@ -101,3 +101,30 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
     assert_eq!((lines, files), (2, 2));
     assert_eq!(sent.iter().filter(|(_, m, _)| matches!(m, JobMsg::Done { .. })).count(), 2);
 }
+
+#[test]
+fn an_adopted_job_never_places_ranks_anew_it_has_not_the_files() {
+    let (h, s) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let mut desc = JobDescription::parse(&xml).unwrap().job;
+    desc.restart = crate::job::RestartPolicy::Scratch;
+    let other = if deputy == addr(1) { addr(2) } else { addr(1) };
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, g, desc, h.now);
+    drain(&mut d);
+    assert!(matches!(d.migrate(h.now, 0, None), Err(SubmitCmdError::TakenOver { .. })));
+    // A node shutting down is told its ranks stay.
+    d.handle_message(h.now, reply(other, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
+    let (sent, _) = drain(&mut d);
+    assert_eq!(
+        sent.iter().map(|(to, m, _)| (*to, m.clone())).collect::<Vec<_>>(),
+        [(other, JobMsg::Staying { job: s.wire() })]
+    );
+    // A lost node fails the job, restart rule or not: nothing hangs waiting
+    // for files that are not here.
+    d.handle_send_failed(h.now, other);
+    let (_, events) = drain(&mut d);
+    let failed = events
+        .iter()
+        .any(|e| matches!(e, SubmitEvent::Finished { outcome: Outcome::Failed(SubmitError::NodeLost { .. }), .. }));
+    assert!(failed, "{events:?}");
+}
