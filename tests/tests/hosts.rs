@@ -253,6 +253,10 @@ fn a_job_that_restarts_from_scratch_survives_a_crashed_host() {
     let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(60));
     assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
     assert!(w.stdout.contains("[0] ring ok 300"), "{}", w.stdout);
+    // What the ranks printed before too: the deputy kept a copy.
+    for rank in 0..3 {
+        assert!(w.stdout.contains(&format!("[{rank}] rank {rank} up")), "{}", w.stdout);
+    }
     let lost = format!("node {}:7400 holding rank(s) [", c.hosts[victim].ip);
     // A wait attached after the restart is told of it too.
     assert!(w.stderr.contains(&format!("restarting from scratch: {lost}")), "{}", w.stderr);
@@ -287,10 +291,24 @@ fn a_job_outlives_its_submitting_host_and_other_hosts_collect_it() {
     // The ring starts a moment after its ranks do: it runs once the
     // submitting host is gone, and its result goes to the deputy.
     let tag = "2.718281";
-    let script = write(&c, "late-ring.sh", &format!("#!/bin/sh\nsleep {tag}\nexec {} 300\n", ring()));
+    let script = write(
+        &c,
+        "late-ring.sh",
+        &format!("#!/bin/sh\necho \"rank $P2PMP_RANK up\"\nsleep {tag}\nexec {} 300\n", ring()),
+    );
     let job = job_file(&c, "outlive.xml", &script, 3, "  <requirement>worker</requirement>\n");
     let id = submit(&c, 0, &job);
     wait_status(&c, 0, &id, "3 running", Duration::from_secs(20));
+    // Once the submitting node has every rank's first line (its deputy gets
+    // a copy as it comes), it dies.
+    p2pmp_tests::wait_until("every rank's first line", Duration::from_secs(10), || {
+        let out = c.p2pjob(0, &["output", &id], Duration::from_secs(20)).stdout;
+        match out.matches(" up").count() {
+            3 => Ok(()),
+            n => Err(format!("{n} of 3: {out}")),
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
     c.crash(0);
     let t0 = Instant::now();
     let w = c.p2pjob(1, &["wait", &id], Duration::from_secs(60));
@@ -310,6 +328,39 @@ fn a_job_outlives_its_submitting_host_and_other_hosts_collect_it() {
         assert_ne!(holder, Some(format!("{}:7400", c.hosts[0].ip).as_str()));
         assert_eq!(ranks_on(&c, i, tag), 0, "host {i} still runs a rank");
     }
+}
+
+/// kill -9 of the submitting host running a rank of a job with
+/// `<restart>scratch</restart>`: the deputy takes the job over, finds the
+/// rank lost with it, and starts the job again on the hosts left with the
+/// files it read back from its own job directory; the ring completes and
+/// another host collects it.
+#[test]
+fn a_job_restarts_at_its_deputy_when_the_submitting_host_dies_with_a_rank() {
+    let Some(mut c) = cluster("submitter_rank_dies", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"])
+    else {
+        return;
+    };
+    let tag = "1.618033";
+    let script = write(&c, "late-ring.sh", &format!("#!/bin/sh\nsleep {tag}\nexec {} 300\n", ring()));
+    let job = job_file(&c, "restart.xml", &script, 3, "  <restart>scratch</restart>\n");
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "3 running", Duration::from_secs(20));
+    p2pmp_tests::wait_until("a rank on the submitting host", Duration::from_secs(10), || match ranks_on(&c, 0, tag) {
+        0 => Err("not yet".to_owned()),
+        _ => Ok(()),
+    });
+    // The deputy reads the job's files back as it is named: a moment.
+    std::thread::sleep(Duration::from_millis(500));
+    c.crash(0);
+    let w = c.p2pjob(3, &["wait", &id], Duration::from_secs(60));
+    eprintln!("{}", w.stderr.trim());
+    assert!(w.ok, "the job did not survive host 0: {} {}", w.stdout, w.stderr);
+    assert!(w.stdout.contains("[0] ring ok 300"), "{}", w.stdout);
+    let status = c.p2pjob(3, &["status", &id], Duration::from_secs(20)).stdout;
+    let lost = format!("restart 1: from scratch: node {}:7400 holding rank(s) [", c.hosts[0].ip);
+    assert!(status.contains("done") && status.contains(&lost), "{status}");
+    assert!(!status.contains(&format!("(on {}:7400)", c.hosts[0].ip)), "{status}");
 }
 
 /// What `ckpt LOOPS` on `size` ranks prints as its checksum when nothing
@@ -354,6 +405,33 @@ fn checkpoint_epochs(status: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Submits the checkpointing ring `prog` of `loops` on 2 ranks through host
+/// 0 (`<checkpoint>1s</checkpoint><restart>checkpoint</restart>`) and waits
+/// until both ranks have taken two cuts: its id.
+fn ckpt_ring_with_two_cuts(c: &Cluster, prog: &str, loops: u64) -> String {
+    let extra =
+        format!("  <arguments>{loops}</arguments>\n  <checkpoint>1s</checkpoint>\n  <restart>checkpoint</restart>\n");
+    let job = job_file(c, "ckpt.xml", prog, 2, &extra);
+    let id = submit(c, 0, &job);
+    wait_status(c, 0, &id, "2 running", Duration::from_secs(20));
+    wait_for_two_cuts(c, &id);
+    id
+}
+
+/// Waits until both ranks of `job` (submitted through host 0) have taken two cuts.
+fn wait_for_two_cuts(c: &Cluster, job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = c.p2pjob(0, &["status", job], Duration::from_secs(20)).stdout;
+        let epochs = checkpoint_epochs(&status);
+        if epochs.len() == 2 && epochs.iter().all(|e| *e >= 2) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "two cuts were never taken:\n{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `<checkpoint>1s</checkpoint><restart>checkpoint</restart>`: kill -9 of
 /// a host running a rank of the checkpointing ring, once every rank has
 /// taken two cuts: the node holding the job kept them, every rank resumes
@@ -366,21 +444,7 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
         return;
     };
     let loops: u64 = 9_137;
-    let extra =
-        format!("  <arguments>{loops}</arguments>\n  <checkpoint>1s</checkpoint>\n  <restart>checkpoint</restart>\n");
-    let job = job_file(&c, "ckpt.xml", &prog, 2, &extra);
-    let id = submit(&c, 0, &job);
-    wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
-        let epochs = checkpoint_epochs(&status);
-        if epochs.len() == 2 && epochs.iter().all(|e| *e >= 2) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "two cuts were never taken:\n{status}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let id = ckpt_ring_with_two_cuts(&c, &prog, loops);
     // The files of the second cut reach the node holding the job a moment later.
     std::thread::sleep(Duration::from_millis(500));
     let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
@@ -394,6 +458,32 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
     assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
     assert!(status.contains("recovered from epoch "), "{status}");
+}
+
+/// As above, but kill -9 of the submitting host, which runs rank 0 and
+/// holds the job: its deputy, which kept a copy of every cut, takes the job
+/// over and restarts it from the newest cut on the hosts left; the job ends
+/// with the checksum of an undisturbed run, collected from another host.
+#[test]
+fn a_job_restarts_from_the_cut_its_deputy_kept_when_the_submitting_host_dies() {
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
+    let Some(mut c) = cluster("deputy_ckpt", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
+        return;
+    };
+    let loops: u64 = 9_091;
+    let id = ckpt_ring_with_two_cuts(&c, &prog, loops);
+    assert!(ranks_on(&c, 0, &loops.to_string()) > 0, "the submitting host runs a rank");
+    // The files of the second cut reach the node holding the job, and its
+    // deputy, a moment later.
+    std::thread::sleep(Duration::from_millis(800));
+    c.crash(0);
+    let w = c.p2pjob(3, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "the job did not survive host 0: {} {}", w.stdout, w.stderr);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 2, 1);
+    let status = c.p2pjob(3, &["status", &id], Duration::from_secs(20)).stdout;
+    let lost = format!("node {}:7400 holding rank(s) [0]", c.hosts[0].ip);
+    assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
+    assert!(status.contains(&lost), "{status}");
 }
 
 /// The process of `rank` of the job run with `tag` in its command line:

@@ -113,6 +113,20 @@ impl<H: PartialEq> ReplayGuard<H> {
         Ok(())
     }
 
+    /// Signatures with `nonce` taken for holder `from` are `to`'s from now
+    /// on: `from` is gone and `to`, the deputy it named, holds its jobs
+    /// (and may offer them again to place ranks anew).
+    pub fn hand_over(&mut self, nonce: u64, from: &H, to: H)
+    where
+        H: Clone,
+    {
+        for ((_, n), (_, holder)) in self.seen.iter_mut() {
+            if *n == nonce && holder == from {
+                *holder = to.clone();
+            }
+        }
+    }
+
     /// Forgets requests stamped before `oldest`: they are outside the window, so
     /// a replay of one is refused as stale anyway.
     fn forget_before(&mut self, oldest: u64) {

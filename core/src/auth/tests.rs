@@ -237,6 +237,19 @@ fn a_job_signature_is_fresh_only_in_the_window_and_taken_for_one_holder() {
 }
 
 #[test]
+fn a_job_signature_handed_over_to_the_deputy_is_the_deputy_s_to_offer() {
+    let mut g: ReplayGuard<u32> = ReplayGuard::default();
+    let (k, now) = (secret(22).public(), 80_000_000);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 1), Ok(()));
+    // A hand-over by a node that did not hold it changes nothing.
+    g.hand_over(7, &3, 4);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 4), Err(AuthError::Replayed));
+    g.hand_over(7, &1, 2);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 2), Ok(()), "the deputy offers it again");
+    assert_eq!(g.check_for(now, k, now - 10, 7, 1), Err(AuthError::Replayed), "the old holder no longer");
+}
+
+#[test]
 fn a_manifest_decodes_only_within_its_bound_on_files() {
     let m = manifest(b"<p2pjob/>", &[("prog", b"ELF")], 3, 4);
     let bytes = postcard::to_allocvec(&m).unwrap();

@@ -299,6 +299,23 @@ impl Execution {
         held.chain(self.waiting.jobs_of(submitter))
     }
 
+    /// Staged file `file` of `job` as it arrived here whole: its name in the
+    /// job directory and its digest.
+    pub fn staged_file(&self, job: JobId, file: u32) -> Option<(&str, Id)> {
+        let f = self.jobs.get(&job)?.files.get(&file).filter(|f| f.ok)?;
+        Some((&f.name, f.digest))
+    }
+
+    /// The node `job` runs for here.
+    pub fn submitter_of(&self, job: JobId) -> Option<NodeAddr> {
+        self.jobs.get(&job).map(|j| j.submitter)
+    }
+
+    /// The nonce of `job`'s signature, when it was offered signed.
+    pub fn signature_nonce(&self, job: JobId) -> Option<u64> {
+        self.jobs.get(&job)?.manifest.as_ref().map(|m| m.nonce)
+    }
+
     /// Whether this node runs `job` for `submitter`.
     pub fn runs_for(&self, job: JobId, submitter: NodeAddr) -> bool {
         self.jobs.get(&job).is_some_and(|j| j.submitter == submitter)

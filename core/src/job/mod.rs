@@ -35,7 +35,7 @@ pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
-    FileData, Guarded, MAX_RESTARTS, Outcome, Phase, RankInfo, Submission, SubmissionCommand, SubmitCmdError,
+    FileData, Guarded, MAX_RESTARTS, Outcome, Phase, RankInfo, Replica, Submission, SubmissionCommand, SubmitCmdError,
     SubmitConfig, SubmitError, SubmitEvent, Submitter, SubmitterCommand,
 };
 

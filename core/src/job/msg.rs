@@ -184,22 +184,20 @@ pub enum JobMsg {
     /// a rank moves: the job `id` runs as `job` (its wire id, after
     /// `restarts` restarts) with `ranks` placed so; node `deputy` takes the
     /// job over if the submitter's node dies (see `crate::node::deputy`), and
-    /// the others take [`JobMsg::Adopt`] from it then; `owner` signed the
-    /// job, if it was signed. Payload = the job file.
-    Guard {
-        job: JobId,
-        id: JobId,
-        restarts: u32,
-        deputy: NodeAddr,
-        ranks: Vec<(u32, NodeAddr)>,
-        owner: Option<crate::auth::PublicKey>,
-    },
+    /// the others take [`JobMsg::Adopt`] from it then; `auth`: the job's
+    /// signature, if it was signed (the deputy offers it again to place
+    /// ranks anew). Payload = the job file.
+    Guard { job: JobId, id: JobId, restarts: u32, deputy: NodeAddr, ranks: Vec<(u32, NodeAddr)>, auth: Option<JobAuth> },
     /// Deputy -> executor: the job's submitter is gone and this node holds the
     /// job from now on: send it what the old one would have got.
     Adopt { job: JobId },
     /// Executor -> the node that adopted the job: per rank here, the stdout +
     /// stderr bytes it sent so far (where its output goes on).
     Adopted { job: JobId, streamed: Vec<(u32, u64)> },
+    /// Submitter -> its deputy, which keeps a copy of every checkpoint file
+    /// the submitter keeps (each [`JobMsg::CheckpointFile`] chunk passed on):
+    /// `rank`'s file of `epoch` is no longer kept.
+    CutDropped { job: JobId, rank: u32, epoch: u64 },
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -270,7 +268,8 @@ impl JobMsg {
             | JobMsg::CarriedFiles { job, .. }
             | JobMsg::Guard { job, .. }
             | JobMsg::Adopt { job }
-            | JobMsg::Adopted { job, .. } => *job,
+            | JobMsg::Adopted { job, .. }
+            | JobMsg::CutDropped { job, .. } => *job,
         }
     }
 
@@ -385,14 +384,16 @@ mod tests {
         let want = [&[37u8][..], zero, &[1, 1, 0x80, 0x80, 0x80, 0x01, 1, b'o', 3], zero].concat();
         assert_eq!(body_bytes(&carried), want);
         let a = NodeAddr::loopback(2, 7000);
-        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputy: a, ranks: vec![(0, a)], owner: None };
+        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputy: a, ranks: vec![(0, a)], auth: None };
         let addr = postcard::to_allocvec(&a).unwrap();
-        // restarts 1, the deputy, [(0, a)], no owner
+        // restarts 1, the deputy, [(0, a)], not signed
         let want = [&[38u8][..], zero, zero, &[1], &addr, &[1, 0], &addr, &[0]].concat();
         assert_eq!(body_bytes(&guard), want);
         assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
         let adopted = JobMsg::Adopted { job: z, streamed: vec![(1, 128)] };
         assert_eq!(body_bytes(&adopted), [&[40u8][..], zero, &[1, 1, 0x80, 0x01]].concat());
+        let dropped = JobMsg::CutDropped { job: z, rank: 2, epoch: 3 };
+        assert_eq!(body_bytes(&dropped), [&[41u8][..], zero, &[2, 3]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -478,10 +479,18 @@ mod tests {
             (job.clone(), any::<u32>(), any::<u16>(), proptest::collection::vec((any::<u32>(), any::<u16>()), 0..3))
                 .prop_map(|(job, restarts, port, ranks)| {
                     let ranks = ranks.into_iter().map(|(r, p)| (r, NodeAddr::loopback(3, p))).collect();
-                    let owner = (port % 2 == 0).then_some(PublicKey([port as u8; 32]));
-                    JobMsg::Guard { job, id: job, restarts, deputy: NodeAddr::loopback(2, port), ranks, owner }
+                    let auth = (port % 2 == 0).then(|| {
+                        let manifest = JobManifest { job_file: Id::ZERO, files: vec![], timestamp_ms: 1, nonce: 2 };
+                        JobAuth { key: PublicKey([port as u8; 32]), manifest, signature: Signature([[3; 32]; 2]) }
+                    });
+                    JobMsg::Guard { job, id: job, restarts, deputy: NodeAddr::loopback(2, port), ranks, auth }
                 }),
             job.clone().prop_map(|job| JobMsg::Adopt { job }),
+            (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, epoch)| JobMsg::CutDropped {
+                job,
+                rank,
+                epoch
+            }),
             (job.clone(), proptest::collection::vec((any::<u32>(), any::<u64>()), 0..3))
                 .prop_map(|(job, streamed)| JobMsg::Adopted { job, streamed }),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),

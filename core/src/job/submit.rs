@@ -49,7 +49,7 @@ use crate::wire::Envelope;
 mod state;
 
 pub use state::restart::MAX_RESTARTS;
-pub use state::{Guarded, MAX_PENDING_CHECKPOINTS, Submission, SubmissionCommand};
+pub use state::{Guarded, MAX_PENDING_CHECKPOINTS, Replica, Submission, SubmissionCommand};
 
 /// Tunables of a submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,9 +298,9 @@ pub enum SubmitCmdError {
     /// A rank of the job is being moved already.
     #[error("job {job} is already moving rank {rank}: ask again once it has moved")]
     Migrating { job: JobId, rank: u32 },
-    /// The job was taken over from its dead submitting node, which kept its
-    /// files: its ranks cannot be placed anew.
-    #[error("job {job} was taken over from its lost submitting node, which had its files: its ranks cannot move")]
+    /// The job was taken over from its dead submitting node without every
+    /// file it stages: its ranks cannot be placed anew.
+    #[error("job {job} was taken over from its lost submitting node without its files: its ranks cannot move")]
     TakenOver { job: JobId },
     /// The job's signature does not hold for this job file.
     #[error("the job's signature is refused: {0}")]
@@ -410,11 +410,11 @@ impl Submitter {
 
     /// Takes over job `g` (described by `desc`) from its dead submitting
     /// node (see [`Submission::adopt`]); `false` when it is held here already.
-    pub fn adopt(&mut self, now: Instant, g: Guarded, desc: JobDescription) -> bool {
+    pub fn adopt(&mut self, now: Instant, g: Guarded, desc: JobDescription, kept: Replica) -> bool {
         if self.jobs.contains_key(&g.job) {
             return false;
         }
-        let s = Submission::adopt(self.config.clone(), self.addr, g.clone(), desc, now);
+        let s = Submission::adopt(self.config.clone(), self.addr, (g.clone(), desc), kept, now);
         self.jobs.insert(g.job, s);
         true
     }

@@ -1,21 +1,30 @@
 //! The jobs this node is deputy for: a job's submitting node names, among the
 //! nodes running its ranks, the one that takes the job over if it dies
 //! ([`JobMsg::Guard`], see [`crate::job::Guarded`]). The deputy keeps what it
-//! was told (the placement and the job file) and watches the submitting node;
-//! once that node is gone, it holds the job as if submitted here: it adopts
-//! the executors, collects the rest of the output, output files and exits
-//! (into `adopted-JOB` under the work directory), registers the job's key so
-//! `p2pjob wait` or `status` from any node finds it here, and names a deputy
-//! of its own. The ranks run on; what the dead node had collected is lost
-//! with it (output printed before the takeover, and what was in flight).
+//! was told (the placement and the job file), the job's files (read back from
+//! its own copy of the job directory, each checked against the digest it was
+//! staged with, so the job can be placed anew: a restart after a lost node),
+//! a copy of the job's output as the submitting node takes it (its logs, in
+//! the job's log directory here) and of every checkpoint file it keeps (in
+//! the job's cut directory here, each checked against its digest, dropped
+//! when the submitting node drops its own), and watches the submitting node. Once that node is gone, it holds the job
+//! as if submitted here: it adopts the executors, collects the rest of the
+//! output, output files and exits (output files into `adopted-JOB` under the
+//! work directory), registers the job's key so `p2pjob wait` or `status` from
+//! any node finds it here with all its output, and names a deputy of its own.
+//! The ranks run on, or, when ranks were lost too, the job restarts by its
+//! `<restart>` rule from the newest cut kept whole here. What was in flight
+//! to the dead node is lost with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use bytes::Bytes;
+use sha1::{Digest, Sha1};
 
-use super::DaemonNode;
-use crate::job::{Guarded, JobDescription, JobId};
+use super::{DaemonNode, NodeEvent, join};
+use crate::id::Id;
+use crate::job::{FileData, Guarded, JobDescription, JobId, Replica, Stream};
 use crate::machine::NodeAddr;
 
 /// Most jobs one node is deputy for (one per rank it runs, at most).
@@ -29,6 +38,29 @@ struct Deputy {
     job: Guarded,
     /// The job file.
     xml: Bytes,
+    /// Bytes of each rank's stdout and stderr copied into the job's logs here.
+    logs: BTreeMap<(u32, Stream), u64>,
+    /// The job's staged files being read back (name, digest as staged), and
+    /// those read and found whole, by number.
+    reading: BTreeMap<u32, (String, Id)>,
+    files: BTreeMap<u32, (String, Bytes, Id)>,
+    /// The job's ranks.
+    size: u32,
+    /// Copies of checkpoint files on their way in, by rank and epoch: the
+    /// hash so far, bytes received, their length and digest.
+    arriving: BTreeMap<(u32, u64), (Sha1, u64, u64, Id)>,
+    /// Files kept whole, by epoch: the run that wrote them, their ranks.
+    cuts: BTreeMap<u64, (JobId, BTreeSet<u32>)>,
+}
+
+/// A chunk of a checkpoint file, as [`JobMsg::CheckpointFile`] carries it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CutChunk {
+    pub(super) rank: u32,
+    pub(super) epoch: u64,
+    pub(super) offset: u64,
+    pub(super) total: u64,
+    pub(super) digest: Id,
 }
 
 /// The jobs this node is deputy for, by job id.
@@ -50,17 +82,152 @@ impl DaemonNode {
         if !self.exec.runs_for(g.wire, from) {
             return;
         }
-        let guards = &mut self.guards.jobs;
         if deputy != self.addr {
-            guards.remove(&g.job);
-        } else if guards.len() < MAX_GUARDED || guards.contains_key(&g.job) {
-            guards.insert(g.job, Deputy { holder: from, job: g, xml });
+            return self.drop_guard(g.job);
+        }
+        let guards = &mut self.guards.jobs;
+        let room = guards.len() < MAX_GUARDED;
+        match guards.get_mut(&g.job) {
+            // Told again (a restart, a move): the copy of the output goes on.
+            Some(d) => (d.holder, d.job, d.xml) = (from, g, xml),
+            None if room => {
+                let Ok(parsed) = JobDescription::parse(&xml) else { return };
+                let (id, wire, size) = (g.job, g.wire, parsed.job.processes);
+                let (logs, reading, files) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+                let (arriving, cuts) = (BTreeMap::new(), BTreeMap::new());
+                let d = Deputy { holder: from, job: g, xml, logs, reading, files, size, arriving, cuts };
+                guards.insert(id, d);
+                self.read_job_files(id, wire);
+            }
+            None => {}
         }
     }
 
-    /// Job `wire` ended (its submitter said so): nothing to take over.
+    /// Reads the files of job `id` (run `wire`) back from its directory here:
+    /// the executable and input files, as staged (the job file came along).
+    fn read_job_files(&mut self, id: JobId, wire: JobId) {
+        let dir = self.job_dir(wire);
+        let staged: Vec<(u32, String, Id)> = (1..crate::job::MAX_STAGED_FILES)
+            .map_while(|file| self.exec.staged_file(wire, file).map(|(name, digest)| (file, name.to_owned(), digest)))
+            .collect();
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return };
+        let reads: Vec<NodeEvent> = staged
+            .into_iter()
+            .map(|(file, name, digest)| {
+                let path = join(&dir, &name);
+                d.reading.insert(file, (name, digest));
+                NodeEvent::ReadFile { job: id, file, path }
+            })
+            .collect();
+        reads.into_iter().for_each(|e| self.event(e));
+    }
+
+    /// The shell read file `file` of job `id`: kept when this node is its
+    /// deputy and the file is as it was staged; `false` when it is not.
+    pub(super) fn deputy_file_read(&mut self, id: JobId, file: u32, data: &Result<FileData, String>) -> bool {
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return false };
+        let Some((name, digest)) = d.reading.remove(&file) else { return true };
+        match data {
+            Ok(f) if f.digest == digest => {
+                d.files.insert(file, (name, f.bytes.clone(), digest));
+            }
+            // A rank rewrote it, or it is gone: the job cannot be placed anew.
+            Ok(_) => tracing::info!(%id, file, name, "a job file changed since it was staged: not kept"),
+            Err(why) => tracing::info!(%id, file, name, why, "a job file could not be read back"),
+        }
+        true
+    }
+
+    /// Output of job `wire` from the node that submitted it: copied into the
+    /// job's logs when this node is its deputy; `false` when it is not.
+    pub(super) fn copy_output(&mut self, from: NodeAddr, wire: JobId, rank: u32, stream: Stream, data: &Bytes) -> bool {
+        let Some(id) = self.guarded(from, wire) else { return false };
+        let path = self.log_path(id, rank, stream);
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return false };
+        let len = d.logs.entry((rank, stream)).or_default();
+        let offset = *len;
+        *len += data.len() as u64;
+        self.event(NodeEvent::WriteFile { path, offset, data: data.clone() });
+        true
+    }
+
+    /// A chunk of a checkpoint file of job `wire` from the node that
+    /// submitted it: kept when this node is its deputy; `false` when it is not.
+    pub(super) fn copy_checkpoint(&mut self, from: NodeAddr, wire: JobId, c: CutChunk, data: &Bytes) -> bool {
+        let Some(id) = self.guarded(from, wire) else { return false };
+        let path = self.cut_path(id, c.rank, c.epoch);
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return false };
+        let key = (c.rank, c.epoch);
+        if c.offset == 0 && c.rank < d.size && (d.arriving.len() < 2 * d.size as usize || d.arriving.contains_key(&key))
+        {
+            d.arriving.insert(key, (Sha1::new(), 0, c.total, c.digest));
+        }
+        let Some(a) = d.arriving.get_mut(&key).filter(|a| a.1 == c.offset && a.2 == c.total && a.3 == c.digest) else {
+            return true;
+        };
+        if a.1 + data.len() as u64 > a.2 {
+            return true;
+        }
+        a.0.update(data);
+        a.1 += data.len() as u64;
+        self.event(NodeEvent::WriteFile { path: path.clone(), offset: c.offset, data: data.clone() });
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return true };
+        if d.arriving.get(&key).is_some_and(|a| a.1 >= a.2) {
+            let Some((hasher, ..)) = d.arriving.remove(&key) else { return true };
+            if Id::from_bytes(hasher.finalize().into()) == c.digest {
+                let cut = d.cuts.entry(c.epoch).or_insert_with(|| (wire, BTreeSet::new()));
+                if cut.0 != wire {
+                    // An earlier run's cut of the same number: not part of this one.
+                    *cut = (wire, BTreeSet::new());
+                }
+                cut.1.insert(c.rank);
+            } else {
+                self.event(NodeEvent::RemoveFile { path });
+            }
+        }
+        true
+    }
+
+    /// The node that submitted job `wire` no longer keeps `rank`'s file of
+    /// `epoch`: nor does its deputy.
+    pub(super) fn drop_checkpoint_copy(&mut self, from: NodeAddr, wire: JobId, rank: u32, epoch: u64) {
+        let Some(id) = self.guarded(from, wire) else { return };
+        let path = self.cut_path(id, rank, epoch);
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return };
+        d.arriving.remove(&(rank, epoch));
+        if let Some(cut) = d.cuts.get_mut(&epoch) {
+            cut.1.remove(&rank);
+            if cut.1.is_empty() {
+                d.cuts.remove(&epoch);
+            }
+        }
+        self.event(NodeEvent::RemoveFile { path });
+    }
+
+    /// Job `wire` ended or stopped here (its submitter said so): nothing to
+    /// take over.
     pub(super) fn unguard(&mut self, from: NodeAddr, wire: JobId) {
-        self.guards.jobs.retain(|_, d| d.holder != from || d.job.wire != wire);
+        if let Some(id) = self.guarded(from, wire) {
+            self.drop_guard(id);
+        }
+    }
+
+    /// The job this node is deputy for that `holder` runs as `wire`.
+    fn guarded(&self, holder: NodeAddr, wire: JobId) -> Option<JobId> {
+        self.guards.jobs.iter().find(|(_, d)| d.holder == holder && d.job.wire == wire).map(|(id, _)| *id)
+    }
+
+    /// No longer deputy for `id`: its copies of the output and the cuts go too.
+    fn drop_guard(&mut self, id: JobId) {
+        let Some(d) = self.guards.jobs.remove(&id) else { return };
+        if !d.logs.is_empty() {
+            let path = self.log_dir(id);
+            self.event(NodeEvent::RemoveDir { path });
+        }
+        if !d.cuts.is_empty() || !d.arriving.is_empty() {
+            let path = self.cut_dir(id);
+            self.event(NodeEvent::RemoveDir { path });
+        }
     }
 
     /// Node `gone` is lost: take over every job it submitted that this node
@@ -68,15 +235,22 @@ impl DaemonNode {
     pub(super) fn take_over(&mut self, now: Instant, gone: NodeAddr) {
         let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| d.holder == gone).map(|(k, _)| *k).collect();
         for id in mine {
-            let Some(Deputy { job, xml, .. }) = self.guards.jobs.remove(&id) else { continue };
+            let Some(Deputy { job, xml, logs, files, cuts, size, .. }) = self.guards.jobs.remove(&id) else { continue };
             let Ok(parsed) = JobDescription::parse(&xml) else { continue };
-            let (size, owner) = (parsed.job.processes, job.owner);
-            if !self.submitter.adopt(now, job, parsed.job) {
+            let owner = job.auth.as_ref().map(|a| a.key);
+            let cuts = cuts
+                .into_iter()
+                .filter(|(_, (_, ranks))| ranks.len() == size as usize)
+                .map(|(epoch, (wire, ranks))| (epoch, wire, ranks))
+                .collect();
+            let kept = Replica { files: files.into_iter().collect(), cuts };
+            if !self.submitter.adopt(now, job, parsed.job, kept) {
                 continue;
             }
             tracing::warn!(%id, node = %gone, "took over a job whose submitting node was lost");
             let base_dir = format!("{}/adopted-{id}", self.work_dir.trim_end_matches('/'));
             self.hold(now, id, base_dir, size, owner);
+            self.adopt_logs(id, logs);
         }
     }
 }

@@ -74,20 +74,20 @@ pub(super) struct Replays {
 
 impl DaemonNode {
     /// Where the node keeps `job`'s logs.
-    fn log_dir(&self, job: JobId) -> String {
+    pub(super) fn log_dir(&self, job: JobId) -> String {
         format!("{}/out-{job}", self.work_dir.trim_end_matches('/'))
     }
 
     /// Where the cuts of a job held here are kept for a restart.
-    fn cut_dir(&self, job: JobId) -> String {
+    pub(super) fn cut_dir(&self, job: JobId) -> String {
         format!("{}/cuts-{job}", self.work_dir.trim_end_matches('/'))
     }
 
-    fn cut_path(&self, job: JobId, rank: u32, epoch: u64) -> String {
+    pub(super) fn cut_path(&self, job: JobId, rank: u32, epoch: u64) -> String {
         format!("{}/{}", self.cut_dir(job), crate::ckpt::file_name(rank, epoch))
     }
 
-    fn log_path(&self, job: JobId, rank: u32, stream: Stream) -> String {
+    pub(super) fn log_path(&self, job: JobId, rank: u32, stream: Stream) -> String {
         let ext = if stream == Stream::Stdout { "out" } else { "err" };
         format!("{}/{rank}.{ext}", self.log_dir(job))
     }
@@ -356,6 +356,13 @@ impl DaemonNode {
     }
 
     /// Appends output to its rank's log file.
+    /// `job`, taken over here, has the logs its deputy kept (`deputy`): their lengths.
+    pub(super) fn adopt_logs(&mut self, job: JobId, logs: BTreeMap<(u32, Stream), u64>) {
+        if let Some(meta) = self.jobs.get_mut(&job) {
+            meta.logs = logs;
+        }
+    }
+
     fn keep_log(&mut self, job: JobId, rank: u32, stream: Stream, data: &Bytes) {
         let path = self.log_path(job, rank, stream);
         let Some(meta) = self.jobs.get_mut(&job) else { return };

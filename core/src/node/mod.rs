@@ -139,7 +139,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::CheckpointFile { .. }
         | JobMsg::Leaving { .. }
         | JobMsg::Moved { .. }
-        | JobMsg::Adopted { .. } => false,
+        | JobMsg::Adopted { .. }
+        | JobMsg::CutDropped { .. } => false,
     }
 }
 
@@ -718,16 +719,26 @@ impl Machine for DaemonNode {
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
-            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputy, ranks, owner }) => {
+            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputy, ranks, auth }) => {
                 let from = head.sender_addr;
                 self.on_guard(
                     from,
-                    Guarded { job: id, wire: job, restarts, ranks, owner },
+                    Guarded { job: id, wire: job, restarts, ranks, auth },
                     deputy,
                     head.payload.clone(),
                 );
-                let j = JobMsg::Guard { job, id, restarts, deputy, ranks: Vec::new(), owner };
+                let j = JobMsg::Guard { job, id, restarts, deputy, ranks: Vec::new(), auth: None };
                 self.exec.handle_message(now, head.map(|()| j));
+            }
+            NodeMsg::Job(JobMsg::Adopt { job }) => {
+                let (from, before) = (head.sender_addr, self.exec.submitter_of(job));
+                self.exec.handle_message(now, head.map(|()| JobMsg::Adopt { job }));
+                // The deputy holds the job now: its signature is the deputy's
+                // to offer again here.
+                let adopted = before.filter(|old| *old != from && self.exec.runs_for(job, from));
+                if let (Some(old), Some(nonce)) = (adopted, self.exec.signature_nonce(job)) {
+                    self.job_replay.hand_over(nonce, &old, from);
+                }
             }
             NodeMsg::Job(j) if for_executor(&j) => {
                 if let JobMsg::Done { job } | JobMsg::Kill { job } = j {
@@ -737,6 +748,24 @@ impl Machine for DaemonNode {
                 // granted to it go back to the queue.
                 let j = self.admit(now, head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
                 self.exec.handle_message(now, head.map(|()| j));
+            }
+            NodeMsg::Job(JobMsg::Output { job, rank, stream, offset }) => {
+                // A copy for the deputy, or output of a job held here.
+                if !self.copy_output(head.sender_addr, job, rank, stream, &head.payload) {
+                    let j = JobMsg::Output { job, rank, stream, offset };
+                    self.submitter.handle_message(now, head.map(|()| j));
+                }
+            }
+            NodeMsg::Job(JobMsg::CheckpointFile { job, rank, epoch, offset, total, digest }) => {
+                // A copy for the deputy, or a cut of a job held here.
+                let c = deputy::CutChunk { rank, epoch, offset, total, digest };
+                if !self.copy_checkpoint(head.sender_addr, job, c, &head.payload) {
+                    let j = JobMsg::CheckpointFile { job, rank, epoch, offset, total, digest };
+                    self.submitter.handle_message(now, head.map(|()| j));
+                }
+            }
+            NodeMsg::Job(JobMsg::CutDropped { job, rank, epoch }) => {
+                self.drop_checkpoint_copy(head.sender_addr, job, rank, epoch);
             }
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),
@@ -769,7 +798,9 @@ impl Machine for DaemonNode {
                 Ok(())
             }
             NodeCommand::FileRead { job, file, data } => {
-                self.submitter.handle_file_read(now, job, file, data);
+                if !self.deputy_file_read(job, file, &data) {
+                    self.submitter.handle_file_read(now, job, file, data);
+                }
                 Ok(())
             }
             NodeCommand::ProcessOutput { job, rank, stream, data } => {

@@ -65,7 +65,9 @@ impl SimShell {
             let busy = !later.is_empty();
             for (node, cmd) in later {
                 // A node that crashed meanwhile takes no more commands.
-                let _ = sim.command(node, cmd);
+                if sim.alive().any(|i| i == node) {
+                    let _ = sim.command(node, cmd);
+                }
             }
             if busy {
                 continue;
@@ -85,7 +87,9 @@ impl SimShell {
     fn on_event(&mut self, now: Instant, node: NodeIdx, ev: NodeEvent, later: &mut Vec<(NodeIdx, NodeCommand)>) {
         match ev {
             NodeEvent::ReadFile { job, file, path } => {
-                let data = Ok(FileData::new(Bytes::from(format!("contents of {path}"))));
+                // A file a node wrote (a staged one, read back), or made up.
+                let kept = self.files.get(&path).map(|f| Bytes::copy_from_slice(f));
+                let data = Ok(FileData::new(kept.unwrap_or_else(|| Bytes::from(format!("contents of {path}")))));
                 later.push((node, NodeCommand::FileRead { job, file, data }));
             }
             NodeEvent::Spawn { job, rank, .. } => {

@@ -18,7 +18,7 @@ mod place;
 pub(super) mod restart;
 
 pub use checkpoint::MAX_PENDING_CHECKPOINTS;
-pub use guard::Guarded;
+pub use guard::{Guarded, Replica};
 mod stage;
 
 /// What the application asks of one submission.
@@ -169,9 +169,6 @@ pub struct Submission {
     ignored: u64,
     /// The submitter's credentials, sent with every offer ([`JobMsg::SignedOffer`]).
     auth: Option<JobAuth>,
-    /// The key that signed the job (its credentials' key; or, for a job
-    /// taken over, as its deputy was told).
-    owner: Option<crate::auth::PublicKey>,
     /// Why nodes refused the job in words (at most [`MAX_REFUSALS`], distinct).
     refusals: Vec<String>,
     /// The ranks' checkpoints and the checkpoint requests on their way.
@@ -188,9 +185,8 @@ pub struct Submission {
     toward: Option<(u32, NodeAddr)>,
     /// Every move of a rank alone, in words, in order.
     moves: Vec<String>,
-    /// Taken over from its dead submitting node (`guard`): the job's files
-    /// and cuts stayed there, so its ranks can be neither placed again nor
-    /// moved.
+    /// Taken over from its dead submitting node (`guard`): its ranks can be
+    /// placed anew only with every file it stages (see `placeable`).
     adopted: bool,
 }
 
@@ -200,7 +196,6 @@ const MAX_REFUSALS: usize = 8;
 impl Submission {
     /// Offers go out with the submitter's credentials from now on.
     pub(super) fn set_auth(&mut self, auth: Option<JobAuth>) {
-        self.owner = auth.as_ref().map(|a| a.key);
         self.auth = auth;
     }
 
@@ -265,7 +260,6 @@ impl Submission {
             actions: VecDeque::new(),
             ignored: 0,
             auth: None,
-            owner: None,
             refusals: Vec::new(),
             ckpt: checkpoint::Checkpoints::default(),
             cuts: cuts::Cuts::default(),

@@ -46,7 +46,9 @@ fn net_over(
     let mut idx = Vec::new();
     for i in 0..n {
         let addr = NodeAddr::loopback(1 + i, 7000);
-        let mut cfg = DaemonConfig::new(res(i), format!("127.0.0.1:{}", 9000 + i), "/w", u64::from(i));
+        // Each node its own work directory, as each daemon has.
+        let mut cfg =
+            DaemonConfig::new(res(i), format!("127.0.0.1:{}", 9000 + i), format!("/w/node-{i}"), u64::from(i));
         cfg.can = can.clone();
         if i > 0 {
             cfg.bootstrap = vec![first];

@@ -10,7 +10,7 @@ fn from(a: NodeAddr, body: JobMsg) -> Envelope<JobMsg> {
 /// the deputy; rank 0 printed 10 bytes, rank 1 exited with its file sent.
 fn guarded() -> (Execution, JobId, Instant) {
     let (mut e, j, now) = two_ranks_running();
-    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputy: addr(7), ranks: vec![], owner: None };
+    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputy: addr(7), ranks: vec![], auth: None };
     e.handle_message(now, env(g, Bytes::new()));
     e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"0123456789")).unwrap();
     e.handle_process_exit(j, 1, 0).unwrap();

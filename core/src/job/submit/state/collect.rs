@@ -31,6 +31,10 @@ impl Submission {
                 let offset = offset + self.out_base.get(&(rank, stream)).copied().unwrap_or(0);
                 let end = self.out_end.entry((rank, stream)).or_default();
                 *end = (*end).max(offset + payload.len() as u64);
+                // The deputy keeps a copy, so the output outlives this node.
+                if let Some(d) = self.deputy() {
+                    self.send(d, JobMsg::Output { job: wire, rank, stream, offset }, payload.clone());
+                }
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
             JobMsg::CheckpointFile { rank, epoch, offset, total, digest, .. } => {

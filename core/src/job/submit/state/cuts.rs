@@ -68,6 +68,14 @@ pub(super) struct Cuts {
 }
 
 impl Cuts {
+    /// The cuts a deputy kept whole, for the job it takes over: epoch, the
+    /// run that wrote it, its ranks.
+    pub(super) fn adopt(&mut self, kept: Vec<(u64, JobId, BTreeSet<u32>)>) {
+        for (epoch, wire, ranks) in kept {
+            self.kept.insert(epoch, Kept { wire, ranks });
+        }
+    }
+
     /// Staged file `file` beyond the job's own: a rank's file of the cut
     /// resumed from, once read.
     pub(super) fn file(&self, file: u32) -> Option<&(String, Bytes, Id)> {
@@ -127,11 +135,16 @@ impl Submission {
         a.received += payload.len() as u64;
         let complete = a.received >= total;
         let job = self.job;
+        // The deputy keeps a copy, so the cut outlives this node.
+        if let Some(d) = self.deputy() {
+            let copy = JobMsg::CheckpointFile { job: self.wire, rank, epoch, offset, total, digest };
+            self.send(d, copy, payload.clone());
+        }
         self.event(SubmitEvent::StoreCheckpoint { job, rank, epoch, offset, data: payload });
         if complete {
             let a = self.cuts.arriving.remove(&(rank, epoch))?;
             if Id::from_bytes(a.hasher.finalize().into()) != digest {
-                self.event(SubmitEvent::DropCheckpoint { job, rank, epoch });
+                self.drop_cut_file(rank, epoch);
                 return Some(());
             }
             let wire = self.wire;
@@ -176,9 +189,16 @@ impl Submission {
 
     fn drop_cut(&mut self, epoch: u64) {
         let Some(kept) = self.cuts.kept.remove(&epoch) else { return };
-        let job = self.job;
         for rank in kept.ranks {
-            self.event(SubmitEvent::DropCheckpoint { job, rank, epoch });
+            self.drop_cut_file(rank, epoch);
+        }
+    }
+
+    /// `rank`'s file of `epoch` is kept no more, here and at the deputy.
+    fn drop_cut_file(&mut self, rank: u32, epoch: u64) {
+        self.event(SubmitEvent::DropCheckpoint { job: self.job, rank, epoch });
+        if let Some(d) = self.deputy() {
+            self.send(d, JobMsg::CutDropped { job: self.wire, rank, epoch }, Bytes::new());
         }
     }
 

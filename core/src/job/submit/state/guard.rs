@@ -19,8 +19,17 @@ pub struct Guarded {
     pub restarts: u32,
     /// Every rank's node.
     pub ranks: Vec<(u32, NodeAddr)>,
-    /// The key that signed the job, if it was signed.
-    pub owner: Option<crate::auth::PublicKey>,
+    /// The job's signature, if it was signed.
+    pub auth: Option<JobAuth>,
+}
+
+/// What a deputy kept of a job beside its placement, for taking it over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replica {
+    /// Staged files by number: name, bytes, digest.
+    pub files: Vec<(u32, (String, Bytes, Id))>,
+    /// Cuts kept whole: epoch, the run that wrote it, its ranks.
+    pub cuts: Vec<(u64, JobId, BTreeSet<u32>)>,
 }
 
 impl Submission {
@@ -39,9 +48,9 @@ impl Submission {
         let ranks: Vec<(u32, NodeAddr)> = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
         let Some((_, xml, _)) = self.files.first().cloned().flatten() else { return };
         let holding: BTreeSet<NodeAddr> = ranks.iter().map(|(_, n)| *n).collect();
-        let (job, id, restarts, owner) = (self.wire, self.job, self.restarts, self.owner);
+        let (job, id, restarts) = (self.wire, self.job, self.restarts);
         for to in holding {
-            let msg = JobMsg::Guard { job, id, restarts, deputy, ranks: ranks.clone(), owner };
+            let msg = JobMsg::Guard { job, id, restarts, deputy, ranks: ranks.clone(), auth: self.auth.clone() };
             self.send(to, msg, xml.clone());
         }
     }
@@ -49,12 +58,26 @@ impl Submission {
     /// Takes over job `g` (its description `desc`), running on its nodes,
     /// whose submitting node died: every executor is claimed and the job is
     /// collected from here on, as if submitted here. This node becomes the
-    /// next deputy's submitter in turn.
-    pub fn adopt(config: SubmitConfig, addr: NodeAddr, g: Guarded, desc: JobDescription, now: Instant) -> Self {
+    /// next deputy's submitter in turn. With every staged file in `kept`
+    /// the job can be placed anew (a restart, a move), otherwise not; a
+    /// restart resumes from the newest of its cuts.
+    pub fn adopt(
+        config: SubmitConfig,
+        addr: NodeAddr,
+        (g, desc): (Guarded, JobDescription),
+        kept: Replica,
+        now: Instant,
+    ) -> Self {
         let mut s = Submission::new(config, addr, (g.job, 0), desc, now);
-        s.owner = g.owner;
+        s.set_auth(g.auth);
         // Nothing is resolved or read again: the job runs.
         s.actions.clear();
+        s.cuts.adopt(kept.cuts);
+        for (i, f) in kept.files {
+            if let Some(slot) = s.files.get_mut(i as usize).filter(|_| i > 0) {
+                *slot = Some(f);
+            }
+        }
         if s.phase == Phase::Finished {
             return s;
         }
@@ -87,6 +110,12 @@ impl Submission {
         }
         s.guard();
         s
+    }
+
+    /// Whether the job's ranks can be placed anew: always, unless it was
+    /// taken over without every file it stages.
+    pub(super) fn placeable(&self) -> bool {
+        !self.adopted || self.files.iter().all(Option::is_some)
     }
 
     /// An executor took the adoption: its ranks' output goes on from `streamed`.

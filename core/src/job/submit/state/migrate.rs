@@ -82,7 +82,7 @@ impl Submission {
     /// ([`SubmitEvent::Moved`]; see `alone`).
     /// `to`: the node the rank goes to (see the module docs).
     pub fn migrate(&mut self, now: Instant, rank: u32, to: Option<NodeAddr>) -> Result<u64, SubmitCmdError> {
-        if self.adopted {
+        if !self.placeable() {
             return Err(SubmitCmdError::TakenOver { job: self.job });
         }
         self.start_migration(now, rank, (false, true), to)
@@ -97,7 +97,7 @@ impl Submission {
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
-        if self.adopted {
+        if !self.placeable() {
             // Its files are not here to place the ranks anew.
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
             return Some(());

@@ -17,8 +17,10 @@ impl Submission {
     /// Whether losing ranks now restarts the job rather than failing it.
     pub(super) fn restartable(&self) -> bool {
         let losses = self.restarts - self.migrations;
-        let placeable = !self.adopted;
-        placeable && self.desc.restart != RestartPolicy::Fail && losses < MAX_RESTARTS && self.phase == Phase::Running
+        self.placeable()
+            && self.desc.restart != RestartPolicy::Fail
+            && losses < MAX_RESTARTS
+            && self.phase == Phase::Running
     }
 
     /// Stops what is left of the current run and starts the job again from

@@ -265,9 +265,11 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     // but the checkpoint; the node moved off is done with the job.
     assert_eq!((s.wire(), s.restart_reasons().len(), s.ranks()[0].node), (wire, 0, Some(stays)));
     let after = &h.sent[before..];
-    // Rank 0's node is told only the new placement (for the job's deputy).
+    // Rank 0's node, the job's deputy, is told only the new placement, and
+    // gets its copy of the job's output.
     let told: Vec<&JobMsg> = after.iter().filter(|(n, _, _)| *n == stays).map(|(_, m, _)| m).collect();
-    assert!(matches!(&told[..], [JobMsg::Guard { ranks, .. }] if *ranks == [(0, stays), (1, to)]), "{told:?}");
+    assert!(matches!(told[0], JobMsg::Guard { ranks, .. } if *ranks == [(0, stays), (1, to)]), "{told:?}");
+    assert!(told[1..].iter().all(|m| matches!(m, JobMsg::Output { rank: 1, .. })), "{told:?}");
     assert!(after.iter().any(|(n, m, _)| *n == from && *m == JobMsg::Done { job: wire }), "{after:?}");
     // The new node: one rank offered, told the cut and given the engine before the files.
     let to_new: Vec<&(NodeAddr, JobMsg, Bytes)> = after.iter().filter(|(n, _, _)| *n == to).collect();
@@ -792,4 +794,63 @@ fn a_node_shutting_down_during_a_move_alone_has_the_job_roll_back_to_a_cut_asked
         reason.starts_with("from checkpoint 2: rank 1 moved off node ") && reason.contains("(shutting down)"),
         "{reason}"
     );
+}
+
+#[test]
+fn the_deputy_keeps_a_copy_of_every_cut_file_kept_and_restarts_from_the_newest_when_it_takes_over() {
+    let (mut h, mut s) = running();
+    let deputy = s.deputy().expect("a deputy");
+    for epoch in 1..=3 {
+        ship_cut(&mut h, &mut s, epoch);
+    }
+    // The deputy's copy: the chunks in order, less what was dropped; the
+    // same files as kept here (the two newest cuts).
+    let mut copies: BTreeMap<(u32, u64), Vec<u8>> = BTreeMap::new();
+    for (to, m, p) in h.sent.iter().filter(|(to, ..)| *to == deputy) {
+        match m {
+            JobMsg::CheckpointFile { rank, epoch, offset, .. } => {
+                let f = copies.entry((*rank, *epoch)).or_default();
+                assert_eq!(f.len() as u64, *offset, "chunks to {to} in order");
+                f.extend_from_slice(p);
+            }
+            JobMsg::CutDropped { rank, epoch, .. } => assert!(copies.remove(&(*rank, *epoch)).is_some()),
+            _ => {}
+        }
+    }
+    assert_eq!(copies, h.cuts);
+    assert_eq!(copies.keys().copied().collect::<Vec<_>>(), [(0, 2), (0, 3), (1, 2), (1, 3)]);
+
+    // Taken over with those cuts (and the job's files), a lost node restarts
+    // the job from the newest.
+    let xml = h.sent.iter().find_map(|(_, m, p)| matches!(m, JobMsg::Guard { .. }).then(|| p.clone())).unwrap();
+    let desc = JobDescription::parse(&xml).unwrap().job;
+    let mut files: BTreeMap<u32, (String, Bytes, Id)> = BTreeMap::new();
+    for (_, m, p) in &h.sent {
+        if let JobMsg::Stage { file, name, offset: 0, digest, .. } = m {
+            files.insert(*file, (name.clone(), p.clone(), *digest));
+        }
+    }
+    let wire = s.wire();
+    let cuts = [2, 3].map(|e| (e, wire, BTreeSet::from([0, 1]))).to_vec();
+    let g = Guarded {
+        job: s.job(),
+        wire,
+        restarts: 0,
+        ranks: s.ranks().iter().map(|r| (r.rank, r.node.unwrap())).collect(),
+        auth: None,
+    };
+    let kept = Replica { files: files.into_iter().collect(), cuts };
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), kept, h.now);
+    h.events.clear();
+    h.settle(&mut d);
+    let lost = s.ranks().iter().filter_map(|r| r.node).find(|n| *n != deputy).unwrap();
+    h.exit_code = Some(0);
+    d.handle_send_failed(h.now, lost);
+    h.run(&mut d, 40);
+    let restarting = h.events.iter().find_map(|e| match e {
+        SubmitEvent::Restarting { reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(restarting.as_ref().is_some_and(|r| r.starts_with("from checkpoint 3: ")), "{restarting:?}");
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
 }

@@ -7,8 +7,8 @@ fn guards(h: &Harness) -> Vec<(NodeAddr, Guarded, NodeAddr, Bytes)> {
     h.sent
         .iter()
         .filter_map(|(to, m, p)| match m {
-            JobMsg::Guard { job, id, restarts, deputy, ranks, owner } => {
-                let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), owner: *owner };
+            JobMsg::Guard { job, id, restarts, deputy, ranks, auth } => {
+                let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), auth: auth.clone() };
                 Some((*to, g, *deputy, p.clone()))
             }
             _ => None,
@@ -62,7 +62,7 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
     let (h, s) = running_on_two_nodes();
     let (_, g, deputy, xml) = guards(&h).remove(0);
     let desc = JobDescription::parse(&xml).unwrap().job;
-    let mut d = Submission::adopt(SubmitConfig::default(), deputy, g, desc, h.now);
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), Replica::default(), h.now);
     assert_eq!((d.job(), d.wire(), d.phase()), (s.job(), s.wire(), Phase::Running));
     let (sent, events) = drain(&mut d);
     assert!(events.is_empty(), "nothing is resolved or read again: {events:?}");
@@ -103,13 +103,13 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
 }
 
 #[test]
-fn an_adopted_job_never_places_ranks_anew_it_has_not_the_files() {
+fn an_adopted_job_without_its_files_never_places_ranks_anew() {
     let (h, s) = running_on_two_nodes();
     let (_, g, deputy, xml) = guards(&h).remove(0);
     let mut desc = JobDescription::parse(&xml).unwrap().job;
     desc.restart = crate::job::RestartPolicy::Scratch;
     let other = if deputy == addr(1) { addr(2) } else { addr(1) };
-    let mut d = Submission::adopt(SubmitConfig::default(), deputy, g, desc, h.now);
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), Replica::default(), h.now);
     drain(&mut d);
     assert!(matches!(d.migrate(h.now, 0, None), Err(SubmitCmdError::TakenOver { .. })));
     // A node shutting down is told its ranks stay.
@@ -127,4 +127,51 @@ fn an_adopted_job_never_places_ranks_anew_it_has_not_the_files() {
         .iter()
         .any(|e| matches!(e, SubmitEvent::Finished { outcome: Outcome::Failed(SubmitError::NodeLost { .. }), .. }));
     assert!(failed, "{events:?}");
+}
+
+/// The staged files as the submission sent them: by number, name, bytes, digest.
+fn staged_files(h: &Harness) -> Vec<(u32, (String, Bytes, crate::id::Id))> {
+    let mut files: BTreeMap<u32, (String, Bytes, crate::id::Id)> = BTreeMap::new();
+    for (_, m, p) in &h.sent {
+        if let JobMsg::Stage { file, name, offset: 0, digest, .. } = m {
+            files.insert(*file, (name.clone(), p.clone(), *digest));
+        }
+    }
+    files.into_iter().collect()
+}
+
+#[test]
+fn an_adopted_job_with_its_files_restarts_from_scratch_when_a_node_is_lost() {
+    let (mut h, _) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let mut desc = JobDescription::parse(&xml).unwrap().job;
+    desc.restart = crate::job::RestartPolicy::Scratch;
+    let files = staged_files(&h);
+    assert_eq!(files.iter().map(|(f, _)| *f).collect::<Vec<_>>(), [0, 1, 2]);
+    let other = if deputy == addr(1) { addr(2) } else { addr(1) };
+    let kept = Replica { files, cuts: Vec::new() };
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), kept, h.now);
+    h.sent.clear();
+    h.events.clear();
+    // A third node to go to; the lost one is never offered the job again.
+    h.behave.insert(addr(3), Behave::Accept);
+    h.slots.insert(addr(3), 1);
+    for (name, value) in res(1, 8000, &[]).registrations(addr(3)) {
+        h.regs.entry(name).or_default().push(value);
+    }
+    h.settle(&mut d);
+    h.exit_code = Some(0);
+    d.handle_send_failed(h.now, other);
+    h.run(&mut d, 40);
+    assert!(h.events.iter().any(|e| matches!(e, SubmitEvent::Restarting { .. })), "{:?}", h.events);
+    assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    let offered: BTreeSet<NodeAddr> = h.offers().iter().map(|(a, _)| *a).collect();
+    assert!(!offered.contains(&other) && offered.contains(&addr(3)), "{offered:?}");
+    // The files staged to the new nodes are the ones the deputy kept.
+    let staged: BTreeSet<String> = h
+        .sent
+        .iter()
+        .filter_map(|(_, m, _)| if let JobMsg::Stage { name, .. } = m { Some(name.clone()) } else { None })
+        .collect();
+    assert_eq!(staged, ["job.xml", "ring", "input1"].map(String::from).into());
 }
