@@ -1,20 +1,27 @@
 //! The jobs this node is deputy for: a job's submitting node names, among the
 //! nodes running its ranks, the one that takes the job over if it dies
 //! ([`JobMsg::Guard`], see [`crate::job::Guarded`]). The deputy keeps what it
-//! was told (the placement and the job file), the job's files (read back from
-//! its own copy of the job directory, each checked against the digest it was
-//! staged with, so the job can be placed anew: a restart after a lost node),
-//! a copy of the job's output as the submitting node takes it (its logs, in
-//! the job's log directory here) and of every checkpoint file it keeps (in
-//! the job's cut directory here, each checked against its digest, dropped
-//! when the submitting node drops its own), and watches the submitting node. Once that node is gone, it holds the job
-//! as if submitted here: it adopts the executors, collects the rest of the
-//! output, output files and exits (output files into `adopted-JOB` under the
-//! work directory), registers the job's key so `p2pjob wait` or `status` from
-//! any node finds it here with all its output, and names a deputy of its own.
-//! The ranks run on, or, when ranks were lost too, the job restarts by its
-//! `<restart>` rule from the newest cut kept whole here. What was in flight
-//! to the dead node is lost with it.
+//! was told (the placement, the job file and signature), the job's files
+//! (read back from its own copy of the job directory, each checked against
+//! the digest it was staged with, so the job can be placed anew: a restart
+//! after a lost node), a copy of the job's output as the submitting node
+//! takes it (its logs, in the job's log directory here) and of every
+//! checkpoint file it keeps (in the job's cut directory here, each checked
+//! against its digest, dropped when the submitting node drops its own), and
+//! watches the submitting node.
+//!
+//! Once that node is lost (a send to it fails, or nothing was heard from it
+//! for the failure timeout), the deputy holds
+//! the job as if submitted here: it adopts the executors, collects the rest
+//! of the output, output files and exits (output files into `adopted-JOB`
+//! under the work directory), registers the job's key so `p2pjob wait` or
+//! `status` from any node finds it here with all its output, and names a
+//! deputy of its own. The ranks run on, or, when ranks were lost too, the
+//! job restarts by its `<restart>` rule from the newest cut kept whole here.
+//! What was in flight to the dead node is lost with it. There is no fencing:
+//! a deputy that loses its connection to a submitting node that still runs,
+//! or is cut off from it, takes the job over all the same, and the two hold
+//! it side by side.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;

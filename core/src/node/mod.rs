@@ -716,6 +716,7 @@ impl Machine for DaemonNode {
 
     fn handle_message(&mut self, now: Instant, msg: Envelope<NodeMsg>) {
         self.liveness.heard(msg.sender_addr, now);
+        self.exec.heard_from(msg.sender_addr);
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),

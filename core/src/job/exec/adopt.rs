@@ -34,6 +34,14 @@ impl Execution {
         true
     }
 
+    /// A message came from `node`: the jobs it submitted that wait for
+    /// their deputy since a send to it failed wait no more (it is there).
+    pub fn heard_from(&mut self, node: NodeAddr) {
+        for j in self.jobs.values_mut().filter(|j| j.orphaned && j.submitter == node) {
+            (j.orphaned, j.deadline) = (false, None);
+        }
+    }
+
     /// `from` takes `job` over.
     pub(super) fn on_adopt(&mut self, from: NodeAddr, job: JobId) -> Option<()> {
         let j = self.jobs.get_mut(&job).filter(|j| j.deputy == Some(from) && !j.killed)?;

@@ -74,6 +74,17 @@ fn a_job_whose_submitter_died_is_adopted_by_its_deputy_only_and_sends_it_what_en
 }
 
 #[test]
+fn a_job_whose_submitter_is_heard_again_waits_no_more() {
+    let (mut e, j, now) = guarded();
+    e.handle_send_failed(now, addr(0));
+    e.heard_from(addr(9));
+    e.heard_from(addr(0));
+    e.handle_timeout(now + Duration::from_secs(3600));
+    assert!(drain_to(&mut e).1.is_empty(), "the job runs on for its submitter");
+    assert_eq!(e.jobs().collect::<Vec<_>>(), [j]);
+}
+
+#[test]
 fn a_job_no_deputy_adopts_in_time_is_stopped_and_one_without_a_deputy_at_once() {
     let (mut e, j, now) = guarded();
     e.handle_send_failed(now, addr(0));
