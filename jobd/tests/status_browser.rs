@@ -200,10 +200,14 @@ fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
     assert!(net.overlay_addrs().iter().any(|a| text.contains(&a.to_string())), "where ranks ran: {text}");
     // Pointing at the page's own node shows its neighbours, as it reports them.
     let me = net.overlay_addrs()[0];
-    browser.hover(&format!("#ring circle[data-addr=\"{me}\"]"));
-    let info = browser.script("return document.getElementById('ring-info').innerText;");
-    let info = info.as_str().unwrap_or_default();
-    assert!(info.contains("successors") && info.contains("as the node itself reports them"), "{info}");
+    // Until the node's own report arrives the page shows neighbours computed
+    // from the node list: wait for the report rather than race it.
+    let info = web::until(Duration::from_secs(5), "the node's own neighbours on the page", || {
+        browser.hover(&format!("#ring circle[data-addr=\"{me}\"]"));
+        let t = browser.script("return document.getElementById('ring-info').innerText;");
+        t.as_str().filter(|t| t.contains("as the node itself reports them")).map(str::to_owned)
+    });
+    assert!(info.contains("successors"), "{info}");
     let lines = browser.script("return document.querySelectorAll('#ring .succ').length;");
     assert_eq!(lines, json!(3), "a line to each of its three successors");
     assert_eq!(
