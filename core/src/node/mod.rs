@@ -394,7 +394,7 @@ pub struct DaemonNode {
     pending: BTreeMap<Token, Pending>,
     /// Process keys registered by ranks, by control connection.
     regs: BTreeMap<ConnId, Vec<(String, String)>>,
-    /// Jobs submitted here (or taken over: see `guard`).
+    /// Jobs submitted here (or taken over: see `deputy`).
     jobs: BTreeMap<JobId, held::JobMeta>,
     replays: held::Replays,
     /// Jobs this node takes over if their submitting node dies.

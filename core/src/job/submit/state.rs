@@ -96,6 +96,26 @@ struct Node {
 }
 
 impl Node {
+    /// A node the job may be placed on: `slots` in all, `free_hint` free and
+    /// `load_milli` as it advertised; nothing asked of it yet.
+    fn candidate(slots: u32, free_hint: u32, load_milli: u32) -> Self {
+        Node {
+            slots,
+            free_hint,
+            load_milli,
+            wanted: false,
+            granted: 0,
+            ahead: 0,
+            answered: false,
+            accepted: Vec::new(),
+            offer: None,
+            closed: false,
+            stage: Stage::NotSent,
+            out_consumed: 0,
+            streamed: BTreeMap::new(),
+        }
+    }
+
     /// When its offer goes unanswered or its staging stalls, whichever is first.
     fn placement_deadline(&self) -> Option<Instant> {
         self.offer.as_ref().map(|(_, d)| *d).into_iter().chain(self.stage.deadline()).min()

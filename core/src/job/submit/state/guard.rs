@@ -88,19 +88,9 @@ impl Submission {
             let Some(r) = s.ranks.get_mut(rank as usize) else { continue };
             (r.node, r.started) = (Some(node), true);
             let n = s.nodes.entry(node).or_insert_with(|| Node {
-                slots: 0,
-                free_hint: 0,
-                load_milli: 0,
-                wanted: false,
-                granted: 0,
-                ahead: 0,
                 answered: true,
-                accepted: Vec::new(),
-                offer: None,
-                closed: false,
                 stage: Stage::Staged,
-                out_consumed: 0,
-                streamed: BTreeMap::new(),
+                ..Node::candidate(0, 0, 0)
             });
             n.accepted.push(rank);
         }

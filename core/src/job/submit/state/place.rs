@@ -58,21 +58,7 @@ impl Submission {
             let total = res.slots_total.max(res.slots);
             let lost_before = self.lost_nodes.contains(&addr);
             if total > 0 && !lost_before && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
-                let node = Node {
-                    slots: total,
-                    free_hint: res.slots.min(total),
-                    load_milli: res.load_milli.unwrap_or(0),
-                    wanted: false,
-                    granted: 0,
-                    ahead: 0,
-                    answered: false,
-                    accepted: Vec::new(),
-                    offer: None,
-                    closed: false,
-                    stage: Stage::NotSent,
-                    out_consumed: 0,
-                    streamed: BTreeMap::new(),
-                };
+                let node = Node::candidate(total, res.slots.min(total), res.load_milli.unwrap_or(0));
                 self.nodes.insert(addr, node);
             }
         }
