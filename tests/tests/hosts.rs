@@ -321,13 +321,70 @@ fn a_job_outlives_its_submitting_host_and_other_hosts_collect_it() {
         if i == 3 {
             eprintln!("status from host 3:\n{}", status.stdout);
         }
-        // Held by the deputy: rank 0's node.
+        // Held by the deputy (rank 0's node), and, since it ended, by the
+        // deputy's own deputy too, which answers for itself.
         let holder = status.stdout.split_once("(on ").and_then(|(_, r)| r.split_once(')')).map(|(a, _)| a);
         let rank0 = status.stdout.split_once("rank 0").and_then(|(_, r)| r.split_whitespace().nth(1));
-        assert!(holder.is_some() && holder == rank0, "{}", status.stdout);
+        let me = format!("{}:7400", c.hosts[i].ip);
+        assert!(holder.is_some() && (holder == rank0 || holder == Some(me.as_str())), "{}", status.stdout);
         assert_ne!(holder, Some(format!("{}:7400", c.hosts[0].ip).as_str()));
         assert_eq!(ranks_on(&c, i, tag), 0, "host {i} still runs a rank");
     }
+}
+
+/// A job ends while its submitting host lives; nobody has collected it when
+/// that host is killed (-9): its deputy kept the results, so `p2pjob wait`,
+/// `output` and `status` from another host get all of them, and the output
+/// files are whole on the deputy's host.
+#[test]
+fn an_ended_jobs_results_wait_in_the_network_when_its_submitting_host_dies() {
+    built();
+    let Some(mut c) = cluster_or_skip("results_outlive", 4) else { return };
+    for i in 0..4 {
+        let mut flags: Vec<&str> = FAST.to_vec();
+        flags.extend(["--slots", "1", "--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]);
+        if i > 0 {
+            flags.extend(["--tag", "worker"]);
+        }
+        let boot: Vec<usize> = if i == 0 { Vec::new() } else { vec![0, i - 1] };
+        c.start_jobd(i, &boot, &flags);
+    }
+    wait_for_nodes(&c, 0, 4);
+    let script =
+        write(&c, "answer.sh", "#!/bin/sh\necho \"rank $P2PMP_RANK says hi\"\necho \"answer $P2PMP_RANK\" > out.txt\n");
+    let job = job_file(
+        &c,
+        "answer.xml",
+        &script,
+        3,
+        "  <requirement>worker</requirement>\n  <outputfile>out.txt</outputfile>\n",
+    );
+    let id = submit(&c, 0, &job);
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(60));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    // Its deputy: rank 0's node, as the submitting host's status says.
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    let rank0 = status.split_once("rank 0").and_then(|(_, r)| r.split_whitespace().nth(1)).unwrap().to_owned();
+    let deputy = (1..4).find(|&i| rank0 == format!("{}:7400", c.hosts[i].ip)).expect("rank 0 on a worker");
+    c.crash(0);
+    let asker = if deputy == 3 { 2 } else { 3 };
+    // Once the dead host is found out, any host collects the job.
+    std::thread::sleep(Duration::from_millis(2500));
+    let t0 = Instant::now();
+    let w = c.p2pjob(asker, &["wait", &id], Duration::from_secs(60));
+    eprintln!("collected {:?} after the submitting host died: {}", t0.elapsed(), w.stderr.trim());
+    assert!(w.ok, "the results did not outlive host 0: {} {}", w.stdout, w.stderr);
+    let out = c.p2pjob(asker, &["output", &id], Duration::from_secs(20));
+    for rank in 0..3 {
+        assert!(w.stdout.contains(&format!("[{rank}] rank {rank} says hi")), "{}", w.stdout);
+        assert!(out.stdout.contains(&format!("[{rank}] rank {rank} says hi")), "{}", out.stdout);
+        let file = c.hosts[deputy].work.join(format!("node-7400/adopted-{id}/out.txt.{rank}"));
+        let got = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_eq!(got, format!("answer {rank}\n"));
+    }
+    let status = c.p2pjob(asker, &["status", &id], Duration::from_secs(20));
+    assert!(status.ok && status.stdout.contains("done"), "{} {}", status.stdout, status.stderr);
+    eprintln!("status from host {asker} after the submitting host died:\n{}", status.stdout);
 }
 
 /// kill -9 of the submitting host running a rank of a job with
@@ -405,26 +462,27 @@ fn checkpoint_epochs(status: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Submits the checkpointing ring `prog` of `loops` on 2 ranks through host
-/// 0 (`<checkpoint>1s</checkpoint><restart>checkpoint</restart>`) and waits
-/// until both ranks have taken two cuts: its id.
-fn ckpt_ring_with_two_cuts(c: &Cluster, prog: &str, loops: u64) -> String {
+/// Submits the checkpointing ring `prog` of `loops` on `size` ranks through
+/// host 0 (`<checkpoint>1s</checkpoint><restart>checkpoint</restart>`) and
+/// waits until every rank has taken two cuts: its id.
+fn ckpt_ring_with_two_cuts(c: &Cluster, prog: &str, loops: u64, size: u32) -> String {
     let extra =
         format!("  <arguments>{loops}</arguments>\n  <checkpoint>1s</checkpoint>\n  <restart>checkpoint</restart>\n");
-    let job = job_file(c, "ckpt.xml", prog, 2, &extra);
+    let job = job_file(c, "ckpt.xml", prog, size, &extra);
     let id = submit(c, 0, &job);
-    wait_status(c, 0, &id, "2 running", Duration::from_secs(20));
-    wait_for_two_cuts(c, &id);
+    wait_status(c, 0, &id, &format!("{size} running"), Duration::from_secs(20));
+    wait_for_two_cuts(c, &id, size);
     id
 }
 
-/// Waits until both ranks of `job` (submitted through host 0) have taken two cuts.
-fn wait_for_two_cuts(c: &Cluster, job: &str) {
+/// Waits until every rank of `job` (`size` ranks, submitted through host 0)
+/// has taken two cuts.
+fn wait_for_two_cuts(c: &Cluster, job: &str, size: u32) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let status = c.p2pjob(0, &["status", job], Duration::from_secs(20)).stdout;
         let epochs = checkpoint_epochs(&status);
-        if epochs.len() == 2 && epochs.iter().all(|e| *e >= 2) {
+        if epochs.len() == size as usize && epochs.iter().all(|e| *e >= 2) {
             return;
         }
         assert!(Instant::now() < deadline, "two cuts were never taken:\n{status}");
@@ -444,7 +502,7 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
         return;
     };
     let loops: u64 = 9_137;
-    let id = ckpt_ring_with_two_cuts(&c, &prog, loops);
+    let id = ckpt_ring_with_two_cuts(&c, &prog, loops, 2);
     // The files of the second cut reach the node holding the job a moment later.
     std::thread::sleep(Duration::from_millis(500));
     let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
@@ -471,7 +529,7 @@ fn a_job_restarts_from_the_cut_its_deputy_kept_when_the_submitting_host_dies() {
         return;
     };
     let loops: u64 = 9_091;
-    let id = ckpt_ring_with_two_cuts(&c, &prog, loops);
+    let id = ckpt_ring_with_two_cuts(&c, &prog, loops, 2);
     assert!(ranks_on(&c, 0, &loops.to_string()) > 0, "the submitting host runs a rank");
     // The files of the second cut reach the node holding the job, and its
     // deputy, a moment later.
@@ -484,6 +542,58 @@ fn a_job_restarts_from_the_cut_its_deputy_kept_when_the_submitting_host_dies() {
     let lost = format!("node {}:7400 holding rank(s) [0]", c.hosts[0].ip);
     assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
     assert!(status.contains(&lost), "{status}");
+}
+
+/// The hosts of every rank in a `p2pjob status JOB` text, by rank.
+fn rank_hosts(c: &Cluster, status: &str) -> Vec<usize> {
+    let rank_lines = status.lines().filter(|l| l.trim_start().starts_with("rank "));
+    rank_lines
+        .filter_map(|l| {
+            let node = l.split_whitespace().skip_while(|w| *w != "on").nth(1)?;
+            (0..c.hosts.len()).find(|&i| node == format!("{}:7400", c.hosts[i].ip))
+        })
+        .collect()
+}
+
+/// The submitter's node and the guardian's at once: kill -9 of the
+/// submitting host (it runs rank 0 and holds the job) and of its first
+/// deputy together, under the checkpointing ring on three ranks. The second
+/// deputy, which kept a copy of every cut too, takes the job over and
+/// restarts it from the newest cut on the hosts left; the job ends with the
+/// checksum of an undisturbed run, collected from another host.
+#[test]
+fn a_job_restarts_at_its_second_deputy_when_the_submitting_host_and_the_first_die_together() {
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
+    let Some(mut c) = cluster("deputies_ckpt", 5, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
+        return;
+    };
+    let loops: u64 = 9_001;
+    let id = ckpt_ring_with_two_cuts(&c, &prog, loops, 3);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    let hosts = rank_hosts(&c, &status);
+    assert_eq!(hosts.len(), 3, "{status}");
+    assert_eq!(hosts[0], 0, "the submitting host runs rank 0: {status}");
+    // The deputies: the hosts of the lowest ranks off the submitting host.
+    let (first, second) = (hosts[1], hosts[2]);
+    // The files of the second cut reach the node holding the job, and its
+    // deputies, a moment later.
+    std::thread::sleep(Duration::from_millis(800));
+    c.crash(0);
+    c.crash(first);
+    std::thread::sleep(Duration::from_secs(12));
+    let probe = c.p2pjob(second, &["status", &id], Duration::from_secs(5));
+    eprintln!("PROBE second={second} first={first} ok={} {} {}", probe.ok, probe.stdout, probe.stderr);
+    let asker = (1..5).find(|i| *i != first && *i != second).unwrap();
+    let w = c.p2pjob(asker, &["wait", &id], Duration::from_secs(90));
+    eprintln!("{}", w.stderr.trim());
+    assert!(w.ok, "the job did not survive hosts 0 and {first}: {} {}", w.stdout, w.stderr);
+    assert_resumed_with_the_undisturbed_result(&w.stdout, loops, 3, 0);
+    let status = c.p2pjob(asker, &["status", &id], Duration::from_secs(20)).stdout;
+    assert!(status.contains("done") && status.contains("restart 1: from checkpoint "), "{status}");
+    // Held by the second deputy, and, since it ended, by its own deputies
+    // too, among them maybe the host asked.
+    let on = |i: usize| status.contains(&format!("(on {}:7400)", c.hosts[i].ip));
+    assert!(on(second) || on(asker), "{status}");
 }
 
 /// The process of `rank` of the job run with `tag` in its command line:

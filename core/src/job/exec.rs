@@ -226,9 +226,10 @@ struct ExecJob {
     /// The output files a moved rank placed here carries
     /// ([`JobMsg::CarriedFiles`]), by staged file number.
     carried: BTreeMap<u32, StagedFile>,
-    /// The node that takes the job over if its submitter dies ([`adopt`]).
-    deputy: Option<NodeAddr>,
-    /// The submitter is gone: the job waits for its deputy until `deadline`.
+    /// The nodes that take the job over if its submitter dies, in order of
+    /// succession ([`adopt`]).
+    deputies: Vec<NodeAddr>,
+    /// The submitter is gone: the job waits for a deputy until `deadline`.
     orphaned: bool,
     /// Ranks that exited before the job was adopted: their output files and
     /// exit go to the new submitter again, their slot is free already.
@@ -501,7 +502,9 @@ impl Execution {
             }
             JobMsg::OutputAck { consumed, .. } => return self.on_output_ack(job, consumed),
             JobMsg::StreamAck { rank, consumed, .. } => return self.on_stream_ack(job, rank, consumed),
-            JobMsg::Guard { deputy, .. } => j.deputy = Some(deputy).filter(|d| *d != from),
+            JobMsg::Guard { deputies, .. } => {
+                j.deputies = deputies.into_iter().filter(|d| *d != from).take(adopt::MAX_DEPUTIES).collect();
+            }
             _ => return None,
         }
         Some(())
@@ -566,7 +569,7 @@ impl Execution {
             moving: BTreeMap::new(),
             engines: BTreeSet::new(),
             carried: BTreeMap::new(),
-            deputy: None,
+            deputies: Vec::new(),
             orphaned: false,
             reexit: BTreeSet::new(),
         });

@@ -32,7 +32,9 @@ pub use description::{
     JobDescription, JobFileError, JobFileErrorKind, JobFileWarning, ParsedJob, PathProblem, PathUse, RestartPolicy,
 };
 pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
-pub use msg::{JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream};
+pub use msg::{
+    JobEnd, JobHistory, JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream,
+};
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{
     FileData, Guarded, MAX_RESTARTS, Outcome, Phase, RankInfo, Replica, Submission, SubmissionCommand, SubmitCmdError,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::JobId;
 use crate::auth::JobAuth;
-use crate::ckpt::{CheckpointInfo, RecoveryInfo};
+use crate::ckpt::{CheckpointInfo, RankCheckpoints, RecoveryInfo};
 use crate::id::Id;
 use crate::machine::NodeAddr;
 
@@ -182,12 +182,21 @@ pub enum JobMsg {
     CarriedFiles { job: JobId, rank: u32, files: Vec<StagedFile> },
     /// Submitter -> every node holding ranks, whenever the job (re)starts or
     /// a rank moves: the job `id` runs as `job` (its wire id, after
-    /// `restarts` restarts) with `ranks` placed so; node `deputy` takes the
-    /// job over if the submitter's node dies (see `crate::node::deputy`), and
-    /// the others take [`JobMsg::Adopt`] from it then; `auth`: the job's
+    /// `restarts` restarts) with `ranks` placed so; nodes `deputies`, in
+    /// order of succession, take the job over if the submitter's node dies
+    /// (the first, or the next when those before it died too: see
+    /// `crate::node::deputy`), and the others take [`JobMsg::Adopt`] from
+    /// one of them then; `auth`: the job's
     /// signature, if it was signed (the deputy offers it again to place
     /// ranks anew). Payload = the job file.
-    Guard { job: JobId, id: JobId, restarts: u32, deputy: NodeAddr, ranks: Vec<(u32, NodeAddr)>, auth: Option<JobAuth> },
+    Guard {
+        job: JobId,
+        id: JobId,
+        restarts: u32,
+        deputies: Vec<NodeAddr>,
+        ranks: Vec<(u32, NodeAddr)>,
+        auth: Option<JobAuth>,
+    },
     /// Deputy -> executor: the job's submitter is gone and this node holds the
     /// job from now on: send it what the old one would have got.
     Adopt { job: JobId },
@@ -198,6 +207,36 @@ pub enum JobMsg {
     /// the submitter keeps (each [`JobMsg::CheckpointFile`] chunk passed on):
     /// `rank`'s file of `epoch` is no longer kept.
     CutDropped { job: JobId, rank: u32, epoch: u64 },
+    /// Submitter -> its deputies, before the job's nodes are told it is
+    /// over: how job `job` (its id, not a run's wire id: a deputy named
+    /// before a restart hears it too) ended, and its `history`. Each deputy then holds the
+    /// ended job as the submitter does (its end, the output and output files
+    /// it copied), so `p2pjob wait` or `status` from any node finds its
+    /// results while one of them lives.
+    Ended { job: JobId, end: JobEnd, history: JobHistory },
+}
+
+/// What `p2pjob status` shows of a job beside its placement and exits, as
+/// its submitting node tells its deputies when it ends ([`JobMsg::Ended`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobHistory {
+    /// Why it restarted, each time.
+    pub restarts: Vec<String>,
+    /// Every rank moved alone.
+    pub moves: Vec<String>,
+    /// Each rank's checkpoints and recoveries, by rank.
+    pub checkpoints: Vec<(u32, RankCheckpoints)>,
+}
+
+/// How a job ended, as its submitting node tells its deputy ([`JobMsg::Ended`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEnd {
+    /// Every rank exited; codes by rank.
+    Done { codes: Vec<i32> },
+    /// It could not run to the end, in words.
+    Failed { error: String },
+    /// The user killed it.
+    Killed,
 }
 
 /// Most stdout + stderr bytes of one rank in flight to its submitter: the
@@ -269,7 +308,8 @@ impl JobMsg {
             | JobMsg::Guard { job, .. }
             | JobMsg::Adopt { job }
             | JobMsg::Adopted { job, .. }
-            | JobMsg::CutDropped { job, .. } => *job,
+            | JobMsg::CutDropped { job, .. }
+            | JobMsg::Ended { job, .. } => *job,
         }
     }
 
@@ -384,16 +424,29 @@ mod tests {
         let want = [&[37u8][..], zero, &[1, 1, 0x80, 0x80, 0x80, 0x01, 1, b'o', 3], zero].concat();
         assert_eq!(body_bytes(&carried), want);
         let a = NodeAddr::loopback(2, 7000);
-        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputy: a, ranks: vec![(0, a)], auth: None };
+        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputies: vec![a], ranks: vec![(0, a)], auth: None };
         let addr = postcard::to_allocvec(&a).unwrap();
-        // restarts 1, the deputy, [(0, a)], not signed
-        let want = [&[38u8][..], zero, zero, &[1], &addr, &[1, 0], &addr, &[0]].concat();
+        // restarts 1, the deputies [a], [(0, a)], not signed
+        let want = [&[38u8][..], zero, zero, &[1, 1], &addr, &[1, 0], &addr, &[0]].concat();
         assert_eq!(body_bytes(&guard), want);
         assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
         let adopted = JobMsg::Adopted { job: z, streamed: vec![(1, 128)] };
         assert_eq!(body_bytes(&adopted), [&[40u8][..], zero, &[1, 1, 0x80, 0x01]].concat());
         let dropped = JobMsg::CutDropped { job: z, rank: 2, epoch: 3 };
         assert_eq!(body_bytes(&dropped), [&[41u8][..], zero, &[2, 3]].concat());
+        let none = JobHistory::default();
+        let ended = JobMsg::Ended { job: z, end: JobEnd::Done { codes: vec![0, -1] }, history: none.clone() };
+        assert_eq!(body_bytes(&ended), [&[42u8][..], zero, &[0, 2, 0, 1], &[0, 0, 0]].concat());
+        let failed = JobMsg::Ended { job: z, end: JobEnd::Failed { error: "x".into() }, history: none.clone() };
+        assert_eq!(body_bytes(&failed), [&[42u8][..], zero, &[1, 1, b'x'], &[0, 0, 0]].concat());
+        let history = JobHistory {
+            restarts: vec!["r".into()],
+            moves: vec![],
+            checkpoints: vec![(1, RankCheckpoints::default())],
+        };
+        let killed = JobMsg::Ended { job: z, end: JobEnd::Killed, history };
+        // restarts ["r"], no moves, rank 1: no checkpoint, no recoveries, 0 recovered
+        assert_eq!(body_bytes(&killed), [&[42u8][..], zero, &[2], &[1, 1, b'r', 0, 1, 1, 0, 0, 0]].concat());
         let reject = JobMsg::Reject { job: z, ranks: vec![], reason: RejectReason::Other("x".into()) };
         assert_eq!(body_bytes(&reject)[21..], [0, 3, 1, b'x']);
         // A signed offer: the offer's fields, then the key, the manifest
@@ -483,7 +536,8 @@ mod tests {
                         let manifest = JobManifest { job_file: Id::ZERO, files: vec![], timestamp_ms: 1, nonce: 2 };
                         JobAuth { key: PublicKey([port as u8; 32]), manifest, signature: Signature([[3; 32]; 2]) }
                     });
-                    JobMsg::Guard { job, id: job, restarts, deputy: NodeAddr::loopback(2, port), ranks, auth }
+                    let deputies = vec![NodeAddr::loopback(2, port), NodeAddr::loopback(4, port)];
+                    JobMsg::Guard { job, id: job, restarts, deputies, ranks, auth }
                 }),
             job.clone().prop_map(|job| JobMsg::Adopt { job }),
             (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, epoch)| JobMsg::CutDropped {
@@ -493,6 +547,17 @@ mod tests {
             }),
             (job.clone(), proptest::collection::vec((any::<u32>(), any::<u64>()), 0..3))
                 .prop_map(|(job, streamed)| JobMsg::Adopted { job, streamed }),
+            (job.clone(), proptest::collection::vec(any::<i32>(), 0..4), "[a-z ]{0,8}", any::<u8>()).prop_map(
+                |(job, codes, error, pick)| {
+                    let history = JobHistory { restarts: vec![error.clone()], ..JobHistory::default() };
+                    let end = match pick % 3 {
+                        0 => JobEnd::Done { codes },
+                        1 => JobEnd::Failed { error },
+                        _ => JobEnd::Killed,
+                    };
+                    JobMsg::Ended { job, end, history }
+                }
+            ),
             (job.clone(), any::<u64>()).prop_map(|(job, request)| JobMsg::Checkpoint { job, request }),
             (job.clone(), any::<u64>(), proptest::collection::vec(any::<u32>(), 0..4))
                 .prop_map(|(job, request, ranks)| JobMsg::CheckpointAsked { job, request, ranks }),

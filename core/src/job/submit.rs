@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use sha1::{Digest, Sha1};
 
-use super::msg::{JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
+use super::msg::{JobEnd, JobHistory, JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
 use super::requirements::{ANY_NAME, Requirement, Resources};
 use super::{JobDescription, JobId, RestartPolicy};
 use crate::ckpt::CutInfo;
@@ -178,6 +178,16 @@ pub enum Outcome {
     Failed(SubmitError),
     /// The user killed it.
     Killed,
+}
+
+impl From<&Outcome> for JobEnd {
+    fn from(o: &Outcome) -> Self {
+        match o {
+            Outcome::Done { codes } => JobEnd::Done { codes: codes.clone() },
+            Outcome::Failed(e) => JobEnd::Failed { error: e.to_string() },
+            Outcome::Killed => JobEnd::Killed,
+        }
+    }
 }
 
 /// Where a submission is.
@@ -415,6 +425,23 @@ impl Submitter {
             return false;
         }
         let s = Submission::adopt(self.config.clone(), self.addr, (g.clone(), desc), kept, now);
+        self.jobs.insert(g.job, s);
+        true
+    }
+
+    /// Keeps job `g` (described by `desc`), which ended at its submitting
+    /// node with exit `codes`, for `status` and `wait` here (see
+    /// [`Submission::ended`]); `false` when it is held here already.
+    pub fn keep_ended(
+        &mut self,
+        now: Instant,
+        (g, desc): (Guarded, JobDescription),
+        end: (&[i32], JobHistory),
+    ) -> bool {
+        if self.jobs.contains_key(&g.job) {
+            return false;
+        }
+        let s = Submission::ended(self.config.clone(), self.addr, (g.clone(), desc), end, now);
         self.jobs.insert(g.job, s);
         true
     }

@@ -1,6 +1,6 @@
 //! The jobs this node is deputy for: a job's submitting node names, among the
-//! nodes running its ranks, the one that takes the job over if it dies
-//! ([`JobMsg::Guard`], see [`crate::job::Guarded`]). The deputy keeps what it
+//! nodes running its ranks, two that take the job over if it dies, in turn
+//! ([`JobMsg::Guard`], see [`crate::job::Guarded`]). Each deputy keeps what it
 //! was told (the placement, the job file and signature), the job's files
 //! (read back from its own copy of the job directory, each checked against
 //! the digest it was staged with, so the job can be placed anew: a restart
@@ -8,16 +8,30 @@
 //! takes it (its logs, in the job's log directory here) and of every
 //! checkpoint file it keeps (in the job's cut directory here, each checked
 //! against its digest, dropped when the submitting node drops its own), and
-//! watches the submitting node.
+//! watches the submitting node. It copies the job's output files too, as
+//! the submitting node receives them (into `adopted-JOB` under the work
+//! directory).
+//!
+//! When the job ends, the submitting node tells its deputy how
+//! ([`JobMsg::Ended`]) before it tells the job's nodes: the deputy then holds
+//! the ended job as the submitting node does, with its copies of the output
+//! and output files, and registers its key, so the results wait in the
+//! network, at two nodes, until `retention` after the end: `p2pjob wait` or
+//! `status` from any node finds them while either node lives.
 //!
 //! Once that node is lost (a send to it fails, or nothing was heard from it
-//! for the failure timeout), the deputy holds
+//! for the failure timeout), the first deputy holds
 //! the job as if submitted here: it adopts the executors, collects the rest
 //! of the output, output files and exits (output files into `adopted-JOB`
 //! under the work directory), registers the job's key so `p2pjob wait` or
 //! `status` from any node finds it here with all its output, and names a
 //! deputy of its own. The ranks run on, or, when ranks were lost too, the
 //! job restarts by its `<restart>` rule from the newest cut kept whole here.
+//! The second deputy watches the first too, and takes the job over in its
+//! stead when both it and the submitting node are lost (the two at once, a
+//! host and the rank next to it); when the first takes over, the second
+//! hears it (the job's [`JobMsg::Adopt`], then its [`JobMsg::Guard`]) and
+//! answers to it from then on.
 //! What was in flight to the dead node is lost with it. There is no fencing:
 //! a deputy that loses its connection to a submitting node that still runs,
 //! or is cut off from it, takes the job over all the same, and the two hold
@@ -29,24 +43,34 @@ use std::time::Instant;
 use bytes::Bytes;
 use sha1::{Digest, Sha1};
 
+use super::held::output_file_name;
 use super::{DaemonNode, NodeEvent, join};
 use crate::id::Id;
-use crate::job::{FileData, Guarded, JobDescription, JobId, Replica, Stream};
+use crate::job::{FileData, Guarded, JobDescription, JobEnd, JobHistory, JobId, Replica, Stream};
 use crate::machine::NodeAddr;
 
 /// Most jobs one node is deputy for (one per rank it runs, at most).
 const MAX_GUARDED: usize = 1024;
+
+/// Most output files copied for one job.
+const MAX_OUTPUT_COPIES: usize = 4096;
 
 /// A job this node may take over.
 #[derive(Debug)]
 struct Deputy {
     /// The job's submitting node.
     holder: NodeAddr,
+    /// The deputies before this one, who take the job over first.
+    ahead: Vec<NodeAddr>,
+    /// Of the holder and `ahead`, those found lost (and not heard since).
+    lost: BTreeSet<NodeAddr>,
     job: Guarded,
     /// The job file.
     xml: Bytes,
     /// Bytes of each rank's stdout and stderr copied into the job's logs here.
     logs: BTreeMap<(u32, Stream), u64>,
+    /// Output files copied here, by path: the length each will have.
+    outputs: BTreeMap<String, u64>,
     /// The job's staged files being read back (name, digest as staged), and
     /// those read and found whole, by number.
     reading: BTreeMap<u32, (String, Id)>,
@@ -77,32 +101,50 @@ pub(super) struct Guards {
 }
 
 impl Guards {
-    /// The submitting nodes watched.
+    /// The nodes watched: the submitting nodes, and the deputies ahead of
+    /// this one.
     pub(super) fn holders(&self) -> impl Iterator<Item = NodeAddr> + '_ {
-        self.jobs.values().map(|d| d.holder)
+        self.jobs.values().flat_map(|d| std::iter::once(d.holder).chain(d.ahead.iter().copied()))
+    }
+
+    /// Something came from `node`: it is not lost.
+    pub(super) fn heard_from(&mut self, node: NodeAddr) {
+        for d in self.jobs.values_mut() {
+            d.lost.remove(&node);
+        }
     }
 }
 
 impl DaemonNode {
-    /// `from`, which submitted job `g.wire` running here, names `deputy`.
-    pub(super) fn on_guard(&mut self, from: NodeAddr, g: Guarded, deputy: NodeAddr, xml: Bytes) {
-        if !self.exec.runs_for(g.wire, from) {
+    /// `from`, which submitted job `g.job`, names `deputies`: this node is
+    /// one when it runs ranks of the job's current run `g.wire`; otherwise
+    /// it keeps no record of the job (a restart or a move placed it anew).
+    pub(super) fn on_guard(&mut self, from: NodeAddr, g: Guarded, deputies: &[NodeAddr], xml: Bytes) {
+        let named = deputies.iter().position(|d| *d == self.addr).filter(|_| self.exec.runs_for(g.wire, from));
+        let Some(ahead) = named.map(|i| deputies[..i].to_vec()) else {
+            if self.guards.jobs.get(&g.job).is_some_and(|d| d.holder == from) {
+                self.drop_guard(g.job);
+            }
             return;
-        }
-        if deputy != self.addr {
-            return self.drop_guard(g.job);
-        }
+        };
         let guards = &mut self.guards.jobs;
         let room = guards.len() < MAX_GUARDED;
         match guards.get_mut(&g.job) {
-            // Told again (a restart, a move): the copy of the output goes on.
-            Some(d) => (d.holder, d.job, d.xml) = (from, g, xml),
+            // Told again (a restart, a move, a takeover): the copies go on,
+            // and a node found lost stays so until heard from.
+            Some(d) => {
+                d.lost.retain(|n| ahead.contains(n));
+                (d.holder, d.ahead, d.job, d.xml) = (from, ahead, g, xml);
+            }
             None if room => {
                 let Ok(parsed) = JobDescription::parse(&xml) else { return };
                 let (id, wire, size) = (g.job, g.wire, parsed.job.processes);
-                let (logs, reading, files) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+                let (logs, outputs) = (BTreeMap::new(), BTreeMap::new());
+                let (reading, files) = (BTreeMap::new(), BTreeMap::new());
                 let (arriving, cuts) = (BTreeMap::new(), BTreeMap::new());
-                let d = Deputy { holder: from, job: g, xml, logs, reading, files, size, arriving, cuts };
+                let (holder, lost) = (from, BTreeSet::new());
+                let d =
+                    Deputy { holder, ahead, lost, job: g, xml, logs, outputs, reading, files, size, arriving, cuts };
                 guards.insert(id, d);
                 self.read_job_files(id, wire);
             }
@@ -154,6 +196,31 @@ impl DaemonNode {
         let len = d.logs.entry((rank, stream)).or_default();
         let offset = *len;
         *len += data.len() as u64;
+        self.event(NodeEvent::WriteFile { path, offset, data: data.clone() });
+        true
+    }
+
+    /// A chunk of output file `name` of `rank` of job `wire`, at `offset` of
+    /// `total` bytes, from the node that submitted it: copied into the job's
+    /// output directory here when this node is its deputy; `false` when it
+    /// is not.
+    pub(super) fn copy_output_file(
+        &mut self,
+        from: NodeAddr,
+        wire: JobId,
+        (rank, name): (u32, &str),
+        (offset, total): (u64, u64),
+        data: &Bytes,
+    ) -> bool {
+        let Some(id) = self.guarded(from, wire) else { return false };
+        let size = self.guards.jobs.get(&id).map_or(0, |d| d.size);
+        let Some(file) = output_file_name(size, rank, name).filter(|_| rank < size) else { return true };
+        let path = join(&self.adopted_dir(id), &file);
+        let Some(d) = self.guards.jobs.get_mut(&id) else { return true };
+        if d.outputs.len() >= MAX_OUTPUT_COPIES && !d.outputs.contains_key(&path) {
+            return true;
+        }
+        d.outputs.insert(path.clone(), total);
         self.event(NodeEvent::WriteFile { path, offset, data: data.clone() });
         true
     }
@@ -211,12 +278,31 @@ impl DaemonNode {
         self.event(NodeEvent::RemoveFile { path });
     }
 
-    /// Job `wire` ended or stopped here (its submitter said so): nothing to
-    /// take over.
-    pub(super) fn unguard(&mut self, from: NodeAddr, wire: JobId) {
-        if let Some(id) = self.guarded(from, wire) {
-            self.drop_guard(id);
+    /// Job `wire`, which `from` submitted, ended so: when this node is its
+    /// deputy it holds the ended job from now on, with the output and
+    /// output files it copied, for `wait` and `status` from any node.
+    pub(super) fn keep_results(&mut self, now: Instant, from: NodeAddr, id: JobId, end: JobEnd, history: JobHistory) {
+        if self.guards.jobs.get(&id).is_none_or(|d| d.holder != from) {
+            return;
         }
+        let Some(d) = self.guards.jobs.remove(&id) else { return };
+        if !d.cuts.is_empty() || !d.arriving.is_empty() {
+            let path = self.cut_dir(id);
+            self.event(NodeEvent::RemoveDir { path });
+        }
+        let Ok(parsed) = JobDescription::parse(&d.xml) else { return };
+        let codes = match &end {
+            JobEnd::Done { codes } => codes.clone(),
+            JobEnd::Failed { .. } | JobEnd::Killed => Vec::new(),
+        };
+        let owner = d.job.auth.as_ref().map(|a| a.key);
+        if !self.submitter.keep_ended(now, (d.job, parsed.job), (&codes, history)) {
+            return;
+        }
+        let base_dir = self.adopted_dir(id);
+        self.hold(now, id, base_dir, d.size, owner);
+        self.adopt_copies(id, d.logs, d.outputs);
+        self.finished(now, id, end);
     }
 
     /// The job this node is deputy for that `holder` runs as `wire`.
@@ -224,11 +310,21 @@ impl DaemonNode {
         self.guards.jobs.iter().find(|(_, d)| d.holder == holder && d.job.wire == wire).map(|(id, _)| *id)
     }
 
-    /// No longer deputy for `id`: its copies of the output and the cuts go too.
+    /// Where job `id` is held when this node took it over or kept its results.
+    fn adopted_dir(&self, id: JobId) -> String {
+        format!("{}/adopted-{id}", self.work_dir.trim_end_matches('/'))
+    }
+
+    /// No longer deputy for `id`: its copies of the output, the output
+    /// files and the cuts go too.
     fn drop_guard(&mut self, id: JobId) {
         let Some(d) = self.guards.jobs.remove(&id) else { return };
         if !d.logs.is_empty() {
             let path = self.log_dir(id);
+            self.event(NodeEvent::RemoveDir { path });
+        }
+        if !d.outputs.is_empty() {
+            let path = self.adopted_dir(id);
             self.event(NodeEvent::RemoveDir { path });
         }
         if !d.cuts.is_empty() || !d.arriving.is_empty() {
@@ -237,12 +333,22 @@ impl DaemonNode {
         }
     }
 
-    /// Node `gone` is lost: take over every job it submitted that this node
-    /// is deputy for.
+    /// Node `gone` is lost: take over every job this node is deputy for
+    /// whose submitting node, and every deputy ahead of this one, are lost.
     pub(super) fn take_over(&mut self, now: Instant, gone: NodeAddr) {
-        let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| d.holder == gone).map(|(k, _)| *k).collect();
+        let mut mine = Vec::new();
+        for (id, d) in &mut self.guards.jobs {
+            if d.holder == gone || d.ahead.contains(&gone) {
+                d.lost.insert(gone);
+            }
+            if d.lost.contains(&d.holder) && d.ahead.iter().all(|a| d.lost.contains(a)) {
+                mine.push(*id);
+            }
+        }
         for id in mine {
-            let Some(Deputy { job, xml, logs, files, cuts, size, .. }) = self.guards.jobs.remove(&id) else { continue };
+            let Some(Deputy { job, xml, logs, outputs, files, cuts, size, .. }) = self.guards.jobs.remove(&id) else {
+                continue;
+            };
             let Ok(parsed) = JobDescription::parse(&xml) else { continue };
             let owner = job.auth.as_ref().map(|a| a.key);
             let cuts = cuts
@@ -255,9 +361,9 @@ impl DaemonNode {
                 continue;
             }
             tracing::warn!(%id, node = %gone, "took over a job whose submitting node was lost");
-            let base_dir = format!("{}/adopted-{id}", self.work_dir.trim_end_matches('/'));
+            let base_dir = self.adopted_dir(id);
             self.hold(now, id, base_dir, size, owner);
-            self.adopt_logs(id, logs);
+            self.adopt_copies(id, logs, outputs);
         }
     }
 }

@@ -36,6 +36,11 @@ impl Liveness {
         Liveness { period: period.max(Duration::from_millis(1)), timeout, heard: BTreeMap::new() }
     }
 
+    /// How long it takes at most to find a peer lost by its silence.
+    pub(super) fn detection(&self) -> Duration {
+        self.timeout + self.period
+    }
+
     /// A message from `peer` arrived.
     pub(super) fn heard(&mut self, peer: NodeAddr, now: Instant) {
         if let Some(t) = self.heard.get_mut(&peer) {

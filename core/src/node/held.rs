@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::control::{JobPhase, JobStatus, RankStatus, ToolReply, job_key_name};
 use super::{Client, DaemonNode, LogFile, NodeEvent, Timer, join, plain_name};
 use crate::auth::PublicKey;
-use crate::job::{JobId, Outcome, Phase, Stream, SubmitEvent};
+use crate::job::{JobEnd, JobId, Phase, Stream, SubmitEvent};
 use crate::overlay::OverlayCommand;
 
 /// How a held job ended.
@@ -236,15 +236,10 @@ impl DaemonNode {
         self.drop_clients(|c| matches!(c, Client::Remote { node: n, .. } if *n == node));
     }
 
-    /// Where output file `name` of `rank` goes: `<base>/<name>` for a one-rank job,
-    /// `<base>/<name>.<rank>` otherwise.
+    /// Where output file `name` of `rank` goes (see [`output_file_name`]).
     fn output_path(&self, job: JobId, rank: u32, name: &str) -> Option<String> {
         let meta = self.jobs.get(&job)?;
-        if !plain_name(name) {
-            return None;
-        }
-        let file = if meta.size == 1 { name.to_owned() } else { format!("{name}.{rank}") };
-        Some(join(&meta.base_dir, &file))
+        Some(join(&meta.base_dir, &output_file_name(meta.size, rank, name)?))
     }
 
     pub(super) fn status_of(&self, job: JobId) -> Option<JobStatus> {
@@ -346,7 +341,7 @@ impl DaemonNode {
                 // Its cuts served their purpose.
                 let path = self.cut_dir(job);
                 self.event(NodeEvent::RemoveDir { path });
-                self.finished(now, job, outcome)
+                self.finished(now, job, JobEnd::from(&outcome))
             }
             e @ (SubmitEvent::CheckpointAsked { .. }
             | SubmitEvent::CheckpointTaken { .. }
@@ -355,14 +350,20 @@ impl DaemonNode {
         }
     }
 
-    /// Appends output to its rank's log file.
-    /// `job`, taken over here, has the logs its deputy kept (`deputy`): their lengths.
-    pub(super) fn adopt_logs(&mut self, job: JobId, logs: BTreeMap<(u32, Stream), u64>) {
+    /// `job`, taken over here, has the copies this node kept as its deputy:
+    /// the lengths of its logs, and of the output files written so far.
+    pub(super) fn adopt_copies(
+        &mut self,
+        job: JobId,
+        logs: BTreeMap<(u32, Stream), u64>,
+        outputs: BTreeMap<String, u64>,
+    ) {
         if let Some(meta) = self.jobs.get_mut(&job) {
-            meta.logs = logs;
+            (meta.logs, meta.outputs) = (logs, outputs);
         }
     }
 
+    /// Appends output to its rank's log file.
     fn keep_log(&mut self, job: JobId, rank: u32, stream: Stream, data: &Bytes) {
         let path = self.log_path(job, rank, stream);
         let Some(meta) = self.jobs.get_mut(&job) else { return };
@@ -372,10 +373,12 @@ impl DaemonNode {
         self.event(NodeEvent::WriteFile { path, offset, data: data.clone() });
     }
 
-    fn finished(&mut self, now: Instant, job: JobId, outcome: Outcome) {
-        let (phase, codes, error) = match outcome {
-            Outcome::Done { codes } if codes.iter().all(|c| *c == 0) => (JobPhase::Done, codes, None),
-            Outcome::Done { codes } => {
+    /// `job` ended (here, or at the node it was submitted to, this node
+    /// being its deputy).
+    pub(super) fn finished(&mut self, now: Instant, job: JobId, end: JobEnd) {
+        let (phase, codes, error) = match end {
+            JobEnd::Done { codes } if codes.iter().all(|c| *c == 0) => (JobPhase::Done, codes, None),
+            JobEnd::Done { codes } => {
                 let bad: Vec<String> = codes
                     .iter()
                     .enumerate()
@@ -384,8 +387,8 @@ impl DaemonNode {
                     .collect();
                 (JobPhase::Failed, codes, Some(bad.join(", ")))
             }
-            Outcome::Failed(e) => (JobPhase::Failed, Vec::new(), Some(e.to_string())),
-            Outcome::Killed => (JobPhase::Killed, Vec::new(), Some("killed".to_owned())),
+            JobEnd::Failed { error } => (JobPhase::Failed, Vec::new(), Some(error)),
+            JobEnd::Killed => (JobPhase::Killed, Vec::new(), Some("killed".to_owned())),
         };
         // The shell writes output files in the background: the end waits until
         // they are whole on disk, so nobody reads a file still being written.
@@ -449,4 +452,14 @@ impl DaemonNode {
             None => self.timers.clear(Timer::Retention),
         }
     }
+}
+
+/// The name output file `name` of `rank` has where the job is held: `name`
+/// for a one-rank job, `name.rank` otherwise; `None` when it is not a plain
+/// file name.
+pub(super) fn output_file_name(size: u32, rank: u32, name: &str) -> Option<String> {
+    if !plain_name(name) {
+        return None;
+    }
+    Some(if size == 1 { name.to_owned() } else { format!("{name}.{rank}") })
 }

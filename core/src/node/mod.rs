@@ -140,7 +140,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Leaving { .. }
         | JobMsg::Moved { .. }
         | JobMsg::Adopted { .. }
-        | JobMsg::CutDropped { .. } => false,
+        | JobMsg::CutDropped { .. }
+        | JobMsg::Ended { .. } => false,
     }
 }
 
@@ -699,7 +700,7 @@ impl DaemonNode {
             None => self.submitter.handle_send_failed(now, peer),
         }
         self.exec.handle_send_failed(now, peer);
-        self.forward_target_gone(peer, silent);
+        self.forward_target_gone(now, peer, silent);
         self.drop_remote_clients(peer);
     }
 }
@@ -717,18 +718,15 @@ impl Machine for DaemonNode {
     fn handle_message(&mut self, now: Instant, msg: Envelope<NodeMsg>) {
         self.liveness.heard(msg.sender_addr, now);
         self.exec.heard_from(msg.sender_addr);
+        self.guards.heard_from(msg.sender_addr);
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
-            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputy, ranks, auth }) => {
+            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputies, ranks, auth }) => {
                 let from = head.sender_addr;
-                self.on_guard(
-                    from,
-                    Guarded { job: id, wire: job, restarts, ranks, auth },
-                    deputy,
-                    head.payload.clone(),
-                );
-                let j = JobMsg::Guard { job, id, restarts, deputy, ranks: Vec::new(), auth: None };
+                let g = Guarded { job: id, wire: job, restarts, ranks, auth };
+                self.on_guard(from, g, &deputies, head.payload.clone());
+                let j = JobMsg::Guard { job, id, restarts, deputies, ranks: Vec::new(), auth: None };
                 self.exec.handle_message(now, head.map(|()| j));
             }
             NodeMsg::Job(JobMsg::Adopt { job }) => {
@@ -742,9 +740,6 @@ impl Machine for DaemonNode {
                 }
             }
             NodeMsg::Job(j) if for_executor(&j) => {
-                if let JobMsg::Done { job } | JobMsg::Kill { job } = j {
-                    self.unguard(head.sender_addr, job);
-                }
                 // A refused offer ends the job's wait here, so the slots
                 // granted to it go back to the queue.
                 let j = self.admit(now, head.sender_addr, j).unwrap_or_else(|job| JobMsg::Unwant { job });
@@ -764,6 +759,16 @@ impl Machine for DaemonNode {
                     let j = JobMsg::CheckpointFile { job, rank, epoch, offset, total, digest };
                     self.submitter.handle_message(now, head.map(|()| j));
                 }
+            }
+            NodeMsg::Job(JobMsg::OutputFile { job, rank, name, offset, total, digest }) => {
+                // A copy for a deputy, or an output file of a job held here.
+                if !self.copy_output_file(head.sender_addr, job, (rank, &name), (offset, total), &head.payload) {
+                    let j = JobMsg::OutputFile { job, rank, name, offset, total, digest };
+                    self.submitter.handle_message(now, head.map(|()| j));
+                }
+            }
+            NodeMsg::Job(JobMsg::Ended { job, end, history }) => {
+                self.keep_results(now, head.sender_addr, job, end, history);
             }
             NodeMsg::Job(JobMsg::CutDropped { job, rank, epoch }) => {
                 self.drop_checkpoint_copy(head.sender_addr, job, rank, epoch);

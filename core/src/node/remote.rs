@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::control::{JobStatus, NodeZones, ToolReply, ToolRequest, job_key_name};
 use super::tool::newest_lines;
 use super::{Client, ConnId, DaemonNode, NodeEvent, NodeMsg, Pending, Timer};
-use crate::job::{ANY_NAME, JobId};
+use crate::job::{ANY_NAME, JobId, Stream};
 use crate::machine::NodeAddr;
 use crate::overlay::{OverlayCommand, OverlayError};
 
@@ -21,6 +21,12 @@ use crate::overlay::{OverlayCommand, OverlayError};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a network-wide status waits for the nodes' answers.
 const GATHER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a request whose job's nodes were all lost looks for the job again.
+const RELOCATE_EVERY: Duration = Duration::from_millis(500);
+/// Most lost nodes one forwarded request remembers.
+const MAX_GONE: usize = 8;
+/// Most output streams one forwarded request keeps track of.
+const MAX_RELAYED: usize = 2 * crate::job::description::MAX_PROCESSES as usize;
 
 /// An answer of every node being gathered.
 #[derive(Debug)]
@@ -82,6 +88,15 @@ struct Forward {
     /// lost (a job's deputy that took it over registers beside the dead node
     /// until that one's registration expires).
     others: Vec<NodeAddr>,
+    /// Nodes registered under the job's key found lost; once every one is,
+    /// the key is looked up again until `relocate_until`, for a deputy may
+    /// be taking the job over (it finds the loss by silence, too).
+    gone: Vec<NodeAddr>,
+    relocate_until: Option<Instant>,
+    /// Where each rank's output relayed so far ends: a node taking over
+    /// replays the output from its first byte, and what was relayed already
+    /// is not relayed twice.
+    relayed: BTreeMap<(u32, Stream), u64>,
     deadline: Option<Instant>,
     gather: Option<Gather>,
 }
@@ -98,7 +113,21 @@ impl DaemonNode {
         let Client::Local { conn, request_id } = client else { return None };
         self.forwards.next += 1;
         let fwd = self.forwards.next;
-        let f = Forward { conn, request_id, job, req, to: None, others: Vec::new(), deadline: None, gather: None };
+        let (others, gone) = (Vec::new(), Vec::new());
+        let (relocate_until, relayed) = (None, BTreeMap::new());
+        let f = Forward {
+            conn,
+            request_id,
+            job,
+            req,
+            to: None,
+            others,
+            gone,
+            relocate_until,
+            relayed,
+            deadline: None,
+            gather: None,
+        };
         self.forwards.live.insert(fwd, f);
         Some(fwd)
     }
@@ -139,12 +168,25 @@ impl DaemonNode {
         let Some(f) = self.forwards.live.get(&fwd) else { return };
         let job = f.job.map(|j| j.to_string()).unwrap_or_default();
         let mut holders: Vec<NodeAddr> = match result {
-            Ok(values) => {
-                values.iter().filter_map(|v| v.parse::<NodeAddr>().ok()).filter(|a| *a != self.addr).collect()
-            }
+            Ok(values) => values
+                .iter()
+                .filter_map(|v| v.parse::<NodeAddr>().ok())
+                .filter(|a| *a != self.addr && !f.gone.contains(a))
+                .collect(),
             Err(e) => return self.fail_forward(fwd, format!("cannot find job {job}: overlay query failed: {e}")),
         };
         holders.dedup();
+        if holders.is_empty() && f.relocate_until.is_some_and(|u| now < u) {
+            // Only lost nodes hold it yet: look again in a moment.
+            if let Some(f) = self.forwards.live.get_mut(&fwd) {
+                f.deadline = Some(now + RELOCATE_EVERY);
+            }
+            return self.arm_forward_timer();
+        }
+        if let (None, Some(lost)) = (holders.first(), f.gone.last()) {
+            let message = format!("node {lost} holding job {job} is unreachable, and no node took the job over");
+            return self.fail_forward(fwd, message);
+        }
         let Some(to) = holders.first().copied() else {
             let keep = self.retention.as_secs();
             let message = format!("no job {job} in the network (a finished job is kept for {keep} s after it ends)");
@@ -177,9 +219,26 @@ impl DaemonNode {
             }
             return;
         }
-        if f.to == Some(from) {
-            self.answer(fwd, reply, payload);
+        if f.to != Some(from) {
+            return;
         }
+        let (reply, payload) = match reply {
+            ToolReply::Output { job, rank, stream, offset }
+                if f.relayed.len() < MAX_RELAYED || f.relayed.contains_key(&(rank, stream)) =>
+            {
+                let relayed = f.relayed.entry((rank, stream)).or_default();
+                let end = offset + payload.len() as u64;
+                if end <= *relayed {
+                    return;
+                }
+                let skip = relayed.saturating_sub(offset);
+                *relayed = end;
+                let new = payload.slice(usize::try_from(skip).unwrap_or(usize::MAX).min(payload.len())..);
+                (ToolReply::Output { job, rank, stream, offset: offset + skip }, new)
+            }
+            other => (other, payload),
+        };
+        self.answer(fwd, reply, payload);
     }
 
     /// Nodes answering forwarded requests (heartbeats watch them).
@@ -187,15 +246,29 @@ impl DaemonNode {
         self.forwards.live.values().filter_map(|f| f.to)
     }
 
-    /// Node `peer` is gone: requests it was answering fail, gathers stop waiting for it.
-    pub(super) fn forward_target_gone(&mut self, peer: NodeAddr, silent: Option<Duration>) {
+    /// Node `peer` is gone: requests it was answering go to the next node
+    /// registered under their job's key, or, when there is none, look for
+    /// one for a while (a deputy taking the job over); gathers stop waiting
+    /// for it.
+    pub(super) fn forward_target_gone(&mut self, now: Instant, peer: NodeAddr, silent: Option<Duration>) {
         let hit: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.to == Some(peer)).map(|(k, _)| *k).collect();
+        // The submitting node's deputies find it lost, then one another.
+        let grace = 3 * self.liveness.detection();
         for fwd in hit {
-            if let Some(f) = self.forwards.live.get_mut(&fwd).filter(|f| !f.others.is_empty()) {
+            let Some(f) = self.forwards.live.get_mut(&fwd) else { continue };
+            if f.gone.len() < MAX_GONE {
+                f.gone.push(peer);
+            }
+            if !f.others.is_empty() {
                 let to = f.others.remove(0);
                 f.to = Some(to);
                 let req = f.req.clone();
                 self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+                continue;
+            }
+            if f.job.is_some() && f.gather.is_none() && *f.relocate_until.get_or_insert(now + grace) > now {
+                (f.to, f.deadline) = (None, Some(now + RELOCATE_EVERY));
+                self.arm_forward_timer();
                 continue;
             }
             let job = self.forwards.live[&fwd].job.map(|j| j.to_string()).unwrap_or_default();
@@ -237,9 +310,18 @@ impl DaemonNode {
         let due: Vec<u64> =
             self.forwards.live.iter().filter(|(_, f)| f.deadline.is_some_and(|d| d <= now)).map(|(k, _)| *k).collect();
         for fwd in due {
-            let Some(f) = self.forwards.live.get(&fwd) else { continue };
+            let Some(f) = self.forwards.live.get_mut(&fwd) else { continue };
             if f.gather.is_some() {
                 self.gathered(fwd);
+            } else if let (None, Some(job)) = (f.to, f.job.filter(|_| f.relocate_until.is_some())) {
+                // Look for the job's node again.
+                f.deadline = None;
+                let token = self.token();
+                if self.overlay(now, OverlayCommand::Query { token, name: job_key_name(job) }) {
+                    self.pending.insert(token, Pending::Locate { fwd });
+                } else {
+                    self.fail_forward(fwd, "not connected to an overlay".to_owned());
+                }
             } else {
                 let to = f.to.map(|t| t.to_string()).unwrap_or_default();
                 let job = f.job.map(|j| j.to_string()).unwrap_or_default();

@@ -1,12 +1,14 @@
 //! A running job whose submitter dies is not stopped at once when the
-//! submitter named a deputy ([`JobMsg::Guard`]): it waits up to
-//! [`super::ExecConfig::adopt_timeout`] for the deputy's [`JobMsg::Adopt`],
+//! submitter named deputies ([`JobMsg::Guard`]): it waits up to
+//! [`super::ExecConfig::adopt_timeout`] for a deputy's [`JobMsg::Adopt`],
 //! its ranks running on (their output waits in their pipes, past the stream
 //! window). Adopted, the job answers to the deputy: [`JobMsg::Adopted`] tells
 //! where each rank's output goes on (what was in flight to the dead node is
 //! lost, and its window given back), and the output files and exits of ranks
-//! that ended go again, read afresh from the job directory. Only the deputy
+//! that ended go again, read afresh from the job directory. Only a deputy
 //! the submitter named may adopt: no other node can take a job's results.
+//! The first to ask has it (the second deputy asks only when it found the
+//! submitter and the first deputy lost).
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -18,17 +20,20 @@ use crate::job::JobId;
 use crate::job::msg::JobMsg;
 use crate::machine::NodeAddr;
 
+/// Most deputies a job names that an executor keeps.
+pub(super) const MAX_DEPUTIES: usize = 4;
+
 impl Execution {
     /// `job`'s submitter is gone: whether the job waits for its deputy
     /// (it has one and runs) rather than being dropped.
     pub(super) fn orphan(&mut self, now: Instant, job: JobId) -> bool {
         let timeout = self.config.adopt_timeout;
         let Some(j) = self.jobs.get_mut(&job) else { return false };
-        if j.deputy.is_none() || j.killed || j.staged.is_none() {
+        if j.deputies.is_empty() || j.killed || j.staged.is_none() {
             return false;
         }
         if !j.orphaned {
-            tracing::info!(%job, deputy = ?j.deputy, "the job's submitter is gone: waiting for its deputy");
+            tracing::info!(%job, deputies = ?j.deputies, "the job's submitter is gone: waiting for a deputy");
             (j.orphaned, j.deadline) = (true, Some(now + timeout));
         }
         true
@@ -44,8 +49,11 @@ impl Execution {
 
     /// `from` takes `job` over.
     pub(super) fn on_adopt(&mut self, from: NodeAddr, job: JobId) -> Option<()> {
-        let j = self.jobs.get_mut(&job).filter(|j| j.deputy == Some(from) && !j.killed)?;
-        (j.submitter, j.deputy, j.orphaned, j.deadline) = (from, None, false, None);
+        let j = self.jobs.get_mut(&job).filter(|j| j.deputies.contains(&from) && !j.killed)?;
+        // The deputies behind it may still take the job over, should it die
+        // before it names its own.
+        let behind = j.deputies.iter().skip_while(|d| **d != from).skip(1).copied().collect();
+        (j.submitter, j.deputies, j.orphaned, j.deadline) = (from, behind, false, None);
         // Whatever was on its way to the old submitter starts over.
         j.outgoing = output::Outgoing::default();
         let names: BTreeSet<String> =

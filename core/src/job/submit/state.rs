@@ -208,6 +208,9 @@ pub struct Submission {
     /// Taken over from its dead submitting node (`guard`): its ranks can be
     /// placed anew only with every file it stages (see `placeable`).
     adopted: bool,
+    /// Every node named a deputy and not since told it is one no more: each
+    /// keeps a record of the job until told so, or told how it ended.
+    told: BTreeSet<NodeAddr>,
 }
 
 /// Most refusal reasons a submission keeps for its error message.
@@ -288,6 +291,7 @@ impl Submission {
             avoid: BTreeSet::new(),
             toward: None,
             moves: Vec::new(),
+            told: BTreeSet::new(),
             adopted: false,
             desc,
         };
@@ -360,7 +364,16 @@ impl Submission {
         if self.phase == Phase::Finished {
             return;
         }
-        self.release_nodes(!matches!(outcome, Outcome::Done { .. }));
+        // The deputies hear first, so they keep the results before the
+        // nodes of the job are done with it (see `crate::node::deputy`).
+        let (job, end, history) = (self.job, JobEnd::from(&outcome), self.history());
+        let ended = JobMsg::Ended { job, end, history };
+        for d in std::mem::take(&mut self.told) {
+            self.send(d, ended.clone(), Bytes::new());
+        }
+        // A job whose ranks all exited is done on its nodes, however it ended.
+        let over = matches!(outcome, Outcome::Done { .. }) || self.ranks.iter().all(|r| r.exit.is_some());
+        self.release_nodes(!over);
         self.end_migration();
         self.end_checkpoints();
         self.end_cuts();
@@ -377,8 +390,8 @@ impl Submission {
     }
 
     /// The current run lets go of its nodes: those it waits at are told it no
-    /// longer does, and, with `kill`, those holding its ranks or an offer
-    /// stop them.
+    /// longer does; with `kill`, those holding its ranks or an offer stop
+    /// them, otherwise those holding ranks are told the job is done.
     fn release_nodes(&mut self, kill: bool) {
         let job = self.wire;
         let waiting_at: Vec<NodeAddr> = self.nodes.iter().filter(|(_, n)| n.wanted).map(|(a, _)| *a).collect();
@@ -394,6 +407,12 @@ impl Submission {
                 .collect();
             for to in holding {
                 self.send(to, JobMsg::Kill { job }, Bytes::new());
+            }
+        } else {
+            let holding: Vec<NodeAddr> =
+                self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
+            for to in holding {
+                self.send(to, JobMsg::Done { job }, Bytes::new());
             }
         }
     }
@@ -441,6 +460,8 @@ impl Submission {
     }
 
     fn lost(&mut self, node: NodeAddr, silent: Option<Duration>) {
+        // A lost deputy keeps nothing to be told about.
+        self.told.remove(&node);
         let ranks: Vec<u32> = self.nodes.get(&node).map(|n| n.accepted.clone()).unwrap_or_default();
         let ranks: Vec<u32> = ranks.into_iter().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
         if let Some(n) = self.nodes.get_mut(&node) {

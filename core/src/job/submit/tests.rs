@@ -860,7 +860,9 @@ fn with_restart_scratch_a_lost_node_restarts_the_job_elsewhere_under_a_new_wire_
     assert!(after.iter().any(|(to, m, _)| *to == survivor && *m == JobMsg::Kill { job: first }));
     // The new run never goes to the lost node, and speaks only its new id.
     assert!(after.iter().all(|(to, _, _)| *to != lost), "{after:?}");
-    assert!(after.iter().filter(|(_, m, _)| !matches!(m, JobMsg::Kill { .. })).all(|(_, m, _)| m.job() == s.wire()));
+    // (How the job ended goes to its deputies by the job's own id.)
+    let of_the_run = |m: &JobMsg| !matches!(m, JobMsg::Kill { .. } | JobMsg::Ended { .. });
+    assert!(after.iter().filter(|(_, m, _)| of_the_run(m)).all(|(_, m, _)| m.job() == s.wire()));
     assert_eq!(placed_nodes(&h).len(), 2);
     assert!(!placed_nodes(&h).contains(&lost));
     // Each rank's output of the new run follows that of the first one.

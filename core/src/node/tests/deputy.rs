@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 
 use super::{net_with, resources, submitted, tool};
 use crate::job::JobDescription;
+use crate::node::DaemonNode;
 use crate::node::control::{JobPhase, ToolReply, ToolRequest};
 use crate::node::sim_shell::SimShell;
+use crate::sim::{NodeIdx, Sim};
 
 #[test]
 fn the_deputy_takes_over_a_job_whose_submitting_node_died_and_any_node_finds_it_there() {
@@ -38,15 +40,20 @@ fn the_deputy_takes_over_a_job_whose_submitting_node_died_and_any_node_finds_it_
     tool(&mut sim, asker, 3, ToolRequest::Status { job: Some(job) });
     shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(asker, 3));
     let Some(ToolReply::Jobs { jobs }) = shell.on(asker, 3).last().copied() else { panic!("{:?}", shell.on(asker, 3)) };
-    assert_eq!((jobs[0].holder, jobs[0].phase), (deputy, JobPhase::Done));
-    // Every executor is done with it.
+    // Held by the deputy, and, once it ended, by the deputy's own deputy
+    // too, which may be the node asked.
+    assert!([deputy, sim.addr(asker)].contains(&jobs[0].holder), "{:?}", jobs[0]);
+    assert_eq!(jobs[0].phase, JobPhase::Done);
+    // Every executor is done with it (the node asked may have answered
+    // before the last of them heard the end).
+    shell.run(&mut sim, Duration::from_secs(1), |_| false);
     for &i in &n[1..] {
         assert_eq!(sim.node(i).execution().jobs().count(), 0, "node {i}");
     }
 }
 
 #[test]
-fn without_its_deputy_too_the_job_stops_on_every_node() {
+fn without_its_deputies_too_the_job_stops_on_every_node() {
     let t0 = Instant::now();
     let (mut sim, n) = net_with(4, t0, |i| resources(u32::from(i > 0)));
     let mut shell = SimShell::new(None);
@@ -55,17 +62,56 @@ fn without_its_deputy_too_the_job_stops_on_every_node() {
     let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
     shell.run(&mut sim, Duration::from_secs(60), started);
     let job = submitted(&shell, n[0], 1);
-    let deputy = sim.node(n[0]).submitter().get(job).and_then(|s| s.deputy()).unwrap();
-    let d = *n.iter().find(|&&i| sim.addr(i) == deputy).unwrap();
-    sim.crash(n[0]);
-    sim.crash(d);
-    // The others wait for the deputy for the adoption timeout, then stop.
+    let deputies = sim.node(n[0]).submitter().get(job).map(|s| s.deputies()).unwrap();
+    assert_eq!(deputies.len(), 2);
+    let gone: Vec<NodeIdx> = n.iter().copied().filter(|&i| i == n[0] || deputies.contains(&sim.addr(i))).collect();
+    for &i in &gone {
+        sim.crash(i);
+    }
+    // The node left waits for a deputy for the adoption timeout, then stops.
     shell.run(&mut sim, Duration::from_secs(50), |_| false);
-    let left: usize = n[1..].iter().filter(|&&i| i != d).map(|&i| sim.node(i).execution().jobs().count()).sum();
-    assert_eq!(left, 2, "waiting for the deputy");
+    let left: usize = n.iter().filter(|i| !gone.contains(i)).map(|&i| sim.node(i).execution().jobs().count()).sum();
+    assert_eq!(left, 1, "waiting for a deputy");
     shell.run(&mut sim, Duration::from_secs(30), |_| false);
-    let left: usize = n[1..].iter().filter(|&&i| i != d).map(|&i| sim.node(i).execution().jobs().count()).sum();
+    let left: usize = n.iter().filter(|i| !gone.contains(i)).map(|&i| sim.node(i).execution().jobs().count()).sum();
     assert_eq!(left, 0);
+}
+
+#[test]
+fn the_second_deputy_takes_over_when_the_submitting_node_and_the_first_die_together() {
+    let t0 = Instant::now();
+    // Node 0 submits and runs nothing; three of nodes 1 to 4 run a rank each.
+    let (mut sim, n) = net_with(5, t0, |i| resources(u32::from(i > 0)));
+    let mut shell = SimShell::new(Some(Duration::from_secs(30)));
+    let mut desc = JobDescription::run("/bin/prog", vec![], 3);
+    desc.restart = crate::job::RestartPolicy::Scratch;
+    let req = ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true };
+    tool(&mut sim, n[0], 1, req);
+    let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    let job = submitted(&shell, n[0], 1);
+    let deputies = sim.node(n[0]).submitter().get(job).map(|s| s.deputies()).unwrap();
+    let at = |a| *n.iter().find(|&&i| sim.addr(i) == a).unwrap();
+    let (first, second) = (at(deputies[0]), at(deputies[1]));
+    // The deputies read the job's files back; then the submitting node and
+    // the first deputy die at once, a rank with it.
+    shell.run(&mut sim, Duration::from_secs(2), |_| false);
+    sim.crash(n[0]);
+    sim.crash(first);
+    shell.run(&mut sim, Duration::from_secs(20), |_| false);
+    let asker = *n[1..].iter().find(|&&i| i != first && i != second).unwrap();
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    let s = sim.node(second).submitter().get(job).expect("held by the second deputy");
+    assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
+    assert!(
+        s.restart_reasons()[0].contains(&format!("node {} holding rank(s)", deputies[0])),
+        "{:?}",
+        s.restart_reasons()
+    );
+    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != deputies[0] && a != sim.addr(n[0]))));
 }
 
 #[test]
@@ -100,4 +146,138 @@ fn a_job_whose_submitting_node_ran_ranks_too_restarts_at_its_deputy_with_the_fil
     assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
     assert!(s.restart_reasons()[0].contains(&format!("node {} holding rank(s)", sim.addr(n[0]))));
     assert!(s.ranks().iter().any(|r| r.node == Some(sim.addr(n[3]))), "{:?}", s.ranks());
+}
+
+#[test]
+fn an_ended_jobs_results_wait_at_its_deputy_when_its_submitting_node_dies() {
+    let t0 = Instant::now();
+    // Node 0 submits and runs nothing; nodes 1 to 3 run a rank each, which
+    // prints a line and leaves an output file.
+    let (mut sim, n) = net_with(4, t0, |i| resources(u32::from(i > 0)));
+    let mut shell = SimShell::new(Some(Duration::from_secs(5)));
+    shell.output_file = Some(bytes::Bytes::from_static(b"the answer\n"));
+    let mut desc = JobDescription::run("/bin/prog", vec![], 3);
+    desc.outputfiles.push("out.txt".into());
+    tool(
+        &mut sim,
+        n[0],
+        1,
+        ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true },
+    );
+    let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    let job = submitted(&shell, n[0], 1);
+    let deputies = sim.node(n[0]).submitter().get(job).map(|s| s.deputies()).unwrap();
+    assert_eq!(deputies.len(), 2);
+    let d = *n.iter().find(|&&i| sim.addr(i) == deputies[0]).unwrap();
+    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(n[0], 1));
+    let at_home = shell.on(n[0], 1);
+    assert!(matches!(at_home.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{at_home:?}");
+    // The results are at the deputy too, before the submitting node dies.
+    shell.run(&mut sim, Duration::from_secs(1), |_| false);
+    assert_eq!(sim.node(d).submitter().get(job).map(|s| s.phase()), Some(crate::job::Phase::Finished));
+    sim.crash(n[0]);
+
+    // Any node finds them, once the dead node is found out.
+    let asker = *n[1..].iter().find(|&&i| !deputies.contains(&sim.addr(i))).unwrap();
+    shell.run(&mut sim, Duration::from_secs(15), |_| false);
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(30), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    let Some(ToolReply::Finished { phase: JobPhase::Done, codes, .. }) = got.last() else { panic!("{got:?}") };
+    assert_eq!(codes, &[0, 0, 0]);
+    let printed = got.iter().filter(|r| matches!(r, ToolReply::Output { .. })).count();
+    assert_eq!(printed, 3, "every rank's line, from the deputy's copy: {got:?}");
+    tool(&mut sim, asker, 3, ToolRequest::Status { job: Some(job) });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(asker, 3));
+    let Some(ToolReply::Jobs { jobs }) = shell.on(asker, 3).last().copied() else { panic!("{:?}", shell.on(asker, 3)) };
+    assert!(deputies.contains(&jobs[0].holder) && jobs[0].phase == JobPhase::Done, "{:?}", jobs[0]);
+    assert!(jobs[0].ranks.iter().all(|r| r.exit == Some(0) && r.node.is_some()), "{:?}", jobs[0].ranks);
+    // The output files, copied whole to both deputies.
+    for d in deputies {
+        let d = *n.iter().find(|&&i| sim.addr(i) == d).unwrap();
+        for rank in 0..3 {
+            let path = format!("/w/node-{d}/adopted-{job}/out.txt.{rank}");
+            assert_eq!(shell.files.get(&path).map(Vec::as_slice), Some(&b"the answer\n"[..]), "{path}");
+        }
+    }
+}
+
+#[test]
+fn a_watch_from_another_node_follows_the_job_to_its_deputy_and_shows_each_line_once() {
+    let t0 = Instant::now();
+    let (mut sim, n) = net_with(4, t0, |i| resources(u32::from(i > 0)));
+    let mut shell = SimShell::new(Some(Duration::from_secs(30)));
+    let xml = JobDescription::run("/bin/prog", vec![], 3).to_xml();
+    tool(&mut sim, n[0], 1, ToolRequest::Submit { nonce: 1, xml, base_dir: "/home".into(), watch: true });
+    let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    let job = submitted(&shell, n[0], 1);
+    let deputies = sim.node(n[0]).submitter().get(job).map(|s| s.deputies()).unwrap();
+    let asker = *n[1..].iter().find(|&&i| !deputies.contains(&sim.addr(i))).unwrap();
+    // Following the job from a node that is not its deputy, every line so far.
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    let lines = |s: &SimShell| s.on(asker, 2).iter().filter(|r| matches!(r, ToolReply::Output { .. })).count();
+    shell.run(&mut sim, Duration::from_secs(10), |s| lines(s) == 3);
+    assert_eq!(lines(&shell), 3, "{:?}", shell.on(asker, 2));
+    // The node holding it dies: the watch finds the deputy that took the
+    // job over (it looks again while only the dead node is registered) and
+    // goes on there; the deputy's replay of the output is not shown twice.
+    sim.crash(n[0]);
+    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    assert_eq!(lines(&shell), 3, "each line once: {got:?}");
+    let payloads: Vec<&[u8]> = shell
+        .replies
+        .iter()
+        .filter(|r| r.0 == asker && r.1 == 2 && matches!(r.2, ToolReply::Output { .. }))
+        .map(|r| &r.3[..])
+        .collect();
+    for rank in 0..3 {
+        let line = format!("hello from {rank}\n");
+        assert_eq!(payloads.iter().filter(|p| **p == line.as_bytes()).count(), 1, "{payloads:?}");
+    }
+}
+
+#[test]
+fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_over() {
+    let t0 = Instant::now();
+    // Five one-slot nodes; the submitting node runs rank 0, so the first
+    // deputy restarts the job as it takes it over (its old ranks are
+    // stopped), and dies before the new run starts.
+    let (mut sim, n) = net_with(5, t0, |_| resources(1));
+    let mut shell = SimShell::new(Some(Duration::from_secs(30)));
+    let mut desc = JobDescription::run("/bin/prog", vec![], 3);
+    desc.restart = crate::job::RestartPolicy::Scratch;
+    let req = ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true };
+    tool(&mut sim, n[0], 1, req);
+    let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    let job = submitted(&shell, n[0], 1);
+    let s = sim.node(n[0]).submitter().get(job).unwrap();
+    assert_eq!(s.ranks()[0].node, Some(sim.addr(n[0])), "the submitting node runs rank 0");
+    let deputies = s.deputies();
+    let at = |a| *n.iter().find(|&&i| sim.addr(i) == a).unwrap();
+    let (first, second) = (at(deputies[0]), at(deputies[1]));
+    shell.run(&mut sim, Duration::from_secs(2), |_| false);
+    sim.crash(n[0]);
+    let restarting =
+        |sim: &Sim<DaemonNode>| sim.node(first).submitter().get(job).is_some_and(|s| !s.restart_reasons().is_empty());
+    for _ in 0..100_000 {
+        if restarting(&sim) {
+            break;
+        }
+        sim.step();
+    }
+    assert!(restarting(&sim), "the first deputy took the job over and restarts it");
+    sim.crash(first);
+    let asker = *n[1..].iter().find(|&&i| i != first && i != second).unwrap();
+    shell.run(&mut sim, Duration::from_secs(20), |_| false);
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    let s = sim.node(second).submitter().get(job).expect("held by the second deputy");
+    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(first) && a != sim.addr(n[0]))));
 }

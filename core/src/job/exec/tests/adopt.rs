@@ -10,7 +10,7 @@ fn from(a: NodeAddr, body: JobMsg) -> Envelope<JobMsg> {
 /// the deputy; rank 0 printed 10 bytes, rank 1 exited with its file sent.
 fn guarded() -> (Execution, JobId, Instant) {
     let (mut e, j, now) = two_ranks_running();
-    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputy: addr(7), ranks: vec![], auth: None };
+    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7)], ranks: vec![], auth: None };
     e.handle_message(now, env(g, Bytes::new()));
     e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"0123456789")).unwrap();
     e.handle_process_exit(j, 1, 0).unwrap();
@@ -98,4 +98,24 @@ fn a_job_no_deputy_adopts_in_time_is_stopped_and_one_without_a_deputy_at_once() 
     let (mut e, j, now) = two_ranks_running();
     e.handle_send_failed(now, addr(0));
     assert!(drain_to(&mut e).1.contains(&ExecEvent::Cleanup { job: j }), "no deputy: stopped at once");
+}
+
+#[test]
+fn the_second_deputy_adopts_the_job_when_the_first_dies_having_adopted_it() {
+    let (mut e, j, now) = two_ranks_running();
+    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7), addr(8)], ranks: vec![], auth: None };
+    e.handle_message(now, env(g, Bytes::new()));
+    drain_to(&mut e);
+    e.handle_send_failed(now, addr(0));
+    e.handle_message(now, from(addr(7), JobMsg::Adopt { job: j }));
+    assert!(matches!(&drain_to(&mut e).0[..], [(a, JobMsg::Adopted { .. })] if *a == addr(7)));
+    // The first deputy dies before naming deputies of its own: the job waits
+    // for the one behind it, and only for it.
+    e.handle_send_failed(now, addr(7));
+    assert!(drain_to(&mut e).1.is_empty(), "the job waits");
+    e.handle_message(now, from(addr(7), JobMsg::Adopt { job: j }));
+    e.handle_message(now, from(addr(0), JobMsg::Adopt { job: j }));
+    assert_eq!(drain_to(&mut e), (vec![], vec![]));
+    e.handle_message(now, from(addr(8), JobMsg::Adopt { job: j }));
+    assert!(matches!(&drain_to(&mut e).0[..], [(a, JobMsg::Adopted { .. })] if *a == addr(8)));
 }

@@ -45,6 +45,20 @@ pub(super) struct Checkpoints {
 }
 
 impl Submission {
+    /// What `p2pjob status` shows of the job beside its placement.
+    pub(super) fn history(&self) -> JobHistory {
+        let checkpoints = self.ckpt.ranks.iter().map(|(r, k)| (*r, k.reported.clone())).collect();
+        JobHistory { restarts: self.restart_reasons.clone(), moves: self.moves.clone(), checkpoints }
+    }
+
+    /// Takes `h` as the job's history (a record of a job that ended elsewhere).
+    pub(super) fn set_history(&mut self, h: JobHistory) {
+        (self.restart_reasons, self.moves) = (h.restarts, h.moves);
+        for (rank, reported) in h.checkpoints.into_iter().filter(|(r, _)| *r < self.desc.processes) {
+            self.ckpt.ranks.insert(rank, RankReports { reported, covers: 0 });
+        }
+    }
+
     /// What `rank` reported of its checkpoints so far.
     pub fn checkpoints(&self, rank: u32) -> Option<&RankCheckpoints> {
         self.ckpt.ranks.get(&rank).map(|r| &r.reported)

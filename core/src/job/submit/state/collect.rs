@@ -31,10 +31,8 @@ impl Submission {
                 let offset = offset + self.out_base.get(&(rank, stream)).copied().unwrap_or(0);
                 let end = self.out_end.entry((rank, stream)).or_default();
                 *end = (*end).max(offset + payload.len() as u64);
-                // The deputy keeps a copy, so the output outlives this node.
-                if let Some(d) = self.deputy() {
-                    self.send(d, JobMsg::Output { job: wire, rank, stream, offset }, payload.clone());
-                }
+                // The deputies keep a copy, so the output outlives this node.
+                self.copy_to_deputies(&JobMsg::Output { job: wire, rank, stream, offset }, &payload);
                 self.event(SubmitEvent::Output { job, rank, stream, offset, data: payload });
             }
             JobMsg::CheckpointFile { rank, epoch, offset, total, digest, .. } => {
@@ -58,6 +56,9 @@ impl Submission {
                 f.hasher.update(&payload);
                 f.received += payload.len() as u64;
                 let complete = f.received >= total;
+                // The deputies keep a copy, so the results outlive this node.
+                let copy = JobMsg::OutputFile { job: wire, rank, name: name.clone(), offset, total, digest: want };
+                self.copy_to_deputies(&copy, &payload);
                 self.event(SubmitEvent::WriteFile { job, rank, name: name.clone(), offset, total, data: payload });
                 if complete {
                     let f = self.out_files.remove(&key)?;
@@ -90,11 +91,6 @@ impl Submission {
                     return Some(());
                 }
                 if self.ranks.iter().all(|r| r.exit.is_some()) {
-                    let holding: Vec<NodeAddr> =
-                        self.nodes.iter().filter(|(_, n)| !n.accepted.is_empty()).map(|(a, _)| *a).collect();
-                    for to in holding {
-                        self.send(to, JobMsg::Done { job: wire }, Bytes::new());
-                    }
                     // An output file must come back from some rank (often only
                     // rank 0 writes it); one that came back damaged always fails.
                     for name in &self.desc.outputfiles {

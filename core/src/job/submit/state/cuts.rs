@@ -135,11 +135,8 @@ impl Submission {
         a.received += payload.len() as u64;
         let complete = a.received >= total;
         let job = self.job;
-        // The deputy keeps a copy, so the cut outlives this node.
-        if let Some(d) = self.deputy() {
-            let copy = JobMsg::CheckpointFile { job: self.wire, rank, epoch, offset, total, digest };
-            self.send(d, copy, payload.clone());
-        }
+        // The deputies keep a copy, so the cut outlives this node.
+        self.copy_to_deputies(&JobMsg::CheckpointFile { job: self.wire, rank, epoch, offset, total, digest }, &payload);
         self.event(SubmitEvent::StoreCheckpoint { job, rank, epoch, offset, data: payload });
         if complete {
             let a = self.cuts.arriving.remove(&(rank, epoch))?;
@@ -194,12 +191,10 @@ impl Submission {
         }
     }
 
-    /// `rank`'s file of `epoch` is kept no more, here and at the deputy.
+    /// `rank`'s file of `epoch` is kept no more, here and at the deputies.
     fn drop_cut_file(&mut self, rank: u32, epoch: u64) {
         self.event(SubmitEvent::DropCheckpoint { job: self.job, rank, epoch });
-        if let Some(d) = self.deputy() {
-            self.send(d, JobMsg::CutDropped { job: self.wire, rank, epoch }, Bytes::new());
-        }
+        self.copy_to_deputies(&JobMsg::CutDropped { job: self.wire, rank, epoch }, &Bytes::new());
     }
 
     /// A restart: resumes from the newest complete cut (reading its files

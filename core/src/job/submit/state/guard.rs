@@ -1,12 +1,20 @@
-//! The job's deputy: whenever the job starts (again) or a rank moves, every
-//! node holding ranks is told the placement and which of them takes the job
-//! over if this node dies ([`JobMsg::Guard`], with the job file). That node
+//! The job's deputies: whenever the job starts (again) or a rank moves, every
+//! node holding ranks is told the placement and which of them take the job
+//! over if this node dies ([`JobMsg::Guard`], with the job file): the first,
+//! or the second when the first died too. Each keeps a copy of what this
+//! node keeps (output, output files, cuts, and at the end how the job
+//! ended), so a cut is kept on three nodes beside the rank's own when the
+//! job spans enough of them. The deputy that takes over
 //! builds the job anew from it ([`Submission::adopt`]), claims the executors
 //! ([`JobMsg::Adopt`]), which answer with where each rank's output goes on
 //! ([`JobMsg::Adopted`]) and send again what the old node would have got:
 //! output files and exits of ranks that ended. The ranks run on untouched.
 
 use super::*;
+
+/// How many nodes of a job keep copies of what its submitting node keeps,
+/// and take the job over in turn.
+pub(super) const DEPUTIES: usize = 2;
 
 /// What a deputy was told of the job it may take over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,24 +41,54 @@ pub struct Replica {
 }
 
 impl Submission {
-    /// The node that takes the job over if this one dies: the node of the
-    /// lowest rank that is not this one (none while every rank runs here).
-    pub fn deputy(&self) -> Option<NodeAddr> {
+    /// The nodes that take the job over if this one dies, in order of
+    /// succession: those of the lowest ranks that are not this one, at most
+    /// [`DEPUTIES`] (none while every rank runs here).
+    pub fn deputies(&self) -> Vec<NodeAddr> {
+        let mut d: Vec<NodeAddr> = Vec::with_capacity(DEPUTIES);
         if self.phase != Phase::Running {
-            return None;
+            return d;
         }
-        self.ranks.iter().filter_map(|r| r.node).find(|n| *n != self.addr)
+        for n in self.ranks.iter().filter_map(|r| r.node) {
+            if d.len() == DEPUTIES {
+                break;
+            }
+            if n != self.addr && !d.contains(&n) {
+                d.push(n);
+            }
+        }
+        d
     }
 
-    /// Tells every node holding ranks the placement and the deputy.
+    /// The first of the [`Submission::deputies`].
+    pub fn deputy(&self) -> Option<NodeAddr> {
+        self.deputies().first().copied()
+    }
+
+    /// Sends `body` (with `payload`) to every deputy: a copy of something
+    /// kept here.
+    pub(super) fn copy_to_deputies(&mut self, body: &JobMsg, payload: &Bytes) {
+        for d in self.deputies() {
+            self.send(d, body.clone(), payload.clone());
+        }
+    }
+
+    /// Tells every node holding ranks the placement and the deputies, and
+    /// the nodes named deputies before that they are no more (when so).
     pub(super) fn guard(&mut self) {
-        let Some(deputy) = self.deputy() else { return };
+        let deputies = self.deputies();
+        if deputies.is_empty() {
+            return;
+        }
         let ranks: Vec<(u32, NodeAddr)> = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();
         let Some((_, xml, _)) = self.files.first().cloned().flatten() else { return };
-        let holding: BTreeSet<NodeAddr> = ranks.iter().map(|(_, n)| *n).collect();
+        let mut holding: BTreeSet<NodeAddr> = ranks.iter().map(|(_, n)| *n).collect();
+        holding.append(&mut self.told);
+        self.told = deputies.iter().copied().collect();
         let (job, id, restarts) = (self.wire, self.job, self.restarts);
         for to in holding {
-            let msg = JobMsg::Guard { job, id, restarts, deputy, ranks: ranks.clone(), auth: self.auth.clone() };
+            let (deputies, ranks, auth) = (deputies.clone(), ranks.clone(), self.auth.clone());
+            let msg = JobMsg::Guard { job, id, restarts, deputies, ranks, auth };
             self.send(to, msg, xml.clone());
         }
     }
@@ -99,6 +137,30 @@ impl Submission {
             s.send(to, JobMsg::Adopt { job: g.wire }, Bytes::new());
         }
         s.guard();
+        s
+    }
+
+    /// What the deputy keeps of job `g` (its description `desc`) once it
+    /// ended at its submitting node, for `status` and `wait` asked here: its
+    /// last placement and its ranks' exit `codes` (none unless every rank
+    /// exited), its `history`. Nothing is sent: the job is over.
+    pub fn ended(
+        config: SubmitConfig,
+        addr: NodeAddr,
+        (g, desc): (Guarded, JobDescription),
+        (codes, history): (&[i32], JobHistory),
+        now: Instant,
+    ) -> Self {
+        let mut s = Submission::new(config, addr, (g.job, 0), desc, now);
+        s.set_auth(g.auth);
+        s.set_history(history);
+        s.actions.clear();
+        (s.wire, s.restarts, s.phase, s.adopted) = (g.wire, g.restarts, Phase::Finished, true);
+        (s.files, s.unplaced, s.queue_deadline) = (Vec::new(), BTreeSet::new(), None);
+        for &(rank, node) in &g.ranks {
+            let Some(r) = s.ranks.get_mut(rank as usize) else { continue };
+            (r.node, r.started, r.exit) = (Some(node), true, codes.get(rank as usize).copied());
+        }
         s
     }
 

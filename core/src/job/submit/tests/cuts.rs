@@ -269,7 +269,8 @@ fn a_migrated_rank_moves_alone_and_the_others_go_on() {
     // gets its copy of the job's output.
     let told: Vec<&JobMsg> = after.iter().filter(|(n, _, _)| *n == stays).map(|(_, m, _)| m).collect();
     assert!(matches!(told[0], JobMsg::Guard { ranks, .. } if *ranks == [(0, stays), (1, to)]), "{told:?}");
-    assert!(told[1..].iter().all(|m| matches!(m, JobMsg::Output { rank: 1, .. })), "{told:?}");
+    let copy = |m: &JobMsg| matches!(m, JobMsg::Output { rank: 1, .. } | JobMsg::OutputFile { rank: 1, .. });
+    assert!(told[1..].iter().all(|m| copy(m)), "{told:?}");
     assert!(after.iter().any(|(n, m, _)| *n == from && *m == JobMsg::Done { job: wire }), "{after:?}");
     // The new node: one rank offered, told the cut and given the engine before the files.
     let to_new: Vec<&(NodeAddr, JobMsg, Bytes)> = after.iter().filter(|(n, _, _)| *n == to).collect();

@@ -2,14 +2,15 @@
 
 use super::*;
 
-/// The [`JobMsg::Guard`]s sent so far: to whom, what they said, the payload.
+/// The [`JobMsg::Guard`]s sent so far: to whom, what they said, the first
+/// deputy, the payload.
 fn guards(h: &Harness) -> Vec<(NodeAddr, Guarded, NodeAddr, Bytes)> {
     h.sent
         .iter()
         .filter_map(|(to, m, p)| match m {
-            JobMsg::Guard { job, id, restarts, deputy, ranks, auth } => {
+            JobMsg::Guard { job, id, restarts, deputies, ranks, auth } => {
                 let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), auth: auth.clone() };
-                Some((*to, g, *deputy, p.clone()))
+                Some((*to, g, deputies[0], p.clone()))
             }
             _ => None,
         })
@@ -36,6 +37,10 @@ fn a_started_job_names_the_node_of_its_lowest_other_rank_its_deputy_on_every_nod
     let to: BTreeSet<NodeAddr> = told.iter().map(|(to, ..)| *to).collect();
     assert_eq!(to, [addr(1), addr(2)].into(), "every node holding ranks, once each");
     assert_eq!(told.len(), 2);
+    // Both nodes: the node of rank 0 first, then the other.
+    let rank1 = s.ranks()[1].node.unwrap();
+    assert_eq!(s.deputies(), [rank0, rank1]);
+    assert!(h.sent.iter().all(|(_, m, _)| !matches!(m, JobMsg::Guard { deputies, .. } if *deputies != [rank0, rank1])));
     for (_, g, deputy, xml) in &told {
         assert_eq!(*deputy, rank0);
         assert_eq!((g.job, g.wire, g.restarts), (s.job(), s.wire(), 0));
@@ -74,7 +79,7 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
     assert_eq!(adopt, [addr(1), addr(2)].into());
     // Its own deputy: the other node.
     let other = if deputy == addr(1) { addr(2) } else { addr(1) };
-    assert!(sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Guard { deputy, .. } if *deputy == other)));
+    assert!(sent.iter().any(|(_, m, _)| matches!(m, JobMsg::Guard { deputies, .. } if *deputies == [other])));
 
     // The executors answer; a rank's output goes on where it was.
     let wire = s.wire();
@@ -100,6 +105,56 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
     let files = events.iter().filter(|e| matches!(e, SubmitEvent::OutputFileDone { ok: true, .. })).count();
     assert_eq!((lines, files), (2, 2));
     assert_eq!(sent.iter().filter(|(_, m, _)| matches!(m, JobMsg::Done { .. })).count(), 2);
+    // Its deputy got a copy of the output files, and how the job ended
+    // before any node was told it is done.
+    let copies =
+        sent.iter().filter(|(to, m, p)| *to == other && matches!(m, JobMsg::OutputFile { .. }) && !p.is_empty());
+    assert_eq!(copies.count(), 2);
+    let at = |pick: &dyn Fn(&(NodeAddr, JobMsg, Bytes)) -> bool| sent.iter().position(pick).unwrap();
+    let ended = at(&|(to, m, _)| {
+        *to == other
+            && matches!(m, JobMsg::Ended { job, end: JobEnd::Done { codes }, .. } if *job == wire && *codes == [0, 0])
+    });
+    assert!(ended < at(&|(_, m, _)| matches!(m, JobMsg::Done { .. })), "{sent:?}");
+}
+
+#[test]
+fn a_killed_job_tells_its_deputy_how_it_ended_before_its_nodes_stop_it() {
+    let (mut h, mut s) = running_on_two_nodes();
+    let deputy = s.deputy().unwrap();
+    h.sent.clear();
+    s.handle_command(h.now, SubmissionCommand::Kill).unwrap();
+    let (sent, _) = drain(&mut s);
+    let wire = s.wire();
+    let ended = |m: &JobMsg| matches!(m, JobMsg::Ended { job, end: JobEnd::Killed, .. } if *job == wire);
+    assert_eq!(sent.iter().position(|(to, m, _)| *to == deputy && ended(m)), Some(0), "{sent:?}");
+    assert_eq!(sent.iter().filter(|(_, m, _)| matches!(m, JobMsg::Kill { .. })).count(), 2, "{sent:?}");
+}
+
+#[test]
+fn the_record_a_deputy_keeps_of_an_ended_job_has_its_placement_and_exits_and_sends_nothing() {
+    let (h, s) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let desc = JobDescription::parse(&xml).unwrap().job;
+    // What the submitting node tells of the job's history, for its status.
+    let mut reported = crate::ckpt::RankCheckpoints::default();
+    reported.written(crate::ckpt::CheckpointInfo { epoch: 4, unix_ms: 5, stored_bytes: 6, raw_bytes: 7 });
+    let history = JobHistory {
+        restarts: vec!["from checkpoint 3: node 1 lost".into()],
+        moves: vec!["rank 1 moved".into()],
+        checkpoints: vec![(1, reported.clone()), (9, reported.clone())],
+    };
+    let mut d = Submission::ended(SubmitConfig::default(), deputy, (g, desc), (&[0, 3], history.clone()), h.now);
+    assert_eq!((d.job(), d.wire(), d.phase()), (s.job(), s.wire(), Phase::Finished));
+    let kept: Vec<(Option<NodeAddr>, Option<i32>)> = d.ranks().iter().map(|r| (r.node, r.exit)).collect();
+    let want: Vec<(Option<NodeAddr>, Option<i32>)> =
+        s.ranks().iter().zip([0, 3]).map(|(r, c)| (r.node, Some(c))).collect();
+    assert_eq!(kept, want);
+    assert_eq!((d.restart_reasons(), d.moves()), (&history.restarts[..], &history.moves[..]));
+    assert_eq!((d.checkpoints(0), d.checkpoints(1)), (None, Some(&reported)));
+    assert_eq!(d.checkpoints(9), None, "a rank the job does not have");
+    assert_eq!(drain(&mut d), (Vec::new(), Vec::new()));
+    assert_eq!(d.poll_timeout(), None);
 }
 
 #[test]
