@@ -580,9 +580,6 @@ fn a_job_restarts_at_its_second_deputy_when_the_submitting_host_and_the_first_di
     std::thread::sleep(Duration::from_millis(800));
     c.crash(0);
     c.crash(first);
-    std::thread::sleep(Duration::from_secs(12));
-    let probe = c.p2pjob(second, &["status", &id], Duration::from_secs(5));
-    eprintln!("PROBE second={second} first={first} ok={} {} {}", probe.ok, probe.stdout, probe.stderr);
     let asker = (1..5).find(|i| *i != first && *i != second).unwrap();
     let w = c.p2pjob(asker, &["wait", &id], Duration::from_secs(90));
     eprintln!("{}", w.stderr.trim());

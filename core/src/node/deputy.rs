@@ -346,11 +346,21 @@ impl DaemonNode {
             }
         }
         for id in mine {
-            let Some(Deputy { job, xml, logs, outputs, files, cuts, size, .. }) = self.guards.jobs.remove(&id) else {
+            let Some(Deputy { holder, ahead, job, xml, logs, outputs, files, cuts, size, .. }) =
+                self.guards.jobs.remove(&id)
+            else {
                 continue;
             };
             let Ok(parsed) = JobDescription::parse(&xml) else { continue };
             let owner = job.auth.as_ref().map(|a| a.key);
+            // The job's signature is this node's to offer again here too
+            // (its ranks here may have been stopped already by a restart of
+            // the node it takes the job over from).
+            if let Some(nonce) = job.auth.as_ref().map(|a| a.manifest.nonce) {
+                for from in std::iter::once(holder).chain(ahead) {
+                    self.job_replay.hand_over(nonce, &from, self.addr);
+                }
+            }
             let cuts = cuts
                 .into_iter()
                 .filter(|(_, (_, ranks))| ranks.len() == size as usize)
