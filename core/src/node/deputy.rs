@@ -122,7 +122,10 @@ impl DaemonNode {
     pub(super) fn on_guard(&mut self, from: NodeAddr, g: Guarded, deputies: &[NodeAddr], xml: Bytes) {
         let named = deputies.iter().position(|d| *d == self.addr).filter(|_| self.exec.runs_for(g.wire, from));
         let Some(ahead) = named.map(|i| deputies[..i].to_vec()) else {
-            if self.guards.jobs.get(&g.job).is_some_and(|d| d.holder == from) {
+            // From its submitting node, or from a deputy ahead of this one
+            // that took the job over and does not count on this node (it
+            // names others, or this node runs no rank of the job any more).
+            if self.guards.jobs.get(&g.job).is_some_and(|d| d.holder == from || d.ahead.contains(&from)) {
                 self.drop_guard(g.job);
             }
             return;
