@@ -518,6 +518,67 @@ fn a_job_that_restarts_from_its_checkpoint_survives_a_crashed_host_with_correct_
     assert!(status.contains("recovered from epoch "), "{status}");
 }
 
+/// Asks for a checkpoint of `job` through host 0 until every rank took it
+/// (the ranks may not have registered with their nodes yet): its epoch.
+fn checkpoint_now(c: &Cluster, job: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ck = c.p2pjob(0, &["checkpoint", job], Duration::from_secs(60));
+        let epoch = ck.stdout.split_once("checkpoint epoch ").and_then(|(_, e)| e.split(' ').next()?.parse().ok());
+        if let Some(epoch) = epoch.filter(|_| ck.ok) {
+            return epoch;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint was taken: {} {}", ck.stdout, ck.stderr);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A damaged stored checkpoint: two cuts of the checkpointing ring asked
+/// for (no interval, so no newer one follows), then the newest copy of rank
+/// 0's file at the node holding the job rots on disk, and a host running a
+/// rank dies (kill -9). Reading the cut back, that node finds the damage,
+/// drops the cut and restarts the job from the one before it; the job ends
+/// with the checksum of an undisturbed run.
+#[test]
+fn a_damaged_stored_cut_is_detected_and_the_job_restarts_from_the_cut_before_it() {
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
+    let Some(mut c) = cluster("damaged_cut", 4, &["--heartbeat-ms", "250", "--failure-timeout-ms", "2000"]) else {
+        return;
+    };
+    let loops: u64 = 20_011;
+    let extra = format!("  <arguments>{loops}</arguments>\n  <restart>checkpoint</restart>\n");
+    let job = job_file(&c, "ckpt.xml", &prog, 2, &extra);
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(20));
+    let (older, newer) = (checkpoint_now(&c, &id), checkpoint_now(&c, &id));
+    assert!(older < newer, "{older} then {newer}");
+    // Both ranks' files of both cuts reach the node holding the job.
+    let cuts = c.hosts[0].work.join(format!("node-7400/cuts-{id}"));
+    let file = |rank: u32, epoch: u64| cuts.join(format!("rank-{rank}.{epoch}.ckpt"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ![(0, older), (1, older), (0, newer), (1, newer)].iter().all(|&(r, e)| file(r, e).exists()) {
+        assert!(Instant::now() < deadline, "the cuts never reached host 0: {:?}", std::fs::read_dir(&cuts));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let damaged = file(0, newer);
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let at = bytes.len() - 1;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&damaged, bytes).unwrap();
+
+    let victim = (1..4).find(|&i| ranks_on(&c, i, &loops.to_string()) > 0).expect("a rank off the submitter's host");
+    c.crash(victim);
+    let w = c.p2pjob(0, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "the job did not survive host {victim}: {} {}", w.stdout, w.stderr);
+    let said = format!("restarting from checkpoint {older}: checkpoint {newer} is damaged (rank 0's file ");
+    assert!(w.stderr.contains(&said), "want {said:?} in:\n{}", w.stderr);
+    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    assert!(status.contains(&format!("recovered from epoch {older}")), "{status}");
+}
+
 /// As above, but kill -9 of the submitting host, which runs rank 0 and
 /// holds the job: its deputy, which kept a copy of every cut, takes the job
 /// over and restarts it from the newest cut on the hosts left; the job ends
@@ -809,6 +870,43 @@ fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_comple
     assert!(status.contains("restart 1: from checkpoint ") && !status.contains("restart 2"), "one restart: {status}");
     assert!(status.contains("(shutting down)"), "{status}");
     assert!(resumed_at(&s.out, 0).is_some_and(|i| i > 0), "every rank rolled back: {}", s.out);
+}
+
+/// SIGTERM of the submitting daemon, which runs rank 0 of the
+/// checkpointing ring and holds the job: it hands the job to its deputy at
+/// once, then rank 0 moves alone as off any stopping node (the deputy moves
+/// it), the other rank never rolls back, and the job ends with the
+/// undisturbed result, collected from another host.
+#[test]
+fn the_submitting_daemon_stopped_under_its_job_hands_it_to_its_deputy_and_its_rank_moves_alone() {
+    let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
+    let Some(mut c) = cluster("sigterm_submitter", 4, &["--heartbeat-ms", "250"]) else { return };
+    let loops: u64 = 9_203;
+    let job = job_file(&c, "ckpt.xml", &prog, 2, &format!("  <arguments>{loops}</arguments>\n"));
+    let id = submit(&c, 0, &job);
+    wait_status(&c, 0, &id, "2 running", Duration::from_secs(30));
+    // The deputy reads the job's files back once named.
+    std::thread::sleep(Duration::from_secs(2));
+    let status = c.p2pjob(0, &["status", &id], Duration::from_secs(20)).stdout;
+    let hosts = rank_hosts(&c, &status);
+    assert_eq!(hosts.first(), Some(&0), "the submitting host runs rank 0: {status}");
+    let deputy = hosts[1];
+    let took = c.terminate(0, Duration::from_secs(45));
+    eprintln!("jobd on host 0 exited {took:?} after SIGTERM");
+    let log = c.log(0);
+    assert!(log.contains("stopping: the job goes on at its deputy"), "{log}");
+    assert!(log.contains("waiting for ranks to move to other nodes before stopping"), "{log}");
+    let asker = (1..4).find(|&i| i != deputy).unwrap();
+    let w = c.p2pjob(asker, &["wait", &id], Duration::from_secs(90));
+    assert!(w.ok, "{} {}", w.stdout, w.stderr);
+    let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
+    assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);
+    assert!(resumed_at(&w.stdout, 0).is_some_and(|i| i > 0), "rank 0 resumed: {}", w.stdout);
+    assert_eq!(resumed_at(&w.stdout, 1), None, "rank 1 never resumed: {}", w.stdout);
+    let status = c.p2pjob(asker, &["status", &id], Duration::from_secs(20)).stdout;
+    let moved = format!("move 1: rank 0 moved off node {}:7400 to node ", c.hosts[0].ip);
+    assert!(status.contains(&moved) && status.contains("(its node is shutting down)"), "{status}");
+    assert!(!status.contains("restart "), "nothing rolled back: {status}");
 }
 
 #[test]

@@ -214,6 +214,10 @@ pub enum JobMsg {
     /// it copied), so `p2pjob wait` or `status` from any node finds its
     /// results while one of them lives.
     Ended { job: JobId, end: JobEnd, history: JobHistory },
+    /// Submitter -> its first deputy, as the submitter stops gracefully:
+    /// take the job (this run, `job` its wire id) over now, as if this node
+    /// were lost; its ranks here then move like any other node's.
+    HandOver { job: JobId },
 }
 
 /// What `p2pjob status` shows of a job beside its placement and exits, as
@@ -309,7 +313,8 @@ impl JobMsg {
             | JobMsg::Adopt { job }
             | JobMsg::Adopted { job, .. }
             | JobMsg::CutDropped { job, .. }
-            | JobMsg::Ended { job, .. } => *job,
+            | JobMsg::Ended { job, .. }
+            | JobMsg::HandOver { job } => *job,
         }
     }
 
@@ -430,6 +435,7 @@ mod tests {
         let want = [&[38u8][..], zero, zero, &[1, 1], &addr, &[1, 0], &addr, &[0]].concat();
         assert_eq!(body_bytes(&guard), want);
         assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
+        assert_eq!(body_bytes(&JobMsg::HandOver { job: z }), [&[43u8][..], zero].concat());
         let adopted = JobMsg::Adopted { job: z, streamed: vec![(1, 128)] };
         assert_eq!(body_bytes(&adopted), [&[40u8][..], zero, &[1, 1, 0x80, 0x01]].concat());
         let dropped = JobMsg::CutDropped { job: z, rank: 2, epoch: 3 };
@@ -540,6 +546,7 @@ mod tests {
                     JobMsg::Guard { job, id: job, restarts, deputies, ranks, auth }
                 }),
             job.clone().prop_map(|job| JobMsg::Adopt { job }),
+            job.clone().prop_map(|job| JobMsg::HandOver { job }),
             (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, epoch)| JobMsg::CutDropped {
                 job,
                 rank,

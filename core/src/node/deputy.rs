@@ -339,15 +339,29 @@ impl DaemonNode {
     /// Node `gone` is lost: take over every job this node is deputy for
     /// whose submitting node, and every deputy ahead of this one, are lost.
     pub(super) fn take_over(&mut self, now: Instant, gone: NodeAddr) {
-        let mut mine = Vec::new();
-        for (id, d) in &mut self.guards.jobs {
+        for d in self.guards.jobs.values_mut() {
             if d.holder == gone || d.ahead.contains(&gone) {
                 d.lost.insert(gone);
             }
-            if d.lost.contains(&d.holder) && d.ahead.iter().all(|a| d.lost.contains(a)) {
-                mine.push(*id);
-            }
         }
+        self.take_over_orphans(now, gone);
+    }
+
+    /// `from`, stopping, hands over its run `wire` of a job this node is
+    /// deputy for: taken over as if `from` were lost (at once when this node
+    /// is the first deputy; the others wait for the first, as ever).
+    pub(super) fn on_hand_over(&mut self, now: Instant, from: NodeAddr, wire: JobId) {
+        let Some(d) = self.guarded(from, wire).and_then(|id| self.guards.jobs.get_mut(&id)) else { return };
+        d.lost.insert(from);
+        tracing::info!(job = %d.job.job, node = %from, "a job's submitting node is stopping and hands it over");
+        self.take_over_orphans(now, from);
+    }
+
+    /// Takes over every job this node is deputy for whose submitting node,
+    /// and every deputy ahead of this one, are lost (the last news: `gone`).
+    fn take_over_orphans(&mut self, now: Instant, gone: NodeAddr) {
+        let orphan = |d: &Deputy| d.lost.contains(&d.holder) && d.ahead.iter().all(|a| d.lost.contains(a));
+        let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| orphan(d)).map(|(id, _)| *id).collect();
         for id in mine {
             let Some(Deputy { holder, ahead, job, xml, logs, outputs, files, cuts, size, .. }) =
                 self.guards.jobs.remove(&id)
@@ -373,7 +387,7 @@ impl DaemonNode {
             if !self.submitter.adopt(now, job, parsed.job, kept) {
                 continue;
             }
-            tracing::warn!(%id, node = %gone, "took over a job whose submitting node was lost");
+            tracing::warn!(%id, node = %gone, "took over a job: its submitting node was lost or handed it over");
             let base_dir = self.adopted_dir(id);
             self.hold(now, id, base_dir, size, owner);
             self.adopt_copies(id, logs, outputs);

@@ -5,15 +5,16 @@
 //! files, then the live stream). A finished job is forgotten `retention` after
 //! it ended: its state, its logs and its key in the overlay.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::control::{JobPhase, JobStatus, RankStatus, ToolReply, job_key_name};
-use super::{Client, DaemonNode, LogFile, NodeEvent, Timer, join, plain_name};
+use super::{Client, DaemonNode, LogFile, NodeEvent, NodeMsg, Timer, join, plain_name};
 use crate::auth::PublicKey;
-use crate::job::{JobEnd, JobId, Phase, Stream, SubmitEvent};
+use crate::job::{JobEnd, JobId, JobMsg, Phase, Stream, SubmitEvent};
+use crate::machine::NodeAddr;
 use crate::overlay::OverlayCommand;
 
 /// How a held job ended.
@@ -430,6 +431,37 @@ impl DaemonNode {
     }
 
     /// Forgets every job that ended `retention` ago or more.
+    /// Stopping: each running job submitted here goes to its first deputy
+    /// ([`JobMsg::HandOver`]), which takes it over as if this node were
+    /// lost, and is forgotten here; whoever follows one here is told where
+    /// it went. A job with no deputy (every rank here) stays, and stops
+    /// with this node. The jobs handed over.
+    pub(super) fn hand_over_held(&mut self, now: Instant) -> usize {
+        let running = self.submitter.jobs().filter(|s| s.phase() == Phase::Running);
+        let going: Vec<(JobId, JobId, NodeAddr)> =
+            running.filter_map(|s| Some((s.job(), s.wire(), s.deputy()?))).collect();
+        for &(job, wire, deputy) in &going {
+            self.send(deputy, NodeMsg::Job(JobMsg::HandOver { job: wire }), Bytes::new());
+            let message = format!(
+                "this node is stopping: job {job} goes on at node {deputy}, its deputy \
+                 (`p2pjob wait {job}` on another node follows it)"
+            );
+            if let Some(meta) = self.jobs.remove(&job) {
+                let waiters = meta.checkpoint_waiters.iter().chain(&meta.migrate_waiters).map(|(_, c)| *c);
+                let clients: BTreeSet<Client> = meta.watchers.iter().map(|w| w.client).chain(waiters).collect();
+                for client in clients {
+                    self.send_reply(client, ToolReply::Error { message: message.clone() }, Bytes::new());
+                }
+            }
+            self.submitter.forget(job);
+            self.replays.live.retain(|_, r| r.job != job);
+            let (name, value) = (job_key_name(job), self.addr.to_string());
+            self.overlay(now, OverlayCommand::Unregister { name, value });
+            tracing::info!(%job, %deputy, "stopping: the job goes on at its deputy");
+        }
+        going.len()
+    }
+
     pub(super) fn forget_expired(&mut self, now: Instant) {
         let retention = self.retention;
         let expired: Vec<JobId> = self

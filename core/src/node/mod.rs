@@ -141,7 +141,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Moved { .. }
         | JobMsg::Adopted { .. }
         | JobMsg::CutDropped { .. }
-        | JobMsg::Ended { .. } => false,
+        | JobMsg::Ended { .. }
+        | JobMsg::HandOver { .. } => false,
     }
 }
 
@@ -773,6 +774,7 @@ impl Machine for DaemonNode {
             NodeMsg::Job(JobMsg::CutDropped { job, rank, epoch }) => {
                 self.drop_checkpoint_copy(head.sender_addr, job, rank, epoch);
             }
+            NodeMsg::Job(JobMsg::HandOver { job }) => self.on_hand_over(now, head.sender_addr, job),
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),
         }
@@ -851,9 +853,12 @@ impl Machine for DaemonNode {
                     Err(NodeCmdError::Left)
                 } else {
                     self.left = true;
-                    // Ranks that can be moved are, before the shell stops
-                    // them, and before the overlay is left: their peers
-                    // look their new places up through this node.
+                    // The jobs submitted here go on at their deputies; then
+                    // ranks that can be moved are (those of the jobs handed
+                    // over too, once adopted), before the shell stops them,
+                    // and before the overlay is left: their peers look their
+                    // new places up through this node.
+                    self.hand_over_held(now);
                     self.draining = self.exec.handle_leaving();
                     self.event(NodeEvent::Draining { jobs: self.draining });
                     if self.draining == 0 {

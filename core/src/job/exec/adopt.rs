@@ -82,6 +82,10 @@ impl Execution {
         }
         tracing::info!(%job, submitter = %from, "the job was adopted");
         self.send(from, JobMsg::Adopted { job, streamed }, Bytes::new());
+        if self.leaving && self.draining.contains(&job) {
+            // Handed over by this node, stopping: its ranks here move now.
+            self.send(from, JobMsg::Leaving { job }, Bytes::new());
+        }
         for (rank, bytes) in credit.into_iter().filter(|(_, b)| *b > 0) {
             self.event(ExecEvent::OutputCredit { job, rank, bytes });
         }

@@ -171,19 +171,24 @@ impl Execution {
 
     /// The node is shutting down gracefully: every submitter (other than
     /// this node) with ranks running here is asked to move them
-    /// ([`JobMsg::Leaving`]). The number of jobs that may still move.
+    /// ([`JobMsg::Leaving`]); so is the deputy of a job this node submitted
+    /// and hands over, once it adopts the job. The number of jobs that may
+    /// still move.
     pub fn handle_leaving(&mut self) -> usize {
         self.leaving = true;
         let me = self.addr;
         let running: Vec<(JobId, NodeAddr)> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.submitter != me && j.ranks.values().any(|r| matches!(r, RankRun::Running { .. })))
+            .filter(|(_, j)| j.submitter != me || !j.deputies.is_empty())
+            .filter(|(_, j)| j.ranks.values().any(|r| matches!(r, RankRun::Running { .. })))
             .map(|(job, j)| (*job, j.submitter))
             .collect();
         for (job, to) in running {
             self.draining.insert(job);
-            self.send(to, JobMsg::Leaving { job }, Bytes::new());
+            if to != me {
+                self.send(to, JobMsg::Leaving { job }, Bytes::new());
+            }
         }
         self.draining.len()
     }

@@ -208,6 +208,9 @@ pub struct Submission {
     /// Taken over from its dead submitting node (`guard`): its ranks can be
     /// placed anew only with every file it stages (see `placeable`).
     adopted: bool,
+    /// Nodes shutting down that asked to move their ranks while this job,
+    /// taken over, still looked for nodes to move them to.
+    leaving_early: BTreeSet<NodeAddr>,
     /// Every node named a deputy and not since told it is one no more: each
     /// keeps a record of the job until told so, or told how it ended.
     told: BTreeSet<NodeAddr>,
@@ -293,6 +296,7 @@ impl Submission {
             moves: Vec::new(),
             told: BTreeSet::new(),
             adopted: false,
+            leaving_early: BTreeSet::new(),
             desc,
         };
         if !valid {
@@ -424,11 +428,18 @@ impl Submission {
     /// The overlay answered query `query` ([`SubmitEvent::Query`]).
     pub fn handle_query_done(&mut self, now: Instant, query: u32, result: &Result<Vec<String>, OverlayError>) {
         let i = query as usize;
-        if i >= self.queries.len() || self.phase != Phase::Resolving || self.queries[i].values.is_some() {
+        // A job taken over looks for nodes it could move ranks to.
+        let learning = self.adopted && self.phase == Phase::Running;
+        if i >= self.queries.len() || !(self.phase == Phase::Resolving || learning) || self.queries[i].values.is_some()
+        {
             return;
         }
         match result {
             Ok(values) => self.queries[i].values = Some(values.clone()),
+            // Not answered: nowhere more to move ranks to.
+            Err(_) if learning && self.queries[i].attempts >= self.config.query_attempts => {
+                self.queries[i].values = Some(Vec::new());
+            }
             Err(error) if self.queries[i].attempts >= self.config.query_attempts => {
                 let name = self.queries[i].name.clone();
                 return self.fail(SubmitError::QueryFailed { name, error: *error });
@@ -441,7 +452,12 @@ impl Submission {
             }
         }
         if self.queries.iter().all(|q| q.values.is_some()) {
-            self.resolve(now);
+            if learning {
+                self.learn_candidates();
+                self.learned(now);
+            } else {
+                self.resolve(now);
+            }
         }
     }
 

@@ -281,3 +281,47 @@ fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_ov
     let s = sim.node(second).submitter().get(job).expect("held by the second deputy");
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(first) && a != sim.addr(n[0]))));
 }
+
+#[test]
+fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
+    let t0 = Instant::now();
+    // Five one-slot nodes; the submitting node runs rank 0.
+    let (mut sim, n) = net_with(5, t0, |_| resources(1));
+    let mut shell = SimShell::new(Some(Duration::from_secs(60)));
+    let mut desc = JobDescription::run("/bin/prog", vec![], 3);
+    desc.restart = crate::job::RestartPolicy::Scratch;
+    let req = ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true };
+    tool(&mut sim, n[0], 1, req);
+    let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
+    shell.run(&mut sim, Duration::from_secs(60), started);
+    let job = submitted(&shell, n[0], 1);
+    let s = sim.node(n[0]).submitter().get(job).unwrap();
+    assert_eq!(s.ranks()[0].node, Some(sim.addr(n[0])), "the submitting node runs rank 0");
+    let first = s.deputy().unwrap();
+    let deputy = *n.iter().find(|&&i| sim.addr(i) == first).unwrap();
+    shell.run(&mut sim, Duration::from_secs(2), |_| false);
+
+    sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
+    // Well within the failure timeout: nothing was found lost.
+    shell.run(&mut sim, Duration::from_millis(500), |_| false);
+    assert!(sim.node(n[0]).submitter().get(job).is_none(), "forgotten where it was submitted");
+    let held = sim.node(deputy).submitter().get(job).expect("held by the first deputy");
+    assert!(held.restart_reasons().is_empty(), "its ranks run on: {:?}", held.restart_reasons());
+    let told = shell.on(n[0], 1);
+    let said = format!("job {job} goes on at node {first}, its deputy");
+    assert!(told.iter().any(|r| matches!(r, ToolReply::Error { message } if message.contains(&said))), "{told:?}");
+    // The stopping node's rank cannot move (the simulated ranks never take a
+    // checkpoint): the node stops it as it goes, and the job restarts at
+    // the deputy by its rule, on the other nodes.
+    shell.run(&mut sim, Duration::from_secs(5), |_| false);
+    sim.crash(n[0]);
+    let asker = *n[1..].iter().find(|&&i| sim.addr(i) != first).unwrap();
+    shell.run(&mut sim, Duration::from_secs(10), |_| false);
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    let s = sim.node(deputy).submitter().get(job).unwrap();
+    assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
+    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(n[0]))));
+}

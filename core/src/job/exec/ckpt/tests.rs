@@ -222,3 +222,29 @@ fn a_node_shutting_down_asks_the_submitters_of_its_running_ranks_to_move_them() 
     own.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
     assert_eq!(own.handle_leaving(), 0);
 }
+
+#[test]
+fn a_node_shutting_down_that_hands_its_own_job_over_asks_the_deputy_to_move_its_ranks_once_adopted() {
+    let now = Instant::now();
+    let j = job_id(1);
+    let mut own = Execution::new(super::super::ExecConfig::new(2, "n"), addr(0));
+    staged(&mut own, now, j, vec![0, 1], false);
+    own.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
+    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7)], ranks: vec![], auth: None };
+    own.handle_message(now, env(g, Bytes::new()));
+    drain(&mut own);
+    assert_eq!(own.handle_leaving(), 1, "waited for");
+    assert_eq!(drain(&mut own).0, [], "nobody to ask until the deputy holds the job");
+    let deputy = addr(7);
+    own.handle_message(now, Envelope::new(deputy.id(), deputy, 0, JobMsg::Adopt { job: j }));
+    let mut sent = Vec::new();
+    while let Some(a) = own.poll_action() {
+        if let crate::machine::Action::Send { to, msg } = a {
+            sent.push((to, msg.body));
+        }
+    }
+    assert_eq!(sent.last(), Some(&(deputy, JobMsg::Leaving { job: j })), "{sent:?}");
+    assert_eq!(own.draining(), 1);
+    own.handle_message(now, Envelope::new(deputy.id(), deputy, 0, JobMsg::Staying { job: j }));
+    assert_eq!(own.draining(), 0);
+}

@@ -108,8 +108,10 @@ impl Submission {
     ) -> Self {
         let mut s = Submission::new(config, addr, (g.job, 0), desc, now);
         s.set_auth(g.auth);
-        // Nothing is resolved or read again: the job runs.
-        s.actions.clear();
+        // Nothing is read again: the job runs. The queries only look for
+        // nodes its ranks could move to.
+        let queries = s.actions.iter().filter(|a| matches!(a, Action::Event(SubmitEvent::Query { .. }))).cloned();
+        s.actions = queries.collect();
         s.cuts.adopt(kept.cuts);
         for (i, f) in kept.files {
             if let Some(slot) = s.files.get_mut(i as usize).filter(|_| i > 0) {

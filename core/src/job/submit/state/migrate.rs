@@ -102,6 +102,12 @@ impl Submission {
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
             return Some(());
         }
+        if self.adopted && self.queries.iter().any(|q| q.values.is_none()) {
+            // Taken over (maybe by this node leaving): first learn where
+            // the ranks could go.
+            self.leaving_early.insert(from);
+            return Some(());
+        }
         if let (Some(_), Some(m)) = (live.first(), self.migration.as_mut()) {
             // Other ranks to move than those moving alone: they all move
             // together, by rolling the job back.
@@ -115,6 +121,14 @@ impl Submission {
         }
         self.move_off_leaving(now, from, live);
         Some(())
+    }
+
+    /// A job taken over is done looking for nodes to move ranks to: the
+    /// nodes shutting down meanwhile have them moved now.
+    pub(super) fn learned(&mut self, now: Instant) {
+        for from in std::mem::take(&mut self.leaving_early) {
+            self.on_leaving(now, from);
+        }
     }
 
     /// Moves the first of `ranks`, on node `from` shutting down, the rest

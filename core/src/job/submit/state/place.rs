@@ -31,6 +31,27 @@ pub(super) const BID_GRACE: Duration = Duration::from_millis(100);
 impl Submission {
     /// Every query answered: the candidates, then the wait.
     pub(super) fn resolve(&mut self, now: Instant) {
+        for (addr, node) in self.candidates() {
+            self.nodes.insert(addr, node);
+        }
+        if self.fits() {
+            self.enqueue(now);
+        }
+    }
+
+    /// Once a job taken over has its queries answered: the nodes matching
+    /// every requirement it does not know yet are candidates for its ranks
+    /// to move to.
+    pub(super) fn learn_candidates(&mut self) {
+        for (addr, node) in self.candidates() {
+            self.nodes.entry(addr).or_insert(node);
+        }
+    }
+
+    /// The nodes the answered queries list as meeting every requirement,
+    /// not lost before (and the count per requirement, for a job that does
+    /// not fit).
+    fn candidates(&mut self) -> Vec<(NodeAddr, Node)> {
         let mut all: BTreeMap<NodeAddr, Resources> = BTreeMap::new();
         let mut narrowed: BTreeMap<String, BTreeSet<NodeAddr>> = BTreeMap::new();
         for q in &self.queries {
@@ -51,6 +72,7 @@ impl Submission {
             }
         }
         self.per_requirement = per_requirement_counts(&self.desc.requirements, &all, &narrowed);
+        let mut found = Vec::new();
         for (addr, res) in all {
             let listed =
                 |r: &Requirement| r.query_name().is_none_or(|n| narrowed.get(&n).is_some_and(|s| s.contains(&addr)));
@@ -58,13 +80,10 @@ impl Submission {
             let total = res.slots_total.max(res.slots);
             let lost_before = self.lost_nodes.contains(&addr);
             if total > 0 && !lost_before && self.desc.requirements.iter().all(|r| r.matches(&res) && listed(r)) {
-                let node = Node::candidate(total, res.slots.min(total), res.load_milli.unwrap_or(0));
-                self.nodes.insert(addr, node);
+                found.push((addr, Node::candidate(total, res.slots.min(total), res.load_milli.unwrap_or(0))));
             }
         }
-        if self.fits() {
-            self.enqueue(now);
-        }
+        found
     }
 
     /// Whether the open candidates, idle, have slots enough; fails the job if not.

@@ -70,7 +70,8 @@ fn a_deputy_adopts_the_running_job_collects_it_to_the_end_and_names_its_own_depu
     let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), Replica::default(), h.now);
     assert_eq!((d.job(), d.wire(), d.phase()), (s.job(), s.wire(), Phase::Running));
     let (sent, events) = drain(&mut d);
-    assert!(events.is_empty(), "nothing is resolved or read again: {events:?}");
+    // Nothing is read again; the queries look for nodes to move ranks to.
+    assert!(events.iter().all(|e| matches!(e, SubmitEvent::Query { .. })), "{events:?}");
     let adopt: BTreeSet<NodeAddr> = sent
         .iter()
         .filter(|(_, m, _)| matches!(m, JobMsg::Adopt { job } if *job == s.wire()))
@@ -229,4 +230,33 @@ fn an_adopted_job_with_its_files_restarts_from_scratch_when_a_node_is_lost() {
         .filter_map(|(_, m, _)| if let JobMsg::Stage { name, .. } = m { Some(name.clone()) } else { None })
         .collect();
     assert_eq!(staged, ["job.xml", "ring", "input1"].map(String::from).into());
+}
+
+#[test]
+fn a_job_taken_over_learns_from_its_queries_where_its_ranks_could_move() {
+    let (mut h, s) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let desc = JobDescription::parse(&xml).unwrap().job;
+    let adopt = |g| {
+        let kept = Replica { files: staged_files(&h), cuts: Vec::new() };
+        Submission::adopt(SubmitConfig::default(), deputy, (g, desc.clone()), kept, h.now)
+    };
+    let (mut d, mut early) = (adopt(g.clone()), adopt(g));
+    let other = if deputy == addr(1) { addr(2) } else { addr(1) };
+    let rank = s.ranks().iter().find(|r| r.node == Some(other)).unwrap().rank;
+    // Before its queries are answered it knows of no node to go to.
+    assert!(matches!(early.migrate(h.now, rank, None), Err(SubmitCmdError::NowhereToGo { .. })));
+    // A third node, free, meets the requirements: the rank moves there alone.
+    h.behave.insert(addr(3), Behave::Accept);
+    h.slots.insert(addr(3), 1);
+    for (name, value) in res(1, 8000, &[]).registrations(addr(3)) {
+        h.regs.entry(name).or_default().push(value);
+    }
+    h.sent.clear();
+    h.settle(&mut d);
+    assert_eq!(d.phase(), Phase::Running, "{:?}", h.events);
+    assert!(d.migrate(h.now, rank, Some(addr(3))).is_ok());
+    h.settle(&mut d);
+    let asked = h.sent.iter().any(|(to, m, _)| *to == other && matches!(m, JobMsg::Move { .. }));
+    assert!(asked, "{:?}", h.sent);
 }
