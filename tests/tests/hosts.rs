@@ -700,7 +700,7 @@ fn a_rank_migrated_twice_mid_run_moves_alone_and_ends_with_the_undisturbed_resul
 fn a_factoring_rank_migrated_twice_mid_run_finds_the_same_factors() {
     let Some(prog) = p2pmp_tests::c::ckpt_factor("c-tests-hosts") else { return };
     let Some(c) = cluster("migrate_factor", 4, &["--heartbeat-ms", "250"]) else { return };
-    // Two primes near 2^31 (the demo's number): ~10 s of trial division on 2 ranks.
+    // Two primes near 2^31 (the demo's number): 4 to 10 s of trial division on 2 ranks.
     let (out, _) = move_rank_1_twice(&c, &prog, "4611686039902224373 20000", &[]);
     assert!(out.contains("[0] factor: 4611686039902224373 = 2147483647 x 2147483659"), "{out}");
     assert!(out.contains("[1] resumed at candidate "), "{out}");
@@ -728,8 +728,9 @@ fn move_rank_1_twice(c: &Cluster, prog: &str, args: &str, outputs: &[&str]) -> (
         let (from, _) = p2pmp_tests::wait_until("rank 1's process", Duration::from_secs(20), || {
             rank_process(c, 1, tag).ok_or_else(|| "not yet".to_owned())
         });
-        // Mid-run: some seconds of the job's ~10 go by first.
-        std::thread::sleep(Duration::from_secs(2));
+        // Mid-run: some of the job's seconds (4 to 10 here) go by first,
+        // fewer before the second move, so both land before it ends.
+        std::thread::sleep(Duration::from_millis(if round == 1 { 1500 } else { 500 }));
         let to = (round == 2).then(|| (0..4).rev().find(|&i| i != from && i != rank0.0).expect("a free host"));
         let target = to.map(|i| format!("{}:7400", c.hosts[i].ip));
         let mut args = vec!["migrate", id.as_str(), "1"];

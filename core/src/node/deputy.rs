@@ -20,7 +20,8 @@
 //! `status` from any node finds them while either node lives.
 //!
 //! Once that node is lost (a send to it fails, or nothing was heard from it
-//! for the failure timeout), the first deputy holds
+//! for the failure timeout), or hands the job over as it stops gracefully
+//! ([`JobMsg::HandOver`], see `held`), the first deputy holds
 //! the job as if submitted here: it adopts the executors, collects the rest
 //! of the output, output files and exits (output files into `adopted-JOB`
 //! under the work directory), registers the job's key so `p2pjob wait` or

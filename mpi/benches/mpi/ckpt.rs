@@ -62,8 +62,6 @@ pub(crate) fn section(res: &mut Results, quick: bool, limit: Duration) {
     }
 }
 
-/// Stored size as a percentage of raw, compression and decompression speed
-/// (MB/s of raw bytes; best of 3).
 /// Periodic checkpoints on the factoring job (2 ranks, K = 10,000; a safe
 /// point every flag round): plain, safe points only, a checkpoint every 1 s,
 /// 10 s and 60 s (s; the overhead is the difference from plain; the
@@ -98,6 +96,8 @@ fn factor_rows(res: &mut Results, dir: &std::path::Path, limit: Duration) {
     }
 }
 
+/// Stored size as a percentage of raw, compression and decompression speed
+/// (MB/s of raw bytes; best of 3).
 fn measure(codec: Codec, raw: &[u8]) -> (f64, f64, f64) {
     let (mut best_c, mut best_d, mut stored) = (f64::MAX, f64::MAX, Vec::new());
     for _ in 0..3 {
