@@ -306,9 +306,14 @@ impl Cluster {
 
     /// Runs `p2pjob ARGS` on host `i` against its jobd, with a deadline.
     pub fn p2pjob(&self, i: usize, args: &[&str], limit: Duration) -> crate::Finished {
+        crate::run_to_end(self.p2pjob_command(i, args), limit)
+    }
+
+    /// `p2pjob ARGS` on host `i`, to run: for one that runs meanwhile.
+    pub fn p2pjob_command(&self, i: usize, args: &[&str]) -> Command {
         let mut cmd = self.hosts[i].command(self.jobd.with_file_name("p2pjob"));
         cmd.args(args).current_dir(&self.dir);
-        crate::run_to_end(cmd, limit)
+        cmd
     }
 
     /// Runs a command on host `i` to its end.

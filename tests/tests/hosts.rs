@@ -877,7 +877,8 @@ fn two_daemons_stopped_at_once_under_a_running_job_move_every_rank_and_it_comple
 /// checkpointing ring and holds the job: it hands the job to its deputy at
 /// once, then rank 0 moves alone as off any stopping node (the deputy moves
 /// it), the other rank never rolls back, and the job ends with the
-/// undisturbed result, collected from another host.
+/// undisturbed result, shown by a `wait` on another host that followed the
+/// job from before the stop.
 #[test]
 fn the_submitting_daemon_stopped_under_its_job_hands_it_to_its_deputy_and_its_rank_moves_alone() {
     let Some(prog) = p2pmp_tests::c::ckpt_ring("c-tests-hosts") else { return };
@@ -892,13 +893,17 @@ fn the_submitting_daemon_stopped_under_its_job_hands_it_to_its_deputy_and_its_ra
     let hosts = rank_hosts(&c, &status);
     assert_eq!(hosts.first(), Some(&0), "the submitting host runs rank 0: {status}");
     let deputy = hosts[1];
+    let asker = (1..4).find(|&i| i != deputy).unwrap();
+    let following = c.p2pjob_command(asker, &["wait", &id]);
+    let following = std::thread::spawn(move || p2pmp_tests::run_to_end(following, Duration::from_secs(120)));
+    std::thread::sleep(Duration::from_secs(1));
     let took = c.terminate(0, Duration::from_secs(45));
     eprintln!("jobd on host 0 exited {took:?} after SIGTERM");
+    assert!(took < Duration::from_secs(30), "the stop waited for the rank to move, not for the drain limit");
     let log = c.log(0);
     assert!(log.contains("stopping: the job goes on at its deputy"), "{log}");
     assert!(log.contains("waiting for ranks to move to other nodes before stopping"), "{log}");
-    let asker = (1..4).find(|&i| i != deputy).unwrap();
-    let w = c.p2pjob(asker, &["wait", &id], Duration::from_secs(90));
+    let w = following.join().expect("the waiting thread");
     assert!(w.ok, "{} {}", w.stdout, w.stderr);
     let want = format!("ckpt: token {}, checksum {:x}", loops * 2, ckpt_checksum(loops, 2));
     assert!(w.stdout.contains(&want), "want {want:?} in:\n{}", w.stdout);

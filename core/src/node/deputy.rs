@@ -65,6 +65,9 @@ struct Deputy {
     ahead: Vec<NodeAddr>,
     /// Of the holder and `ahead`, those found lost (and not heard since).
     lost: BTreeSet<NodeAddr>,
+    /// The holder handed the job over as it stops (it may still be heard
+    /// from while its ranks move off).
+    handed: bool,
     job: Guarded,
     /// The job file.
     xml: Bytes,
@@ -118,14 +121,17 @@ impl Guards {
 
 impl DaemonNode {
     /// `from`, which submitted job `g.job`, names `deputies`: this node is
-    /// one when it runs ranks of the job's current run `g.wire`; otherwise
-    /// it keeps no record of the job (a restart or a move placed it anew).
+    /// one when it runs ranks of the job's current run `g.wire` and is not
+    /// stopping; otherwise it keeps no record of the job (a restart or a
+    /// move placed it anew).
     pub(super) fn on_guard(&mut self, from: NodeAddr, g: Guarded, deputies: &[NodeAddr], xml: Bytes) {
-        let named = deputies.iter().position(|d| *d == self.addr).filter(|_| self.exec.runs_for(g.wire, from));
+        let named =
+            deputies.iter().position(|d| *d == self.addr).filter(|_| !self.left && self.exec.runs_for(g.wire, from));
         let Some(ahead) = named.map(|i| deputies[..i].to_vec()) else {
             // From its submitting node, or from a deputy ahead of this one
             // that took the job over and does not count on this node (it
-            // names others, or this node runs no rank of the job any more).
+            // names others, or this node runs no rank of the job any more,
+            // or it is stopping).
             if self.guards.jobs.get(&g.job).is_some_and(|d| d.holder == from || d.ahead.contains(&from)) {
                 self.drop_guard(g.job);
             }
@@ -138,6 +144,7 @@ impl DaemonNode {
             // and a node found lost stays so until heard from.
             Some(d) => {
                 d.lost.retain(|n| ahead.contains(n));
+                d.handed &= d.holder == from;
                 (d.holder, d.ahead, d.job, d.xml) = (from, ahead, g, xml);
             }
             None if room => {
@@ -146,9 +153,23 @@ impl DaemonNode {
                 let (logs, outputs) = (BTreeMap::new(), BTreeMap::new());
                 let (reading, files) = (BTreeMap::new(), BTreeMap::new());
                 let (arriving, cuts) = (BTreeMap::new(), BTreeMap::new());
-                let (holder, lost) = (from, BTreeSet::new());
-                let d =
-                    Deputy { holder, ahead, lost, job: g, xml, logs, outputs, reading, files, size, arriving, cuts };
+                let (holder, lost, handed) = (from, BTreeSet::new(), false);
+                let job = g;
+                let d = Deputy {
+                    holder,
+                    ahead,
+                    lost,
+                    handed,
+                    job,
+                    xml,
+                    logs,
+                    outputs,
+                    reading,
+                    files,
+                    size,
+                    arriving,
+                    cuts,
+                };
                 guards.insert(id, d);
                 self.read_job_files(id, wire);
             }
@@ -353,15 +374,20 @@ impl DaemonNode {
     /// is the first deputy; the others wait for the first, as ever).
     pub(super) fn on_hand_over(&mut self, now: Instant, from: NodeAddr, wire: JobId) {
         let Some(d) = self.guarded(from, wire).and_then(|id| self.guards.jobs.get_mut(&id)) else { return };
-        d.lost.insert(from);
+        d.handed = true;
         tracing::info!(job = %d.job.job, node = %from, "a job's submitting node is stopping and hands it over");
         self.take_over_orphans(now, from);
     }
 
     /// Takes over every job this node is deputy for whose submitting node,
-    /// and every deputy ahead of this one, are lost (the last news: `gone`).
+    /// and every deputy ahead of this one, are lost (the last news: `gone`);
+    /// none while this node is stopping (the deputies after it take them).
     fn take_over_orphans(&mut self, now: Instant, gone: NodeAddr) {
-        let orphan = |d: &Deputy| d.lost.contains(&d.holder) && d.ahead.iter().all(|a| d.lost.contains(a));
+        if self.left {
+            return;
+        }
+        let orphan =
+            |d: &Deputy| (d.handed || d.lost.contains(&d.holder)) && d.ahead.iter().all(|a| d.lost.contains(a));
         let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| orphan(d)).map(|(id, _)| *id).collect();
         for id in mine {
             let Some(Deputy { holder, ahead, job, xml, logs, outputs, files, cuts, size, .. }) =

@@ -430,38 +430,64 @@ impl DaemonNode {
         self.event(NodeEvent::JobFinished { job, phase });
     }
 
-    /// Forgets every job that ended `retention` ago or more.
-    /// Stopping: each running job submitted here goes to its first deputy
-    /// ([`JobMsg::HandOver`]), which takes it over as if this node were
-    /// lost, and is forgotten here; whoever follows one here is told where
-    /// it went. A job with no deputy (every rank here) stays, and stops
-    /// with this node. The jobs handed over.
-    pub(super) fn hand_over_held(&mut self, now: Instant) -> usize {
-        let running = self.submitter.jobs().filter(|s| s.phase() == Phase::Running);
-        let going: Vec<(JobId, JobId, NodeAddr)> =
-            running.filter_map(|s| Some((s.job(), s.wire(), s.deputy()?))).collect();
-        for &(job, wire, deputy) in &going {
-            self.send(deputy, NodeMsg::Job(JobMsg::HandOver { job: wire }), Bytes::new());
-            let message = format!(
-                "this node is stopping: job {job} goes on at node {deputy}, its deputy \
-                 (`p2pjob wait {job}` on another node follows it)"
-            );
-            if let Some(meta) = self.jobs.remove(&job) {
-                let waiters = meta.checkpoint_waiters.iter().chain(&meta.migrate_waiters).map(|(_, c)| *c);
-                let clients: BTreeSet<Client> = meta.watchers.iter().map(|w| w.client).chain(waiters).collect();
-                for client in clients {
-                    self.send_reply(client, ToolReply::Error { message: message.clone() }, Bytes::new());
-                }
+    /// Stopping: each running job submitted here goes to its deputies
+    /// ([`JobMsg::HandOver`] to each named in the last [`JobMsg::Guard`]):
+    /// the first takes it over as if this node were lost, the second when
+    /// the first is lost too. The job is forgotten here; whoever follows it
+    /// from another node is sent after it ([`NodeMsg::Relocate`]), anyone
+    /// else is told where it went. A job with a rank on its way to another
+    /// node waits until it arrives (the deputies know its old place), unless
+    /// `force`; a job with no deputy (every rank here) stays, and stops with
+    /// this node. The jobs handed over.
+    pub(super) fn hand_over_held(&mut self, now: Instant, force: bool) -> usize {
+        let running = self.submitter.jobs().filter(|s| s.phase() == Phase::Running && (force || !s.moving()));
+        let going: Vec<(JobId, JobId, Vec<NodeAddr>)> =
+            running.map(|s| (s.job(), s.wire(), s.told_deputies().collect::<Vec<_>>())).collect();
+        let going: Vec<_> = going.into_iter().filter(|(.., to)| !to.is_empty()).collect();
+        for (job, wire, deputies) in &going {
+            for &to in deputies {
+                self.send(to, NodeMsg::Job(JobMsg::HandOver { job: *wire }), Bytes::new());
             }
-            self.submitter.forget(job);
-            self.replays.live.retain(|_, r| r.job != job);
-            let (name, value) = (job_key_name(job), self.addr.to_string());
-            self.overlay(now, OverlayCommand::Unregister { name, value });
-            tracing::info!(%job, %deputy, "stopping: the job goes on at its deputy");
+            self.let_go(now, *job, deputies);
         }
         going.len()
     }
 
+    /// `job`, handed to `deputies`, is held here no more: forgotten, and
+    /// its key unregistered.
+    fn let_go(&mut self, now: Instant, job: JobId, deputies: &[NodeAddr]) {
+        let named: Vec<String> = deputies.iter().map(NodeAddr::to_string).collect();
+        let message = format!(
+            "this node is stopping: job {job} goes on at its deputy (node {}); \
+             `p2pjob wait {job}` on another node follows it",
+            named.join(" or ")
+        );
+        let mut told = BTreeSet::new();
+        let replays = self.replays.live.values().filter(|r| r.job == job).map(|r| (r.client, true));
+        let mut clients: Vec<(Client, bool)> = replays.collect();
+        if let Some(meta) = self.jobs.remove(&job) {
+            clients.extend(meta.watchers.iter().map(|w| (w.client, true)));
+            // A checkpoint or a move asked is not asked again elsewhere.
+            let waiters = meta.checkpoint_waiters.iter().chain(&meta.migrate_waiters);
+            clients.extend(waiters.map(|(_, c)| (*c, false)));
+        }
+        for (client, follows) in clients {
+            if !told.insert(client) {
+                continue;
+            }
+            match client {
+                Client::Remote { node, fwd } if follows => self.send(node, NodeMsg::Relocate { fwd }, Bytes::new()),
+                _ => self.send_reply(client, ToolReply::Error { message: message.clone() }, Bytes::new()),
+            }
+        }
+        self.submitter.forget(job);
+        self.replays.live.retain(|_, r| r.job != job);
+        let (name, value) = (job_key_name(job), self.addr.to_string());
+        self.overlay(now, OverlayCommand::Unregister { name, value });
+        tracing::info!(%job, deputies = named.join(","), "stopping: the job goes on at its deputy");
+    }
+
+    /// Forgets every job that ended `retention` ago or more.
     pub(super) fn forget_expired(&mut self, now: Instant) {
         let retention = self.retention;
         let expired: Vec<JobId> = self

@@ -93,6 +93,9 @@ pub enum NodeMsg {
     ToolCancel { fwd: u64 },
     /// CAN maintenance, routes and registrations (a daemon running CAN).
     Can(CanMsg),
+    /// The job of forwarded request `fwd` is held here no more (this node
+    /// stops, and handed it to a deputy): ask where it is now.
+    Relocate { fwd: u64 },
 }
 
 /// Whether a job message is meant for the executor side (else the submitter's).
@@ -578,6 +581,11 @@ impl DaemonNode {
                 }
             }
             if !busy {
+                // Stopping: a job held here whose rank was on its way
+                // somewhere goes to its deputies once it arrived.
+                if self.left && self.hand_over_held(now, false) > 0 {
+                    continue;
+                }
                 break;
             }
         }
@@ -678,6 +686,7 @@ impl DaemonNode {
             NodeMsg::Tool { fwd, req } => self.on_forwarded(now, from, fwd, req),
             NodeMsg::ToolReply { fwd, reply } => self.on_forwarded_reply(from, fwd, reply, payload),
             NodeMsg::ToolCancel { fwd } => self.drop_client(Client::Remote { node: from, fwd }),
+            NodeMsg::Relocate { fwd } => self.relocate(now, from, fwd),
         }
     }
 
@@ -845,8 +854,10 @@ impl Machine for DaemonNode {
             }
             NodeCommand::Leave => {
                 if self.leave_after_drain {
-                    // The shell waited long enough for ranks to move.
+                    // The shell waited long enough for ranks to move: the
+                    // jobs held here go to their deputies as they are.
                     self.leave_after_drain = false;
+                    self.hand_over_held(now, true);
                     self.overlay(now, OverlayCommand::Leave);
                     Ok(())
                 } else if self.left {
@@ -858,7 +869,7 @@ impl Machine for DaemonNode {
                     // over too, once adopted), before the shell stops them,
                     // and before the overlay is left: their peers look their
                     // new places up through this node.
-                    self.hand_over_held(now);
+                    self.hand_over_held(now, false);
                     self.draining = self.exec.handle_leaving();
                     self.event(NodeEvent::Draining { jobs: self.draining });
                     if self.draining == 0 {

@@ -252,31 +252,12 @@ impl DaemonNode {
     /// for it.
     pub(super) fn forward_target_gone(&mut self, now: Instant, peer: NodeAddr, silent: Option<Duration>) {
         let hit: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.to == Some(peer)).map(|(k, _)| *k).collect();
-        // The submitting node's deputies find it lost, then one another.
-        let grace = 3 * self.liveness.detection();
+        let why = match silent {
+            Some(d) => format!("stopped answering (nothing heard for {:.1} s)", d.as_secs_f64()),
+            None => "is unreachable".to_owned(),
+        };
         for fwd in hit {
-            let Some(f) = self.forwards.live.get_mut(&fwd) else { continue };
-            if f.gone.len() < MAX_GONE {
-                f.gone.push(peer);
-            }
-            if !f.others.is_empty() {
-                let to = f.others.remove(0);
-                f.to = Some(to);
-                let req = f.req.clone();
-                self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
-                continue;
-            }
-            if f.job.is_some() && f.gather.is_none() && *f.relocate_until.get_or_insert(now + grace) > now {
-                (f.to, f.deadline) = (None, Some(now + RELOCATE_EVERY));
-                self.arm_forward_timer();
-                continue;
-            }
-            let job = self.forwards.live[&fwd].job.map(|j| j.to_string()).unwrap_or_default();
-            let why = match silent {
-                Some(d) => format!("stopped answering (nothing heard for {:.1} s)", d.as_secs_f64()),
-                None => "is unreachable".to_owned(),
-            };
-            self.fail_forward(fwd, format!("node {peer} holding job {job} {why}"));
+            self.reroute(now, fwd, peer, &why);
         }
         let waiting: Vec<u64> = self
             .forwards
@@ -293,6 +274,39 @@ impl DaemonNode {
                 }
             }
         }
+    }
+
+    /// Node `from`, answering forwarded request `fwd`, holds its job no
+    /// more (it stopped and handed the job to a deputy): the request goes
+    /// where the job is now, as when `from` is lost.
+    pub(super) fn relocate(&mut self, now: Instant, from: NodeAddr, fwd: u64) {
+        if self.forwards.live.get(&fwd).is_some_and(|f| f.to == Some(from) && f.gather.is_none()) {
+            self.reroute(now, fwd, from, "handed it over as it stopped");
+        }
+    }
+
+    /// Request `fwd` goes to the next node registered under its job's key,
+    /// or, when there is none, looks for one for a while (a deputy taking
+    /// the job over); else it fails: node `peer` holding the job `why`.
+    fn reroute(&mut self, now: Instant, fwd: u64, peer: NodeAddr, why: &str) {
+        // The submitting node's deputies find it lost, then one another.
+        let grace = 3 * self.liveness.detection();
+        let Some(f) = self.forwards.live.get_mut(&fwd) else { return };
+        if f.gone.len() < MAX_GONE {
+            f.gone.push(peer);
+        }
+        if !f.others.is_empty() {
+            let to = f.others.remove(0);
+            f.to = Some(to);
+            let req = f.req.clone();
+            return self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+        }
+        if f.job.is_some() && f.gather.is_none() && *f.relocate_until.get_or_insert(now + grace) > now {
+            (f.to, f.deadline) = (None, Some(now + RELOCATE_EVERY));
+            return self.arm_forward_timer();
+        }
+        let job = f.job.map(|j| j.to_string()).unwrap_or_default();
+        self.fail_forward(fwd, format!("node {peer} holding job {job} {why}"));
     }
 
     /// The tool on `conn` went away: its requests are cancelled where they went.

@@ -93,6 +93,8 @@ struct Node {
     /// Per rank: stdout + stderr bytes received from it, and how many of them
     /// were acknowledged ([`JobMsg::StreamAck`]).
     streamed: BTreeMap<u32, (u64, u64)>,
+    /// It is shutting down ([`JobMsg::Leaving`]): never a deputy.
+    leaving: bool,
 }
 
 impl Node {
@@ -113,6 +115,7 @@ impl Node {
             stage: Stage::NotSent,
             out_consumed: 0,
             streamed: BTreeMap::new(),
+            leaving: false,
         }
     }
 
@@ -375,6 +378,7 @@ impl Submission {
         for d in std::mem::take(&mut self.told) {
             self.send(d, ended.clone(), Bytes::new());
         }
+        self.leaving_early.clear();
         // A job whose ranks all exited is done on its nodes, however it ended.
         let over = matches!(outcome, Outcome::Done { .. }) || self.ranks.iter().all(|r| r.exit.is_some());
         self.release_nodes(!over);

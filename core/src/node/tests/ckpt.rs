@@ -19,12 +19,12 @@ fn conn_of(rank: u32) -> u64 {
     100 + u64::from(rank)
 }
 
-fn local(sim: &mut Sim<DaemonNode>, node: NodeIdx, rank: u32, request_id: u64, req: LocalRequest) {
+pub(super) fn local(sim: &mut Sim<DaemonNode>, node: NodeIdx, rank: u32, request_id: u64, req: LocalRequest) {
     sim.command(node, NodeCommand::Local { conn: conn_of(rank), request_id, req }).unwrap();
 }
 
 /// The node running each rank of `job`, as its holder placed them.
-fn placement(sim: &Sim<DaemonNode>, holder: NodeIdx, n: &[NodeIdx], job: JobId) -> Vec<NodeIdx> {
+pub(super) fn placement(sim: &Sim<DaemonNode>, holder: NodeIdx, n: &[NodeIdx], job: JobId) -> Vec<NodeIdx> {
     let ranks = sim.node(holder).submitter().get(job).expect("held").ranks().to_vec();
     let at = |a: NodeAddr| *n.iter().find(|&&i| sim.addr(i) == a).expect("a node of the net");
     ranks.iter().map(|r| at(r.node.expect("placed"))).collect()

@@ -3,8 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::ckpt::{local, placement};
 use super::{net_with, resources, submitted, tool};
-use crate::job::JobDescription;
+use crate::job::process_key;
+use crate::job::{JobDescription, JobId};
+use crate::local::LocalRequest;
+use crate::machine::NodeAddr;
 use crate::node::DaemonNode;
 use crate::node::control::{JobPhase, ToolReply, ToolRequest};
 use crate::node::sim_shell::SimShell;
@@ -282,24 +286,39 @@ fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_ov
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(first) && a != sim.addr(n[0]))));
 }
 
-#[test]
-fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
-    let t0 = Instant::now();
-    // Five one-slot nodes; the submitting node runs rank 0.
-    let (mut sim, n) = net_with(5, t0, |_| resources(1));
-    let mut shell = SimShell::new(Some(Duration::from_secs(60)));
+/// Five one-slot nodes, a job of three ranks submitted at node 0, which
+/// runs rank 0, started, and its deputies named and done reading its files
+/// back: the network, node 0's first and second deputies, the job.
+fn three_ranks_on_five_nodes(shell: &mut SimShell) -> (Sim<DaemonNode>, Vec<NodeIdx>, [NodeIdx; 2], JobId) {
+    let (mut sim, n) = net_with(5, Instant::now(), |_| resources(1));
     let mut desc = JobDescription::run("/bin/prog", vec![], 3);
     desc.restart = crate::job::RestartPolicy::Scratch;
     let req = ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true };
     tool(&mut sim, n[0], 1, req);
     let started = |s: &SimShell| s.on(n[0], 1).iter().filter(|r| matches!(r, ToolReply::Started { .. })).count() == 3;
     shell.run(&mut sim, Duration::from_secs(60), started);
-    let job = submitted(&shell, n[0], 1);
+    let job = submitted(shell, n[0], 1);
     let s = sim.node(n[0]).submitter().get(job).unwrap();
     assert_eq!(s.ranks()[0].node, Some(sim.addr(n[0])), "the submitting node runs rank 0");
-    let first = s.deputy().unwrap();
-    let deputy = *n.iter().find(|&&i| sim.addr(i) == first).unwrap();
+    let deputies = s.deputies();
+    assert_eq!(deputies.len(), 2, "{deputies:?}");
+    let at = |a| *n.iter().find(|&&i| sim.addr(i) == a).unwrap();
+    let deputies = [at(deputies[0]), at(deputies[1])];
     shell.run(&mut sim, Duration::from_secs(2), |_| false);
+    (sim, n, deputies, job)
+}
+
+#[test]
+fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
+    let mut shell = SimShell::new(Some(Duration::from_secs(60)));
+    let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell);
+    let (first, stopping) = (sim.addr(deputy), sim.addr(n[0]));
+    // Followed from a node that is not a deputy, before the node stops.
+    let asker = *n[1..].iter().find(|&&i| i != deputy).unwrap();
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    let lines = |s: &SimShell| s.on(asker, 2).iter().filter(|r| matches!(r, ToolReply::Output { .. })).count();
+    shell.run(&mut sim, Duration::from_secs(10), |s| lines(s) == 3);
+    assert_eq!(lines(&shell), 3, "{:?}", shell.on(asker, 2));
 
     sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
     // Well within the failure timeout: nothing was found lost.
@@ -307,21 +326,86 @@ fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
     assert!(sim.node(n[0]).submitter().get(job).is_none(), "forgotten where it was submitted");
     let held = sim.node(deputy).submitter().get(job).expect("held by the first deputy");
     assert!(held.restart_reasons().is_empty(), "its ranks run on: {:?}", held.restart_reasons());
+    // The stopping node asked it to move its rank: it is nobody's deputy.
+    assert!(!held.deputies().contains(&stopping), "{:?}", held.deputies());
+    assert!(held.told_deputies().all(|d| d != stopping && d != first), "{:?}", held.deputies());
+    // Its rank cannot be asked for a checkpoint: it stays, and nothing
+    // keeps the node from stopping.
+    assert_eq!(sim.node(n[0]).execution().draining(), 0);
     let told = shell.on(n[0], 1);
-    let said = format!("job {job} goes on at node {first}, its deputy");
-    assert!(told.iter().any(|r| matches!(r, ToolReply::Error { message } if message.contains(&said))), "{told:?}");
+    let said = format!("job {job} goes on at its deputy (node ");
+    assert!(
+        told.iter().any(|r| matches!(r, ToolReply::Error { message } if message.contains(&said)
+            && message.contains(&first.to_string()))),
+        "{told:?}"
+    );
     // The stopping node's rank cannot move (the simulated ranks never take a
     // checkpoint): the node stops it as it goes, and the job restarts at
     // the deputy by its rule, on the other nodes.
     shell.run(&mut sim, Duration::from_secs(5), |_| false);
     sim.crash(n[0]);
-    let asker = *n[1..].iter().find(|&&i| sim.addr(i) != first).unwrap();
-    shell.run(&mut sim, Duration::from_secs(10), |_| false);
-    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    // The watch from the other node followed the job to the deputy.
     shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(asker, 2));
     let got = shell.on(asker, 2);
     assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    assert!(!got.iter().any(|r| matches!(r, ToolReply::Error { .. })), "{got:?}");
     let s = sim.node(deputy).submitter().get(job).unwrap();
     assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
-    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(n[0]))));
+    assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != stopping)));
+}
+
+#[test]
+fn a_job_handed_over_to_a_dead_first_deputy_is_taken_over_by_the_second() {
+    let mut shell = SimShell::new(Some(Duration::from_secs(60)));
+    let (mut sim, n, [first, second], job) = three_ranks_on_five_nodes(&mut shell);
+    // The first deputy dies unnoticed just as the submitting node stops.
+    sim.crash(first);
+    sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
+    shell.run(&mut sim, Duration::from_millis(200), |_| false);
+    assert!(sim.node(n[0]).submitter().get(job).is_none(), "forgotten where it was submitted");
+    shell.run(&mut sim, Duration::from_secs(20), |_| false);
+    let held = sim.node(second).submitter().get(job).expect("held by the second deputy");
+    assert!(!held.restart_reasons().is_empty(), "the dead deputy's rank is restarted");
+    tool(&mut sim, second, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(second, 2));
+    let got = shell.on(second, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+}
+
+#[test]
+fn a_job_with_a_rank_on_its_way_is_handed_over_once_the_move_settles_or_when_the_stop_presses() {
+    for press in [false, true] {
+        // Ranks that never exit, nor take a checkpoint: the move waits for
+        // its cut until it gives up.
+        let mut shell = SimShell::new(None);
+        let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell);
+        // Each rank registers on its node, so it can be asked for a cut.
+        for (rank, at) in placement(&sim, n[0], &n, job).into_iter().enumerate() {
+            let register =
+                LocalRequest::Register { key: process_key(job, rank as u32), addr: NodeAddr::loopback(60, 4000) };
+            local(&mut sim, at, rank as u32, 1, register);
+        }
+        let s = sim.node(n[0]).submitter().get(job).unwrap();
+        let rank = s.ranks().iter().find(|r| r.node == Some(sim.addr(deputy))).unwrap().rank;
+        tool(&mut sim, n[0], 2, ToolRequest::Migrate { job, rank, to: None });
+        shell.run(&mut sim, Duration::from_millis(200), |_| false);
+        assert!(sim.node(n[0]).submitter().get(job).unwrap().moving());
+        sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
+        shell.run(&mut sim, Duration::from_secs(1), |_| false);
+        assert!(sim.node(n[0]).submitter().get(job).is_some(), "kept while its rank may be moving");
+        assert!(sim.node(deputy).submitter().get(job).is_none());
+        if press {
+            // The shell waited long enough: the job goes as it is.
+            sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
+            shell.run(&mut sim, Duration::from_millis(500), |_| false);
+        } else {
+            let gone = |sim: &Sim<DaemonNode>| sim.node(n[0]).submitter().get(job).is_none();
+            shell.run(&mut sim, Duration::from_secs(180), |_| false);
+            assert!(gone(&sim), "handed over once the move gave up");
+            let asked = shell.on(n[0], 2);
+            assert!(matches!(asked.last(), Some(ToolReply::Error { .. })), "the move failed: {asked:?}");
+        }
+        assert!(sim.node(n[0]).submitter().get(job).is_none(), "press {press}");
+        assert!(sim.node(deputy).submitter().get(job).is_some(), "press {press}: held by the deputy");
+    }
 }

@@ -197,6 +197,7 @@ fn golden_bytes_pin_the_union_body_and_the_tool_protocol() {
     want.extend([0u8; 20]);
     assert_eq!(postcard::to_allocvec(&back).unwrap(), want);
     assert_eq!(postcard::to_allocvec(&NodeMsg::ToolCancel { fwd: 3 }).unwrap(), [5, 3]);
+    assert_eq!(postcard::to_allocvec(&NodeMsg::Relocate { fwd: 3 }).unwrap(), [7, 3]);
     assert_eq!(postcard::to_allocvec(&ToolRequest::Lookup { name: "a".into() }).unwrap(), [6, 1, b'a']);
     assert_eq!(postcard::to_allocvec(&ToolRequest::Query { name: "a".into() }).unwrap(), [7, 1, b'a']);
     assert_eq!(postcard::to_allocvec(&ToolReply::Values { values: vec![] }).unwrap(), [13, 0]);

@@ -42,22 +42,41 @@ pub struct Replica {
 
 impl Submission {
     /// The nodes that take the job over if this one dies, in order of
-    /// succession: those of the lowest ranks that are not this one, at most
-    /// [`DEPUTIES`] (none while every rank runs here).
+    /// succession: those of the lowest ranks that are not this one and are
+    /// not shutting down, at most [`DEPUTIES`] (none while every rank runs
+    /// here).
     pub fn deputies(&self) -> Vec<NodeAddr> {
         let mut d: Vec<NodeAddr> = Vec::with_capacity(DEPUTIES);
         if self.phase != Phase::Running {
             return d;
         }
+        let leaving = |n: &NodeAddr| self.nodes.get(n).is_some_and(|n| n.leaving);
         for n in self.ranks.iter().filter_map(|r| r.node) {
             if d.len() == DEPUTIES {
                 break;
             }
-            if n != self.addr && !d.contains(&n) {
+            if n != self.addr && !d.contains(&n) && !leaving(&n) {
                 d.push(n);
             }
         }
         d
+    }
+
+    /// The deputies as last told ([`JobMsg::Guard`]): those that would
+    /// take the job over now.
+    pub fn told_deputies(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        self.told.iter().copied()
+    }
+
+    /// Node `node` is shutting down: it is a deputy no more (the others
+    /// are told so when that changes who is).
+    pub(super) fn leaving_deputy(&mut self, node: NodeAddr) {
+        let before = self.deputies();
+        let Some(n) = self.nodes.get_mut(&node) else { return };
+        n.leaving = true;
+        if self.deputies() != before {
+            self.guard();
+        }
     }
 
     /// The first of the [`Submission::deputies`].
@@ -74,10 +93,11 @@ impl Submission {
     }
 
     /// Tells every node holding ranks the placement and the deputies, and
-    /// the nodes named deputies before that they are no more (when so).
+    /// the nodes named deputies before that they are no more (when so):
+    /// nothing while there never were any.
     pub(super) fn guard(&mut self) {
         let deputies = self.deputies();
-        if deputies.is_empty() {
+        if deputies.is_empty() && self.told.is_empty() {
             return;
         }
         let ranks: Vec<(u32, NodeAddr)> = self.ranks.iter().filter_map(|r| r.node.map(|n| (r.rank, n))).collect();

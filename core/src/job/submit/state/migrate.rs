@@ -97,6 +97,7 @@ impl Submission {
     pub(super) fn on_leaving(&mut self, now: Instant, from: NodeAddr) -> Option<()> {
         let n = self.nodes.get(&from)?;
         let live: Vec<u32> = n.accepted.iter().copied().filter(|r| self.ranks[*r as usize].exit.is_none()).collect();
+        self.leaving_deputy(from);
         if !self.placeable() {
             // Its files are not here to place the ranks anew.
             self.send(from, JobMsg::Staying { job: self.wire }, Bytes::new());
@@ -121,6 +122,11 @@ impl Submission {
         }
         self.move_off_leaving(now, from, live);
         Some(())
+    }
+
+    /// A rank of the job is on its way to another node.
+    pub fn moving(&self) -> bool {
+        self.migration.is_some()
     }
 
     /// A job taken over is done looking for nodes to move ranks to: the

@@ -29,6 +29,8 @@ impl Submission {
     pub(super) fn restart(&mut self, why: String, from_cut: bool) {
         self.migration = None;
         self.toward = None;
+        // The ranks of nodes shutting down stop with this run.
+        self.leaving_early.clear();
         self.release_nodes(true);
         self.restart_checkpoints();
         self.restarts += 1;

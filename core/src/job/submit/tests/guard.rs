@@ -2,15 +2,15 @@
 
 use super::*;
 
-/// The [`JobMsg::Guard`]s sent so far: to whom, what they said, the first
-/// deputy, the payload.
+/// The [`JobMsg::Guard`]s naming a deputy sent so far: to whom, what they
+/// said, the first deputy, the payload.
 fn guards(h: &Harness) -> Vec<(NodeAddr, Guarded, NodeAddr, Bytes)> {
     h.sent
         .iter()
         .filter_map(|(to, m, p)| match m {
             JobMsg::Guard { job, id, restarts, deputies, ranks, auth } => {
                 let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), auth: auth.clone() };
-                Some((*to, g, deputies[0], p.clone()))
+                Some((*to, g, *deputies.first()?, p.clone()))
             }
             _ => None,
         })
@@ -171,10 +171,9 @@ fn an_adopted_job_without_its_files_never_places_ranks_anew() {
     // A node shutting down is told its ranks stay.
     d.handle_message(h.now, reply(other, JobMsg::Leaving { job: s.wire() }, Bytes::new()));
     let (sent, _) = drain(&mut d);
-    assert_eq!(
-        sent.iter().map(|(to, m, _)| (*to, m.clone())).collect::<Vec<_>>(),
-        [(other, JobMsg::Staying { job: s.wire() })]
-    );
+    let sent: Vec<(NodeAddr, JobMsg)> =
+        sent.into_iter().filter(|(_, m, _)| !matches!(m, JobMsg::Guard { .. })).map(|(to, m, _)| (to, m)).collect();
+    assert_eq!(sent, [(other, JobMsg::Staying { job: s.wire() })]);
     // A lost node fails the job, restart rule or not: nothing hangs waiting
     // for files that are not here.
     d.handle_send_failed(h.now, other);
@@ -259,4 +258,47 @@ fn a_job_taken_over_learns_from_its_queries_where_its_ranks_could_move() {
     h.settle(&mut d);
     let asked = h.sent.iter().any(|(to, m, _)| *to == other && matches!(m, JobMsg::Move { .. }));
     assert!(asked, "{:?}", h.sent);
+}
+
+#[test]
+fn a_node_stopping_while_a_job_taken_over_learns_has_its_ranks_moved_once_it_learned_and_is_nobodys_deputy() {
+    let (h, _) = running_on_two_nodes();
+    let (_, g, deputy, xml) = guards(&h).remove(0);
+    let desc = JobDescription::parse(&xml).unwrap().job;
+    let kept = Replica { files: staged_files(&h), cuts: Vec::new() };
+    let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g.clone(), desc), kept, h.now);
+    let other = if deputy == addr(1) { addr(2) } else { addr(1) };
+    assert_eq!(d.deputies(), [other]);
+    let (_, events) = drain(&mut d);
+    let queries: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            SubmitEvent::Query { query, .. } => Some(*query),
+            _ => None,
+        })
+        .collect();
+    assert!(!queries.is_empty(), "{events:?}");
+    // The other node shuts down before the queries are answered: it is
+    // nobody's deputy from now on (told so), and waits for an answer.
+    d.handle_message(h.now, reply(other, JobMsg::Leaving { job: g.wire }, Bytes::new()));
+    let (sent, _) = drain(&mut d);
+    assert!(d.deputies().is_empty() && d.told_deputies().next().is_none());
+    let no_deputy = |m: &JobMsg| matches!(m, JobMsg::Guard { deputies, .. } if deputies.is_empty());
+    assert!(sent.iter().any(|(to, m, _)| *to == other && no_deputy(m)), "{sent:?}");
+    assert!(sent.iter().all(|(_, m, _)| no_deputy(m)), "nothing else yet: {sent:?}");
+    // No query is ever answered: no node could take its rank alone, so the
+    // job is asked for a cut to roll back to, once it has given up asking.
+    let failed = Err(OverlayError::Timeout);
+    let asked = |m: &JobMsg| matches!(m, JobMsg::Checkpoint { .. });
+    let mut answered = Vec::new();
+    for _ in 0..SubmitConfig::default().query_attempts {
+        assert!(answered.is_empty(), "answered before it learned: {answered:?}");
+        for &q in &queries {
+            d.handle_query_done(h.now, q, &failed);
+        }
+        answered.extend(drain(&mut d).0.into_iter().filter(|(to, m, _)| *to == other && asked(m)));
+    }
+    assert_eq!(answered.len(), 1, "once");
+    assert!(d.moving());
+    assert_eq!(d.phase(), Phase::Running, "the job runs on");
 }
