@@ -5,7 +5,12 @@
 //! A job signature is taken the same way by each executor, but for one
 //! holder (the node that offered it): that node may offer the job again
 //! (placement tried again after a refusal elsewhere, a restart under a new
-//! wire id), which is no replay; another node presenting it is.
+//! wire id), which is no replay; another node presenting it is, unless
+//! the holder named it one of the job's deputies (which take the job over,
+//! in turn, when the holder is gone), or the holder was lost: then the
+//! first node to present it holds it (a deputy taking over a job whose
+//! holder died before it could name any; the nodes that could present it
+//! are those that were given the offer, and so the job's files, already).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,8 +22,8 @@ use super::{AuthError, PublicKey};
 pub struct ReplayGuard<H = ()> {
     window_ms: u64,
     cap: usize,
-    /// (key, nonce) -> its timestamp and holder.
-    seen: BTreeMap<(PublicKey, u64), (u64, H)>,
+    /// (key, nonce) -> who holds it.
+    seen: BTreeMap<(PublicKey, u64), Holding<H>>,
     /// The same entries by timestamp, to forget the old ones in order.
     by_time: BTreeSet<(u64, PublicKey, u64)>,
 }
@@ -33,6 +38,25 @@ pub const REPLAY_WINDOW_MS: u64 = 5 * 60 * 1000;
 /// [`ReplayGuard::check_for`] lets through); a node that captured the offer
 /// cannot present it where it was taken before, in that window.
 pub const JOB_SIGNATURE_WINDOW_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// A signature taken, and who may present it again.
+#[derive(Debug)]
+struct Holding<H> {
+    holder: H,
+    /// The deputies the holder named: each may present it too.
+    deputies: Vec<H>,
+    /// The holder was lost: whoever presents it next holds it.
+    lost: bool,
+}
+
+impl<H: PartialEq> Holding<H> {
+    fn held_by(&mut self, holder: H) {
+        (self.holder, self.deputies, self.lost) = (holder, Vec::new(), false);
+    }
+}
+
+/// Most deputies a holder may name for one signature.
+pub const MAX_DEPUTIES: usize = 4;
 
 /// Most requests remembered at once; past it new requests are refused (fail
 /// closed) until old ones leave the window.
@@ -102,13 +126,18 @@ impl<H: PartialEq> ReplayGuard<H> {
             });
         }
         self.forget_before(now_ms.saturating_sub(self.window_ms));
-        if let Some((_, seen)) = self.seen.get(&(key, nonce)) {
-            return if again && *seen == holder { Ok(()) } else { Err(AuthError::Replayed) };
+        if let Some(h) = self.seen.get_mut(&(key, nonce)) {
+            if again && (h.lost || h.deputies.contains(&holder)) {
+                // A deputy took the job over: it holds it now.
+                h.held_by(holder);
+                return Ok(());
+            }
+            return if again && h.holder == holder { Ok(()) } else { Err(AuthError::Replayed) };
         }
         if self.seen.len() >= self.cap {
             return Err(AuthError::Busy);
         }
-        self.seen.insert((key, nonce), (ts_ms, holder));
+        self.seen.insert((key, nonce), Holding { holder, deputies: Vec::new(), lost: false });
         self.by_time.insert((ts_ms, key, nonce));
         Ok(())
     }
@@ -120,9 +149,32 @@ impl<H: PartialEq> ReplayGuard<H> {
     where
         H: Clone,
     {
-        for ((_, n), (_, holder)) in self.seen.iter_mut() {
-            if *n == nonce && holder == from {
-                *holder = to.clone();
+        for ((_, n), h) in self.seen.iter_mut() {
+            if *n == nonce && h.holder == *from {
+                h.held_by(to.clone());
+            }
+        }
+    }
+
+    /// Node `gone` was lost: the signatures it held go to whoever presents
+    /// them next (see the module docs).
+    pub fn holder_lost(&mut self, gone: &H) {
+        for h in self.seen.values_mut() {
+            h.lost |= h.holder == *gone;
+        }
+    }
+
+    /// Holder `from` of signatures with `nonce` names `deputies` (at most
+    /// [`MAX_DEPUTIES`]): each may present them too, and holds them once it
+    /// does (the job's holder is gone and the deputy places it anew).
+    pub fn name_deputies(&mut self, nonce: u64, from: &H, deputies: &[H])
+    where
+        H: Clone,
+    {
+        let named: Vec<H> = deputies.iter().filter(|d| *d != from).take(MAX_DEPUTIES).cloned().collect();
+        for ((_, n), h) in self.seen.iter_mut() {
+            if *n == nonce && h.holder == *from {
+                h.deputies.clone_from(&named);
             }
         }
     }

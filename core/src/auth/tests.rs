@@ -250,6 +250,29 @@ fn a_job_signature_handed_over_to_the_deputy_is_the_deputy_s_to_offer() {
 }
 
 #[test]
+fn a_deputy_the_holder_named_may_offer_the_job_signature_and_holds_it_then() {
+    let mut g: ReplayGuard<u32> = ReplayGuard::default();
+    let (k, now) = (secret(22).public(), 80_000_000);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 1), Ok(()));
+    // Named by a node that does not hold it: nothing.
+    g.name_deputies(7, &3, &[4]);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 4), Err(AuthError::Replayed));
+    // Named by the holder: either deputy may offer it, and the first that
+    // does holds it from then on.
+    g.name_deputies(7, &1, &[2, 4]);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 4), Ok(()), "the second deputy took the job over");
+    assert_eq!(g.check_for(now, k, now - 10, 7, 4), Ok(()), "and offers it again");
+    assert_eq!(g.check_for(now, k, now - 10, 7, 2), Err(AuthError::Replayed), "named by the old holder only");
+    assert_eq!(g.check_for(now, k, now - 10, 7, 1), Err(AuthError::Replayed), "the old holder no longer");
+    // Once its holder is lost, the next node to present it holds it.
+    g.holder_lost(&3);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 2), Err(AuthError::Replayed), "node 3 never held it");
+    g.holder_lost(&4);
+    assert_eq!(g.check_for(now, k, now - 10, 7, 5), Ok(()), "presented first after the holder was lost");
+    assert_eq!(g.check_for(now, k, now - 10, 7, 2), Err(AuthError::Replayed), "then held by that node");
+}
+
+#[test]
 fn a_manifest_decodes_only_within_its_bound_on_files() {
     let m = manifest(b"<p2pjob/>", &[("prog", b"ELF")], 3, 4);
     let bytes = postcard::to_allocvec(&m).unwrap();

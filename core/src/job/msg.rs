@@ -186,9 +186,11 @@ pub enum JobMsg {
     /// order of succession, take the job over if the submitter's node dies
     /// (the first, or the next when those before it died too: see
     /// `crate::node::deputy`), and the others take [`JobMsg::Adopt`] from
-    /// one of them then; `auth`: the job's
+    /// one of them then (none named: nobody takes it over, and a node named
+    /// before keeps nothing); `auth`: the job's
     /// signature, if it was signed (the deputy offers it again to place
-    /// ranks anew). Payload = the job file.
+    /// ranks anew, and each node lets the deputies its holder named offer
+    /// it). Payload = the job file.
     Guard {
         job: JobId,
         id: JobId,
@@ -214,9 +216,11 @@ pub enum JobMsg {
     /// it copied), so `p2pjob wait` or `status` from any node finds its
     /// results while one of them lives.
     Ended { job: JobId, end: JobEnd, history: JobHistory },
-    /// Submitter -> its first deputy, as the submitter stops gracefully:
-    /// take the job (this run, `job` its wire id) over now, as if this node
-    /// were lost; its ranks here then move like any other node's.
+    /// Submitter -> each of its deputies, as the submitter stops
+    /// gracefully: take the job (this run, `job` its wire id) over now, as
+    /// if this node were lost (the first at once, the next once those
+    /// before it are lost too); its ranks here then move like any other
+    /// node's.
     HandOver { job: JobId },
 }
 

@@ -29,8 +29,10 @@
 //! deputy of its own. The ranks run on, or, when ranks were lost too, the
 //! job restarts by its `<restart>` rule from the newest cut kept whole here.
 //! The second deputy watches the first too, and takes the job over in its
-//! stead when both it and the submitting node are lost (the two at once, a
-//! host and the rank next to it); when the first takes over, the second
+//! stead when the first is lost and the submitting node lost or handing
+//! the job over (the two lost at once: a host and the rank next to it);
+//! a node stopping takes nothing over and keeps no record (the deputies
+//! behind it do). When the first takes over, the second
 //! hears it (the job's [`JobMsg::Adopt`], then its [`JobMsg::Guard`]) and
 //! answers to it from then on.
 //! What was in flight to the dead node is lost with it. There is no fencing:
@@ -307,7 +309,7 @@ impl DaemonNode {
     /// deputy it holds the ended job from now on, with the output and
     /// output files it copied, for `wait` and `status` from any node.
     pub(super) fn keep_results(&mut self, now: Instant, from: NodeAddr, id: JobId, end: JobEnd, history: JobHistory) {
-        if self.guards.jobs.get(&id).is_none_or(|d| d.holder != from) {
+        if self.left || self.guards.jobs.get(&id).is_none_or(|d| d.holder != from) {
             return;
         }
         let Some(d) = self.guards.jobs.remove(&id) else { return };
@@ -338,6 +340,15 @@ impl DaemonNode {
     /// Where job `id` is held when this node took it over or kept its results.
     fn adopted_dir(&self, id: JobId) -> String {
         format!("{}/adopted-{id}", self.work_dir.trim_end_matches('/'))
+    }
+
+    /// Stopping: deputy for no job any more (the jobs name others once this
+    /// node's executor says it leaves).
+    pub(super) fn drop_guards(&mut self) {
+        let ids: Vec<JobId> = self.guards.jobs.keys().copied().collect();
+        for id in ids {
+            self.drop_guard(id);
+        }
     }
 
     /// No longer deputy for `id`: its copies of the output, the output

@@ -227,8 +227,8 @@ impl DaemonNode {
     pub(super) fn remote_clients(&self) -> impl Iterator<Item = crate::machine::NodeAddr> + '_ {
         let watching = self.jobs.values().flat_map(|m| m.watchers.iter().map(|w| w.client));
         watching.chain(self.replays.live.values().map(|r| r.client)).filter_map(|c| match c {
-            Client::Remote { node, .. } => Some(node),
-            Client::Local { .. } => None,
+            Client::Remote { node, .. } if node != self.addr => Some(node),
+            Client::Remote { .. } | Client::Local { .. } => None,
         })
     }
 
@@ -476,11 +476,15 @@ impl DaemonNode {
                 continue;
             }
             match client {
-                Client::Remote { node, fwd } if follows => self.send(node, NodeMsg::Relocate { fwd }, Bytes::new()),
+                // Not this node's own forward: it is stopping.
+                Client::Remote { node, fwd } if follows && node != self.addr => {
+                    self.send(node, NodeMsg::Relocate { fwd }, Bytes::new());
+                }
                 _ => self.send_reply(client, ToolReply::Error { message: message.clone() }, Bytes::new()),
             }
         }
         self.submitter.forget(job);
+        self.handed.insert(job);
         self.replays.live.retain(|_, r| r.job != job);
         let (name, value) = (job_key_name(job), self.addr.to_string());
         self.overlay(now, OverlayCommand::Unregister { name, value });

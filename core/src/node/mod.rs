@@ -45,7 +45,7 @@ mod remote;
 pub mod sim_shell;
 mod tool;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -411,6 +411,9 @@ pub struct DaemonNode {
     wall: (Instant, u64),
     /// Stopping: no more advertising (set by [`NodeCommand::Leave`]).
     left: bool,
+    /// Stopping: the jobs held here handed to their deputies (a request
+    /// about one forwarded here is sent after it).
+    handed: BTreeSet<JobId>,
     /// Stopping, with ranks still to move off: the overlay is left once
     /// they are gone (their peers find their new places through this node's
     /// lookups until then), or on a second [`NodeCommand::Leave`].
@@ -469,6 +472,7 @@ impl DaemonNode {
             forwards: remote::Forwards::default(),
             wall: (now, config.unix_ms),
             left: false,
+            handed: BTreeSet::new(),
             leave_after_drain: false,
             draining: 0,
             policy: config.auth,
@@ -555,6 +559,24 @@ impl DaemonNode {
         }
     }
 
+    /// Stopping: the jobs the node waits for before it leaves the overlay
+    /// (see [`NodeEvent::Draining`]).
+    pub fn draining(&self) -> usize {
+        self.draining
+    }
+
+    /// What a stopping node waits for before it leaves the overlay: jobs
+    /// whose ranks may still move off it, and jobs held here not yet handed
+    /// over for a rank on its way (see `held`).
+    fn still_draining(&self) -> usize {
+        if !self.left {
+            return 0;
+        }
+        let running = |s: &&crate::job::Submission| s.phase() == crate::job::Phase::Running;
+        let unsettled = |s: &&crate::job::Submission| s.moving() && s.told_deputies().next().is_some();
+        self.exec.draining() + self.submitter.jobs().filter(running).filter(unsettled).count()
+    }
+
     /// Drains the three machines until none has anything left, routing between them.
     fn pump(&mut self, now: Instant) {
         loop {
@@ -589,7 +611,7 @@ impl DaemonNode {
                 break;
             }
         }
-        let draining = self.exec.draining();
+        let draining = self.still_draining();
         if draining != self.draining {
             self.draining = draining;
             self.event(NodeEvent::Draining { jobs: draining });
@@ -705,6 +727,7 @@ impl DaemonNode {
         // Jobs it submitted are held here first, so its loss is one of their
         // nodes' losses below (when it ran ranks of them too).
         self.take_over(now, peer);
+        self.job_replay.holder_lost(&peer);
         match silent {
             Some(d) => self.submitter.handle_peer_silent(now, peer, d),
             None => self.submitter.handle_send_failed(now, peer),
@@ -734,6 +757,10 @@ impl Machine for DaemonNode {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
             NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputies, ranks, auth }) => {
                 let from = head.sender_addr;
+                // The deputies may offer the job again here once they hold it.
+                if let Some(nonce) = auth.as_ref().map(|a| a.manifest.nonce) {
+                    self.job_replay.name_deputies(nonce, &from, &deputies);
+                }
                 let g = Guarded { job: id, wire: job, restarts, ranks, auth };
                 self.on_guard(from, g, &deputies, head.payload.clone());
                 let j = JobMsg::Guard { job, id, restarts, deputies, ranks: Vec::new(), auth: None };
@@ -870,7 +897,9 @@ impl Machine for DaemonNode {
                     // and before the overlay is left: their peers look their
                     // new places up through this node.
                     self.hand_over_held(now, false);
-                    self.draining = self.exec.handle_leaving();
+                    self.drop_guards();
+                    self.exec.handle_leaving();
+                    self.draining = self.still_draining();
                     self.event(NodeEvent::Draining { jobs: self.draining });
                     if self.draining == 0 {
                         self.overlay(now, OverlayCommand::Leave);

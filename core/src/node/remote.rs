@@ -171,7 +171,10 @@ impl DaemonNode {
             Ok(values) => values
                 .iter()
                 .filter_map(|v| v.parse::<NodeAddr>().ok())
-                .filter(|a| *a != self.addr && !f.gone.contains(a))
+                // This node itself when it took the job over meanwhile.
+                .filter(|a| {
+                    (*a != self.addr || f.job.is_some_and(|j| self.jobs.contains_key(&j))) && !f.gone.contains(a)
+                })
                 .collect(),
             Err(e) => return self.fail_forward(fwd, format!("cannot find job {job}: overlay query failed: {e}")),
         };
@@ -198,8 +201,21 @@ impl DaemonNode {
         // A stream may run for as long as its job: heartbeats watch its node.
         f.deadline = (!stream).then(|| now + REQUEST_TIMEOUT);
         let req = f.req.clone();
-        self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+        self.send_forward(now, to, fwd, req);
         self.arm_forward_timer();
+    }
+
+    /// Sends forwarded request `fwd` to node `to`, which may be this one
+    /// (it took the job over): then it is answered here as if it came from
+    /// another node, and the answers come back through
+    /// [`DaemonNode::on_forwarded_reply`] (so output relayed before is not
+    /// shown twice).
+    fn send_forward(&mut self, now: Instant, to: NodeAddr, fwd: u64, req: ToolRequest) {
+        if to == self.addr {
+            self.on_tool(now, Client::Remote { node: to, fwd }, req);
+        } else {
+            self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+        }
     }
 
     /// A request forwarded by node `from`.
@@ -243,7 +259,7 @@ impl DaemonNode {
 
     /// Nodes answering forwarded requests (heartbeats watch them).
     pub(super) fn forward_targets(&self) -> impl Iterator<Item = NodeAddr> + '_ {
-        self.forwards.live.values().filter_map(|f| f.to)
+        self.forwards.live.values().filter_map(|f| f.to).filter(|to| *to != self.addr)
     }
 
     /// Node `peer` is gone: requests it was answering go to the next node
@@ -299,7 +315,7 @@ impl DaemonNode {
             let to = f.others.remove(0);
             f.to = Some(to);
             let req = f.req.clone();
-            return self.send(to, NodeMsg::Tool { fwd, req }, Bytes::new());
+            return self.send_forward(now, to, fwd, req);
         }
         if f.job.is_some() && f.gather.is_none() && *f.relocate_until.get_or_insert(now + grace) > now {
             (f.to, f.deadline) = (None, Some(now + RELOCATE_EVERY));
@@ -313,8 +329,14 @@ impl DaemonNode {
     pub(super) fn cancel_forwards_of(&mut self, conn: ConnId) {
         let mine: Vec<u64> = self.forwards.live.iter().filter(|(_, f)| f.conn == conn).map(|(k, _)| *k).collect();
         for fwd in mine {
-            if let Some(Forward { to: Some(to), gather: None, .. }) = self.forwards.live.remove(&fwd) {
-                self.send(to, NodeMsg::ToolCancel { fwd }, Bytes::new());
+            match self.forwards.live.remove(&fwd) {
+                Some(Forward { to: Some(to), gather: None, .. }) if to == self.addr => {
+                    self.drop_client(Client::Remote { node: to, fwd });
+                }
+                Some(Forward { to: Some(to), gather: None, .. }) => {
+                    self.send(to, NodeMsg::ToolCancel { fwd }, Bytes::new());
+                }
+                _ => {}
             }
         }
         self.arm_forward_timer();

@@ -20,6 +20,8 @@ impl DaemonNode {
     pub(super) fn send_reply(&mut self, client: Client, reply: ToolReply, payload: Bytes) {
         match client {
             Client::Local { conn, request_id } => self.event(NodeEvent::ToolReply { conn, request_id, reply, payload }),
+            // A request this node forwarded to itself (see `remote`).
+            Client::Remote { node, fwd } if node == self.addr => self.on_forwarded_reply(node, fwd, reply, payload),
             Client::Remote { node, fwd } => self.send(node, NodeMsg::ToolReply { fwd, reply }, payload),
         }
     }
@@ -58,6 +60,10 @@ impl DaemonNode {
                 return self.forward(now, client, job, forwardable);
             }
             (Some(job), false) if !self.jobs.contains_key(&job) => {
+                if let (Client::Remote { node, fwd }, true) = (client, self.handed.contains(&job)) {
+                    // Handed over as this node stops: ask where it is now.
+                    return self.send(node, NodeMsg::Relocate { fwd }, Bytes::new());
+                }
                 return self.error(client, format!("no job {job} here"));
             }
             (Some(job), _) if !self.may_act(job, key.as_ref()) => {

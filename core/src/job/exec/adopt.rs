@@ -8,7 +8,8 @@
 //! that ended go again, read afresh from the job directory. Only a deputy
 //! the submitter named may adopt: no other node can take a job's results.
 //! The first to ask has it (the second deputy asks only when it found the
-//! submitter and the first deputy lost).
+//! first deputy lost, and the submitter lost or stopping: see
+//! [`JobMsg::HandOver`]).
 
 use std::collections::BTreeSet;
 use std::time::Instant;

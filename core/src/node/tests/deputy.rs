@@ -287,10 +287,14 @@ fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_ov
 }
 
 /// Five one-slot nodes, a job of three ranks submitted at node 0, which
-/// runs rank 0, started, and its deputies named and done reading its files
-/// back: the network, node 0's first and second deputies, the job.
-fn three_ranks_on_five_nodes(shell: &mut SimShell) -> (Sim<DaemonNode>, Vec<NodeIdx>, [NodeIdx; 2], JobId) {
-    let (mut sim, n) = net_with(5, Instant::now(), |_| resources(1));
+/// runs rank 0 (`at_home`; else no rank), started, and its deputies named
+/// and done reading its files back: the network, node 0's first and second
+/// deputies, the job.
+fn three_ranks_on_five_nodes(
+    shell: &mut SimShell,
+    at_home: bool,
+) -> (Sim<DaemonNode>, Vec<NodeIdx>, [NodeIdx; 2], JobId) {
+    let (mut sim, n) = net_with(5, Instant::now(), |i| resources(u32::from(at_home || i > 0)));
     let mut desc = JobDescription::run("/bin/prog", vec![], 3);
     desc.restart = crate::job::RestartPolicy::Scratch;
     let req = ToolRequest::Submit { nonce: 1, xml: desc.to_xml(), base_dir: "/home".into(), watch: true };
@@ -299,7 +303,7 @@ fn three_ranks_on_five_nodes(shell: &mut SimShell) -> (Sim<DaemonNode>, Vec<Node
     shell.run(&mut sim, Duration::from_secs(60), started);
     let job = submitted(shell, n[0], 1);
     let s = sim.node(n[0]).submitter().get(job).unwrap();
-    assert_eq!(s.ranks()[0].node, Some(sim.addr(n[0])), "the submitting node runs rank 0");
+    assert_eq!(s.ranks()[0].node == Some(sim.addr(n[0])), at_home, "the submitting node runs rank 0");
     let deputies = s.deputies();
     assert_eq!(deputies.len(), 2, "{deputies:?}");
     let at = |a| *n.iter().find(|&&i| sim.addr(i) == a).unwrap();
@@ -311,14 +315,19 @@ fn three_ranks_on_five_nodes(shell: &mut SimShell) -> (Sim<DaemonNode>, Vec<Node
 #[test]
 fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
     let mut shell = SimShell::new(Some(Duration::from_secs(60)));
-    let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell);
+    let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell, true);
     let (first, stopping) = (sim.addr(deputy), sim.addr(n[0]));
-    // Followed from a node that is not a deputy, before the node stops.
+    // Followed from a node that is not a deputy, and from the deputy,
+    // before the node stops.
     let asker = *n[1..].iter().find(|&&i| i != deputy).unwrap();
     tool(&mut sim, asker, 2, ToolRequest::Watch { job });
-    let lines = |s: &SimShell| s.on(asker, 2).iter().filter(|r| matches!(r, ToolReply::Output { .. })).count();
-    shell.run(&mut sim, Duration::from_secs(10), |s| lines(s) == 3);
-    assert_eq!(lines(&shell), 3, "{:?}", shell.on(asker, 2));
+    tool(&mut sim, deputy, 3, ToolRequest::Watch { job });
+    let lines = |s: &SimShell, at| {
+        s.on(at, 2 + u64::from(at == deputy)).iter().filter(|r| matches!(r, ToolReply::Output { .. })).count()
+    };
+    shell.run(&mut sim, Duration::from_secs(10), |s| lines(s, asker) == 3 && lines(s, deputy) == 3);
+    assert_eq!(lines(&shell, asker), 3, "{:?}", shell.on(asker, 2));
+    assert_eq!(lines(&shell, deputy), 3, "{:?}", shell.on(deputy, 3));
 
     sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
     // Well within the failure timeout: nothing was found lost.
@@ -344,11 +353,13 @@ fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
     // the deputy by its rule, on the other nodes.
     shell.run(&mut sim, Duration::from_secs(5), |_| false);
     sim.crash(n[0]);
-    // The watch from the other node followed the job to the deputy.
-    shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(asker, 2));
-    let got = shell.on(asker, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
-    assert!(!got.iter().any(|r| matches!(r, ToolReply::Error { .. })), "{got:?}");
+    // The watches from the other nodes followed the job to the deputy (on
+    // the deputy itself too).
+    shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(asker, 2) && s.ended(deputy, 3));
+    for got in [shell.on(asker, 2), shell.on(deputy, 3)] {
+        assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+        assert!(!got.iter().any(|r| matches!(r, ToolReply::Error { .. })), "{got:?}");
+    }
     let s = sim.node(deputy).submitter().get(job).unwrap();
     assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != stopping)));
@@ -357,7 +368,7 @@ fn a_submitting_node_stopping_hands_its_job_to_its_deputy_at_once() {
 #[test]
 fn a_job_handed_over_to_a_dead_first_deputy_is_taken_over_by_the_second() {
     let mut shell = SimShell::new(Some(Duration::from_secs(60)));
-    let (mut sim, n, [first, second], job) = three_ranks_on_five_nodes(&mut shell);
+    let (mut sim, n, [first, second], job) = three_ranks_on_five_nodes(&mut shell, true);
     // The first deputy dies unnoticed just as the submitting node stops.
     sim.crash(first);
     sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
@@ -374,11 +385,13 @@ fn a_job_handed_over_to_a_dead_first_deputy_is_taken_over_by_the_second() {
 
 #[test]
 fn a_job_with_a_rank_on_its_way_is_handed_over_once_the_move_settles_or_when_the_stop_presses() {
-    for press in [false, true] {
+    // The submitting node runs a rank (so it has ranks to move off), or not
+    // (it waits for the job alone).
+    for (press, at_home) in [(false, true), (true, true), (false, false)] {
         // Ranks that never exit, nor take a checkpoint: the move waits for
         // its cut until it gives up.
         let mut shell = SimShell::new(None);
-        let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell);
+        let (mut sim, n, [deputy, _], job) = three_ranks_on_five_nodes(&mut shell, at_home);
         // Each rank registers on its node, so it can be asked for a cut.
         for (rank, at) in placement(&sim, n[0], &n, job).into_iter().enumerate() {
             let register =
@@ -394,6 +407,7 @@ fn a_job_with_a_rank_on_its_way_is_handed_over_once_the_move_settles_or_when_the
         shell.run(&mut sim, Duration::from_secs(1), |_| false);
         assert!(sim.node(n[0]).submitter().get(job).is_some(), "kept while its rank may be moving");
         assert!(sim.node(deputy).submitter().get(job).is_none());
+        assert!(sim.node(n[0]).draining() >= 1, "the node waits before it leaves the overlay");
         if press {
             // The shell waited long enough: the job goes as it is.
             sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
@@ -403,7 +417,8 @@ fn a_job_with_a_rank_on_its_way_is_handed_over_once_the_move_settles_or_when_the
             shell.run(&mut sim, Duration::from_secs(180), |_| false);
             assert!(gone(&sim), "handed over once the move gave up");
             let asked = shell.on(n[0], 2);
-            assert!(matches!(asked.last(), Some(ToolReply::Error { .. })), "the move failed: {asked:?}");
+            let failed = |r: &&ToolReply| matches!(r, ToolReply::Error { message } if message.contains("not moved: its checkpoint was not taken"));
+            assert!(asked.last().is_some_and(failed), "the move failed: {asked:?}");
         }
         assert!(sim.node(n[0]).submitter().get(job).is_none(), "press {press}");
         assert!(sim.node(deputy).submitter().get(job).is_some(), "press {press}: held by the deputy");

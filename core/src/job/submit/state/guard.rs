@@ -62,8 +62,8 @@ impl Submission {
         d
     }
 
-    /// The deputies as last told ([`JobMsg::Guard`]): those that would
-    /// take the job over now.
+    /// The deputies as last told ([`JobMsg::Guard`]), in address order
+    /// (not of succession): those that would take the job over now.
     pub fn told_deputies(&self) -> impl Iterator<Item = NodeAddr> + '_ {
         self.told.iter().copied()
     }
