@@ -323,6 +323,15 @@ impl Execution {
     }
 
     /// The submitters of the jobs this node holds or queues.
+    /// The jobs this node is named a deputy of (their wire ids), with the
+    /// other deputies named.
+    pub fn deputy_of(&self) -> impl Iterator<Item = (JobId, Vec<NodeAddr>)> + '_ {
+        self.jobs.iter().filter(|(_, j)| j.deputies.contains(&self.addr)).map(|(job, j)| {
+            let others = j.deputies.iter().copied().filter(|d| *d != self.addr).collect();
+            (*job, others)
+        })
+    }
+
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
         self.jobs.values().map(|j| j.submitter).chain(self.waiting.submitters())
     }

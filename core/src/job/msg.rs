@@ -222,6 +222,10 @@ pub enum JobMsg {
     /// before it are lost too); its ranks here then move like any other
     /// node's.
     HandOver { job: JobId },
+    /// A deputy of job `job` (this run's wire id) -> the job's other
+    /// deputies, as it stops gracefully: it takes nothing over, so those
+    /// behind it need not wait until it is lost.
+    DeputyStopping { job: JobId },
 }
 
 /// What `p2pjob status` shows of a job beside its placement and exits, as
@@ -318,7 +322,8 @@ impl JobMsg {
             | JobMsg::Adopted { job, .. }
             | JobMsg::CutDropped { job, .. }
             | JobMsg::Ended { job, .. }
-            | JobMsg::HandOver { job } => *job,
+            | JobMsg::HandOver { job }
+            | JobMsg::DeputyStopping { job } => *job,
         }
     }
 
@@ -440,6 +445,7 @@ mod tests {
         assert_eq!(body_bytes(&guard), want);
         assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
         assert_eq!(body_bytes(&JobMsg::HandOver { job: z }), [&[43u8][..], zero].concat());
+        assert_eq!(body_bytes(&JobMsg::DeputyStopping { job: z }), [&[44u8][..], zero].concat());
         let adopted = JobMsg::Adopted { job: z, streamed: vec![(1, 128)] };
         assert_eq!(body_bytes(&adopted), [&[40u8][..], zero, &[1, 1, 0x80, 0x01]].concat());
         let dropped = JobMsg::CutDropped { job: z, rank: 2, epoch: 3 };
@@ -551,6 +557,7 @@ mod tests {
                 }),
             job.clone().prop_map(|job| JobMsg::Adopt { job }),
             job.clone().prop_map(|job| JobMsg::HandOver { job }),
+            job.clone().prop_map(|job| JobMsg::DeputyStopping { job }),
             (job.clone(), any::<u32>(), any::<u64>()).prop_map(|(job, rank, epoch)| JobMsg::CutDropped {
                 job,
                 rank,

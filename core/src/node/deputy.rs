@@ -31,8 +31,9 @@
 //! The second deputy watches the first too, and takes the job over in its
 //! stead when the first is lost and the submitting node lost or handing
 //! the job over (the two lost at once: a host and the rank next to it);
-//! a node stopping takes nothing over and keeps no record (the deputies
-//! behind it do). When the first takes over, the second
+//! a node stopping takes nothing over and keeps no record, and tells the
+//! job's other deputies so ([`JobMsg::DeputyStopping`]): those behind it
+//! do not wait for it. When the first takes over, the second
 //! hears it (the job's [`JobMsg::Adopt`], then its [`JobMsg::Guard`]) and
 //! answers to it from then on.
 //! What was in flight to the dead node is lost with it. There is no fencing:
@@ -47,9 +48,9 @@ use bytes::Bytes;
 use sha1::{Digest, Sha1};
 
 use super::held::output_file_name;
-use super::{DaemonNode, NodeEvent, join};
+use super::{DaemonNode, NodeEvent, NodeMsg, join};
 use crate::id::Id;
-use crate::job::{FileData, Guarded, JobDescription, JobEnd, JobHistory, JobId, Replica, Stream};
+use crate::job::{FileData, Guarded, JobDescription, JobEnd, JobHistory, JobId, JobMsg, Replica, Stream};
 use crate::machine::NodeAddr;
 
 /// Most jobs one node is deputy for (one per rank it runs, at most).
@@ -67,6 +68,9 @@ struct Deputy {
     ahead: Vec<NodeAddr>,
     /// Of the holder and `ahead`, those found lost (and not heard since).
     lost: BTreeSet<NodeAddr>,
+    /// Of `ahead`, those stopping ([`JobMsg::DeputyStopping`]): they take
+    /// nothing over.
+    stopping: BTreeSet<NodeAddr>,
     /// The holder handed the job over as it stops (it may still be heard
     /// from while its ranks move off).
     handed: bool,
@@ -146,6 +150,7 @@ impl DaemonNode {
             // and a node found lost stays so until heard from.
             Some(d) => {
                 d.lost.retain(|n| ahead.contains(n));
+                d.stopping.retain(|n| ahead.contains(n));
                 d.handed &= d.holder == from;
                 (d.holder, d.ahead, d.job, d.xml) = (from, ahead, g, xml);
             }
@@ -155,12 +160,13 @@ impl DaemonNode {
                 let (logs, outputs) = (BTreeMap::new(), BTreeMap::new());
                 let (reading, files) = (BTreeMap::new(), BTreeMap::new());
                 let (arriving, cuts) = (BTreeMap::new(), BTreeMap::new());
-                let (holder, lost, handed) = (from, BTreeSet::new(), false);
+                let (holder, lost, stopping, handed) = (from, BTreeSet::new(), BTreeSet::new(), false);
                 let job = g;
                 let d = Deputy {
                     holder,
                     ahead,
                     lost,
+                    stopping,
                     handed,
                     job,
                     xml,
@@ -390,6 +396,31 @@ impl DaemonNode {
         self.take_over_orphans(now, from);
     }
 
+    /// `from`, a deputy of run `wire` ahead of this one, is stopping: it
+    /// takes nothing over, so this node does not wait for it (taking the job
+    /// over now if its holder is lost or handed it over).
+    pub(super) fn on_deputy_stopping(&mut self, now: Instant, from: NodeAddr, wire: JobId) {
+        let mine = self.guards.jobs.values_mut().filter(|d| d.job.wire == wire && d.ahead.contains(&from));
+        let mut any = false;
+        for d in mine {
+            any |= d.stopping.insert(from);
+        }
+        if any {
+            self.take_over_orphans(now, from);
+        }
+    }
+
+    /// Stopping: tells the other deputies of every job this node is a
+    /// deputy of that it takes nothing over.
+    pub(super) fn tell_co_deputies(&mut self) {
+        let jobs: Vec<(JobId, Vec<NodeAddr>)> = self.exec.deputy_of().collect();
+        for (job, others) in jobs {
+            for to in others {
+                self.send(to, NodeMsg::Job(JobMsg::DeputyStopping { job }), Bytes::new());
+            }
+        }
+    }
+
     /// Takes over every job this node is deputy for whose submitting node,
     /// and every deputy ahead of this one, are lost (the last news: `gone`);
     /// none while this node is stopping (the deputies after it take them).
@@ -397,8 +428,10 @@ impl DaemonNode {
         if self.left {
             return;
         }
-        let orphan =
-            |d: &Deputy| (d.handed || d.lost.contains(&d.holder)) && d.ahead.iter().all(|a| d.lost.contains(a));
+        let orphan = |d: &Deputy| {
+            (d.handed || d.lost.contains(&d.holder))
+                && d.ahead.iter().all(|a| d.lost.contains(a) || d.stopping.contains(a))
+        };
         let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| orphan(d)).map(|(id, _)| *id).collect();
         for id in mine {
             let Some(Deputy { holder, ahead, job, xml, logs, outputs, files, cuts, size, .. }) =

@@ -145,7 +145,8 @@ pub fn for_executor(m: &JobMsg) -> bool {
         | JobMsg::Adopted { .. }
         | JobMsg::CutDropped { .. }
         | JobMsg::Ended { .. }
-        | JobMsg::HandOver { .. } => false,
+        | JobMsg::HandOver { .. }
+        | JobMsg::DeputyStopping { .. } => false,
     }
 }
 
@@ -811,6 +812,7 @@ impl Machine for DaemonNode {
                 self.drop_checkpoint_copy(head.sender_addr, job, rank, epoch);
             }
             NodeMsg::Job(JobMsg::HandOver { job }) => self.on_hand_over(now, head.sender_addr, job),
+            NodeMsg::Job(JobMsg::DeputyStopping { job }) => self.on_deputy_stopping(now, head.sender_addr, job),
             NodeMsg::Job(j) => self.submitter.handle_message(now, head.map(|()| j)),
             other => self.on_node_message(now, head.sender_addr, other, head.payload),
         }
@@ -898,6 +900,7 @@ impl Machine for DaemonNode {
                     // new places up through this node.
                     self.hand_over_held(now, false);
                     self.drop_guards();
+                    self.tell_co_deputies();
                     self.exec.handle_leaving();
                     self.draining = self.still_draining();
                     self.event(NodeEvent::Draining { jobs: self.draining });

@@ -424,3 +424,17 @@ fn a_job_with_a_rank_on_its_way_is_handed_over_once_the_move_settles_or_when_the
         assert!(sim.node(deputy).submitter().get(job).is_some(), "press {press}: held by the deputy");
     }
 }
+
+#[test]
+fn a_job_whose_submitting_node_and_first_deputy_stop_together_goes_to_the_second_at_once() {
+    let mut shell = SimShell::new(Some(Duration::from_secs(60)));
+    let (mut sim, n, [first, second], job) = three_ranks_on_five_nodes(&mut shell, true);
+    sim.command(n[0], crate::node::NodeCommand::Leave).unwrap();
+    sim.command(first, crate::node::NodeCommand::Leave).unwrap();
+    // Well within the failure timeout, and both still answering.
+    shell.run(&mut sim, Duration::from_millis(500), |_| false);
+    assert!(sim.node(n[0]).submitter().get(job).is_none(), "forgotten where it was submitted");
+    assert!(sim.node(first).submitter().get(job).is_none(), "the first deputy, stopping, took nothing over");
+    let held = sim.node(second).submitter().get(job).expect("held by the second deputy");
+    assert!(held.restart_reasons().is_empty(), "its ranks run on: {:?}", held.restart_reasons());
+}
