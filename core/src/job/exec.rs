@@ -322,7 +322,6 @@ impl Execution {
         self.jobs.get(&job).is_some_and(|j| j.submitter == submitter)
     }
 
-    /// The submitters of the jobs this node holds or queues.
     /// The jobs this node is named a deputy of (their wire ids), with the
     /// other deputies named.
     pub fn deputy_of(&self) -> impl Iterator<Item = (JobId, Vec<NodeAddr>)> + '_ {
@@ -332,6 +331,7 @@ impl Execution {
         })
     }
 
+    /// The submitters of the jobs this node holds or queues.
     pub fn submitters(&self) -> impl Iterator<Item = NodeAddr> + '_ {
         self.jobs.values().map(|j| j.submitter).chain(self.waiting.submitters())
     }

@@ -68,12 +68,11 @@ struct Deputy {
     ahead: Vec<NodeAddr>,
     /// Of the holder and `ahead`, those found lost (and not heard since).
     lost: BTreeSet<NodeAddr>,
-    /// Of `ahead`, those stopping ([`JobMsg::DeputyStopping`]): they take
-    /// nothing over.
+    /// Of the holder and `ahead`, those stopping: the holder handed the job
+    /// over ([`JobMsg::HandOver`]), a deputy takes nothing over
+    /// ([`JobMsg::DeputyStopping`]); both may still be heard from while
+    /// their ranks move off.
     stopping: BTreeSet<NodeAddr>,
-    /// The holder handed the job over as it stops (it may still be heard
-    /// from while its ranks move off).
-    handed: bool,
     job: Guarded,
     /// The job file.
     xml: Bytes,
@@ -150,8 +149,8 @@ impl DaemonNode {
             // and a node found lost stays so until heard from.
             Some(d) => {
                 d.lost.retain(|n| ahead.contains(n));
-                d.stopping.retain(|n| ahead.contains(n));
-                d.handed &= d.holder == from;
+                let same_holder = d.holder == from;
+                d.stopping.retain(|n| ahead.contains(n) || (same_holder && *n == from));
                 (d.holder, d.ahead, d.job, d.xml) = (from, ahead, g, xml);
             }
             None if room => {
@@ -160,15 +159,13 @@ impl DaemonNode {
                 let (logs, outputs) = (BTreeMap::new(), BTreeMap::new());
                 let (reading, files) = (BTreeMap::new(), BTreeMap::new());
                 let (arriving, cuts) = (BTreeMap::new(), BTreeMap::new());
-                let (holder, lost, stopping, handed) = (from, BTreeSet::new(), BTreeSet::new(), false);
-                let job = g;
+                let (holder, lost, stopping) = (from, BTreeSet::new(), BTreeSet::new());
                 let d = Deputy {
                     holder,
                     ahead,
                     lost,
                     stopping,
-                    handed,
-                    job,
+                    job: g,
                     xml,
                     logs,
                     outputs,
@@ -391,7 +388,7 @@ impl DaemonNode {
     /// is the first deputy; the others wait for the first, as ever).
     pub(super) fn on_hand_over(&mut self, now: Instant, from: NodeAddr, wire: JobId) {
         let Some(d) = self.guarded(from, wire).and_then(|id| self.guards.jobs.get_mut(&id)) else { return };
-        d.handed = true;
+        d.stopping.insert(from);
         tracing::info!(job = %d.job.job, node = %from, "a job's submitting node is stopping and hands it over");
         self.take_over_orphans(now, from);
     }
@@ -429,8 +426,8 @@ impl DaemonNode {
             return;
         }
         let orphan = |d: &Deputy| {
-            (d.handed || d.lost.contains(&d.holder))
-                && d.ahead.iter().all(|a| d.lost.contains(a) || d.stopping.contains(a))
+            let gone = |n: &NodeAddr| d.lost.contains(n) || d.stopping.contains(n);
+            gone(&d.holder) && d.ahead.iter().all(gone)
         };
         let mine: Vec<JobId> = self.guards.jobs.iter().filter(|(_, d)| orphan(d)).map(|(id, _)| *id).collect();
         for id in mine {

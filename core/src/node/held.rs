@@ -441,9 +441,10 @@ impl DaemonNode {
     /// this node. The jobs handed over.
     pub(super) fn hand_over_held(&mut self, now: Instant, force: bool) -> usize {
         let running = self.submitter.jobs().filter(|s| s.phase() == Phase::Running && (force || !s.moving()));
-        let going: Vec<(JobId, JobId, Vec<NodeAddr>)> =
-            running.map(|s| (s.job(), s.wire(), s.told_deputies().collect::<Vec<_>>())).collect();
-        let going: Vec<_> = going.into_iter().filter(|(.., to)| !to.is_empty()).collect();
+        let going: Vec<(JobId, JobId, Vec<NodeAddr>)> = running
+            .map(|s| (s.job(), s.wire(), s.told_deputies().collect::<Vec<_>>()))
+            .filter(|(.., to)| !to.is_empty())
+            .collect();
         for (job, wire, deputies) in &going {
             for &to in deputies {
                 self.send(to, NodeMsg::Job(JobMsg::HandOver { job: *wire }), Bytes::new());
