@@ -214,12 +214,15 @@ impl Transport {
         let addr = NodeAddr(listener.local_addr()?);
         let key = process_key(&job, rank);
         let keys = Keys::new(encrypt, host, size);
+        // Listening for shared-memory links before registering: a peer that
+        // finds our address at once must find the socket too, or it falls
+        // back to TCP for good.
+        let local = Local::start(&poll, key, size);
         let mut node = NodeClient::connect(node, key, addr)?;
         node.register(keys.register(key, addr))?;
         poll.registry().register(&mut node.stream, NODE, Interest::READABLE | Interest::WRITABLE)?;
         debug!(rank, %addr, %key, "registered");
         let n = size as usize;
-        let local = Local::start(&poll, key, size);
         let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
         let config = LinkConfig { same_host, ..LinkConfig::default() };
         let prefix = HeaderPrefix::new(&key, &addr).map_err(|e| Error::Invalid(format!("own header: {e}")))?;
