@@ -32,7 +32,10 @@
 //! - **Lazy.** A link opens when the engine first has a frame for the peer; while
 //!   the first attempt runs its frames wait in the driver ([`Route::Hold`]).
 //! - **One connection per pair.** A peer that already sends to us is answered on
-//!   its connection ([`LinkAction::UseInbound`]) instead of a second one.
+//!   its connection ([`LinkAction::UseInbound`]) instead of a second one. When
+//!   both opened one at once, the higher rank moves to the lower rank's
+//!   ([`Links::move_to_inbound`]), so that a reply carries TCP's
+//!   acknowledgement of the request.
 //! - **Newest registration first.** A resolve may return several addresses (a
 //!   moved rank's old one may linger); they are tried last to first, each within
 //!   [`LinkConfig::connect_timeout`].
@@ -394,6 +397,18 @@ impl Links {
                 l.down_since = None;
             }
         }
+    }
+
+    /// Frames from `peer` arrived on the connection `peer` opened while
+    /// ours to it carries our frames (both sides opened one at once): whether
+    /// to move ours to the peer's connection now, so that one connection
+    /// carries both ways. The lower rank's connection is the one kept, so
+    /// only the higher rank moves, and only with nothing of ours
+    /// unacknowledged: nothing still in flight on the old connection can
+    /// then arrive after what goes on the new one (the engine drops a frame
+    /// ahead of its turn, to be resent after a break that never comes).
+    pub fn move_to_inbound(&self, peer: u32, engine: &MpiEngine) -> bool {
+        peer < self.rank && engine.unacked_len(peer) == 0 && self.links.get(peer as usize).is_some_and(|l| l.open)
     }
 
     /// The connection `peer`'s frames arrived on closed.

@@ -124,7 +124,7 @@ fn measure(l: &TcpListener, size: usize, n: usize, spin: bool) -> io::Result<f64
 }
 
 /// Environment variable that makes this binary the timing side of a raw
-/// ping-pong between two hosts: `bind-addr size count`; it prints
+/// ping-pong between two hosts: `bind-addr size count [spin]`; it prints
 /// `rawpp <size> <median half round trip µs>`.
 pub(crate) const CLIENT_VAR: &str = "MPI_BENCH_RAW_TIMER";
 
@@ -135,8 +135,9 @@ pub(crate) fn timer_main(spec: &str) -> io::Result<()> {
     let addr: std::net::SocketAddr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
     let size = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
     let n = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    let spin = it.next() == Some("spin");
     let l = TcpListener::bind(addr)?;
-    println!("rawpp {size} {}", measure(&l, size, n, false)?);
+    println!("rawpp {size} {}", measure(&l, size, n, spin)?);
     Ok(())
 }
 

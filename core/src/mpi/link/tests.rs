@@ -34,7 +34,8 @@ fn here(n: u16) -> NodeAddr {
     NodeAddr(std::net::SocketAddr::new(addr(0).0.ip(), 5000 + n))
 }
 
-/// Rank 0 of a world of `size`, its links, and what the driver holds.
+/// One rank (0 unless said) of a world of `size`, its links, and what the
+/// driver holds.
 struct Rig {
     now: Instant,
     engine: MpiEngine,
@@ -58,11 +59,15 @@ impl Rig {
     }
 
     fn with(size: u32, config: LinkConfig) -> Self {
+        Rig::of_rank(0, size, config)
+    }
+
+    fn of_rank(rank: u32, size: u32, config: LinkConfig) -> Self {
         let n = size as usize;
         Rig {
             now: Instant::now(),
-            engine: MpiEngine::new(MpiConfig::default(), 0, size).unwrap(),
-            links: Links::new(config, 0, size),
+            engine: MpiEngine::new(MpiConfig::default(), rank, size).unwrap(),
+            links: Links::new(config, rank, size),
             sent: vec![Vec::new(); n],
             held: vec![Vec::new(); n],
             resolving: vec![false; n],
@@ -191,7 +196,7 @@ impl Rig {
 
     /// The invariants that hold after every step.
     fn check(&self) {
-        for p in 1..self.engine.size() {
+        for p in (0..self.engine.size()).filter(|&p| p != self.links.rank()) {
             let i = p as usize;
             assert_eq!(self.engine.peers[i].up, !self.links.is_down(p), "engine and links disagree on {p}");
             assert!(!(self.links.is_open(p) && self.links.is_attempting(p)), "{p} open while attempting");
@@ -282,6 +287,25 @@ fn a_peer_that_sends_to_us_is_answered_on_its_connection() {
     assert_eq!(r.sent[2].len(), 1);
     assert!(r.links.is_open(2));
     r.check();
+}
+
+/// Both ranks of a pair opened a connection at once, and each hears the
+/// other on the other's: the higher rank moves its frames to the lower
+/// rank's connection, once all it sent there is acknowledged; the lower rank
+/// keeps its own.
+#[test]
+fn when_both_sides_open_a_connection_the_higher_rank_moves_to_the_lowers() {
+    for (rank, peer) in [(0, 1), (1, 0)] {
+        let mut r = Rig::of_rank(rank, 2, LinkConfig::default());
+        r.send(peer, 10);
+        r.resolved(peer, Ok(vec![addr(peer)]));
+        assert!(r.connected(peer));
+        r.heard(peer);
+        assert!(!r.links.move_to_inbound(peer, &r.engine), "rank {rank}: its frame is unacknowledged");
+        r.acked_by(peer);
+        assert_eq!(r.links.move_to_inbound(peer, &r.engine), rank > peer, "rank {rank}");
+        r.check();
+    }
 }
 
 #[test]
