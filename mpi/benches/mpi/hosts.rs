@@ -2,8 +2,9 @@
 //! (`p2pmp_tests::cluster`, a jobd on each, one slot each) runs the p2pmp
 //! ping-pong (and its window of 64 sends) as a two-rank job, one rank per
 //! host, encrypted as by default between hosts (`p2pmp`) and again with
-//! encryption off (`p2pmp_plain`), and, beside them, a raw blocking TCP ping-pong between a process on
-//! each of the same two hosts, and MPICH over TCP between them (hydra started
+//! encryption off (`p2pmp_plain`), and, beside them, a raw TCP ping-pong
+//! between a process on each of the same two hosts, blocking (`raw_tcp`) and
+//! busy-polling (`raw_tcp_spin`), and MPICH over TCP between them (hydra started
 //! on host 0, its proxy on host 1 through a launcher that enters host 1's
 //! namespace instead of ssh).
 
@@ -21,7 +22,7 @@ pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64
 pub(crate) fn pingpong(quick: bool, limit: Duration, mpich: Result<&std::path::Path, String>) -> Vec<Figure> {
     let got: Vec<(&'static str, Figures)> = match measure(quick, limit, mpich) {
         Ok(v) => v,
-        Err(why) => ["p2pmp", "p2pmp_plain", "raw_tcp", "mpich_tcp"]
+        Err(why) => ["p2pmp", "p2pmp_plain", "raw_tcp", "raw_tcp_spin", "mpich_tcp"]
             .map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).chain([(WIN, Err(why.clone()))]).collect()))
             .into(),
     };
@@ -85,12 +86,21 @@ fn measure(
         figures_of(&lines, &why)
     };
     let (encrypted, plain) = (p2pmp(false), p2pmp(true));
-    let raw: Figures = SIZES.iter().map(|&z| (z, raw_between(&c, &me, z, iters(z, quick)))).collect();
+    let raw = |spin: bool| -> Figures {
+        SIZES.iter().map(|&z| (z, raw_hosts(&c, &me, (0, 1), z, iters(z, quick), spin))).collect()
+    };
+    let (raw, raw_spin) = (raw(false), raw(true));
     let mpich = match mpich {
         Ok(dir) => mpich_between(&c, dir, quick, limit),
         Err(why) => figures_of(&[], &why),
     };
-    Ok(vec![("p2pmp", encrypted), ("p2pmp_plain", plain), ("raw_tcp", raw), ("mpich_tcp", mpich)])
+    Ok(vec![
+        ("p2pmp", encrypted),
+        ("p2pmp_plain", plain),
+        ("raw_tcp", raw),
+        ("raw_tcp_spin", raw_spin),
+        ("mpich_tcp", mpich),
+    ])
 }
 
 /// MPICH's ping-pong over TCP between hosts 0 and 1: hydra's `mpirun` on
@@ -147,29 +157,26 @@ pub(crate) fn start_cluster(n: usize, tag: &str, extra: &[&str]) -> Result<Clust
     Ok(c)
 }
 
-/// A raw blocking ping-pong of `n` x 5 messages of `size` bytes between
-/// hosts 0 and 1: the median half round trip in µs.
-fn raw_between(c: &Cluster, me: &std::path::Path, size: usize, n: usize) -> Result<f64, String> {
-    raw_hosts(c, me, (0, 1), size, n)
-}
-
-/// A raw blocking ping-pong of `n` x 5 messages of `size` bytes: the timing
-/// process on host `a`, the echo on host `b`; the median half round trip in µs.
+/// A raw ping-pong of `n` x 5 messages of `size` bytes, blocking or
+/// busy-polling (`spin`): the timing process on host `a`, the echo on host
+/// `b`; the median half round trip in µs.
 pub(crate) fn raw_hosts(
     c: &Cluster,
     me: &std::path::Path,
     (a, b): (usize, usize),
     size: usize,
     n: usize,
+    spin: bool,
 ) -> Result<f64, String> {
     let at = std::net::SocketAddr::from((c.hosts[a].ip, 7500));
+    let how = if spin { "spin" } else { "block" };
     let timer = c.hosts[a]
         .command(me)
-        .env(raw::CLIENT_VAR, format!("{at} {size} {n}"))
+        .env(raw::CLIENT_VAR, format!("{at} {size} {n} {how}"))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let echo = c.hosts[b].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} block", 5 * n)).status();
+    let echo = c.hosts[b].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} {how}", 5 * n)).status();
     let out = timer.wait_with_output().map_err(|e| e.to_string())?;
     match echo {
         Ok(st) if st.success() => {}
