@@ -22,6 +22,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use bytes::BytesMut;
 
+/// Bytes copied between two publications of a position: a large write or
+/// read publishes as it goes, so the other side copies the first part while
+/// this side copies the next (a 1 MiB message through a 512 KiB ring went in
+/// two halves, each side idle while the other copied one).
+const STEP: usize = 32 << 10;
+
 /// Bytes of ring header: three cache lines.
 pub(crate) const HEADER: usize = 192;
 const HEAD: usize = 0;
@@ -189,20 +195,23 @@ impl Producer {
     /// it: the number of bytes taken (0 when full).
     pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
         let mut room = self.room()?;
-        let mut put = 0;
+        let (mut put, mut unpublished) = (0, 0);
         for b in bufs {
-            if room == 0 {
-                break;
+            let mut b = *b;
+            while room > 0 && !b.is_empty() {
+                let n = b.len().min(room).min(STEP - unpublished);
+                // SAFETY: `n <= room`: bytes head..head + n are free (the
+                // consumer is past them), so they are ours until we publish them.
+                unsafe { self.mem.put(self.head, &b[..n]) };
+                self.head += n as u64;
+                (b, put, room, unpublished) = (&b[n..], put + n, room - n, unpublished + n);
+                if unpublished == STEP {
+                    self.mem.atomic64(HEAD).store(self.head, Ordering::Release);
+                    unpublished = 0;
+                }
             }
-            let n = b.len().min(room);
-            // SAFETY: `n <= room`: bytes head..head + n are free (the consumer
-            // is past them), so they are ours until we publish them.
-            unsafe { self.mem.put(self.head + put as u64, &b[..n]) };
-            put += n;
-            room -= n;
         }
-        if put > 0 {
-            self.head += put as u64;
+        if unpublished > 0 {
             self.mem.atomic64(HEAD).store(self.head, Ordering::Release);
         }
         Ok(put)
@@ -270,14 +279,19 @@ impl Consumer {
             return Ok(0);
         }
         buf.reserve(n);
-        let spare = &mut buf.spare_capacity_mut()[..n];
-        // SAFETY: bytes tail..tail + n were published to us (checked above) and
-        // `n <= cap`; `spare` has room for `n` bytes.
-        unsafe { self.mem.get(self.tail, spare) };
-        // SAFETY: the copy initialised the first `n` spare bytes.
-        unsafe { buf.set_len(buf.len() + n) };
-        self.tail += n as u64;
-        self.mem.atomic64(TAIL).store(self.tail, Ordering::Release);
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(STEP);
+            let spare = &mut buf.spare_capacity_mut()[..k];
+            // SAFETY: bytes tail..tail + k were published to us (checked
+            // above, `done + k <= n`) and `k <= cap`; `spare` has room for them.
+            unsafe { self.mem.get(self.tail, spare) };
+            // SAFETY: the copy initialised the first `k` spare bytes.
+            unsafe { buf.set_len(buf.len() + k) };
+            self.tail += k as u64;
+            self.mem.atomic64(TAIL).store(self.tail, Ordering::Release);
+            done += k;
+        }
         Ok(n)
     }
 

@@ -176,6 +176,43 @@ fn two_threads_stream_every_byte_in_order() {
     });
 }
 
+/// Writes and reads many times the size of a publication step ([`STEP`]),
+/// wrapping round the ring: every byte comes out in order, the positions
+/// published part by part as each side goes.
+#[test]
+fn large_writes_and_reads_stream_every_byte_in_order() {
+    let cap = 4 * STEP;
+    let r = Region::new(cap);
+    let (mut p, mut c) = r.ends(u64::from(u32::MAX) - 5);
+    let total = 40 * STEP + 12_345;
+    let byte = |i: usize| (i * 13 + i / 509) as u8;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut i = 0;
+            while i < total {
+                let a: Vec<u8> = (i..(i + 3 * STEP + 17).min(total)).map(byte).collect();
+                let b: Vec<u8> = (i + a.len()..(i + a.len() + STEP / 3).min(total)).map(byte).collect();
+                let n = p.write(&[&a, &b]).unwrap();
+                i += n;
+                if n == 0 {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut got = 0;
+        let mut b = BytesMut::new();
+        while got < total {
+            b.clear();
+            let n = c.read_into(&mut b, 2 * STEP + 101).unwrap();
+            for (k, &v) in b.iter().enumerate() {
+                assert_eq!(v, byte(got + k), "byte {}", got + k);
+            }
+            got += n;
+        }
+        assert_eq!(c.available().unwrap(), 0);
+    });
+}
+
 proptest! {
     /// Any interleaving of writes (of several parts) and bounded reads, from any
     /// start position: the bytes read are the bytes written, in order, and the
