@@ -11,8 +11,8 @@
 //! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
 //!   them, `--hosts` runs only them): p2pmp's ping-pong through two jobds,
 //!   encrypted as by default between hosts and again unencrypted, beside a raw
-//!   blocking TCP ping-pong between processes on the same two hosts and MPICH
-//!   over TCP.
+//!   TCP ping-pong between processes on the same two hosts (blocking and
+//!   busy-polling) and MPICH over TCP.
 //! - `--migrate` (only these rows): `p2pjob migrate` of a rank with 1.5 MB,
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
