@@ -21,8 +21,9 @@
 //!   ([`CONTENDED_SPIN`] at most, for [`CONTENDED_MIN`], doubling up to
 //!   [`CONTENDED_MAX`] while this comes again within that): long enough to
 //!   catch the answer of a peer that is running, and a woken sleeper gets the
-//!   core back sooner than a yielder or a preempted poller would. Shorter gaps are the machine's own housekeeping (kernel
-//!   threads, interrupts), not competing work: on the 2-core test machine two
+//!   core back sooner than a yielder or a preempted poller would. Shorter
+//!   gaps are the machine's own housekeeping (kernel threads, interrupts),
+//!   not competing work: on the 2-core test machine two
 //!   ranks spinning side by side see about a hundred gaps of 40 us to 1 ms a
 //!   second; beside a CPU hog on each core, over a hundred a second of 3 ms
 //!   and more, half the time lost.
@@ -56,8 +57,8 @@ const MAX_YIELD: Duration = Duration::from_millis(2);
 /// A gap this long between two polls means the rank was preempted by
 /// competing work (the kernel's least slice is 0.75 ms).
 const PREEMPTED_GAP: Duration = Duration::from_micros(250);
-/// How long a rank that saw other work take its core stays off polling.
-/// Stays off polling this long after a preemption seen alone: a short burst
+/// How long a rank that saw other work take its core polls only briefly
+/// ([`CONTENDED_SPIN`]) after a preemption seen alone: a short burst
 /// of other work (a daemon's tick, a compiler starting) must not cost the
 /// fast path for long.
 const CONTENDED_MIN: Duration = Duration::from_millis(2);
@@ -68,8 +69,10 @@ const CONTENDED_MAX: Duration = Duration::from_millis(50);
 /// Longest busy-poll of a wait while other work competes for the core: long
 /// enough to catch an answer from a peer that is running (a round trip of
 /// a few microseconds), short enough to give the core up soon when it is
-/// not. Beside a CPU hog on each core, 2 x 200,000 ring: 2 us before
-/// sleeping took 3.1-4.9 s, 5-20 us 0.7-0.8 s (MPICH 0.64-0.70).
+/// not. Beside a CPU hog on each core, 2 x 200,000 ring, fixed policies:
+/// 2 us of polling before sleeping took 3.1-4.9 s, 5-20 us 0.7-0.8 s (MPICH
+/// 0.64-0.70); this default against the 2 us one before it, builds taken in
+/// turns: 1.16-2.3 s (median 1.27) against 2.7-7.0 (3.6).
 const CONTENDED_SPIN: Duration = Duration::from_micros(20);
 
 /// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
@@ -115,6 +118,10 @@ pub struct WaitStats {
     pub bells_rung: u64,
     /// Waits that found this job's ranks on this host outnumbering its cores.
     pub oversubscribed: u64,
+    /// Connections to peers open now (TCP or shared memory, set up and not):
+    /// one per peer in touch once both ranks of a pair that opened one at
+    /// once have moved to the lower rank's.
+    pub links_open: u64,
 }
 
 /// How one wait goes on: busy-poll for `spin`, then poll and yield (at most
@@ -147,7 +154,7 @@ pub(crate) struct Waits {
     budget: Vec<Duration>,
     /// Until when other work is taken to compete for this rank's core.
     contended_until: Option<Instant>,
-    /// How long the next preemption keeps this rank off polling.
+    /// How long the next preemption keeps this rank polling only briefly.
     penalty: Duration,
     /// The machine's runnable tasks, looked at now and then.
     runnable: Runnable,
@@ -214,7 +221,7 @@ impl Waits {
         }
     }
 
-    /// Other work took this rank's core (seen at `now`): stop polling for a while.
+    /// Other work took this rank's core (seen at `now`): poll only briefly for a while.
     /// A preemption within [`CONTENDED_MAX`] of the last window's end
     /// doubles the penalty; one on its own sets it back to the least.
     fn contended(&mut self, now: Instant) {
@@ -496,7 +503,7 @@ mod tests {
     }
 
     #[test]
-    fn a_preempted_rank_stops_polling_for_a_while() {
+    fn a_preempted_rank_polls_only_briefly_for_a_while() {
         let now = Instant::now();
         let mut w = waits(2);
         w.contended(now);
@@ -505,8 +512,8 @@ mod tests {
             w.learn(Some(2), Duration::from_millis(5));
         }
         assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MIN_SPIN), "a peer whose answers take long: less");
-        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4), "a lone one: briefly");
-        // Preempted again right after each window: off polling longer and longer.
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4), "a lone one: over soon");
+        // Preempted again right after each window: brief polls for longer and longer.
         let mut t = now + CONTENDED_MIN;
         for want in [4, 8, 16, 32, 50, 50] {
             w.contended(t);

@@ -233,7 +233,7 @@ impl World {
     /// What this rank's waits came to so far: polled, yielded, slept, and
     /// the doorbells it rang for its shared-memory peers.
     pub fn wait_stats(&self) -> WaitStats {
-        WaitStats { bells_rung: self.net.bells_rung(), ..self.waits.stats }
+        WaitStats { bells_rung: self.net.bells_rung(), links_open: self.net.links_open(), ..self.waits.stats }
     }
 
     // ----- point to point

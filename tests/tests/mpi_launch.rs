@@ -222,3 +222,20 @@ fn refused_shared_memory_falls_back_to_tcp() {
         assert!(r.ok && r.stdout.contains(want), "{prog} on {n} ranks:\n{}\n{}", r.stdout, r.stderr);
     }
 }
+
+/// Every rank sends to every other before it receives, so both ranks of a
+/// pair open a connection at once: the pair ends up on one connection (the
+/// higher rank moves to the lower rank's and closes its own), over TCP and
+/// over shared memory, and every message arrives in order meanwhile. Before,
+/// both stayed open and each side sent on its own: over TCP a segment a
+/// message more.
+#[test]
+fn a_pair_that_opened_two_connections_keeps_one() {
+    for env in [&[("P2PMP_SHM", "0")][..], &[][..]] {
+        let r = launch_env(4, "mpi_exchange", &["300"], Duration::from_secs(60), env);
+        assert!(r.ok, "mpi_exchange with {env:?}:\n{}\n{}", r.stdout, r.stderr);
+        let links: Vec<&str> =
+            r.stdout.lines().filter_map(|l| l.split_once("] exchange ok 300 links ")).map(|(_, n)| n).collect();
+        assert_eq!(links, ["3"; 4], "connections to peers at the end, with {env:?}:\n{}", r.stdout);
+    }
+}

@@ -1,8 +1,9 @@
 //! Raw TCP ping-pong over loopback: the physical limit, blocking (sleeps in the
 //! kernel like a plain program) and busy-polling (spins on a non-blocking socket
 //! like the MPI libraries), between two threads and (blocking) between two
-//! processes, the shape of two MPI ranks; and (blocking) between two processes
-//! on two hosts of a namespace cluster ([`timer_main`], [`echo_main`]).
+//! processes, the shape of two MPI ranks; and (blocking or busy-polling)
+//! between two processes on two hosts of a namespace cluster ([`timer_main`],
+//! [`echo_main`]).
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};

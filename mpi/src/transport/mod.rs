@@ -5,8 +5,10 @@
 //! on the connection `r` already sends to us on, or else on one this rank opens
 //! to `r`. One connection per pair means a reply carries TCP's acknowledgement of
 //! the request, so a message costs one TCP segment instead of a segment and a
-//! bare ACK. Frames for one rank use one connection at a time (switching only
-//! after a break, when the engine resends by sequence number). A connection
+//! bare ACK. Frames for one rank use one connection at a time, switching only
+//! after a break (the engine resends by sequence number) or, when both ranks
+//! opened one at once, to the lower rank's once nothing is unacknowledged
+//! (`Transport::answer_on_one`). A connection
 //! starts with a [`RankHello`] from the side that opened it; the acceptor checks
 //! it and then hands every frame to the engine as coming from that rank.
 //!
@@ -624,6 +626,12 @@ impl Transport {
         l.census.here
     }
 
+    /// Connections to peers open now (not counting one whose hello has not
+    /// named its rank yet).
+    pub(crate) fn links_open(&self) -> u64 {
+        self.conns.iter().flatten().filter(|c| c.rank.is_some()).count() as u64
+    }
+
     /// Doorbells rung for shared-memory peers on the links open now.
     pub(crate) fn bells_rung(&self) -> u64 {
         let rung = |c: &Conn| if let Io::Shm(s) = &c.io { s.rung } else { 0 };
@@ -1068,16 +1076,27 @@ impl Transport {
     /// Frames from `r` came on `slot` while ours go out on another connection:
     /// both sides opened one at once. Ours move to `slot` when the link
     /// machine says (see [`Links::move_to_inbound`]) and nothing is left to
-    /// write on the old one, which is then closed: nothing of ours is in
-    /// flight on it, and `r` sends on its own, so its end of stream only
-    /// wakes `r` if it sleeps reading it. Over TCP, two connections cost a
+    /// write on the old one, which is then closed: nothing of ours but a
+    /// cumulative acknowledgement (taken in any order) can be in flight on
+    /// it, and `r` sends on its own, so its end of stream only wakes `r` if
+    /// it sleeps reading it. Not while either connection is still being set
+    /// up (an encrypted one's handshake holds frames of its own), nor onto a
+    /// connection the peer already closed. Over TCP, two connections cost a
     /// segment a message more: the acknowledgement of a request no longer
     /// rides on its reply (8 B ping-pong over loopback, 8.7 us against 5.4).
     fn answer_on_one(&mut self, engine: &mut MpiEngine, now: Instant, r: u32, slot: usize) {
         let Some(old) = self.out[r as usize].filter(|&o| o != slot) else { return };
         let (Some(Some(new)), Some(Some(ours))) = (self.conns.get(slot), self.conns.get(old)) else { return };
         let alike = matches!((&new.io, &ours.io), (Io::Tcp { .. }, Io::Tcp { .. }) | (Io::Shm(_), Io::Shm(_)));
-        if new.accepted && !ours.accepted && alike && !ours.tx_pending() && self.links.move_to_inbound(r, engine) {
+        let set_up = |c: &Conn| !c.setting_up() && c.secure.as_ref().is_none_or(SecureChannel::is_open);
+        let both_ready = set_up(new) && set_up(ours) && !new.hung_up;
+        if new.accepted
+            && !ours.accepted
+            && alike
+            && both_ready
+            && !ours.tx_pending()
+            && self.links.move_to_inbound(r, engine)
+        {
             debug!(to = r, "both sides opened a connection: answering on the peer's");
             self.out[r as usize] = Some(slot);
             self.close_conn(engine, now, old);

@@ -176,9 +176,8 @@ fn two_threads_stream_every_byte_in_order() {
     });
 }
 
-/// Writes and reads many times the size of a publication step ([`STEP`]),
-/// wrapping round the ring: every byte comes out in order, the positions
-/// published part by part as each side goes.
+/// Two threads write and read many times the size of a publication step
+/// ([`STEP`]), wrapping round the ring: every byte comes out in order.
 #[test]
 fn large_writes_and_reads_stream_every_byte_in_order() {
     let cap = 4 * STEP;
@@ -213,10 +212,48 @@ fn large_writes_and_reads_stream_every_byte_in_order() {
     });
 }
 
+/// A write of several parts, or a read of at most so many bytes.
+type Op = Result<Vec<Vec<u8>>, usize>;
+
+/// Runs `ops` on a ring of `cap` bytes from position `start` beside a model
+/// queue: the bytes read are the bytes written, in order, and the room plus
+/// what is pending is the capacity.
+fn fifo_holds(cap: usize, start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let r = Region::new(cap);
+    let (mut p, mut c) = r.ends(start);
+    let mut model: VecDeque<u8> = VecDeque::new();
+    for op in ops {
+        match op {
+            Ok(parts) => {
+                let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                let room = cap - model.len();
+                let n = p.write(&slices).unwrap();
+                prop_assert_eq!(n, parts.iter().map(Vec::len).sum::<usize>().min(room));
+                model.extend(parts.concat().into_iter().take(n));
+            }
+            Err(max) => {
+                let mut b = BytesMut::new();
+                let n = c.read_into(&mut b, max).unwrap();
+                let want: Vec<u8> = model.drain(..max.min(model.len())).collect();
+                prop_assert_eq!(n, want.len());
+                prop_assert_eq!(&b[..], &want[..]);
+            }
+        }
+        prop_assert_eq!(p.room().unwrap() + p.pending().unwrap(), cap);
+        prop_assert_eq!(c.available().unwrap(), model.len());
+    }
+    Ok(())
+}
+
+/// A part of `len` bytes counting up from `first` (large parts without
+/// generating every byte).
+fn part((len, first): (usize, u8)) -> Vec<u8> {
+    (0..len).map(|i| first.wrapping_add(i as u8)).collect()
+}
+
 proptest! {
     /// Any interleaving of writes (of several parts) and bounded reads, from any
-    /// start position: the bytes read are the bytes written, in order, and the
-    /// room plus what is pending is the capacity.
+    /// start position, keeps the ring a queue of bytes.
     #[test]
     fn the_ring_is_a_fifo_of_bytes(
         start in any::<u64>().prop_map(|s| s / 2),
@@ -225,29 +262,22 @@ proptest! {
             (0..90usize).prop_map(Err),
         ], 1..100),
     ) {
-        let r = Region::new(64);
-        let (mut p, mut c) = r.ends(start);
-        let mut model: VecDeque<u8> = VecDeque::new();
-        for op in ops {
-            match op {
-                Ok(parts) => {
-                    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                    let room = 64 - model.len();
-                    let n = p.write(&slices).unwrap();
-                    prop_assert_eq!(n, parts.iter().map(Vec::len).sum::<usize>().min(room));
-                    model.extend(parts.concat().into_iter().take(n));
-                }
-                Err(max) => {
-                    let mut b = BytesMut::new();
-                    let n = c.read_into(&mut b, max).unwrap();
-                    let want: Vec<u8> = model.drain(..max.min(model.len())).collect();
-                    prop_assert_eq!(n, want.len());
-                    prop_assert_eq!(&b[..], &want[..]);
-                }
-            }
-            prop_assert_eq!(p.room().unwrap() + p.pending().unwrap(), 64);
-            prop_assert_eq!(c.available().unwrap(), model.len());
-        }
+        fifo_holds(64, start, ops)?;
+    }
+
+    /// The same with parts and reads of up to a few publication steps
+    /// ([`STEP`]) in a ring of two: room runs out inside a step and inside
+    /// a part, and reads stop inside a step.
+    #[test]
+    fn the_ring_is_a_fifo_of_bytes_across_publication_steps(
+        start in any::<u64>().prop_map(|s| s / 2),
+        ops in prop::collection::vec(prop_oneof![
+            prop::collection::vec((0..3 * STEP, any::<u8>()), 1..3)
+                .prop_map(|ps| Ok(ps.into_iter().map(part).collect())),
+            (0..3 * STEP).prop_map(Err),
+        ], 1..24),
+    ) {
+        fifo_holds(2 * STEP, start, ops)?;
     }
 }
 
