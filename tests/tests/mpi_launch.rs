@@ -225,13 +225,15 @@ fn refused_shared_memory_falls_back_to_tcp() {
 
 /// Every rank sends to every other before it receives, so both ranks of a
 /// pair open a connection at once: the pair ends up on one connection (the
-/// higher rank moves to the lower rank's and closes its own), over TCP and
-/// over shared memory, and every message arrives in order meanwhile. Before,
+/// higher rank moves to the lower rank's and closes its own), over TCP
+/// (plain and encrypted) and over shared memory, and every message arrives
+/// in order meanwhile. Before,
 /// both stayed open and each side sent on its own: over TCP a segment a
 /// message more.
 #[test]
 fn a_pair_that_opened_two_connections_keeps_one() {
-    for env in [&[("P2PMP_SHM", "0")][..], &[][..]] {
+    let encrypted = [("P2PMP_SHM", "0"), ("P2PMP_ENCRYPT", "always")];
+    for env in [&[("P2PMP_SHM", "0")][..], &encrypted[..], &[][..]] {
         let r = launch_env(4, "mpi_exchange", &["300"], Duration::from_secs(60), env);
         assert!(r.ok, "mpi_exchange with {env:?}:\n{}\n{}", r.stdout, r.stderr);
         let links: Vec<&str> =
