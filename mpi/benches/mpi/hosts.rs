@@ -179,11 +179,14 @@ pub(crate) fn raw_hosts(
         .spawn()
         .map_err(|e| e.to_string())?;
     let echo = c.hosts[b].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} {how}", 5 * n)).status();
-    let out = timer.wait_with_output().map_err(|e| e.to_string())?;
-    match echo {
-        Ok(st) if st.success() => {}
-        other => return Err(format!("failed: echo {other:?}")),
+    if !echo.as_ref().is_ok_and(std::process::ExitStatus::success) {
+        // The timer may wait in `accept` for an echo that never came.
+        let mut timer = timer;
+        let _ = timer.kill();
+        let _ = timer.wait();
+        return Err(format!("failed: echo {echo:?}"));
     }
+    let out = timer.wait_with_output().map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).ok_or_else(|| format!("failed: timer said {text:?}"))
 }
