@@ -193,10 +193,11 @@ impl Waits {
         if local_ranks > self.cores {
             return Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
         }
+        let budget = self.budget[self.slot(peer)];
         if self.contended_until.is_some_and(|t| now < t) {
-            return Plan::spin(self.budget[self.slot(peer)].min(CONTENDED_SPIN));
+            return Plan::spin(budget.min(CONTENDED_SPIN));
         }
-        Plan::spin(self.budget[self.slot(peer)])
+        Plan::spin(budget)
     }
 
     /// A wait on `peer` took `waited` in all: a short one says polling

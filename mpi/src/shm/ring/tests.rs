@@ -145,18 +145,29 @@ fn a_producer_waiting_for_room_is_rung_when_some_frees() {
     assert!(!p.begin_wait().unwrap(), "room is there: do not wait");
 }
 
-#[test]
-fn two_threads_stream_every_byte_in_order() {
-    let r = Region::new(256);
-    let (mut p, mut c) = r.ends(123);
-    let total = 200_000usize;
+/// A producer thread writes `total` bytes in writes of parts of the sizes
+/// `parts`, from position `start` of a ring of `cap` bytes, while this thread
+/// reads at most `read_max` at a time: every byte comes out in order, and
+/// the ring ends empty.
+fn stream_in_two_threads(cap: usize, start: u64, total: usize, parts: &[usize], read_max: usize) {
+    let r = Region::new(cap);
+    let (mut p, mut c) = r.ends(start);
     let byte = |i: usize| (i * 7 + i / 251) as u8;
     std::thread::scope(|s| {
         s.spawn(move || {
             let mut i = 0;
             while i < total {
-                let chunk: Vec<u8> = (i..(i + 97).min(total)).map(byte).collect();
-                let n = p.write(&[&chunk]).unwrap();
+                let mut at = i;
+                let chunks: Vec<Vec<u8>> = parts
+                    .iter()
+                    .map(|&len| {
+                        let chunk: Vec<u8> = (at..(at + len).min(total)).map(byte).collect();
+                        at += chunk.len();
+                        chunk
+                    })
+                    .collect();
+                let slices: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+                let n = p.write(&slices).unwrap();
                 i += n;
                 if n == 0 {
                     std::hint::spin_loop();
@@ -167,42 +178,7 @@ fn two_threads_stream_every_byte_in_order() {
         let mut b = BytesMut::new();
         while got < total {
             b.clear();
-            let n = c.read_into(&mut b, 61).unwrap();
-            for (k, &v) in b.iter().enumerate() {
-                assert_eq!(v, byte(got + k), "byte {}", got + k);
-            }
-            got += n;
-        }
-    });
-}
-
-/// Two threads write and read many times the size of a publication step
-/// ([`STEP`]), wrapping round the ring: every byte comes out in order.
-#[test]
-fn large_writes_and_reads_stream_every_byte_in_order() {
-    let cap = 4 * STEP;
-    let r = Region::new(cap);
-    let (mut p, mut c) = r.ends(u64::from(u32::MAX) - 5);
-    let total = 40 * STEP + 12_345;
-    let byte = |i: usize| (i * 13 + i / 509) as u8;
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            let mut i = 0;
-            while i < total {
-                let a: Vec<u8> = (i..(i + 3 * STEP + 17).min(total)).map(byte).collect();
-                let b: Vec<u8> = (i + a.len()..(i + a.len() + STEP / 3).min(total)).map(byte).collect();
-                let n = p.write(&[&a, &b]).unwrap();
-                i += n;
-                if n == 0 {
-                    std::hint::spin_loop();
-                }
-            }
-        });
-        let mut got = 0;
-        let mut b = BytesMut::new();
-        while got < total {
-            b.clear();
-            let n = c.read_into(&mut b, 2 * STEP + 101).unwrap();
+            let n = c.read_into(&mut b, read_max).unwrap();
             for (k, &v) in b.iter().enumerate() {
                 assert_eq!(v, byte(got + k), "byte {}", got + k);
             }
@@ -210,6 +186,24 @@ fn large_writes_and_reads_stream_every_byte_in_order() {
         }
         assert_eq!(c.available().unwrap(), 0);
     });
+}
+
+#[test]
+fn two_threads_stream_every_byte_in_order() {
+    stream_in_two_threads(256, 123, 200_000, &[97], 61);
+}
+
+/// Two threads write and read many times the size of a publication step
+/// ([`STEP`]), wrapping round the ring: every byte comes out in order.
+#[test]
+fn large_writes_and_reads_stream_every_byte_in_order() {
+    stream_in_two_threads(
+        4 * STEP,
+        u64::from(u32::MAX) - 5,
+        40 * STEP + 12_345,
+        &[3 * STEP + 17, STEP / 3],
+        2 * STEP + 101,
+    );
 }
 
 /// A write of several parts, or a read of at most so many bytes.
