@@ -33,7 +33,7 @@ pub use description::{
 };
 pub use exec::{ExecCmdError, ExecConfig, ExecEvent, Execution};
 pub use msg::{
-    JobEnd, JobHistory, JobMsg, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream,
+    JobEnd, JobHistory, JobMsg, JobPast, RankState, RejectReason, STREAM_ACK_EVERY, STREAM_WINDOW, StagedFile, Stream,
 };
 pub use requirements::{ANY_NAME, Op, Requirement, Resources};
 pub use submit::{

@@ -190,7 +190,8 @@ pub enum JobMsg {
     /// before keeps nothing); `auth`: the job's
     /// signature, if it was signed (the deputy offers it again to place
     /// ranks anew, and each node lets the deputies its holder named offer
-    /// it). Payload = the job file.
+    /// it); `past`: why it restarted and which ranks moved so far, which
+    /// the deputy that takes it over goes on from. Payload = the job file.
     Guard {
         job: JobId,
         id: JobId,
@@ -198,6 +199,7 @@ pub enum JobMsg {
         deputies: Vec<NodeAddr>,
         ranks: Vec<(u32, NodeAddr)>,
         auth: Option<JobAuth>,
+        past: JobPast,
     },
     /// Deputy -> executor: the job's submitter is gone and this node holds the
     /// job from now on: send it what the old one would have got.
@@ -238,6 +240,19 @@ pub struct JobHistory {
     pub moves: Vec<String>,
     /// Each rank's checkpoints and recoveries, by rank.
     pub checkpoints: Vec<(u32, RankCheckpoints)>,
+}
+
+/// The restarts and moves of a running job, as its holder tells the nodes
+/// that may take it over ([`JobMsg::Guard`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPast {
+    /// Why it restarted, each time.
+    pub restarts: Vec<String>,
+    /// Every rank moved alone.
+    pub moves: Vec<String>,
+    /// How many of its restarts were migrations, not losses (those count
+    /// against its restarts).
+    pub migrations: u32,
 }
 
 /// How a job ended, as its submitting node tells its deputy ([`JobMsg::Ended`]).
@@ -438,10 +453,13 @@ mod tests {
         let want = [&[37u8][..], zero, &[1, 1, 0x80, 0x80, 0x80, 0x01, 1, b'o', 3], zero].concat();
         assert_eq!(body_bytes(&carried), want);
         let a = NodeAddr::loopback(2, 7000);
-        let guard = JobMsg::Guard { job: z, id: z, restarts: 1, deputies: vec![a], ranks: vec![(0, a)], auth: None };
+        let past = JobPast { restarts: vec!["r".into()], moves: vec![], migrations: 0 };
+        let guard =
+            JobMsg::Guard { job: z, id: z, restarts: 1, deputies: vec![a], ranks: vec![(0, a)], auth: None, past };
         let addr = postcard::to_allocvec(&a).unwrap();
-        // restarts 1, the deputies [a], [(0, a)], not signed
-        let want = [&[38u8][..], zero, zero, &[1, 1], &addr, &[1, 0], &addr, &[0]].concat();
+        // restarts 1, the deputies [a], [(0, a)], not signed; restarted
+        // once ("r"), no moves, no migrations
+        let want = [&[38u8][..], zero, zero, &[1, 1], &addr, &[1, 0], &addr, &[0], &[1, 1, b'r', 0, 0]].concat();
         assert_eq!(body_bytes(&guard), want);
         assert_eq!(body_bytes(&JobMsg::Adopt { job: z }), [&[39u8][..], zero].concat());
         assert_eq!(body_bytes(&JobMsg::HandOver { job: z }), [&[43u8][..], zero].concat());
@@ -547,13 +565,18 @@ mod tests {
                 }),
             (job.clone(), any::<u32>(), any::<u16>(), proptest::collection::vec((any::<u32>(), any::<u16>()), 0..3))
                 .prop_map(|(job, restarts, port, ranks)| {
+                    let past = JobPast {
+                        restarts: (0..restarts % 3).map(|i| format!("restart {i}")).collect(),
+                        moves: (0..port % 2).map(|i| format!("move {i}")).collect(),
+                        migrations: restarts % 2,
+                    };
                     let ranks = ranks.into_iter().map(|(r, p)| (r, NodeAddr::loopback(3, p))).collect();
                     let auth = (port % 2 == 0).then(|| {
                         let manifest = JobManifest { job_file: Id::ZERO, files: vec![], timestamp_ms: 1, nonce: 2 };
                         JobAuth { key: PublicKey([port as u8; 32]), manifest, signature: Signature([[3; 32]; 2]) }
                     });
                     let deputies = vec![NodeAddr::loopback(2, port), NodeAddr::loopback(4, port)];
-                    JobMsg::Guard { job, id: job, restarts, deputies, ranks, auth }
+                    JobMsg::Guard { job, id: job, restarts, deputies, ranks, auth, past }
                 }),
             job.clone().prop_map(|job| JobMsg::Adopt { job }),
             job.clone().prop_map(|job| JobMsg::HandOver { job }),

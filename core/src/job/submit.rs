@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use sha1::{Digest, Sha1};
 
-use super::msg::{JobEnd, JobHistory, JobMsg, STREAM_ACK_EVERY, StagedFile, Stream};
+use super::msg::{JobEnd, JobHistory, JobMsg, JobPast, STREAM_ACK_EVERY, StagedFile, Stream};
 use super::requirements::{ANY_NAME, Requirement, Resources};
 use super::{JobDescription, JobId, RestartPolicy};
 use crate::ckpt::CutInfo;

@@ -57,7 +57,8 @@ use crate::chord::{ChordConfig, ChordMsg, ChordNode};
 use crate::id::Id;
 use crate::job::description::join_path as join;
 use crate::job::{
-    ExecConfig, ExecEvent, Execution, FileData, Guarded, JobId, JobMsg, Resources, Stream, SubmitConfig, Submitter,
+    ExecConfig, ExecEvent, Execution, FileData, Guarded, JobId, JobMsg, JobPast, Resources, Stream, SubmitConfig,
+    Submitter,
 };
 use crate::local::{LocalReply, LocalRequest};
 use crate::machine::{Action, Machine, NodeAddr};
@@ -756,15 +757,16 @@ impl Machine for DaemonNode {
         let (body, head) = msg.split();
         match body {
             m @ (NodeMsg::Chord(_) | NodeMsg::Can(_)) => self.overlay.handle_message(now, head, m),
-            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputies, ranks, auth }) => {
+            NodeMsg::Job(JobMsg::Guard { job, id, restarts, deputies, ranks, auth, past }) => {
                 let from = head.sender_addr;
                 // The deputies may offer the job again here once they hold it.
                 if let Some(nonce) = auth.as_ref().map(|a| a.manifest.nonce) {
                     self.job_replay.name_deputies(nonce, &from, &deputies);
                 }
-                let g = Guarded { job: id, wire: job, restarts, ranks, auth };
+                let g = Guarded { job: id, wire: job, restarts, ranks, auth, past };
                 self.on_guard(from, g, &deputies, head.payload.clone());
-                let j = JobMsg::Guard { job, id, restarts, deputies, ranks: Vec::new(), auth: None };
+                let (ranks, auth, past) = (Vec::new(), None, JobPast::default());
+                let j = JobMsg::Guard { job, id, restarts, deputies, ranks, auth, past };
                 self.exec.handle_message(now, head.map(|()| j));
             }
             NodeMsg::Job(JobMsg::Adopt { job }) => {

@@ -16,6 +16,12 @@ pub(super) fn env(body: JobMsg, payload: Bytes) -> Envelope<JobMsg> {
     Envelope::new(addr(0).id(), addr(0), 0, body).with_payload(payload)
 }
 
+/// The submitter (node 0) names `deputies` for job `j`, never restarted.
+pub(super) fn guard(j: JobId, deputies: Vec<NodeAddr>) -> JobMsg {
+    let past = crate::job::JobPast::default();
+    JobMsg::Guard { job: j, id: j, restarts: 0, deputies, ranks: vec![], auth: None, past }
+}
+
 pub(super) fn drain(e: &mut Execution) -> (Vec<JobMsg>, Vec<ExecEvent>) {
     let (mut msgs, mut evs) = (Vec::new(), Vec::new());
     while let Some(a) = e.poll_action() {

@@ -286,6 +286,34 @@ fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_ov
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(first) && a != sim.addr(n[0]))));
 }
 
+#[test]
+fn the_node_that_takes_a_job_over_from_a_deputy_that_restarted_it_shows_that_restart() {
+    // As above, but the first deputy dies once the run it restarted has
+    // started, and its own deputies were told of it: the node that takes
+    // the job over from it goes on from that run, and `status` there gives
+    // that restart's reason first (it may restart the job again, if a rank
+    // ran on the first deputy).
+    let mut shell = SimShell::new(Some(Duration::from_secs(30)));
+    let (mut sim, n, [first, _], job) = three_ranks_on_five_nodes(&mut shell, true);
+    sim.crash(n[0]);
+    shell.run(&mut sim, Duration::from_secs(15), |_| false);
+    let s = sim.node(first).submitter().get(job).expect("taken over by the first deputy");
+    let running = !s.restart_reasons().is_empty() && s.phase() == crate::job::Phase::Running;
+    assert!(running, "the first deputy restarted the job: {:?} {:?}", s.phase(), s.restart_reasons());
+    let next = *n.iter().find(|&&i| sim.addr(i) == s.deputies()[0]).unwrap();
+    let reason = s.restart_reasons()[0].clone();
+    assert!(reason.contains(&format!("node {} holding rank(s)", sim.addr(n[0]))), "{reason}");
+    sim.crash(first);
+    shell.run(&mut sim, Duration::from_secs(20), |_| false);
+    let asker = *n[1..].iter().find(|&&i| i != first && i != next).unwrap();
+    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
+    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
+    let got = shell.on(asker, 2);
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    let s = sim.node(next).submitter().get(job).expect("held by the first deputy's deputy");
+    assert_eq!(s.restart_reasons().first(), Some(&reason), "{:?}", s.restart_reasons());
+}
+
 /// Five one-slot nodes, a job of three ranks submitted at node 0, which
 /// runs rank 0 (`at_home`; else no rank), started, and its deputies named
 /// and done reading its files back: the network, node 0's first and second

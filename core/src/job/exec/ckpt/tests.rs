@@ -1,6 +1,6 @@
 //! The executor's checkpoint side: links, asks, reports.
 
-use super::super::tests::{addr, ckpt, drain, env, job_id, staged, two_ranks_running as running};
+use super::super::tests::{addr, ckpt, drain, env, guard, job_id, staged, two_ranks_running as running};
 use super::*;
 use crate::job::Stream;
 use crate::job::{RESUME_FILES, RejectReason};
@@ -230,7 +230,7 @@ fn a_node_shutting_down_that_hands_its_own_job_over_asks_the_deputy_to_move_its_
     let mut own = Execution::new(super::super::ExecConfig::new(2, "n"), addr(0));
     staged(&mut own, now, j, vec![0, 1], false);
     own.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
-    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7)], ranks: vec![], auth: None };
+    let g = guard(j, vec![addr(7)]);
     own.handle_message(now, env(g, Bytes::new()));
     drain(&mut own);
     assert_eq!(own.handle_leaving(), 1, "waited for");

@@ -10,7 +10,7 @@ fn from(a: NodeAddr, body: JobMsg) -> Envelope<JobMsg> {
 /// the deputy; rank 0 printed 10 bytes, rank 1 exited with its file sent.
 fn guarded() -> (Execution, JobId, Instant) {
     let (mut e, j, now) = two_ranks_running();
-    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7)], ranks: vec![], auth: None };
+    let g = guard(j, vec![addr(7)]);
     e.handle_message(now, env(g, Bytes::new()));
     e.handle_process_output(j, 0, Stream::Stdout, Bytes::from_static(b"0123456789")).unwrap();
     e.handle_process_exit(j, 1, 0).unwrap();
@@ -103,7 +103,7 @@ fn a_job_no_deputy_adopts_in_time_is_stopped_and_one_without_a_deputy_at_once() 
 #[test]
 fn the_second_deputy_adopts_the_job_when_the_first_dies_having_adopted_it() {
     let (mut e, j, now) = two_ranks_running();
-    let g = JobMsg::Guard { job: j, id: j, restarts: 0, deputies: vec![addr(7), addr(8)], ranks: vec![], auth: None };
+    let g = guard(j, vec![addr(7), addr(8)]);
     e.handle_message(now, env(g, Bytes::new()));
     drain_to(&mut e);
     e.handle_send_failed(now, addr(0));

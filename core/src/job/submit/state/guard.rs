@@ -29,6 +29,8 @@ pub struct Guarded {
     pub ranks: Vec<(u32, NodeAddr)>,
     /// The job's signature, if it was signed.
     pub auth: Option<JobAuth>,
+    /// Its restarts and moves so far.
+    pub past: JobPast,
 }
 
 /// What a deputy kept of a job beside its placement, for taking it over.
@@ -106,9 +108,11 @@ impl Submission {
         holding.append(&mut self.told);
         self.told = deputies.iter().copied().collect();
         let (job, id, restarts) = (self.wire, self.job, self.restarts);
+        let past =
+            JobPast { restarts: self.restart_reasons.clone(), moves: self.moves.clone(), migrations: self.migrations };
         for to in holding {
-            let (deputies, ranks, auth) = (deputies.clone(), ranks.clone(), self.auth.clone());
-            let msg = JobMsg::Guard { job, id, restarts, deputies, ranks, auth };
+            let (deputies, ranks, auth, past) = (deputies.clone(), ranks.clone(), self.auth.clone(), past.clone());
+            let msg = JobMsg::Guard { job, id, restarts, deputies, ranks, auth, past };
             self.send(to, msg, xml.clone());
         }
     }
@@ -142,6 +146,7 @@ impl Submission {
             return s;
         }
         (s.wire, s.restarts, s.phase, s.adopted) = (g.wire, g.restarts, Phase::Running, true);
+        (s.restart_reasons, s.moves, s.migrations) = (g.past.restarts, g.past.moves, g.past.migrations);
         s.unplaced.clear();
         s.queue_deadline = None;
         for &(rank, node) in &g.ranks {

@@ -839,6 +839,7 @@ fn the_deputy_keeps_a_copy_of_every_cut_file_kept_and_restarts_from_the_newest_w
         restarts: 0,
         ranks: s.ranks().iter().map(|r| (r.rank, r.node.unwrap())).collect(),
         auth: None,
+        past: JobPast::default(),
     };
     let kept = Replica { files: files.into_iter().collect(), cuts };
     let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), kept, h.now);

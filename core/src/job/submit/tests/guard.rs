@@ -8,8 +8,9 @@ fn guards(h: &Harness) -> Vec<(NodeAddr, Guarded, NodeAddr, Bytes)> {
     h.sent
         .iter()
         .filter_map(|(to, m, p)| match m {
-            JobMsg::Guard { job, id, restarts, deputies, ranks, auth } => {
-                let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks: ranks.clone(), auth: auth.clone() };
+            JobMsg::Guard { job, id, restarts, deputies, ranks, auth, past } => {
+                let (ranks, auth, past) = (ranks.clone(), auth.clone(), past.clone());
+                let g = Guarded { job: *id, wire: *job, restarts: *restarts, ranks, auth, past };
                 Some((*to, g, *deputies.first()?, p.clone()))
             }
             _ => None,
