@@ -112,6 +112,7 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<crate::chord::ChordMsg>(frame.clone()), len);
     check(decode_envelope::<crate::can::CanMsg>(frame.clone()), len);
     check(decode_envelope::<crate::mpi::MpiMsg>(frame.clone()), len);
+    after_prefix(&frame);
     check(decode_envelope::<crate::local::LocalRequest>(frame.clone()), len);
     check(decode_envelope::<crate::local::LocalReply>(frame.clone()), len);
     check(decode_envelope::<crate::local::RankHello>(frame.clone()), len);
@@ -119,6 +120,26 @@ fn envelope_frame(frame: Bytes) {
     check(decode_envelope::<crate::node::NodeMsg>(frame.clone()), len);
     check(decode_envelope::<crate::node::control::ToolRequest>(frame.clone()), len);
     check(decode_envelope::<crate::node::control::ToolReply>(frame), len);
+}
+
+/// A rank's link decodes its peer's frames after the sender part it saw
+/// before: that agrees with decoding the frame whole, and a prefix made up
+/// (a fixed one) takes no more than the frame holds.
+fn after_prefix(frame: &Bytes) {
+    use crate::mpi::MpiMsg;
+    use crate::wire::{HeaderPrefix, decode_after_prefix};
+    if let Ok(env) = decode_envelope::<MpiMsg>(frame.clone()) {
+        let prefix = HeaderPrefix::of(&env).expect("a decoded sender encodes");
+        if let Some(got) =
+            decode_after_prefix::<MpiMsg>(frame, &prefix).expect("decoded whole, decodes after its prefix")
+        {
+            assert_eq!(got, (env.request_id, env.body, env.payload), "decoded whole and after its prefix alike");
+        }
+    }
+    let fixed = HeaderPrefix::new(&crate::id::Id::ZERO, &crate::machine::NodeAddr::loopback(1, 7000)).unwrap();
+    if let Ok(Some((_, _, payload))) = decode_after_prefix::<MpiMsg>(frame, &fixed) {
+        assert!(payload.len() <= frame.len(), "payload longer than its frame");
+    }
 }
 
 fn check<B>(res: Result<Envelope<B>, crate::wire::WireError>, len: usize) {

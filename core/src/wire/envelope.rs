@@ -115,6 +115,27 @@ impl HeaderPrefix {
     pub fn new(sender: &Id, sender_addr: &NodeAddr) -> Result<Self, WireError> {
         Ok(HeaderPrefix(postcard::to_allocvec(&(PROTOCOL_VERSION, sender, sender_addr))?))
     }
+
+    /// The prefix of the frames `env`'s sender writes (see [`decode_after_prefix`]).
+    pub fn of<B>(env: &Envelope<B>) -> Result<Self, WireError> {
+        Self::new(&env.sender, &env.sender_addr)
+    }
+}
+
+/// The request id, body and payload of `frame` (as returned by
+/// [`super::FrameDecoder::decode`]) if its header starts with `prefix`:
+/// [`decode_envelope`] without decoding a sender known to the caller (a
+/// link's peer writes the same prefix on every frame). `None` for a frame
+/// with another prefix (decode it whole). The payload is a zero-copy slice
+/// of `frame`.
+pub fn decode_after_prefix<B: DeserializeOwned>(
+    frame: &Bytes,
+    prefix: &HeaderPrefix,
+) -> Result<Option<(u64, B, Bytes)>, WireError> {
+    let Some(rest) = frame.strip_prefix(prefix.0.as_slice()) else { return Ok(None) };
+    let ((request_id, body), tail) = postcard::take_from_bytes::<(u64, B)>(rest)?;
+    let payload = frame.slice(frame.len() - tail.len()..);
+    Ok(Some((request_id, body, payload)))
 }
 
 /// [`encode_frame_head`] of `Envelope::new(sender, sender_addr, request_id,

@@ -22,8 +22,8 @@ pub mod vectored;
 
 pub use calls::Calls;
 pub use envelope::{
-    Envelope, HeaderPrefix, decode_envelope, encode_frame, encode_frame_head, encode_frame_head_prefixed,
-    encode_frame_parts, round_trip,
+    Envelope, HeaderPrefix, decode_after_prefix, decode_envelope, encode_frame, encode_frame_head,
+    encode_frame_head_prefixed, encode_frame_parts, round_trip,
 };
 pub use error::WireError;
 pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};

@@ -208,6 +208,25 @@ proptest! {
     }
 
     #[test]
+    fn frames_decode_alike_after_their_senders_prefix_and_others_fall_back(
+        e in arb_envelope(arb_hello()),
+        other in arb_addr(),
+    ) {
+        let mut buf = BytesMut::new();
+        encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
+        let frame = buf.split_off(LEN_PREFIX).freeze();
+        let prefix = HeaderPrefix::of(&e).unwrap();
+        let got = decode_after_prefix::<Hello>(&frame, &prefix).unwrap();
+        prop_assert_eq!(got, Some((e.request_id, e.body.clone(), e.payload.clone())));
+        let elsewhere = HeaderPrefix::new(&e.sender, &other).unwrap();
+        let got = decode_after_prefix::<Hello>(&frame, &elsewhere).unwrap();
+        prop_assert_eq!(got.is_none(), other != e.sender_addr, "another sender's frame is not taken for this one's");
+        // Cut short: an error, never a panic or a body made up.
+        let short = frame.slice(..frame.len() - e.payload.len() - 1);
+        prop_assert!(decode_after_prefix::<Hello>(&short, &prefix).is_err());
+    }
+
+    #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
         crate::fuzzing::frame_stream(&data);
         crate::fuzzing::envelope(&data);

@@ -12,7 +12,7 @@ use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
 use p2pmp_core::secure::{MAX_PLAIN_RECORD, PublicKey, SecureChannel};
 use p2pmp_core::wire::vectored::{consume, write_queue};
-use p2pmp_core::wire::{FrameDecoder, decode_envelope};
+use p2pmp_core::wire::{FrameDecoder, HeaderPrefix, WireError, decode_after_prefix, decode_envelope};
 use tracing::{debug, warn};
 
 use super::secure::{Keys, starts_handshake};
@@ -77,6 +77,9 @@ pub(super) struct Conn {
     /// The poll said the peer closed its end or the connection failed: read
     /// to the end of stream (or the error), a short read does not drain it.
     pub(super) hung_up: bool,
+    /// The sender part of the peer's last frame decoded whole: skipped
+    /// rather than decoded on the frames that start with it (all of them).
+    peer_prefix: Option<HeaderPrefix>,
 }
 
 /// What decoding a connection's buffered frames came to.
@@ -108,6 +111,7 @@ impl Conn {
             expect: None,
             claimed: None,
             hung_up: false,
+            peer_prefix: None,
         }
     }
 
@@ -349,13 +353,12 @@ pub(super) fn decode_frames(
             }
         };
         match conn.rank {
-            Some(from) => match decode_envelope::<MpiMsg>(frame) {
-                Ok(env) => engine.handle_envelope(now, from, env),
-                Err(e) => {
+            Some(from) => {
+                if let Err(e) = hand_over(&mut conn.peer_prefix, engine, now, from, frame) {
                     warn!(from, %e, "bad envelope; dropping the connection");
                     return Decoded::Drop;
                 }
-            },
+            }
             None => match decode_envelope::<RankHello>(frame) {
                 Ok(env) if hello_ok(&env.body, job, me, engine.size()) => {
                     let from = env.body.from_rank;
@@ -377,6 +380,29 @@ pub(super) fn decode_frames(
             },
         }
     }
+}
+
+/// Hands `frame` of rank `from` to the engine. The sender part of the
+/// header (the same on every frame of a peer) is compared with `prefix`,
+/// the peer's last, and skipped; a frame whose header starts otherwise (the
+/// first) is decoded whole, and its sender part is `prefix` from then on.
+fn hand_over(
+    prefix: &mut Option<HeaderPrefix>,
+    engine: &mut MpiEngine,
+    now: Instant,
+    from: u32,
+    frame: Bytes,
+) -> Result<(), WireError> {
+    if let Some(p) = prefix.as_ref() {
+        if let Some((_, body, payload)) = decode_after_prefix::<MpiMsg>(&frame, p)? {
+            engine.handle_message(now, from, body, payload);
+            return Ok(());
+        }
+    }
+    let env = decode_envelope::<MpiMsg>(frame)?;
+    *prefix = HeaderPrefix::of(&env).ok();
+    engine.handle_envelope(now, from, env);
+    Ok(())
 }
 
 /// Whether a hello comes from another rank of our job and means us.
