@@ -37,7 +37,7 @@ use p2pmp_core::mpi::Completion;
 
 use crate::error::Result;
 use crate::sock::Wait;
-use crate::transport::DIRECT_MAX;
+use crate::transport::{DIRECT_MAX, LazyNow};
 use crate::world::World;
 
 mod runnable;
@@ -238,8 +238,9 @@ impl World {
         self.after_call_at(Instant::now())
     }
 
-    /// [`World::after_call`] at `now` (a call that just read the clock).
-    pub(crate) fn after_call_at(&mut self, now: Instant) -> Result<()> {
+    /// [`World::after_call`] at `now` (a call that just read the clock, or
+    /// [`LazyNow::UNREAD`] for one that did not need it).
+    pub(crate) fn after_call_at(&mut self, now: impl Into<LazyNow>) -> Result<()> {
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {
             match c {

@@ -168,7 +168,7 @@ impl MpiEngine {
     ///
     /// An eager send completes at once; a rendezvous send once the receiver
     /// cleared it and the data was queued for transmission.
-    pub fn isend(&mut self, _now: Instant, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
+    pub fn isend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
         self.check_rank(dest)?;
         if tag < 0 {
             return Err(MpiError::InvalidTag(tag));
@@ -204,14 +204,7 @@ impl MpiEngine {
     /// took the message. To another rank it always goes by rendezvous (the Cts
     /// says the receive matched); to itself it waits in the unexpected queue
     /// until a receive takes it.
-    pub fn issend(
-        &mut self,
-        _now: Instant,
-        comm: u32,
-        dest: u32,
-        tag: i32,
-        data: Bytes,
-    ) -> Result<RequestId, MpiError> {
+    pub fn issend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
         self.check_rank(dest)?;
         if tag < 0 {
             return Err(MpiError::InvalidTag(tag));

@@ -35,7 +35,7 @@
 //! let mut r0 = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
 //! let mut r1 = MpiEngine::new(MpiConfig::default(), 1, 2).unwrap();
 //! let recv = r1.irecv(now, 0, Some(0), ANY_TAG).unwrap();
-//! r0.isend(now, 0, 1, 42, Bytes::from_static(b"hello")).unwrap();
+//! r0.isend(0, 1, 42, Bytes::from_static(b"hello")).unwrap();
 //! // The driver: encode each Transmit (`into_envelope` + `wire::encode_frame`),
 //! // write it to rank `to`, decode at the other end and hand it in.
 //! while let Some(t) = r0.poll_transmit() {

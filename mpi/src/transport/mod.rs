@@ -134,6 +134,29 @@ impl Local {
     }
 }
 
+/// The time for work that may not need it: read from the clock when first
+/// asked for, or given. A send on an open link, with no link to set up and
+/// no write failing, never asks: on a virtual machine a clock read costs
+/// about as much as the rest of a small send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LazyNow(Option<Instant>);
+
+impl LazyNow {
+    /// Not read yet.
+    pub(crate) const UNREAD: LazyNow = LazyNow(None);
+
+    /// The time given, or read now (and kept).
+    pub(crate) fn get(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+}
+
+impl From<Instant> for LazyNow {
+    fn from(now: Instant) -> Self {
+        LazyNow(Some(now))
+    }
+}
+
 /// Sockets, connections and the local node client of one rank.
 #[derive(Debug)]
 pub(crate) struct Transport {
@@ -268,7 +291,8 @@ impl Transport {
 
     /// Moves every frame the engine has into the connections and writes what the
     /// sockets take.
-    pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+    pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
+        let now = now.into();
         while let Some(t) = engine.poll_transmit() {
             self.enqueue(engine, now, t);
         }
@@ -277,16 +301,17 @@ impl Transport {
         Ok(())
     }
 
-    fn enqueue(&mut self, engine: &mut MpiEngine, now: Instant, t: Transmit) {
+    fn enqueue(&mut self, engine: &mut MpiEngine, mut now: LazyNow, t: Transmit) {
         let to = t.to;
-        let route = self.links.on_transmit(now, to, engine);
+        // An open link takes the frame whenever it comes.
+        let route = if self.links.is_open(to) { Route::Send } else { self.links.on_transmit(now.get(), to, engine) };
         if route == Route::Drop {
             return; // the engine keeps it and resends after the reconnect
         }
         // A link that opens on the spot (the peer's own connection) is set up now.
         self.apply_links_now(engine, now);
         #[cfg(feature = "fault-injection")]
-        if route == Route::Send && self.inject(engine, now, to) == fault::Inject::Drop {
+        if route == Route::Send && self.inject(engine, now.get(), to) == fault::Inject::Drop {
             return;
         }
         let head = &mut self.head;
@@ -320,14 +345,15 @@ impl Transport {
         }
     }
 
-    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: Instant) {
+    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) {
+        let mut now = now.into();
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
             match conn.write_tx() {
                 Ok(n) => self.written = self.written.wrapping_add(n as u64),
                 Err(e) => {
                     debug!(slot, %e, "write failed");
-                    self.close_conn(engine, now, slot);
+                    self.close_conn(engine, now.get(), slot);
                 }
             }
         }
@@ -335,16 +361,17 @@ impl Transport {
 
     /// Carries out the link machine's actions; an error when a peer stayed
     /// unreachable too long.
-    fn apply_links(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
+    fn apply_links(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
         self.apply_links_now(engine, now);
         self.gave_up.take().map_or(Ok(()), Err)
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
     /// kept for the next one to report.
-    fn apply_links_now(&mut self, engine: &mut MpiEngine, now: Instant) {
+    fn apply_links_now(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) {
+        let mut now = now.into();
         while let Some(a) = self.links.poll_action() {
-            if let Some(e) = self.apply(engine, now, a) {
+            if let Some(e) = self.apply(engine, now.get(), a) {
                 self.gave_up.get_or_insert(e);
             }
         }

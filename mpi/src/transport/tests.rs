@@ -152,7 +152,7 @@ fn a_node_found_gone_by_a_request_fails_every_resolve_waiting() {
     let (mut net, mut engine) = rank0_of(4, fake_node_until(dies));
     let send_to = |net: &mut Transport, engine: &mut MpiEngine, peer: u32| {
         let now = Instant::now();
-        engine.isend(now, 0, peer, 0, bytes::Bytes::from_static(b"hi")).unwrap();
+        engine.isend(0, peer, 0, bytes::Bytes::from_static(b"hi")).unwrap();
         net.pump(engine, now).unwrap();
     };
     send_to(&mut net, &mut engine, 1);

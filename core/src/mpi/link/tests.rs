@@ -130,7 +130,7 @@ impl Rig {
     }
 
     fn send(&mut self, peer: u32, len: usize) {
-        let _ = self.engine.isend(self.now, 0, peer, 0, Bytes::from(vec![1u8; len])).unwrap();
+        let _ = self.engine.isend(0, peer, 0, Bytes::from(vec![1u8; len])).unwrap();
         self.pump();
     }
 

@@ -190,12 +190,11 @@ impl World {
             let l = self.link(from, to);
             self.in_transit[l].push_back(id);
         }
-        let now = self.now;
         let e = &mut self.engines[from];
         let req = if sync {
-            e.issend(now, comm, to as u32, tag, content(id, len))
+            e.issend(comm, to as u32, tag, content(id, len))
         } else {
-            e.isend(now, comm, to as u32, tag, content(id, len))
+            e.isend(comm, to as u32, tag, content(id, len))
         };
         let req = req.unwrap();
         self.sends.push((from, req));

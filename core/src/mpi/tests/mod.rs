@@ -65,7 +65,7 @@ fn eager_ping_pong_needs_no_standalone_acks() {
     for i in 0..100u8 {
         let (a, b) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
         p.e[b].irecv(p.now, 0, Some(a as u32), Some(7)).unwrap();
-        p.e[a].isend(p.now, 0, b as u32, 7, Bytes::from(vec![i; 8])).unwrap();
+        p.e[a].isend(0, b as u32, 7, Bytes::from(vec![i; 8])).unwrap();
         p.pump();
         let got = recv_data(&p.completions(b));
         assert_eq!(got, vec![(Status { source: a as u32, tag: 7, count: 8 }, Bytes::from(vec![i; 8]))]);
@@ -83,7 +83,7 @@ fn rendezvous_moves_data_after_the_receive_is_posted() {
     let cfg = MpiConfig { data_chunk: 1000, ..tight_config() };
     let mut p = Pair::new(cfg);
     let big = Bytes::from((0..2500u32).map(|i| i as u8).collect::<Vec<_>>());
-    let s = p.e[0].isend(p.now, 3, 1, 1, big.clone()).unwrap();
+    let s = p.e[0].isend(3, 1, 1, big.clone()).unwrap();
     p.pump();
     assert_eq!(p.frames[0], 1, "only the Rts before the receive");
     assert!(p.completions(0).is_empty(), "a rendezvous send waits for the Cts");
@@ -102,7 +102,7 @@ fn rendezvous_moves_data_after_the_receive_is_posted() {
 #[test]
 fn a_synchronous_send_completes_only_once_a_receive_took_it() {
     let mut p = Pair::new(MpiConfig::default());
-    let s = p.e[0].issend(p.now, 0, 1, 4, Bytes::from_static(b"tiny")).unwrap();
+    let s = p.e[0].issend(0, 1, 4, Bytes::from_static(b"tiny")).unwrap();
     p.pump();
     assert!(p.completions(0).is_empty(), "even an eager-sized message waits for its receive");
     let r = p.e[1].irecv(p.now, 0, Some(0), Some(4)).unwrap();
@@ -114,7 +114,7 @@ fn a_synchronous_send_completes_only_once_a_receive_took_it() {
     assert_eq!(p.e[0].stats().rendezvous_sent, 1);
 
     // To itself: held until a receive takes it, then both complete together.
-    let s = p.e[1].issend(p.now, 0, 1, 5, Bytes::from_static(b"me")).unwrap();
+    let s = p.e[1].issend(0, 1, 5, Bytes::from_static(b"me")).unwrap();
     assert!(p.completions(1).is_empty());
     assert_eq!(p.e[1].iprobe(0, Some(1), Some(5)).unwrap(), Some(Status { source: 1, tag: 5, count: 2 }));
     let r = p.e[1].irecv(p.now, 0, ANY_SOURCE, Some(5)).unwrap();
@@ -123,11 +123,9 @@ fn a_synchronous_send_completes_only_once_a_receive_took_it() {
     assert_eq!(recv_data(&c)[0].1, Bytes::from_static(b"me"));
     // A receive posted first completes both at once.
     let r = p.e[1].irecv(p.now, 0, Some(1), Some(6)).unwrap();
-    let s = p.e[1].issend(p.now, 0, 1, 6, Bytes::new()).unwrap();
+    let s = p.e[1].issend(0, 1, 6, Bytes::new()).unwrap();
     assert_eq!(p.completions(1).iter().map(Completion::req).collect::<Vec<_>>(), vec![r, s]);
-    assert!(
-        p.e[1].issend(p.now, 0, 2, 0, Bytes::new()).is_err() && p.e[1].issend(p.now, 0, 0, -1, Bytes::new()).is_err()
-    );
+    assert!(p.e[1].issend(0, 2, 0, Bytes::new()).is_err() && p.e[1].issend(0, 0, -1, Bytes::new()).is_err());
 }
 
 #[test]
@@ -137,7 +135,7 @@ fn single_chunk_rendezvous_is_zero_copy() {
     let cfg = MpiConfig { eager_threshold: 10, ..tight_config() };
     p.e = [MpiEngine::new(cfg.clone(), 0, 2).unwrap(), MpiEngine::new(cfg, 1, 2).unwrap()];
     p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
-    p.e[0].isend(p.now, 0, 1, 0, big.clone()).unwrap();
+    p.e[0].isend(0, 1, 0, big.clone()).unwrap();
     p.pump();
     let got = recv_data(&p.completions(1));
     assert_eq!(got[0].1.as_ptr(), big.as_ptr(), "the receiver gets the sender's buffer in this in-memory pair");
@@ -147,11 +145,11 @@ fn single_chunk_rendezvous_is_zero_copy() {
 fn wildcards_follow_arrival_and_post_order() {
     let mut p = Pair::new(MpiConfig::default());
     for tag in [5, 6, 5] {
-        p.e[0].isend(p.now, 0, 1, tag, Bytes::from(vec![tag as u8])).unwrap();
+        p.e[0].isend(0, 1, tag, Bytes::from(vec![tag as u8])).unwrap();
     }
     p.pump();
     // A message from self arrives after the three from rank 0.
-    p.e[1].isend(p.now, 0, 1, 6, Bytes::from_static(b"self")).unwrap();
+    p.e[1].isend(0, 1, 6, Bytes::from_static(b"self")).unwrap();
     let now = p.now;
     assert_eq!(p.e[1].iprobe(0, ANY_SOURCE, Some(6)).unwrap().map(|s| s.source), Some(0));
     p.e[1].irecv(now, 0, Some(1), ANY_TAG).unwrap(); // takes "self"
@@ -163,8 +161,8 @@ fn wildcards_follow_arrival_and_post_order() {
     // Posted order: a wildcard posted before an exact receive matches first.
     let w = p.e[1].irecv(now, 1, ANY_SOURCE, ANY_TAG).unwrap();
     let x = p.e[1].irecv(now, 1, Some(0), Some(9)).unwrap();
-    p.e[0].isend(p.now, 1, 1, 9, Bytes::from_static(b"a")).unwrap();
-    p.e[0].isend(p.now, 1, 1, 9, Bytes::from_static(b"b")).unwrap();
+    p.e[0].isend(1, 1, 9, Bytes::from_static(b"a")).unwrap();
+    p.e[0].isend(1, 1, 9, Bytes::from_static(b"b")).unwrap();
     p.pump();
     let c = p.completions(1);
     assert_eq!(c.iter().map(Completion::req).collect::<Vec<_>>(), vec![w, x]);
@@ -178,7 +176,7 @@ fn out_of_credit_falls_back_to_rendezvous_and_credit_returns() {
     let mut p = Pair::new(tight_config());
     // 20 eager-sized messages to a receiver that posts nothing.
     for i in 0..20u8 {
-        p.e[0].isend(p.now, 0, 1, 0, Bytes::from(vec![i; 100])).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::from(vec![i; 100])).unwrap();
     }
     p.pump();
     let window = p.e[1].config().eager_window;
@@ -197,7 +195,7 @@ fn out_of_credit_falls_back_to_rendezvous_and_credit_returns() {
     p.e[1].handle_timeout(p.now + Duration::from_secs(1));
     p.pump();
     let before = p.e[0].stats().eager_sent;
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::from(vec![0; 100])).unwrap();
+    p.e[0].isend(0, 1, 0, Bytes::from(vec![0; 100])).unwrap();
     assert_eq!(p.e[0].stats().eager_sent, before + 1);
 }
 
@@ -205,7 +203,7 @@ fn out_of_credit_falls_back_to_rendezvous_and_credit_returns() {
 fn reconnect_resends_exactly_the_unacknowledged() {
     let mut p = Pair::new(MpiConfig::default());
     for i in 0..5u8 {
-        p.e[0].isend(p.now, 0, 1, 0, Bytes::from(vec![i])).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::from(vec![i])).unwrap();
     }
     // Deliver two, lose the rest with the connection.
     for _ in 0..2 {
@@ -215,7 +213,7 @@ fn reconnect_resends_exactly_the_unacknowledged() {
     while p.e[0].poll_transmit().is_some() {}
     p.e[0].handle_disconnected(1).unwrap();
     p.e[1].handle_disconnected(0).unwrap();
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::from(vec![5])).unwrap();
+    p.e[0].isend(0, 1, 0, Bytes::from(vec![5])).unwrap();
     assert_eq!(p.e[0].poll_transmit(), None, "nothing goes out while disconnected");
     p.e[0].handle_reconnected(1).unwrap();
     p.e[1].handle_reconnected(0).unwrap();
@@ -236,7 +234,7 @@ fn reconnect_resends_exactly_the_unacknowledged() {
 #[test]
 fn an_ack_lost_with_its_connection_makes_the_link_wanted() {
     let mut p = Pair::new(MpiConfig::default());
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::from_static(b"x")).unwrap();
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
     p.pump();
     assert!(p.e[1].wants_link(0), "an ack is owed");
     p.e[1].handle_timeout(p.now + Duration::from_secs(1));
@@ -256,7 +254,7 @@ fn an_ack_lost_with_its_connection_makes_the_link_wanted() {
 #[test]
 fn delayed_ack_fires_on_the_timer() {
     let mut p = Pair::new(MpiConfig::default());
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::from_static(b"x")).unwrap();
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
     p.pump();
     assert_eq!(p.e[0].unacked_len(1), 1);
     let t = p.e[1].poll_timeout().expect("an ack is pending");
@@ -307,8 +305,8 @@ fn api_misuse_is_a_typed_error() {
     assert!(matches!(MpiEngine::new(bad, 0, 2), Err(MpiError::InvalidConfig(_))));
     let mut e = MpiEngine::new(MpiConfig::default(), 0, 2).unwrap();
     let now = Instant::now();
-    assert_eq!(e.isend(now, 0, 2, 0, Bytes::new()), Err(MpiError::InvalidRank { rank: 2, size: 2 }));
-    assert_eq!(e.isend(now, 0, 1, -1, Bytes::new()), Err(MpiError::InvalidTag(-1)));
+    assert_eq!(e.isend(0, 2, 0, Bytes::new()), Err(MpiError::InvalidRank { rank: 2, size: 2 }));
+    assert_eq!(e.isend(0, 1, -1, Bytes::new()), Err(MpiError::InvalidTag(-1)));
     assert_eq!(e.irecv(now, 0, Some(5), ANY_TAG), Err(MpiError::InvalidRank { rank: 5, size: 2 }));
     assert_eq!(e.iprobe(0, ANY_SOURCE, Some(-3)), Err(MpiError::InvalidTag(-3)));
     assert!(e.handle_reconnected(0).is_err(), "no connection to self");
@@ -324,8 +322,8 @@ fn cancel_only_unmatched_receives() {
     assert!(p.e[1].cancel(b));
     assert!(!p.e[1].cancel(b), "already cancelled");
     assert_eq!(p.e[1].posted_len(), 1);
-    p.e[0].isend(p.now, 0, 1, 2, Bytes::from_static(b"q")).unwrap();
-    p.e[0].isend(p.now, 0, 1, 1, Bytes::from_static(b"r")).unwrap();
+    p.e[0].isend(0, 1, 2, Bytes::from_static(b"q")).unwrap();
+    p.e[0].isend(0, 1, 1, Bytes::from_static(b"r")).unwrap();
     p.pump();
     assert!(!p.e[1].cancel(a), "already matched");
     let c = p.completions(1);
@@ -338,8 +336,8 @@ fn cancel_only_unmatched_receives() {
 fn zero_byte_messages_both_ways() {
     let cfg = MpiConfig { eager_threshold: 0, ..tight_config() };
     let mut p = Pair::new(cfg);
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::new()).unwrap(); // eager: 0 <= threshold
-    p.e[0].isend(p.now, 0, 1, 0, Bytes::from_static(b"1")).unwrap(); // rendezvous
+    p.e[0].isend(0, 1, 0, Bytes::new()).unwrap(); // eager: 0 <= threshold
+    p.e[0].isend(0, 1, 0, Bytes::from_static(b"1")).unwrap(); // rendezvous
     p.pump();
     p.e[1].irecv(p.now, 0, ANY_SOURCE, ANY_TAG).unwrap();
     p.e[1].irecv(p.now, 0, ANY_SOURCE, ANY_TAG).unwrap();
@@ -422,8 +420,8 @@ proptest! {
         let mut e = MpiEngine::new(tight_config(), 0, 3).unwrap();
         let now = Instant::now();
         e.irecv(now, 0, ANY_SOURCE, ANY_TAG).unwrap();
-        e.isend(now, 0, 1, 0, Bytes::from(vec![1u8; 300])).unwrap();
-        e.isend(now, 0, 2, 0, Bytes::from(vec![2u8; 10])).unwrap();
+        e.isend(0, 1, 0, Bytes::from(vec![1u8; 300])).unwrap();
+        e.isend(0, 2, 0, Bytes::from(vec![2u8; 10])).unwrap();
         for (from, msg, len, post) in input {
             e.handle_message(now, from, msg, Bytes::from(vec![0u8; len]));
             if post {
@@ -436,7 +434,7 @@ proptest! {
         }
         e.handle_reconnected(1).unwrap();
         while e.poll_transmit().is_some() {}
-        prop_assert!(e.isend(now, 0, 2, 1, Bytes::new()).is_ok());
+        prop_assert!(e.isend(0, 2, 1, Bytes::new()).is_ok());
     }
 
     #[test]
@@ -466,7 +464,7 @@ fn engine_overhead_ping_pong() {
         for (a, b) in [(0usize, 1usize), (1, 0)] {
             let now = p.now;
             p.e[b].irecv(now, 0, Some(a as u32), Some(1)).unwrap();
-            p.e[a].isend(p.now, 0, b as u32, 1, Bytes::from_static(b"12345678")).unwrap();
+            p.e[a].isend(0, b as u32, 1, Bytes::from_static(b"12345678")).unwrap();
             while let Some(t) = p.e[a].poll_transmit() {
                 p.e[b].handle_message(now, a as u32, t.msg, t.payload);
             }
@@ -497,9 +495,9 @@ mod closing {
         p.e[0].handle_disconnected(1).unwrap();
         p.e[0].handle_unreachable(now, 1);
         let r0 = p.e[0].irecv(now, 1, Some(1), Some(1)).unwrap();
-        p.e[0].isend(p.now, 1, 1, 1, Bytes::new()).unwrap();
+        p.e[0].isend(1, 1, 1, Bytes::new()).unwrap();
         let r1 = p.e[1].irecv(now, 1, Some(0), Some(1)).unwrap();
-        p.e[1].isend(p.now, 1, 0, 1, Bytes::new()).unwrap();
+        p.e[1].isend(1, 0, 1, Bytes::new()).unwrap();
         p.pump();
         assert!(p.completions(0).iter().any(|c| c.req() == r0), "rank 0's barrier is done");
         assert!(p.completions(1).iter().all(|c| c.req() != r1), "rank 1's is not");
@@ -524,7 +522,7 @@ mod closing {
     fn closing_sends_owed_acknowledgements_at_once() {
         let mut p = Pair::new(MpiConfig::default());
         p.e[1].irecv(p.now, 0, Some(0), Some(0)).unwrap();
-        p.e[0].isend(p.now, 0, 1, 0, Bytes::from_static(b"x")).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::from_static(b"x")).unwrap();
         p.pump();
         assert_eq!(p.e[0].unacked_len(1), 1, "the receiver delays its ack");
         assert!(p.e[1].poll_timeout().is_some());
@@ -544,11 +542,11 @@ mod closing {
         let mut p = Pair::new(MpiConfig::default());
         let now = p.now;
         p.e[0].irecv(now, 0, Some(1), Some(0)).unwrap();
-        p.e[1].isend(p.now, 0, 0, 0, Bytes::new()).unwrap();
+        p.e[1].isend(0, 0, 0, Bytes::new()).unwrap();
         p.pump();
         // Rank 1 leaves; a last frame from rank 0 never reaches it.
         p.e[0].handle_disconnected(1).unwrap();
-        p.e[0].isend(p.now, 0, 1, 5, Bytes::from_static(b"late")).unwrap();
+        p.e[0].isend(0, 1, 5, Bytes::from_static(b"late")).unwrap();
         p.e[0].start_closing(now);
         assert!(!p.e[0].may_leave(now));
         p.e[0].handle_unreachable(now, 1);
@@ -560,7 +558,7 @@ mod closing {
         let mut p = Pair::new(MpiConfig::default());
         let now = p.now;
         p.e[0].handle_disconnected(1).unwrap();
-        p.e[0].isend(p.now, 0, 1, 0, Bytes::new()).unwrap();
+        p.e[0].isend(0, 1, 0, Bytes::new()).unwrap();
         p.e[0].start_closing(now);
         p.e[0].handle_unreachable(now, 1);
         assert!(!p.e[0].may_leave(now), "it may just not have registered yet");
@@ -591,7 +589,7 @@ mod cancel_send {
     #[test]
     fn an_unmatched_message_is_taken_back_and_its_credit_returned() {
         let mut p = Pair::new(MpiConfig::default());
-        let s = p.e[0].isend(p.now, 0, 1, 3, Bytes::from(vec![7u8; 100])).unwrap();
+        let s = p.e[0].isend(0, 1, 3, Bytes::from(vec![7u8; 100])).unwrap();
         p.pump();
         assert_eq!((p.e[1].unexpected_len(), p.e[1].buffered_from(0)), (1, 164));
         p.e[0].cancel_send(s);
@@ -607,7 +605,7 @@ mod cancel_send {
     fn a_matched_message_stays_sent() {
         let mut p = Pair::new(MpiConfig::default());
         p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
-        let s = p.e[0].isend(p.now, 0, 1, 3, Bytes::from_static(b"x")).unwrap();
+        let s = p.e[0].isend(0, 1, 3, Bytes::from_static(b"x")).unwrap();
         p.pump();
         p.e[0].cancel_send(s);
         p.pump();
@@ -618,7 +616,7 @@ mod cancel_send {
     #[test]
     fn a_rendezvous_taken_back_never_sends_its_data_nor_completes() {
         let mut p = Pair::new(MpiConfig::default());
-        let s = p.e[0].issend(p.now, 0, 1, 3, Bytes::from(vec![1u8; 10])).unwrap();
+        let s = p.e[0].issend(0, 1, 3, Bytes::from(vec![1u8; 10])).unwrap();
         p.pump();
         p.e[0].cancel_send(s);
         p.pump();
@@ -632,9 +630,9 @@ mod cancel_send {
     #[test]
     fn to_itself_a_rank_decides_at_once_and_released_sends_are_not_cancelled() {
         let mut p = Pair::new(MpiConfig::default());
-        let a = p.e[0].isend(p.now, 0, 0, 1, Bytes::from_static(b"a")).unwrap();
-        let b = p.e[0].issend(p.now, 0, 0, 2, Bytes::from_static(b"b")).unwrap();
-        let c = p.e[0].isend(p.now, 0, 1, 1, Bytes::from_static(b"c")).unwrap();
+        let a = p.e[0].isend(0, 0, 1, Bytes::from_static(b"a")).unwrap();
+        let b = p.e[0].issend(0, 0, 2, Bytes::from_static(b"b")).unwrap();
+        let c = p.e[0].isend(0, 1, 1, Bytes::from_static(b"c")).unwrap();
         p.e[0].cancel_send(a);
         p.e[0].cancel_send(b);
         p.e[0].release(c);
