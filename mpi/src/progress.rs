@@ -317,13 +317,14 @@ impl World {
         self.waits.stats.waits += 1;
         // The last progress, and the count of bytes written then.
         let (mut idle_from, mut written) = (Instant::now(), self.net.written());
+        // Each round starts by the clock read last (the first, and after a sleep).
+        let mut start = idle_from;
         loop {
             // Reading one peer's connection alone is right only while nothing
             // else is under way: a rendezvous with another peer needs its
             // clear-to-send or data seen (else that peer, perhaps waiting on us,
             // stalls until a read times out).
             let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
-            let start = Instant::now();
             let local = self.net.local_ranks(start);
             if local > self.waits.cores {
                 self.waits.stats.oversubscribed += 1;
@@ -402,14 +403,15 @@ impl World {
                 return Ok(());
             }
             let got = self.sleep_once(from)?;
+            start = Instant::now();
             if done(self) {
                 if spinning {
-                    self.waits.learn(from, idle_from.elapsed());
+                    self.waits.learn(from, start.saturating_duration_since(idle_from));
                 }
                 return Ok(());
             }
             if got || self.net.written() != written {
-                self.progressed(spinning, from, Instant::now(), &mut idle_from, &mut written);
+                self.progressed(spinning, from, start, &mut idle_from, &mut written);
             }
         }
     }
