@@ -235,11 +235,11 @@ impl Waits {
 impl World {
     /// Drains the engine into the sockets and its completions into `done`.
     pub(crate) fn after_call(&mut self) -> Result<()> {
-        self.after_call_at(Instant::now())
+        self.after_call_at(LazyNow::UNREAD)
     }
 
-    /// [`World::after_call`] at `now` (a call that just read the clock, or
-    /// [`LazyNow::UNREAD`] for one that did not need it).
+    /// [`World::after_call`] at `now` (a call that just read the clock; the
+    /// clock is read only if needed otherwise).
     pub(crate) fn after_call_at(&mut self, now: impl Into<LazyNow>) -> Result<()> {
         self.net.pump(&mut self.engine, now)?;
         while let Some(c) = self.engine.poll_completion() {

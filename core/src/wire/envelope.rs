@@ -116,7 +116,9 @@ impl HeaderPrefix {
         Ok(HeaderPrefix(postcard::to_allocvec(&(PROTOCOL_VERSION, sender, sender_addr))?))
     }
 
-    /// The prefix of the frames `env`'s sender writes (see [`decode_after_prefix`]).
+    /// The prefix of the frames `env`'s sender writes at this protocol
+    /// version (`env.version` is not looked at: a decoded envelope has this
+    /// one). See [`decode_after_prefix`].
     pub fn of<B>(env: &Envelope<B>) -> Result<Self, WireError> {
         Self::new(&env.sender, &env.sender_addr)
     }

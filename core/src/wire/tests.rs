@@ -227,6 +227,16 @@ proptest! {
     }
 
     #[test]
+    fn any_bytes_after_a_senders_part_decode_alike_whole_and_after_it(
+        tail in proptest::collection::vec(any::<u8>(), 0..64),
+        addr in arb_addr(),
+    ) {
+        let mut frame = postcard::to_allocvec(&(PROTOCOL_VERSION, Id::hash("s"), addr)).unwrap();
+        frame.extend(tail);
+        crate::fuzzing::envelope(&frame);
+    }
+
+    #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
         crate::fuzzing::frame_stream(&data);
         crate::fuzzing::envelope(&data);

@@ -77,8 +77,9 @@ pub(super) struct Conn {
     /// The poll said the peer closed its end or the connection failed: read
     /// to the end of stream (or the error), a short read does not drain it.
     pub(super) hung_up: bool,
-    /// The sender part of the peer's last frame decoded whole: skipped
-    /// rather than decoded on the frames that start with it (all of them).
+    /// The sender part of the peer's hello, or of its last frame decoded
+    /// whole: skipped rather than decoded on the frames that start with it
+    /// (all of them).
     peer_prefix: Option<HeaderPrefix>,
 }
 
@@ -362,6 +363,8 @@ pub(super) fn decode_frames(
             None => match decode_envelope::<RankHello>(frame) {
                 Ok(env) if hello_ok(&env.body, job, me, engine.size()) => {
                     let from = env.body.from_rank;
+                    // The peer's frames after it start as it does.
+                    conn.peer_prefix = HeaderPrefix::of(&env).ok();
                     match conn.secure.as_ref().map(SecureChannel::remote_key) {
                         None => conn.rank = Some(from),
                         Some(Some(key)) if keys.vouches(from, key) => conn.rank = Some(from),
@@ -384,8 +387,9 @@ pub(super) fn decode_frames(
 
 /// Hands `frame` of rank `from` to the engine. The sender part of the
 /// header (the same on every frame of a peer) is compared with `prefix`,
-/// the peer's last, and skipped; a frame whose header starts otherwise (the
-/// first) is decoded whole, and its sender part is `prefix` from then on.
+/// the peer's (from its hello, or its last frame decoded whole), and
+/// skipped; a frame whose header starts otherwise (the first on a link we
+/// opened) is decoded whole, and its sender part is `prefix` from then on.
 fn hand_over(
     prefix: &mut Option<HeaderPrefix>,
     engine: &mut MpiEngine,

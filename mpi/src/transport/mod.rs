@@ -135,10 +135,11 @@ impl Local {
 }
 
 /// The time for work that may not need it: read from the clock when first
-/// asked for, or given. A send on an open link, with no link to set up and
-/// no write failing, never asks: on a virtual machine a clock read costs
-/// about as much as the rest of a small send.
-#[derive(Debug, Clone, Copy)]
+/// asked for (then kept: pass it on by reference), or given. A send on an
+/// open link, with no link to set up and no write failing, never asks: on
+/// a virtual machine a clock read costs about as much as the rest of a
+/// small send.
+#[derive(Debug)]
 pub(crate) struct LazyNow(Option<Instant>);
 
 impl LazyNow {
@@ -292,16 +293,14 @@ impl Transport {
     /// Moves every frame the engine has into the connections and writes what the
     /// sockets take.
     pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
-        let now = now.into();
+        let mut now = now.into();
         while let Some(t) = engine.poll_transmit() {
-            self.enqueue(engine, now, t);
+            self.enqueue(engine, &mut now, t);
         }
-        self.apply_links(engine, now)?;
-        self.flush_dirty(engine, now);
-        Ok(())
+        self.settle(engine, now)
     }
 
-    fn enqueue(&mut self, engine: &mut MpiEngine, mut now: LazyNow, t: Transmit) {
+    fn enqueue(&mut self, engine: &mut MpiEngine, now: &mut LazyNow, t: Transmit) {
         let to = t.to;
         // An open link takes the frame whenever it comes.
         let route = if self.links.is_open(to) { Route::Send } else { self.links.on_transmit(now.get(), to, engine) };
@@ -345,8 +344,16 @@ impl Transport {
         }
     }
 
-    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) {
+    /// Carries out the link machine's actions, then writes what the
+    /// connections hold.
+    fn settle(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
         let mut now = now.into();
+        self.apply_links(engine, &mut now)?;
+        self.flush_dirty(engine, &mut now);
+        Ok(())
+    }
+
+    fn flush_dirty(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
             match conn.write_tx() {
@@ -361,15 +368,14 @@ impl Transport {
 
     /// Carries out the link machine's actions; an error when a peer stayed
     /// unreachable too long.
-    fn apply_links(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
+    fn apply_links(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) -> Result<()> {
         self.apply_links_now(engine, now);
         self.gave_up.take().map_or(Ok(()), Err)
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
     /// kept for the next one to report.
-    fn apply_links_now(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) {
-        let mut now = now.into();
+    fn apply_links_now(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(a) = self.links.poll_action() {
             if let Some(e) = self.apply(engine, now.get(), a) {
                 self.gave_up.get_or_insert(e);
@@ -598,8 +604,7 @@ impl Transport {
     /// from slow attempts, or gives up.
     pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
         self.links.handle_timeout(now, engine);
-        self.apply_links(engine, now)?;
-        self.flush_dirty(engine, now);
+        self.settle(engine, now)?;
         Ok(())
     }
 
@@ -688,8 +693,7 @@ impl Transport {
             // the node's answers and writes waiting).
             let since = now.duration_since(self.last_poll);
             if since < ZERO_POLL_EVERY || (rings && since < POLL_EVERY) {
-                self.apply_links(engine, now)?;
-                self.flush_dirty(engine, now);
+                self.settle(engine, now)?;
                 return Ok(rings);
             }
         }
@@ -710,8 +714,7 @@ impl Transport {
         self.last_poll = now;
         if self.events.is_empty() {
             if rings {
-                self.apply_links(engine, now)?;
-                self.flush_dirty(engine, now);
+                self.settle(engine, now)?;
             }
             return Ok(rings);
         }
@@ -743,8 +746,7 @@ impl Transport {
         }
 
         self.ready = ready;
-        self.apply_links(engine, now)?;
-        self.flush_dirty(engine, now);
+        self.settle(engine, now)?;
         Ok(true)
     }
 
@@ -1025,8 +1027,7 @@ impl Transport {
             return Ok(Some(true));
         }
         let got = self.read_conn(engine, slot, wait, now);
-        self.apply_links(engine, now)?;
-        self.flush_dirty(engine, now);
+        self.settle(engine, now)?;
         Ok(Some(got))
     }
 

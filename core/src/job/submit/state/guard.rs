@@ -146,7 +146,9 @@ impl Submission {
             return s;
         }
         (s.wire, s.restarts, s.phase, s.adopted) = (g.wire, g.restarts, Phase::Running, true);
-        (s.restart_reasons, s.moves, s.migrations) = (g.past.restarts, g.past.moves, g.past.migrations);
+        // Another node's count: never more migrations than restarts.
+        let migrations = g.past.migrations.min(g.restarts);
+        (s.restart_reasons, s.moves, s.migrations) = (g.past.restarts, g.past.moves, migrations);
         s.unplaced.clear();
         s.queue_deadline = None;
         for &(rank, node) in &g.ranks {

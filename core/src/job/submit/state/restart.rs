@@ -16,7 +16,7 @@ pub const MAX_RESTARTS: u32 = 3;
 impl Submission {
     /// Whether losing ranks now restarts the job rather than failing it.
     pub(super) fn restartable(&self) -> bool {
-        let losses = self.restarts - self.migrations;
+        let losses = self.restarts.saturating_sub(self.migrations);
         self.placeable()
             && self.desc.restart != RestartPolicy::Fail
             && losses < MAX_RESTARTS
@@ -33,7 +33,7 @@ impl Submission {
         self.leaving_early.clear();
         self.release_nodes(true);
         self.restart_checkpoints();
-        self.restarts += 1;
+        self.restarts = self.restarts.saturating_add(1);
         self.wire = JobId(Id::hash_parts([&self.job.0.as_bytes()[..], b"restart", &self.restarts.to_be_bytes()]));
         self.nodes.clear();
         self.closed = 0;

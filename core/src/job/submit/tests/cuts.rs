@@ -833,16 +833,21 @@ fn the_deputy_keeps_a_copy_of_every_cut_file_kept_and_restarts_from_the_newest_w
     }
     let wire = s.wire();
     let cuts = [2, 3].map(|e| (e, wire, BTreeSet::from([0, 1]))).to_vec();
+    // Told of a restart and a move before (and of more migrations than
+    // restarts: another node's count, taken for no more than the restarts).
+    let (before, moved) = ("from scratch: node 9 was lost".to_string(), "rank 1 moved".to_string());
+    let past = JobPast { restarts: vec![before.clone()], moves: vec![moved.clone()], migrations: 7 };
     let g = Guarded {
         job: s.job(),
         wire,
-        restarts: 0,
+        restarts: 1,
         ranks: s.ranks().iter().map(|r| (r.rank, r.node.unwrap())).collect(),
         auth: None,
-        past: JobPast::default(),
+        past,
     };
     let kept = Replica { files: files.into_iter().collect(), cuts };
     let mut d = Submission::adopt(SubmitConfig::default(), deputy, (g, desc), kept, h.now);
+    assert_eq!((d.restart_reasons(), d.moves()), (&[before.clone()][..], &[moved][..]));
     h.events.clear();
     h.settle(&mut d);
     let lost = s.ranks().iter().filter_map(|r| r.node).find(|n| *n != deputy).unwrap();
@@ -855,4 +860,6 @@ fn the_deputy_keeps_a_copy_of_every_cut_file_kept_and_restarts_from_the_newest_w
     });
     assert!(restarting.as_ref().is_some_and(|r| r.starts_with("from checkpoint 3: ")), "{restarting:?}");
     assert_eq!(h.outcome(), Some(&Outcome::Done { codes: vec![0, 0] }), "{:?}", h.events);
+    assert_eq!(d.restart_reasons().len(), 2, "after the one told of: {:?}", d.restart_reasons());
+    assert_eq!(d.restart_reasons()[0], before);
 }
