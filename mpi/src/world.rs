@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::pod::{self, Pod};
 use crate::progress::{SpinPolicy, WaitStats, Waits};
-use crate::transport::{LazyNow, Transport};
+use crate::transport::Transport;
 
 /// Communicator id of point-to-point traffic on the world communicator.
 pub(crate) const COMM_WORLD: u32 = 0;
@@ -250,7 +250,7 @@ impl World {
 
     pub(crate) fn isend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
         let req = self.engine.isend(comm, dest, tag, data)?;
-        self.after_call_at(LazyNow::UNREAD)?;
+        self.after_call()?;
         Ok(Request(req))
     }
 
@@ -262,7 +262,7 @@ impl World {
 
     pub(crate) fn issend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
         let req = self.engine.issend(comm, dest, tag, data)?;
-        self.after_call_at(LazyNow::UNREAD)?;
+        self.after_call()?;
         Ok(Request(req))
     }
 

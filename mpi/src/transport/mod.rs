@@ -604,8 +604,7 @@ impl Transport {
     /// from slow attempts, or gives up.
     pub(crate) fn retry_due(&mut self, engine: &mut MpiEngine, now: Instant) -> Result<()> {
         self.links.handle_timeout(now, engine);
-        self.settle(engine, now)?;
-        Ok(())
+        self.settle(engine, now)
     }
 
     /// Finalize starts: peers given up on before get one more attempt now, so

@@ -32,10 +32,7 @@ fn the_deputy_takes_over_a_job_whose_submitting_node_died_and_any_node_finds_it_
     // Asked of a node that is not the deputy, once the dead node is found out.
     let asker = *n[1..].iter().find(|&&i| sim.addr(i) != deputy).unwrap();
     shell.run(&mut sim, Duration::from_secs(15), |_| false);
-    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(60), |s| s.ended(asker, 2));
-    let got = shell.on(asker, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    let got = watched_to_the_end(&mut sim, &mut shell, asker, job, Duration::from_secs(60));
     let exits = got.iter().filter(|r| matches!(r, ToolReply::Exited { code: 0, .. })).count();
     assert_eq!(exits, 3, "{got:?}");
     // What the ranks printed before the takeover too (the deputy kept a copy).
@@ -104,10 +101,7 @@ fn the_second_deputy_takes_over_when_the_submitting_node_and_the_first_die_toget
     sim.crash(first);
     shell.run(&mut sim, Duration::from_secs(20), |_| false);
     let asker = *n[1..].iter().find(|&&i| i != first && i != second).unwrap();
-    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
-    let got = shell.on(asker, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    watched_to_the_end(&mut sim, &mut shell, asker, job, Duration::from_secs(90));
     let s = sim.node(second).submitter().get(job).expect("held by the second deputy");
     assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
     assert!(
@@ -142,10 +136,7 @@ fn a_job_whose_submitting_node_ran_ranks_too_restarts_at_its_deputy_with_the_fil
     shell.run(&mut sim, Duration::from_secs(2), |_| false);
     sim.crash(n[0]);
     shell.run(&mut sim, Duration::from_secs(5), |_| false);
-    tool(&mut sim, d, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(d, 2));
-    let got = shell.on(d, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    watched_to_the_end(&mut sim, &mut shell, d, job, Duration::from_secs(90));
     let s = sim.node(d).submitter().get(job).unwrap();
     assert_eq!(s.restart_reasons().len(), 1, "{:?}", s.restart_reasons());
     assert!(s.restart_reasons()[0].contains(&format!("node {} holding rank(s)", sim.addr(n[0]))));
@@ -278,10 +269,7 @@ fn the_second_deputy_takes_over_when_the_first_dies_just_after_taking_the_job_ov
     sim.crash(first);
     let asker = *n[1..].iter().find(|&&i| i != first && i != second).unwrap();
     shell.run(&mut sim, Duration::from_secs(20), |_| false);
-    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
-    let got = shell.on(asker, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    watched_to_the_end(&mut sim, &mut shell, asker, job, Duration::from_secs(90));
     let s = sim.node(second).submitter().get(job).expect("held by the second deputy");
     assert!(s.ranks().iter().all(|r| r.node.is_some_and(|a| a != sim.addr(first) && a != sim.addr(n[0]))));
 }
@@ -306,12 +294,25 @@ fn the_node_that_takes_a_job_over_from_a_deputy_that_restarted_it_shows_that_res
     sim.crash(first);
     shell.run(&mut sim, Duration::from_secs(20), |_| false);
     let asker = *n[1..].iter().find(|&&i| i != first && i != next).unwrap();
-    tool(&mut sim, asker, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(90), |s| s.ended(asker, 2));
-    let got = shell.on(asker, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    watched_to_the_end(&mut sim, &mut shell, asker, job, Duration::from_secs(90));
     let s = sim.node(next).submitter().get(job).expect("held by the first deputy's deputy");
     assert_eq!(s.restart_reasons().first(), Some(&reason), "{:?}", s.restart_reasons());
+}
+
+/// `p2pjob watch` of `job` at node `at` (tool request 2), to its end within
+/// `within`: the replies, the last saying the job is done.
+fn watched_to_the_end(
+    sim: &mut Sim<DaemonNode>,
+    shell: &mut SimShell,
+    at: NodeIdx,
+    job: JobId,
+    within: Duration,
+) -> Vec<ToolReply> {
+    tool(sim, at, 2, ToolRequest::Watch { job });
+    shell.run(sim, within, |s| s.ended(at, 2));
+    let got: Vec<ToolReply> = shell.on(at, 2).into_iter().cloned().collect();
+    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    got
 }
 
 /// Five one-slot nodes, a job of three ranks submitted at node 0, which
@@ -405,10 +406,7 @@ fn a_job_handed_over_to_a_dead_first_deputy_is_taken_over_by_the_second() {
     shell.run(&mut sim, Duration::from_secs(20), |_| false);
     let held = sim.node(second).submitter().get(job).expect("held by the second deputy");
     assert!(!held.restart_reasons().is_empty(), "the dead deputy's rank is restarted");
-    tool(&mut sim, second, 2, ToolRequest::Watch { job });
-    shell.run(&mut sim, Duration::from_secs(120), |s| s.ended(second, 2));
-    let got = shell.on(second, 2);
-    assert!(matches!(got.last(), Some(ToolReply::Finished { phase: JobPhase::Done, .. })), "{got:?}");
+    watched_to_the_end(&mut sim, &mut shell, second, job, Duration::from_secs(120));
 }
 
 #[test]
