@@ -78,15 +78,35 @@ impl Browser {
 
     /// A WebDriver command; its `value`.
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.try_call(method, path, body).unwrap_or_else(|v| panic!("{method} {path}: {v}"))
+    }
+
+    /// A WebDriver command; its `value`, or the whole answer if it failed.
+    fn try_call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, Value> {
         let body = body.map(|b| b.to_string());
         let r = web::request(self.addr, method, path, body.as_deref()).unwrap_or_else(|e| panic!("{path}: {e}"));
         let v = r.json();
-        assert_eq!(r.status, 200, "{method} {path}: {v}");
-        v["value"].clone()
+        if r.status == 200 { Ok(v["value"].clone()) } else { Err(v) }
     }
 
     fn session(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    /// Finds the element `css` names and runs the command `to` makes for it.
+    /// The page redraws as reports arrive, so the element found may be gone
+    /// by the time the command reaches it: then it is found again.
+    fn on_element(&self, css: &str, to: impl Fn(&Value) -> (String, Value)) {
+        let mut last = Value::Null;
+        for _ in 0..20 {
+            let (path, body) = to(&self.element(css));
+            match self.try_call("POST", &format!("/session/{}{path}", self.session), Some(body)) {
+                Ok(_) => return,
+                Err(v) if v["value"]["error"] == "stale element reference" => last = v,
+                Err(v) => panic!("POST {path} on {css}: {v}"),
+            }
+        }
+        panic!("{css} was redrawn under every one of 20 tries: {last}");
     }
 
     /// Runs `js` (a function body) in the page; what it returns.
@@ -101,11 +121,17 @@ impl Browser {
 
     /// Moves the mouse onto the element `css` names (a real hover).
     fn hover(&self, css: &str) {
-        let el = self.element(css);
-        let origin = json!({ ELEMENT: el });
-        let actions = json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
-            "actions": [{"type": "pointerMove", "duration": 0, "origin": origin, "x": 0, "y": 0}]}]});
-        self.session("POST", "/actions", Some(actions));
+        self.on_element(css, |el| {
+            let origin = json!({ ELEMENT: el });
+            let actions = json!({"actions": [{"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+                "actions": [{"type": "pointerMove", "duration": 0, "origin": origin, "x": 0, "y": 0}]}]});
+            ("/actions".to_owned(), actions)
+        });
+    }
+
+    /// Clicks the element `css` names.
+    fn click(&self, css: &str) {
+        self.on_element(css, |el| (format!("/element/{}/click", el.as_str().unwrap_or_default()), json!({})));
     }
 
     fn screenshot(&self, to: &std::path::Path) {
@@ -188,8 +214,7 @@ fn a_browser_sees_the_nodes_and_a_job_run_and_finish_without_a_reload() {
     assert_eq!(browser.script("return window.p2pmpMark;"), json!("still here"), "the page was not reloaded");
     // Its details: where each rank ran, and the last lines of its output.
     let summary = format!("[data-job=\"{job}\"] > summary");
-    let id = browser.element(&summary);
-    browser.session("POST", &format!("/element/{}/click", id.as_str().unwrap()), Some(json!({})));
+    browser.click(&summary);
     let text = web::until(Duration::from_secs(5), "the job's output on the page", || {
         let t = browser.script(&format!("return document.querySelector('[data-job=\"{job}\"]').innerText;"));
         t.as_str().filter(|t| t.contains("rank 3 done")).map(str::to_owned)
