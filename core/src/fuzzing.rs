@@ -123,10 +123,11 @@ fn envelope_frame(frame: Bytes) {
 }
 
 /// A rank's link decodes its peer's frames after the sender part it saw
-/// before (`decode_after_prefix`): for any frame and the sender part its
-/// own first bytes name, that takes a frame exactly when decoding it whole
-/// does, with the same request id, body and payload, and fails exactly
-/// when decoding it whole fails.
+/// before (`MpiMsg::decode_after_prefix`, the serde way's bytes read in
+/// place): for any frame and the sender part its own first bytes name,
+/// that reads what the serde way reads, and takes a frame exactly when
+/// decoding it whole does, with the same request id, body and payload, and
+/// fails exactly when decoding it whole fails.
 fn after_prefix(frame: &Bytes) {
     use crate::id::Id;
     use crate::machine::NodeAddr;
@@ -135,7 +136,11 @@ fn after_prefix(frame: &Bytes) {
     let Ok(((_, sender, addr), _)) = postcard::take_from_bytes::<(u16, Id, NodeAddr)>(frame) else { return };
     let prefix = HeaderPrefix::new(&sender, &addr).expect("an id and an address encode");
     let whole = decode_envelope::<MpiMsg>(frame.clone());
-    match decode_after_prefix::<MpiMsg>(frame, &prefix) {
+    let in_place = MpiMsg::decode_after_prefix(frame, &prefix);
+    let serde = decode_after_prefix::<MpiMsg>(frame, &prefix);
+    assert_eq!(in_place.as_ref().ok(), serde.as_ref().ok(), "read in place as serde reads it");
+    assert_eq!(in_place.is_err(), serde.is_err(), "refused in place as serde refuses it");
+    match in_place {
         Ok(Some(got)) => {
             let env = whole.expect("taken after its prefix, so decoded whole too");
             assert_eq!(got, (env.request_id, env.body, env.payload), "decoded whole and after its prefix alike");

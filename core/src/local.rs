@@ -235,7 +235,7 @@ mod tests {
         );
         let mut buf = bytes::BytesMut::new();
         encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-        let mut want = vec![0, 0, 0, 49, 1]; // len, version 1
+        let mut want = vec![0, 0, 0, 49, 2]; // len, version 2
         want.extend([0u8; 20]);
         want.extend([0, 127, 0, 0, 1, 80]);
         want.extend([3, 1]); // request id, variant Resolve

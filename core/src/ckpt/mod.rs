@@ -40,7 +40,8 @@ use crate::job::JobId;
 /// The first bytes of every checkpoint file.
 pub const MAGIC: [u8; 8] = *b"P2PCKPT\0";
 /// The format version written; files of other versions are refused.
-pub const VERSION: u16 = 1;
+/// 2: the engine's state holds MPI messages in their fixed form.
+pub const VERSION: u16 = 2;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 8 + 2 + 1 + 1 + ID_BYTES + 4 + 4 + 8 + 8 + 8 + 32;
 /// Most protected regions one checkpoint may hold.

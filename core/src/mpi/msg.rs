@@ -1,7 +1,10 @@
-//! The messages MPI engines exchange. postcard encodes variants by index: append
-//! only, never reorder.
+//! The messages MPI engines exchange. Each travels in a fixed binary form
+//! (see [`form`]): kinds are numbered, append only, never renumber.
 
 use serde::{Deserialize, Serialize};
+
+mod form;
+mod frame;
 
 /// The reliability header of every sequenced message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -16,7 +19,7 @@ pub struct SeqHdr {
 }
 
 /// One MPI engine message. Data rides as the envelope's raw payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MpiMsg {
     /// A whole message; payload = its data.
     Eager { hdr: SeqHdr, comm: u32, tag: i32 },

@@ -122,6 +122,11 @@ impl HeaderPrefix {
     pub fn of<B>(env: &Envelope<B>) -> Result<Self, WireError> {
         Self::new(&env.sender, &env.sender_addr)
     }
+
+    /// The encoded prefix.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// The request id, body and payload of `frame` (as returned by

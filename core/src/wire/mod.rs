@@ -30,7 +30,10 @@ pub use frame::{DEFAULT_MAX_FRAME, FrameDecoder, LEN_PREFIX};
 pub use msg::{Goodbye, Hello};
 
 /// The protocol version every envelope carries; a peer speaking another is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+///
+/// 2: an MPI message travels in its fixed form (`mpi::msg::form`), and a
+/// job's Guard carries its past.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 #[cfg(test)]
 mod tests;

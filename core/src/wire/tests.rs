@@ -52,7 +52,7 @@ fn golden_bytes_pin_the_format() {
         .with_payload(Bytes::from_static(b"xy"));
     let mut buf = BytesMut::new();
     encode_frame(&e, &mut buf, DEFAULT_MAX_FRAME).unwrap();
-    let mut want = vec![0, 0, 0, 31, 1]; // len, version 1
+    let mut want = vec![0, 0, 0, 31, 2]; // len, version 2
     want.extend([0u8; 20]); // sender
     want.extend([0, 127, 0, 0, 1, 80]); // SocketAddr::V4, ip, port varint
     want.extend([1, 2]); // request id, Goodbye variant 2
@@ -158,10 +158,13 @@ fn wrong_version_and_malformed_headers_are_typed_errors() {
     let mut buf = BytesMut::new();
     encode_frame(&bad, &mut buf, DEFAULT_MAX_FRAME).unwrap();
     let frame = Bytes::copy_from_slice(&buf[LEN_PREFIX..]);
-    assert_eq!(decode_envelope::<Sample>(frame).unwrap_err(), WireError::WrongVersion { got: 9, expected: 1 });
+    assert_eq!(
+        decode_envelope::<Sample>(frame).unwrap_err(),
+        WireError::WrongVersion { got: 9, expected: PROTOCOL_VERSION }
+    );
 
     // Header cut short inside the sender id.
-    let frame = Bytes::from_static(&[1, 0, 0, 0]);
+    let frame = Bytes::from_static(&[PROTOCOL_VERSION as u8, 0, 0, 0]);
     assert!(matches!(decode_envelope::<Sample>(frame), Err(WireError::Malformed(_))));
     // An enum variant index that does not exist.
     let mut buf = BytesMut::new();

@@ -12,7 +12,7 @@ use p2pmp_core::local::RankHello;
 use p2pmp_core::mpi::{MpiEngine, MpiMsg};
 use p2pmp_core::secure::{MAX_PLAIN_RECORD, PublicKey, SecureChannel};
 use p2pmp_core::wire::vectored::{consume, write_queue};
-use p2pmp_core::wire::{FrameDecoder, HeaderPrefix, WireError, decode_after_prefix, decode_envelope};
+use p2pmp_core::wire::{FrameDecoder, HeaderPrefix, WireError, decode_envelope};
 use tracing::{debug, warn};
 
 use super::secure::{Keys, starts_handshake};
@@ -398,7 +398,7 @@ fn hand_over(
     frame: Bytes,
 ) -> Result<(), WireError> {
     if let Some(p) = prefix.as_ref() {
-        if let Some((_, body, payload)) = decode_after_prefix::<MpiMsg>(&frame, p)? {
+        if let Some((_, body, payload)) = MpiMsg::decode_after_prefix(&frame, p)? {
             engine.handle_message(now, from, body, payload);
             return Ok(());
         }

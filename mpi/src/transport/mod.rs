@@ -67,7 +67,7 @@ use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, 
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, Path, Route, Transmit};
 use p2pmp_core::secure::SecureChannel;
-use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_head_prefixed, encode_frame_parts};
+use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_parts};
 use tracing::{debug, warn};
 
 use self::census::Census;
@@ -318,7 +318,8 @@ impl Transport {
         // The frame of `t.into_envelope(self.key, self.addr)`, our part of it
         // encoded once. Invariant: the engine's frames fit the wire maximum
         // (MpiConfig::validate).
-        encode_frame_head_prefixed(&self.prefix, 0, &t.msg, t.payload.len(), head, DEFAULT_MAX_FRAME)
+        t.msg
+            .encode_frame_head(&self.prefix, t.payload.len(), head, DEFAULT_MAX_FRAME)
             .expect("engine frame fits a wire frame");
         let payload = t.payload;
         let slot = match (route, self.out[to as usize]) {

@@ -350,20 +350,28 @@ fn zero_byte_messages_both_ways() {
 fn golden_bytes_pin_the_messages() {
     let enc = |m: &MpiMsg| postcard::to_allocvec(m).unwrap();
     let hdr = SeqHdr { seq: 1, ack: 2, credit: 300 };
-    assert_eq!(enc(&MpiMsg::Eager { hdr, comm: 4, tag: 5 }), [0, 1, 2, 0xac, 0x02, 4, 10]);
-    assert_eq!(enc(&MpiMsg::Rts { hdr, comm: 0, tag: 0, len: 1 }), [1, 1, 2, 0xac, 0x02, 0, 0, 1]);
-    assert_eq!(enc(&MpiMsg::Cts { hdr, rts_seq: 3 }), [2, 1, 2, 0xac, 0x02, 3]);
-    assert_eq!(enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }), [3, 1, 2, 0xac, 0x02, 3, 0]);
-    assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [4, 1, 2]);
-    assert_eq!(enc(&MpiMsg::CancelReq { hdr, seq: 7 }), [5, 1, 2, 0xac, 0x02, 7]);
-    assert_eq!(enc(&MpiMsg::CancelAns { hdr, seq: 7, cancelled: true }), [6, 1, 2, 0xac, 0x02, 7, 1]);
+    // The form's length, the kind, then each field little-endian at its full width.
+    let hdr_bytes = [1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0x2c, 0x01, 0, 0, 0, 0, 0, 0];
+    let eager = [&[33, 0][..], &hdr_bytes, &[4, 0, 0, 0, 0xfb, 0xff, 0xff, 0xff]].concat();
+    assert_eq!(enc(&MpiMsg::Eager { hdr, comm: 4, tag: -5 }), eager);
+    assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [17, 4, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    let ans = [&[34, 6][..], &hdr_bytes, &[7, 0, 0, 0, 0, 0, 0, 0, 1]].concat();
+    assert_eq!(enc(&MpiMsg::CancelAns { hdr, seq: 7, cancelled: true }), ans);
+    // The other kinds: their number and length.
+    let kinds = [
+        enc(&MpiMsg::Rts { hdr, comm: 0, tag: 0, len: 1 }),
+        enc(&MpiMsg::Cts { hdr, rts_seq: 3 }),
+        enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }),
+        enc(&MpiMsg::CancelReq { hdr, seq: 7 }),
+    ];
+    assert_eq!(kinds.map(|k| (k[0], k[1])), [(41, 1), (33, 2), (41, 3), (33, 5)]);
 }
 
 fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
     (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(seq, ack, credit)| SeqHdr { seq, ack, credit })
 }
 
-fn arb_msg() -> impl Strategy<Value = MpiMsg> {
+pub(crate) fn arb_msg() -> impl Strategy<Value = MpiMsg> {
     prop_oneof![
         (arb_hdr(), any::<u32>(), any::<i32>()).prop_map(|(hdr, comm, tag)| MpiMsg::Eager { hdr, comm, tag }),
         (arb_hdr(), any::<u32>(), any::<i32>(), any::<u64>()).prop_map(|(hdr, comm, tag, len)| MpiMsg::Rts {
