@@ -93,18 +93,20 @@ impl Browser {
         self.call(method, &format!("/session/{}{path}", self.session), body)
     }
 
-    /// Finds the element `css` names and runs the command `to` makes for it.
-    /// The page redraws as reports arrive, so the element found may be gone
-    /// by the time the command reaches it: then it is found again.
-    fn on_element(&self, css: &str, to: impl Fn(&Value) -> (String, Value)) {
+    /// Finds the element `css` names and posts the command `command` makes
+    /// for it. The page redraws as reports arrive (and on a hover), so the
+    /// element found may be gone by the time the command reaches it: then
+    /// it is found again, a moment later.
+    fn on_element(&self, css: &str, command: impl Fn(&Value) -> (String, Value)) {
         let mut last = Value::Null;
         for _ in 0..20 {
-            let (path, body) = to(&self.element(css));
+            let (path, body) = command(&self.element(css));
             match self.try_call("POST", &format!("/session/{}{path}", self.session), Some(body)) {
                 Ok(_) => return,
                 Err(v) if v["value"]["error"] == "stale element reference" => last = v,
                 Err(v) => panic!("POST {path} on {css}: {v}"),
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
         panic!("{css} was redrawn under every one of 20 tries: {last}");
     }
@@ -131,7 +133,7 @@ impl Browser {
 
     /// Clicks the element `css` names.
     fn click(&self, css: &str) {
-        self.on_element(css, |el| (format!("/element/{}/click", el.as_str().unwrap_or_default()), json!({})));
+        self.on_element(css, |el| (format!("/element/{}/click", el.as_str().expect("an element id")), json!({})));
     }
 
     fn screenshot(&self, to: &std::path::Path) {

@@ -40,8 +40,7 @@ use crate::job::JobId;
 /// The first bytes of every checkpoint file.
 pub const MAGIC: [u8; 8] = *b"P2PCKPT\0";
 /// The format version written; files of other versions are refused.
-/// 2: the engine's state holds MPI messages in their fixed form.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 1;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 8 + 2 + 1 + 1 + ID_BYTES + 4 + 4 + 8 + 8 + 8 + 32;
 /// Most protected regions one checkpoint may hold.
@@ -73,8 +72,10 @@ pub const MOVED_EXIT: i32 = 75;
 /// its engine is small).
 pub const MAX_ENGINE_FILE: u64 = 8 << 20;
 
-/// The first bytes of an engine file.
-const ENGINE_MAGIC: &[u8; 4] = b"P2PE";
+/// The first bytes of an engine file. They name its format: `P2PE` before
+/// MPI messages took their fixed form (a file of that format is refused as
+/// not an engine file).
+const ENGINE_MAGIC: &[u8; 4] = b"P2E2";
 /// An engine file's header: the magic, the job, the cut's epoch (u64) and
 /// the world's context counter (u32), little-endian; the MPI library's
 /// saved engine follows.

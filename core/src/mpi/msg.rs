@@ -1,13 +1,11 @@
 //! The messages MPI engines exchange. Each travels in a fixed binary form
 //! (see [`form`]): kinds are numbered, append only, never renumber.
 
-use serde::{Deserialize, Serialize};
-
 mod form;
 mod frame;
 
 /// The reliability header of every sequenced message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SeqHdr {
     /// This frame's sequence number in the sender's stream to the receiver, from 1.
     pub seq: u64,

@@ -1,16 +1,19 @@
-//! The fixed binary form an [`MpiMsg`] travels in (on every link, and in
-//! checkpoints): a kind byte, then the fields as little-endian integers,
+//! The fixed binary form an [`MpiMsg`] travels in (on every link, and in a
+//! saved engine): a kind byte, then the fields as little-endian integers,
 //! written and read at fixed offsets. It goes to serde as one byte string,
-//! so in a postcard header it is a length byte and these bytes. serde's own
-//! form of the enum (a varint per field, each through the serializer) cost
-//! about half the encoding and decoding of a small message's header.
+//! so in postcard (the only format it is written in) it is a length byte
+//! and these bytes. serde's own form of the enum (a varint per field, each
+//! through the serializer) cost about half the encoding and decoding of a
+//! small message's header.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 use super::{MpiMsg, SeqHdr};
 
 /// The longest form (an Rts or a Data).
-pub(super) const MAX_LEN: usize = 41;
+pub(super) const MAX_LEN: usize = 1 + HDR_LEN + 16;
+/// A [`SeqHdr`]: three u64.
+const HDR_LEN: usize = 24;
 
 const EAGER: u8 = 0;
 const RTS: u8 = 1;
@@ -23,6 +26,7 @@ const CANCEL_ANS: u8 = 6;
 /// Why bytes are not an [`MpiMsg`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum FormError {
+    Empty,
     UnknownKind(u8),
     /// Too short or too long for its kind.
     Length {
@@ -35,6 +39,7 @@ pub(super) enum FormError {
 impl std::fmt::Display for FormError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            FormError::Empty => write!(f, "an MPI message of no bytes"),
             FormError::UnknownKind(k) => write!(f, "unknown MPI message kind {k}"),
             FormError::Length { kind, len } => write!(f, "{len} bytes for an MPI message of kind {kind}"),
             FormError::NotABool(b) => write!(f, "{b} where 0 or 1 was expected"),
@@ -72,9 +77,10 @@ struct Take<'a>(&'a [u8]);
 
 impl Take<'_> {
     fn bytes<const N: usize>(&mut self) -> [u8; N] {
-        let (b, rest) = self.0.split_at(N);
+        // Invariant: each kind reads exactly the length `take` checked.
+        let (b, rest) = self.0.split_first_chunk::<N>().expect("the form's length was checked");
         self.0 = rest;
-        b.try_into().unwrap_or([0; N])
+        *b
     }
 
     fn u64(&mut self) -> u64 {
@@ -89,12 +95,12 @@ impl Take<'_> {
 /// Bytes after the kind byte of each kind.
 fn body_len(kind: u8) -> Option<usize> {
     Some(match kind {
-        EAGER => 24 + 4 + 4,
-        RTS => 24 + 4 + 4 + 8,
-        CTS | CANCEL_REQ => 24 + 8,
-        DATA => 24 + 8 + 8,
+        EAGER => HDR_LEN + 4 + 4,
+        RTS => HDR_LEN + 4 + 4 + 8,
+        CTS | CANCEL_REQ => HDR_LEN + 8,
+        DATA => HDR_LEN + 8 + 8,
         ACK => 8 + 8,
-        CANCEL_ANS => 24 + 8 + 1,
+        CANCEL_ANS => HDR_LEN + 8 + 1,
         _ => return None,
     })
 }
@@ -144,7 +150,7 @@ impl MpiMsg {
 
     /// The message whose fixed form is exactly `b`.
     pub(super) fn take(b: &[u8]) -> Result<MpiMsg, FormError> {
-        let (&kind, rest) = b.split_first().ok_or(FormError::Length { kind: 0, len: 0 })?;
+        let (&kind, rest) = b.split_first().ok_or(FormError::Empty)?;
         let want = body_len(kind).ok_or(FormError::UnknownKind(kind))?;
         if rest.len() != want {
             return Err(FormError::Length { kind, len: b.len() });
@@ -164,7 +170,7 @@ impl MpiMsg {
             DATA => MpiMsg::Data { hdr: r.hdr(), rts_seq: r.u64(), offset: r.u64() },
             ACK => MpiMsg::Ack { ack: r.u64(), credit: r.u64() },
             CANCEL_REQ => MpiMsg::CancelReq { hdr: r.hdr(), seq: r.u64() },
-            _ => {
+            CANCEL_ANS => {
                 let (hdr, seq) = (r.hdr(), r.u64());
                 let cancelled = match r.bytes::<1>() {
                     [0] => false,
@@ -173,6 +179,7 @@ impl MpiMsg {
                 };
                 MpiMsg::CancelAns { hdr, seq, cancelled }
             }
+            _ => return Err(FormError::UnknownKind(kind)),
         })
     }
 }
@@ -206,7 +213,7 @@ impl de::Visitor<'_> for FormVisitor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use proptest::prelude::*;
 
     use super::*;
@@ -228,9 +235,10 @@ mod tests {
         }
 
         /// Any bytes are a message or an error, never a panic; a message
-        /// read from them writes them back exactly.
+        /// read from them writes them back exactly. The bytes are mostly a
+        /// kind (and one past the last) with about its length.
         #[test]
-        fn any_bytes_are_a_message_that_writes_them_back_or_an_error(b in proptest::collection::vec(any::<u8>(), 0..60)) {
+        fn any_bytes_are_a_message_that_writes_them_back_or_an_error(b in near_forms()) {
             if let Ok(m) = MpiMsg::take(&b) {
                 let mut buf = [0; MAX_LEN];
                 let n = m.put(&mut buf);
@@ -239,9 +247,31 @@ mod tests {
         }
     }
 
+    /// Bytes that are often a form or nearly one: a kind up to one past
+    /// the last, a body of its length give or take a byte, or any bytes.
+    pub(in crate::mpi) fn near_forms() -> impl Strategy<Value = Vec<u8>> {
+        let near = (0..=CANCEL_ANS + 1, -1i64..=1, proptest::collection::vec(any::<u8>(), MAX_LEN)).prop_map(
+            |(kind, off, body)| {
+                let len = body_len(kind).map_or(8, |l| l as i64 + off) as usize;
+                let mut b = vec![kind];
+                b.extend_from_slice(&body[..len.min(MAX_LEN)]);
+                if kind == CANCEL_ANS && off == 0 {
+                    b[len] %= 3; // the flag: 0, 1, or not a flag
+                }
+                b
+            },
+        );
+        prop_oneof![4 => near, 1 => proptest::collection::vec(any::<u8>(), 0..60)]
+    }
+
+    #[test]
+    fn the_longest_form_has_room_for_every_kind() {
+        assert_eq!(MAX_LEN, 1 + (0..=u8::MAX).filter_map(body_len).max().unwrap());
+    }
+
     #[test]
     fn a_wrong_kind_length_or_flag_is_refused_by_name() {
-        assert_eq!(MpiMsg::take(&[]), Err(FormError::Length { kind: 0, len: 0 }));
+        assert_eq!(MpiMsg::take(&[]), Err(FormError::Empty));
         assert_eq!(MpiMsg::take(&[7; 41]), Err(FormError::UnknownKind(7)));
         assert_eq!(MpiMsg::take(&[ACK; 16]), Err(FormError::Length { kind: ACK, len: 16 }));
         let mut ans = [0u8; 34];

@@ -6,6 +6,21 @@ use crate::mpi::tests::harness::{Pat, World, tight_config};
 /// once, in order, with the right data (the harness checks every delivery).
 #[test]
 fn a_rank_moved_mid_stream_loses_and_duplicates_nothing() {
+    let mut w = mid_stream();
+    assert!(w.move_rank(1), "rank 1 is quiet: nothing posted, its sends completed");
+    for i in 6..9 {
+        w.send(0, 1, 0, i, 40, false);
+        w.send(1, 2, 0, i, 20, false);
+    }
+    assert!(w.move_rank(1), "and moves again");
+    w.finish();
+    assert_eq!(w.moves, 2);
+}
+
+/// Three ranks, rank 1 receiving part of a stream from 0 and 2 and
+/// sending to 0, with messages waiting unreceived at rank 1 and frames in
+/// flight both ways.
+fn mid_stream() -> World {
     let mut w = World::new(3, tight_config());
     let any = Pat { comm: 0, src: None, tag: None };
     for i in 0..6 {
@@ -18,14 +33,26 @@ fn a_rank_moved_mid_stream_loses_and_duplicates_nothing() {
     w.recv(1, any);
     w.deliver(0, 100);
     assert!(w.engines[1].unexpected_len() > 0, "messages wait unreceived across the move");
-    assert!(w.move_rank(1), "rank 1 is quiet: nothing posted, its sends completed");
-    for i in 6..9 {
-        w.send(0, 1, 0, i, 40, false);
-        w.send(1, 2, 0, i, 20, false);
+    w
+}
+
+/// The `saved_engine` fuzz seeds: rank 1's state mid-stream, with frames
+/// not yet acknowledged and messages not yet received, alone and as an
+/// engine file. `P2PMP_WRITE_SEEDS=1` writes them to fuzz/corpus/saved_engine/.
+#[test]
+fn a_mid_stream_state_carries_its_frames_and_messages() {
+    let saved = mid_stream().save(1).expect("rank 1 is quiet");
+    assert!(!saved.unacked.is_empty() && !saved.unexpected.is_empty(), "{saved:?}");
+    let bytes = saved.encode();
+    assert_eq!(SavedEngine::decode(&bytes, bytes.len()), Ok(saved));
+    let header =
+        crate::ckpt::EngineHeader { job: crate::job::JobId(crate::id::Id::hash("seed")), epoch: 3, next_ctx: 2 };
+    let file = [header.encode(), bytes.clone()].concat();
+    if std::env::var_os("P2PMP_WRITE_SEEDS").is_some() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/saved_engine");
+        std::fs::write(dir.join("mid-stream"), &bytes).unwrap();
+        std::fs::write(dir.join("engine-file-mid-stream"), &file).unwrap();
     }
-    assert!(w.move_rank(1), "and moves again");
-    w.finish();
-    assert_eq!(w.moves, 2);
 }
 
 #[test]

@@ -306,23 +306,29 @@ impl World {
         true
     }
 
+    /// Rank `at`'s engine saved as a moving rank saves it (its completed
+    /// sends released first), if it is quiet.
+    pub(in crate::mpi) fn save(&mut self, at: usize) -> Option<crate::mpi::SavedEngine> {
+        let mine: Vec<(usize, RequestId)> = self.send_of.iter().copied().filter(|s| s.0 == at).collect();
+        if mine.iter().any(|s| {
+            !self.done.contains_key(s) || (self.cancel_asked.contains(s) && !self.cancel_answers.contains_key(s))
+        }) {
+            return None;
+        }
+        for s in mine {
+            self.engines[at].release(s.1);
+            self.released.insert(s);
+        }
+        self.engines[at].save().ok()
+    }
+
     /// Rank `at` moves to a new process, when it is quiet (no receive
     /// posted, every send completed and released, no rendezvous or cancel
     /// under way): its engine is saved, encoded, decoded and restored there;
     /// the old process's connections die with what was in flight on them,
     /// and the peers reconnect to the new one. False if it was not quiet.
     pub(in crate::mpi) fn move_rank(&mut self, at: usize) -> bool {
-        let mine: Vec<(usize, RequestId)> = self.send_of.iter().copied().filter(|s| s.0 == at).collect();
-        if mine.iter().any(|s| {
-            !self.done.contains_key(s) || (self.cancel_asked.contains(s) && !self.cancel_answers.contains_key(s))
-        }) {
-            return false;
-        }
-        for s in mine {
-            self.engines[at].release(s.1);
-            self.released.insert(s);
-        }
-        let Ok(saved) = self.engines[at].save() else { return false };
+        let Some(saved) = self.save(at) else { return false };
         let bytes = saved.encode();
         let saved = crate::mpi::SavedEngine::decode(&bytes, bytes.len()).expect("a saved engine decodes");
         let config = self.engines[at].config().clone();

@@ -357,14 +357,13 @@ fn golden_bytes_pin_the_messages() {
     assert_eq!(enc(&MpiMsg::Ack { ack: 1, credit: 2 }), [17, 4, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
     let ans = [&[34, 6][..], &hdr_bytes, &[7, 0, 0, 0, 0, 0, 0, 0, 1]].concat();
     assert_eq!(enc(&MpiMsg::CancelAns { hdr, seq: 7, cancelled: true }), ans);
-    // The other kinds: their number and length.
-    let kinds = [
-        enc(&MpiMsg::Rts { hdr, comm: 0, tag: 0, len: 1 }),
-        enc(&MpiMsg::Cts { hdr, rts_seq: 3 }),
-        enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 0 }),
-        enc(&MpiMsg::CancelReq { hdr, seq: 7 }),
-    ];
-    assert_eq!(kinds.map(|k| (k[0], k[1])), [(41, 1), (33, 2), (41, 3), (33, 5)]);
+    let u64le = |v: u8| [v, 0, 0, 0, 0, 0, 0, 0];
+    let rts = [&[41, 1][..], &hdr_bytes, &[4, 0, 0, 0, 0xfb, 0xff, 0xff, 0xff], &u64le(6)].concat();
+    assert_eq!(enc(&MpiMsg::Rts { hdr, comm: 4, tag: -5, len: 6 }), rts);
+    assert_eq!(enc(&MpiMsg::Cts { hdr, rts_seq: 3 }), [&[33, 2][..], &hdr_bytes, &u64le(3)].concat());
+    let data = [&[41, 3][..], &hdr_bytes, &u64le(3), &u64le(9)].concat();
+    assert_eq!(enc(&MpiMsg::Data { hdr, rts_seq: 3, offset: 9 }), data);
+    assert_eq!(enc(&MpiMsg::CancelReq { hdr, seq: 7 }), [&[33, 5][..], &hdr_bytes, &u64le(7)].concat());
 }
 
 fn arb_hdr() -> impl Strategy<Value = SeqHdr> {
