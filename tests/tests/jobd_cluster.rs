@@ -93,17 +93,27 @@ impl Cluster {
             first_overlay.get_or_insert_with(|| words[3].to_string());
             c.daemons.push(Daemon { child, control: words[1].to_string() });
         }
+        // Every node listed, and found by the search a job makes for
+        // `linux` (its own registration, which may land a moment later or
+        // move as later nodes join).
+        c.wait_listed(&["nodes"], n, |l| l.starts_with("127.0.0.1:"));
+        c.wait_listed(&["query", "res:tag:linux"], n, |l| !l.trim().is_empty());
+        c
+    }
+
+    /// Waits until `p2pjob ARGS` on node 0 prints `n` distinct lines that
+    /// `counts`, for at most 30 s.
+    fn wait_listed(&self, args: &[&str], n: usize, counts: impl Fn(&str) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let out = c.p2pjob(0, &["nodes"], Duration::from_secs(20));
-            let listed = out.stdout.lines().filter(|l| l.starts_with("127.0.0.1:")).count();
+            let out = self.p2pjob(0, args, Duration::from_secs(20));
+            let listed = out.stdout.lines().filter(|l| counts(l)).collect::<std::collections::BTreeSet<_>>().len();
             if listed == n {
-                break;
+                return;
             }
-            assert!(Instant::now() < deadline, "the overlay lists {listed} of {n} nodes: {}", out.stdout);
+            assert!(Instant::now() < deadline, "p2pjob {args:?} lists {listed} of {n} nodes: {}", out.stdout);
             std::thread::sleep(Duration::from_millis(100));
         }
-        c
     }
 
     fn base(&self) -> &Path {
