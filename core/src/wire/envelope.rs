@@ -203,11 +203,17 @@ fn put_postcard<T: Serialize>(value: &T, out: &mut BytesMut) -> Result<(), WireE
 const SMALL_HEADER: usize = 256;
 
 fn patch_len(buf: &mut BytesMut, at: usize, len: usize, max_frame: usize) -> Result<(), WireError> {
-    if len > max_frame || len > u32::MAX as usize {
-        return Err(WireError::FrameTooLarge { len: len as u64, max: max_frame });
-    }
-    buf[at..at + LEN_PREFIX].copy_from_slice(&(len as u32).to_be_bytes());
+    buf[at..at + LEN_PREFIX].copy_from_slice(&frame_len(len, max_frame)?.to_be_bytes());
     Ok(())
+}
+
+/// The length prefix of a frame of `len` bytes (prefix excluded), if one
+/// that long may be sent.
+pub(crate) fn frame_len(len: usize, max_frame: usize) -> Result<u32, WireError> {
+    u32::try_from(len)
+        .ok()
+        .filter(|_| len <= max_frame)
+        .ok_or(WireError::FrameTooLarge { len: len as u64, max: max_frame })
 }
 
 /// `Extend<u8>` over a borrowed buffer, for postcard's `to_extend`.

@@ -21,6 +21,7 @@ mod msg;
 pub mod vectored;
 
 pub use calls::Calls;
+pub(crate) use envelope::frame_len;
 pub use envelope::{
     Envelope, HeaderPrefix, decode_after_prefix, decode_envelope, encode_frame, encode_frame_head,
     encode_frame_head_prefixed, encode_frame_parts, round_trip,

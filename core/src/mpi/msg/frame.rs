@@ -24,12 +24,9 @@ impl MpiMsg {
         let mut form = [0; MAX_LEN];
         let n = self.put(&mut form);
         let head = prefix.as_bytes().len() + 2 + n;
-        let len = head + payload_len;
-        if len > max_frame || len > u32::MAX as usize {
-            return Err(WireError::FrameTooLarge { len: len as u64, max: max_frame });
-        }
+        let len = wire::frame_len(head + payload_len, max_frame)?;
         out.reserve(LEN_PREFIX + head);
-        out.put_u32(len as u32);
+        out.put_u32(len);
         out.extend_from_slice(prefix.as_bytes());
         // Request id 0 and the form's length (under 128): a byte each.
         out.extend_from_slice(&[0, n as u8]);
