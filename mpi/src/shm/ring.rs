@@ -2,14 +2,21 @@
 //! process: the bytes of one direction of a shared-memory link, used as a
 //! stream (the frame codec runs over it as over a TCP socket).
 //!
-//! The ring's header sits in three cache lines: the producer's (`head`, the
-//! bytes written so far, and `wepoch`, its wait epoch), the consumer's (`tail`,
-//! the bytes consumed so far, and `repoch`, its sleep epoch). Each side writes
-//! only its own line and keeps its own index privately: the other process may
-//! write anything into the shared header, so every index read from it is
-//! checked (`tail <= head <= tail + capacity`) and a bad one is [`Corrupt`],
-//! never a panic or an access outside the ring. Positions grow without bound;
-//! a position's byte is at `pos & (capacity - 1)`.
+//! The ring's header is four cache lines, one per field: `head` (the bytes
+//! written so far) and `wepoch` (its wait epoch) are the producer's, `tail`
+//! (the bytes consumed so far) and `repoch` (its sleep epoch) the consumer's.
+//! Each side writes only its own fields and keeps its own index privately: the
+//! other process may write anything into the shared header, so every index
+//! read from it is checked (`tail <= head <= tail + capacity`) and a bad one is
+//! [`Corrupt`], never a panic or an access outside the ring. Positions grow
+//! without bound; a position's byte is at `pos & (capacity - 1)`.
+//!
+//! A small message costs a cache line moving between the cores for `head`,
+//! and one or two for the bytes, and nothing else. The producer reads `tail`
+//! only when the room it last saw does not take what it writes, so the line of
+//! `tail` stays with the consumer, whose store to it then waits for no other
+//! core; the epochs, apart from the indexes, change only around a sleep, so
+//! the look at the other side's epoch after each transfer finds its line at hand.
 //!
 //! Wake-ups: a consumer about to sleep makes its epoch odd, then looks once
 //! more; a producer that published bytes looks at the epoch and rings the
@@ -28,12 +35,12 @@ use bytes::BytesMut;
 /// two halves, each side idle while the other copied one).
 const STEP: usize = 32 << 10;
 
-/// Bytes of ring header: three cache lines.
-pub(crate) const HEADER: usize = 192;
+/// Bytes of ring header: four cache lines.
+pub(crate) const HEADER: usize = 256;
 const HEAD: usize = 0;
-const WEPOCH: usize = 8;
 const TAIL: usize = 64;
-const REPOCH: usize = 72;
+const WEPOCH: usize = 128;
+const REPOCH: usize = 192;
 
 /// The other process broke the ring's invariants (or its memory is not a ring).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +125,8 @@ pub(crate) struct Producer {
     mem: Mem,
     /// Bytes written so far (ours; the shared copy is only published).
     head: u64,
+    /// The consumer's position as last read (checked), at most its own.
+    tail: u64,
     /// The consumer's sleep epoch we last rang the doorbell for.
     rung: u32,
     /// Our own wait epoch (odd while waiting for room).
@@ -170,34 +179,51 @@ impl Producer {
     /// mapped while the producer lives, and no one else in this process
     /// produces into this ring. `cap` is a power of two of at least 64.
     pub(crate) unsafe fn new(header: *mut u8, data: *mut u8, cap: usize) -> Result<Self, Corrupt> {
-        let (mem, head, _) = open(header, data, cap)?;
-        Ok(Producer { mem, head, rung: 0, wepoch: mem.atomic32(WEPOCH).load(Ordering::Relaxed) & !1 })
+        let (mem, head, tail) = open(header, data, cap)?;
+        Ok(Producer { mem, head, tail, rung: 0, wepoch: mem.atomic32(WEPOCH).load(Ordering::Relaxed) & !1 })
     }
 
-    /// The consumer's position, checked against ours.
-    fn tail(&self) -> Result<u64, Corrupt> {
+    /// Reads the consumer's position, checked against ours.
+    fn load_tail(&mut self) -> Result<(), Corrupt> {
         let tail = self.mem.atomic64(TAIL).load(Ordering::Acquire);
-        if tail > self.head || self.head - tail > self.mem.cap as u64 { Err(Corrupt) } else { Ok(tail) }
+        if tail > self.head || self.head - tail > self.mem.cap as u64 {
+            return Err(Corrupt);
+        }
+        self.tail = tail;
+        Ok(())
+    }
+
+    /// Room for more bytes by the consumer's position as last read (there may
+    /// be more).
+    fn known_room(&self) -> usize {
+        self.mem.cap - (self.head - self.tail) as usize
     }
 
     /// Room for more bytes now.
-    pub(crate) fn room(&self) -> Result<usize, Corrupt> {
-        Ok(self.mem.cap - (self.head - self.tail()?) as usize)
+    pub(crate) fn room(&mut self) -> Result<usize, Corrupt> {
+        self.load_tail()?;
+        Ok(self.known_room())
     }
 
     /// Bytes written and not yet consumed.
     #[cfg(test)]
-    pub(crate) fn pending(&self) -> Result<usize, Corrupt> {
-        Ok((self.head - self.tail()?) as usize)
+    pub(crate) fn pending(&mut self) -> Result<usize, Corrupt> {
+        self.load_tail()?;
+        Ok((self.head - self.tail) as usize)
     }
 
     /// Copies as much of `bufs`, in order, as there is room for and publishes
-    /// it: the number of bytes taken (0 when full).
-    pub(crate) fn write(&mut self, bufs: &[&[u8]]) -> Result<usize, Corrupt> {
-        let mut room = self.room()?;
+    /// it: the number of bytes taken (0 when full). Reads the consumer's
+    /// position only when the room last seen does not take all of `bufs`.
+    pub(crate) fn write<B: std::ops::Deref<Target = [u8]>>(&mut self, bufs: &[B]) -> Result<usize, Corrupt> {
+        let want: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut room = self.known_room();
+        if room < want {
+            room = self.room()?;
+        }
         let (mut put, mut unpublished) = (0, 0);
         for b in bufs {
-            let mut b = *b;
+            let mut b = &**b;
             while room > 0 && !b.is_empty() {
                 let n = b.len().min(room).min(STEP - unpublished);
                 // SAFETY: `n <= room`: bytes head..head + n are free (the

@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use super::ring::{self, Consumer, Corrupt, Producer};
 
 const MAGIC: u64 = u64::from_be_bytes(*b"P2PMPSHM");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// The segment header's page: fields, then the two ring headers.
 const PAGE: usize = 4096;
 const RING0: usize = 64;

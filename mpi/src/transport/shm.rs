@@ -227,12 +227,7 @@ impl ShmIo {
 
     /// Copies as much of `iov` into the ring as fits; `WouldBlock` when full.
     pub(super) fn send(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
-        let mut parts: [&[u8]; 32] = [&[]; 32];
-        let k = iov.len().min(32);
-        for (p, s) in parts.iter_mut().zip(iov) {
-            *p = s;
-        }
-        match self.tx.write(&parts[..k]) {
+        match self.tx.write(iov) {
             Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
             Ok(n) => {
                 if self.tx.must_wake() {

@@ -41,8 +41,8 @@ fn both_mappings_share_the_rings_each_way() {
     let b = reopen(&a, 3, 5).unwrap();
     let (mut ap, mut ac) = a.ends(true).unwrap();
     let (mut bp, mut bc) = b.ends(false).unwrap();
-    assert_eq!(ap.write(&[b"to the acceptor"]).unwrap(), 15);
-    assert_eq!(bp.write(&[b"to the creator"]).unwrap(), 14);
+    assert_eq!(ap.write(&[&b"to the acceptor"[..]]).unwrap(), 15);
+    assert_eq!(bp.write(&[&b"to the creator"[..]]).unwrap(), 14);
     let (mut x, mut y) = (BytesMut::new(), BytesMut::new());
     bc.read_into(&mut x, 100).unwrap();
     ac.read_into(&mut y, 100).unwrap();
@@ -76,7 +76,7 @@ fn descriptors_travel_with_the_bytes() {
     let theirs = Segment::open(fds.remove(0), 0, 1).unwrap();
     let (mut p, _) = seg.ends(true).unwrap();
     let (_, c) = theirs.ends(false).unwrap();
-    p.write(&[b"x"]).unwrap();
+    p.write(&[&b"x"[..]]).unwrap();
     assert_eq!(c.available().unwrap(), 1);
     // The doorbell received is the same eventfd.
     ring_bell(fds[0].as_raw_fd());
