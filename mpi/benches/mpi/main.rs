@@ -17,9 +17,9 @@
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
 //!
-//! Each figure is a median of repetitions; the p2pmp and raw ping-pongs take
-//! turns over three rounds (quick: one), so load drifting on a shared machine
-//! hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
+//! Each figure is a median of repetitions; the two-rank ping-pongs of p2pmp,
+//! the references and the raw blocking rows take turns over three rounds (also
+//! when quick), so load drifting on a shared machine hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
 //! target's baseline), busy-polling between two threads (`raw_tcp_spin`, once,
 //! with the quick counts: it collapses on a loaded machine), and
 //! blocking between two processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not installed are
@@ -53,7 +53,7 @@ use run::{Mpi, RefBuild, RunResult};
 
 pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 pub(crate) const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
-/// Rounds of the p2pmp and raw ping-pongs, taking turns (quick: one).
+/// Rounds of the ping-pongs, every system taking its turn in each.
 const PP_ROUNDS: usize = 3;
 /// The collectives timed, and the bytes per rank.
 pub(crate) const COLL_OPS: [&str; 4] = ["allreduce", "alltoall", "bcast", "barrier"];
@@ -266,35 +266,49 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
             res.put("bw", &format!("{size} B"), system, &format!("bw_{l}_mbps"), lat.map(|us| size as f64 / us));
         }
     };
-    // The sizes a run printed, even if it then timed out or failed (and its
-    // window bandwidth, kept apart).
-    let mut windows: Vec<(String, Result<f64, String>)> = Vec::new();
-    let mut parse_as = |system: &str, r: RunResult| -> PpFigures {
+    // The sizes a run printed, even if it then timed out or failed, and its
+    // window bandwidth.
+    let parse = |r: RunResult| -> (PpFigures, Result<f64, String>) {
         let (lines, why) = match r {
             Ok(lines) => (lines, "failed: no figure".to_string()),
             Err(f) => (f.partial, f.why),
         };
         let win = run::values(&lines, "win").first().and_then(|x| x.get(1).copied()).ok_or_else(|| why.clone());
-        windows.push((system.to_string(), win));
         let v = run::values(&lines, "pp");
         let figure = |size: usize| v.iter().find(|x| x.len() >= 2 && x[0] as usize == size).map(|x| x[1]);
-        SIZES.iter().map(|&size| (size, figure(size).ok_or_else(|| why.clone()))).collect()
+        (SIZES.iter().map(|&size| (size, figure(size).ok_or_else(|| why.clone()))).collect(), win)
     };
-    // p2pmp and the raw ping-pongs take turns, so that the load of a shared
-    // machine drifting during the run hits them alike; each figure is the median
-    // over the rounds (of the per-run medians).
+    // Every system takes its turn in each round, so that the load of a shared
+    // machine drifting during the run (on the reference VM, a quiet minute and
+    // the next can differ twofold in small-message latency) hits them alike;
+    // each figure is the median over the rounds.
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
     let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
-    let mut rounds: BTreeMap<&str, Vec<PpFigures>> = BTreeMap::new();
-    for _ in 0..if quick { 1 } else { PP_ROUNDS } {
-        rounds.entry("p2pmp").or_default().push(parse_as("p2pmp", run::p2pmp(2, &pp_args, limit.p2pmp)));
+    let mut rounds: BTreeMap<String, Vec<PpFigures>> = BTreeMap::new();
+    let mut windows: BTreeMap<String, Vec<Result<f64, String>>> = BTreeMap::new();
+    let mut take = |system: &str, (figs, win): (PpFigures, Result<f64, String>)| {
+        rounds.entry(system.to_string()).or_default().push(figs);
+        windows.entry(system.to_string()).or_default().push(win);
+    };
+    for _ in 0..PP_ROUNDS {
+        take("p2pmp", parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
+        for (name, b, tcp) in refs {
+            take(name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)));
+        }
         for (system, spin, peer) in raws {
             let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin, peer).map_err(|e| e.to_string())));
-            rounds.entry(system).or_default().push(got.collect());
+            take(system, (got.collect(), Err("no window".into())));
         }
     }
-    for system in ["p2pmp", "raw_tcp", "raw_tcp_proc"] {
-        put_pp(res, system, median_rounds(rounds.remove(system).unwrap_or_default()));
+    for (system, got) in rounds {
+        put_pp(res, &system, median_rounds(got));
+    }
+    for (system, got) in windows.into_iter().filter(|(s, _)| !s.starts_with("raw")) {
+        let first_err = got.iter().find_map(|w| w.as_ref().err().cloned());
+        let ok: Vec<f64> = got.into_iter().filter_map(Result::ok).collect();
+        let v =
+            if ok.is_empty() { Err(first_err.unwrap_or_else(|| "failed: no figure".into())) } else { Ok(median(ok)) };
+        res.put("bw", "window 64 x 1 MiB", &system, "win_1mib_mbps", v);
     }
     // Busy-polling collapses on a loaded machine (hundreds of µs a message):
     // once, with the quick counts, so it cannot hold the run up for minutes.
@@ -303,23 +317,6 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // Raw shared memory between two processes, busy-polling: the same caveat.
     let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
     put_pp(res, "raw_shm", shm.collect());
-    for (name, b, tcp) in refs {
-        let got = parse_as(name, run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2));
-        put_pp(res, name, got);
-    }
-    // The p2pmp window: the median of the rounds that gave one.
-    let mut p2pmp_win: Vec<f64> = Vec::new();
-    for (system, win) in windows {
-        if system == "p2pmp" {
-            if let Ok(v) = win {
-                p2pmp_win.push(v);
-            }
-            continue;
-        }
-        res.put("bw", "window 64 x 1 MiB", &system, "win_1mib_mbps", win);
-    }
-    let v = if p2pmp_win.is_empty() { Err("failed: no figure".to_string()) } else { Ok(median(p2pmp_win)) };
-    res.put("bw", "window 64 x 1 MiB", "p2pmp", "win_1mib_mbps", v);
 }
 
 /// The 8-byte latency and the 2 x 2,000 ring beside a CPU hog on each core
