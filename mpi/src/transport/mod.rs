@@ -211,6 +211,8 @@ pub(crate) struct Transport {
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
     last_poll: Instant,
+    /// `last_poll + POLL_EVERY`: from then on a direct read asks the kernel first.
+    poll_due: Instant,
     /// Bytes handed to sockets and rings after waiting for room (a waiting
     /// sender's progress, as bytes read are a receiver's).
     written: u64,
@@ -244,6 +246,7 @@ impl Transport {
         // finds our address at once must find the socket too, or it falls
         // back to TCP for good.
         let local = Local::start(&poll, key, size);
+        let now = Instant::now();
         let mut node = NodeClient::connect(node, key, addr)?;
         node.register(keys.register(key, addr))?;
         poll.registry().register(&mut node.stream, NODE, Interest::READABLE | Interest::WRITABLE)?;
@@ -280,7 +283,8 @@ impl Transport {
             failure_timeout,
             local,
             shm_slots: Vec::new(),
-            last_poll: Instant::now(),
+            last_poll: now,
+            poll_due: now + POLL_EVERY,
             written: 0,
             accept_again: None,
             head: BytesMut::new(),
@@ -712,6 +716,7 @@ impl Transport {
         }
         let now = if timeout == Some(Duration::ZERO) { now } else { Instant::now() };
         self.last_poll = now;
+        self.poll_due = now + POLL_EVERY;
         if self.events.is_empty() {
             if rings {
                 self.settle(engine, now)?;
@@ -1021,9 +1026,7 @@ impl Transport {
         if !self.tx_empty() {
             return Ok(None);
         }
-        if now.saturating_duration_since(self.last_poll) >= POLL_EVERY
-            && self.poll_io(engine, Some(Duration::ZERO), now)?
-        {
+        if now >= self.poll_due && self.poll_io(engine, Some(Duration::ZERO), now)? {
             return Ok(Some(true));
         }
         let got = self.read_conn(engine, slot, wait, now);
