@@ -18,8 +18,9 @@
 //!   copy of the same bytes (see `migrate.rs`).
 //!
 //! Each figure is a median of repetitions; the two-rank ping-pongs of p2pmp,
-//! the references and the raw blocking rows take turns over three rounds (also
-//! when quick), so load drifting on a shared machine hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
+//! the references and the raw blocking rows take turns over three rounds, and
+//! so do the ring and factoring runs (at most 20 s of runs a system), also when
+//! quick, so load drifting on a shared machine hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
 //! target's baseline), busy-polling between two threads (`raw_tcp_spin`, once,
 //! with the quick counts: it collapses on a loaded machine), and
 //! blocking between two processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not installed are
@@ -368,8 +369,10 @@ fn hog_section(res: &mut Results, refs: &[(String, &RefBuild, bool)], limit: Lim
     }
 }
 
-/// Runs a ring or factoring row for every system; a reference that timed out at
-/// fewer ranks is skipped at more (p2pmp itself always runs).
+/// Runs a ring or factoring row for every system, `reps` times in turns (each
+/// system at most 20 s after its first run), and puts each system's median; a
+/// reference that timed out at fewer ranks is skipped at more (p2pmp itself
+/// always runs).
 #[allow(clippy::too_many_arguments)]
 fn multi_rank_row(
     res: &mut Results,
@@ -384,32 +387,44 @@ fn multi_rank_row(
     gave_up: &mut BTreeMap<String, String>,
 ) {
     let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
-    let mut measure = |system: &str, run: &dyn Fn() -> RunResult| -> Result<f64, String> {
-        if let Some(why) = gave_up.get(system) {
-            return Err(format!("skipped: {why}"));
+    let run_of = |system: &str| -> RunResult {
+        match refs.iter().find(|r| r.0 == system) {
+            Some((_, b, tcp)) => run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference),
+            None => run::p2pmp(n, args, limit.p2pmp),
         }
-        let (mut samples, start) = (Vec::new(), Instant::now());
-        while samples.len() < reps && (samples.is_empty() || start.elapsed() < Duration::from_secs(20)) {
-            match run()
+    };
+    let systems: Vec<String> = std::iter::once("p2pmp".to_string()).chain(refs.iter().map(|r| r.0.clone())).collect();
+    // Per system: its samples so far and when it first ran, or why it stopped.
+    let mut got: BTreeMap<&str, Result<(Vec<f64>, Instant), String>> = BTreeMap::new();
+    for system in &systems {
+        if let Some(why) = gave_up.get(system) {
+            got.insert(system, Err(format!("skipped: {why}")));
+        }
+    }
+    for _ in 0..reps {
+        for system in &systems {
+            let entry = got.entry(system).or_insert_with(|| Ok((Vec::new(), Instant::now())));
+            let Ok((samples, first)) = entry else { continue };
+            if !samples.is_empty() && first.elapsed() >= Duration::from_secs(20) {
+                continue;
+            }
+            let v = run_of(system)
                 .map_err(|f| f.why)
-                .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
-            {
+                .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()));
+            match v {
                 Ok(v) => samples.push(v),
                 Err(e) => {
                     if e.starts_with("timeout") && system != "p2pmp" {
-                        gave_up.insert(system.to_string(), format!("timed out at {row}"));
+                        gave_up.insert(system.clone(), format!("timed out at {row}"));
                     }
-                    return Err(e);
+                    *entry = Err(e);
                 }
             }
         }
-        Ok(median(samples))
-    };
-    let v = measure("p2pmp", &|| run::p2pmp(n, args, limit.p2pmp));
-    res.put(section, row, "p2pmp", key, v);
-    for (name, b, tcp) in refs {
-        let v = measure(name, &|| run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference));
-        res.put(section, row, name, key, v);
+    }
+    for system in &systems {
+        let v = got.remove(system.as_str()).unwrap_or_else(|| Err("failed: not run".into())).map(|(s, _)| median(s));
+        res.put(section, row, system, key, v);
     }
 }
 
@@ -594,7 +609,7 @@ fn main() {
                 &format!("ring_{n}x{loops}_s"),
                 n,
                 &a,
-                1,
+                3,
                 &ring_refs,
                 limit,
                 &mut gave_up,
@@ -617,8 +632,7 @@ fn main() {
             let row = format!("K={k}, {n} ranks");
             let key = if k == 500 { format!("factor_{n}_s") } else { format!("factor_{n}_k{k}_s") };
             let a = vec!["factor".to_string(), semi.to_string(), k.to_string()];
-            let reps = if quick { 1 } else { 3 };
-            multi_rank_row(&mut res, "factor", &row, &key, n, &a, reps, &ring_refs, limit, &mut gave_up);
+            multi_rank_row(&mut res, "factor", &row, &key, n, &a, 3, &ring_refs, limit, &mut gave_up);
         }
     }
 
@@ -627,8 +641,9 @@ fn main() {
     report += &res.table("bw", "ping-pong bandwidth (MB/s)");
     report += &res.table("hosts_lat", "between two hosts (network namespaces on a bridge): latency (µs)");
     report += &res.table("hosts_bw", "between two hosts: bandwidth (MB/s)");
-    report += &res.table("ring", "ring, 10-byte token (s, median of 3 rounds)");
-    report += &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs within 20 s)"));
+    report += &res.table("ring", "ring, 10-byte token (s, median of 3 runs of 3 rounds each)");
+    report +=
+        &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs, taken in turns, within 20 s)"));
     coll_section(&mut res, quick, &refs, limit);
     report += &res.table("coll", "collectives (µs a call, median of 5 repetitions)");
     hog_section(&mut res, &refs, limit);
