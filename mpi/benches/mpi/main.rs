@@ -19,19 +19,21 @@
 //!
 //! Each figure is a median of repetitions; the two-rank ping-pongs of p2pmp,
 //! the references and the raw blocking rows take turns over three rounds, and
-//! so do the ring and factoring runs (at most 20 s of runs a system), also when
-//! quick, so load drifting on a shared machine hits them alike. The raw rows: blocking between two threads (`raw_tcp`, the
-//! target's baseline), busy-polling between two threads (`raw_tcp_spin`, once,
-//! with the quick counts: it collapses on a loaded machine), and
-//! blocking between two processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not installed are
-//! marked missing; runs past the time limit (MPICH and Open MPI: 60 s, ping-pong
-//! 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so that its 8-rank K=500
-//! factoring, about 537,000 flag rounds, finishes on 2 cores) are killed and
-//! reported as timeouts, and a reference that timed out is not run again on more
-//! ranks (reported as skipped). Prints a table, writes JSON and a PNG plot under
-//! `target/<profile>/mpi-bench/`, and prints one flat JSON object as the last line
-//! (`<system>_<metric>`, null where missing). `--quick` runs a reduced set with a
-//! smaller semiprime in well under two minutes.
+//! so do the ring and factoring runs (until a system's runs took 20 s), also
+//! when quick, so load drifting on a shared machine hits them alike. The raw
+//! rows: blocking between two threads (`raw_tcp`, the target's baseline),
+//! busy-polling between two threads (`raw_tcp_spin`, once, with the quick
+//! counts: it collapses on a loaded machine), and blocking between two
+//! processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not
+//! installed are marked missing; runs past the time limit (MPICH and Open MPI:
+//! 60 s, ping-pong 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so
+//! that its 8-rank K=500 factoring, about 537,000 flag rounds, finishes on 2
+//! cores) are killed and reported as timeouts, and a reference that timed out
+//! is not run again, in later rounds or on more ranks (reported as skipped).
+//! Prints a table, writes JSON and a PNG plot under `target/<profile>/mpi-bench/`,
+//! and prints one flat JSON object as the last line (`<system>_<metric>`, null
+//! where missing). `--quick` runs a reduced set with a smaller semiprime in
+//! about three minutes, the two-host rows included.
 //!
 //! The same binary is the p2pmp rank program: under `p2pmp-launch` (P2PMP_RANK
 //! set) it runs the mode named by its first argument.
@@ -80,22 +82,24 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 /// A ping-pong run's figure (or why not) per size.
 type PpFigures = Vec<(usize, Result<f64, String>)>;
 
+/// The median of the figures among `all`, else the first reason (or "no
+/// figure" when there is nothing at all).
+fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, String>>) -> Result<f64, String> {
+    let (mut ok, mut why) = (Vec::new(), None);
+    for r in all {
+        match r {
+            Ok(v) => ok.push(*v),
+            Err(e) => drop(why.get_or_insert_with(|| e.clone())),
+        }
+    }
+    if ok.is_empty() { Err(why.unwrap_or_else(|| "failed: no figure".into())) } else { Ok(median(ok)) }
+}
+
 /// Per size, the median of the rounds that gave a figure, else the first reason.
-fn median_rounds(rounds: Vec<PpFigures>) -> PpFigures {
-    SIZES
-        .iter()
-        .map(|&size| {
-            let all: Vec<&Result<f64, String>> =
-                rounds.iter().flat_map(|r| r.iter().filter(|p| p.0 == size).map(|p| &p.1)).collect();
-            let ok: Vec<f64> = all.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-            let fig = if ok.is_empty() {
-                Err(all.iter().find_map(|r| r.as_ref().err().cloned()).unwrap_or_else(|| "failed: no figure".into()))
-            } else {
-                Ok(median(ok))
-            };
-            (size, fig)
-        })
-        .collect()
+fn median_rounds(rounds: &[PpFigures]) -> PpFigures {
+    let of =
+        |size: usize| median_or_why(rounds.iter().flat_map(|r| r.iter().filter(move |p| p.0 == size).map(|p| &p.1)));
+    SIZES.iter().map(|&size| (size, of(size))).collect()
 }
 
 pub(crate) fn iters(size: usize, quick: bool) -> usize {
@@ -282,34 +286,37 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // Every system takes its turn in each round, so that the load of a shared
     // machine drifting during the run (on the reference VM, a quiet minute and
     // the next can differ twofold in small-message latency) hits them alike;
-    // each figure is the median over the rounds.
+    // each figure is the median over the rounds. A reference that timed out
+    // is not run again (p2pmp always is).
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
     let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
-    let mut rounds: BTreeMap<String, Vec<PpFigures>> = BTreeMap::new();
-    let mut windows: BTreeMap<String, Vec<Result<f64, String>>> = BTreeMap::new();
-    let mut take = |system: &str, (figs, win): (PpFigures, Result<f64, String>)| {
-        rounds.entry(system.to_string()).or_default().push(figs);
-        windows.entry(system.to_string()).or_default().push(win);
-    };
+    // Per MPI system (p2pmp, then the references): each round's figures and window.
+    type Rounds<'a> = (&'a str, Vec<PpFigures>, Vec<Result<f64, String>>);
+    let mut mpi: Vec<Rounds<'_>> = std::iter::once("p2pmp")
+        .chain(refs.iter().map(|r| r.0.as_str()))
+        .map(|system| (system, Vec::new(), Vec::new()))
+        .collect();
+    let mut raw_rounds: Vec<Vec<PpFigures>> = vec![Vec::new(); raws.len()];
+    let timed_out = |w: &Result<f64, String>| w.as_ref().is_err_and(|e| e.starts_with("timeout"));
     for _ in 0..PP_ROUNDS {
-        take("p2pmp", parse(run::p2pmp(2, &pp_args, limit.p2pmp)));
-        for (name, b, tcp) in refs {
-            take(name, parse(run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2)));
+        for (i, (_, figs, wins)) in mpi.iter_mut().enumerate() {
+            let got = match i.checked_sub(1).map(|k| &refs[k]) {
+                None => run::p2pmp(2, &pp_args, limit.p2pmp),
+                Some(_) if wins.iter().any(timed_out) => continue,
+                Some((_, b, tcp)) => run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2),
+            };
+            let (f, w) = parse(got);
+            figs.push(f);
+            wins.push(w);
         }
-        for (system, spin, peer) in raws {
+        for (&(_, spin, peer), rounds) in raws.iter().zip(&mut raw_rounds) {
             let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin, peer).map_err(|e| e.to_string())));
-            take(system, (got.collect(), Err("no window".into())));
+            rounds.push(got.collect());
         }
     }
-    for (system, got) in rounds {
-        put_pp(res, &system, median_rounds(got));
-    }
-    for (system, got) in windows.into_iter().filter(|(s, _)| !s.starts_with("raw")) {
-        let first_err = got.iter().find_map(|w| w.as_ref().err().cloned());
-        let ok: Vec<f64> = got.into_iter().filter_map(Result::ok).collect();
-        let v =
-            if ok.is_empty() { Err(first_err.unwrap_or_else(|| "failed: no figure".into())) } else { Ok(median(ok)) };
-        res.put("bw", "window 64 x 1 MiB", &system, "win_1mib_mbps", v);
+    put_pp(res, "p2pmp", median_rounds(&mpi[0].1));
+    for (&(system, ..), rounds) in raws.iter().zip(&raw_rounds) {
+        put_pp(res, system, median_rounds(rounds));
     }
     // Busy-polling collapses on a loaded machine (hundreds of µs a message):
     // once, with the quick counts, so it cannot hold the run up for minutes.
@@ -318,6 +325,11 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // Raw shared memory between two processes, busy-polling: the same caveat.
     let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
     put_pp(res, "raw_shm", shm.collect());
+    for (system, figs, wins) in &mpi[1..] {
+        put_pp(res, system, median_rounds(figs));
+        res.put("bw", "window 64 x 1 MiB", system, "win_1mib_mbps", median_or_why(wins));
+    }
+    res.put("bw", "window 64 x 1 MiB", "p2pmp", "win_1mib_mbps", median_or_why(&mpi[0].2));
 }
 
 /// The 8-byte latency and the 2 x 2,000 ring beside a CPU hog on each core
@@ -369,10 +381,10 @@ fn hog_section(res: &mut Results, refs: &[(String, &RefBuild, bool)], limit: Lim
     }
 }
 
-/// Runs a ring or factoring row for every system, `reps` times in turns (each
-/// system at most 20 s after its first run), and puts each system's median; a
-/// reference that timed out at fewer ranks is skipped at more (p2pmp itself
-/// always runs).
+/// Runs a ring or factoring row for every system, `reps` times in turns
+/// (a system whose runs took 20 s in all is not run again), and puts each
+/// system's median; a reference that timed out at fewer ranks is skipped at
+/// more (p2pmp itself always runs).
 #[allow(clippy::too_many_arguments)]
 fn multi_rank_row(
     res: &mut Results,
@@ -387,44 +399,47 @@ fn multi_rank_row(
     gave_up: &mut BTreeMap<String, String>,
 ) {
     let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
-    let run_of = |system: &str| -> RunResult {
-        match refs.iter().find(|r| r.0 == system) {
-            Some((_, b, tcp)) => run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference),
+    // p2pmp (`None`) or a reference.
+    let run_of = |reference: Option<&(String, &RefBuild, bool)>| -> Result<f64, String> {
+        let got = match reference {
             None => run::p2pmp(n, args, limit.p2pmp),
-        }
+            Some((_, b, tcp)) => run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference),
+        };
+        got.map_err(|f| f.why)
+            .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
     };
-    let systems: Vec<String> = std::iter::once("p2pmp".to_string()).chain(refs.iter().map(|r| r.0.clone())).collect();
-    // Per system: its samples so far and when it first ran, or why it stopped.
-    let mut got: BTreeMap<&str, Result<(Vec<f64>, Instant), String>> = BTreeMap::new();
-    for system in &systems {
-        if let Some(why) = gave_up.get(system) {
-            got.insert(system, Err(format!("skipped: {why}")));
-        }
-    }
+    let systems: Vec<Option<&(String, &RefBuild, bool)>> = std::iter::once(None).chain(refs.iter().map(Some)).collect();
+    // Per system: its figures and the time its runs took, or why it stopped.
+    let mut got: Vec<Result<(Vec<f64>, Duration), String>> = systems
+        .iter()
+        .map(|r| match r.and_then(|r| gave_up.get(&r.0)) {
+            Some(why) => Err(format!("skipped: {why}")),
+            None => Ok((Vec::new(), Duration::ZERO)),
+        })
+        .collect();
     for _ in 0..reps {
-        for system in &systems {
-            let entry = got.entry(system).or_insert_with(|| Ok((Vec::new(), Instant::now())));
-            let Ok((samples, first)) = entry else { continue };
-            if !samples.is_empty() && first.elapsed() >= Duration::from_secs(20) {
+        for (&reference, entry) in systems.iter().zip(&mut got) {
+            let Ok((samples, spent)) = entry else { continue };
+            if *spent >= Duration::from_secs(20) {
                 continue;
             }
-            let v = run_of(system)
-                .map_err(|f| f.why)
-                .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()));
+            let t = Instant::now();
+            let v = run_of(reference);
+            *spent += t.elapsed();
             match v {
                 Ok(v) => samples.push(v),
                 Err(e) => {
-                    if e.starts_with("timeout") && system != "p2pmp" {
-                        gave_up.insert(system.clone(), format!("timed out at {row}"));
+                    if let Some(r) = reference.filter(|_| e.starts_with("timeout")) {
+                        gave_up.insert(r.0.clone(), format!("timed out at {row}"));
                     }
                     *entry = Err(e);
                 }
             }
         }
     }
-    for system in &systems {
-        let v = got.remove(system.as_str()).unwrap_or_else(|| Err("failed: not run".into())).map(|(s, _)| median(s));
-        res.put(section, row, system, key, v);
+    for (reference, g) in systems.into_iter().zip(got) {
+        let system = reference.map_or("p2pmp", |r| r.0.as_str());
+        res.put(section, row, system, key, g.map(|(samples, _)| median(samples)));
     }
 }
 
@@ -641,7 +656,8 @@ fn main() {
     report += &res.table("bw", "ping-pong bandwidth (MB/s)");
     report += &res.table("hosts_lat", "between two hosts (network namespaces on a bridge): latency (µs)");
     report += &res.table("hosts_bw", "between two hosts: bandwidth (MB/s)");
-    report += &res.table("ring", "ring, 10-byte token (s, median of 3 runs of 3 rounds each)");
+    let ring_title = "ring, 10-byte token (s; median of up to 3 runs within 20 s, each the median of 3 rounds)";
+    report += &res.table("ring", ring_title);
     report +=
         &res.table("factor", &format!("factoring {semi} (s; median of up to 3 runs, taken in turns, within 20 s)"));
     coll_section(&mut res, quick, &refs, limit);

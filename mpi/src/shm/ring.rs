@@ -11,12 +11,13 @@
 //! [`Corrupt`], never a panic or an access outside the ring. Positions grow
 //! without bound; a position's byte is at `pos & (capacity - 1)`.
 //!
-//! A small message costs a cache line moving between the cores for `head`,
-//! and one or two for the bytes, and nothing else. The producer reads `tail`
-//! only when the room it last saw does not take what it writes, so the line of
-//! `tail` stays with the consumer, whose store to it then waits for no other
-//! core; the epochs, apart from the indexes, change only around a sleep, so
-//! the look at the other side's epoch after each transfer finds its line at hand.
+//! A small message moves the line of `head` and those of its bytes from one
+//! core to the other, and no other line. The producer reads `tail` only when
+//! the room it last saw does not take what it writes (and before it sleeps
+//! waiting for room), so the line of `tail` stays with the consumer, whose
+//! store to it then waits for no other core. The epochs, on lines of their
+//! own, change only around a sleep, so the look at the other side's epoch
+//! after each transfer finds its line at hand.
 //!
 //! Wake-ups: a consumer about to sleep makes its epoch odd, then looks once
 //! more; a producer that published bytes looks at the epoch and rings the
