@@ -124,7 +124,7 @@ impl World {
             }
             mask >>= 1;
         }
-        self.waitall(sends)?;
+        self.wait_sends(sends)?;
         Ok(data)
     }
 
@@ -216,7 +216,7 @@ impl World {
             }
             mask >>= 1;
         }
-        self.waitall(sends)?;
+        self.wait_sends(sends)?;
         pod::from_bytes(&buf[..n])
     }
 
@@ -276,7 +276,7 @@ impl World {
                     put(from(s), &m.data)?;
                 }
             }
-            self.waitall(sends)?;
+            self.wait_sends(sends)?;
         } else {
             for s in 1..p {
                 put(from(s), &self.coll_sendrecv(block(to(s)), to(s), from(s), TAG_ALLTOALL)?)?;

@@ -80,7 +80,7 @@ impl World {
                 sends.push(self.coll_isend(b, r as u32, TAG_SCATTERV)?);
             }
         }
-        self.waitall(sends)?;
+        self.wait_sends(sends)?;
         check_len("scatterv", &mine, len)?;
         Ok(mine)
     }

@@ -78,7 +78,7 @@ impl World {
         let down = answer(parts);
         let out = down.as_ref().map_or_else(|_| Bytes::new(), Bytes::clone);
         let sends = (1..p).map(|r| self.coll_isend(out.clone(), r, tag)).collect::<Result<Vec<_>>>()?;
-        self.waitall(sends)?;
+        self.wait_sends(sends)?;
         down
     }
 }

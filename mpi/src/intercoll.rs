@@ -219,7 +219,7 @@ impl World {
                     .enumerate()
                     .map(|(i, b)| self.inter_isend(comm, b, i as u32, TAG_ISCATTER))
                     .collect::<Result<Vec<_>>>()?;
-                self.waitall(sends)?;
+                self.wait_sends(sends)?;
                 Ok(Bytes::new())
             }
             InterRoot::Null => Ok(Bytes::new()),
@@ -253,7 +253,7 @@ impl World {
             .map(|(i, b)| self.inter_isend(comm, b, i as u32, tag))
             .collect::<Result<Vec<_>>>()?;
         let got = self.waitall(recvs)?.into_iter().map(|c| c.message().map(|m| m.data).unwrap_or_default()).collect();
-        self.waitall(sends)?;
+        self.wait_sends(sends)?;
         Ok(got)
     }
 }

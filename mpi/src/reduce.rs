@@ -179,7 +179,7 @@ impl World {
                     }
                     off += n;
                 }
-                self.waitall(sends)?;
+                self.wait_sends(sends)?;
                 Ok(mine.to_vec())
             }
             None => Ok(self.coll_recv(0, TAG_REDSCAT)?.to_vec()),

@@ -356,9 +356,18 @@ impl World {
 
     /// Waits for every request, results in the same order.
     pub fn waitall(&mut self, reqs: Vec<Request>) -> Result<Vec<Completed>> {
-        let ids: Vec<RequestId> = reqs.iter().map(|r| r.0).collect();
-        self.progress_until(None, |w| ids.iter().all(|&id| w.finished(id)))?;
+        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Waits for every one of a collective's sends: [`World::waitall`]
+    /// without a vector of results to make and drop.
+    pub(crate) fn wait_sends(&mut self, reqs: Vec<Request>) -> Result<()> {
+        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))?;
+        for r in reqs {
+            self.wait(r)?;
+        }
+        Ok(())
     }
 
     /// Waits until every one of `reqs` has finished (finish each with [`World::wait`]).
