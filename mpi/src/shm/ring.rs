@@ -74,6 +74,12 @@ impl Mem {
         unsafe { &*self.header.add(off).cast::<AtomicU64>() }
     }
 
+    /// The bytes between positions `tail` and `head` (one of them read from
+    /// the shared header), if `tail <= head <= tail + cap`.
+    fn unread(&self, head: u64, tail: u64) -> Result<u64, Corrupt> {
+        head.checked_sub(tail).filter(|&n| n <= self.cap as u64).ok_or(Corrupt)
+    }
+
     fn atomic32(&self, off: usize) -> &AtomicU32 {
         // SAFETY: as in `atomic64`, for a 4-aligned offset.
         unsafe { &*self.header.add(off).cast::<AtomicU32>() }
@@ -153,9 +159,7 @@ fn open(header: *mut u8, data: *mut u8, cap: usize) -> Result<(Mem, u64, u64), C
     let mem = Mem { header, data, cap };
     let head = mem.atomic64(HEAD).load(Ordering::Acquire);
     let tail = mem.atomic64(TAIL).load(Ordering::Acquire);
-    if tail > head || head - tail > cap as u64 {
-        return Err(Corrupt);
-    }
+    mem.unread(head, tail)?;
     Ok((mem, head, tail))
 }
 
@@ -187,9 +191,7 @@ impl Producer {
     /// Reads the consumer's position, checked against ours.
     fn load_tail(&mut self) -> Result<(), Corrupt> {
         let tail = self.mem.atomic64(TAIL).load(Ordering::Acquire);
-        if tail > self.head || self.head - tail > self.mem.cap as u64 {
-            return Err(Corrupt);
-        }
+        self.mem.unread(self.head, tail)?;
         self.tail = tail;
         Ok(())
     }
@@ -286,10 +288,7 @@ impl Consumer {
     /// Bytes published and not yet consumed, checked.
     pub(crate) fn available(&self) -> Result<usize, Corrupt> {
         let head = self.mem.atomic64(HEAD).load(Ordering::Acquire);
-        if head < self.tail || head - self.tail > self.mem.cap as u64 {
-            return Err(Corrupt);
-        }
-        Ok((head - self.tail) as usize)
+        Ok(self.mem.unread(head, self.tail)? as usize)
     }
 
     /// Whether bytes may be waiting: one load, no check (then call
