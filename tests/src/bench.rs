@@ -75,13 +75,22 @@ pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<Run, Failed> {
         .map(|l| l.split_once("] ").filter(|_| l.starts_with('[')).map_or(l, |(_, r)| r).to_string())
         .collect();
     match status {
-        None => Err(Failed { why: format!("timeout after {} s", limit.as_secs()), partial: lines }),
+        None => Err(Failed { why: format!("{TIMEOUT} {} s", limit.as_secs()), partial: lines }),
         Some(st) if !st.success() => {
             let tail: String = stderr.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
             Err(Failed { why: format!("failed ({st}): {tail}"), partial: lines })
         }
         Some(_) => Ok(Run { lines, cpu_s: children_cpu_s() - cpu0 }),
     }
+}
+
+/// How the reason of a run killed at its time limit begins.
+const TIMEOUT: &str = "timeout after";
+
+/// Whether `why` (a [`Failed`]'s reason) says the run was killed at its
+/// time limit.
+pub fn timed_out(why: &str) -> bool {
+    why.starts_with(TIMEOUT)
 }
 
 /// The numbers after `key` on each line starting with it.

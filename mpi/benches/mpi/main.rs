@@ -242,6 +242,20 @@ fn is_prime(n: u64) -> bool {
     n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
 }
 
+/// A reference system: its name, its build, and whether over TCP only.
+type Reference<'a> = (String, &'a RefBuild, bool);
+
+/// p2pmp (`None`), then every reference: the systems of a row, in the
+/// order they take their turns and fill the table's columns.
+fn systems<'a>(refs: &'a [Reference<'a>]) -> Vec<Option<&'a Reference<'a>>> {
+    std::iter::once(None).chain(refs.iter().map(Some)).collect()
+}
+
+/// The name of a system of [`systems`].
+fn system_name<'a>(system: Option<&'a Reference<'_>>) -> &'a str {
+    system.map_or("p2pmp", |r| r.0.as_str())
+}
+
 /// Wall-clock limits of one run: p2pmp's rows must give a figure; a reference
 /// that busy-polls on oversubscribed cores is cut off sooner.
 #[derive(Debug, Clone, Copy)]
@@ -290,19 +304,17 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // is not run again (p2pmp always is).
     let pp_args = [vec!["pingpong".to_string()], q.clone()].concat();
     let raws = [("raw_tcp", false, raw::Echo::Thread), ("raw_tcp_proc", false, raw::Echo::Process)];
-    // Per MPI system (p2pmp, then the references): each round's figures and window.
-    type Rounds<'a> = (&'a str, Vec<PpFigures>, Vec<Result<f64, String>>);
-    let mut mpi: Vec<Rounds<'_>> = std::iter::once("p2pmp")
-        .chain(refs.iter().map(|r| r.0.as_str()))
-        .map(|system| (system, Vec::new(), Vec::new()))
-        .collect();
+    // Per MPI system: each round's figures and window.
+    let mpi_systems = systems(refs);
+    type Window = Result<f64, String>;
+    let mut mpi: Vec<(Vec<PpFigures>, Vec<Window>)> = vec![Default::default(); mpi_systems.len()];
     let mut raw_rounds: Vec<Vec<PpFigures>> = vec![Vec::new(); raws.len()];
-    let timed_out = |w: &Result<f64, String>| w.as_ref().is_err_and(|e| e.starts_with("timeout"));
+    let gave_up = |w: &Window| w.as_ref().is_err_and(|e| run::timed_out(e));
     for _ in 0..PP_ROUNDS {
-        for (i, (_, figs, wins)) in mpi.iter_mut().enumerate() {
-            let got = match i.checked_sub(1).map(|k| &refs[k]) {
+        for (&system, (figs, wins)) in mpi_systems.iter().zip(&mut mpi) {
+            let got = match system {
                 None => run::p2pmp(2, &pp_args, limit.p2pmp),
-                Some(_) if wins.iter().any(timed_out) => continue,
+                Some(_) if wins.iter().any(gave_up) => continue,
                 Some((_, b, tcp)) => run::mpirun(b, *tcp, 2, "pingpong", &q, limit.reference * 2),
             };
             let (f, w) = parse(got);
@@ -314,7 +326,7 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
             rounds.push(got.collect());
         }
     }
-    put_pp(res, "p2pmp", median_rounds(&mpi[0].1));
+    put_pp(res, "p2pmp", median_rounds(&mpi[0].0));
     for (&(system, ..), rounds) in raws.iter().zip(&raw_rounds) {
         put_pp(res, system, median_rounds(rounds));
     }
@@ -325,11 +337,11 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // Raw shared memory between two processes, busy-polling: the same caveat.
     let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
     put_pp(res, "raw_shm", shm.collect());
-    for (system, figs, wins) in &mpi[1..] {
-        put_pp(res, system, median_rounds(figs));
-        res.put("bw", "window 64 x 1 MiB", system, "win_1mib_mbps", median_or_why(wins));
+    for (&system, (figs, wins)) in mpi_systems.iter().zip(&mpi).skip(1) {
+        put_pp(res, system_name(system), median_rounds(figs));
+        res.put("bw", "window 64 x 1 MiB", system_name(system), "win_1mib_mbps", median_or_why(wins));
     }
-    res.put("bw", "window 64 x 1 MiB", "p2pmp", "win_1mib_mbps", median_or_why(&mpi[0].2));
+    res.put("bw", "window 64 x 1 MiB", "p2pmp", "win_1mib_mbps", median_or_why(&mpi[0].1));
 }
 
 /// The 8-byte latency and the 2 x 2,000 ring beside a CPU hog on each core
@@ -394,13 +406,12 @@ fn multi_rank_row(
     n: u32,
     args: &[String],
     reps: usize,
-    refs: &[(String, &RefBuild, bool)],
+    refs: &[Reference<'_>],
     limit: Limits,
     gave_up: &mut BTreeMap<String, String>,
 ) {
     let (prog, field) = (args[0].as_str(), if section == "ring" { "ring" } else { "factor" });
-    // p2pmp (`None`) or a reference.
-    let run_of = |reference: Option<&(String, &RefBuild, bool)>| -> Result<f64, String> {
+    let run_of = |reference: Option<&Reference<'_>>| -> Result<f64, String> {
         let got = match reference {
             None => run::p2pmp(n, args, limit.p2pmp),
             Some((_, b, tcp)) => run::mpirun(b, *tcp, n, prog, &args[1..], limit.reference),
@@ -408,7 +419,7 @@ fn multi_rank_row(
         got.map_err(|f| f.why)
             .and_then(|l| run::values(&l, field).first().map(|v| v[0]).ok_or_else(|| "failed: no output".into()))
     };
-    let systems: Vec<Option<&(String, &RefBuild, bool)>> = std::iter::once(None).chain(refs.iter().map(Some)).collect();
+    let systems = systems(refs);
     // Per system: its figures and the time its runs took, or why it stopped.
     let mut got: Vec<Result<(Vec<f64>, Duration), String>> = systems
         .iter()
@@ -429,7 +440,7 @@ fn multi_rank_row(
             match v {
                 Ok(v) => samples.push(v),
                 Err(e) => {
-                    if let Some(r) = reference.filter(|_| e.starts_with("timeout")) {
+                    if let Some(r) = reference.filter(|_| run::timed_out(&e)) {
                         gave_up.insert(r.0.clone(), format!("timed out at {row}"));
                     }
                     *entry = Err(e);
@@ -438,8 +449,7 @@ fn multi_rank_row(
         }
     }
     for (reference, g) in systems.into_iter().zip(got) {
-        let system = reference.map_or("p2pmp", |r| r.0.as_str());
-        res.put(section, row, system, key, g.map(|(samples, _)| median(samples)));
+        res.put(section, row, system_name(reference), key, g.map(|(samples, _)| median(samples)));
     }
 }
 
@@ -459,7 +469,7 @@ fn coll_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool
                 None => run::mpirun(b, *tcp, n, "coll", &q, limit.reference * 3),
             };
             if let Err(f) = &r {
-                if f.why.starts_with("timeout") {
+                if run::timed_out(&f.why) {
                     gave_up.insert(name.clone(), format!("timed out at {n} ranks"));
                 }
             }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use p2pmp_tests::bench::{self, build_c, on_path};
-pub(crate) use p2pmp_tests::bench::{Failed, RefMpi as Mpi, values};
+pub(crate) use p2pmp_tests::bench::{Failed, RefMpi as Mpi, timed_out, values};
 
 /// What one run gave: its output lines (rank prefixes removed), or why not.
 pub(crate) type RunResult = Result<Vec<String>, Failed>;

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use run::{Output, System, launch, run_limited, values};
+use run::{Output, System, launch, run_limited, timed_out, values};
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
@@ -244,7 +244,7 @@ fn main() {
             }
             let r = sys.run(n, "ring", &[&loops.to_string()], limit);
             if let Err(e) = &r {
-                if e.starts_with("timeout") {
+                if timed_out(e) {
                     gave_up = Some(format!("timed out on {n} ranks"));
                 }
                 let f = res.fig("ring", &format!("{n} ranks x {loops}"), &format!("ring_{n}x{loops}_s"), sys.name);

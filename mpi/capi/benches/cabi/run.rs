@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use p2pmp_tests::bench::{self, RefMpi, build_c, on_path};
-pub(crate) use p2pmp_tests::bench::{Run as Output, values};
+pub(crate) use p2pmp_tests::bench::{Run as Output, timed_out, values};
 
 /// Runs `cmd` in its own process group, killing the group after `limit`.
 pub(crate) fn run_limited(cmd: Command, limit: Duration) -> Result<Output, String> {
