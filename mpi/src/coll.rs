@@ -53,8 +53,8 @@ impl World {
     }
 
     pub(crate) fn coll_send(&mut self, data: Bytes, to: u32, tag: i32) -> Result<()> {
-        let r = self.coll_isend(data, to, tag)?;
-        self.wait(r).map(|_| ())
+        let to = self.cpeer(to)?;
+        self.send_on(self.coll.id, data, to, tag)
     }
 
     pub(crate) fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {

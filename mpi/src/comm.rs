@@ -150,6 +150,12 @@ impl World {
         self.isend_on(comm.id.p2p, data, to, tag)
     }
 
+    /// [`World::send_bytes`] on `comm` to its rank `dest`.
+    pub fn send_in(&mut self, comm: &Comm, data: Bytes, dest: u32, tag: i32) -> Result<()> {
+        let to = comm.peer(dest)?;
+        self.send_on(comm.id.p2p, data, to, tag)
+    }
+
     /// [`World::issend_bytes`] on `comm` to its rank `dest`.
     pub fn issend_in(&mut self, comm: &Comm, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
         let to = comm.peer(dest)?;

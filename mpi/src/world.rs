@@ -289,14 +289,23 @@ impl World {
 
     /// Sends `data` to `dest` and returns once the buffer may be reused.
     pub fn send<T: Pod>(&mut self, data: &[T], dest: u32, tag: i32) -> Result<()> {
-        let r = self.isend(data, dest, tag)?;
-        self.wait(r).map(|_| ())
+        self.send_bytes(pod::to_bytes(data), dest, tag)
     }
 
     /// Sends shared bytes and returns once they were handed on.
     pub fn send_bytes(&mut self, data: Bytes, dest: u32, tag: i32) -> Result<()> {
-        let r = self.isend_bytes(data, dest, tag)?;
-        self.wait(r).map(|_| ())
+        self.send_on(COMM_WORLD, data, dest, tag)
+    }
+
+    /// A blocking send: a message that goes eagerly needs no request.
+    pub(crate) fn send_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<()> {
+        match self.engine.send_now(comm, dest, tag, data)? {
+            Ok(()) => self.after_call(),
+            Err(data) => {
+                let r = self.isend_on(comm, data, dest, tag)?;
+                self.wait(r).map(drop)
+            }
+        }
     }
 
     /// Receives one message as bytes.

@@ -169,10 +169,7 @@ impl MpiEngine {
     /// An eager send completes at once; a rendezvous send once the receiver
     /// cleared it and the data was queued for transmission.
     pub fn isend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
-        self.check_rank(dest)?;
-        if tag < 0 {
-            return Err(MpiError::InvalidTag(tag));
-        }
+        self.check_send(dest, tag)?;
         let req = self.new_req();
         if dest == self.rank {
             // To self: matched locally, never on the wire, no credit.
@@ -182,22 +179,48 @@ impl MpiEngine {
             self.completions.push_back(Completion::Send { req });
             return Ok(req);
         }
-        let charge = self.config.charge(data.len());
-        let peer = &mut self.peers[dest as usize];
-        if data.len() <= self.config.eager_threshold && charge <= peer.credit_left() {
-            peer.charged += charge;
-            self.stats.eager_sent += 1;
-            self.push_frame(dest, MpiMsg::Eager { hdr: SeqHdr::default(), comm, tag }, data);
-            // Invariant: push_frame just gave the Eager the stream's latest number.
-            self.sent.insert(req, (dest, self.peers[dest as usize].next_seq - 1));
-            self.completions.push_back(Completion::Send { req });
-        } else {
-            if data.len() <= self.config.eager_threshold {
-                self.stats.credit_fallbacks += 1;
+        match self.push_eager(comm, dest, tag, data) {
+            Ok(seq) => {
+                self.sent.insert(req, (dest, seq));
+                self.completions.push_back(Completion::Send { req });
             }
-            self.start_rendezvous(req, dest, comm, tag, data);
+            Err(data) => {
+                if data.len() <= self.config.eager_threshold {
+                    self.stats.credit_fallbacks += 1;
+                }
+                self.start_rendezvous(req, dest, comm, tag, data);
+            }
         }
         Ok(req)
+    }
+
+    /// A blocking standard send's short way: when `data` can go eagerly to
+    /// another rank now (within the threshold and the credit), it is queued
+    /// as [`MpiEngine::isend`] would, but without a request, as none would be
+    /// waited for or cancelled; `Ok(Err(data))` gives it back otherwise
+    /// (then [`MpiEngine::isend`] it and wait).
+    pub fn send_now(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<Result<(), Bytes>, MpiError> {
+        self.check_send(dest, tag)?;
+        if dest == self.rank {
+            return Ok(Err(data));
+        }
+        Ok(self.push_eager(comm, dest, tag, data).map(drop))
+    }
+
+    /// Queues `data` as an eager message to `dest` (another rank) if it is
+    /// small enough and the peer's credit takes it: its sequence number.
+    /// Otherwise gives it back.
+    fn push_eager(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<u64, Bytes> {
+        let charge = self.config.charge(data.len());
+        let peer = &mut self.peers[dest as usize];
+        if data.len() > self.config.eager_threshold || charge > peer.credit_left() {
+            return Err(data);
+        }
+        peer.charged += charge;
+        self.stats.eager_sent += 1;
+        self.push_frame(dest, MpiMsg::Eager { hdr: SeqHdr::default(), comm, tag }, data);
+        // Invariant: push_frame just gave the Eager the stream's latest number.
+        Ok(self.peers[dest as usize].next_seq - 1)
     }
 
     /// Starts a synchronous send (`MPI_Ssend`): it completes only once a receive
@@ -205,10 +228,7 @@ impl MpiEngine {
     /// says the receive matched); to itself it waits in the unexpected queue
     /// until a receive takes it.
     pub fn issend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
-        self.check_rank(dest)?;
-        if tag < 0 {
-            return Err(MpiError::InvalidTag(tag));
-        }
+        self.check_send(dest, tag)?;
         let req = self.new_req();
         let key = Key { comm, src: dest, tag };
         if dest != self.rank {
@@ -440,6 +460,11 @@ impl MpiEngine {
 
     fn check_rank(&self, rank: u32) -> Result<(), MpiError> {
         if rank < self.size { Ok(()) } else { Err(MpiError::InvalidRank { rank, size: self.size }) }
+    }
+
+    fn check_send(&self, dest: u32, tag: i32) -> Result<(), MpiError> {
+        self.check_rank(dest)?;
+        if tag < 0 { Err(MpiError::InvalidTag(tag)) } else { Ok(()) }
     }
 
     fn check_peer(&self, peer: u32) -> Result<(), MpiError> {

@@ -119,9 +119,25 @@ unsafe fn send(
     call(mode.name(false), comm, |mut cx| {
         let c = cx.comms.get(comm)?;
         let b = send_buf(&cx, buf, count, datatype)?;
-        // SAFETY: as the caller vouched.
+        // SAFETY (both): as the caller vouched.
+        if mode == Mode::Standard {
+            return unsafe { standard_send(cx.world, &b, dest, tag, &c) };
+        }
         unsafe { start_send(&mut cx, mode, &b, dest, tag, &c)? }.wait(cx.world).map(|_| ())
     })
+}
+
+/// A blocking standard send (`World::send_in`: one that goes eagerly needs
+/// no request).
+///
+/// # Safety
+/// As [`start_send`].
+unsafe fn standard_send(world: &mut World, buf: &Buf, dest: c_int, tag: c_int, comm: &Comm) -> Result<(), Fail> {
+    let tag = send_tag(tag)?;
+    let Peer::Rank(to) = comm.dest(dest)? else { return Ok(()) };
+    // SAFETY: as the caller vouched.
+    let data = unsafe { buf.pack() };
+    Ok(world.send_in(&comm.c, data, to, tag)?)
 }
 
 macro_rules! blocking_send {

@@ -172,6 +172,38 @@ fn wildcards_follow_arrival_and_post_order() {
 }
 
 #[test]
+fn a_blocking_send_goes_eagerly_without_a_request_or_gives_the_data_back() {
+    let mut p = Pair::new(tight_config());
+    let (threshold, window) = (p.e[0].config().eager_threshold, p.e[0].config().eager_window);
+    // Eager and within credit: queued, nothing to complete or release.
+    assert_eq!(p.e[0].send_now(0, 1, 3, Bytes::from_static(b"now")).unwrap(), Ok(()));
+    assert!(p.completions(0).is_empty());
+    assert_eq!((p.e[0].unreleased_sends(), p.e[0].stats().eager_sent), (0, 1));
+    // Given back: to itself, too large, or beyond the credit left.
+    let big = Bytes::from(vec![1; threshold + 1]);
+    assert_eq!(p.e[0].send_now(0, 0, 3, Bytes::from_static(b"me")).unwrap(), Err(Bytes::from_static(b"me")));
+    assert_eq!(p.e[0].send_now(0, 1, 3, big.clone()).unwrap(), Err(big));
+    let mut sent = 1;
+    while p.e[0].send_now(0, 1, 3, Bytes::from(vec![2; threshold])).unwrap().is_ok() {
+        sent += 1;
+        assert!(sent * threshold <= window as usize, "credit must run out");
+    }
+    assert_eq!(p.e[0].stats().credit_fallbacks, 0, "counted only when an isend falls back");
+    // Bad arguments are refused as isend refuses them.
+    assert!(matches!(p.e[0].send_now(0, 2, 3, Bytes::new()), Err(MpiError::InvalidRank { .. })));
+    assert!(matches!(p.e[0].send_now(0, 1, -1, Bytes::new()), Err(MpiError::InvalidTag(-1))));
+    // What went is received in order, as from isend.
+    p.pump();
+    for _ in 0..sent {
+        p.e[1].irecv(p.now, 0, Some(0), Some(3)).unwrap();
+    }
+    let got = recv_data(&p.completions(1));
+    assert_eq!(got.len(), sent);
+    assert_eq!(&got[0].1[..], b"now");
+    assert!(p.completions(0).is_empty(), "no completion for a send without a request");
+}
+
+#[test]
 fn out_of_credit_falls_back_to_rendezvous_and_credit_returns() {
     let mut p = Pair::new(tight_config());
     // 20 eager-sized messages to a receiver that posts nothing.
