@@ -4,7 +4,9 @@
 //! - ping-pong latency (half round trip) and bandwidth, 1 B to 4 MiB;
 //! - a 10-byte token around 2, 4 and 8 ranks, 5,000 and 20,000 loops;
 //! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
-//!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks;
+//!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks, beside
+//!   its floor (`raw_shm_yield`: the same rounds through one shared page,
+//!   yielding while waiting, no MPI; see `floor.rs`);
 //! - MPI_Allreduce (sum of doubles), MPI_Alltoall and MPI_Bcast of 8 B, 64 KiB
 //!   and 1 MiB per rank (per block for Alltoall) on 2, 4 and 8 ranks (µs a call,
 //!   median of 5 repetitions; `--coll` runs only these rows).
@@ -39,6 +41,7 @@
 //! set) it runs the mode named by its first argument.
 
 mod ckpt;
+mod floor;
 mod hosts;
 mod migrate;
 mod plot;
@@ -512,6 +515,10 @@ fn main() {
         raw::timer_main(&spec).expect("raw timing process failed");
         return;
     }
+    if let Ok(spec) = std::env::var(floor::VAR) {
+        floor::rank_main(&spec).expect("raw factoring rank failed");
+        return;
+    }
     if let Ok(spec) = std::env::var(raw::SHM_ECHO_VAR) {
         raw::shm_echo_main(&spec).expect("raw shared-memory echo failed");
         return;
@@ -658,6 +665,9 @@ fn main() {
             let key = if k == 500 { format!("factor_{n}_s") } else { format!("factor_{n}_k{k}_s") };
             let a = vec!["factor".to_string(), semi.to_string(), k.to_string()];
             multi_rank_row(&mut res, "factor", &row, &key, n, &a, 3, &ring_refs, limit, &mut gave_up);
+            if n > 1 {
+                res.put("factor", &row, "raw_shm_yield", &key, floor::factor(semi, k, n, 3, limit.reference));
+            }
         }
     }
 

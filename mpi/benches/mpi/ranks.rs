@@ -167,6 +167,22 @@ pub(crate) fn isqrt(n: u64) -> u64 {
     s
 }
 
+/// Tries up to `k` candidates of `n` from `*cand` on, `step` apart and at
+/// most `limit`: the first divisor, if any (`*cand` then stays at it; else it
+/// moves past the ones tried).
+pub(crate) fn trial_divide(n: u64, cand: &mut u64, step: u64, k: u64, limit: u64) -> Option<u64> {
+    for _ in 0..k {
+        if *cand > limit {
+            return None;
+        }
+        if n % *cand == 0 {
+            return Some(*cand);
+        }
+        *cand += step;
+    }
+    None
+}
+
 /// Trial division of `n`, flags exchanged with rank 0 every `k` candidates:
 /// `factor <seconds> <factor>` from rank 0. With `snapshot`, the next
 /// candidate and the factor found are protected and every flag round is a
@@ -189,14 +205,8 @@ pub(crate) fn factor(n: u64, k: u64, snapshot: bool) -> Result<(), p2pmp_mpi::Er
     w.barrier()?;
     let t = Instant::now();
     let global = loop {
-        let mut i = 0;
-        while i < k && cand <= limit {
-            if n % cand == 0 {
-                found = cand;
-                break;
-            }
-            i += 1;
-            cand += step;
+        if let Some(f) = trial_divide(n, &mut cand, step, k, limit) {
+            found = f;
         }
         let global = if r == 0 {
             let mut g = found;

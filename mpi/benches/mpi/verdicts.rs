@@ -20,6 +20,10 @@ struct Target {
     higher_better: bool,
 }
 
+/// The factoring targets' K, and the keys of their 8-rank and 1-rank rows.
+const FACTOR_ROWS: [(u64, &str, &str); 2] =
+    [(10_000, "factor_8_k10000_s", "factor_1_k10000_s"), (500, "factor_8_s", "factor_1_s")];
+
 fn t(what: impl Into<String>, ours: &str, theirs: &[&str], at_most: bool, bound: f64) -> Target {
     Target {
         what: what.into(),
@@ -80,7 +84,7 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
         let what = format!("ring {n} x {loops} vs Open MPI default");
         targets.push(t(what, &format!("p2pmp_{key}"), &[&format!("openmpi_default_{key}")], true, bound));
     }
-    for (k, eight, one) in [(10_000, "factor_8_k10000_s", "factor_1_k10000_s"), (500, "factor_8_s", "factor_1_s")] {
+    for (k, eight, one) in FACTOR_ROWS {
         let mut f = t(
             format!("factoring, 8 ranks, K={k}, vs the ideal (1 rank / 2 cores)"),
             &format!("p2pmp_{eight}"),
@@ -115,6 +119,14 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
             (_, None) => format!("n/a (no {})", tg.theirs.join(" / ")),
         };
         let _ = writeln!(out, "  {:<62} {line}", tg.what);
+    }
+    let _ = writeln!(out, "  the factoring's floor on this machine (raw shared memory, yielding; no target):");
+    for (k, eight, one) in FACTOR_ROWS {
+        let line = match (fig.get(&format!("raw_shm_yield_{eight}")), fig.get(&format!("p2pmp_{one}"))) {
+            (Some(&raw), Some(&one)) => format!("{raw:.3} / {:.3} = {:.2} x the ideal", one / 2.0, raw / (one / 2.0)),
+            _ => "n/a".into(),
+        };
+        let _ = writeln!(out, "    8 ranks, K={k}: {line}");
     }
     let _ = writeln!(out, "  beside a CPU hog on each core (reported, no target):");
     for key in ["hog_lat_8b_us", "hog_ring_2x2000_s"] {
