@@ -112,6 +112,12 @@ impl PostedQueue {
 
     /// Removes and returns the earliest-posted receive matching `k`.
     pub(crate) fn take_match(&mut self, k: &Key) -> Option<RequestId> {
+        if self.wild.is_empty() {
+            // Only exact receives: the bucket's first, one lookup.
+            let req = pop_bucket(&mut self.exact, k).map(|(_, r)| r);
+            self.len -= usize::from(req.is_some());
+            return req;
+        }
         let exact = self.exact.get(k).and_then(|q| q.front()).map(|&(o, _)| o);
         let limit = exact.unwrap_or(u64::MAX);
         let wild = self.wild.iter().take_while(|w| w.order < limit).position(|w| w.pat.matches(k));
