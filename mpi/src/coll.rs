@@ -228,7 +228,7 @@ impl World {
         let mut d = 1;
         while d < p {
             let cnt = d.min(p - d) as usize;
-            let out = Bytes::copy_from_slice(&buf[..cnt * n]);
+            let out = pod::shared_bytes(&buf[..cnt * n]);
             let x = self.coll_sendrecv(out, (r + p - d) % p, (r + d) % p, TAG_ALLGATHER)?;
             if x.len() != cnt * n {
                 return Err(mismatch("allgather", x.len(), cnt * n));
@@ -257,7 +257,7 @@ impl World {
         let mut out = vec![0u8; all.len()];
         let me = r as usize;
         out[me * n..(me + 1) * n].copy_from_slice(&all[me * n..(me + 1) * n]);
-        let block = |to: u32| Bytes::copy_from_slice(&all[to as usize * n..(to as usize + 1) * n]);
+        let block = |to: u32| pod::shared_bytes(&all[to as usize * n..(to as usize + 1) * n]);
         let mut put = |from: u32, x: &[u8]| {
             if x.len() != n {
                 return Err(mismatch("alltoall", x.len(), n));

@@ -84,7 +84,7 @@ pub use env::{
 pub use error::{Error, Result};
 pub use group::{Group, Similarity};
 pub use intercoll::InterRoot;
-pub use pod::{Op, Pod};
+pub use pod::{Op, Pod, shared_bytes};
 pub use progress::{SpinPolicy, WaitStats};
 pub use reduce::Combine;
 pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, Status, World, init};

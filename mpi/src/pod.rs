@@ -92,7 +92,39 @@ impl Op {
 
 /// The bytes of a typed slice, copied once into a shareable buffer.
 pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
-    Bytes::copy_from_slice(bytemuck::cast_slice(data))
+    shared_bytes(bytemuck::cast_slice(data))
+}
+
+/// Messages of up to this many bytes are copied into one allocation that
+/// holds its own reference count.
+const INLINE: usize = 64;
+
+/// A small message's bytes, held inline (see [`shared_bytes`]).
+struct Inline {
+    len: u8,
+    buf: [u8; INLINE],
+}
+
+impl AsRef<[u8]> for Inline {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+/// `bytes` copied into a buffer that is cheap to share: the way to make the
+/// `Bytes` of a small message for [`crate::World::send_bytes`] and the other
+/// calls that take `Bytes`. The engine keeps a sent message until it is
+/// acknowledged and hands the transport a second reference: a `Bytes` made
+/// from a `Vec` allocates its shared count at that first clone (two
+/// allocations and two frees a message), a small one made here needs one of
+/// each.
+pub fn shared_bytes(bytes: &[u8]) -> Bytes {
+    if bytes.len() > INLINE {
+        return Bytes::copy_from_slice(bytes);
+    }
+    let mut small = Inline { len: bytes.len() as u8, buf: [0; INLINE] };
+    small.buf[..bytes.len()].copy_from_slice(bytes);
+    Bytes::from_owner(small)
 }
 
 /// A typed vector from message bytes (which may be unaligned for `T`).
@@ -126,6 +158,19 @@ pub(crate) fn copy_into<T: Pod>(buf: &mut [T], data: &[u8]) -> crate::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_bytes_copies_any_length_and_clones_share_it() {
+        for len in [0, 1, INLINE - 1, INLINE, INLINE + 1, 4096] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let b = shared_bytes(&src);
+            assert_eq!(&b[..], &src[..], "{len} bytes");
+            let (c, d) = (b.clone(), b.slice(len / 2..));
+            drop(b);
+            assert_eq!((&c[..], &d[..]), (&src[..], &src[len / 2..]), "{len} bytes, shared");
+            assert_eq!(c.as_ptr(), d.as_ptr().wrapping_sub(len / 2), "{len} bytes: one buffer");
+        }
+    }
 
     #[test]
     fn ops_and_conversions() {

@@ -235,6 +235,12 @@ impl Buf {
     /// # Safety
     /// The buffer holds `count` elements of the type, readable.
     pub(crate) unsafe fn pack(&self) -> Bytes {
+        let mut runs = self.dt.layout.runs(self.count).filter(|r| r.len > 0);
+        if let (Some(r), None) = (runs.next(), runs.next()) {
+            // One run: copied straight from the caller's buffer.
+            // SAFETY: the run lies within the caller's buffer (see pack_into).
+            return p2pmp_mpi::shared_bytes(unsafe { std::slice::from_raw_parts(self.at(r), r.len as usize) });
+        }
         let mut out = Vec::with_capacity(self.bytes());
         // SAFETY: as the caller vouched.
         unsafe { self.pack_into(&mut out) };
