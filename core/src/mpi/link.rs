@@ -468,6 +468,12 @@ impl Links {
         self.actions.pop_front()
     }
 
+    /// Whether [`Links::poll_action`] has anything (a check cheaper than the
+    /// call when, as almost always, nothing is to do).
+    pub fn has_action(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
     /// When [`Links::handle_timeout`] should next be called: the earliest
     /// attempt deadline, or end of a back-off the engine waits for.
     pub fn poll_timeout(&self, engine: &MpiEngine) -> Option<Instant> {

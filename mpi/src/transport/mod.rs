@@ -358,7 +358,16 @@ impl Transport {
         Ok(())
     }
 
+    /// Writes what the connections marked dirty hold (checked inline: this
+    /// runs after every frame and read, and almost always finds none).
+    #[inline]
     fn flush_dirty(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
+        if !self.dirty.is_empty() {
+            self.flush_dirty_slots(engine, now);
+        }
+    }
+
+    fn flush_dirty_slots(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
             match conn.write_tx() {
@@ -379,8 +388,17 @@ impl Transport {
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
-    /// kept for the next one to report.
+    /// kept for the next one to report. (Checked inline: there is almost
+    /// never an action, and the call that carries one out costs more than
+    /// the rest of a look at an idle ring.)
+    #[inline]
     fn apply_links_now(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
+        if self.links.has_action() {
+            self.apply_link_actions(engine, now);
+        }
+    }
+
+    fn apply_link_actions(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(a) = self.links.poll_action() {
             if let Some(e) = self.apply(engine, now.get(), a) {
                 self.gave_up.get_or_insert(e);
