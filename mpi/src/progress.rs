@@ -13,20 +13,26 @@
 //!   (`Transport::local_ranks`), not by a load average.
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
-//!   is long, or soon when other work competes for the core: when the
-//!   machine has more tasks ready to run than CPUs online (the scheduler's
-//!   count, looked at every few milliseconds of waiting), or a spinning rank is
-//!   preempted (a gap in its polling a good part of the scheduler's least
-//!   slice, [`PREEMPTED_GAP`]), the rank polls only briefly for a while
-//!   ([`CONTENDED_SPIN`] at most, for [`CONTENDED_MIN`], doubling up to
-//!   [`CONTENDED_MAX`] while this comes again within that): long enough to
-//!   catch the answer of a peer that is running, and a woken sleeper gets the
-//!   core back sooner than a yielder or a preempted poller would. Shorter
-//!   gaps are the machine's own housekeeping (kernel threads, interrupts),
-//!   not competing work: on the 2-core test machine two
-//!   ranks spinning side by side see about a hundred gaps of 40 us to 1 ms a
-//!   second; beside a CPU hog on each core, over a hundred a second of 3 ms
-//!   and more, half the time lost.
+//!   is long: past the poll budget. While other work competes for the cores,
+//!   a wait on a peer over a ring polls by a budget of its own instead, which
+//!   grows up to [`CONTENDED_SPIN`] (milliseconds: a peer that lost its core
+//!   to the other work gets it back within a few of the scheduler's slices,
+//!   and an answer polled for is caught as it comes, where a sleeper is woken
+//!   behind the other work) and halves when the answer came once this rank
+//!   was off its core (see `Waits::learn_contended`); a wait on a socket
+//!   polls [`CONTENDED_SOCKET_SPIN`] at most, then sleeps in `recv`. Other
+//!   work is seen when the machine has more tasks ready to run than CPUs
+//!   online (the scheduler's count, looked at every few milliseconds of
+//!   waiting), or when a polling rank is preempted (a gap in its polling a
+//!   good part of the scheduler's least slice, [`PREEMPTED_GAP`]): that wait
+//!   goes on as a contended one, and so do the waits of the next
+//!   [`CONTENDED_MIN`], doubling up to [`CONTENDED_MAX`] while this comes
+//!   again within that. Shorter gaps are
+//!   the machine's own housekeeping (kernel threads, interrupts), not
+//!   competing work: on the 2-core test machine two ranks spinning side by
+//!   side see about a hundred gaps of 40 us to 1 ms a second; beside a CPU
+//!   hog on each core, over a hundred a second of 3 ms and more, half the
+//!   time lost.
 //!
 //! `P2PMP_SPIN_US` / `P2PMP_YIELDS` (or [`crate::World::set_spin_policy`])
 //! replace all this with a fixed policy.
@@ -57,23 +63,49 @@ const MAX_YIELD: Duration = Duration::from_millis(2);
 /// A gap this long between two polls means the rank was preempted by
 /// competing work (the kernel's least slice is 0.75 ms).
 const PREEMPTED_GAP: Duration = Duration::from_micros(250);
-/// How long a rank that saw other work take its core polls only briefly
-/// ([`CONTENDED_SPIN`]) after a preemption seen alone: a short burst
-/// of other work (a daemon's tick, a compiler starting) must not cost the
-/// fast path for long.
+/// How long a rank that saw other work take its core waits as contended
+/// waits do ([`CONTENDED_SPIN`]) after a preemption seen alone: a short
+/// burst of other work (a daemon's tick, a compiler starting) should not
+/// make the long waits after it poll for long.
 const CONTENDED_MIN: Duration = Duration::from_millis(2);
 /// At most this long, after preemptions seen one right after the other
 /// (a CPU hog beside the rank).
 const CONTENDED_MAX: Duration = Duration::from_millis(50);
 
-/// Longest busy-poll of a wait while other work competes for the core: long
-/// enough to catch an answer from a peer that is running (a round trip of
-/// a few microseconds), short enough to give the core up soon when it is
-/// not. Beside a CPU hog on each core, 2 x 200,000 ring, fixed policies:
-/// 2 us of polling before sleeping took 3.1-4.9 s, 5-20 us 0.7-0.8 s (MPICH
-/// 0.64-0.70); this default against the 2 us one before it, builds taken in
-/// turns: 1.16-2.3 s (median 1.27) against 2.7-7.0 (3.6).
-const CONTENDED_SPIN: Duration = Duration::from_micros(20);
+/// Longest busy-poll of a wait on a ring while other work competes for the
+/// cores (its budget starts at [`MAX_SPIN`]): longer than the scheduler takes
+/// to give a peer that lost its core to the other work its turn again (a few
+/// of its slices), so that the answer is caught as it comes; a wait that
+/// sleeps instead is woken behind the other work, and the two ranks then take
+/// turns at being late. Beside a CPU hog on each core, 2 ranks, fixed
+/// policies, 4 runs each (8 B ping-pong of 20,000; ring 2 x 2,000): polling
+/// 200 us before sleeping gave 0.8-52.7 us and 0.005-0.35 s, 5 ms 1.2-63.6
+/// us, 10 ms 1.2-2.5 us and 0.006-0.015 s, 30 ms 1.2-4.3 us and 0.002-0.009
+/// s, 100 ms 1.1-4.5 us; 20 us and a sleep at once after a preemption (the
+/// policy before) 1.5-24.3 us and 0.0015-0.06 s; MPICH, which never sleeps,
+/// 1.5 us.
+const CONTENDED_SPIN: Duration = Duration::from_millis(20);
+/// Busy-poll of a wait on a socket while other work competes for the cores,
+/// at most (the peer's budget if less): long enough to catch the answer of
+/// a peer that is running; past it the rank sleeps in `recv`, and the kernel
+/// wakes it with the packet. Polling a socket longer costs a system call a
+/// look, and the CPU it takes may be the one the awaited rank needs (ranks of
+/// other network namespaces of one machine, as in the tests): the two-host
+/// tests took 300-370 s with the rings' long polls on sockets too, 160 s
+/// without.
+const CONTENDED_SOCKET_SPIN: Duration = Duration::from_micros(20);
+/// An answer that comes this soon after a sleep began was let run by it.
+const FREED_CORE: Duration = Duration::from_micros(100);
+
+/// The budget a wait polls by, which learns from how it went: the peer's
+/// own, the one for waits beside other work, or none (a fixed policy, or
+/// yielding to this job's other ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Learns {
+    Budget,
+    Contended,
+    Nothing,
+}
 
 /// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +184,9 @@ pub(crate) struct Waits {
     cores: u32,
     /// Poll budget per peer; the last entry is for waits on several peers.
     budget: Vec<Duration>,
+    /// The same for waits while other work competes for the cores (see
+    /// [`Waits::learn_contended`]).
+    contended_budget: Vec<Duration>,
     /// Until when other work is taken to compete for this rank's core.
     contended_until: Option<Instant>,
     /// How long the next preemption keeps this rank polling only briefly.
@@ -170,6 +205,7 @@ impl Waits {
             fixed: SpinPolicy::from_env(),
             cores,
             budget: vec![MAX_SPIN / 4; size as usize + 1],
+            contended_budget: vec![MAX_SPIN; size as usize + 1],
             contended_until: None,
             penalty: CONTENDED_MIN,
             runnable: Runnable::open(),
@@ -186,7 +222,8 @@ impl Waits {
         peer.map_or(self.budget.len() - 1, |p| (p as usize).min(self.budget.len() - 1))
     }
 
-    fn plan(&self, now: Instant, peer: Option<u32>, local_ranks: u32) -> Plan {
+    /// How a wait on `peer` (through a shared-memory ring: `ring`) goes.
+    fn plan(&self, now: Instant, peer: Option<u32>, local_ranks: u32, ring: bool) -> Plan {
         if let Some(f) = self.fixed {
             return Plan { spin: f.spin, yields: f.yields, yield_for: Duration::MAX };
         }
@@ -194,10 +231,11 @@ impl Waits {
             return Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
         }
         let budget = self.budget[self.slot(peer)];
-        if self.contended_until.is_some_and(|t| now < t) {
-            return Plan::spin(budget.min(CONTENDED_SPIN));
+        match self.contended_until.is_some_and(|t| now < t) {
+            true if ring => Plan::spin(self.contended_budget[self.slot(peer)]),
+            true => Plan::spin(budget.min(CONTENDED_SOCKET_SPIN)),
+            false => Plan::spin(budget),
         }
-        Plan::spin(budget)
     }
 
     /// A wait on `peer` took `waited` in all: a short one says polling
@@ -207,6 +245,32 @@ impl Waits {
         let i = self.slot(peer);
         let b = &mut self.budget[i];
         *b = if waited <= MAX_SPIN { (*b).max(waited * 2) } else { *b / 2 }.clamp(MIN_SPIN, MAX_SPIN);
+    }
+
+    /// A stretch of `waited` of a wait on `peer` (`freed`: see
+    /// [`Waits::learn_contended`]) teaches the budget the wait polled by.
+    fn learn_as(&mut self, learns: Learns, peer: Option<u32>, waited: Duration, freed: bool) {
+        match learns {
+            Learns::Budget => self.learn(peer, waited),
+            Learns::Contended => self.learn_contended(peer, waited, freed),
+            Learns::Nothing => {}
+        }
+    }
+
+    /// A wait on `peer` while other work competes for the cores ended after
+    /// `waited`. An answer that came while polling on undisturbed, or long
+    /// into a sleep, came from a peer that ran on a core of its own: polling
+    /// that long would have caught it (the budget grows to twice the wait, up
+    /// to [`CONTENDED_SPIN`]). One that came while this rank was off its core
+    /// (`freed`: preempted while polling, or right after a sleep began, see
+    /// [`FREED_CORE`]) may have come because it was: the peer awaited needed
+    /// that core (a rank of this job in another network namespace of this
+    /// machine, or on the same CPU), and polling only kept it waiting (the
+    /// budget halves).
+    fn learn_contended(&mut self, peer: Option<u32>, waited: Duration, freed: bool) {
+        let i = self.slot(peer);
+        let b = &mut self.contended_budget[i];
+        *b = if freed { *b / 2 } else { (*b).max(waited * 2) }.clamp(MIN_SPIN, CONTENDED_SPIN);
     }
 
     /// Looks at the machine's runnable tasks if due: more than CPUs at two
@@ -330,11 +394,19 @@ impl World {
                 self.waits.stats.oversubscribed += 1;
             }
             self.waits.look_at_runnable(start);
-            let plan = self.waits.plan(start, from, local);
+            let ring = from.is_some_and(|f| self.net.is_ring(f));
+            let mut plan = self.waits.plan(start, from, local, ring);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);
-            // Only a wait that polls by its own budget learns from how it went.
+            // Whether this stretch of polling lost the core (see Waits::learn_contended).
+            let mut preempted = false;
+            // Only a wait that polls by a budget learns from how it went.
             let contended = self.waits.contended_until.is_some_and(|t| start < t);
-            let spinning = plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() && !contended;
+            let mut learns = match plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() {
+                false => Learns::Nothing,
+                true if contended && ring => Learns::Contended,
+                true if contended => Learns::Nothing,
+                true => Learns::Budget,
+            };
             // The first look goes by the clock read at the start.
             let (mut now, mut stale) = (start, false);
             let won = plan.polls()
@@ -345,7 +417,8 @@ impl World {
                         break true;
                     }
                     if got || self.net.written() != written {
-                        self.progressed(spinning, from, now, &mut idle_from, &mut written);
+                        self.progressed(learns, preempted, from, now, &mut idle_from, &mut written);
+                        preempted = false;
                         // Handling input, or copying output into a ring or
                         // socket, takes time of its own: no gap to judge.
                         fresh = true;
@@ -355,11 +428,17 @@ impl World {
                     let gap = now.duration_since(last);
                     last = now;
                     let judged = !std::mem::take(&mut fresh);
-                    if spinning && judged && gap > PREEMPTED_GAP {
-                        // Something else ran on this core meanwhile.
+                    if learns != Learns::Nothing && judged && gap > PREEMPTED_GAP {
+                        // Something else ran on this core meanwhile: poll on
+                        // as a wait beside other work does (on a socket,
+                        // sleep: the kernel wakes the rank with the packet).
                         self.waits.stats.preempted_gaps += 1;
                         self.waits.contended(now);
-                        break false;
+                        if !ring {
+                            break false;
+                        }
+                        plan = self.waits.plan(now, from, local, ring);
+                        (learns, preempted) = (Learns::Contended, true);
                     }
                     let idle = now.duration_since(idle_from);
                     if idle < plan.spin {
@@ -397,39 +476,37 @@ impl World {
                 };
             if won {
                 self.waits.stats.polled += 1;
-                if spinning {
-                    self.waits.learn(from, last.duration_since(idle_from));
-                }
+                self.waits.learn_as(learns, from, last.duration_since(idle_from), preempted);
                 return Ok(());
             }
             let got = self.sleep_once(from)?;
             start = Instant::now();
+            // The sleep began at the last clock read (as old as one round).
+            let freed = preempted || start.saturating_duration_since(now) < FREED_CORE;
             if done(self) {
-                if spinning {
-                    self.waits.learn(from, start.saturating_duration_since(idle_from));
-                }
+                self.waits.learn_as(learns, from, start.saturating_duration_since(idle_from), freed);
                 return Ok(());
             }
             if got || self.net.written() != written {
-                self.progressed(spinning, from, start, &mut idle_from, &mut written);
+                self.progressed(learns, freed, from, start, &mut idle_from, &mut written);
             }
         }
     }
 
     /// The wait on `from` made progress at `now` after being idle since
-    /// `idle_from`: a polling wait learns from that stretch (see
-    /// [`Waits::learn`]), and the next stretch starts.
+    /// `idle_from` (`freed`: see [`Waits::learn_contended`]): a polling wait
+    /// learns from that stretch (see [`Waits::learn_as`]), and the next
+    /// stretch starts.
     fn progressed(
         &mut self,
-        spinning: bool,
+        learns: Learns,
+        freed: bool,
         from: Option<u32>,
         now: Instant,
         idle_from: &mut Instant,
         written: &mut u64,
     ) {
-        if spinning {
-            self.waits.learn(from, now.saturating_duration_since(*idle_from));
-        }
+        self.waits.learn_as(learns, from, now.saturating_duration_since(*idle_from), freed);
         *idle_from = now;
         *written = self.net.written();
     }
@@ -470,6 +547,7 @@ mod tests {
             fixed: None,
             cores,
             budget: vec![MAX_SPIN / 4; 5],
+            contended_budget: vec![MAX_SPIN; 5],
             contended_until: None,
             penalty: CONTENDED_MIN,
             runnable: Runnable::open(),
@@ -482,8 +560,8 @@ mod tests {
     fn ranks_outnumbering_cores_yield_and_others_poll() {
         let now = Instant::now();
         let w = waits(2);
-        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(MAX_SPIN / 4));
-        let p = w.plan(now, Some(1), 3);
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(MAX_SPIN / 4));
+        let p = w.plan(now, Some(1), 3, true);
         assert!(p.spin.is_zero() && p.yields > 0, "{p:?}");
     }
 
@@ -492,43 +570,74 @@ mod tests {
         let now = Instant::now();
         let mut w = waits(2);
         w.learn(Some(1), Duration::from_micros(80));
-        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(Duration::from_micros(160)), "twice a short wait");
-        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MAX_SPIN / 4), "another peer keeps its own");
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(Duration::from_micros(160)), "twice a short wait");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MAX_SPIN / 4), "another peer keeps its own");
         for _ in 0..10 {
             w.learn(Some(2), Duration::from_millis(5));
         }
-        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MIN_SPIN), "long waits: polling does not pay");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MIN_SPIN), "long waits: polling does not pay");
         w.learn(Some(2), Duration::from_micros(3));
-        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(Duration::from_micros(6)), "a short one brings it back");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(Duration::from_micros(6)), "a short one brings it back");
         w.learn(Some(1), MAX_SPIN);
-        assert_eq!(w.plan(now, Some(1), 2), Plan::spin(MAX_SPIN), "capped");
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(MAX_SPIN), "capped");
         w.learn(None, Duration::from_secs(1));
-        assert_eq!(w.plan(now, None, 2), Plan::spin(MAX_SPIN / 8), "waits on several peers learn apart");
+        assert_eq!(w.plan(now, None, 2, true), Plan::spin(MAX_SPIN / 8), "waits on several peers learn apart");
     }
 
     #[test]
-    fn a_preempted_rank_polls_only_briefly_for_a_while() {
+    fn a_preempted_rank_polls_past_the_schedulers_slices_for_a_while() {
+        assert!(CONTENDED_SPIN > 10 * MAX_SPIN, "longer than any budget, and than a few slices");
         let now = Instant::now();
         let mut w = waits(2);
         w.contended(now);
-        assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2), Plan::spin(CONTENDED_SPIN), "briefly");
+        let long = Plan::spin(MAX_SPIN);
+        assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2, true), long, "long");
+        let brief = Plan::spin(CONTENDED_SOCKET_SPIN);
+        assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2, false), brief, "on a socket: briefly");
         for _ in 0..10 {
             w.learn(Some(2), Duration::from_millis(5));
         }
-        assert_eq!(w.plan(now, Some(2), 2), Plan::spin(MIN_SPIN), "a peer whose answers take long: less");
-        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4), "a lone one: over soon");
-        // Preempted again right after each window: brief polls for longer and longer.
+        assert_eq!(w.plan(now, Some(2), 2, true), long, "whatever the peer's own budget");
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(2), 2, true), Plan::spin(MIN_SPIN), "its budget once over");
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2, true), Plan::spin(MAX_SPIN / 4), "a lone one: over soon");
+        // Preempted again right after each window: long polls for longer and longer.
         let mut t = now + CONTENDED_MIN;
         for want in [4, 8, 16, 32, 50, 50] {
             w.contended(t);
             let d = Duration::from_millis(want);
-            assert_eq!(w.plan(t + d - Duration::from_micros(1), Some(1), 2), Plan::spin(CONTENDED_SPIN), "{want} ms");
-            assert_eq!(w.plan(t + d, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+            assert_eq!(w.plan(t + d - Duration::from_micros(1), Some(1), 2, true), long, "{want} ms");
+            assert_eq!(w.plan(t + d, Some(1), 2, true), Plan::spin(MAX_SPIN / 4));
             t += d;
         }
-        // Long after, a lone one is brief again.
+        // Long after, a lone one is short again.
         w.contended(t + Duration::from_secs(1));
-        assert_eq!(w.plan(t + Duration::from_secs(1) + CONTENDED_MIN, Some(1), 2), Plan::spin(MAX_SPIN / 4));
+        assert_eq!(w.plan(t + Duration::from_secs(1) + CONTENDED_MIN, Some(1), 2, true), Plan::spin(MAX_SPIN / 4));
+    }
+
+    #[test]
+    fn polling_beside_other_work_grows_to_catch_answers_and_halves_when_its_core_was_needed() {
+        let now = Instant::now();
+        let mut w = waits(2);
+        w.contended(now);
+        let ms = Duration::from_millis;
+        w.learn_as(Learns::Contended, Some(1), ms(3), false);
+        assert_eq!(
+            w.plan(now, Some(1), 2, true),
+            Plan::spin(ms(6)),
+            "answered while this rank kept its core: poll that long"
+        );
+        w.learn_as(Learns::Contended, Some(1), CONTENDED_SPIN / 2, false);
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(CONTENDED_SPIN), "caught while polling: up to the cap");
+        w.learn_as(Learns::Contended, Some(1), Duration::from_micros(3), false);
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(CONTENDED_SPIN), "a quick one takes nothing away");
+        for _ in 0..20 {
+            w.learn_as(Learns::Contended, Some(1), ms(1), true);
+        }
+        assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(MIN_SPIN), "answered once it left its core: the least");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MAX_SPIN), "each peer apart");
+        assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2, true), Plan::spin(MAX_SPIN / 4), "its own budget untouched");
+        w.learn_as(Learns::Nothing, Some(2), Duration::from_secs(1), false);
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MAX_SPIN), "a wait by no budget teaches none");
     }
 
     #[test]
@@ -536,9 +645,9 @@ mod tests {
         let now = Instant::now();
         let mut w = waits(2);
         w.set_fixed(SpinPolicy { spin: Duration::ZERO, yields: 0 });
-        assert!(!w.plan(now, Some(1), 8).polls(), "sleep at once");
+        assert!(!w.plan(now, Some(1), 8, true).polls(), "sleep at once");
         w.set_fixed(SpinPolicy { spin: Duration::from_micros(5), yields: 3 });
-        let p = w.plan(now, Some(1), 1);
+        let p = w.plan(now, Some(1), 1, true);
         assert_eq!((p.spin, p.yields), (Duration::from_micros(5), 3));
     }
 }

@@ -918,6 +918,12 @@ impl Transport {
         got
     }
 
+    /// Whether rank `peer`'s frames come through a shared-memory ring.
+    pub(crate) fn is_ring(&self, peer: u32) -> bool {
+        let slot = self.heard_on.get(peer as usize).copied().flatten();
+        slot.and_then(|s| self.conns.get(s)).and_then(Option::as_ref).is_some_and(|c| matches!(c.io, Io::Shm(_)))
+    }
+
     /// Whether a full look may find something: bytes in the ring of `from`
     /// (or of any shared-memory peer), one load each and no system call.
     /// True when that cannot be told so cheaply (a TCP peer, or none known).
