@@ -57,6 +57,16 @@ use std::time::{Duration, Instant};
 
 use run::{Mpi, RefBuild, RunResult};
 
+/// A figure as the tables print it: whole from 100 on, else three significant
+/// digits (a ring of 0.0005 s must not read 0.000).
+pub(crate) fn figure(v: f64) -> String {
+    if v.abs() >= 100.0 || v == 0.0 || !v.is_finite() {
+        return format!("{v:.0}");
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 9) as usize;
+    format!("{v:.digits$}")
+}
+
 pub(crate) const SIZES: [usize; 7] = [1, 8, 1024, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 pub(crate) const SEMIPRIME: u64 = 4_611_686_039_902_224_373;
 /// Rounds of the ping-pongs, every system taking its turn in each.
@@ -141,7 +151,7 @@ struct Results {
 
 impl Results {
     fn put(&mut self, section: &'static str, row: &str, system: &str, key: &str, value: Result<f64, String>) {
-        let shown = value.as_ref().map_or_else(|e| format!("- ({e})"), |v| format!("{v:.3}"));
+        let shown = value.as_ref().map_or_else(|e| format!("- ({e})"), |&v| figure(v));
         eprintln!("  {section:<9} {row:<22} {system:<16} {shown}");
         let (row, system, key) = (row.to_string(), system.to_string(), key.to_string());
         self.cells.push(Cell { section, row, system, key, value });
@@ -200,8 +210,7 @@ impl Results {
             for s in &systems {
                 let text = match cells.iter().find(|c| c.row == r && c.system == *s).map(|c| &c.value) {
                     None => String::new(),
-                    Some(Ok(v)) if *v >= 100.0 => format!("{v:.0}"),
-                    Some(Ok(v)) => format!("{v:.3}"),
+                    Some(Ok(v)) => figure(*v),
                     Some(Err(e)) => {
                         let note = format!("{s}: {e}");
                         let i = notes.iter().position(|n| *n == note).unwrap_or_else(|| {

@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::figure;
+
 /// One target: p2pmp's key, the reference (a key, or the best of several),
 /// and the bound on their ratio.
 struct Target {
@@ -109,8 +111,9 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
                 let ok = if tg.at_most { ratio <= tg.bound } else { ratio >= tg.bound };
                 let cmp = if tg.at_most { "<=" } else { ">=" };
                 format!(
-                    "{ours:.3} / {:.3} = {ratio:.2} (target {cmp} {}) {}",
-                    r * tg.scale,
+                    "{} / {} = {ratio:.2} (target {cmp} {}) {}",
+                    figure(ours),
+                    figure(r * tg.scale),
                     tg.bound,
                     if ok { "ok" } else { "MISSED" }
                 )
@@ -123,7 +126,9 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
     let _ = writeln!(out, "  the factoring's floor on this machine (raw shared memory, yielding; no target):");
     for (k, eight, one) in FACTOR_ROWS {
         let line = match (fig.get(&format!("raw_shm_yield_{eight}")), fig.get(&format!("p2pmp_{one}"))) {
-            (Some(&raw), Some(&one)) => format!("{raw:.3} / {:.3} = {:.2} x the ideal", one / 2.0, raw / (one / 2.0)),
+            (Some(&raw), Some(&one)) => {
+                format!("{} / {} = {:.2} x the ideal", figure(raw), figure(one / 2.0), raw / (one / 2.0))
+            }
             _ => "n/a".into(),
         };
         let _ = writeln!(out, "    8 ranks, K={k}: {line}");
@@ -132,7 +137,9 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
     for key in ["hog_lat_8b_us", "hog_ring_2x2000_s"] {
         let cells: Vec<String> = ["p2pmp", "mpich_default", "openmpi_default"]
             .iter()
-            .map(|s| fig.get(&format!("{s}_{key}")).map_or_else(|| format!("{s} n/a"), |v| format!("{s} {v:.3}")))
+            .map(|s| {
+                fig.get(&format!("{s}_{key}")).map_or_else(|| format!("{s} n/a"), |&v| format!("{s} {}", figure(v)))
+            })
             .collect();
         let _ = writeln!(out, "    {key}: {}", cells.join(", "));
     }
