@@ -57,8 +57,8 @@ impl World {
     }
 
     fn inter_send(&mut self, comm: &Comm, data: Bytes, to: u32, tag: i32) -> Result<()> {
-        let r = self.inter_isend(comm, data, to, tag)?;
-        self.wait(r).map(|_| ())
+        let w = comm.peer(to)?;
+        self.send_on(comm.id.coll(), data, w, tag)
     }
 
     fn local<R>(&mut self, comm: &Comm, f: impl FnOnce(&mut World) -> Result<R>) -> Result<R> {

@@ -98,6 +98,7 @@ pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
 /// Messages of up to this many bytes are copied into one allocation that
 /// holds its own reference count.
 const INLINE: usize = 64;
+const _: () = assert!(INLINE <= u8::MAX as usize, "the length is kept in a u8");
 
 /// A small message's bytes, held inline (see [`shared_bytes`]).
 struct Inline {
@@ -119,7 +120,7 @@ impl AsRef<[u8]> for Inline {
 /// allocations and two frees a message), a small one made here needs one of
 /// each.
 pub fn shared_bytes(bytes: &[u8]) -> Bytes {
-    if bytes.len() > INLINE {
+    if bytes.is_empty() || bytes.len() > INLINE {
         return Bytes::copy_from_slice(bytes);
     }
     let mut small = Inline { len: bytes.len() as u8, buf: [0; INLINE] };
@@ -168,7 +169,7 @@ mod tests {
             let (c, d) = (b.clone(), b.slice(len / 2..));
             drop(b);
             assert_eq!((&c[..], &d[..]), (&src[..], &src[len / 2..]), "{len} bytes, shared");
-            assert_eq!(c.as_ptr(), d.as_ptr().wrapping_sub(len / 2), "{len} bytes: one buffer");
+            assert_eq!(c.as_ptr(), d.as_ptr().wrapping_sub(len / 2), "{len} bytes: a slice shares the buffer");
         }
     }
 

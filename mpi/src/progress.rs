@@ -19,8 +19,8 @@
 //!   to the other work gets it back within a few of the scheduler's slices,
 //!   and an answer polled for is caught as it comes, where a sleeper is woken
 //!   behind the other work) and halves when the answer came once this rank
-//!   was off its core (see `Waits::learn_contended`); a wait on a socket
-//!   polls [`CONTENDED_SOCKET_SPIN`] at most, then sleeps in `recv`. Other
+//!   was off its core (see `Waits::learn_contended`); a wait on a socket or
+//!   on several peers polls [`CONTENDED_SOCKET_SPIN`] at most, then sleeps. Other
 //!   work is seen when the machine has more tasks ready to run than CPUs
 //!   online (the scheduler's count, looked at every few milliseconds of
 //!   waiting), or when a polling rank is preempted (a gap in its polling a
@@ -73,7 +73,7 @@ const CONTENDED_MIN: Duration = Duration::from_millis(2);
 const CONTENDED_MAX: Duration = Duration::from_millis(50);
 
 /// Longest busy-poll of a wait on a ring while other work competes for the
-/// cores (its budget starts at [`MAX_SPIN`]): longer than the scheduler takes
+/// cores (its budget starts at [`CONTENDED_START`]): longer than the scheduler takes
 /// to give a peer that lost its core to the other work its turn again (a few
 /// of its slices), so that the answer is caught as it comes; a wait that
 /// sleeps instead is woken behind the other work, and the two ranks then take
@@ -94,12 +94,20 @@ const CONTENDED_SPIN: Duration = Duration::from_millis(20);
 /// tests took 300-370 s with the rings' long polls on sockets too, 160 s
 /// without.
 const CONTENDED_SOCKET_SPIN: Duration = Duration::from_micros(20);
+/// Where the budget of waits on a ring beside other work starts. Below a
+/// preemption gap: a wait that saw one sleeps at once, until waits that
+/// caught their answers by polling raised the budget. Beside two CPU hogs,
+/// 10 runs each of an 8 B ping-pong, starting at 1 ms gave 4 runs over 10
+/// us (up to 144), starting here 2 (up to 78).
+const CONTENDED_START: Duration = MAX_SPIN;
+const _: () = assert!(CONTENDED_SPIN.as_nanos() > 10 * MAX_SPIN.as_nanos());
 /// An answer that comes this soon after a sleep began was let run by it.
 const FREED_CORE: Duration = Duration::from_micros(100);
 
 /// The budget a wait polls by, which learns from how it went: the peer's
-/// own, the one for waits beside other work, or none (a fixed policy, or
-/// yielding to this job's other ranks).
+/// own, the one for waits on a ring beside other work, or none (a fixed
+/// policy, yielding to this job's other ranks, or a contended wait on a
+/// socket or on several peers, which polls briefly and sleeps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Learns {
     Budget,
@@ -184,12 +192,13 @@ pub(crate) struct Waits {
     cores: u32,
     /// Poll budget per peer; the last entry is for waits on several peers.
     budget: Vec<Duration>,
-    /// The same for waits while other work competes for the cores (see
-    /// [`Waits::learn_contended`]).
+    /// The same for waits on a ring while other work competes for the cores
+    /// (see [`Waits::learn_contended`]; the last entry is unused: a wait on
+    /// several peers polls as one on a socket does).
     contended_budget: Vec<Duration>,
     /// Until when other work is taken to compete for this rank's core.
     contended_until: Option<Instant>,
-    /// How long the next preemption keeps this rank polling only briefly.
+    /// How long the next preemption keeps this rank's waits contended.
     penalty: Duration,
     /// The machine's runnable tasks, looked at now and then.
     runnable: Runnable,
@@ -205,7 +214,7 @@ impl Waits {
             fixed: SpinPolicy::from_env(),
             cores,
             budget: vec![MAX_SPIN / 4; size as usize + 1],
-            contended_budget: vec![MAX_SPIN; size as usize + 1],
+            contended_budget: vec![CONTENDED_START; size as usize + 1],
             contended_until: None,
             penalty: CONTENDED_MIN,
             runnable: Runnable::open(),
@@ -266,11 +275,13 @@ impl Waits {
     /// [`FREED_CORE`]) may have come because it was: the peer awaited needed
     /// that core (a rank of this job in another network namespace of this
     /// machine, or on the same CPU), and polling only kept it waiting (the
-    /// budget halves).
+    /// budget halves). So does a wait longer than any budget: the peer was
+    /// busy, not off its core.
     fn learn_contended(&mut self, peer: Option<u32>, waited: Duration, freed: bool) {
         let i = self.slot(peer);
         let b = &mut self.contended_budget[i];
-        *b = if freed { *b / 2 } else { (*b).max(waited * 2) }.clamp(MIN_SPIN, CONTENDED_SPIN);
+        let paid = !freed && waited <= CONTENDED_SPIN;
+        *b = if paid { (*b).max(waited * 2) } else { *b / 2 }.clamp(MIN_SPIN, CONTENDED_SPIN);
     }
 
     /// Looks at the machine's runnable tasks if due: more than CPUs at two
@@ -286,7 +297,8 @@ impl Waits {
         }
     }
 
-    /// Other work took this rank's core (seen at `now`): poll only briefly for a while.
+    /// Other work took this rank's core (seen at `now`): waits are contended
+    /// for a while (see [`Waits::plan`]).
     /// A preemption within [`CONTENDED_MAX`] of the last window's end
     /// doubles the penalty; one on its own sets it back to the least.
     fn contended(&mut self, now: Instant) {
@@ -433,7 +445,11 @@ impl World {
                         // as a wait beside other work does (on a socket,
                         // sleep: the kernel wakes the rank with the packet).
                         self.waits.stats.preempted_gaps += 1;
-                        self.waits.contended(now);
+                        // Once a wait: later gaps of the same stretch are
+                        // the same other work, not more of it.
+                        if !preempted {
+                            self.waits.contended(now);
+                        }
                         if !ring {
                             break false;
                         }
@@ -479,10 +495,13 @@ impl World {
                 self.waits.learn_as(learns, from, last.duration_since(idle_from), preempted);
                 return Ok(());
             }
+            let sleeps = self.waits.stats.sleeps;
             let got = self.sleep_once(from)?;
             start = Instant::now();
-            // The sleep began at the last clock read (as old as one round).
-            let freed = preempted || start.saturating_duration_since(now) < FREED_CORE;
+            // The sleep (if bytes already there did not spare it) began at
+            // the last clock read, as old as one round.
+            let slept = self.waits.stats.sleeps != sleeps;
+            let freed = preempted || (slept && start.saturating_duration_since(now) < FREED_CORE);
             if done(self) {
                 self.waits.learn_as(learns, from, start.saturating_duration_since(idle_from), freed);
                 return Ok(());
@@ -547,7 +566,7 @@ mod tests {
             fixed: None,
             cores,
             budget: vec![MAX_SPIN / 4; 5],
-            contended_budget: vec![MAX_SPIN; 5],
+            contended_budget: vec![CONTENDED_START; 5],
             contended_until: None,
             penalty: CONTENDED_MIN,
             runnable: Runnable::open(),
@@ -585,12 +604,11 @@ mod tests {
     }
 
     #[test]
-    fn a_preempted_rank_polls_past_the_schedulers_slices_for_a_while() {
-        assert!(CONTENDED_SPIN > 10 * MAX_SPIN, "longer than any budget, and than a few slices");
+    fn a_preempted_rank_polls_by_its_contended_budget_for_a_while() {
         let now = Instant::now();
         let mut w = waits(2);
         w.contended(now);
-        let long = Plan::spin(MAX_SPIN);
+        let long = Plan::spin(CONTENDED_START);
         assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2, true), long, "long");
         let brief = Plan::spin(CONTENDED_SOCKET_SPIN);
         assert_eq!(w.plan(now + CONTENDED_MIN / 2, Some(1), 2, false), brief, "on a socket: briefly");
@@ -634,10 +652,12 @@ mod tests {
             w.learn_as(Learns::Contended, Some(1), ms(1), true);
         }
         assert_eq!(w.plan(now, Some(1), 2, true), Plan::spin(MIN_SPIN), "answered once it left its core: the least");
-        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MAX_SPIN), "each peer apart");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(CONTENDED_START), "each peer apart");
         assert_eq!(w.plan(now + CONTENDED_MIN, Some(1), 2, true), Plan::spin(MAX_SPIN / 4), "its own budget untouched");
         w.learn_as(Learns::Nothing, Some(2), Duration::from_secs(1), false);
-        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(MAX_SPIN), "a wait by no budget teaches none");
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(CONTENDED_START), "a wait by no budget teaches none");
+        w.learn_as(Learns::Contended, Some(2), CONTENDED_SPIN * 2, false);
+        assert_eq!(w.plan(now, Some(2), 2, true), Plan::spin(CONTENDED_START / 2), "longer than any budget: less");
     }
 
     #[test]

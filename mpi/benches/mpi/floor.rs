@@ -1,7 +1,7 @@
 //! The floor of the factoring rows: the same trial division and flag rounds
 //! as `ranks::factor`, between processes that share one page and no MPI at
-//! all. Each rank stores its round and its find in a cache line of its own;
-//! rank 0 gathers them and stores the global find in a line of its own.
+//! all. Each rank but 0 stores its round and its find in a cache line of its
+//! own; rank 0 gathers them and stores the global find in a line of its own.
 //! A process waiting for a line yields the CPU between looks (as Open MPI
 //! does on oversubscribed cores; on 2 cores 8 ranks must take turns every
 //! round). What no MPI built on processes can beat on this machine: the
@@ -78,6 +78,9 @@ pub(crate) fn rank_main(spec: &str) -> io::Result<()> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{VAR}={spec}"));
     let v: Vec<u64> = spec.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
     let &[fd, n, k, ranks, rank] = &v[..] else { return Err(bad()) };
+    if !(1..=u64::from(MAX_RANKS)).contains(&ranks) || rank >= ranks {
+        return Err(bad());
+    }
     let (fd, ranks) = (i32::try_from(fd).map_err(|_| bad())?, ranks as usize);
     let (page, answer) = (Page::map(fd)?, ranks + 1);
     // All start together, as the MPI runs start after a barrier.
@@ -138,6 +141,7 @@ fn once(n: u64, k: u64, ranks: u32, limit: Duration) -> io::Result<f64> {
             Ok(c) => children.push(c),
             Err(e) => {
                 children.iter_mut().for_each(|c| drop(c.kill()));
+                children.iter_mut().for_each(|c| drop(c.wait()));
                 return Err(e);
             }
         }

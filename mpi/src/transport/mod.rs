@@ -367,6 +367,7 @@ impl Transport {
         }
     }
 
+    #[inline(never)]
     fn flush_dirty_slots(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(slot) = self.dirty.pop() {
             let Some(conn) = self.conns[slot].as_mut() else { continue };
@@ -398,6 +399,7 @@ impl Transport {
         }
     }
 
+    #[inline(never)]
     fn apply_link_actions(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) {
         while let Some(a) = self.links.poll_action() {
             if let Some(e) = self.apply(engine, now.get(), a) {
@@ -918,20 +920,24 @@ impl Transport {
         got
     }
 
+    /// The ring of connection `slot`, if it is a shared-memory one.
+    fn ring_at(&self, slot: usize) -> Option<&shm::ShmIo> {
+        match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
+            Some(Io::Shm(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether rank `peer`'s frames come through a shared-memory ring.
     pub(crate) fn is_ring(&self, peer: u32) -> bool {
-        let slot = self.heard_on.get(peer as usize).copied().flatten();
-        slot.and_then(|s| self.conns.get(s)).and_then(Option::as_ref).is_some_and(|c| matches!(c.io, Io::Shm(_)))
+        self.heard_on.get(peer as usize).copied().flatten().and_then(|s| self.ring_at(s)).is_some()
     }
 
     /// Whether a full look may find something: bytes in the ring of `from`
     /// (or of any shared-memory peer), one load each and no system call.
     /// True when that cannot be told so cheaply (a TCP peer, or none known).
     pub(crate) fn peek(&self, from: Option<u32>) -> bool {
-        let ring = |slot: usize| match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
-            Some(Io::Shm(s)) => Some(s.has_input()),
-            _ => None,
-        };
+        let ring = |slot: usize| self.ring_at(slot).map(shm::ShmIo::has_input);
         match from {
             Some(f) => self.heard_on.get(f as usize).copied().flatten().and_then(ring).unwrap_or(true),
             None => self.shm_slots.is_empty() || self.shm_slots.iter().any(|&slot| ring(slot).unwrap_or(true)),

@@ -189,6 +189,10 @@ fn a_blocking_send_goes_eagerly_without_a_request_or_gives_the_data_back() {
         assert!(sent * threshold <= window as usize, "credit must run out");
     }
     assert_eq!(p.e[0].stats().credit_fallbacks, 0, "counted only when an isend falls back");
+    // What a blocking send then does: isend what came back, and wait.
+    let back = p.e[0].send_now(0, 1, 3, Bytes::from(vec![3; threshold])).unwrap().unwrap_err();
+    p.e[0].isend(0, 1, 3, back).unwrap();
+    assert_eq!(p.e[0].stats().credit_fallbacks, 1, "counted once, by that isend");
     // Bad arguments are refused as isend refuses them.
     assert!(matches!(p.e[0].send_now(0, 2, 3, Bytes::new()), Err(MpiError::InvalidRank { .. })));
     assert!(matches!(p.e[0].send_now(0, 1, -1, Bytes::new()), Err(MpiError::InvalidTag(-1))));
