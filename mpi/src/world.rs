@@ -365,14 +365,14 @@ impl World {
 
     /// Waits for every request, results in the same order.
     pub fn waitall(&mut self, reqs: Vec<Request>) -> Result<Vec<Completed>> {
-        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))?;
+        self.until_all_finished(&reqs)?;
         reqs.into_iter().map(|r| self.wait(r)).collect()
     }
 
     /// Waits for every one of a collective's sends: [`World::waitall`]
     /// without a vector of results to make and drop.
     pub(crate) fn wait_sends(&mut self, reqs: Vec<Request>) -> Result<()> {
-        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))?;
+        self.until_all_finished(&reqs)?;
         for r in reqs {
             self.wait(r)?;
         }
@@ -381,7 +381,12 @@ impl World {
 
     /// Waits until every one of `reqs` has finished (finish each with [`World::wait`]).
     pub fn wait_all_done(&mut self, reqs: &[&Request]) -> Result<()> {
-        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.0)))
+        self.until_all_finished(reqs)
+    }
+
+    /// Makes progress until every one of `reqs` has finished.
+    fn until_all_finished<R: std::borrow::Borrow<Request>>(&mut self, reqs: &[R]) -> Result<()> {
+        self.progress_until(None, |w| reqs.iter().all(|r| w.finished(r.borrow().0)))
     }
 
     /// Waits until one of `reqs` has finished and returns its index (the lowest

@@ -29,6 +29,16 @@ fn send_tag(tag: c_int) -> Result<i32, Fail> {
     if tag >= 0 { Ok(tag) } else { Err(Fail::new(MPI_ERR_TAG, format!("invalid send tag {tag}"))) }
 }
 
+/// A send's checked destination rank and tag; `None` for `MPI_PROC_NULL`
+/// (nothing to send).
+fn send_target(dest: c_int, tag: c_int, comm: &Comm) -> Result<Option<(u32, i32)>, Fail> {
+    let tag = send_tag(tag)?;
+    Ok(match comm.dest(dest)? {
+        Peer::Rank(to) => Some((to, tag)),
+        _ => None,
+    })
+}
+
 /// How a send completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -72,10 +82,8 @@ pub(crate) unsafe fn start_send(
     tag: c_int,
     comm: &Comm,
 ) -> Result<Pending, Fail> {
-    let tag = send_tag(tag)?;
-    let to = comm.dest(dest)?;
     let send = Pending { req: None, kind: Kind::Send, comm: comm.handle };
-    let Peer::Rank(to) = to else { return Ok(send) };
+    let Some((to, tag)) = send_target(dest, tag, comm)? else { return Ok(send) };
     let need = if mode == Mode::Buffered { Some(cx.bsend.reserve(cx.world, buf.bytes())?) } else { None };
     // SAFETY: as the caller vouched.
     let data = unsafe { buf.pack() };
@@ -133,8 +141,7 @@ unsafe fn send(
 /// # Safety
 /// As [`start_send`].
 unsafe fn standard_send(world: &mut World, buf: &Buf, dest: c_int, tag: c_int, comm: &Comm) -> Result<(), Fail> {
-    let tag = send_tag(tag)?;
-    let Peer::Rank(to) = comm.dest(dest)? else { return Ok(()) };
+    let Some((to, tag)) = send_target(dest, tag, comm)? else { return Ok(()) };
     // SAFETY: as the caller vouched.
     let data = unsafe { buf.pack() };
     Ok(world.send_in(&comm.c, data, to, tag)?)
