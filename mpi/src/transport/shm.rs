@@ -66,13 +66,15 @@ pub(super) fn present(key: Id) -> bool {
 /// Bytes of each ring of a world of `size` ranks: 512 KiB up to 128 ranks,
 /// less for larger worlds (64 MiB per rank in all), never below 64 KiB.
 ///
-/// Not more: a ring's pages are allocated (and zeroed) when first written,
-/// about 2.5 us a page on the reference machine, so the messages that first go
-/// round a new link pay for every page. With 2 MiB rings, a 2-rank Alltoall
-/// of 64 KiB took 73 us a call over its first 50 calls against 26 with 512
-/// KiB, and an 8-rank Allreduce of 64 KiB 934 against 330 us; a ring that
-/// stays in the core's cache also copies faster (1 MiB ping-pong: 224 and 215
-/// us against 189 and 171, 4 MiB: 1161 and 826 against 726 and 623).
+/// Not more: every page of a link's rings is allocated and zeroed as the
+/// link is set up (see `Segment::map`), about 2.2 us a page here (some 0.7
+/// ms for a pair of 512 KiB rings), and a link holds them for as long as it
+/// lives. When pages were allocated by the first messages that reached them
+/// instead, 2 MiB rings made a 2-rank Alltoall of 64 KiB take 73 us a call
+/// over its first 50 calls against 26 with 512 KiB, and an 8-rank Allreduce
+/// of 64 KiB 934 against 330 us; a ring that stays in the core's cache also
+/// copies faster (1 MiB ping-pong: 224 and 215 us against 189 and 171, 4
+/// MiB: 1161 and 826 against 726 and 623).
 pub(super) fn ring_capacity(size: u32) -> usize {
     let per_peer = (64usize << 20) / size.max(1) as usize;
     per_peer.next_power_of_two().clamp(64 << 10, 512 << 10)

@@ -107,3 +107,29 @@ fn descriptors_travel_with_the_bytes() {
     assert!(recv_with_fds(b.as_raw_fd(), &mut BytesMut::new(), &mut fds).is_err());
     assert!(fds.is_empty());
 }
+
+/// How many of the `len / 4096` pages at `ptr` this process has mapped
+/// (present in its page tables, from `/proc/self/pagemap`); `None` where
+/// that file cannot be read.
+fn pages_mapped(ptr: *mut u8, len: usize) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let map = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let first = ptr as u64 / 4096;
+    let mut entries = vec![0u8; len / 4096 * 8];
+    map.read_exact_at(&mut entries, first * 8).ok()?;
+    Some(entries.chunks_exact(8).filter(|e| e[7] & 0x80 != 0).count())
+}
+
+#[test]
+fn both_sides_map_every_page_as_they_set_the_link_up() {
+    let a = Segment::create(64 << 10, 0, 1).unwrap();
+    let b = reopen(&a, 0, 1).unwrap();
+    let pages = a.len / 4096;
+    for (side, seg) in [("creator", &a), ("acceptor", &b)] {
+        let Some(mapped) = pages_mapped(seg.ptr, seg.len) else {
+            eprintln!("skipped: /proc/self/pagemap cannot be read here");
+            return;
+        };
+        assert_eq!(mapped, pages, "{side}: no ring page is left for a message to fault in");
+    }
+}
