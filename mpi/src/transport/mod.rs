@@ -900,11 +900,14 @@ impl Transport {
     }
 
     /// Reads every shared-memory ring that has bytes, and queues for writing
-    /// every link with bytes waiting: whether any ring had bytes.
+    /// every link with bytes waiting: whether any ring had bytes. From the
+    /// last link to the first: a read that closes its link takes it out of
+    /// `shm_slots`, and the links after it, already seen, move down (going
+    /// forwards, the next one was skipped until the next look).
     fn service_shm(&mut self, engine: &mut MpiEngine, now: Instant) -> bool {
         let mut got = false;
-        for i in 0..self.shm_slots.len() {
-            let Some(&slot) = self.shm_slots.get(i) else { break };
+        for i in (0..self.shm_slots.len()).rev() {
+            let Some(&slot) = self.shm_slots.get(i) else { continue };
             let Some(c) = self.conns[slot].as_ref() else { continue };
             let (input, output) = match &c.io {
                 Io::Shm(s) => (s.has_input(), !c.tx.is_empty()),
