@@ -54,6 +54,12 @@
 //!   outnumber its cores, and sleeps when the wait is long (in `recv` on the
 //!   one TCP peer it waits for, else in `epoll`, woken by a doorbell for shared
 //!   memory); [`SpinPolicy`] fixes the policy instead.
+//!
+//! A message's way crosses this crate, `p2pmp-core` and `bytes`, and only
+//! link-time optimisation inlines across crates: build programs for speed
+//! with `lto = "fat"` and `codegen-units = 1` in the release profile, as this
+//! workspace does (an 8 B shared-memory ping-pong: 0.245 us a message
+//! against 0.302 without).
 
 pub mod ckpt;
 mod coll;
