@@ -126,7 +126,9 @@ impl Segment {
     /// ping-pong took 0.32-0.34 us a message over its first 7,000 round trips
     /// and 0.24 after; populated, 0.23-0.24 from the start, and the link's
     /// set-up (the first barrier) took about 0.7 ms more. Populated by the
-    /// creator alone, the other side's first looks still cost 0.25.
+    /// creator alone, the other side's first looks still cost 0.25. What it
+    /// costs a short job of many ranks: 32 ranks on 2 cores, a ring of 100
+    /// rounds, 0.25-0.34 s from start to end against 0.19-0.21.
     fn map(fd: OwnedFd, len: usize, cap: usize) -> io::Result<Segment> {
         // SAFETY: a fresh shared mapping of `len` bytes of our fd; the kernel
         // picks the address.
