@@ -80,8 +80,8 @@ impl Segment {
     }
 
     /// Maps a segment a peer sent, after checking its seals, size and header;
-    /// it must join `creator` to `acceptor`.
-    pub(crate) fn open(fd: OwnedFd, creator: u32, acceptor: u32) -> io::Result<Segment> {
+    /// it must join `creator` to `acceptor` with rings of `cap` bytes.
+    pub(crate) fn open(fd: OwnedFd, creator: u32, acceptor: u32, cap: usize) -> io::Result<Segment> {
         let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("shared segment refused: {why}"));
         // SAFETY: fcntl(2) on an open fd; no memory passed.
         let seals = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })?;
@@ -100,35 +100,47 @@ impl Segment {
         let mut head = [0u8; 24];
         // SAFETY: pread(2) writes at most `head.len()` bytes into `head`.
         let got = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), head.len(), 0) };
-        if usize::try_from(got).ok() != Some(head.len()) {
-            return Err(bad("its header cannot be read"));
+        if got < 0 {
+            return Err(io::Error::last_os_error());
         }
-        let u32_at = |i: usize| u32::from_ne_bytes(std::array::from_fn(|k| head[i + k]));
-        let magic = u64::from_ne_bytes(std::array::from_fn(|k| head[k]));
-        let (version, log2, c, a) = (u32_at(8), u32_at(12), u32_at(16), u32_at(20));
+        if usize::try_from(got).ok() != Some(head.len()) {
+            return Err(bad("its header is cut short"));
+        }
+        // The fields as `create` wrote them: native byte order, fixed offsets.
+        let word = |at: usize| bytemuck::pod_read_unaligned::<u32>(&head[at..at + 4]);
+        let magic = bytemuck::pod_read_unaligned::<u64>(&head[..8]);
+        let (version, log2, c, a) = (word(8), word(12), word(16), word(20));
         if magic != MAGIC || version != VERSION {
             return Err(bad("not a p2pmp segment of this version"));
         }
         if !(MIN_LOG2..=MAX_LOG2).contains(&log2) || len != PAGE + (2usize << log2) {
             return Err(bad("its capacity does not match its size"));
         }
+        // Mapping allocates the whole segment: only the size this world's
+        // rings have (both sides work it out alike) is taken.
+        if 1usize << log2 != cap {
+            return Err(bad("its rings are not this world's size"));
+        }
         if (c, a) != (creator, acceptor) {
             return Err(bad("made for other ranks"));
         }
-        Segment::map(fd, len, 1 << log2)
+        Segment::map(fd, len, cap)
     }
 
     /// Maps `len` bytes of `fd`, every page allocated and mapped at once
-    /// (`MAP_POPULATE`). Otherwise each page of a ring is allocated and zeroed
-    /// by the first message that reaches it (about 2.2 us a page here) and
-    /// mapped on the other side by its first look (0.5 us), so a new link's
-    /// messages were slow until both rings had gone round once: an 8 B
-    /// ping-pong took 0.32-0.34 us a message over its first 7,000 round trips
-    /// and 0.24 after; populated, 0.23-0.24 from the start, and the link's
-    /// set-up (the first barrier) took about 0.7 ms more. Populated by the
-    /// creator alone, the other side's first looks still cost 0.25. What it
-    /// costs a short job of many ranks: 32 ranks on 2 cores, a ring of 100
-    /// rounds, 0.25-0.34 s from start to end against 0.19-0.21.
+    /// (`MAP_POPULATE`, which the kernel does as far as memory allows: a page
+    /// it leaves out is faulted in by its first use, as without it). A link
+    /// thus holds its two rings (1 MiB with 512 KiB rings) from its set-up.
+    /// Otherwise each page of a ring is allocated and zeroed by the first
+    /// message that reaches it (about 2.2 us a page here) and mapped on the
+    /// other side by its first look (0.5 us), so a new link's messages were
+    /// slow until both rings had gone round once: an 8 B ping-pong took
+    /// 0.32-0.34 us a message over its first 7,000 round trips and 0.24 after;
+    /// populated, 0.23-0.24 from the start, and the link's set-up (the first
+    /// barrier) took about 0.7 ms more. Populated by the creator alone, the
+    /// other side's first looks still cost 0.25 us a message. What it costs a
+    /// short job of many ranks: 32 ranks on 2 cores, a ring of 100 rounds,
+    /// 0.25-0.34 s from start to end against 0.19-0.21.
     fn map(fd: OwnedFd, len: usize, cap: usize) -> io::Result<Segment> {
         // SAFETY: a fresh shared mapping of `len` bytes of our fd; the kernel
         // picks the address.

@@ -223,3 +223,20 @@ fn a_connection_refused_for_want_of_descriptors_is_taken_once_one_is_free() {
     assert!(heard, "the connection left waiting was never taken");
     drop(peer);
 }
+
+#[test]
+fn rings_shrink_with_the_world_to_64_mib_a_rank() {
+    use super::shm::ring_capacity;
+    assert_eq!(ring_capacity(2), 512 << 10);
+    assert_eq!(ring_capacity(128), 512 << 10);
+    assert_eq!(ring_capacity(129), 256 << 10, "rounded down, not up");
+    assert_eq!(ring_capacity(256), 256 << 10);
+    assert_eq!(ring_capacity(u32::MAX), 64 << 10, "never below 64 KiB");
+    for size in 1..=4096u32 {
+        let cap = ring_capacity(size);
+        assert!(cap.is_power_of_two(), "{size}: {cap}");
+        // A rank's share of its links: one ring each way per peer, each
+        // link's two rings shared by its two ranks.
+        assert!(cap == 64 << 10 || (size as usize - 1) * cap <= 64 << 20, "{size}: {cap}");
+    }
+}
