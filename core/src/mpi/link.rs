@@ -384,18 +384,32 @@ impl Links {
         self.give_up_if_too_long(now, peer, engine);
     }
 
-    /// Frames from `peer` arrived on a connection (ours or its own): we may
-    /// answer on it, and it is worth reconnecting to for acknowledgements
-    /// again; an open link to it works.
-    pub fn handle_heard(&mut self, peer: u32) {
-        if let Some(l) = self.links.get_mut(peer as usize) {
-            l.inbound = true;
-            l.ack_only_gave_up = false;
-            if l.open {
-                l.heard_while_open = true;
-                l.backoff.reset();
-                l.down_since = None;
+    /// Frames from `peer` arrived on a connection (ours, or its own:
+    /// `theirs`): we may answer on it, and it is worth reconnecting to for
+    /// acknowledgements again; an open link to it works, and a link not open
+    /// takes the peer's own connection at once.
+    pub fn handle_heard(&mut self, now: Instant, peer: u32, theirs: bool, engine: &mut MpiEngine) {
+        let Some(l) = self.links.get_mut(peer as usize) else { return };
+        l.inbound = true;
+        l.ack_only_gave_up = false;
+        if l.open {
+            l.heard_while_open = true;
+            l.backoff.reset();
+            l.down_since = None;
+            return;
+        }
+        // An attempt still under way (its resolve or connect not yet
+        // answered) or waiting out its back-off gives way to this connection,
+        // and the frames held for the peer go out on it now. A rank that
+        // finished a barrier on the peer's message had kept its own for the
+        // peer until its next MPI call: 30 ms later after a 30 ms pause, with
+        // the peer stuck in the barrier all along.
+        let attempting = l.attempt != Attempt::None;
+        if theirs && (attempting || l.timers.get(Timer::Retry).is_some()) {
+            if attempting {
+                self.actions.push_back(LinkAction::Abort { peer });
             }
+            self.start_attempt(now, peer, engine);
         }
     }
 

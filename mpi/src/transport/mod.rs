@@ -1131,7 +1131,9 @@ impl Transport {
         }
         if let Some(r) = self.conns.get(slot).and_then(Option::as_ref).and_then(|c| c.rank) {
             self.heard_on[r as usize] = Some(slot);
-            self.links.handle_heard(r);
+            // The peer's own connection, not the one our attempt opened.
+            let theirs = self.attempt[r as usize] != Some(slot);
+            self.links.handle_heard(now, r, theirs, engine);
             self.answer_on_one(engine, now, r, slot);
         }
         true

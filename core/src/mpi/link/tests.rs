@@ -112,6 +112,8 @@ impl Rig {
                 }
                 LinkAction::Abort { peer } => {
                     let i = *peer as usize;
+                    // The attempt ends: what follows a failed connect no longer applies.
+                    self.failed_last[i] = false;
                     let connecting = self.connecting[i].take().is_some();
                     let resolving = std::mem::take(&mut self.resolving[i]);
                     assert!(connecting != resolving, "abort with no attempt (or two) to {peer}");
@@ -163,9 +165,11 @@ impl Rig {
         self.pump();
     }
 
-    /// The peer answered on the link we opened (the driver hears it there).
-    fn heard(&mut self, peer: u32) {
-        self.links.handle_heard(peer);
+    /// The peer sent us frames: on the link we opened (the driver hears it
+    /// there), or on its own connection (`theirs`).
+    fn heard(&mut self, peer: u32, theirs: bool) {
+        self.links.handle_heard(self.now, peer, theirs, &mut self.engine);
+        self.pump();
     }
 
     /// The connection we opened and heard the peer on broke (the driver
@@ -261,7 +265,7 @@ fn addresses_are_tried_newest_first_then_the_attempt_fails_and_backs_off() {
     assert_eq!(r.engine.stats().resent, 1, "the reconnect resends the unacknowledged frame");
     assert_eq!(r.sent[1].len(), 1);
     assert_eq!(r.links.backoff(1), Duration::from_millis(2), "open, the peer not heard yet");
-    r.heard(1);
+    r.heard(1, false);
     assert_eq!(r.links.backoff(1), Duration::ZERO, "heard: the link works");
     r.check();
 }
@@ -281,11 +285,29 @@ fn back_off_is_capped() {
 #[test]
 fn a_peer_that_sends_to_us_is_answered_on_its_connection() {
     let mut r = Rig::new(3);
-    r.links.handle_heard(2);
+    r.heard(2, true);
     r.send(2, 10);
     assert_eq!(r.took(), vec![LinkAction::UseInbound { peer: 2 }]);
     assert_eq!(r.sent[2].len(), 1);
     assert!(r.links.is_open(2));
+    r.check();
+}
+
+/// A first attempt found the peer not registered yet and waits out its
+/// back-off; then the peer opens a connection to us and talks on it: the
+/// frames held for it go out on that connection at once, not at the retry.
+#[test]
+fn a_peer_heard_during_a_back_off_is_answered_at_once_on_its_connection() {
+    let mut r = Rig::new(2);
+    r.send(1, 10);
+    r.resolved(1, Ok(vec![]));
+    r.took();
+    assert!(!r.links.is_open(1) && r.sent[1].is_empty(), "held, waiting out the back-off");
+    r.heard(1, true);
+    r.tick(Duration::ZERO);
+    assert_eq!(r.took(), vec![LinkAction::UseInbound { peer: 1 }]);
+    assert!(r.links.is_open(1));
+    assert_eq!(r.sent[1].len(), 1, "the held frame went out");
     r.check();
 }
 
@@ -300,7 +322,7 @@ fn when_both_sides_open_a_connection_the_higher_rank_moves_to_the_lowers() {
         r.send(peer, 10);
         r.resolved(peer, Ok(vec![addr(peer)]));
         assert!(r.connected(peer));
-        r.heard(peer);
+        r.heard(peer, false);
         assert!(!r.links.move_to_inbound(peer, &r.engine), "rank {rank}: its frame is unacknowledged");
         r.acked_by(peer);
         assert_eq!(r.links.move_to_inbound(peer, &r.engine), rank > peer, "rank {rank}");
@@ -314,7 +336,7 @@ fn a_broken_link_reconnects_at_once_and_the_engine_resends() {
     r.send(1, 10);
     r.resolved(1, Ok(vec![addr(1)]));
     r.connected(1);
-    r.heard(1);
+    r.heard(1, false);
     r.broke(1);
     assert!(r.links.is_down(1));
     r.tick(Duration::ZERO);
@@ -390,7 +412,7 @@ fn ack_only_links_give_up_until_heard_or_closing() {
     r.resolved(1, Ok(vec![addr(1)]));
     r.connected(1);
     r.acked_by(1);
-    r.heard(1);
+    r.heard(1, false);
     // The peer sends us a frame we owe an acknowledgement for, then the link breaks.
     let hdr = crate::mpi::SeqHdr { seq: 1, ack: 1, credit: 1 << 20 };
     r.engine.handle_message(r.now, 1, MpiMsg::Eager { hdr, comm: 0, tag: 0 }, Bytes::from_static(b"x"));
@@ -404,10 +426,11 @@ fn ack_only_links_give_up_until_heard_or_closing() {
     r.tick(Duration::from_secs(1));
     assert!(r.took().is_empty(), "no retries for acknowledgements alone");
     assert_eq!(r.links.poll_timeout(&r.engine), None, "and no deadline");
-    r.links.handle_heard(1);
-    r.links.handle_inbound_closed(1);
+    r.heard(1, true);
+    assert_eq!(r.took(), vec![LinkAction::UseInbound { peer: 1 }], "heard from: answered on its connection");
+    r.broke(1);
     r.tick(Duration::ZERO);
-    assert_eq!(r.took(), vec![LinkAction::Resolve { peer: 1 }], "heard from: worth trying again");
+    assert_eq!(r.took(), vec![LinkAction::Resolve { peer: 1 }], "that broke: worth trying again");
     r.resolved(1, Ok(vec![]));
     r.took();
     r.links.start_closing(r.now);
@@ -459,7 +482,7 @@ fn a_peer_that_moves_between_hosts_switches_paths() {
     r.send(1, 10);
     r.resolved(1, Ok(vec![here(1)]));
     assert!(r.connected(1));
-    r.heard(1);
+    r.heard(1, false);
     assert_eq!(r.links.path(1), Some(Path::Shm));
     // It moves away: the link breaks, the resolve names another host.
     r.broke(1);
@@ -468,7 +491,7 @@ fn a_peer_that_moves_between_hosts_switches_paths() {
     assert_eq!(r.took().last(), Some(&tcp(1, addr(7))), "the newest registration, over TCP");
     assert!(r.connected(1));
     assert_eq!(r.links.path(1), Some(Path::Tcp));
-    r.heard(1);
+    r.heard(1, false);
     // And back.
     r.broke(1);
     r.tick(Duration::ZERO);
@@ -486,7 +509,7 @@ enum Op {
     Resolve { peer: u32, n: usize, err: bool },
     Connect { peer: u32, ok: bool },
     Close { peer: u32 },
-    Heard { peer: u32 },
+    Heard { peer: u32, theirs: bool },
     InboundClosed { peer: u32 },
     Acked { peer: u32 },
     Tick { ms: u64 },
@@ -500,7 +523,7 @@ fn arb_op(size: u32) -> impl Strategy<Value = Op> {
         3 => (p.clone(), 0..3usize, prop::bool::weighted(0.2)).prop_map(|(peer, n, err)| Op::Resolve { peer, n, err }),
         4 => (p.clone(), prop::bool::weighted(0.6)).prop_map(|(peer, ok)| Op::Connect { peer, ok }),
         2 => p.clone().prop_map(|peer| Op::Close { peer }),
-        1 => p.clone().prop_map(|peer| Op::Heard { peer }),
+        1 => (p.clone(), prop::bool::ANY).prop_map(|(peer, theirs)| Op::Heard { peer, theirs }),
         1 => p.clone().prop_map(|peer| Op::InboundClosed { peer }),
         2 => p.prop_map(|peer| Op::Acked { peer }),
         4 => prop_oneof![0..3u64, 100..3000u64].prop_map(|ms| Op::Tick { ms }),
@@ -537,7 +560,7 @@ proptest! {
                     if ok { assert!(r.connected(peer)); } else { r.connect_failed(peer); }
                 }
                 Op::Close { peer } if peer < size => r.closed(peer),
-                Op::Heard { peer } if peer < size => r.links.handle_heard(peer),
+                Op::Heard { peer, theirs } if peer < size => r.heard(peer, theirs),
                 Op::InboundClosed { peer } if peer < size => r.links.handle_inbound_closed(peer),
                 Op::Acked { peer } if peer < size && r.links.is_open(peer) => r.acked_by(peer),
                 Op::Tick { ms } => {
