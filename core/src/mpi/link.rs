@@ -11,9 +11,10 @@
 //! - [`LinkAction::Connect`]: start a connection to one address, over shared
 //!   memory or TCP ([`Path`]); the outcome comes back as
 //!   [`Links::handle_connected`] or [`Links::handle_connect_failed`];
-//! - [`LinkAction::Abort`]: give the attempt in progress up (it timed out):
-//!   close the connection being made, or forget the resolve asked (its answer,
-//!   if it ever comes, is not passed on);
+//! - [`LinkAction::Abort`]: give the attempt in progress up (it timed out, or
+//!   the peer was heard on its own connection): close the connection being
+//!   made, or forget the resolve asked (its answer, if it ever comes, is not
+//!   passed on);
 //! - [`LinkAction::UseInbound`]: send on the connection the peer opened to us;
 //! - [`LinkAction::Failed`]: the first attempt failed: drop the frames held for
 //!   the peer (the engine, told the link is down, resends them after a reconnect);
@@ -46,7 +47,9 @@
 //!   the break, and over shared memory again once it is back.
 //! - **Back-off.** A failed link is retried after a [`Backoff`] doubling from
 //!   [`LinkConfig::min_backoff`] to [`LinkConfig::max_backoff`]; a link that broke
-//!   is retried at once (the peer may have moved).
+//!   is retried at once (the peer may have moved). A peer heard on its own
+//!   connection ends the back-off, or an attempt under way, at once: its
+//!   connection carries the link ([`Links::handle_heard`]).
 //! - **Only while wanted.** A down link is retried while the engine wants it
 //!   ([`MpiEngine::wants_link`]: frames unacknowledged, or acknowledgements and
 //!   credit the peer may lack).
@@ -107,8 +110,9 @@ pub enum LinkAction {
     /// Open a connection to `addr` for `peer` over `path` (its hello first);
     /// answer with [`Links::handle_connected`] or [`Links::handle_connect_failed`].
     Connect { peer: u32, addr: NodeAddr, path: Path },
-    /// Abandon the attempt to reach `peer` in progress (it timed out): the
-    /// connection being made, or the resolve asked.
+    /// Abandon the attempt to reach `peer` in progress (it timed out, or the
+    /// peer was heard on its own connection): the connection being made, or
+    /// the resolve asked.
     Abort { peer: u32 },
     /// Send `peer`'s frames on the connection its frames arrive on.
     UseInbound { peer: u32 },
@@ -134,7 +138,8 @@ pub enum Route {
     /// A link is open: write it.
     Send,
     /// The first attempt runs: keep it, in order, until
-    /// [`Links::handle_connected`] (then write) or [`LinkAction::Failed`] (drop).
+    /// [`Links::handle_connected`] or [`LinkAction::UseInbound`] (then write)
+    /// or [`LinkAction::Failed`] (drop).
     Hold,
     /// The link is down and the engine knows: drop it (the engine resends).
     Drop,
@@ -400,10 +405,10 @@ impl Links {
         }
         // An attempt still under way (its resolve or connect not yet
         // answered) or waiting out its back-off gives way to this connection,
-        // and the frames held for the peer go out on it now. A rank that
-        // finished a barrier on the peer's message had kept its own for the
-        // peer until its next MPI call: 30 ms later after a 30 ms pause, with
-        // the peer stuck in the barrier all along.
+        // and the frames held for the peer go out on it now, not at the
+        // peer's next look: a rank that finished a barrier on the peer's
+        // message could otherwise return with its own still held, leaving
+        // the peer in the barrier until this rank's next MPI call.
         let attempting = l.attempt != Attempt::None;
         if theirs && (attempting || l.timers.get(Timer::Retry).is_some()) {
             if attempting {

@@ -432,7 +432,13 @@ impl Transport {
             }
             LinkAction::UseInbound { peer } => match self.heard_on[peer as usize] {
                 Some(slot) => self.set_out(peer, slot),
-                None => self.links.handle_closed(now, peer, engine),
+                // The peer's connection closed before it was taken: the frames
+                // held for the first attempt go (the engine resends them once
+                // the link is back), and the link is down.
+                None => {
+                    self.held[peer as usize].clear();
+                    self.links.handle_closed(now, peer, engine);
+                }
             },
             LinkAction::Failed { peer } => self.held[peer as usize].clear(),
             LinkAction::GiveUp { peer, why } => return Some(Error::Unreachable { rank: peer, why }),

@@ -295,20 +295,42 @@ fn a_peer_that_sends_to_us_is_answered_on_its_connection() {
 
 /// A first attempt found the peer not registered yet and waits out its
 /// back-off; then the peer opens a connection to us and talks on it: the
-/// frames held for it go out on that connection at once, not at the retry.
+/// link takes that connection at once, not at the retry, and the engine
+/// resends what the failed attempt dropped.
 #[test]
 fn a_peer_heard_during_a_back_off_is_answered_at_once_on_its_connection() {
     let mut r = Rig::new(2);
     r.send(1, 10);
     r.resolved(1, Ok(vec![]));
     r.took();
-    assert!(!r.links.is_open(1) && r.sent[1].is_empty(), "held, waiting out the back-off");
+    assert!(!r.links.is_open(1) && r.sent[1].is_empty(), "down, waiting out the back-off");
     r.heard(1, true);
-    r.tick(Duration::ZERO);
-    assert_eq!(r.took(), vec![LinkAction::UseInbound { peer: 1 }]);
+    assert_eq!(r.took(), vec![LinkAction::UseInbound { peer: 1 }], "at once");
     assert!(r.links.is_open(1));
-    assert_eq!(r.sent[1].len(), 1, "the held frame went out");
+    assert_eq!((r.sent[1].len(), r.engine.stats().resent), (1, 1), "the frame went out, resent");
     r.check();
+}
+
+/// A peer heard on its own connection while our first attempt still
+/// resolves, or still connects: the attempt gives way, and the frames held
+/// for it go out on the peer's connection, in order, resent by nobody.
+#[test]
+fn a_peer_heard_during_an_attempt_takes_the_link_at_once() {
+    for connecting in [false, true] {
+        let mut r = Rig::new(2);
+        r.send(1, 10);
+        r.send(1, 20);
+        if connecting {
+            r.resolved(1, Ok(vec![addr(1)]));
+        }
+        r.took();
+        assert_eq!(r.held[1].len(), 2, "held while the attempt runs");
+        r.heard(1, true);
+        assert_eq!(r.took(), vec![LinkAction::Abort { peer: 1 }, LinkAction::UseInbound { peer: 1 }]);
+        assert!(r.links.is_open(1) && !r.links.is_attempting(1));
+        assert_eq!((r.sent[1].len(), r.engine.stats().resent), (2, 0), "connecting: {connecting}");
+        r.check();
+    }
 }
 
 /// Both ranks of a pair opened a connection at once, and each hears the
