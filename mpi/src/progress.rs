@@ -240,7 +240,7 @@ impl Waits {
             return Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
         }
         let budget = self.budget[self.slot(peer)];
-        match self.contended_until.is_some_and(|t| now < t) {
+        match self.contended_at(now) {
             true if ring => Plan::spin(self.contended_budget[self.slot(peer)]),
             true => Plan::spin(budget.min(CONTENDED_SOCKET_SPIN)),
             false => Plan::spin(budget),
@@ -295,6 +295,12 @@ impl Waits {
             self.stats.crowded += 1;
             self.contended(now);
         }
+    }
+
+    /// Whether waits at `now` are contended: other work was seen taking
+    /// this rank's core within the last penalty (see [`Waits::contended`]).
+    fn contended_at(&self, now: Instant) -> bool {
+        self.contended_until.is_some_and(|t| now < t)
     }
 
     /// Other work took this rank's core (seen at `now`): waits are contended
@@ -412,7 +418,7 @@ impl World {
             // Whether this stretch of polling lost the core (see Waits::learn_contended).
             let mut preempted = false;
             // Only a wait that polls by a budget learns from how it went.
-            let contended = self.waits.contended_until.is_some_and(|t| start < t);
+            let contended = self.waits.contended_at(start);
             let mut learns = match plan.yields == 0 && plan.polls() && self.waits.fixed.is_none() {
                 false => Learns::Nothing,
                 true if contended && ring => Learns::Contended,
@@ -561,18 +567,10 @@ impl World {
 mod tests {
     use super::*;
 
+    /// A world of 4 ranks' waits on `cores` cores, whatever the environment's
+    /// fixed policy.
     fn waits(cores: u32) -> Waits {
-        Waits {
-            fixed: None,
-            cores,
-            budget: vec![MAX_SPIN / 4; 5],
-            contended_budget: vec![CONTENDED_START; 5],
-            contended_until: None,
-            penalty: CONTENDED_MIN,
-            runnable: Runnable::open(),
-            crowded: false,
-            stats: WaitStats::default(),
-        }
+        Waits { fixed: None, cores, ..Waits::new(4) }
     }
 
     #[test]

@@ -111,13 +111,18 @@ fn descriptors_travel_with_the_bytes() {
     assert!(fds.is_empty());
 }
 
+/// The size of a page here.
+fn page_size() -> usize {
+    // SAFETY: sysconf(3) only reads a system setting.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("a page size")
+}
+
 /// How many of the pages at `ptr` (`len` bytes) this process has mapped:
 /// present in its page tables, as `/proc/self/pagemap` says (bit 63 of each
 /// page's entry); `None` where that file cannot be read.
 fn pages_mapped(ptr: *mut u8, len: usize) -> Option<usize> {
     use std::os::unix::fs::FileExt;
-    // SAFETY: sysconf(3) only reads a system setting.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    let page = page_size();
     let map = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut entries = vec![0u8; len.div_ceil(page) * 8];
     map.read_exact_at(&mut entries, (ptr as usize / page * 8) as u64).ok()?;
@@ -144,9 +149,7 @@ fn both_sides_map_every_page_as_they_set_the_link_up() {
         eprintln!("SKIPPED: /proc/self/pagemap gave {unpopulated:?} pages for an untouched mapping");
         return;
     };
-    // SAFETY: sysconf(3) only reads a system setting.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
-    let pages = a.len.div_ceil(page);
+    let pages = a.len.div_ceil(page_size());
     assert_eq!(on_a, pages, "creator: no ring page is left for a message to fault in");
     assert_eq!(on_b, pages, "acceptor: no ring page is left for a message to fault in");
 }
