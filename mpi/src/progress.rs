@@ -10,7 +10,13 @@
 //! - **Yield** between checks (`sched_yield`) when this job's ranks on this
 //!   host outnumber its cores: the rank that holds the answer needs the core.
 //!   The ranks of this host are counted by their shared-memory sockets
-//!   (`Transport::local_ranks`), not by a load average.
+//!   (`Transport::local_ranks`), not by a load average. A wait on a
+//!   shared-memory peer that may need this rank's core yields too: once
+//!   after waking that peer (the kernel often queues a task woken on the
+//!   waker's core, even with another core idle), and throughout while the
+//!   peer last said it runs on this core (each rank says so in its rings as
+//!   it waits). Of two ranks found on one core, the higher moves itself to
+//!   another core it may run on (at most every [`STEP_OFF_EVERY`]).
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long: past the poll budget. While other work competes for the cores,
@@ -43,9 +49,10 @@ use p2pmp_core::mpi::Completion;
 
 use crate::error::Result;
 use crate::sock::Wait;
-use crate::transport::{DIRECT_MAX, LazyNow};
+use crate::transport::{DIRECT_MAX, LazyNow, NeedsCore};
 use crate::world::World;
 
+mod cores;
 mod runnable;
 
 use runnable::Runnable;
@@ -101,6 +108,15 @@ const CONTENDED_SOCKET_SPIN: Duration = Duration::from_micros(20);
 /// us (up to 144), starting here 2 (up to 78).
 const CONTENDED_START: Duration = MAX_SPIN;
 const _: () = assert!(CONTENDED_SPIN.as_nanos() > 10 * MAX_SPIN.as_nanos());
+/// A polling wait looks whether the rank awaited may need this rank's core
+/// once it has gone this long without progress (a rank that runs answers a
+/// small message within a microsecond here; the look itself costs a few
+/// nanoseconds, 2% of a 0.25 us ping-pong when made at every wait).
+const SHARED_CORE_LOOK: Duration = Duration::from_micros(2);
+/// A rank moves off a core it shares with the peer it awaits at most this
+/// often: where every core is busy, moving does not help, and the scheduler
+/// may put it back.
+const STEP_OFF_EVERY: Duration = Duration::from_millis(2);
 /// An answer that comes this soon after a sleep began was let run by it.
 const FREED_CORE: Duration = Duration::from_micros(100);
 
@@ -158,6 +174,13 @@ pub struct WaitStats {
     pub bells_rung: u64,
     /// Waits that found this job's ranks on this host outnumbering its cores.
     pub oversubscribed: u64,
+    /// Times a wait gave its core to the rank it awaited, which may have
+    /// needed it: woken by this rank and not heard from since (one yield),
+    /// or last seen on this core (yielding for the rest of the wait).
+    pub shared_core: u64,
+    /// Times this rank moved to another core because the rank it awaited
+    /// was last seen on this rank's.
+    pub stepped_off: u64,
     /// Connections to peers open now (TCP or shared memory, set up and not):
     /// one per peer in touch once both ranks of a pair that opened one at
     /// once have moved to the lower rank's.
@@ -175,6 +198,8 @@ struct Plan {
 
 impl Plan {
     const SLEEP: Plan = Plan { spin: Duration::ZERO, yields: 0, yield_for: Duration::ZERO };
+    /// Yield between looks for a while, then sleep.
+    const YIELD: Plan = Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
 
     fn spin(d: Duration) -> Plan {
         Plan { spin: d, ..Plan::SLEEP }
@@ -204,6 +229,8 @@ pub(crate) struct Waits {
     runnable: Runnable,
     /// Whether they outnumbered the CPUs online at the last look.
     crowded: bool,
+    /// When this rank last moved off a core it shared with a peer.
+    stepped_off_at: Option<Instant>,
     pub(crate) stats: WaitStats,
 }
 
@@ -219,6 +246,7 @@ impl Waits {
             penalty: CONTENDED_MIN,
             runnable: Runnable::open(),
             crowded: false,
+            stepped_off_at: None,
             stats: WaitStats::default(),
         }
     }
@@ -237,7 +265,7 @@ impl Waits {
             return Plan { spin: f.spin, yields: f.yields, yield_for: Duration::MAX };
         }
         if local_ranks > self.cores {
-            return Plan { spin: Duration::ZERO, yields: u32::MAX, yield_for: MAX_YIELD };
+            return Plan::YIELD;
         }
         let budget = self.budget[self.slot(peer)];
         match self.contended_at(now) {
@@ -295,6 +323,16 @@ impl Waits {
             self.stats.crowded += 1;
             self.contended(now);
         }
+    }
+
+    /// Whether this rank may move off its core at `now` (see
+    /// [`STEP_OFF_EVERY`]); if so, it is taken to have moved.
+    fn may_step_off(&mut self, now: Instant) -> bool {
+        if self.stepped_off_at.is_some_and(|t| now < t + STEP_OFF_EVERY) {
+            return false;
+        }
+        self.stepped_off_at = Some(now);
+        true
     }
 
     /// Whether waits at `now` are contended: other work was seen taking
@@ -463,6 +501,9 @@ impl World {
                         (learns, preempted) = (Learns::Contended, true);
                     }
                     let idle = now.duration_since(idle_from);
+                    if !plan.spin.is_zero() && idle >= SHARED_CORE_LOOK && self.waits.fixed.is_none() {
+                        self.give_core_if_awaited_needs_it(from, now, &mut plan, &mut learns);
+                    }
                     if idle < plan.spin {
                         // Until a ring moves, look at the rings alone (a load
                         // each), a while between full looks and clock reads.
@@ -518,6 +559,41 @@ impl World {
         }
     }
 
+    /// Gives the core to the rank awaited (`from`, else any shared-memory
+    /// peer) if it may need it (see `Transport::shares_core`): once to a
+    /// rank this one woke, which runs its course if it was queued here; for
+    /// the rest of the wait to a rank that said it runs on this core (then
+    /// the higher rank of the two also moves to another core).
+    ///
+    /// On the 2-core test machine the kernel queues a task woken through a
+    /// doorbell on the waker's core, even with the other core idle. The waker
+    /// then polled for the answer, the woken rank waited until that poll gave
+    /// up and slept, and the two ranks took turns at it: after both paused
+    /// 30 ms, the next 1,000 round trips of an 8 B ping-pong took over 3 ms
+    /// in 9 of 20 runs (up to 30 ms, against 0.5-1 ms). Once a rank sees its
+    /// peer on its own core and yields, the two run by turns on that core, a
+    /// round trip taking 3.7 us against 0.5, until the kernel moves one of
+    /// them (7-35 ms): hence the move.
+    fn give_core_if_awaited_needs_it(&mut self, from: Option<u32>, now: Instant, plan: &mut Plan, learns: &mut Learns) {
+        let Some(core) = cores::current_core() else { return };
+        match self.net.shares_core(from, core) {
+            NeedsCore::No => return,
+            NeedsCore::Woken => {
+                self.waits.stats.yields += 1;
+                std::thread::yield_now();
+            }
+            NeedsCore::SameCore => {
+                (*plan, *learns) = (Plan::YIELD, Learns::Nothing);
+                // One rank of the pair moves, so that the two do not trade cores.
+                let higher = from.is_some_and(|f| f < self.rank());
+                if higher && self.waits.may_step_off(now) && cores::step_off(core).is_some() {
+                    self.waits.stats.stepped_off += 1;
+                }
+            }
+        }
+        self.waits.stats.shared_core += 1;
+    }
+
     /// The wait on `from` made progress at `now` after being idle since
     /// `idle_from` (`freed`: see [`Waits::learn_contended`]): a polling wait
     /// learns from that stretch (see [`Waits::learn_as`]), and the next
@@ -571,6 +647,15 @@ mod tests {
     /// fixed policy.
     fn waits(cores: u32) -> Waits {
         Waits { fixed: None, cores, ..Waits::new(4) }
+    }
+
+    #[test]
+    fn a_rank_steps_off_a_shared_core_at_most_every_few_milliseconds() {
+        let now = Instant::now();
+        let mut w = waits(2);
+        assert!(w.may_step_off(now));
+        assert!(!w.may_step_off(now + STEP_OFF_EVERY / 2), "too soon");
+        assert!(w.may_step_off(now + STEP_OFF_EVERY));
     }
 
     #[test]

@@ -25,6 +25,11 @@
 //! a producer waiting for room ([`Producer::begin_wait`]). Both sides order
 //! their store and their load with a full fence, so at least one of them sees
 //! the other (no lost wake-up).
+//!
+//! The producer's line also says which core it last ran on
+//! ([`Producer::say_core`]), for a consumer that polls to tell whether the
+//! peer it waits for needs its core ([`Consumer::peer_core`]). It changes only
+//! when the producer moves to another core.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -41,6 +46,8 @@ pub(crate) const HEADER: usize = 256;
 const HEAD: usize = 0;
 const TAIL: usize = 64;
 const WEPOCH: usize = 128;
+/// The producer's core plus one (0: not said), on the producer's line.
+const CORE: usize = WEPOCH + 8;
 const REPOCH: usize = 192;
 
 /// The other process broke the ring's invariants (or its memory is not a ring).
@@ -138,6 +145,8 @@ pub(crate) struct Producer {
     rung: u32,
     /// Our own wait epoch (odd while waiting for room).
     wepoch: u32,
+    /// The core last said, plus one (0: none yet).
+    core: u32,
 }
 
 /// The reading side of a ring.
@@ -185,7 +194,8 @@ impl Producer {
     /// produces into this ring. `cap` is a power of two of at least 64.
     pub(crate) unsafe fn new(header: *mut u8, data: *mut u8, cap: usize) -> Result<Self, Corrupt> {
         let (mem, head, tail) = open(header, data, cap)?;
-        Ok(Producer { mem, head, tail, rung: 0, wepoch: mem.atomic32(WEPOCH).load(Ordering::Relaxed) & !1 })
+        let wepoch = mem.atomic32(WEPOCH).load(Ordering::Relaxed) & !1;
+        Ok(Producer { mem, head, tail, rung: 0, wepoch, core: 0 })
     }
 
     /// Reads the consumer's position, checked against ours.
@@ -265,6 +275,16 @@ impl Producer {
         Ok(true)
     }
 
+    /// Tells the consumer that this side runs on `core` now (a store only
+    /// when that changed).
+    pub(crate) fn say_core(&mut self, core: u32) {
+        let said = core.wrapping_add(1);
+        if said != self.core {
+            self.core = said;
+            self.mem.atomic32(CORE).store(said, Ordering::Relaxed);
+        }
+    }
+
     /// Awake again (or never slept).
     pub(crate) fn end_wait(&mut self) {
         if self.wepoch & 1 == 1 {
@@ -289,6 +309,12 @@ impl Consumer {
     pub(crate) fn available(&self) -> Result<usize, Corrupt> {
         let head = self.mem.atomic64(HEAD).load(Ordering::Acquire);
         Ok(self.mem.unread(head, self.tail)? as usize)
+    }
+
+    /// The core the producer last said it runs on, if it said one. Only a
+    /// hint: any value may come from the other process.
+    pub(crate) fn peer_core(&self) -> Option<u32> {
+        self.mem.atomic32(CORE).load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// Whether bytes may be waiting: one load, no check (then call

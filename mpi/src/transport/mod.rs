@@ -73,6 +73,7 @@ use tracing::{debug, warn};
 use self::census::Census;
 use self::conn::{Conn, Decoded, Io, decode_frames};
 use self::secure::Keys;
+pub(crate) use self::shm::NeedsCore;
 use self::shm::{Setup, ShmSetup};
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
@@ -934,6 +935,21 @@ impl Transport {
         match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
             Some(Io::Shm(s)) => Some(s),
             _ => None,
+        }
+    }
+
+    /// Whether a rank awaited (`from`, or any shared-memory peer) may need
+    /// the core this rank polls on (`core`): see `ShmIo::shares_core`. Each
+    /// of those peers is told our core in turn. False for peers over TCP.
+    pub(crate) fn shares_core(&mut self, from: Option<u32>, core: u32) -> NeedsCore {
+        let mut ring_shares = |slot: usize| match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
+            Some(Io::Shm(s)) => s.shares_core(core),
+            _ => NeedsCore::No,
+        };
+        match from {
+            Some(f) => self.heard_on.get(f as usize).copied().flatten().map_or(NeedsCore::No, ring_shares),
+            // Every peer is told, so no short cut.
+            None => self.shm_slots.iter().fold(NeedsCore::No, |most, &slot| ring_shares(slot).max(most)),
         }
     }
 

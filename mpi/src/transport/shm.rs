@@ -85,6 +85,17 @@ fn invalid(why: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.into())
 }
 
+/// Whether a shared-memory peer may need the core this rank runs on (see
+/// [`ShmIo::shares_core`]), the surer reason last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum NeedsCore {
+    No,
+    /// We rang its doorbell and have not heard from it since.
+    Woken,
+    /// It last said it runs on this core.
+    SameCore,
+}
+
 /// A shared-memory link being set up.
 #[derive(Debug)]
 pub(in crate::transport) struct ShmSetup {
@@ -109,6 +120,10 @@ pub(in crate::transport) struct ShmIo {
     pub(super) eof: bool,
     /// Doorbells rung for the peer so far.
     pub(super) rung: u64,
+    /// We rang the peer's doorbell and have not heard from it since: it may
+    /// still wait for a core, and the kernel often queues a task it wakes on
+    /// the waker's core.
+    woke: bool,
     /// Keeps the rings mapped (dropped after them).
     _seg: Segment,
 }
@@ -204,7 +219,7 @@ impl ShmSetup {
         };
         let peer_bell = peer_bell.expect("counted above");
         let (tx, rx) = seg.ends(self.peer.is_some()).map_err(|e| invalid(e.to_string()))?;
-        let io = ShmIo { sock: self.sock, tx, rx, peer_bell, eof: false, rung: 0, _seg: seg };
+        let io = ShmIo { sock: self.sock, tx, rx, peer_bell, eof: false, rung: 0, woke: false, _seg: seg };
         Ok((Setup::Done(Box::new(io), from), None))
     }
 }
@@ -218,9 +233,9 @@ impl ShmIo {
             Ok(0) if self.eof => Ok((0, 1)),
             Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
             Ok(n) => {
+                self.woke = false;
                 if self.rx.must_wake() {
-                    self.rung += 1;
-                    segment::ring_bell(self.peer_bell.as_raw_fd());
+                    self.ring();
                 }
                 Ok((n, n + 1))
             }
@@ -234,12 +249,35 @@ impl ShmIo {
             Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
             Ok(n) => {
                 if self.tx.must_wake() {
-                    self.rung += 1;
-                    segment::ring_bell(self.peer_bell.as_raw_fd());
+                    self.ring();
                 }
                 Ok(n)
             }
             Err(e) => Err(invalid(e.to_string())),
+        }
+    }
+
+    /// Rings the peer's doorbell.
+    fn ring(&mut self) {
+        self.rung += 1;
+        self.woke = true;
+        segment::ring_bell(self.peer_bell.as_raw_fd());
+    }
+
+    /// Whether the peer may need the core this rank runs on (`core`), so
+    /// that polling for it would only keep it waiting: it last said it runs
+    /// on this core, or we woke it and have not heard from it since (said
+    /// once a wake-up: the caller gives it the core once). Tells the peer our
+    /// core in turn.
+    pub(super) fn shares_core(&mut self, core: u32) -> NeedsCore {
+        self.tx.say_core(core);
+        let woke = std::mem::take(&mut self.woke);
+        if self.rx.peer_core() == Some(core) {
+            NeedsCore::SameCore
+        } else if woke {
+            NeedsCore::Woken
+        } else {
+            NeedsCore::No
         }
     }
 

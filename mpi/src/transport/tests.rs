@@ -240,3 +240,69 @@ fn rings_shrink_with_the_world_to_64_mib_a_rank() {
         assert!(cap == 64 << 10 || (size as usize - 1) * cap <= 64 << 20, "{size}: {cap}");
     }
 }
+
+/// Both ends of a shared-memory link made in this process: rank 0's (which
+/// connected) and rank 1's, and their doorbells.
+fn shm_link(job: &[u8]) -> (Box<super::shm::ShmIo>, Box<super::shm::ShmIo>, [std::os::fd::OwnedFd; 2]) {
+    use std::os::fd::AsRawFd;
+
+    use super::shm::{Me, Setup, ShmSetup, listen, ring_capacity};
+    use crate::shm::segment::doorbell;
+
+    let keys = [0u8, 1].map(|r| Id::hash([job, &[r][..], &std::process::id().to_le_bytes()].concat()));
+    let bells = [doorbell().unwrap(), doorbell().unwrap()];
+    let addr = p2pmp_core::machine::NodeAddr("127.0.0.1:1".parse().unwrap());
+    let me = |rank: usize| Me { job, rank: rank as u32, size: 2, key: keys[rank], addr, bell: bells[rank].as_raw_fd() };
+    let listener = listen(keys[1]).unwrap();
+    let connecting = Box::new(ShmSetup::connect(&me(0), 1, keys[1], ring_capacity(2)).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sock = loop {
+        match listener.accept() {
+            Ok((sock, _)) => break sock,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    let (Setup::Done(one, 0), None) = Box::new(ShmSetup::accepted(sock)).advance(&me(1)).unwrap() else {
+        panic!("rank 1's end is not up")
+    };
+    let (Setup::Done(zero, 1), None) = connecting.advance(&me(0)).unwrap() else { panic!("rank 0's end is not up") };
+    (zero, one, bells)
+}
+
+#[test]
+fn a_peer_woken_or_on_this_core_is_seen_to_need_it() {
+    use std::io::IoSlice;
+
+    use super::shm::NeedsCore;
+
+    let (mut zero, mut one, _bells) = shm_link(b"transport-test-shm-core");
+    assert_eq!(zero.shares_core(0), NeedsCore::No, "nothing known of the peer");
+    assert_eq!(one.shares_core(1), NeedsCore::No, "rank 0 said core 0");
+    assert_eq!(one.shares_core(0), NeedsCore::SameCore, "rank 0's core");
+    assert_eq!(zero.shares_core(0), NeedsCore::SameCore, "rank 1 moved to core 0");
+
+    // Rank 1 sleeps; rank 0's bytes ring its doorbell.
+    assert_eq!(zero.shares_core(2), NeedsCore::No, "rank 0 moved on");
+    assert!(one.begin_sleep(false));
+    zero.send(&[IoSlice::new(b"ping")]).unwrap();
+    assert_eq!(zero.shares_core(2), NeedsCore::Woken, "woken by us");
+    assert_eq!(zero.shares_core(2), NeedsCore::No, "said once a wake-up");
+    one.end_sleep();
+    let mut buf = bytes::BytesMut::new();
+    one.recv(&mut buf, 64).unwrap();
+    // Asleep again; woken again, then heard from before the look.
+    assert!(one.begin_sleep(false));
+    zero.send(&[IoSlice::new(b"ping")]).unwrap();
+    one.end_sleep();
+    one.recv(&mut buf, 64).unwrap();
+    one.send(&[IoSlice::new(b"pong")]).unwrap();
+    zero.recv(&mut buf, 64).unwrap();
+    assert_eq!(zero.shares_core(2), NeedsCore::No, "heard from since");
+    assert_eq!(&buf[..], b"pingpingpong");
+    // A peer on this core is said every time, woken or not.
+    assert_eq!(one.shares_core(2), NeedsCore::SameCore);
+    assert_eq!(one.shares_core(2), NeedsCore::SameCore);
+}

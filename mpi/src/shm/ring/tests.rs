@@ -134,6 +134,33 @@ fn a_sleeping_consumer_is_rung_once_per_sleep() {
 }
 
 #[test]
+fn the_consumer_learns_the_core_the_producer_runs_on() {
+    let r = Region::new(64);
+    let (mut p, c) = r.ends(0);
+    assert_eq!(c.peer_core(), None, "not said yet");
+    p.say_core(0);
+    assert_eq!(c.peer_core(), Some(0));
+    p.say_core(5);
+    assert_eq!(c.peer_core(), Some(5), "moved");
+    // SAFETY: an aligned offset inside the header.
+    let said = unsafe { &*r.ptr.add(CORE).cast::<AtomicU32>() };
+    said.store(0, Ordering::SeqCst);
+    assert_eq!(c.peer_core(), None, "what the other process wrote: nothing said");
+    said.store(u32::MAX, Ordering::SeqCst);
+    assert_eq!(c.peer_core(), Some(u32::MAX - 1), "any value is only a hint");
+    // The core shares the producer's line with its wait epoch: neither
+    // disturbs the other.
+    p.write(&[&[0u8; 64][..]]).unwrap();
+    assert!(p.begin_wait().unwrap(), "full: wait");
+    p.say_core(3);
+    assert_eq!(c.peer_core(), Some(3));
+    let mut c = c;
+    let mut b = BytesMut::new();
+    c.read_into(&mut b, 1).unwrap();
+    assert!(c.must_wake(), "still waiting for room");
+}
+
+#[test]
 fn a_producer_waiting_for_room_is_rung_when_some_frees() {
     let r = Region::new(64);
     let (mut p, mut c) = r.ends(0);
