@@ -10,6 +10,9 @@
 //! - MPI_Allreduce (sum of doubles), MPI_Alltoall and MPI_Bcast of 8 B, 64 KiB
 //!   and 1 MiB per rank (per block for Alltoall) on 2, 4 and 8 ranks (µs a call,
 //!   median of 5 repetitions; `--coll` runs only these rows).
+//! - beside a CPU hog on each core: the 8 B latency and the ring of 2 ranks;
+//!   and an 8 B ping-pong of 1,000 round trips right after both ranks paused
+//!   20 ms, 10 times, median and worst (`--pause` runs only these rows).
 //! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
 //!   them, `--hosts` runs only them): p2pmp's ping-pong through two jobds,
 //!   encrypted as by default between hosts and again unencrypted, beside a raw
@@ -405,6 +408,33 @@ fn hog_section(res: &mut Results, refs: &[(String, &RefBuild, bool)], limit: Lim
     }
 }
 
+/// The 8-byte ping-pong right after a pause: 10 times, both ranks pause
+/// 20 ms after a barrier (as programs that compute between exchanges do),
+/// then 1,000 round trips are timed; the median and the worst of the 10, for
+/// p2pmp and the references' default transports. Ranks that sleep through
+/// the pause and then wake each other in turns show here, not in the
+/// ping-pong rows, whose ranks never pause.
+fn pause_section(res: &mut Results, refs: &[(String, &RefBuild, bool)], limit: Limits) {
+    let args: Vec<String> = ["10", "20", "1000"].map(String::from).to_vec();
+    let (median_row, worst_row) = ("8 B, median of 10 (µs a hop)", "8 B, worst of 10 (µs a hop)");
+    let put = |res: &mut Results, name: &str, r: RunResult| {
+        let fig = r.map_err(|f| f.why).and_then(|lines| {
+            run::values(&lines, "pause")
+                .first()
+                .filter(|v| v.len() >= 2)
+                .cloned()
+                .ok_or_else(|| "failed: no figure".into())
+        });
+        res.put("pause", median_row, name, "pause_median_us", fig.clone().map(|v| v[0]));
+        res.put("pause", worst_row, name, "pause_worst_us", fig.map(|v| v[1]));
+    };
+    let p2pmp_args = [vec!["pause".to_string()], args.clone()].concat();
+    put(res, "p2pmp", run::p2pmp(2, &p2pmp_args, limit.p2pmp));
+    for (name, b, tcp) in refs.iter().filter(|r| !r.2) {
+        put(res, name, run::mpirun(b, *tcp, 2, "pause", &args, limit.reference * 2));
+    }
+}
+
 /// Runs a ring or factoring row for every system, `reps` times in turns
 /// (a system whose runs took 20 s in all is not run again), and puts each
 /// system's median; a reference that timed out at fewer ranks is skipped at
@@ -550,6 +580,7 @@ fn main() {
                 ranks::coll(args.iter().any(|a| a == "quick"), only)
             }
             Some("state") => ranks::state(arg(1), arg(2)),
+            Some("pause") => ranks::pause(arg(1), arg(2), arg(3)),
             other => panic!("unknown mode {other:?}"),
         };
         res.expect("rank failed");
@@ -625,6 +656,12 @@ fn main() {
         println!("{flat}");
         return;
     }
+    if args.iter().any(|a| a == "--pause") {
+        pause_section(&mut res, &refs, limit);
+        println!("{}", res.table("pause", "ping-pong of 1,000 round trips right after both ranks paused 20 ms"));
+        println!("{}", res.flat(quick, &[]));
+        return;
+    }
     if args.iter().any(|a| a == "--coll") {
         coll_section(&mut res, quick, &refs, limit);
         println!("{}", res.table("coll", "collectives (µs a call, median of 5 repetitions)"));
@@ -693,6 +730,8 @@ fn main() {
     report += &res.table("coll", "collectives (µs a call, median of 5 repetitions)");
     hog_section(&mut res, &refs, limit);
     report += &res.table("hog", "beside a CPU hog on each core");
+    pause_section(&mut res, &refs, limit);
+    report += &res.table("pause", "ping-pong of 1,000 round trips right after both ranks paused 20 ms");
     report += &verdicts::report(&res.figures(), quick);
     println!("{report}");
     let required = [

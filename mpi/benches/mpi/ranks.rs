@@ -68,6 +68,29 @@ fn round_trips(w: &mut p2pmp_mpi::World, data: &Bytes, n: u64) -> Result<(), p2p
     Ok(())
 }
 
+/// `pause ROUNDS MS COUNT`: `ROUNDS` times, both ranks pause `MS` ms after a
+/// barrier (as a program that computes between exchanges does), then rank 0
+/// times `COUNT` round trips of 8 bytes with rank 1; `pause <median µs a
+/// hop> <worst µs a hop>` from rank 0 (as `benches/c/pause.c`).
+pub(crate) fn pause(rounds: u64, ms: u64, count: u64) -> Result<(), p2pmp_mpi::Error> {
+    let mut w = p2pmp_mpi::init()?;
+    let data = Bytes::from(vec![7u8; 8]);
+    let mut hops = Vec::new();
+    for _ in 0..rounds.clamp(1, 1000) {
+        w.barrier()?;
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        let t = Instant::now();
+        round_trips(&mut w, &data, count)?;
+        hops.push(t.elapsed().as_secs_f64() * 1e6 / (2 * count.max(1)) as f64);
+    }
+    if w.rank() == 0 {
+        let worst = hops.iter().copied().fold(0.0, f64::max);
+        println!("pause {} {worst}", median(hops));
+    }
+    print_wait_stats(&w);
+    w.finalize()
+}
+
 /// With `P2PMP_WAIT_STATS` set, how the rank's waits went (on stderr).
 fn print_wait_stats(w: &p2pmp_mpi::World) {
     if std::env::var_os("P2PMP_WAIT_STATS").is_some() {

@@ -37,7 +37,7 @@ pub(crate) fn build_refs(mpi: Mpi, out: &Path) -> RefBuild {
         let dir = out.join(mpi.name());
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c");
         let progs: Vec<_> =
-            ["pingpong", "ring", "factor", "coll"].iter().map(|p| (*p, src.join(format!("{p}.c")))).collect();
+            ["pingpong", "ring", "factor", "coll", "pause"].iter().map(|p| (*p, src.join(format!("{p}.c")))).collect();
         build_c(Path::new(mpi.cc()), &dir, &progs, &["-lm"])?;
         Ok(dir)
     })();

@@ -133,8 +133,8 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
         };
         let _ = writeln!(out, "    8 ranks, K={k}: {line}");
     }
-    let _ = writeln!(out, "  beside a CPU hog on each core (reported, no target):");
-    for key in ["hog_lat_8b_us", "hog_ring_2x2000_s"] {
+    let _ = writeln!(out, "  beside a CPU hog on each core, and after a pause (reported, no target):");
+    for key in ["hog_lat_8b_us", "hog_ring_2x2000_s", "pause_median_us", "pause_worst_us"] {
         let cells: Vec<String> = ["p2pmp", "mpich_default", "openmpi_default"]
             .iter()
             .map(|s| {
