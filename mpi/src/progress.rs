@@ -13,10 +13,12 @@
 //!   (`Transport::local_ranks`), not by a load average. A wait on a
 //!   shared-memory peer that may need this rank's core yields too: once
 //!   after waking that peer (the kernel often queues a task woken on the
-//!   waker's core, even with another core idle), and throughout while the
-//!   peer last said it runs on this core (each rank says so in its rings as
-//!   it waits). Of two ranks found on one core, the higher moves itself to
-//!   another core it may run on (at most every [`STEP_OFF_EVERY`]).
+//!   waker's core, even with another core idle), and until the wait sleeps
+//!   while the peer says it runs on this core (each rank says so in its
+//!   rings as it waits, and says none as it sleeps). Of two ranks found on
+//!   one core, the higher moves itself to another core (at most every
+//!   [`STEP_OFF_EVERY`], and only if it may run on every core: see
+//!   `progress/cores.rs`).
 //! - **Sleep** in the kernel (a blocking `recv` on the one peer awaited, or
 //!   `epoll` with shared-memory peers asked to ring the doorbell) when the wait
 //!   is long: past the poll budget. While other work competes for the cores,
@@ -131,6 +133,18 @@ enum Learns {
     Nothing,
 }
 
+/// What a wait does for a rank awaited that may need this rank's core (see
+/// [`Waits::give_core`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveCore {
+    Not,
+    YieldOnce,
+    /// Yield until the wait sleeps, moving off the core first if `step_off`.
+    Yield {
+        step_off: bool,
+    },
+}
+
 /// A fixed wait policy: busy-polling, then rounds of yielding, then sleep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpinPolicy {
@@ -176,7 +190,7 @@ pub struct WaitStats {
     pub oversubscribed: u64,
     /// Times a wait gave its core to the rank it awaited, which may have
     /// needed it: woken by this rank and not heard from since (one yield),
-    /// or last seen on this core (yielding for the rest of the wait).
+    /// or last seen on this core (yielding until the wait sleeps).
     pub shared_core: u64,
     /// Times this rank moved to another core because the rank it awaited
     /// was last seen on this rank's.
@@ -231,6 +245,8 @@ pub(crate) struct Waits {
     crowded: bool,
     /// When this rank last moved off a core it shared with a peer.
     stepped_off_at: Option<Instant>,
+    /// Moves this rank off a core.
+    mover: cores::Mover,
     pub(crate) stats: WaitStats,
 }
 
@@ -247,6 +263,7 @@ impl Waits {
             runnable: Runnable::open(),
             crowded: false,
             stepped_off_at: None,
+            mover: cores::Mover::new(),
             stats: WaitStats::default(),
         }
     }
@@ -322,6 +339,20 @@ impl Waits {
         if crowded && before {
             self.stats.crowded += 1;
             self.contended(now);
+        }
+    }
+
+    /// What a wait does at `now` about the rank it awaits, which may need
+    /// this rank's core (`needs`; `higher`: this rank is the higher of the
+    /// two): yield once to a rank it woke, which then runs its course if the
+    /// kernel queued it here; yield until the wait sleeps to one that said it
+    /// runs on this core, and move off the core if this rank is the higher
+    /// (so that the two do not trade cores) and has not moved lately.
+    fn give_core(&mut self, needs: NeedsCore, higher: bool, now: Instant) -> GiveCore {
+        match needs {
+            NeedsCore::No => GiveCore::Not,
+            NeedsCore::Woken => GiveCore::YieldOnce,
+            NeedsCore::SameCore => GiveCore::Yield { step_off: higher && self.may_step_off(now) },
         }
     }
 
@@ -501,8 +532,10 @@ impl World {
                         (learns, preempted) = (Learns::Contended, true);
                     }
                     let idle = now.duration_since(idle_from);
-                    if !plan.spin.is_zero() && idle >= SHARED_CORE_LOOK && self.waits.fixed.is_none() {
-                        self.give_core_if_awaited_needs_it(from, now, &mut plan, &mut learns);
+                    let may_share = ring || from.is_none();
+                    if may_share && !plan.spin.is_zero() && idle >= SHARED_CORE_LOOK && self.waits.fixed.is_none() {
+                        // Yielding or moving takes time of its own: no gap to judge.
+                        fresh = self.give_core_if_awaited_needs_it(from, now, &mut plan, &mut learns);
                     }
                     if idle < plan.spin {
                         // Until a ring moves, look at the rings alone (a load
@@ -560,38 +593,46 @@ impl World {
     }
 
     /// Gives the core to the rank awaited (`from`, else any shared-memory
-    /// peer) if it may need it (see `Transport::shares_core`): once to a
-    /// rank this one woke, which runs its course if it was queued here; for
-    /// the rest of the wait to a rank that said it runs on this core (then
-    /// the higher rank of the two also moves to another core).
+    /// peer) if it may need it (see `Transport::shares_core` and
+    /// [`Waits::give_core`]): whether this rank yielded or moved (or is to
+    /// yield from now on).
     ///
     /// On the 2-core test machine the kernel queues a task woken through a
     /// doorbell on the waker's core, even with the other core idle. The waker
     /// then polled for the answer, the woken rank waited until that poll gave
     /// up and slept, and the two ranks took turns at it: after both paused
     /// 30 ms, the next 1,000 round trips of an 8 B ping-pong took over 3 ms
-    /// in 9 of 20 runs (up to 30 ms, against 0.5-1 ms). Once a rank sees its
-    /// peer on its own core and yields, the two run by turns on that core, a
-    /// round trip taking 3.7 us against 0.5, until the kernel moves one of
-    /// them (7-35 ms): hence the move.
-    fn give_core_if_awaited_needs_it(&mut self, from: Option<u32>, now: Instant, plan: &mut Plan, learns: &mut Learns) {
-        let Some(core) = cores::current_core() else { return };
-        match self.net.shares_core(from, core) {
-            NeedsCore::No => return,
-            NeedsCore::Woken => {
+    /// in 9 and 12 of 20 runs, two runs of 20 (up to 35 ms, against 0.5-1
+    /// ms). Once a rank sees its peer on its own core and yields, the two run
+    /// by turns on that core, a round trip taking 3.7 us against 0.5, until
+    /// the kernel moves one of them (7-35 ms): hence the move.
+    fn give_core_if_awaited_needs_it(
+        &mut self,
+        from: Option<u32>,
+        now: Instant,
+        plan: &mut Plan,
+        learns: &mut Learns,
+    ) -> bool {
+        let Some(core) = cores::current_core() else { return false };
+        let needs = self.net.shares_core(from, core);
+        let higher = from.is_some_and(|f| f < self.rank());
+        match self.waits.give_core(needs, higher, now) {
+            GiveCore::Not => return false,
+            GiveCore::YieldOnce => {
                 self.waits.stats.yields += 1;
                 std::thread::yield_now();
             }
-            NeedsCore::SameCore => {
+            GiveCore::Yield { step_off } => {
                 (*plan, *learns) = (Plan::YIELD, Learns::Nothing);
-                // One rank of the pair moves, so that the two do not trade cores.
-                let higher = from.is_some_and(|f| f < self.rank());
-                if higher && self.waits.may_step_off(now) && cores::step_off(core).is_some() {
+                let moved = step_off.then(|| self.waits.mover.step_off(core)).flatten();
+                if let (Some(to), Some(peer)) = (moved, from) {
                     self.waits.stats.stepped_off += 1;
+                    self.net.say_core(peer, to);
                 }
             }
         }
         self.waits.stats.shared_core += 1;
+        true
     }
 
     /// The wait on `from` made progress at `now` after being idle since
@@ -650,12 +691,19 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_steps_off_a_shared_core_at_most_every_few_milliseconds() {
+    fn a_peer_that_needs_the_core_gets_it_and_the_higher_rank_moves_now_and_then() {
         let now = Instant::now();
         let mut w = waits(2);
-        assert!(w.may_step_off(now));
-        assert!(!w.may_step_off(now + STEP_OFF_EVERY / 2), "too soon");
-        assert!(w.may_step_off(now + STEP_OFF_EVERY));
+        assert_eq!(w.give_core(NeedsCore::No, true, now), GiveCore::Not);
+        assert_eq!(w.give_core(NeedsCore::Woken, true, now), GiveCore::YieldOnce, "woken: once");
+        let lower = w.give_core(NeedsCore::SameCore, false, now);
+        assert_eq!(lower, GiveCore::Yield { step_off: false }, "the lower rank stays");
+        let higher = w.give_core(NeedsCore::SameCore, true, now);
+        assert_eq!(higher, GiveCore::Yield { step_off: true }, "the higher moves");
+        let soon = w.give_core(NeedsCore::SameCore, true, now + STEP_OFF_EVERY / 2);
+        assert_eq!(soon, GiveCore::Yield { step_off: false }, "not again so soon");
+        let later = w.give_core(NeedsCore::SameCore, true, now + STEP_OFF_EVERY);
+        assert_eq!(later, GiveCore::Yield { step_off: true });
     }
 
     #[test]

@@ -1,26 +1,53 @@
 //! Moving this rank off a core it shares with the peer it waits for.
+//!
+//! Only a rank that may run on every online core moves: one the user or a
+//! launcher pinned to some cores keeps exactly those. A move narrows the
+//! thread's cores for an instant and then lets it run on every core again
+//! (an all-ones mask, which the kernel meets with the cgroup's cpuset), so
+//! that the thread keeps following the cpuset as it did before.
 
-/// Moves the calling thread off `core` to another core it may run on, then
-/// gives it back every core it had (the scheduler may move it again as it
-/// likes): the core it moved to. Nothing happens when `core` is the only core
-/// the thread may use (a rank the user pinned stays where it is).
-pub(super) fn step_off(core: u32) -> Option<u32> {
-    let allowed = affinity()?;
-    let core = core as usize;
-    // SAFETY: CPU_ISSET and CPU_COUNT only read the set; CPU_ISSET is given
-    // an index below the set's size (checked first).
-    let alone = core >= libc::CPU_SETSIZE as usize
-        || unsafe { !libc::CPU_ISSET(core, &allowed) || libc::CPU_COUNT(&allowed) < 2 };
-    if alone {
-        return None;
+use tracing::warn;
+
+/// Whether this rank may move off a core, and what it takes.
+#[derive(Debug)]
+pub(super) struct Mover {
+    /// Every online core was this thread's when it started, and no restore
+    /// has failed since.
+    free: bool,
+}
+
+impl Mover {
+    /// Looks at the calling thread's cores now (at the start of the world).
+    pub(super) fn new() -> Mover {
+        Mover { free: affinity().is_some_and(|set| count(&set) >= 2 && count(&set) >= online()) }
     }
-    let mut others = allowed;
-    // SAFETY: `core` is below the set's size (checked above).
-    unsafe { libc::CPU_CLR(core, &mut others) };
-    // The kernel moves the calling thread before it returns.
-    let moved = set_affinity(&others).then(current_core).flatten();
-    set_affinity(&allowed);
-    moved
+
+    /// Moves the calling thread off `core` to another core it may run on,
+    /// then lets it run on every core again: the core it moved to. Nothing
+    /// happens for a pinned thread, or one whose cores changed since it
+    /// started.
+    pub(super) fn step_off(&mut self, core: u32) -> Option<u32> {
+        if !self.free {
+            return None;
+        }
+        let now = affinity()?;
+        let core = core as usize;
+        // SAFETY: CPU_ISSET only reads the set, at an index below its size
+        // (checked first).
+        if count(&now) < online() || core >= libc::CPU_SETSIZE as usize || !unsafe { libc::CPU_ISSET(core, &now) } {
+            return None;
+        }
+        let mut others = now;
+        // SAFETY: `core` is below the set's size (checked above).
+        unsafe { libc::CPU_CLR(core, &mut others) };
+        // The kernel moves the calling thread before it returns.
+        let moved = set_affinity(&others).then(current_core).flatten();
+        if !(set_affinity(&every_core()) || set_affinity(&every_core())) {
+            warn!("cannot let this rank run on every core again: it moves off shared cores no more");
+            self.free = false;
+        }
+        moved
+    }
 }
 
 /// The core the calling thread runs on now.
@@ -44,6 +71,24 @@ fn set_affinity(set: &libc::cpu_set_t) -> bool {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) == 0 }
 }
 
+/// A set of every core there may be.
+fn every_core() -> libc::cpu_set_t {
+    // SAFETY: an all-ones cpu_set_t is a valid set (of every index).
+    unsafe { std::mem::transmute([u8::MAX; std::mem::size_of::<libc::cpu_set_t>()]) }
+}
+
+/// The cores in `set`.
+fn count(set: &libc::cpu_set_t) -> usize {
+    // SAFETY: CPU_COUNT only reads the set.
+    unsafe { libc::CPU_COUNT(set) as usize }
+}
+
+/// The cores online.
+fn online() -> usize {
+    // SAFETY: sysconf(3) takes a constant; -1 on failure (then no core counts).
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,38 +98,67 @@ mod tests {
         (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, set) }).collect()
     }
 
-    #[test]
-    fn a_rank_steps_off_its_core_and_keeps_every_core_it_had() {
-        // Affinity is per thread: the test's own, so the harness keeps its cores.
-        std::thread::spawn(|| {
-            let before = affinity().unwrap();
-            if cores(&before).len() < 2 {
-                eprintln!("skipped: this thread may run on one core only");
+    /// Runs `f` on a thread of its own (affinity is per thread: the test
+    /// harness keeps its cores), unless this thread may not change its cores.
+    fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(move || {
+            if !set_affinity(&affinity().unwrap()) {
+                eprintln!("skipped: this thread may not set its cores");
                 return;
             }
-            let core = current_core().unwrap();
-            let to = step_off(core).expect("moved");
-            assert_ne!(to, core, "on another core");
-            assert!(cores(&before).contains(&(to as usize)), "one it may run on");
-            assert_eq!(cores(&affinity().unwrap()), cores(&before), "every core it had, back");
+            f()
         })
         .join()
         .unwrap();
     }
 
     #[test]
+    fn a_rank_steps_off_its_core_and_may_run_on_every_core_again() {
+        on_own_thread(|| {
+            let before = affinity().unwrap();
+            let mut m = Mover::new();
+            if !m.free {
+                eprintln!("skipped: this thread may not run on every online core ({:?})", cores(&before));
+                return;
+            }
+            let core = current_core().unwrap();
+            let to = m.step_off(core).expect("moved");
+            assert_ne!(to, core, "on another core");
+            assert!(cores(&before).contains(&(to as usize)), "one it may run on");
+            assert_eq!(cores(&affinity().unwrap()), cores(&before), "every core, again");
+        });
+    }
+
+    #[test]
     fn a_pinned_rank_stays_where_it_is() {
-        std::thread::spawn(|| {
+        on_own_thread(|| {
             let core = current_core().unwrap();
             // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its size.
             let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
             unsafe { libc::CPU_SET(core as usize, &mut one) };
             assert!(set_affinity(&one));
-            assert_eq!(step_off(core), None);
+            assert_eq!(Mover::new().step_off(core), None);
             assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "still pinned");
             assert_eq!(current_core(), Some(core));
-        })
-        .join()
-        .unwrap();
+        });
+    }
+
+    #[test]
+    fn a_rank_pinned_after_it_started_stays_too() {
+        on_own_thread(|| {
+            let mut m = Mover::new();
+            if !m.free {
+                eprintln!("skipped: this thread may not run on every online core");
+                return;
+            }
+            let core = current_core().unwrap();
+            // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its size.
+            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            unsafe { libc::CPU_SET(core as usize, &mut one) };
+            // Pinned (by a launcher, say) once the world had started.
+            assert!(set_affinity(&one));
+            assert_eq!(m.step_off(core), None);
+            assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "its pinning kept");
+        });
     }
 }

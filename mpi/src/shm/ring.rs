@@ -2,9 +2,10 @@
 //! process: the bytes of one direction of a shared-memory link, used as a
 //! stream (the frame codec runs over it as over a TCP socket).
 //!
-//! The ring's header is four cache lines, one per field: `head` (the bytes
-//! written so far) and `wepoch` (its wait epoch) are the producer's, `tail`
-//! (the bytes consumed so far) and `repoch` (its sleep epoch) the consumer's.
+//! The ring's header is four cache lines: `head` (the bytes written so far)
+//! and `wepoch` (its wait epoch, with the core it runs on beside it) are the
+//! producer's, `tail` (the bytes consumed so far) and `repoch` (its sleep
+//! epoch) the consumer's; each on a line of its own.
 //! Each side writes only its own fields and keeps its own index privately: the
 //! other process may write anything into the shared header, so every index
 //! read from it is checked (`tail <= head <= tail + capacity`) and a bad one is
@@ -26,10 +27,12 @@
 //! their store and their load with a full fence, so at least one of them sees
 //! the other (no lost wake-up).
 //!
-//! The producer's line also says which core it last ran on
+//! The producer's epoch line also says which core it runs on, if it knows
 //! ([`Producer::say_core`]), for a consumer that polls to tell whether the
-//! peer it waits for needs its core ([`Consumer::peer_core`]). It changes only
-//! when the producer moves to another core.
+//! peer it waits for needs its core ([`Consumer::peer_core`]). The producer
+//! says it as it waits, and says none as it goes to sleep (where it wakes is
+//! the kernel's choice): it changes around a sleep and when the producer
+//! moves, not with every message.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -48,6 +51,7 @@ const TAIL: usize = 64;
 const WEPOCH: usize = 128;
 /// The producer's core plus one (0: not said), on the producer's line.
 const CORE: usize = WEPOCH + 8;
+const _: () = assert!(CORE >= WEPOCH + 4 && CORE + 4 <= REPOCH && CORE % 4 == 0);
 const REPOCH: usize = 192;
 
 /// The other process broke the ring's invariants (or its memory is not a ring).
@@ -275,10 +279,10 @@ impl Producer {
         Ok(true)
     }
 
-    /// Tells the consumer that this side runs on `core` now (a store only
-    /// when that changed).
-    pub(crate) fn say_core(&mut self, core: u32) {
-        let said = core.wrapping_add(1);
+    /// Tells the consumer that this side runs on `core` now, or on no core
+    /// it knows (a store only when that changed).
+    pub(crate) fn say_core(&mut self, core: Option<u32>) {
+        let said = core.map_or(0, |c| c.wrapping_add(1));
         if said != self.core {
             self.core = said;
             self.mem.atomic32(CORE).store(said, Ordering::Relaxed);

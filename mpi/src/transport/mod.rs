@@ -953,6 +953,14 @@ impl Transport {
         }
     }
 
+    /// Tells rank `peer`, if over a ring, that this rank runs on `core` now.
+    pub(crate) fn say_core(&mut self, peer: u32, core: u32) {
+        let slot = self.heard_on.get(peer as usize).copied().flatten();
+        if let Some(Io::Shm(s)) = slot.and_then(|s| self.conns[s].as_mut()).map(|c| &mut c.io) {
+            s.say_core(core);
+        }
+    }
+
     /// Whether rank `peer`'s frames come through a shared-memory ring.
     pub(crate) fn is_ring(&self, peer: u32) -> bool {
         self.heard_on.get(peer as usize).copied().flatten().and_then(|s| self.ring_at(s)).is_some()

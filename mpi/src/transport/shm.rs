@@ -270,7 +270,7 @@ impl ShmIo {
     /// once a wake-up: the caller gives it the core once). Tells the peer our
     /// core in turn.
     pub(super) fn shares_core(&mut self, core: u32) -> NeedsCore {
-        self.tx.say_core(core);
+        self.tx.say_core(Some(core));
         let woke = std::mem::take(&mut self.woke);
         if self.rx.peer_core() == Some(core) {
             NeedsCore::SameCore
@@ -298,7 +298,14 @@ impl ShmIo {
             self.rx.end_sleep();
             return false;
         }
+        // Where this rank wakes is the kernel's choice.
+        self.tx.say_core(None);
         true
+    }
+
+    /// Tells the peer that this rank runs on `core` now.
+    pub(super) fn say_core(&mut self, core: u32) {
+        self.tx.say_core(Some(core));
     }
 
     /// Awake again.

@@ -287,6 +287,7 @@ fn a_peer_woken_or_on_this_core_is_seen_to_need_it() {
     // Rank 1 sleeps; rank 0's bytes ring its doorbell.
     assert_eq!(zero.shares_core(2), NeedsCore::No, "rank 0 moved on");
     assert!(one.begin_sleep(false));
+    assert_eq!(zero.shares_core(0), NeedsCore::No, "asleep: no core said (it wakes where the kernel puts it)");
     zero.send(&[IoSlice::new(b"ping")]).unwrap();
     assert_eq!(zero.shares_core(2), NeedsCore::Woken, "woken by us");
     assert_eq!(zero.shares_core(2), NeedsCore::No, "said once a wake-up");

@@ -138,10 +138,13 @@ fn the_consumer_learns_the_core_the_producer_runs_on() {
     let r = Region::new(64);
     let (mut p, c) = r.ends(0);
     assert_eq!(c.peer_core(), None, "not said yet");
-    p.say_core(0);
+    p.say_core(Some(0));
     assert_eq!(c.peer_core(), Some(0));
-    p.say_core(5);
+    p.say_core(Some(5));
     assert_eq!(c.peer_core(), Some(5), "moved");
+    p.say_core(None);
+    assert_eq!(c.peer_core(), None, "asleep: wherever the kernel wakes it");
+    p.say_core(Some(5));
     // SAFETY: an aligned offset inside the header.
     let said = unsafe { &*r.ptr.add(CORE).cast::<AtomicU32>() };
     said.store(0, Ordering::SeqCst);
@@ -152,7 +155,7 @@ fn the_consumer_learns_the_core_the_producer_runs_on() {
     // disturbs the other.
     p.write(&[&[0u8; 64][..]]).unwrap();
     assert!(p.begin_wait().unwrap(), "full: wait");
-    p.say_core(3);
+    p.say_core(Some(3));
     assert_eq!(c.peer_core(), Some(3));
     let mut c = c;
     let mut b = BytesMut::new();
