@@ -26,10 +26,10 @@
 //! hello only with a key the named rank registered. `P2PMP_ENCRYPT` says
 //! which links: `auto` (between hosts), `always` or `never`.
 //!
-//! Ranks of one host talk through shared memory instead (see `shm`): a link
-//! there is a connection like a TCP one, with rings for its bytes, and the
-//! link machine falls back to TCP whenever it cannot be had. `P2PMP_SHM=0`
-//! turns shared memory off.
+//! Ranks of one host talk through shared memory instead (see `shm`, and
+//! `rings` for the transport's side of it): a link there is a connection
+//! like a TCP one, with rings for its bytes, and the link machine falls back
+//! to TCP whenever it cannot be had. `P2PMP_SHM=0` turns shared memory off.
 //!
 //! Sockets stay in blocking mode with a receive timeout ([`DIRECT_MAX`]); the poll
 //! loop reads and writes with `MSG_DONTWAIT`, and a rank waiting for one peer may
@@ -48,6 +48,7 @@ mod census;
 mod conn;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod rings;
 mod secure;
 mod shm;
 #[cfg(test)]
@@ -74,7 +75,6 @@ use self::census::Census;
 use self::conn::{Conn, Decoded, Io, decode_frames};
 use self::secure::Keys;
 pub(crate) use self::shm::NeedsCore;
-use self::shm::{Setup, ShmSetup};
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::node_client::{self, NodeClient};
@@ -454,81 +454,6 @@ impl Transport {
         self.add_conn(Io::Tcp { stream, connecting: true }, Some(peer), false)
     }
 
-    /// Who we are, for shared-memory hellos (only with shared memory on).
-    fn me(&self) -> Option<shm::Me<'_>> {
-        let l = self.local.as_ref()?;
-        let size = self.heard_on.len() as u32;
-        Some(shm::Me {
-            job: &self.job,
-            rank: self.rank,
-            size,
-            key: self.key,
-            addr: self.addr,
-            bell: l.bell.as_raw_fd(),
-        })
-    }
-
-    /// Starts a shared-memory link to `peer` (its answer comes as an event).
-    fn connect_shm(&mut self, peer: u32) -> io::Result<usize> {
-        let me = self.me().ok_or_else(|| io::Error::other("shared memory is off"))?;
-        let cap = self.local.as_ref().map_or(0, |l| l.cap);
-        let setup = ShmSetup::connect(&me, peer, process_key(&self.job, peer), cap)?;
-        debug!(to = peer, "connecting over shared memory");
-        self.add_conn(Io::ShmSetup(Box::new(setup)), Some(peer), false)
-    }
-
-    /// A shared-memory link being set up has news: established (its peer
-    /// known), still waiting, or failed (ended; an attempt of ours falls back).
-    fn on_shm_setup(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
-        let Some(mut conn) = self.conns[slot].take() else { return };
-        let setup = match conn.io {
-            Io::ShmSetup(s) => s,
-            other => {
-                conn.io = other;
-                self.conns[slot] = Some(conn);
-                return;
-            }
-        };
-        let mine = setup.peer();
-        // Invariant: set-ups exist only while shared memory is on.
-        let me = self.me().expect("shared memory is on");
-        match setup.advance(&me) {
-            Ok((Setup::Pending, Some(setup))) => {
-                conn.io = Io::ShmSetup(setup);
-                self.conns[slot] = Some(conn);
-            }
-            Ok((Setup::Done(io, from), _)) => {
-                conn.io = Io::Shm(io);
-                conn.rank = Some(from);
-                self.conns[slot] = Some(conn);
-                self.shm_slots.push(slot);
-                if mine.is_none() {
-                    debug!(from, "accepted a shared-memory link");
-                    return;
-                }
-                if self.attempt[from as usize] == Some(slot) {
-                    self.attempt[from as usize] = None;
-                }
-                if self.links.handle_connected(now, from, engine) {
-                    debug!(to = from, "connected over shared memory");
-                    self.set_out(from, slot);
-                } else {
-                    self.drop_conn(slot);
-                }
-            }
-            Ok((Setup::Pending, None)) => unreachable!("a pending set-up comes back"),
-            Err(e) => {
-                // The set-up (and its socket, which leaves the poll set as it
-                // closes) is gone; an attempt of ours falls back.
-                debug!(?mine, %e, "shared-memory link failed");
-                if let Some(peer) = mine.filter(|&p| self.attempt[p as usize] == Some(slot)) {
-                    self.attempt[peer as usize] = None;
-                    self.links.handle_connect_failed(now, peer, e.to_string(), engine);
-                }
-            }
-        }
-    }
-
     /// A connection we opened became writable or failed: established (hello
     /// first, then the frames held), failed (the next address), or not yet.
     fn on_connect_ready(&mut self, engine: &mut MpiEngine, now: Instant, slot: usize) {
@@ -903,134 +828,6 @@ impl Transport {
         }
         if ready.writable && self.conns.get(slot).is_some_and(Option::is_some) {
             self.mark_dirty(slot);
-        }
-    }
-
-    /// Reads every shared-memory ring that has bytes, and queues for writing
-    /// every link with bytes waiting: whether any ring had bytes. From the
-    /// last link to the first: a read that closes its link takes it out of
-    /// `shm_slots`, and the links after it, already seen, move down (going
-    /// forwards, the next one was skipped until the next look).
-    fn service_shm(&mut self, engine: &mut MpiEngine, now: Instant) -> bool {
-        let mut got = false;
-        for i in (0..self.shm_slots.len()).rev() {
-            let Some(&slot) = self.shm_slots.get(i) else { continue };
-            let Some(c) = self.conns[slot].as_ref() else { continue };
-            let (input, output) = match &c.io {
-                Io::Shm(s) => (s.has_input(), !c.tx.is_empty()),
-                _ => (false, false),
-            };
-            if output {
-                self.mark_dirty(slot);
-            }
-            if input {
-                got |= self.read_conn(engine, slot, Wait::No, now);
-            }
-        }
-        got
-    }
-
-    /// The ring of connection `slot`, if it is a shared-memory one.
-    fn ring_at(&self, slot: usize) -> Option<&shm::ShmIo> {
-        match self.conns.get(slot).and_then(Option::as_ref).map(|c| &c.io) {
-            Some(Io::Shm(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Whether a rank awaited (`from`, or any shared-memory peer) may need
-    /// the core this rank polls on (`core`): see `ShmIo::shares_core`. Each
-    /// of those peers is told our core in turn. False for peers over TCP.
-    pub(crate) fn shares_core(&mut self, from: Option<u32>, core: u32) -> NeedsCore {
-        let mut ring_shares = |slot: usize| match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
-            Some(Io::Shm(s)) => s.shares_core(core),
-            _ => NeedsCore::No,
-        };
-        match from {
-            Some(f) => self.heard_on.get(f as usize).copied().flatten().map_or(NeedsCore::No, ring_shares),
-            // Every peer is told, so no short cut.
-            None => self.shm_slots.iter().fold(NeedsCore::No, |most, &slot| ring_shares(slot).max(most)),
-        }
-    }
-
-    /// Tells rank `peer`, if over a ring, that this rank runs on `core` now.
-    pub(crate) fn say_core(&mut self, peer: u32, core: u32) {
-        let slot = self.heard_on.get(peer as usize).copied().flatten();
-        if let Some(Io::Shm(s)) = slot.and_then(|s| self.conns[s].as_mut()).map(|c| &mut c.io) {
-            s.say_core(core);
-        }
-    }
-
-    /// Whether rank `peer`'s frames come through a shared-memory ring.
-    pub(crate) fn is_ring(&self, peer: u32) -> bool {
-        self.heard_on.get(peer as usize).copied().flatten().and_then(|s| self.ring_at(s)).is_some()
-    }
-
-    /// Whether a full look may find something: bytes in the ring of `from`
-    /// (or of any shared-memory peer), one load each and no system call.
-    /// True when that cannot be told so cheaply (a TCP peer, or none known).
-    pub(crate) fn peek(&self, from: Option<u32>) -> bool {
-        let ring = |slot: usize| self.ring_at(slot).map(shm::ShmIo::has_input);
-        match from {
-            Some(f) => self.heard_on.get(f as usize).copied().flatten().and_then(ring).unwrap_or(true),
-            None => self.shm_slots.is_empty() || self.shm_slots.iter().any(|&slot| ring(slot).unwrap_or(true)),
-        }
-    }
-
-    /// About to sleep: asks every shared-memory peer to ring our doorbell.
-    /// False when a ring already has bytes or room (do not sleep; nothing was
-    /// asked).
-    pub(crate) fn before_sleep(&mut self) -> bool {
-        for i in 0..self.shm_slots.len() {
-            let slot = self.shm_slots[i];
-            let Some(c) = self.conns[slot].as_mut() else { continue };
-            let waiting = !c.tx.is_empty();
-            if let Io::Shm(s) = &mut c.io {
-                if !s.begin_sleep(waiting) {
-                    self.after_sleep_upto(i);
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    /// Awake again: the peers need not ring any more.
-    pub(crate) fn after_sleep(&mut self) {
-        self.after_sleep_upto(self.shm_slots.len());
-    }
-
-    fn after_sleep_upto(&mut self, n: usize) {
-        for &slot in &self.shm_slots[..n] {
-            if let Some(Conn { io: Io::Shm(s), .. }) = self.conns[slot].as_mut() {
-                s.end_sleep();
-            }
-        }
-    }
-
-    /// Accepts shared-memory links (their hellos come as events).
-    fn accept_shm(&mut self, now: Instant) {
-        loop {
-            let Some(l) = &self.local else { return };
-            match l.listener.accept() {
-                Ok((sock, _)) => {
-                    #[cfg(feature = "fault-injection")]
-                    if self.faults.refuse_shm {
-                        drop(sock);
-                        continue;
-                    }
-                    if let Err(e) = self.add_conn(Io::ShmSetup(Box::new(ShmSetup::accepted(sock))), None, true) {
-                        warn!(%e, "cannot watch a shared-memory link");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    warn!(%e, "accept of a shared-memory link failed: tried again shortly");
-                    self.accept_again = Some(now + ACCEPT_RETRY);
-                    return;
-                }
-            }
         }
     }
 
