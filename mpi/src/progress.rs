@@ -606,6 +606,8 @@ impl World {
     /// ms). Once a rank sees its peer on its own core and yields, the two run
     /// by turns on that core, a round trip taking 3.7 us against 0.5, until
     /// the kernel moves one of them (7-35 ms): hence the move.
+    #[cold]
+    #[inline(never)]
     fn give_core_if_awaited_needs_it(
         &mut self,
         from: Option<u32>,
@@ -625,9 +627,9 @@ impl World {
             GiveCore::Yield { step_off } => {
                 (*plan, *learns) = (Plan::YIELD, Learns::Nothing);
                 let moved = step_off.then(|| self.waits.mover.step_off(core)).flatten();
-                if let (Some(to), Some(peer)) = (moved, from) {
+                if moved.is_some() {
                     self.waits.stats.stepped_off += 1;
-                    self.net.say_core(peer, to);
+                    self.net.say_core(moved);
                 }
             }
         }
@@ -662,6 +664,8 @@ impl World {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
+            // Asleep (if it sleeps) on no core shared-memory peers could share.
+            self.net.say_core(None);
             if let Some(got) = self.progress_direct(f, Wait::Block, now)? {
                 self.waits.stats.sleeps += 1;
                 return Ok(got);

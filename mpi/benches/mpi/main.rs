@@ -11,8 +11,9 @@
 //!   and 1 MiB per rank (per block for Alltoall) on 2, 4 and 8 ranks (µs a call,
 //!   median of 5 repetitions; `--coll` runs only these rows).
 //! - beside a CPU hog on each core: the 8 B latency and the ring of 2 ranks;
-//!   and an 8 B ping-pong of 1,000 round trips right after both ranks paused
-//!   20 ms, 10 times, median and worst (`--pause` runs only these rows).
+//! - an 8 B ping-pong of 1,000 round trips right after both ranks paused
+//!   20 ms, 10 times: the median and the worst of the 10 (`--pause` runs
+//!   only these rows).
 //! - between two hosts of a namespace cluster (as root; `--no-hosts` skips
 //!   them, `--hosts` runs only them): p2pmp's ping-pong through two jobds,
 //!   encrypted as by default between hosts and again unencrypted, beside a raw
@@ -22,7 +23,7 @@
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
 //!
-//! Each figure is a median of repetitions; the two-rank ping-pongs of p2pmp,
+//! Each figure is a median of repetitions (but the worst after a pause); the two-rank ping-pongs of p2pmp,
 //! the references and the raw blocking rows take turns over three rounds, and
 //! so do the ring and factoring runs (until a system's runs took 20 s), also
 //! when quick, so load drifting on a shared machine hits them alike. The raw
@@ -580,7 +581,10 @@ fn main() {
                 ranks::coll(args.iter().any(|a| a == "quick"), only)
             }
             Some("state") => ranks::state(arg(1), arg(2)),
-            Some("pause") => ranks::pause(arg(1), arg(2), arg(3)),
+            Some("pause") => {
+                let opt = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok());
+                ranks::pause(opt(1), opt(2), opt(3))
+            }
             other => panic!("unknown mode {other:?}"),
         };
         res.expect("rank failed");

@@ -71,17 +71,22 @@ fn round_trips(w: &mut p2pmp_mpi::World, data: &Bytes, n: u64) -> Result<(), p2p
 /// `pause ROUNDS MS COUNT`: `ROUNDS` times, both ranks pause `MS` ms after a
 /// barrier (as a program that computes between exchanges does), then rank 0
 /// times `COUNT` round trips of 8 bytes with rank 1; `pause <median µs a
-/// hop> <worst µs a hop>` from rank 0 (as `benches/c/pause.c`).
-pub(crate) fn pause(rounds: u64, ms: u64, count: u64) -> Result<(), p2pmp_mpi::Error> {
+/// hop> <worst µs a hop>` from rank 0 (as `benches/c/pause.c`, with its
+/// defaults: 10 rounds, 20 ms, 1,000 round trips).
+pub(crate) fn pause(rounds: Option<u64>, ms: Option<u64>, count: Option<u64>) -> Result<(), p2pmp_mpi::Error> {
+    // The defaults, and what out of range becomes, as in pause.c.
+    let rounds = rounds.filter(|r| (1..=1000).contains(r)).unwrap_or(10);
+    let ms = ms.filter(|&m| m <= 60_000).unwrap_or(20);
+    let count = count.filter(|&c| c >= 1).unwrap_or(1000);
     let mut w = p2pmp_mpi::init()?;
     let data = Bytes::from(vec![7u8; 8]);
     let mut hops = Vec::new();
-    for _ in 0..rounds.clamp(1, 1000) {
+    for _ in 0..rounds {
         w.barrier()?;
         std::thread::sleep(std::time::Duration::from_millis(ms));
         let t = Instant::now();
         round_trips(&mut w, &data, count)?;
-        hops.push(t.elapsed().as_secs_f64() * 1e6 / (2 * count.max(1)) as f64);
+        hops.push(t.elapsed().as_secs_f64() * 1e6 / (2 * count) as f64);
     }
     if w.rank() == 0 {
         let worst = hops.iter().copied().fold(0.0, f64::max);

@@ -1,7 +1,9 @@
 //! Moving this rank off a core it shares with the peer it waits for.
 //!
 //! Only a rank that may run on every online core moves: one the user or a
-//! launcher pinned to some cores keeps exactly those. A move narrows the
+//! launcher pinned to some cores keeps exactly those. (So does one in a
+//! container whose cpuset is narrower than the machine: it cannot be told
+//! from a pinned one without reading the cgroup.) A move narrows the
 //! thread's cores for an instant and then lets it run on every core again
 //! (an all-ones mask, which the kernel meets with the cgroup's cpuset), so
 //! that the thread keeps following the cpuset as it did before.
@@ -11,15 +13,18 @@ use tracing::warn;
 /// Whether this rank may move off a core, and what it takes.
 #[derive(Debug)]
 pub(super) struct Mover {
-    /// Every online core was this thread's when it started, and no restore
-    /// has failed since.
+    /// Every online core was this thread's when the world started, and no
+    /// restore has failed since.
     free: bool,
+    /// The cores online then.
+    online: usize,
 }
 
 impl Mover {
     /// Looks at the calling thread's cores now (at the start of the world).
     pub(super) fn new() -> Mover {
-        Mover { free: affinity().is_some_and(|set| count(&set) >= 2 && count(&set) >= online()) }
+        let online = online();
+        Mover { free: affinity().is_some_and(|set| may_move(count(&set), online)), online }
     }
 
     /// Moves the calling thread off `core` to another core it may run on,
@@ -34,7 +39,10 @@ impl Mover {
         let core = core as usize;
         // SAFETY: CPU_ISSET only reads the set, at an index below its size
         // (checked first).
-        if count(&now) < online() || core >= libc::CPU_SETSIZE as usize || !unsafe { libc::CPU_ISSET(core, &now) } {
+        if !may_move(count(&now), self.online)
+            || core >= libc::CPU_SETSIZE as usize
+            || !unsafe { libc::CPU_ISSET(core, &now) }
+        {
             return None;
         }
         let mut others = now;
@@ -42,8 +50,10 @@ impl Mover {
         unsafe { libc::CPU_CLR(core, &mut others) };
         // The kernel moves the calling thread before it returns.
         let moved = set_affinity(&others).then(current_core).flatten();
-        if !(set_affinity(&every_core()) || set_affinity(&every_core())) {
-            warn!("cannot let this rank run on every core again: it moves off shared cores no more");
+        if !set_affinity(&every_core()) {
+            // At least the cores it had: else it never ran on `core` again.
+            let back = set_affinity(&now);
+            warn!(back, "cannot let this rank run on every core again: it moves off shared cores no more");
             self.free = false;
         }
         moved
@@ -83,10 +93,28 @@ fn count(set: &libc::cpu_set_t) -> usize {
     unsafe { libc::CPU_COUNT(set) as usize }
 }
 
-/// The cores online.
+/// Whether a thread that may run on `allowed` cores, of `online`, may move:
+/// it has somewhere to go, and nobody narrowed its cores.
+fn may_move(allowed: usize, online: usize) -> bool {
+    allowed >= 2 && allowed >= online
+}
+
+/// The cores online, as the kernel lists them (`sysconf` may count only the
+/// caller's own cores); `usize::MAX` (no thread may move) if unknown.
 fn online() -> usize {
-    // SAFETY: sysconf(3) takes a constant; -1 on failure (then no core counts).
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(usize::MAX)
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    count_list(&list).unwrap_or(usize::MAX)
+}
+
+/// The cores in a kernel CPU list such as `0-3,8,10-11`.
+fn count_list(list: &str) -> Option<usize> {
+    let mut n = 0usize;
+    for part in list.trim().split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (usize, usize) = (lo.parse().ok()?, hi.parse().ok()?);
+        n = n.checked_add(hi.checked_sub(lo)?.checked_add(1)?)?;
+    }
+    Some(n)
 }
 
 #[cfg(test)]
@@ -110,6 +138,27 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn only_a_thread_with_every_online_core_moves() {
+        assert!(may_move(2, 2));
+        assert!(may_move(64, 64));
+        assert!(!may_move(1, 1), "nowhere to go");
+        assert!(!may_move(2, 4), "pinned to two of four");
+        assert!(!may_move(3, 64), "pinned, or a container's cpuset");
+        assert!(!may_move(2, usize::MAX), "the online cores unknown");
+    }
+
+    #[test]
+    fn kernel_cpu_lists_are_counted() {
+        assert_eq!(count_list("0-1\n"), Some(2));
+        assert_eq!(count_list("0"), Some(1));
+        assert_eq!(count_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_list(""), None);
+        assert_eq!(count_list("3-1"), None);
+        assert_eq!(count_list("x"), None);
+        assert_eq!(count_list("0-18446744073709551615"), None);
     }
 
     #[test]

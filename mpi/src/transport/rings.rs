@@ -126,7 +126,8 @@ impl Transport {
 
     /// Whether a rank awaited (`from`, or any shared-memory peer) may need
     /// the core this rank polls on (`core`): see `ShmIo::shares_core`. Each
-    /// of those peers is told our core in turn. False for peers over TCP.
+    /// of those peers is told our core in turn. `NeedsCore::No` for peers
+    /// over TCP.
     pub(crate) fn shares_core(&mut self, from: Option<u32>, core: u32) -> NeedsCore {
         let mut ring_shares = |slot: usize| match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
             Some(Io::Shm(s)) => s.shares_core(core),
@@ -139,11 +140,14 @@ impl Transport {
         }
     }
 
-    /// Tells rank `peer`, if over a ring, that this rank runs on `core` now.
-    pub(crate) fn say_core(&mut self, peer: u32, core: u32) {
-        let slot = self.heard_on.get(peer as usize).copied().flatten();
-        if let Some(Io::Shm(s)) = slot.and_then(|s| self.conns[s].as_mut()).map(|c| &mut c.io) {
-            s.say_core(core);
+    /// Tells every shared-memory peer the core this rank runs on now (after
+    /// it moved), or none (as it goes to sleep: where it wakes is the
+    /// kernel's choice).
+    pub(crate) fn say_core(&mut self, core: Option<u32>) {
+        for &slot in &self.shm_slots {
+            if let Some(Io::Shm(s)) = self.conns[slot].as_mut().map(|c| &mut c.io) {
+                s.say_core(core);
+            }
         }
     }
 
@@ -163,9 +167,9 @@ impl Transport {
         }
     }
 
-    /// About to sleep: asks every shared-memory peer to ring our doorbell.
-    /// False when a ring already has bytes or room (do not sleep; nothing was
-    /// asked).
+    /// About to sleep: asks every shared-memory peer to ring our doorbell,
+    /// and tells them this rank runs on no core. False when a ring already
+    /// has bytes or room (do not sleep; nothing was asked or told).
     pub(crate) fn before_sleep(&mut self) -> bool {
         for i in 0..self.shm_slots.len() {
             let slot = self.shm_slots[i];
@@ -178,6 +182,7 @@ impl Transport {
                 }
             }
         }
+        self.say_core(None);
         true
     }
 

@@ -257,7 +257,10 @@ impl ShmIo {
         }
     }
 
-    /// Rings the peer's doorbell.
+    /// Rings the peer's doorbell (a system call: kept off the path of a
+    /// message to a peer awake).
+    #[cold]
+    #[inline(never)]
     fn ring(&mut self) {
         self.rung += 1;
         self.woke = true;
@@ -298,14 +301,12 @@ impl ShmIo {
             self.rx.end_sleep();
             return false;
         }
-        // Where this rank wakes is the kernel's choice.
-        self.tx.say_core(None);
         true
     }
 
-    /// Tells the peer that this rank runs on `core` now.
-    pub(super) fn say_core(&mut self, core: u32) {
-        self.tx.say_core(Some(core));
+    /// Tells the peer the core this rank runs on now, or none (asleep).
+    pub(super) fn say_core(&mut self, core: Option<u32>) {
+        self.tx.say_core(core);
     }
 
     /// Awake again.

@@ -284,9 +284,12 @@ fn a_peer_woken_or_on_this_core_is_seen_to_need_it() {
     assert_eq!(one.shares_core(0), NeedsCore::SameCore, "rank 0's core");
     assert_eq!(zero.shares_core(0), NeedsCore::SameCore, "rank 1 moved to core 0");
 
-    // Rank 1 sleeps; rank 0's bytes ring its doorbell.
+    // Rank 1 sleeps (saying no core, as `Transport::before_sleep` has it
+    // do); rank 0's bytes ring its doorbell.
     assert_eq!(zero.shares_core(2), NeedsCore::No, "rank 0 moved on");
     assert!(one.begin_sleep(false));
+    assert_eq!(zero.shares_core(0), NeedsCore::SameCore, "said before it slept");
+    one.say_core(None);
     assert_eq!(zero.shares_core(0), NeedsCore::No, "asleep: no core said (it wakes where the kernel puts it)");
     zero.send(&[IoSlice::new(b"ping")]).unwrap();
     assert_eq!(zero.shares_core(2), NeedsCore::Woken, "woken by us");
