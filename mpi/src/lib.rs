@@ -51,9 +51,11 @@
 //!   the calling thread, resolving and connecting without waiting, and between
 //!   ranks of one host through shared memory; a blocking call polls while a
 //!   core is free and the answer is likely near, yields when this host's ranks
-//!   outnumber its cores, and sleeps when the wait is long (in `recv` on the
-//!   one TCP peer it waits for, else in `epoll`, woken by a doorbell for shared
-//!   memory); [`SpinPolicy`] fixes the policy instead.
+//!   outnumber its cores or when the shared-memory peer it waits for may
+//!   need its core (then the higher rank of the two also moves to another
+//!   core, unless it was pinned), and sleeps when the wait is long (in `recv`
+//!   on the one TCP peer it waits for, else in `epoll`, woken by a doorbell
+//!   for shared memory); [`SpinPolicy`] fixes the policy instead.
 //!
 //! A message's way crosses this crate, `p2pmp-core` and `bytes`, and their
 //! functions that are neither generic nor `#[inline]` are inlined across
