@@ -310,3 +310,32 @@ fn a_peer_woken_or_on_this_core_is_seen_to_need_it() {
     assert_eq!(one.shares_core(2), NeedsCore::SameCore);
     assert_eq!(one.shares_core(2), NeedsCore::SameCore);
 }
+
+/// A pass over the rings reads every ring that has bytes, also the one
+/// after a link that closes during the pass. Before, the pass went forwards:
+/// the closed link left `shm_slots`, the next one moved into its place, and
+/// it was skipped until the next look.
+#[test]
+fn a_link_closing_during_a_pass_over_the_rings_skips_none_after_it() {
+    use std::io::IoSlice;
+
+    use super::conn::Io;
+
+    let (mut net, mut engine) = rank0_of(3, fake_node());
+    // Rank 1's link: its end closed, nothing left in the ring.
+    let (mut gone, _one, _bells_a) = shm_link(b"transport-test-shm-pass-a");
+    gone.eof = true;
+    // Rank 2's link, accepted: its hello waits in the ring.
+    let (waiting, mut two, _bells_b) = shm_link(b"transport-test-shm-pass-b");
+    let hello = RankHello { job: b"transport-test".to_vec(), from_rank: 2, to_rank: 0 };
+    let mut frame = bytes::BytesMut::new();
+    encode_frame(&Envelope::new(net.key, net.addr, 0, hello), &mut frame, DEFAULT_MAX_FRAME).unwrap();
+    two.send(&[IoSlice::new(&frame)]).unwrap();
+    let closing = net.add_conn(Io::Shm(gone), Some(1), true).unwrap();
+    let read = net.add_conn(Io::Shm(waiting), None, true).unwrap();
+    net.shm_slots.extend([closing, read]);
+
+    assert!(net.service_shm(&mut engine, Instant::now()), "a ring had bytes");
+    assert!(net.conns[closing].is_none(), "rank 1's link closed");
+    assert_eq!(net.heard_on[2], Some(read), "rank 2's hello read in the same pass");
+}
