@@ -111,9 +111,9 @@ const CONTENDED_SOCKET_SPIN: Duration = Duration::from_micros(20);
 const CONTENDED_START: Duration = MAX_SPIN;
 const _: () = assert!(CONTENDED_SPIN.as_nanos() > 10 * MAX_SPIN.as_nanos());
 /// A polling wait looks whether the rank awaited may need this rank's core
-/// once it has gone this long without progress (a rank that runs answers a
-/// small message within a microsecond here; the look itself costs a few
-/// nanoseconds, 2% of a 0.25 us ping-pong when made at every wait).
+/// once it has gone this long without progress: a rank that runs answers a
+/// small message within a microsecond here, and a look at every wait made
+/// an 8 B ping-pong about 2% slower in a first measurement.
 const SHARED_CORE_LOOK: Duration = Duration::from_micros(2);
 /// A rank moves off a core it shares with the peer it awaits at most this
 /// often: where every core is busy, moving does not help, and the scheduler
@@ -602,7 +602,7 @@ impl World {
     /// then polled for the answer, the woken rank waited until that poll gave
     /// up and slept, and the two ranks took turns at it: after both paused
     /// 30 ms, the next 1,000 round trips of an 8 B ping-pong took over 3 ms
-    /// in 9 and 12 of 20 runs, two runs of 20 (up to 35 ms, against 0.5-1
+    /// in 9, 11 and 12 runs of three sets of 20 (up to 35 ms, against 0.5-1
     /// ms). Once a rank sees its peer on its own core and yields, the two run
     /// by turns on that core, a round trip taking 3.7 us against 0.5, until
     /// the kernel moves one of them (7-35 ms): hence the move.
@@ -664,7 +664,8 @@ impl World {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
-            // Asleep (if it sleeps) on no core shared-memory peers could share.
+            // Sleeping, this rank holds no core: its shared-memory peers are
+            // told so.
             self.net.say_core(None);
             if let Some(got) = self.progress_direct(f, Wait::Block, now)? {
                 self.waits.stats.sleeps += 1;
