@@ -664,9 +664,6 @@ impl World {
         let now = Instant::now();
         let deadline = [self.engine.poll_timeout(), self.net.next_retry(&self.engine)].into_iter().flatten().min();
         if let Some(f) = from.filter(|_| deadline.is_none_or(|d| d >= now + DIRECT_MAX)) {
-            // Sleeping, this rank holds no core: its shared-memory peers are
-            // told so.
-            self.net.say_core(None);
             if let Some(got) = self.progress_direct(f, Wait::Block, now)? {
                 self.waits.stats.sleeps += 1;
                 return Ok(got);

@@ -889,6 +889,11 @@ impl Transport {
         if now >= self.poll_due && self.poll_io(engine, Some(Duration::ZERO), now)? {
             return Ok(Some(true));
         }
+        if wait == Wait::Block {
+            // Asleep in `recv`, this rank holds no core: its shared-memory
+            // peers are told so, as before a sleep in `epoll`.
+            self.say_core(None);
+        }
         let got = self.read_conn(engine, slot, wait, now);
         self.settle(engine, now)?;
         Ok(Some(got))

@@ -129,10 +129,7 @@ impl Transport {
     /// of those peers is told our core in turn. `NeedsCore::No` for peers
     /// over TCP.
     pub(crate) fn shares_core(&mut self, from: Option<u32>, core: u32) -> NeedsCore {
-        let mut ring_shares = |slot: usize| match self.conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
-            Some(Io::Shm(s)) => s.shares_core(core),
-            _ => NeedsCore::No,
-        };
+        let mut ring_shares = |slot| ring_mut(&mut self.conns, slot).map_or(NeedsCore::No, |s| s.shares_core(core));
         match from {
             Some(f) => self.heard_on.get(f as usize).copied().flatten().map_or(NeedsCore::No, ring_shares),
             // Every peer is told, so no short cut.
@@ -145,7 +142,7 @@ impl Transport {
     /// kernel's choice).
     pub(crate) fn say_core(&mut self, core: Option<u32>) {
         for &slot in &self.shm_slots {
-            if let Some(Io::Shm(s)) = self.conns[slot].as_mut().map(|c| &mut c.io) {
+            if let Some(s) = ring_mut(&mut self.conns, slot) {
                 s.say_core(core);
             }
         }
@@ -193,7 +190,7 @@ impl Transport {
 
     fn after_sleep_upto(&mut self, n: usize) {
         for &slot in &self.shm_slots[..n] {
-            if let Some(Conn { io: Io::Shm(s), .. }) = self.conns[slot].as_mut() {
+            if let Some(s) = ring_mut(&mut self.conns, slot) {
                 s.end_sleep();
             }
         }
@@ -223,5 +220,15 @@ impl Transport {
                 }
             }
         }
+    }
+}
+
+/// The ring of connection `slot` among `conns`, if it is a shared-memory one,
+/// to change (a function of the connections alone, so that a loop over
+/// `shm_slots` may call it).
+fn ring_mut(conns: &mut [Option<Conn>], slot: usize) -> Option<&mut shm::ShmIo> {
+    match conns.get_mut(slot).and_then(Option::as_mut).map(|c| &mut c.io) {
+        Some(Io::Shm(s)) => Some(s),
+        _ => None,
     }
 }
