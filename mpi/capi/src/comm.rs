@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_int;
+use std::rc::Rc;
 
 use p2pmp_mpi::World;
 
@@ -16,11 +17,14 @@ use crate::error::Fail;
 use crate::handles::Table;
 use crate::topo::Topo;
 
-/// A communicator as a call sees it: its handle and the library's communicator.
+/// A communicator as a call sees it: its handle and the library's
+/// communicator, shared with the handle's entry. Through an `Rc` (the state is
+/// the thread's that called `MPI_Init`): a call takes the communicator with
+/// no atomic reference count, as a clone of the library's own would.
 #[derive(Debug, Clone)]
 pub(crate) struct Comm {
     pub(crate) handle: Handle,
-    pub(crate) c: p2pmp_mpi::Comm,
+    pub(crate) c: Rc<p2pmp_mpi::Comm>,
 }
 
 /// Where a point-to-point call goes, in the communicator's ranks.
@@ -77,7 +81,7 @@ impl Comm {
 #[derive(Debug)]
 pub(crate) struct Entry {
     /// `None` for the predefined ones before `MPI_Init`.
-    pub(crate) comm: Option<p2pmp_mpi::Comm>,
+    pub(crate) comm: Option<Rc<p2pmp_mpi::Comm>>,
     pub(crate) errhandler: Handle,
     pub(crate) name: String,
     pub(crate) attrs: BTreeMap<c_int, AttrVal>,
@@ -109,9 +113,9 @@ impl Comms {
 
     /// `MPI_Init` made the world.
     pub(crate) fn init(&mut self, w: &World) {
-        self.world.comm = Some(w.comm_world());
+        self.world.comm = Some(Rc::new(w.comm_world()));
         self.world.name = "MPI_COMM_WORLD".into();
-        self.solo.comm = Some(w.comm_self());
+        self.solo.comm = Some(Rc::new(w.comm_self()));
         self.solo.name = "MPI_COMM_SELF".into();
     }
 
@@ -148,7 +152,7 @@ impl Comms {
     /// Stores a new communicator made from `parent` (error handler inherited).
     pub(crate) fn add(&mut self, parent: Handle, c: p2pmp_mpi::Comm) -> Result<Handle, Fail> {
         let errhandler = self.errhandler(parent);
-        self.made.insert(Entry { comm: Some(c), errhandler, ..Entry::new(String::new()) })
+        self.made.insert(Entry { comm: Some(Rc::new(c)), errhandler, ..Entry::new(String::new()) })
     }
 
     /// Forgets a communicator the program made.

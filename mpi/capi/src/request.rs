@@ -36,7 +36,7 @@ pub(crate) enum Kind {
     /// A receive into `out` on communicator `comm` (whose ranks its status names).
     Recv {
         out: Buf,
-        comm: p2pmp_mpi::Comm,
+        comm: std::rc::Rc<p2pmp_mpi::Comm>,
     },
 }
 

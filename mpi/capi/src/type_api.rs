@@ -18,7 +18,7 @@ use crate::consts::{
 use crate::error::Fail;
 use crate::state::{Objects, call, entry};
 use crate::status::MpiStatus;
-use crate::types::{Buf, Derived, Envelope, count_arg, get, is_predefined, lookup};
+use crate::types::{Buf, Derived, Envelope, LayoutRef, count_arg, get, is_predefined, lookup};
 
 /// `MPI_Aint`.
 type Aint = c_long;
@@ -54,7 +54,7 @@ fn env(combiner: c_int, ints: c_int, addrs: c_int, types: c_int) -> Envelope {
     Envelope { combiner, ints, addrs, types }
 }
 
-fn old(obj: &Objects, h: Handle) -> Result<Arc<Layout>, Fail> {
+fn old(obj: &Objects, h: Handle) -> Result<LayoutRef, Fail> {
     Ok(lookup(obj, h)?.layout)
 }
 

@@ -92,21 +92,42 @@ const PREDEFINED: [(&str, Predef); 25] = [
 /// First handle of derived datatypes.
 const DERIVED_BASE: Handle = 64;
 
-fn predefined() -> &'static [Arc<Layout>] {
-    static TABLE: OnceLock<Vec<Arc<Layout>>> = OnceLock::new();
+fn predefined() -> &'static [Layout] {
+    static TABLE: OnceLock<Vec<Layout>> = OnceLock::new();
     TABLE.get_or_init(|| {
         PREDEFINED
             .iter()
-            .map(|(_, p)| {
-                Arc::new(match *p {
-                    Predef::Basic(b) => Layout::basic(b),
-                    Predef::Pair(pair) => pair.layout(),
-                    Predef::Lb => Layout::lb_marker(),
-                    Predef::Ub => Layout::ub_marker(),
-                })
+            .map(|(_, p)| match *p {
+                Predef::Basic(b) => Layout::basic(b),
+                Predef::Pair(pair) => pair.layout(),
+                Predef::Lb => Layout::lb_marker(),
+                Predef::Ub => Layout::ub_marker(),
             })
             .collect()
     })
+}
+
+/// A datatype's layout as a call holds it: a predefined type's is borrowed
+/// from the static table, so that a call on `MPI_BYTE` or `MPI_INT` touches
+/// no reference count (two atomic operations a datatype argument, a good part
+/// of the C layer's cost per call when a message takes a quarter of a
+/// microsecond); a derived type's is shared with its handle's entry (which
+/// `MPI_Type_free` may drop while a request still uses it).
+#[derive(Debug, Clone)]
+pub(crate) enum LayoutRef {
+    Predefined(&'static Layout),
+    Derived(Arc<Layout>),
+}
+
+impl std::ops::Deref for LayoutRef {
+    type Target = Layout;
+
+    fn deref(&self) -> &Layout {
+        match self {
+            LayoutRef::Predefined(l) => l,
+            LayoutRef::Derived(l) => l,
+        }
+    }
 }
 
 /// How a derived datatype was made (`MPI_Type_get_envelope`).
@@ -134,7 +155,7 @@ pub(crate) const fn types() -> Table<Derived> {
 #[derive(Debug, Clone)]
 pub(crate) struct Dt {
     pub(crate) handle: Handle,
-    pub(crate) layout: Arc<Layout>,
+    pub(crate) layout: LayoutRef,
     /// For predefined pair types.
     pub(crate) pair: Option<Pair>,
     pub(crate) committed: bool,
@@ -155,13 +176,13 @@ pub(crate) fn lookup(obj: &Objects, h: Handle) -> Result<Dt, Fail> {
             Predef::Pair(p) => Some(p),
             _ => None,
         };
-        return Ok(Dt { handle: h, layout: predefined()[i].clone(), pair, committed: true });
+        return Ok(Dt { handle: h, layout: LayoutRef::Predefined(&predefined()[i]), pair, committed: true });
     }
     if h < DERIVED_BASE {
         return Err(Fail::new(MPI_ERR_TYPE, format!("{h} is not a datatype")));
     }
     let d = obj.types.get(h)?;
-    Ok(Dt { handle: h, layout: d.layout.clone(), pair: None, committed: d.committed })
+    Ok(Dt { handle: h, layout: LayoutRef::Derived(d.layout.clone()), pair: None, committed: d.committed })
 }
 
 /// Datatype `h` for communication: it must be committed.
@@ -366,7 +387,7 @@ mod tests {
         let obj = crate::state::Objects::new();
         let int = lookup(&obj, 7).unwrap();
         let v = Layout::vector(2, 1, 2, false, &int.layout).unwrap();
-        let dt = Dt { handle: 64, layout: Arc::new(v), pair: None, committed: true };
+        let dt = Dt { handle: 64, layout: LayoutRef::Derived(Arc::new(v)), pair: None, committed: true };
         let src: [i32; 4] = [1, 2, 3, 4];
         let b = Buf::new(src.as_ptr().cast(), 1, dt.clone()).unwrap();
         // SAFETY: src holds one element of the vector (ints 0 and 2).
