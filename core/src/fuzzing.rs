@@ -81,11 +81,26 @@ pub fn frame_stream(data: &[u8]) {
         _ => (1, DEFAULT_MAX_FRAME, data),
     };
     let mut dec = FrameDecoder::new(max);
+    // The same stream read as the MPI transport reads it: frames up to
+    // `chunk` bytes borrowed in place and skipped, larger ones decoded.
+    let mut peeking = FrameDecoder::new(max);
     let mut yielded = 0usize;
     'outer: for piece in stream.chunks(chunk) {
         dec.push(piece);
+        peeking.push(piece);
         loop {
-            match dec.decode() {
+            let got = dec.decode();
+            let peeked = match peeking.peek(chunk) {
+                Ok(Some(frame)) => {
+                    let frame = Bytes::copy_from_slice(frame);
+                    peeking.skip(frame.len());
+                    Ok(Some(frame))
+                }
+                Ok(None) => peeking.decode(),
+                Err(e) => Err(e),
+            };
+            assert_eq!(got, peeked, "frames peeked at read as frames decoded");
+            match got {
                 Ok(Some(frame)) => {
                     assert!(frame.len() <= max, "frame over the maximum");
                     yielded += frame.len() + crate::wire::LEN_PREFIX;

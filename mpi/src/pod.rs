@@ -97,7 +97,7 @@ pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
 
 /// Messages of up to this many bytes are copied into one allocation that
 /// holds its own reference count.
-const INLINE: usize = 64;
+pub(crate) const INLINE: usize = 64;
 const _: () = assert!(INLINE <= u8::MAX as usize, "the length is kept in a u8");
 
 /// A small message's bytes, held inline (see [`shared_bytes`]).

@@ -43,14 +43,22 @@ impl MpiMsg {
         frame: &Bytes,
         prefix: &HeaderPrefix,
     ) -> Result<Option<(u64, MpiMsg, Bytes)>, WireError> {
-        if let Some([id @ 0..0x80, n @ 0..0x80, rest @ ..]) = frame.strip_prefix(prefix.as_bytes()) {
-            let n = usize::from(*n);
-            if let Some(Ok(msg)) = rest.get(..n).map(MpiMsg::take) {
-                let payload = frame.slice(frame.len() - (rest.len() - n)..);
-                return Ok(Some((u64::from(*id), msg, payload)));
-            }
+        if let Some((id, msg, payload)) = MpiMsg::read_after_prefix(frame, prefix) {
+            return Ok(Some((id, msg, frame.slice(frame.len() - payload.len()..))));
         }
         wire::decode_after_prefix(frame, prefix)
+    }
+
+    /// The in-place part of [`MpiMsg::decode_after_prefix`] on borrowed
+    /// bytes: the request id, message and payload of `frame` when it starts
+    /// with `prefix`, the request id and the form's length are a byte each
+    /// and the form is good; `None` for anything else (which only the serde
+    /// way can read or refuse).
+    pub fn read_after_prefix<'a>(frame: &'a [u8], prefix: &HeaderPrefix) -> Option<(u64, MpiMsg, &'a [u8])> {
+        let Some([id @ 0..0x80, n @ 0..0x80, rest @ ..]) = frame.strip_prefix(prefix.as_bytes()) else { return None };
+        let (form, payload) = rest.split_at_checked(usize::from(*n))?;
+        let msg = MpiMsg::take(form).ok()?;
+        Some((u64::from(*id), msg, payload))
     }
 }
 
