@@ -10,7 +10,7 @@ use super::flow::Peer;
 use super::msg::{MpiMsg, SeqHdr};
 use super::queues::{Held, Key, KeyHasher, Origin, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
 use super::rendezvous::Awaiting;
-use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit};
+use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit, TransmitRef};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
@@ -408,10 +408,22 @@ impl MpiEngine {
     /// The next frame to send. Sequenced frames carry the latest acknowledgement and
     /// credit; stand-alone [`MpiMsg::Ack`]s follow when nothing carried them.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.poll_transmit_ref().map(|t| t.to_owned())
+    }
+
+    /// [`MpiEngine::poll_transmit`] with the payload borrowed from the
+    /// engine's own copy of the frame (kept until acknowledged, for resending):
+    /// a driver that writes the frame at once needs no reference of its own to
+    /// the payload, whose count is atomic (an increment to take one, a
+    /// decrement to drop it, for every message).
+    pub fn poll_transmit_ref(&mut self) -> Option<TransmitRef<'_>> {
+        /// The payload of a stand-alone acknowledgement.
+        static NONE: Bytes = Bytes::new();
         while let Some((to, seq)) = self.out.pop_front() {
-            if let Some((msg, payload)) = self.peers[to as usize].frame(seq) {
+            if let Some(i) = self.peers[to as usize].index_of(seq) {
                 self.ack_carried(to);
-                return Some(Transmit { to, msg, payload });
+                let (msg, payload) = self.peers[to as usize].frame(i);
+                return Some(TransmitRef { to, msg, payload });
             }
         }
         while let Some(to) = self.ack_now.pop_front() {
@@ -421,7 +433,7 @@ impl MpiEngine {
                 let h = p.stamp();
                 self.stats.acks_sent += 1;
                 self.ack_carried(to);
-                return Some(Transmit { to, msg: MpiMsg::Ack { ack: h.ack, credit: h.credit }, payload: Bytes::new() });
+                return Some(TransmitRef { to, msg: MpiMsg::Ack { ack: h.ack, credit: h.credit }, payload: &NONE });
             }
         }
         None

@@ -105,18 +105,22 @@ impl Peer {
         seq
     }
 
-    /// The stored frame `seq` with fresh acknowledgement and credit, recording them
-    /// as told; `None` if it was acknowledged meanwhile.
-    pub(crate) fn frame(&mut self, seq: u64) -> Option<(MpiMsg, Bytes)> {
+    /// Where stored frame `seq` is in `unacked`; `None` if it was
+    /// acknowledged meanwhile.
+    pub(crate) fn index_of(&self, seq: u64) -> Option<usize> {
         let first = self.unacked.front()?.seq();
-        let u = self.unacked.get(seq.checked_sub(first)? as usize)?;
-        let mut msg = u.msg;
-        let payload = u.payload.clone();
+        usize::try_from(seq.checked_sub(first)?).ok().filter(|&i| i < self.unacked.len())
+    }
+
+    /// The stored frame at `index_of` `i` with fresh acknowledgement and
+    /// credit, recording them as told; its payload borrowed.
+    pub(crate) fn frame(&mut self, i: usize) -> (MpiMsg, &Bytes) {
+        let mut msg = self.unacked[i].msg;
         let hdr = self.stamp();
         let h = msg.hdr_mut().expect("sequenced message");
         h.ack = hdr.ack;
         h.credit = hdr.credit;
-        Some((msg, payload))
+        (msg, &self.unacked[i].payload)
     }
 
     /// The current acknowledgement and credit, recorded as told.

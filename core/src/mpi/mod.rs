@@ -170,6 +170,25 @@ pub struct Transmit {
     pub payload: Bytes,
 }
 
+/// A frame for rank `to` as [`MpiEngine::poll_transmit_ref`] gives it: the
+/// payload borrowed from the engine's own copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransmitRef<'a> {
+    /// The destination rank.
+    pub to: u32,
+    /// The typed header.
+    pub msg: MpiMsg,
+    /// Message data, carried after the postcard header.
+    pub payload: &'a Bytes,
+}
+
+impl TransmitRef<'_> {
+    /// The frame with a reference of its own to the payload.
+    pub fn to_owned(&self) -> Transmit {
+        Transmit { to: self.to, msg: self.msg, payload: self.payload.clone() }
+    }
+}
+
 impl Transmit {
     /// Wraps the frame in a wire envelope stamped with the sender's identity.
     pub fn into_envelope(self, sender: Id, sender_addr: NodeAddr) -> Envelope<MpiMsg> {

@@ -153,11 +153,13 @@ impl Conn {
     /// shared-memory link with nothing queued, straight into the ring, and
     /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
     /// does. Whether anything was queued (then the link needs a write).
-    pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: Bytes) -> bool {
+    /// The payload is borrowed: a reference of the queue's own is taken only
+    /// for what is queued.
+    pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Bytes) -> bool {
         if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
             // A broken ring takes nothing: the queued frame meets the error
             // again at the next write, which closes the link.
-            let n = s.send(&[IoSlice::new(head), IoSlice::new(&payload)]).unwrap_or(0);
+            let n = s.send(&[IoSlice::new(head), IoSlice::new(payload)]).unwrap_or(0);
             let h = head.len();
             if n >= h {
                 head.clear();
@@ -169,7 +171,7 @@ impl Conn {
             }
             let _ = head.split_to(n);
         }
-        self.push_frame(head.split().freeze(), payload);
+        self.push_frame(head.split().freeze(), payload.clone());
         true
     }
 

@@ -66,7 +66,7 @@ use mio::{Events, Interest, Poll, Token};
 use p2pmp_core::id::Id;
 use p2pmp_core::local::{Endpoint, LocalReply, LocalRequest, PUSH_ID, RankHello, process_key};
 use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, Path, Route, Transmit};
+use p2pmp_core::mpi::{LinkAction, LinkConfig, Links, MpiEngine, Path, Route, Transmit, TransmitRef};
 use p2pmp_core::secure::SecureChannel;
 use p2pmp_core::wire::{DEFAULT_MAX_FRAME, Envelope, HeaderPrefix, encode_frame_parts};
 use tracing::{debug, warn};
@@ -299,7 +299,14 @@ impl Transport {
     /// sockets take.
     pub(crate) fn pump(&mut self, engine: &mut MpiEngine, now: impl Into<LazyNow>) -> Result<()> {
         let mut now = now.into();
-        while let Some(t) = engine.poll_transmit() {
+        while let Some(t) = engine.poll_transmit_ref() {
+            // An open link takes the frame whenever it comes, straight from
+            // the engine's copy (no reference of our own unless it is queued).
+            if self.links.is_open(t.to) && !self.links.has_action() && !cfg!(feature = "fault-injection") {
+                self.route_frame(Route::Send, t);
+                continue;
+            }
+            let t = t.to_owned();
             self.enqueue(engine, &mut now, t);
         }
         self.settle(engine, now)
@@ -318,6 +325,12 @@ impl Transport {
         if route == Route::Send && self.inject(engine, now.get(), to) == fault::Inject::Drop {
             return;
         }
+        self.route_frame(route, TransmitRef { to, msg: t.msg, payload: &t.payload });
+    }
+
+    /// Encodes frame `t` and hands it to its peer's connection (`Send`) or
+    /// holds it until the first connection is up (`Hold`).
+    fn route_frame(&mut self, route: Route, t: TransmitRef<'_>) {
         let head = &mut self.head;
         head.clear();
         // The frame of `t.into_envelope(self.key, self.addr)`, our part of it
@@ -326,19 +339,18 @@ impl Transport {
         t.msg
             .encode_frame_head(&self.prefix, t.payload.len(), head, DEFAULT_MAX_FRAME)
             .expect("engine frame fits a wire frame");
-        let payload = t.payload;
-        let slot = match (route, self.out[to as usize]) {
+        let slot = match (route, self.out[t.to as usize]) {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
             (Route::Hold, _) => {
-                self.held[to as usize].push_back((head.split().freeze(), payload));
+                self.held[t.to as usize].push_back((head.split().freeze(), t.payload.clone()));
                 return;
             }
             // The link broke just now (a fault): the engine resends.
             _ => return,
         };
         let conn = self.conns[slot].as_mut().expect("out[to] names an open connection");
-        if conn.put_frame(head, payload) {
+        if conn.put_frame(head, t.payload) {
             self.mark_dirty(slot);
         }
     }
