@@ -72,7 +72,10 @@ pub use secure::secure_channel;
 
 /// The frame decoder over a stream cut into chunks: the first byte picks the chunk
 /// size, the second a small maximum frame size (or the default). Checks that the
-/// decoder never yields more bytes than it was given nor a frame over the maximum.
+/// decoder never yields more bytes than it was given nor a frame over the maximum,
+/// and that a second decoder reading the stream as the MPI transport does (frames
+/// up to the chunk size peeked at in place and skipped, larger ones decoded)
+/// gives the same frames and errors.
 pub fn frame_stream(data: &[u8]) {
     let (chunk, max, stream) = match data {
         [c, m, rest @ ..] => {
@@ -93,7 +96,7 @@ pub fn frame_stream(data: &[u8]) {
             let peeked = match peeking.peek(chunk) {
                 Ok(Some(frame)) => {
                     let frame = Bytes::copy_from_slice(frame);
-                    peeking.skip(frame.len());
+                    peeking.skip();
                     Ok(Some(frame))
                 }
                 Ok(None) => peeking.decode(),

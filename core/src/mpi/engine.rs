@@ -408,7 +408,7 @@ impl MpiEngine {
     /// The next frame to send. Sequenced frames carry the latest acknowledgement and
     /// credit; stand-alone [`MpiMsg::Ack`]s follow when nothing carried them.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.poll_transmit_ref().map(|t| t.to_owned())
+        self.poll_transmit_ref().map(|t| t.to_transmit())
     }
 
     /// [`MpiEngine::poll_transmit`] with the payload borrowed from the

@@ -112,8 +112,9 @@ impl Peer {
         usize::try_from(seq.checked_sub(first)?).ok().filter(|&i| i < self.unacked.len())
     }
 
-    /// The stored frame at `index_of` `i` with fresh acknowledgement and
-    /// credit, recording them as told; its payload borrowed.
+    /// The stored frame at `i` (from [`Peer::index_of`]: any other index
+    /// panics) with fresh acknowledgement and credit, recording them as told;
+    /// its payload borrowed.
     pub(crate) fn frame(&mut self, i: usize) -> (MpiMsg, &Bytes) {
         let mut msg = self.unacked[i].msg;
         let hdr = self.stamp();

@@ -11,8 +11,10 @@
 //!   [`MpiEngine::iprobe`], [`MpiEngine::cancel`], [`MpiEngine::cancel_send`],
 //!   [`MpiEngine::release`] (non-blocking only: blocking calls spin the engine in
 //!   the library);
-//! - outputs: [`MpiEngine::poll_transmit`] (frames for rank `r`),
-//!   [`MpiEngine::poll_completion`] (finished requests), [`MpiEngine::poll_timeout`].
+//! - outputs: [`MpiEngine::poll_transmit`] (frames for rank `r`; or
+//!   [`MpiEngine::poll_transmit_ref`], the payload borrowed, for a driver that
+//!   writes the frame at once), [`MpiEngine::poll_completion`] (finished
+//!   requests), [`MpiEngine::poll_timeout`].
 //!
 //! The calls that start requests ([`MpiEngine::isend`], [`MpiEngine::issend`],
 //! [`MpiEngine::irecv`]) take `now`, as [`MpiEngine::handle_message`] and
@@ -171,8 +173,11 @@ pub struct Transmit {
 }
 
 /// A frame for rank `to` as [`MpiEngine::poll_transmit_ref`] gives it: the
-/// payload borrowed from the engine's own copy.
+/// payload borrowed from the engine's own copy. Polled, it was stamped with
+/// the latest acknowledgement and taken off the queue: dropped unsent, it goes
+/// out again only as a resend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub struct TransmitRef<'a> {
     /// The destination rank.
     pub to: u32,
@@ -184,7 +189,7 @@ pub struct TransmitRef<'a> {
 
 impl TransmitRef<'_> {
     /// The frame with a reference of its own to the payload.
-    pub fn to_owned(&self) -> Transmit {
+    pub fn to_transmit(&self) -> Transmit {
         Transmit { to: self.to, msg: self.msg, payload: self.payload.clone() }
     }
 }

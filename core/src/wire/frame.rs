@@ -50,27 +50,37 @@ impl FrameDecoder {
         self.buf.len()
     }
 
-    /// The next complete frame (without its prefix), `Ok(None)` while incomplete.
-    ///
-    /// An error is final: the stream cannot be resynchronised, so the caller drops it.
-    /// The next frame if it is whole and at most `max` bytes, borrowed in
-    /// place: read it, then [`FrameDecoder::skip`] it. `Ok(None)` when no
-    /// frame is whole yet or the next is larger (then [`FrameDecoder::decode`]
-    /// it); a length over the decoder's limit is an error, as there.
+    /// The next frame (without its prefix) if it is whole and at most `max`
+    /// bytes, borrowed in place: read it, then [`FrameDecoder::skip`] it.
+    /// `Ok(None)` when no frame is whole yet or the next is larger (then
+    /// [`FrameDecoder::decode`] it); a length over the decoder's limit is an
+    /// error, as there.
     pub fn peek(&self, max: usize) -> Result<Option<&[u8]>, WireError> {
-        let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX>() else { return Ok(None) };
-        let len = u32::from_be_bytes(*prefix) as usize;
+        let Some(len) = self.next_len() else { return Ok(None) };
         if len > self.max_frame {
             return Err(WireError::FrameTooLarge { len: len as u64, max: self.max_frame });
         }
         Ok(self.buf.get(LEN_PREFIX..LEN_PREFIX + len).filter(|_| len <= max))
     }
 
-    /// Drops the frame [`FrameDecoder::peek`] gave, of `len` bytes.
-    pub fn skip(&mut self, len: usize) {
-        self.buf.advance(LEN_PREFIX + len);
+    /// Drops the next frame if it is whole (the one [`FrameDecoder::peek`]
+    /// gave); nothing otherwise.
+    pub fn skip(&mut self) {
+        if let Some(len) = self.next_len().filter(|&len| len <= self.max_frame) {
+            if self.buf.len() >= LEN_PREFIX + len {
+                self.buf.advance(LEN_PREFIX + len);
+            }
+        }
     }
 
+    /// The length the next frame's prefix gives, once the prefix is here.
+    fn next_len(&self) -> Option<usize> {
+        self.buf.first_chunk::<LEN_PREFIX>().map(|p| u32::from_be_bytes(*p) as usize)
+    }
+
+    /// The next complete frame (without its prefix), `Ok(None)` while incomplete.
+    ///
+    /// An error is final: the stream cannot be resynchronised, so the caller drops it.
     pub fn decode(&mut self) -> Result<Option<Bytes>, WireError> {
         if self.buf.len() < LEN_PREFIX {
             return Ok(None);

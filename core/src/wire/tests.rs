@@ -189,6 +189,7 @@ proptest! {
     fn any_chunking_decodes_the_same_frames(
         msgs in proptest::collection::vec(arb_envelope(arb_hello()), 1..8),
         cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20),
+        small in 0usize..200,
     ) {
         let mut stream = BytesMut::new();
         for m in &msgs {
@@ -198,16 +199,54 @@ proptest! {
         points.push(0);
         points.push(stream.len());
         points.sort_unstable();
-        let mut dec = FrameDecoder::default();
-        let mut got = Vec::new();
+        // Decoded, and read as the MPI transport reads: frames of up to
+        // `small` bytes peeked at in place and skipped, larger ones decoded.
+        let (mut dec, mut peeking) = (FrameDecoder::default(), FrameDecoder::default());
+        let (mut got, mut peeked, mut in_place) = (Vec::new(), Vec::new(), 0);
         for w in points.windows(2) {
             dec.push(&stream[w[0]..w[1]]);
+            peeking.push(&stream[w[0]..w[1]]);
             while let Some(f) = dec.decode().unwrap() {
                 got.push(decode_envelope::<Hello>(f).unwrap());
             }
+            loop {
+                let f = match peeking.peek(small).unwrap() {
+                    Some(f) => {
+                        prop_assert!(f.len() <= small);
+                        let f = Bytes::copy_from_slice(f);
+                        peeking.skip();
+                        in_place += 1;
+                        f
+                    }
+                    None => match peeking.decode().unwrap() {
+                        Some(f) => {
+                            prop_assert!(f.len() > small, "a small whole frame is peeked at");
+                            f
+                        }
+                        None => break,
+                    },
+                };
+                peeked.push(decode_envelope::<Hello>(f).unwrap());
+            }
         }
         dec.finish().unwrap();
-        prop_assert_eq!(got, msgs);
+        peeking.finish().unwrap();
+        prop_assert_eq!(&got, &msgs);
+        prop_assert_eq!(&peeked, &msgs);
+        prop_assert!(in_place <= msgs.len());
+    }
+
+    #[test]
+    fn skip_drops_only_a_whole_frame(len in 0u32..64, have in 0usize..80) {
+        let mut stream = len.to_be_bytes().to_vec();
+        stream.extend(std::iter::repeat_n(7u8, len as usize));
+        stream.extend([0, 0, 0, 1, 9]);
+        let mut dec = FrameDecoder::default();
+        let have = have.min(stream.len());
+        dec.push(&stream[..have]);
+        let whole = have >= 4 + len as usize;
+        dec.skip();
+        prop_assert_eq!(dec.buffered(), if whole { have - 4 - len as usize } else { have });
     }
 
     #[test]

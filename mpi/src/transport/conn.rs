@@ -153,8 +153,8 @@ impl Conn {
     /// shared-memory link with nothing queued, straight into the ring, and
     /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
     /// does. Whether anything was queued (then the link needs a write).
-    /// The payload is borrowed: a reference of the queue's own is taken only
-    /// for what is queued.
+    /// The payload is borrowed: written into a ring at once, it needs no
+    /// reference of its own (a frame queued, as every one on TCP, takes one).
     pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Bytes) -> bool {
         if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
             // A broken ring takes nothing: the queued frame meets the error
@@ -355,19 +355,13 @@ pub(super) fn decode_frames(
                     continue;
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    warn!(%e, "bad frame; dropping the connection");
-                    return Decoded::Drop;
-                }
+                Err(e) => return bad_frame(&e),
             }
         }
         let frame = match conn.dec.decode() {
             Ok(Some(f)) => f,
             Ok(None) => return Decoded::Keep,
-            Err(e) => {
-                warn!(%e, "bad frame; dropping the connection");
-                return Decoded::Drop;
-            }
+            Err(e) => return bad_frame(&e),
         };
         match conn.rank {
             Some(from) => {
@@ -401,9 +395,17 @@ pub(super) fn decode_frames(
     }
 }
 
+/// A frame that cannot be read: the connection is dropped.
+fn bad_frame(e: &WireError) -> Decoded {
+    warn!(%e, "bad frame; dropping the connection");
+    Decoded::Drop
+}
+
 /// Frames up to this many bytes are looked at where they lie in the
-/// decoder's buffer (see [`read_small`]): a sender part (about 40 bytes),
-/// the message (at most 30) and a payload of up to 64.
+/// decoder's buffer (see [`read_small`]): a sender part (41 bytes at most,
+/// over IPv6), the request id and the message's length (a byte each), the
+/// message (41 bytes at most) and a payload of up to 64. A larger frame only
+/// goes the usual way.
 const SMALL_FRAME: usize = 160;
 
 /// The next frame if it is small and its payload fits inline
@@ -419,8 +421,8 @@ fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(M
     if payload.len() > crate::pod::INLINE {
         return Ok(None);
     }
-    let (len, payload) = (frame.len(), shared_bytes(payload));
-    dec.skip(len);
+    let payload = shared_bytes(payload);
+    dec.skip();
     Ok(Some((msg, payload)))
 }
 
@@ -481,6 +483,65 @@ mod tests {
             to.take_raw(keys).unwrap();
         }
         sizes
+    }
+
+    use p2pmp_core::wire::DEFAULT_MAX_FRAME;
+
+    /// The frames of messages of `sizes` bytes (tag `i`, filled with `i`)
+    /// from rank 1's engine to rank 0, frame `i` with sender part `prefix(i)`.
+    fn frames(sizes: &[usize], prefix: impl Fn(usize) -> HeaderPrefix) -> Vec<u8> {
+        let mut sender = MpiEngine::new(Default::default(), 1, 2).unwrap();
+        for (i, &n) in sizes.iter().enumerate() {
+            sender.isend(0, 0, i as i32, Bytes::from(vec![i as u8; n])).unwrap();
+        }
+        let mut out = BytesMut::new();
+        let mut i = 0;
+        while let Some(t) = sender.poll_transmit() {
+            t.msg.encode_frame_head(&prefix(i), t.payload.len(), &mut out, DEFAULT_MAX_FRAME).unwrap();
+            out.extend_from_slice(&t.payload);
+            i += 1;
+        }
+        assert_eq!(i, sizes.len(), "a frame a message");
+        out.to_vec()
+    }
+
+    #[test]
+    fn small_frames_read_in_place_and_the_others_reach_the_engine_alike_and_in_order() {
+        use p2pmp_core::id::Id;
+        use p2pmp_core::machine::NodeAddr;
+        let key = Id::hash("rank 1");
+        let at = |port| HeaderPrefix::new(&key, &NodeAddr::loopback(1, port)).unwrap();
+        // Payloads about the inline limit and a large one; from frame 5 on,
+        // the sender part of another address: that small frame is decoded
+        // whole, and its sender part is the one read in place from then on.
+        let inline = crate::pod::INLINE;
+        let sizes = [0, 8, inline, inline + 1, 1000, 8, inline, 0];
+        let stream = frames(&sizes, |i| if i < 5 { at(9000) } else { at(9001) });
+        let mut conn = Conn::new(tcp(), Some(1), false);
+        conn.peer_prefix = Some(at(9000));
+        let mut engine = MpiEngine::new(Default::default(), 0, 2).unwrap();
+        let keys = Keys::new(Encrypt::Never, "127.0.0.1".parse().unwrap(), 2);
+        let now = Instant::now();
+        // In two parts, the cut inside the last frame.
+        let cut = stream.len() - 3;
+        for part in [&stream[..cut], &stream[cut..]] {
+            conn.dec.push(part);
+            assert!(matches!(decode_frames(&mut conn, &mut engine, now, (b"job", 0), &keys), Decoded::Keep));
+        }
+        assert_eq!(conn.dec.buffered(), 0, "every frame taken");
+        assert_eq!(conn.peer_prefix.as_ref().map(HeaderPrefix::as_bytes), Some(at(9001).as_bytes()));
+        for tag in 0..sizes.len() as i32 {
+            engine.irecv(now, 0, Some(1), Some(tag)).unwrap();
+        }
+        let mut got = Vec::new();
+        while let Some(c) = engine.poll_completion() {
+            if let p2pmp_core::mpi::Completion::Recv { status, data, .. } = c {
+                got.push((status.tag, data.to_vec()));
+            }
+        }
+        let want: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| (i as i32, vec![i as u8; n])).collect();
+        assert_eq!(got, want);
+        assert_eq!(engine.stats().bad_input, 0);
     }
 
     #[test]

@@ -306,7 +306,7 @@ impl Transport {
                 self.route_frame(Route::Send, t);
                 continue;
             }
-            let t = t.to_owned();
+            let t = t.to_transmit();
             self.enqueue(engine, &mut now, t);
         }
         self.settle(engine, now)
