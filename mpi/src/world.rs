@@ -38,7 +38,8 @@ pub struct Request(RequestId);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub status: Status,
-    /// The message bytes (shared, zero-copy from the socket buffer when possible).
+    /// The message bytes: shared with the buffer they were read into, or (up
+    /// to 64 bytes) a copy of their own.
     pub data: Bytes,
 }
 
