@@ -74,8 +74,8 @@ pub use secure::secure_channel;
 /// size, the second a small maximum frame size (or the default). Checks that the
 /// decoder never yields more bytes than it was given nor a frame over the maximum,
 /// and that a second decoder reading the stream as the MPI transport does (frames
-/// up to the chunk size peeked at in place and skipped, larger ones decoded)
-/// gives the same frames and errors.
+/// up to the chunk size read in place, larger ones decoded) gives the same frames
+/// and errors.
 pub fn frame_stream(data: &[u8]) {
     let (chunk, max, stream) = match data {
         [c, m, rest @ ..] => {
@@ -93,14 +93,9 @@ pub fn frame_stream(data: &[u8]) {
         peeking.push(piece);
         loop {
             let got = dec.decode();
-            let peeked = match peeking.peek(chunk) {
-                Ok(Some(frame)) => {
-                    let frame = Bytes::copy_from_slice(frame);
-                    peeking.skip();
-                    Ok(Some(frame))
-                }
+            let peeked = match peeking.take_small(chunk, |frame| Some(Bytes::copy_from_slice(frame))) {
                 Ok(None) => peeking.decode(),
-                Err(e) => Err(e),
+                other => other,
             };
             assert_eq!(got, peeked, "frames peeked at read as frames decoded");
             match got {

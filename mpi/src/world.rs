@@ -38,8 +38,9 @@ pub struct Request(RequestId);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub status: Status,
-    /// The message bytes: shared with the buffer they were read into, or (up
-    /// to 64 bytes) a copy of their own.
+    /// The message bytes: shared with the buffer they were read into (or with
+    /// the sender's, to this rank itself), or a copy of their own (up to 64
+    /// bytes, or put together from chunks).
     pub data: Bytes,
 }
 

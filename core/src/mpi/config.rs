@@ -20,7 +20,9 @@ pub struct MpiConfig {
     pub eager_msg_overhead: u64,
     /// Largest rendezvous data chunk per frame, in bytes (default 4 MiB; at most the
     /// wire's maximum frame size less 1 KiB). Messages up to this size arrive
-    /// zero-copy; larger ones are reassembled with one copy.
+    /// without a copy of the driver's read buffer (the MPI transport copies a
+    /// payload of up to 64 bytes out of it instead); larger ones are
+    /// reassembled with one copy.
     pub data_chunk: usize,
     /// Send a stand-alone acknowledgement after this many unacknowledged frames
     /// (default 64).

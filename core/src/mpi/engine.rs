@@ -407,6 +407,7 @@ impl MpiEngine {
 
     /// The next frame to send. Sequenced frames carry the latest acknowledgement and
     /// credit; stand-alone [`MpiMsg::Ack`]s follow when nothing carried them.
+    #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.poll_transmit_ref().map(|t| t.to_transmit())
     }
@@ -416,6 +417,7 @@ impl MpiEngine {
     /// a driver that writes the frame at once needs no reference of its own to
     /// the payload, whose count is atomic (an increment to take one, a
     /// decrement to drop it, for every message).
+    #[must_use]
     pub fn poll_transmit_ref(&mut self) -> Option<TransmitRef<'_>> {
         /// The payload of a stand-alone acknowledgement.
         static NONE: Bytes = Bytes::new();

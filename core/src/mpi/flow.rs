@@ -112,7 +112,7 @@ impl Peer {
         usize::try_from(seq.checked_sub(first)?).ok().filter(|&i| i < self.unacked.len())
     }
 
-    /// The stored frame at `i` (from [`Peer::index_of`]: any other index
+    /// The stored frame at `i` (from [`Peer::index_of`]; one out of range
     /// panics) with fresh acknowledgement and credit, recording them as told;
     /// its payload borrowed.
     pub(crate) fn frame(&mut self, i: usize) -> (MpiMsg, &Bytes) {

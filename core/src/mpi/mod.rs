@@ -174,8 +174,9 @@ pub struct Transmit {
 
 /// A frame for rank `to` as [`MpiEngine::poll_transmit_ref`] gives it: the
 /// payload borrowed from the engine's own copy. Polled, it was stamped with
-/// the latest acknowledgement and taken off the queue: dropped unsent, it goes
-/// out again only as a resend.
+/// the latest acknowledgement and taken off the queue: a sequenced frame
+/// dropped unsent goes out again only as a resend (a stand-alone
+/// acknowledgement, never).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct TransmitRef<'a> {

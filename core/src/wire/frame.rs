@@ -50,47 +50,38 @@ impl FrameDecoder {
         self.buf.len()
     }
 
-    /// The next frame (without its prefix) if it is whole and at most `max`
-    /// bytes, borrowed in place: read it, then [`FrameDecoder::skip`] it.
-    /// `Ok(None)` when no frame is whole yet or the next is larger (then
-    /// [`FrameDecoder::decode`] it); a length over the decoder's limit is an
-    /// error, as there.
-    pub fn peek(&self, max: usize) -> Result<Option<&[u8]>, WireError> {
-        let Some(len) = self.next_len() else { return Ok(None) };
+    /// Reads the next frame where it lies, if it is whole and at most `max`
+    /// bytes: `read` gets it (without its prefix) and says whether it took
+    /// it; a frame taken is dropped from the buffer, any other stays for
+    /// [`FrameDecoder::decode`]. `Ok(None)` when no frame is whole yet, the
+    /// next is larger, or `read` left it; a length over the decoder's limit
+    /// is an error, as there.
+    pub fn take_small<R>(&mut self, max: usize, read: impl FnOnce(&[u8]) -> Option<R>) -> Result<Option<R>, WireError> {
+        let Some(len) = self.next_len()? else { return Ok(None) };
+        let Some(frame) = self.buf.get(LEN_PREFIX..LEN_PREFIX + len).filter(|_| len <= max) else { return Ok(None) };
+        let got = read(frame);
+        if got.is_some() {
+            self.buf.advance(LEN_PREFIX + len);
+        }
+        Ok(got)
+    }
+
+    /// The length the next frame's prefix gives, once the prefix is here; an
+    /// error over the decoder's limit.
+    fn next_len(&self) -> Result<Option<usize>, WireError> {
+        let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX>() else { return Ok(None) };
+        let len = u32::from_be_bytes(*prefix) as usize;
         if len > self.max_frame {
             return Err(WireError::FrameTooLarge { len: len as u64, max: self.max_frame });
         }
-        Ok(self.buf.get(LEN_PREFIX..LEN_PREFIX + len).filter(|_| len <= max))
-    }
-
-    /// Drops the next frame if it is whole (the one [`FrameDecoder::peek`]
-    /// gave); nothing otherwise.
-    pub fn skip(&mut self) {
-        if let Some(len) = self.next_len().filter(|&len| len <= self.max_frame) {
-            if self.buf.len() >= LEN_PREFIX + len {
-                self.buf.advance(LEN_PREFIX + len);
-            }
-        }
-    }
-
-    /// The length the next frame's prefix gives, once the prefix is here.
-    fn next_len(&self) -> Option<usize> {
-        self.buf.first_chunk::<LEN_PREFIX>().map(|p| u32::from_be_bytes(*p) as usize)
+        Ok(Some(len))
     }
 
     /// The next complete frame (without its prefix), `Ok(None)` while incomplete.
     ///
     /// An error is final: the stream cannot be resynchronised, so the caller drops it.
     pub fn decode(&mut self) -> Result<Option<Bytes>, WireError> {
-        if self.buf.len() < LEN_PREFIX {
-            return Ok(None);
-        }
-        let mut prefix = [0u8; LEN_PREFIX];
-        prefix.copy_from_slice(&self.buf[..LEN_PREFIX]);
-        let len = u32::from_be_bytes(prefix) as usize;
-        if len > self.max_frame {
-            return Err(WireError::FrameTooLarge { len: len as u64, max: self.max_frame });
-        }
+        let Some(len) = self.next_len()? else { return Ok(None) };
         let total = LEN_PREFIX + len;
         if self.buf.len() < total {
             // Room for the rest of this frame only: bounded by max_frame.

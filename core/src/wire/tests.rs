@@ -200,53 +200,77 @@ proptest! {
         points.push(stream.len());
         points.sort_unstable();
         // Decoded, and read as the MPI transport reads: frames of up to
-        // `small` bytes peeked at in place and skipped, larger ones decoded.
-        let (mut dec, mut peeking) = (FrameDecoder::default(), FrameDecoder::default());
-        let (mut got, mut peeked, mut in_place) = (Vec::new(), Vec::new(), 0);
+        // `small` bytes read in place, larger ones decoded.
+        let (mut dec, mut reading) = (FrameDecoder::default(), FrameDecoder::default());
+        let (mut got, mut read, mut in_place) = (Vec::new(), Vec::new(), 0);
         for w in points.windows(2) {
             dec.push(&stream[w[0]..w[1]]);
-            peeking.push(&stream[w[0]..w[1]]);
+            reading.push(&stream[w[0]..w[1]]);
             while let Some(f) = dec.decode().unwrap() {
                 got.push(decode_envelope::<Hello>(f).unwrap());
             }
             loop {
-                let f = match peeking.peek(small).unwrap() {
+                let f = match reading.take_small(small, |f| Some(Bytes::copy_from_slice(f))).unwrap() {
                     Some(f) => {
-                        prop_assert!(f.len() <= small);
-                        let f = Bytes::copy_from_slice(f);
-                        peeking.skip();
                         in_place += 1;
                         f
                     }
-                    None => match peeking.decode().unwrap() {
+                    None => match reading.decode().unwrap() {
                         Some(f) => {
-                            prop_assert!(f.len() > small, "a small whole frame is peeked at");
+                            prop_assert!(f.len() > small, "a small whole frame is read in place");
                             f
                         }
                         None => break,
                     },
                 };
-                peeked.push(decode_envelope::<Hello>(f).unwrap());
+                read.push(decode_envelope::<Hello>(f).unwrap());
             }
         }
         dec.finish().unwrap();
-        peeking.finish().unwrap();
+        reading.finish().unwrap();
         prop_assert_eq!(&got, &msgs);
-        prop_assert_eq!(&peeked, &msgs);
-        prop_assert!(in_place <= msgs.len());
+        prop_assert_eq!(&read, &msgs);
+        let small_frames = msgs.iter().filter(|m| {
+            let mut b = BytesMut::new();
+            encode_frame(*m, &mut b, DEFAULT_MAX_FRAME).unwrap();
+            b.len() - LEN_PREFIX <= small
+        });
+        prop_assert_eq!(in_place, small_frames.count());
     }
 
     #[test]
-    fn skip_drops_only_a_whole_frame(len in 0u32..64, have in 0usize..80) {
+    fn a_frame_read_in_place_is_dropped_only_when_taken_and_whole(len in 0u32..64, have in 0usize..80, take: bool) {
         let mut stream = len.to_be_bytes().to_vec();
         stream.extend(std::iter::repeat_n(7u8, len as usize));
         stream.extend([0, 0, 0, 1, 9]);
         let mut dec = FrameDecoder::default();
         let have = have.min(stream.len());
         dec.push(&stream[..have]);
-        let whole = have >= 4 + len as usize;
-        dec.skip();
-        prop_assert_eq!(dec.buffered(), if whole { have - 4 - len as usize } else { have });
+        let whole = have >= LEN_PREFIX + len as usize;
+        let mut seen = None;
+        let got = dec.take_small(64, |f| {
+            seen = Some(f.to_vec());
+            take.then_some(())
+        });
+        prop_assert_eq!(got, Ok(take.then_some(()).filter(|_| whole)));
+        prop_assert_eq!(seen, whole.then(|| vec![7u8; len as usize]));
+        let dropped = whole && take;
+        prop_assert_eq!(dec.buffered(), if dropped { have - LEN_PREFIX - len as usize } else { have });
+        // What follows is the next frame, whole or in part.
+        if dropped && have == stream.len() {
+            prop_assert_eq!(dec.take_small(64, |f| Some(f.to_vec())), Ok(Some(vec![9])));
+        }
+    }
+
+    #[test]
+    fn a_length_over_the_limit_is_refused_when_read_in_place_too(len in 65u32..1000) {
+        let mut dec = FrameDecoder::new(64);
+        dec.push(&len.to_be_bytes());
+        prop_assert_eq!(
+            dec.take_small(1000, |_| Some(())),
+            Err(WireError::FrameTooLarge { len: u64::from(len), max: 64 })
+        );
+        prop_assert_eq!(dec.decode(), Err(WireError::FrameTooLarge { len: u64::from(len), max: 64 }));
     }
 
     #[test]

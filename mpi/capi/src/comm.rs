@@ -18,9 +18,9 @@ use crate::handles::Table;
 use crate::topo::Topo;
 
 /// A communicator as a call sees it: its handle and the library's
-/// communicator, shared with the handle's entry. Through an `Rc` (the state is
-/// the thread's that called `MPI_Init`): a call takes the communicator with
-/// no atomic reference count, as a clone of the library's own would.
+/// communicator, shared with the handle's entry through an `Rc` (the state is
+/// the thread's that called `MPI_Init`): a call takes it with a plain count,
+/// unlike a clone of the library's communicator (whose groups are `Arc`s).
 #[derive(Debug, Clone)]
 pub(crate) struct Comm {
     pub(crate) handle: Handle,

@@ -10,9 +10,12 @@
 //!   communicator's error handler: `MPI_ERRORS_ARE_FATAL` (default) prints the
 //!   function, the error class and why, then ends the process with a non-zero
 //!   code, which fails the job; `MPI_ERRORS_RETURN` returns the class.
-//! - Threading: `MPI_THREAD_FUNNELED` at most; the state sits behind one lock.
+//! - Threading: `MPI_THREAD_FUNNELED` at most; the state is a thread-local of
+//!   the thread that called `MPI_Init` (no lock; another thread's calls are
+//!   refused), which is why handles share communicators through `Rc`.
 //!
-//! Modules by concern: [`consts`] (the header's values), [`datatype`], [`op`],
+//! Modules by concern: [`consts`] (the header's values), [`types`] and
+//! [`type_api`] (datatypes), [`ops`],
 //! [`status`], [`buf`] (checked pointers), [`error`], [`state`], [`comm`],
 //! [`init`], [`p2p`], [`request`], [`coll`].
 

@@ -409,21 +409,17 @@ fn bad_frame(e: &WireError) -> Decoded {
 const SMALL_FRAME: usize = 160;
 
 /// The next frame if it is small and its payload fits inline
-/// ([`shared_bytes`]), read in place and skipped: its message and a copy of
-/// its payload. Such a frame is not split off the decoder's buffer: a split
+/// ([`shared_bytes`]), read in place and dropped from the buffer: its message
+/// and a copy of its payload. Such a frame is not split off the decoder's buffer: a split
 /// shares the buffer through an atomic reference count, taken and given back
 /// three times a message (the frame, the payload sliced from it, the frame
 /// dropped) besides the receiver's drop of the payload; a copy of a few bytes
 /// is cheaper. `None`: no whole frame, or one to decode the usual way.
 fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Bytes)>, WireError> {
-    let Some(frame) = dec.peek(SMALL_FRAME)? else { return Ok(None) };
-    let Some((_, msg, payload)) = MpiMsg::read_after_prefix(frame, prefix) else { return Ok(None) };
-    if payload.len() > crate::pod::INLINE {
-        return Ok(None);
-    }
-    let payload = shared_bytes(payload);
-    dec.skip();
-    Ok(Some((msg, payload)))
+    dec.take_small(SMALL_FRAME, |frame| {
+        let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;
+        (payload.len() <= crate::pod::INLINE).then(|| (msg, shared_bytes(payload)))
+    })
 }
 
 /// Hands `frame` of rank `from` to the engine. The sender part of the
@@ -457,7 +453,10 @@ pub(super) fn hello_ok(h: &RankHello, job: &[u8], me: u32, size: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use p2pmp_core::id::Id;
+    use p2pmp_core::machine::NodeAddr;
     use p2pmp_core::secure::RECORD_OVERHEAD;
+    use p2pmp_core::wire::DEFAULT_MAX_FRAME;
 
     use super::*;
     use crate::env::Encrypt;
@@ -485,7 +484,10 @@ mod tests {
         sizes
     }
 
-    use p2pmp_core::wire::DEFAULT_MAX_FRAME;
+    /// The sender part of rank 1 at `port`.
+    fn at(port: u16) -> HeaderPrefix {
+        HeaderPrefix::new(&Id::hash("rank 1"), &NodeAddr::loopback(1, port)).unwrap()
+    }
 
     /// The frames of messages of `sizes` bytes (tag `i`, filled with `i`)
     /// from rank 1's engine to rank 0, frame `i` with sender part `prefix(i)`.
@@ -507,10 +509,6 @@ mod tests {
 
     #[test]
     fn small_frames_read_in_place_and_the_others_reach_the_engine_alike_and_in_order() {
-        use p2pmp_core::id::Id;
-        use p2pmp_core::machine::NodeAddr;
-        let key = Id::hash("rank 1");
-        let at = |port| HeaderPrefix::new(&key, &NodeAddr::loopback(1, port)).unwrap();
         // Payloads about the inline limit and a large one; from frame 5 on,
         // the sender part of another address: that small frame is decoded
         // whole, and its sender part is the one read in place from then on.
@@ -541,7 +539,31 @@ mod tests {
         }
         let want: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| (i as i32, vec![i as u8; n])).collect();
         assert_eq!(got, want);
-        assert_eq!(engine.stats().bad_input, 0);
+        // None handled twice (the engine would drop it as a duplicate) or skipped.
+        let s = engine.stats();
+        assert_eq!((s.bad_input, s.duplicates, s.future_seq), (0, 0, 0));
+    }
+
+    #[test]
+    fn only_a_small_frame_of_the_known_sender_with_an_inline_payload_is_read_in_place() {
+        let inline = crate::pod::INLINE;
+        for (size, port, taken) in [(0, 9000, true), (inline, 9000, true), (inline + 1, 9000, false), (8, 9001, false)]
+        {
+            let stream = frames(&[size], |_| at(port));
+            let mut dec = FrameDecoder::default();
+            dec.push(&stream);
+            let got = read_small(&mut dec, &at(9000)).unwrap();
+            assert_eq!(
+                got.as_ref().map(|(_, p)| p.to_vec()),
+                taken.then(|| vec![0u8; size]),
+                "{size} B from port {port}"
+            );
+            assert_eq!(
+                dec.buffered(),
+                if taken { 0 } else { stream.len() },
+                "{size} B from port {port}: dropped if taken"
+            );
+        }
     }
 
     #[test]

@@ -302,6 +302,9 @@ impl Transport {
         while let Some(t) = engine.poll_transmit_ref() {
             // An open link takes the frame whenever it comes, straight from
             // the engine's copy (no reference of our own unless it is queued).
+            // Not while link actions wait: they run first (see `enqueue`),
+            // and need the engine this frame borrows. Fault injection (the
+            // mpi_launch tests' builds) takes the owned path every time.
             if self.links.is_open(t.to) && !self.links.has_action() && !cfg!(feature = "fault-injection") {
                 self.route_frame(Route::Send, t);
                 continue;
