@@ -170,6 +170,7 @@ impl Dt {
 }
 
 /// Datatype `h`, committed or not (constructors and queries take either).
+#[inline]
 pub(crate) fn lookup(obj: &Objects, h: Handle) -> Result<Dt, Fail> {
     if let Some(i) = usize::try_from(h).ok().and_then(|h| h.checked_sub(1)).filter(|&i| i < PREDEFINED.len()) {
         let pair = match PREDEFINED[i].1 {
@@ -186,6 +187,7 @@ pub(crate) fn lookup(obj: &Objects, h: Handle) -> Result<Dt, Fail> {
 }
 
 /// Datatype `h` for communication: it must be committed.
+#[inline]
 pub(crate) fn get(obj: &Objects, h: Handle) -> Result<Dt, Fail> {
     let dt = lookup(obj, h)?;
     if !dt.committed {
@@ -256,6 +258,18 @@ impl Buf {
     /// # Safety
     /// The buffer holds `count` elements of the type, readable.
     pub(crate) unsafe fn pack(&self) -> Bytes {
+        if self.dt.layout.is_contiguous() {
+            // One run from the buffer's start (the usual case: a predefined
+            // type), without walking the layout; none for no data (the
+            // address may then be null).
+            let n = self.bytes();
+            if n == 0 {
+                return Bytes::new();
+            }
+            // SAFETY: the caller vouched for `count` elements, `n` bytes
+            // from `addr` (not null: `Buf::new` refuses that with data).
+            return p2pmp_mpi::shared_bytes(unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) });
+        }
         let mut runs = self.dt.layout.runs(self.count).filter(|r| r.len > 0);
         if let (Some(r), None) = (runs.next(), runs.next()) {
             // One run: copied straight from the caller's buffer.
@@ -286,6 +300,19 @@ impl Buf {
     /// # Safety
     /// The buffer holds `count` elements of the type, writable.
     pub(crate) unsafe fn unpack(&self, data: &[u8]) -> Result<(), Fail> {
+        let room = self.bytes();
+        if self.dt.layout.is_contiguous() {
+            // One run from the buffer's start: one copy of what fits (none
+            // for no room: the address may then be null).
+            let n = data.len().min(room);
+            if n > 0 {
+                // SAFETY: the caller's writable buffer holds `room` bytes
+                // from `addr` (not null: `Buf::new` refuses that with data);
+                // `data` is ours and does not overlap it.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr as *mut u8, n) };
+            }
+            return truncated(data.len(), room);
+        }
         let mut at = 0;
         for r in self.dt.layout.runs(self.count).filter(|r| r.len > 0) {
             if at >= data.len() {
@@ -297,13 +324,7 @@ impl Buf {
             unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), self.at(r), n) };
             at += n;
         }
-        if data.len() > self.bytes() {
-            return Err(Fail::new(
-                MPI_ERR_TRUNCATE,
-                format!("message of {} bytes into a buffer of {} bytes", data.len(), self.bytes()),
-            ));
-        }
-        Ok(())
+        truncated(data.len(), room)
     }
 
     /// Like [`Buf::unpack`], but `data` must fill the buffer exactly
@@ -321,6 +342,15 @@ impl Buf {
         // SAFETY: as the caller vouched.
         unsafe { self.unpack(data) }
     }
+}
+
+/// `MPI_ERR_TRUNCATE` when a message of `got` bytes was longer than the
+/// `room` of the buffer it went into (what fit was filled).
+fn truncated(got: usize, room: usize) -> Result<(), Fail> {
+    if got > room {
+        return Err(Fail::new(MPI_ERR_TRUNCATE, format!("message of {got} bytes into a buffer of {room} bytes")));
+    }
+    Ok(())
 }
 
 fn too_large() -> Fail {
@@ -404,5 +434,40 @@ mod tests {
         assert_eq!(Buf::new(std::ptr::null(), 1, int.clone()).unwrap_err().class, MPI_ERR_BUFFER);
         assert!(Buf::new(std::ptr::null(), 0, int.clone()).is_ok());
         assert_eq!(Buf::new(src.as_ptr().cast(), -1, int).unwrap_err().class, MPI_ERR_COUNT);
+    }
+
+    #[test]
+    fn contiguous_buffers_pack_and_unpack_in_one_copy_and_report_truncation_alike() {
+        let obj = crate::state::Objects::new();
+        let int = lookup(&obj, 7).unwrap();
+        // A predefined type, and a derived one that is contiguous too.
+        let two = Layout::contiguous(2, &int.layout).unwrap();
+        let pair = Dt { handle: 64, layout: LayoutRef::Derived(Arc::new(two)), pair: None, committed: true };
+        let src: [i32; 4] = [1, 2, 3, 4];
+        for (dt, count) in [(int.clone(), 3), (pair, 1)] {
+            let n = count as usize * dt.layout.size() as usize / 4;
+            let b = Buf::new(src.as_ptr().cast(), count, dt.clone()).unwrap();
+            // SAFETY: src holds `count` elements of the type.
+            let packed = unsafe { b.pack() };
+            assert_eq!(bytemuck::cast_slice::<u8, i32>(&packed), &src[..n]);
+            let mut dst = [0i32; 4];
+            let out = Buf::new(dst.as_mut_ptr().cast_const().cast(), count, dt.clone()).unwrap();
+            // SAFETY: dst holds `count` elements; what is longer than them is refused.
+            unsafe { out.unpack(&packed[..4]).unwrap() };
+            assert_eq!(dst[..n], [&src[..1], &vec![0; n - 1][..]].concat()[..], "a short message fills its part");
+            let long = bytemuck::cast_slice::<i32, u8>(&[9, 9, 9, 9]).to_vec();
+            // SAFETY: as above; only the buffer's bytes are written.
+            assert_eq!(unsafe { out.unpack(&long) }.unwrap_err().class, MPI_ERR_TRUNCATE);
+            assert_eq!(dst[..n], vec![9; n][..], "what fits is filled");
+            assert_eq!(dst[n..], [0; 4][n..], "nothing past the buffer");
+        }
+        // No data at a null address: nothing packed, nothing written.
+        let none = Buf::new(std::ptr::null(), 0, int).unwrap();
+        // SAFETY: no bytes are read or written.
+        unsafe {
+            assert!(none.pack().is_empty());
+            assert_eq!(none.unpack(&[1]).unwrap_err().class, MPI_ERR_TRUNCATE);
+            none.unpack(&[]).unwrap();
+        }
     }
 }
