@@ -410,11 +410,12 @@ const SMALL_FRAME: usize = 160;
 
 /// The next frame if it is small and its payload fits inline
 /// ([`shared_bytes`]), read in place and dropped from the buffer: its message
-/// and a copy of its payload. Such a frame is not split off the decoder's buffer: a split
-/// shares the buffer through an atomic reference count, taken and given back
-/// three times a message (the frame, the payload sliced from it, the frame
-/// dropped) besides the receiver's drop of the payload; a copy of a few bytes
-/// is cheaper. `None`: no whole frame, or one to decode the usual way.
+/// and a copy of its payload. Such a frame is not split off the decoder's
+/// buffer: a split shares the buffer through an atomic reference count, taken
+/// and given back three times a message (the frame, the payload sliced from
+/// it, the frame dropped) besides the receiver's drop of the payload; a copy
+/// of a few bytes is cheaper. `None`: no whole frame, or one to decode the
+/// usual way.
 fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Bytes)>, WireError> {
     dec.take_small(SMALL_FRAME, |frame| {
         let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;
