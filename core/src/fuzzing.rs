@@ -85,19 +85,19 @@ pub fn frame_stream(data: &[u8]) {
     };
     let mut dec = FrameDecoder::new(max);
     // The same stream read as the MPI transport reads it: frames up to
-    // `chunk` bytes borrowed in place and skipped, larger ones decoded.
-    let mut peeking = FrameDecoder::new(max);
+    // `chunk` bytes read in place, larger ones decoded.
+    let mut reading = FrameDecoder::new(max);
     let mut yielded = 0usize;
     'outer: for piece in stream.chunks(chunk) {
         dec.push(piece);
-        peeking.push(piece);
+        reading.push(piece);
         loop {
             let got = dec.decode();
-            let peeked = match peeking.take_small(chunk, |frame| Some(Bytes::copy_from_slice(frame))) {
-                Ok(None) => peeking.decode(),
+            let read = match reading.take_small(chunk, |frame| Some(Bytes::copy_from_slice(frame))) {
+                Ok(None) => reading.decode(),
                 other => other,
             };
-            assert_eq!(got, peeked, "frames peeked at read as frames decoded");
+            assert_eq!(got, read, "frames read in place as frames decoded");
             match got {
                 Ok(Some(frame)) => {
                     assert!(frame.len() <= max, "frame over the maximum");

@@ -218,6 +218,23 @@ impl Layout {
         }))
     }
 
+    /// The one run of data `count` elements make, if they make one: all of
+    /// them of a contiguous layout, or the single run of one element. `None`
+    /// for no data, or for several runs (then see [`Layout::runs`]). Without
+    /// building the iterator `runs` needs, for the many calls on one run.
+    pub fn single_run(&self, count: u64) -> Option<Run> {
+        if self.size == 0 || count == 0 {
+            return None;
+        }
+        if self.is_contiguous() {
+            return Some(Run { off: 0, len: self.size * count });
+        }
+        match self.runs.as_slice() {
+            [r] if count == 1 => Some(*r),
+            _ => None,
+        }
+    }
+
     /// The lowest and one past the highest byte `count` elements touch
     /// (relative to the buffer; `(0, 0)` when they hold no data).
     pub fn span(&self, count: u64) -> Result<(i64, i64)> {

@@ -23,10 +23,11 @@
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
 //!
-//! Each figure is a median of repetitions (but the worst after a pause); the two-rank ping-pongs of p2pmp,
-//! the references and the raw blocking rows take turns over three rounds, and
-//! so do the ring and factoring runs (until a system's runs took 20 s), also
-//! when quick, so load drifting on a shared machine hits them alike. The raw
+//! Each figure is a median of repetitions (but the worst after a pause); the
+//! two-rank ping-pongs of p2pmp, the references and the raw blocking rows
+//! take turns over three rounds, and so do the ring and factoring runs (until
+//! a system's runs took 20 s), also when quick, so load drifting on a shared
+//! machine hits them alike. The raw
 //! rows: blocking between two threads (`raw_tcp`, the target's baseline),
 //! busy-polling between two threads (`raw_tcp_spin`, once, with the quick
 //! counts: it collapses on a loaded machine), and blocking between two

@@ -258,21 +258,9 @@ impl Buf {
     /// # Safety
     /// The buffer holds `count` elements of the type, readable.
     pub(crate) unsafe fn pack(&self) -> Bytes {
-        if self.dt.layout.is_contiguous() {
-            // One run from the buffer's start (the usual case: a predefined
-            // type), without walking the layout; none for no data (the
-            // address may then be null).
-            let n = self.bytes();
-            if n == 0 {
-                return Bytes::new();
-            }
-            // SAFETY: the caller vouched for `count` elements, `n` bytes
-            // from `addr` (not null: `Buf::new` refuses that with data).
-            return p2pmp_mpi::shared_bytes(unsafe { std::slice::from_raw_parts(self.addr as *const u8, n) });
-        }
-        let mut runs = self.dt.layout.runs(self.count).filter(|r| r.len > 0);
-        if let (Some(r), None) = (runs.next(), runs.next()) {
-            // One run: copied straight from the caller's buffer.
+        if let Some(r) = self.dt.layout.single_run(self.count) {
+            // One run (the usual case: a predefined type): copied straight
+            // from the caller's buffer.
             // SAFETY: the run lies within the caller's buffer (see pack_into).
             return p2pmp_mpi::shared_bytes(unsafe { std::slice::from_raw_parts(self.at(r), r.len as usize) });
         }
@@ -301,16 +289,12 @@ impl Buf {
     /// The buffer holds `count` elements of the type, writable.
     pub(crate) unsafe fn unpack(&self, data: &[u8]) -> Result<(), Fail> {
         let room = self.bytes();
-        if self.dt.layout.is_contiguous() {
-            // One run from the buffer's start: one copy of what fits (none
-            // for no room: the address may then be null).
-            let n = data.len().min(room);
-            if n > 0 {
-                // SAFETY: the caller's writable buffer holds `room` bytes
-                // from `addr` (not null: `Buf::new` refuses that with data);
-                // `data` is ours and does not overlap it.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr as *mut u8, n) };
-            }
+        if let Some(r) = self.dt.layout.single_run(self.count) {
+            // One run: one copy of what fits.
+            let n = data.len().min(r.len as usize);
+            // SAFETY: the run lies within the caller's writable buffer; `data`
+            // is ours and does not overlap it.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.at(r), n) };
             return truncated(data.len(), room);
         }
         let mut at = 0;

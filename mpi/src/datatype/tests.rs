@@ -31,6 +31,21 @@ fn vectors_indexed_and_contiguous_types_lay_out_as_the_standard_says() {
 }
 
 #[test]
+fn one_run_is_given_alone_where_the_elements_make_one() {
+    let run = |l: &Layout, n| l.single_run(n).map(|r| (r.off, r.len));
+    let c = Layout::contiguous(5, &int()).unwrap();
+    assert_eq!(run(&c, 3), Some((0, 60)), "contiguous elements");
+    let one = Layout::indexed(&[2], &[3], false, &int()).unwrap();
+    assert_eq!((run(&one, 1), run(&one, 2)), (Some((12, 8)), None), "one element's run, not two elements'");
+    let v = Layout::vector(3, 2, 4, false, &int()).unwrap();
+    assert_eq!(run(&v, 1), None, "three runs");
+    assert_eq!((run(&c, 0), run(&Layout::contiguous(0, &int()).unwrap(), 4)), (None, None), "no data");
+    for (l, n) in [(&c, 3), (&one, 1)] {
+        assert_eq!(run(l, n).into_iter().collect::<Vec<_>>(), runs(l, n), "as runs gives them");
+    }
+}
+
+#[test]
 fn structs_are_padded_to_their_alignment_unless_an_ub_marker_says_otherwise() {
     let (c, d) = (Layout::basic(Basic::Char), Layout::basic(Basic::Double));
     let s = Layout::structure(&[1, 1], &[0, 8], &[&c, &d]).unwrap();
