@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Result};
 use crate::pod::{self, Pod};
-use crate::world::{Completed, Request, World};
+use crate::world::{Completed, Payload, Request, World};
 
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
@@ -42,7 +42,7 @@ impl World {
         self.coll.group.world_rank(r).ok_or_else(|| Error::Rank(format!("rank {r} not below {}", self.csize())))
     }
 
-    pub(crate) fn coll_isend(&mut self, data: Bytes, to: u32, tag: i32) -> Result<Request> {
+    pub(crate) fn coll_isend(&mut self, data: impl Into<Payload>, to: u32, tag: i32) -> Result<Request> {
         let to = self.cpeer(to)?;
         self.isend_on(self.coll.id, data, to, tag)
     }
@@ -58,6 +58,11 @@ impl World {
     }
 
     pub(crate) fn coll_recv(&mut self, from: u32, tag: i32) -> Result<Bytes> {
+        Ok(self.coll_recv_payload(from, tag)?.into_bytes())
+    }
+
+    /// [`World::coll_recv`] as the message came: a small one held in place.
+    fn coll_recv_payload(&mut self, from: u32, tag: i32) -> Result<Payload> {
         let r = self.coll_irecv(from, tag)?;
         Ok(self.wait_msg(r)?.data)
     }
@@ -66,7 +71,7 @@ impl World {
     pub(crate) fn coll_sendrecv(&mut self, data: Bytes, to: u32, from: u32, tag: i32) -> Result<Bytes> {
         let rr = self.coll_irecv(from, tag)?;
         let sr = self.coll_isend(data, to, tag)?;
-        let got = self.wait_msg(rr)?.data;
+        let got = self.wait_msg(rr)?.data.into_bytes();
         self.wait(sr)?;
         Ok(got)
     }
@@ -105,13 +110,19 @@ impl World {
     /// Broadcasts bytes from `root`: its `data` comes back on every rank (ignored
     /// elsewhere).
     pub fn bcast_bytes(&mut self, data: Bytes, root: u32) -> Result<Bytes> {
+        Ok(self.bcast_payload(data.into(), root)?.into_bytes())
+    }
+
+    /// [`World::bcast_bytes`] of a [`Payload`]: a small message, held in
+    /// place, is passed on without an allocation.
+    fn bcast_payload(&mut self, data: Payload, root: u32) -> Result<Payload> {
         self.check_root(root)?;
         let (p, vr) = (self.csize(), self.rel(root));
         let mut data = data;
         let mut mask = 1;
         while mask < p {
             if vr & mask != 0 {
-                data = self.coll_recv(self.abs(vr - mask, root), TAG_BCAST)?;
+                data = self.coll_recv_payload(self.abs(vr - mask, root), TAG_BCAST)?;
                 break;
             }
             mask <<= 1;
@@ -130,8 +141,8 @@ impl World {
 
     /// Broadcasts `buf` from `root` into `buf` on every other rank (same length everywhere).
     pub fn bcast<T: Pod>(&mut self, buf: &mut [T], root: u32) -> Result<()> {
-        let data = if self.crank() == root { pod::to_bytes(buf) } else { Bytes::new() };
-        let got = self.bcast_bytes(data, root)?;
+        let data = if self.crank() == root { pod::to_payload(buf) } else { Payload::new() };
+        let got = self.bcast_payload(data, root)?;
         if self.crank() != root {
             pod::copy_into(buf, &got)?;
         }

@@ -51,7 +51,7 @@ impl World {
             let b = if r == me {
                 data.clone()
             } else {
-                got.next().and_then(|c| c.message()).map(|m| m.data).unwrap_or_default()
+                got.next().and_then(|c| c.message()).map(|m| m.data.into_bytes()).unwrap_or_default()
             };
             check_len("gatherv", &b, lens[r as usize])?;
             out.push(b);

@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::error::{Error, Result};
 use crate::group::{Group, Similarity};
-use crate::world::{COMM_COLL, COMM_WORLD, Request, Status, World};
+use crate::world::{COMM_COLL, COMM_WORLD, Payload, Request, Status, World};
 
 /// The engine ids of one communicator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -145,19 +143,19 @@ impl World {
     }
 
     /// [`World::isend_bytes`] on `comm` to its rank `dest`.
-    pub fn isend_in(&mut self, comm: &Comm, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    pub fn isend_in(&mut self, comm: &Comm, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         let to = comm.peer(dest)?;
         self.isend_on(comm.id.p2p, data, to, tag)
     }
 
     /// [`World::send_bytes`] on `comm` to its rank `dest`.
-    pub fn send_in(&mut self, comm: &Comm, data: Bytes, dest: u32, tag: i32) -> Result<()> {
+    pub fn send_in(&mut self, comm: &Comm, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<()> {
         let to = comm.peer(dest)?;
         self.send_on(comm.id.p2p, data, to, tag)
     }
 
     /// [`World::issend_bytes`] on `comm` to its rank `dest`.
-    pub fn issend_in(&mut self, comm: &Comm, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    pub fn issend_in(&mut self, comm: &Comm, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         let to = comm.peer(dest)?;
         self.issend_on(comm.id.p2p, data, to, tag)
     }

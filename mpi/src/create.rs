@@ -55,7 +55,7 @@ impl World {
         let theirs = if inter.rank == 0 {
             let r = self.irecv_on(id, Some(leader), Some(tag))?;
             let s = self.isend_on(id, pod::to_bytes(&mine), leader, tag)?;
-            let got = self.wait_msg(r)?.data;
+            let got = self.wait_msg(r)?.data.into_bytes();
             self.wait(s)?;
             got
         } else {

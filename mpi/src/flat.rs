@@ -61,7 +61,7 @@ impl World {
             // the unexpected queue.
             let rr = self.coll_irecv(ROOT, tag)?;
             let sr = self.coll_isend(up, ROOT, tag)?;
-            let down = self.wait_msg(rr)?.data;
+            let down = self.wait_msg(rr)?.data.into_bytes();
             self.wait(sr)?;
             return Ok(down);
         }
@@ -70,7 +70,7 @@ impl World {
         parts.push(up);
         for c in self.waitall(reqs)? {
             if let Completed::Received(m) = c {
-                parts.push(m.data);
+                parts.push(m.data.into_bytes());
             }
         }
         // A failed answer (parts of different lengths) still releases the

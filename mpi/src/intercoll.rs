@@ -53,7 +53,7 @@ impl World {
 
     fn inter_recv(&mut self, comm: &Comm, from: u32, tag: i32) -> Result<Bytes> {
         let r = self.inter_irecv(comm, from, tag)?;
-        Ok(self.wait_msg(r)?.data)
+        Ok(self.wait_msg(r)?.data.into_bytes())
     }
 
     fn inter_send(&mut self, comm: &Comm, data: Bytes, to: u32, tag: i32) -> Result<()> {
@@ -71,7 +71,7 @@ impl World {
         let theirs = if comm.rank == 0 {
             let r = self.inter_irecv(comm, 0, tag)?;
             let s = self.inter_isend(comm, data, 0, tag)?;
-            let got = self.wait_msg(r)?.data;
+            let got = self.wait_msg(r)?.data.into_bytes();
             self.wait(s)?;
             got
         } else {
@@ -157,7 +157,7 @@ impl World {
         let theirs = if comm.rank == 0 {
             let r = self.inter_irecv(comm, 0, TAG_IREDSCAT)?;
             let s = self.inter_isend(comm, mine.map(Bytes::from).unwrap_or_default(), 0, TAG_IREDSCAT)?;
-            let got = self.wait_msg(r)?.data;
+            let got = self.wait_msg(r)?.data.into_bytes();
             self.wait(s)?;
             let mut blocks = Vec::with_capacity(lens.len());
             let mut off = 0;
@@ -188,8 +188,11 @@ impl World {
             InterRoot::Me => {
                 let lens = lens.ok_or_else(|| Error::Invalid("gather: the root needs the block lengths".into()))?;
                 let reqs = (0..n).map(|r| self.inter_irecv(comm, r, TAG_IGATHER)).collect::<Result<Vec<_>>>()?;
-                let got: Vec<Bytes> =
-                    self.waitall(reqs)?.into_iter().map(|c| c.message().map(|m| m.data).unwrap_or_default()).collect();
+                let got: Vec<Bytes> = self
+                    .waitall(reqs)?
+                    .into_iter()
+                    .map(|c| c.message().map(|m| m.data.into_bytes()).unwrap_or_default())
+                    .collect();
                 for (i, b) in got.iter().enumerate() {
                     if lens.get(i) != Some(&b.len()) {
                         return Err(crate::coll::mismatch("gather", b.len(), lens.get(i).copied().unwrap_or(0)));
@@ -252,7 +255,11 @@ impl World {
             .enumerate()
             .map(|(i, b)| self.inter_isend(comm, b, i as u32, tag))
             .collect::<Result<Vec<_>>>()?;
-        let got = self.waitall(recvs)?.into_iter().map(|c| c.message().map(|m| m.data).unwrap_or_default()).collect();
+        let got = self
+            .waitall(recvs)?
+            .into_iter()
+            .map(|c| c.message().map(|m| m.data.into_bytes()).unwrap_or_default())
+            .collect();
         self.wait_sends(sends)?;
         Ok(got)
     }

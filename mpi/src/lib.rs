@@ -30,7 +30,8 @@
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
 //!   [`Pod`] element types (`u8`..`u64`, `i8`..`i64`, `f32`, `f64`) and raw
-//!   [`bytes::Bytes`]; byte-level collectives with any combining function,
+//!   [`bytes::Bytes`] (a received message's bytes are a [`Payload`]: up to 64
+//!   held in place, without an allocation, larger ones shared); byte-level collectives with any combining function,
 //!   commutative or not ([`Combine`]: `reduce_bytes`, `allreduce_bytes`,
 //!   `scan_bytes`, `reduce_scatter_bytes`) and with blocks of any length
 //!   (`gatherv_bytes`, `scatterv_bytes`, `allgatherv_bytes`, `alltoallv_bytes`);
@@ -96,4 +97,4 @@ pub use intercoll::InterRoot;
 pub use pod::{Op, Pod, shared_bytes};
 pub use progress::{SpinPolicy, WaitStats};
 pub use reduce::Combine;
-pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Request, Status, World, init};
+pub use world::{ANY_SOURCE, ANY_TAG, Completed, Message, Payload, Request, Status, World, init};

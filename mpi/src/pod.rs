@@ -1,6 +1,7 @@
 //! Plain-old-data element types and reduction operations.
 
 use bytes::Bytes;
+use p2pmp_core::mpi::Payload;
 
 /// An element type MPI buffers are made of: fixed size, any bit pattern valid,
 /// and the arithmetic the reduction operations need.
@@ -95,10 +96,15 @@ pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
     shared_bytes(bytemuck::cast_slice(data))
 }
 
+/// The bytes of a typed slice, copied once: in place if they fit (no
+/// allocation), else into a shareable buffer.
+pub(crate) fn to_payload<T: Pod>(data: &[T]) -> Payload {
+    Payload::copy_from_slice(bytemuck::cast_slice(data))
+}
+
 /// Messages of up to this many bytes are copied into one allocation that
-/// holds its own reference count.
-pub(crate) const INLINE: usize = 64;
-const _: () = assert!(INLINE <= u8::MAX as usize, "the length is kept in a u8");
+/// holds its own reference count (or held in place by a [`Payload`]).
+pub(crate) const INLINE: usize = Payload::INLINE;
 
 /// A small message's bytes, held inline (see [`shared_bytes`]).
 struct Inline {

@@ -6,10 +6,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 
-pub use p2pmp_core::mpi::Status;
+pub use p2pmp_core::mpi::{Payload, Status};
 
 use crate::ckpt::Checkpointer;
 use crate::env::RankEnv;
@@ -38,10 +37,11 @@ pub struct Request(RequestId);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub status: Status,
-    /// The message bytes: shared with the buffer they were read into (or with
-    /// the sender's, to this rank itself), or a copy of their own (up to 64
-    /// bytes, or put together from chunks).
-    pub data: Bytes,
+    /// The message bytes: held in place (up to [`Payload::INLINE`], copied
+    /// in), shared with the buffer they were read into (or with the sender's,
+    /// to this rank itself), or a copy of their own (put together from
+    /// chunks). [`Payload::into_bytes`] gives them as `Bytes`.
+    pub data: Payload,
 }
 
 impl Message {
@@ -242,15 +242,16 @@ impl World {
 
     /// Starts sending `data` to `dest` with `tag` (the bytes are copied once).
     pub fn isend<T: Pod>(&mut self, data: &[T], dest: u32, tag: i32) -> Result<Request> {
-        self.isend_bytes(pod::to_bytes(data), dest, tag)
+        self.isend_on(COMM_WORLD, pod::to_payload(data), dest, tag)
     }
 
-    /// Starts sending shared bytes (no copy).
-    pub fn isend_bytes(&mut self, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    /// Starts sending shared bytes (no copy), or a received message's
+    /// [`Payload`].
+    pub fn isend_bytes(&mut self, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         self.isend_on(COMM_WORLD, data, dest, tag)
     }
 
-    pub(crate) fn isend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    pub(crate) fn isend_on(&mut self, comm: u32, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         let req = self.engine.isend(comm, dest, tag, data)?;
         self.after_call()?;
         Ok(Request(req))
@@ -258,11 +259,11 @@ impl World {
 
     /// Starts a synchronous send: it completes only once a receive took the
     /// message (`MPI_Issend`; a message of any size goes by rendezvous).
-    pub fn issend_bytes(&mut self, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    pub fn issend_bytes(&mut self, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         self.issend_on(COMM_WORLD, data, dest, tag)
     }
 
-    pub(crate) fn issend_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<Request> {
+    pub(crate) fn issend_on(&mut self, comm: u32, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         let req = self.engine.issend(comm, dest, tag, data)?;
         self.after_call()?;
         Ok(Request(req))
@@ -270,7 +271,7 @@ impl World {
 
     /// Sends `data` to `dest` and returns once a receive took it (`MPI_Ssend`).
     pub fn ssend<T: Pod>(&mut self, data: &[T], dest: u32, tag: i32) -> Result<()> {
-        let r = self.issend_bytes(pod::to_bytes(data), dest, tag)?;
+        let r = self.issend_on(COMM_WORLD, pod::to_payload(data), dest, tag)?;
         self.wait(r).map(|_| ())
     }
 
@@ -291,16 +292,17 @@ impl World {
 
     /// Sends `data` to `dest` and returns once the buffer may be reused.
     pub fn send<T: Pod>(&mut self, data: &[T], dest: u32, tag: i32) -> Result<()> {
-        self.send_bytes(pod::to_bytes(data), dest, tag)
+        self.send_on(COMM_WORLD, pod::to_payload(data), dest, tag)
     }
 
-    /// Sends shared bytes and returns once they were handed on.
-    pub fn send_bytes(&mut self, data: Bytes, dest: u32, tag: i32) -> Result<()> {
+    /// Sends shared bytes (or a received message's [`Payload`]) and returns
+    /// once they were handed on.
+    pub fn send_bytes(&mut self, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<()> {
         self.send_on(COMM_WORLD, data, dest, tag)
     }
 
     /// A blocking send: a message that goes eagerly needs no request.
-    pub(crate) fn send_on(&mut self, comm: u32, data: Bytes, dest: u32, tag: i32) -> Result<()> {
+    pub(crate) fn send_on(&mut self, comm: u32, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<()> {
         match self.engine.send_now(comm, dest, tag, data)? {
             Ok(()) => self.after_call(),
             Err(data) => {

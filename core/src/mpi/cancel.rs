@@ -17,11 +17,9 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::msg::{MpiMsg, SeqHdr};
 use super::queues::{Held, Origin};
-use super::{Completion, MpiEngine, RequestId};
+use super::{Completion, MpiEngine, Payload, RequestId};
 
 impl MpiEngine {
     /// Tries to take back send `req`. A [`Completion::CancelAnswer`] follows,
@@ -38,7 +36,7 @@ impl MpiEngine {
             return;
         }
         if self.cancelling.insert((dest, seq), req).is_none() {
-            self.push_frame(dest, MpiMsg::CancelReq { hdr: SeqHdr::default(), seq }, Bytes::new());
+            self.push_frame(dest, MpiMsg::CancelReq { hdr: SeqHdr::default(), seq }, Payload::new());
         }
     }
 
@@ -65,7 +63,7 @@ impl MpiEngine {
             }
             None => false,
         };
-        self.push_frame(from, MpiMsg::CancelAns { hdr: SeqHdr::default(), seq, cancelled }, Bytes::new());
+        self.push_frame(from, MpiMsg::CancelAns { hdr: SeqHdr::default(), seq, cancelled }, Payload::new());
     }
 
     /// `from` answered our request to take back message `seq`.

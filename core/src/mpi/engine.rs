@@ -4,13 +4,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::flow::Peer;
 use super::msg::{MpiMsg, SeqHdr};
 use super::queues::{Held, Key, KeyHasher, Origin, Pattern, PostedQueue, Unexpected, UnexpectedQueue};
 use super::rendezvous::Awaiting;
-use super::{Completion, MpiConfig, MpiError, MpiStats, RequestId, Status, Transmit, TransmitRef};
+use super::{Completion, MpiConfig, MpiError, MpiStats, Payload, RequestId, Status, Transmit, TransmitRef};
 use crate::time::{TimerKey, TimerTable};
 use crate::wire::Envelope;
 
@@ -168,8 +166,9 @@ impl MpiEngine {
     ///
     /// An eager send completes at once; a rendezvous send once the receiver
     /// cleared it and the data was queued for transmission.
-    pub fn isend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
+    pub fn isend(&mut self, comm: u32, dest: u32, tag: i32, data: impl Into<Payload>) -> Result<RequestId, MpiError> {
         self.check_send(dest, tag)?;
+        let data = data.into();
         let req = self.new_req();
         if dest == self.rank {
             // To self: matched locally, never on the wire, no credit.
@@ -199,8 +198,15 @@ impl MpiEngine {
     /// as [`MpiEngine::isend`] would, but without a request, as none would be
     /// waited for or cancelled; `Ok(Err(data))` gives it back otherwise
     /// (then [`MpiEngine::isend`] it and wait).
-    pub fn send_now(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<Result<(), Bytes>, MpiError> {
+    pub fn send_now(
+        &mut self,
+        comm: u32,
+        dest: u32,
+        tag: i32,
+        data: impl Into<Payload>,
+    ) -> Result<Result<(), Payload>, MpiError> {
         self.check_send(dest, tag)?;
+        let data = data.into();
         if dest == self.rank {
             return Ok(Err(data));
         }
@@ -210,7 +216,7 @@ impl MpiEngine {
     /// Queues `data` as an eager message to `dest` (another rank) if it is
     /// small enough and the peer's credit takes it: its sequence number.
     /// Otherwise gives it back.
-    fn push_eager(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<u64, Bytes> {
+    fn push_eager(&mut self, comm: u32, dest: u32, tag: i32, data: Payload) -> Result<u64, Payload> {
         let charge = self.config.charge(data.len());
         let peer = &mut self.peers[dest as usize];
         if data.len() > self.config.eager_threshold || charge > peer.credit_left() {
@@ -227,8 +233,9 @@ impl MpiEngine {
     /// took the message. To another rank it always goes by rendezvous (the Cts
     /// says the receive matched); to itself it waits in the unexpected queue
     /// until a receive takes it.
-    pub fn issend(&mut self, comm: u32, dest: u32, tag: i32, data: Bytes) -> Result<RequestId, MpiError> {
+    pub fn issend(&mut self, comm: u32, dest: u32, tag: i32, data: impl Into<Payload>) -> Result<RequestId, MpiError> {
         self.check_send(dest, tag)?;
+        let data = data.into();
         let req = self.new_req();
         let key = Key { comm, src: dest, tag };
         if dest != self.rank {
@@ -286,7 +293,12 @@ impl MpiEngine {
 
     /// A frame from rank `from` arrived. Bad input is dropped and counted in
     /// [`MpiEngine::stats`].
-    pub fn handle_message(&mut self, now: Instant, from: u32, msg: MpiMsg, payload: Bytes) {
+    pub fn handle_message(&mut self, now: Instant, from: u32, msg: MpiMsg, payload: impl Into<Payload>) {
+        self.handle_frame(now, from, msg, payload.into());
+    }
+
+    /// [`MpiEngine::handle_message`], once for every kind of payload.
+    fn handle_frame(&mut self, now: Instant, from: u32, msg: MpiMsg, payload: Payload) {
         if from >= self.size || from == self.rank || (!payload.is_empty() && !msg.carries_payload()) {
             self.stats.bad_input += 1;
             return;
@@ -414,13 +426,14 @@ impl MpiEngine {
 
     /// [`MpiEngine::poll_transmit`] with the payload borrowed from the
     /// engine's own copy of the frame (kept until acknowledged, for resending):
-    /// a driver that writes the frame at once needs no reference of its own to
-    /// the payload, whose count is atomic (an increment to take one, a
-    /// decrement to drop it, for every message).
+    /// a driver that writes the frame at once needs no copy of a small payload
+    /// (held in place, 72 bytes to move) nor a reference of its own to a shared
+    /// one, whose count is atomic (an increment to take one, a decrement to
+    /// drop it, for every message).
     #[must_use]
     pub fn poll_transmit_ref(&mut self) -> Option<TransmitRef<'_>> {
         /// The payload of a stand-alone acknowledgement.
-        static NONE: Bytes = Bytes::new();
+        static NONE: Payload = Payload::new();
         while let Some((to, seq)) = self.out.pop_front() {
             if let Some(i) = self.peers[to as usize].index_of(seq) {
                 self.ack_carried(to);
@@ -497,7 +510,7 @@ impl MpiEngine {
     }
 
     /// Appends a sequenced frame to our stream to `to` and queues it if connected.
-    pub(super) fn push_frame(&mut self, to: u32, msg: MpiMsg, payload: Bytes) {
+    pub(super) fn push_frame(&mut self, to: u32, msg: MpiMsg, payload: Payload) {
         let p = &mut self.peers[to as usize];
         let seq = p.push(msg, payload);
         if p.up {
@@ -537,14 +550,14 @@ impl MpiEngine {
         }
     }
 
-    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Bytes, seq: u64) {
+    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Payload, seq: u64) {
         let charge = self.config.charge(data.len());
         self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge, Origin::Peer { seq });
     }
 
     /// A message arrived (in stream order): the earliest-posted matching receive
     /// takes it, or it waits in the unexpected queue.
-    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Bytes, charge: u64, origin: Origin) {
+    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Payload, charge: u64, origin: Origin) {
         if let Some(req) = self.posted.take_match(&key) {
             self.return_credit(now, key.src, charge);
             let status = Status { source: key.src, tag: key.tag, count: data.len() };

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 
 use super::msg::{MpiMsg, SeqHdr};
-use super::{MpiConfig, RequestId};
+use super::{MpiConfig, Payload, RequestId};
 
 /// A frame kept until the peer acknowledges it.
 #[derive(Debug, Clone)]
 pub(crate) struct Unacked {
     pub(crate) msg: MpiMsg,
-    pub(crate) payload: Bytes,
+    pub(crate) payload: Payload,
 }
 
 impl Unacked {
@@ -96,7 +96,7 @@ impl Peer {
     }
 
     /// Stores a new frame in our stream, giving it the next sequence number.
-    pub(crate) fn push(&mut self, mut msg: MpiMsg, payload: Bytes) -> u64 {
+    pub(crate) fn push(&mut self, mut msg: MpiMsg, payload: Payload) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         // Invariant: callers only push sequenced variants.
@@ -115,7 +115,7 @@ impl Peer {
     /// The stored frame at `i` (from [`Peer::index_of`]; one out of range
     /// panics) with fresh acknowledgement and credit, recording them as told;
     /// its payload borrowed.
-    pub(crate) fn frame(&mut self, i: usize) -> (MpiMsg, &Bytes) {
+    pub(crate) fn frame(&mut self, i: usize) -> (MpiMsg, &Payload) {
         let mut msg = self.unacked[i].msg;
         let hdr = self.stamp();
         let h = msg.hdr_mut().expect("sequenced message");

@@ -94,6 +94,7 @@ mod engine;
 mod flow;
 pub mod link;
 mod msg;
+mod payload;
 mod queues;
 mod rendezvous;
 mod saved;
@@ -103,9 +104,9 @@ pub use config::MpiConfig;
 pub use engine::MpiEngine;
 pub use link::{LinkAction, LinkConfig, Links, Path, Route};
 pub use msg::{MpiMsg, SeqHdr};
+pub use payload::Payload;
 pub use saved::{SaveError, SavedEngine};
 
-use bytes::Bytes;
 use thiserror::Error;
 
 use crate::id::Id;
@@ -139,7 +140,7 @@ pub enum Completion {
     /// rendezvous: once the data was handed to the transport).
     Send { req: RequestId },
     /// A message was received.
-    Recv { req: RequestId, status: Status, data: Bytes },
+    Recv { req: RequestId, status: Status, data: Payload },
     /// The request was cancelled by [`MpiEngine::cancel`].
     Cancelled { req: RequestId },
     /// The answer to [`MpiEngine::cancel_send`]: whether the message was taken
@@ -160,7 +161,8 @@ impl Completion {
     }
 }
 
-/// A frame for rank `to`: header `msg`, raw `payload` (shared, never copied).
+/// A frame for rank `to`: header `msg`, raw `payload` (a small one held in
+/// place, a larger one shared, never copied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub struct Transmit {
@@ -169,7 +171,7 @@ pub struct Transmit {
     /// The typed header.
     pub msg: MpiMsg,
     /// Message data, carried after the postcard header.
-    pub payload: Bytes,
+    pub payload: Payload,
 }
 
 /// A frame for rank `to` as [`MpiEngine::poll_transmit_ref`] gives it: the
@@ -185,7 +187,7 @@ pub struct TransmitRef<'a> {
     /// The typed header.
     pub msg: MpiMsg,
     /// Message data, carried after the postcard header.
-    pub payload: &'a Bytes,
+    pub payload: &'a Payload,
 }
 
 impl TransmitRef<'_> {
@@ -198,7 +200,7 @@ impl TransmitRef<'_> {
 impl Transmit {
     /// Wraps the frame in a wire envelope stamped with the sender's identity.
     pub fn into_envelope(self, sender: Id, sender_addr: NodeAddr) -> Envelope<MpiMsg> {
-        Envelope::new(sender, sender_addr, 0, self.msg).with_payload(self.payload)
+        Envelope::new(sender, sender_addr, 0, self.msg).with_payload(self.payload.into_bytes())
     }
 }
 

@@ -7,9 +7,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use bytes::Bytes;
-
-use super::{RequestId, Status};
+use super::{Payload, RequestId, Status};
 
 /// Exact match key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,12 +152,12 @@ impl PostedQueue {
 #[derive(Debug, Clone)]
 pub(crate) enum Held {
     /// An eager message, with the credit it was charged.
-    Eager { data: Bytes, charge: u64 },
+    Eager { data: Payload, charge: u64 },
     /// A request to send, waiting for its receive.
     Rts { rts_seq: u64, len: u64 },
     /// A synchronous send of this rank to itself: its request completes when a
     /// receive takes the message.
-    SelfSync { data: Bytes, send: RequestId },
+    SelfSync { data: Payload, send: RequestId },
 }
 
 /// Where an unexpected message came from, so its sender can cancel it.

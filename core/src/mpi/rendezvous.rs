@@ -3,13 +3,13 @@
 //! The Rts is matched like an eager message (it holds the message's place in the
 //! stream, so ordering is kept); the data moves only once a receive took it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 use super::engine::MpiEngine;
 use super::flow::PendingRdv;
 use super::msg::{MpiMsg, SeqHdr};
 use super::queues::{Held, Key, Origin, Unexpected};
-use super::{Completion, RequestId, Status};
+use super::{Completion, Payload, RequestId, Status};
 
 /// Largest up-front reservation for reassembling a multi-chunk message; beyond it
 /// the buffer grows as data arrives, so a peer's claimed length allocates nothing.
@@ -26,10 +26,11 @@ pub(crate) struct Awaiting {
 
 impl MpiEngine {
     /// Sends the Rts of a rendezvous message and keeps its data until the Cts.
-    pub(super) fn start_rendezvous(&mut self, req: RequestId, dest: u32, comm: u32, tag: i32, data: Bytes) {
+    pub(super) fn start_rendezvous(&mut self, req: RequestId, dest: u32, comm: u32, tag: i32, data: Payload) {
+        let data = data.into_bytes();
         self.stats.rendezvous_sent += 1;
         let len = data.len() as u64;
-        self.push_frame(dest, MpiMsg::Rts { hdr: SeqHdr::default(), comm, tag, len }, Bytes::new());
+        self.push_frame(dest, MpiMsg::Rts { hdr: SeqHdr::default(), comm, tag, len }, Payload::new());
         let p = &mut self.peers[dest as usize];
         // Invariant: push_frame just gave the Rts the stream's latest number.
         let rts_seq = p.next_seq - 1;
@@ -52,7 +53,7 @@ impl MpiEngine {
 
     /// Receive `req` took the rendezvous message `rts_seq`: ask for its data.
     pub(super) fn clear_to_send(&mut self, req: RequestId, key: Key, rts_seq: u64, len: u64) {
-        self.push_frame(key.src, MpiMsg::Cts { hdr: SeqHdr::default(), rts_seq }, Bytes::new());
+        self.push_frame(key.src, MpiMsg::Cts { hdr: SeqHdr::default(), rts_seq }, Payload::new());
         let status = Status { source: key.src, tag: key.tag, count: len as usize };
         self.awaiting.insert((key.src, rts_seq), Awaiting { req, status, got: 0, buf: BytesMut::new() });
     }
@@ -69,7 +70,7 @@ impl MpiEngine {
         loop {
             let end = (offset + chunk).min(data.len());
             let msg = MpiMsg::Data { hdr: SeqHdr::default(), rts_seq, offset: offset as u64 };
-            self.push_frame(from, msg, data.slice(offset..end));
+            self.push_frame(from, msg, data.slice(offset..end).into());
             offset = end;
             if offset >= data.len() {
                 break;
@@ -80,7 +81,7 @@ impl MpiEngine {
 
     /// A chunk of rendezvous message `rts_seq` from `from` arrived (chunks come in
     /// stream order). A single-chunk message is delivered without a copy.
-    pub(super) fn on_data(&mut self, from: u32, rts_seq: u64, offset: u64, payload: Bytes) {
+    pub(super) fn on_data(&mut self, from: u32, rts_seq: u64, offset: u64, payload: Payload) {
         let Some(a) = self.awaiting.get_mut(&(from, rts_seq)) else {
             self.stats.bad_input += 1;
             return;
@@ -102,7 +103,7 @@ impl MpiEngine {
             if a.got < len {
                 return;
             }
-            a.buf.split().freeze()
+            a.buf.split().freeze().into()
         };
         // Invariant: `a` was found under this key just above.
         let a = self.awaiting.remove(&(from, rts_seq)).expect("awaiting receive");

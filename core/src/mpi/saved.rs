@@ -220,7 +220,7 @@ impl MpiEngine {
             let to_itself = SaveError::NotQuiet("a message to itself is waiting");
             let Origin::Peer { seq } = u.origin else { return Err(to_itself) };
             let held = match &u.held {
-                Held::Eager { data, charge } => SavedHeld::Eager { data: data.clone(), charge: *charge },
+                Held::Eager { data, charge } => SavedHeld::Eager { data: data.clone().into_bytes(), charge: *charge },
                 Held::Rts { rts_seq, len } => SavedHeld::Rts { rts_seq: *rts_seq, len: *len },
                 Held::SelfSync { .. } => return Err(to_itself),
             };
@@ -240,7 +240,7 @@ impl MpiEngine {
             .collect();
         let unacked = (0..self.size)
             .flat_map(|to| self.peers[to as usize].unacked.iter().map(move |u| (to, u)))
-            .map(|(to, u)| SavedFrame { to, msg: u.msg, payload: u.payload.clone() })
+            .map(|(to, u)| SavedFrame { to, msg: u.msg, payload: u.payload.clone().into_bytes() })
             .collect();
         Ok(SavedEngine { rank: self.rank, size: self.size, next_req: self.next_req, peers, unacked, unexpected })
     }
@@ -261,13 +261,13 @@ impl MpiEngine {
         }
         for f in saved.unacked {
             // Checked: sequenced, in order, below the stream's next number.
-            e.peers[f.to as usize].unacked.push_back(super::flow::Unacked { msg: f.msg, payload: f.payload });
+            e.peers[f.to as usize].unacked.push_back(super::flow::Unacked { msg: f.msg, payload: f.payload.into() });
         }
         for m in saved.unexpected {
             let held = match m.held {
                 SavedHeld::Eager { data, charge } => {
                     e.peers[m.src as usize].buffered += charge;
-                    Held::Eager { data, charge }
+                    Held::Eager { data: data.into(), charge }
                 }
                 SavedHeld::Rts { rts_seq, len } => Held::Rts { rts_seq, len },
             };

@@ -86,7 +86,7 @@ pub(crate) unsafe fn start_send(
     let Some((to, tag)) = send_target(dest, tag, comm)? else { return Ok(send) };
     let need = if mode == Mode::Buffered { Some(cx.bsend.reserve(cx.world, buf.bytes())?) } else { None };
     // SAFETY: as the caller vouched.
-    let data = unsafe { buf.pack() };
+    let data = unsafe { buf.pack_payload() };
     let req = match mode {
         Mode::Synchronous => cx.world.issend_in(&comm.c, data, to, tag)?,
         _ => cx.world.isend_in(&comm.c, data, to, tag)?,
@@ -143,7 +143,7 @@ unsafe fn send(
 unsafe fn standard_send(world: &mut World, buf: &Buf, dest: c_int, tag: c_int, comm: &Comm) -> Result<(), Fail> {
     let Some((to, tag)) = send_target(dest, tag, comm)? else { return Ok(()) };
     // SAFETY: as the caller vouched.
-    let data = unsafe { buf.pack() };
+    let data = unsafe { buf.pack_payload() };
     Ok(world.send_in(&comm.c, data, to, tag)?)
 }
 

@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use p2pmp_mpi::Payload;
 use p2pmp_mpi::datatype::{Basic, Layout, Run};
 
 use crate::consts::{
@@ -268,6 +269,23 @@ impl Buf {
         // SAFETY: as the caller vouched.
         unsafe { self.pack_into(&mut out) };
         Bytes::from(out)
+    }
+
+    /// The data as a message's payload: held in place when it is one run of
+    /// a few bytes (no allocation), else as [`Buf::pack`] gives it.
+    ///
+    /// # Safety
+    /// As [`Buf::pack`].
+    pub(crate) unsafe fn pack_payload(&self) -> Payload {
+        match self.dt.layout.single_run(self.count) {
+            Some(r) if r.len as usize <= Payload::INLINE => {
+                // SAFETY: the run lies within the caller's buffer (see pack_into).
+                let run = unsafe { std::slice::from_raw_parts(self.at(r), r.len as usize) };
+                Payload::copy_from_slice(run)
+            }
+            // SAFETY: as the caller vouched.
+            _ => unsafe { self.pack() }.into(),
+        }
     }
 
     /// Appends the packed data to `out`.

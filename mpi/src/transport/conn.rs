@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use mio::net::TcpStream;
 use p2pmp_core::local::RankHello;
-use p2pmp_core::mpi::{MpiEngine, MpiMsg};
+use p2pmp_core::mpi::{MpiEngine, MpiMsg, Payload};
 use p2pmp_core::secure::{MAX_PLAIN_RECORD, PublicKey, SecureChannel};
 use p2pmp_core::wire::vectored::{consume, write_queue};
 use p2pmp_core::wire::{FrameDecoder, HeaderPrefix, WireError, decode_envelope};
@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::secure::{Keys, starts_handshake};
 use super::shm::{ShmIo, ShmSetup};
-use crate::pod::shared_bytes;
+
 use crate::sock::{self, Wait};
 
 /// At most this many queued parts go into one vectored write.
@@ -154,8 +154,9 @@ impl Conn {
     /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
     /// does. Whether anything was queued (then the link needs a write).
     /// The payload is borrowed: written into a ring at once, it needs no
-    /// reference of its own (a frame queued, as every one on TCP, takes one).
-    pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Bytes) -> bool {
+    /// reference of its own. A frame queued (as every one on TCP) takes one,
+    /// or, with a payload held in place, carries a copy of it after the head.
+    pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Payload) -> bool {
         if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
             // A broken ring takes nothing: the queued frame meets the error
             // again at the next write, which closes the link.
@@ -166,12 +167,17 @@ impl Conn {
                 if n == h + payload.len() {
                     return false;
                 }
-                self.tx.push_back(payload.slice(n - h..));
+                self.tx.push_back(payload.slice_from(n - h..));
                 return true;
             }
             let _ = head.split_to(n);
         }
-        self.push_frame(head.split().freeze(), payload.clone());
+        if payload.len() <= Payload::INLINE {
+            head.extend_from_slice(payload);
+            self.push_frame(head.split().freeze(), Bytes::new());
+        } else {
+            self.push_frame(head.split().freeze(), payload.clone().into_bytes());
+        }
         true
     }
 
@@ -408,18 +414,18 @@ fn bad_frame(e: &WireError) -> Decoded {
 /// goes the usual way.
 const SMALL_FRAME: usize = 160;
 
-/// The next frame if it is small and its payload fits inline
-/// ([`shared_bytes`]), read in place and dropped from the buffer: its message
-/// and a copy of its payload. Such a frame is not split off the decoder's
-/// buffer: a split shares the buffer through an atomic reference count, taken
-/// and given back three times a message (the frame, the payload sliced from
-/// it, the frame dropped) besides the receiver's drop of the payload; a copy
-/// of a few bytes is cheaper. `None`: no whole frame, or one to decode the
-/// usual way.
-fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Bytes)>, WireError> {
+/// The next frame if it is small and its payload fits in place
+/// ([`Payload::INLINE`]), read where it lies and dropped from the buffer: its
+/// message and a copy of its payload, held in place (no allocation). Such a
+/// frame is not split off the decoder's buffer: a split shares the buffer
+/// through an atomic reference count, taken and given back three times a
+/// message (the frame, the payload sliced from it, the frame dropped) besides
+/// the receiver's drop of the payload; a copy of a few bytes is cheaper.
+/// `None`: no whole frame, or one to decode the usual way.
+fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Payload)>, WireError> {
     dec.take_small(SMALL_FRAME, |frame| {
         let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;
-        (payload.len() <= crate::pod::INLINE).then(|| (msg, shared_bytes(payload)))
+        (payload.len() <= Payload::INLINE).then(|| (msg, Payload::copy_from_slice(payload)))
     })
 }
 
@@ -513,7 +519,7 @@ mod tests {
         // Payloads about the inline limit and a large one; from frame 5 on,
         // the sender part of another address: that small frame is decoded
         // whole, and its sender part is the one read in place from then on.
-        let inline = crate::pod::INLINE;
+        let inline = Payload::INLINE;
         let sizes = [0, 8, inline, inline + 1, 1000, 8, inline, 0];
         let stream = frames(&sizes, |i| if i < 5 { at(9000) } else { at(9001) });
         let mut conn = Conn::new(tcp(), Some(1), false);
@@ -546,8 +552,32 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_queued_on_tcp_carries_a_small_payload_after_its_head_and_shares_a_large_one() {
+        let mut conn = Conn::new(tcp(), Some(1), false);
+        let large = Bytes::from(vec![3u8; 1000]);
+        let payloads = [
+            Payload::copy_from_slice(&[1; 8]),
+            Payload::from(Bytes::from_static(&[2; Payload::INLINE])),
+            Payload::new(),
+            Payload::from(large.clone()),
+        ];
+        let mut want = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            let mut head = BytesMut::from(&[0xf0 | i as u8; 5][..]);
+            want.extend_from_slice(&head);
+            want.extend_from_slice(p);
+            assert!(conn.put_frame(&mut head, p), "queued: the link needs a write");
+            assert!(head.is_empty(), "the head is taken");
+        }
+        let queued: Vec<Bytes> = conn.tx.iter().cloned().collect();
+        assert_eq!(queued.concat(), want, "every byte, in order");
+        assert_eq!(queued.len(), 5, "a part a frame, and the large payload its own");
+        assert_eq!(queued[4].as_ptr(), large.as_ptr(), "the large payload shared, not copied");
+    }
+
+    #[test]
     fn only_a_small_frame_of_the_known_sender_with_an_inline_payload_is_read_in_place() {
-        let inline = crate::pod::INLINE;
+        let inline = Payload::INLINE;
         for (size, port, taken) in [(0, 9000, true), (inline, 9000, true), (inline + 1, 9000, false), (8, 9001, false)]
         {
             let stream = frames(&[size], |_| at(port));

@@ -53,7 +53,7 @@ impl Pair {
 fn recv_data(c: &[Completion]) -> Vec<(Status, Bytes)> {
     c.iter()
         .filter_map(|c| match c {
-            Completion::Recv { status, data, .. } => Some((*status, data.clone())),
+            Completion::Recv { status, data, .. } => Some((*status, data.clone().into_bytes())),
             _ => None,
         })
         .collect()
@@ -181,8 +181,8 @@ fn a_blocking_send_goes_eagerly_without_a_request_or_gives_the_data_back() {
     assert_eq!((p.e[0].unreleased_sends(), p.e[0].stats().eager_sent), (0, 1));
     // Given back: to itself, too large, or beyond the credit left.
     let big = Bytes::from(vec![1; threshold + 1]);
-    assert_eq!(p.e[0].send_now(0, 0, 3, Bytes::from_static(b"me")).unwrap(), Err(Bytes::from_static(b"me")));
-    assert_eq!(p.e[0].send_now(0, 1, 3, big.clone()).unwrap(), Err(big));
+    assert_eq!(p.e[0].send_now(0, 0, 3, Bytes::from_static(b"me")).unwrap(), Err(b"me"[..].into()));
+    assert_eq!(p.e[0].send_now(0, 1, 3, big.clone()).unwrap(), Err(big.into()));
     let mut sent = 1;
     while p.e[0].send_now(0, 1, 3, Bytes::from(vec![2; threshold])).unwrap().is_ok() {
         sent += 1;
@@ -486,7 +486,7 @@ proptest! {
         msg in arb_msg(),
         payload in proptest::collection::vec(any::<u8>(), 0..300),
     ) {
-        let t = Transmit { to, msg, payload: Bytes::from(payload) };
+        let t = Transmit { to, msg, payload: Payload::copy_from_slice(&payload) };
         let env = t.clone().into_envelope(Id::hash("rank"), crate::machine::NodeAddr::loopback(3, 9000));
         let got = crate::wire::round_trip(&env, DEFAULT_MAX_FRAME).unwrap();
         prop_assert_eq!(got.body, t.msg);
