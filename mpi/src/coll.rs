@@ -63,8 +63,8 @@ impl World {
 
     /// [`World::coll_recv`] as the message came: a small one held in place.
     fn coll_recv_payload(&mut self, from: u32, tag: i32) -> Result<Payload> {
-        let r = self.coll_irecv(from, tag)?;
-        Ok(self.wait_msg(r)?.data)
+        let from = self.cpeer(from)?;
+        Ok(self.recv_on(self.coll.id, Some(from), Some(tag))?.data)
     }
 
     /// Sends `data` to `to` while receiving from `from`.

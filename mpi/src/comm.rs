@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::group::{Group, Similarity};
-use crate::world::{COMM_COLL, COMM_WORLD, Payload, Request, Status, World};
+use crate::world::{COMM_COLL, COMM_WORLD, Message, Payload, Request, Status, World};
 
 /// The engine ids of one communicator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -158,6 +158,13 @@ impl World {
     pub fn issend_in(&mut self, comm: &Comm, data: impl Into<Payload>, dest: u32, tag: i32) -> Result<Request> {
         let to = comm.peer(dest)?;
         self.issend_on(comm.id.p2p, data, to, tag)
+    }
+
+    /// [`World::recv_bytes`] on `comm` from its rank `source`; the status
+    /// names the world rank (see [`Comm::source_rank`]).
+    pub fn recv_in(&mut self, comm: &Comm, source: Option<u32>, tag: Option<i32>) -> Result<Message> {
+        let from = source.map(|s| comm.peer(s)).transpose()?;
+        self.recv_on(comm.id.p2p, from, tag)
     }
 
     /// [`World::irecv`] on `comm` from its rank `source`; the status names the

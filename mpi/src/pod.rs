@@ -96,15 +96,22 @@ pub(crate) fn to_bytes<T: Pod>(data: &[T]) -> Bytes {
     shared_bytes(bytemuck::cast_slice(data))
 }
 
-/// The bytes of a typed slice, copied once: in place if they fit (no
-/// allocation), else into a shareable buffer.
+/// The bytes of a typed slice, copied once as a message's payload (see
+/// [`payload_of`]).
 pub(crate) fn to_payload<T: Pod>(data: &[T]) -> Payload {
-    Payload::copy_from_slice(bytemuck::cast_slice(data))
+    payload_of(bytemuck::cast_slice(data))
+}
+
+/// `bytes` copied once as a message's payload: held in place if they fit
+/// (no allocation), else as [`shared_bytes`] makes them.
+pub(crate) fn payload_of(bytes: &[u8]) -> Payload {
+    if bytes.len() <= Payload::INLINE { Payload::copy_from_slice(bytes) } else { shared_bytes(bytes).into() }
 }
 
 /// Messages of up to this many bytes are copied into one allocation that
-/// holds its own reference count (or held in place by a [`Payload`]).
-pub(crate) const INLINE: usize = Payload::INLINE;
+/// holds its own reference count.
+pub(crate) const INLINE: usize = 64;
+const _: () = assert!(INLINE <= u8::MAX as usize, "the length is kept in a u8");
 
 /// A small message's bytes, held inline (see [`shared_bytes`]).
 struct Inline {

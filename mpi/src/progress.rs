@@ -461,13 +461,24 @@ impl World {
     /// bytes written after waiting for room. A long wait that keeps moving
     /// (a large message, a window of sends) goes on polling, and each stretch
     /// without progress teaches the budget as a whole short wait would.
-    pub(crate) fn progress_until(&mut self, from: Option<u32>, mut done: impl FnMut(&World) -> bool) -> Result<()> {
+    pub(crate) fn progress_until(&mut self, from: Option<u32>, done: impl FnMut(&World) -> bool) -> Result<()> {
+        self.progress_until_since(from, None, done)
+    }
+
+    /// [`World::progress_until`] for a wait that began at `began` if known
+    /// (a clock read just before: then the wait reads none to start).
+    pub(crate) fn progress_until_since(
+        &mut self,
+        from: Option<u32>,
+        began: Option<Instant>,
+        mut done: impl FnMut(&World) -> bool,
+    ) -> Result<()> {
         if done(self) {
             return Ok(());
         }
         self.waits.stats.waits += 1;
         // The last progress, and the count of bytes written then.
-        let (mut idle_from, mut written) = (Instant::now(), self.net.written());
+        let (mut idle_from, mut written) = (began.unwrap_or_else(Instant::now), self.net.written());
         // Each round starts by the clock read last (the first, and after a sleep).
         let mut start = idle_from;
         loop {

@@ -51,6 +51,14 @@ impl Message {
     }
 }
 
+/// The message of a finished receive.
+fn received(c: Completed) -> Result<Message> {
+    match c {
+        Completed::Received(m) => Ok(m),
+        _ => Err(Error::Invalid("waited for a send (or a cancelled receive) as if it were a receive".into())),
+    }
+}
+
 /// How a request finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completed {
@@ -281,7 +289,11 @@ impl World {
     }
 
     pub(crate) fn irecv_on(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Request> {
-        let now = Instant::now();
+        self.irecv_at(comm, source, tag, Instant::now())
+    }
+
+    /// [`World::irecv_on`] at `now`, a clock read just before.
+    fn irecv_at(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>, now: Instant) -> Result<Request> {
         let req = self.engine.irecv(now, comm, source, tag)?;
         // With two ranks, any source is the other one.
         let from = source.or_else(|| (self.size == 2).then(|| 1 - self.rank)).filter(|&s| s != self.rank);
@@ -314,8 +326,16 @@ impl World {
 
     /// Receives one message as bytes.
     pub fn recv_bytes(&mut self, source: Option<u32>, tag: Option<i32>) -> Result<Message> {
-        let r = self.irecv(source, tag)?;
-        self.wait_msg(r)
+        self.recv_on(COMM_WORLD, source, tag)
+    }
+
+    /// A blocking receive on `comm`: posts it and waits, by one clock read
+    /// for both (on a virtual machine a read costs tens of nanoseconds, a
+    /// good part of a small message's way).
+    pub(crate) fn recv_on(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Message> {
+        let now = Instant::now();
+        let r = self.irecv_at(comm, source, tag, now)?;
+        received(self.wait_since(r, Some(now))?)
     }
 
     /// Receives one message as a vector of `T`.
@@ -343,9 +363,15 @@ impl World {
 
     /// Waits for `req` to finish.
     pub fn wait(&mut self, req: Request) -> Result<Completed> {
+        self.wait_since(req, None)
+    }
+
+    /// [`World::wait`], for a wait that began at `began` if known (a clock
+    /// read just before, by the call that posted `req`).
+    fn wait_since(&mut self, req: Request, began: Option<Instant>) -> Result<Completed> {
         let id = req.0;
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
-        self.progress_until(from, |w| w.finished(id))?;
+        self.progress_until_since(from, began, |w| w.finished(id))?;
         self.engine.release(id);
         if self.cancels.remove(&id) == Some(Some(true)) {
             self.done.remove(&id);
@@ -361,10 +387,7 @@ impl World {
 
     /// Waits for a receive and returns its message.
     pub(crate) fn wait_msg(&mut self, req: Request) -> Result<Message> {
-        match self.wait(req)? {
-            Completed::Received(m) => Ok(m),
-            _ => Err(Error::Invalid("waited for a send (or a cancelled receive) as if it were a receive".into())),
-        }
+        received(self.wait(req)?)
     }
 
     /// Waits for every request, results in the same order.

@@ -426,10 +426,10 @@ impl MpiEngine {
 
     /// [`MpiEngine::poll_transmit`] with the payload borrowed from the
     /// engine's own copy of the frame (kept until acknowledged, for resending):
-    /// a driver that writes the frame at once needs no copy of a small payload
-    /// (held in place, 72 bytes to move) nor a reference of its own to a shared
-    /// one, whose count is atomic (an increment to take one, a decrement to
-    /// drop it, for every message).
+    /// a driver that writes the frame at once needs no copy of a payload held
+    /// in place nor a reference of its own to a shared one, whose count is
+    /// atomic (an increment to take one, a decrement to drop it, for every
+    /// message).
     #[must_use]
     pub fn poll_transmit_ref(&mut self) -> Option<TransmitRef<'_>> {
         /// The payload of a stand-alone acknowledgement.

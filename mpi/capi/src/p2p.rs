@@ -5,13 +5,13 @@
 
 use std::ffi::{c_int, c_void};
 
-use p2pmp_mpi::{Status, World};
+use p2pmp_mpi::{Completed, Status, World};
 
 use crate::buf::write_out;
 use crate::comm::{Comm, Peer};
 use crate::consts::{Handle, MPI_ANY_TAG, MPI_ERR_ARG, MPI_ERR_TAG};
 use crate::error::Fail;
-use crate::request::{Kind, Pending, Persistent, make_persistent};
+use crate::request::{Kind, Pending, Persistent, finish, make_persistent};
 use crate::state::{Ctx, call};
 use crate::status::{MpiStatus, StatusOut};
 use crate::types::{Buf, get};
@@ -378,14 +378,26 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> c_int {
-    call("MPI_Recv", comm, |mut cx| {
+    call("MPI_Recv", comm, |cx| {
         let c = cx.comms.get(comm)?;
         let out = StatusOut::new(status)?;
         let b = Buf::new(buf, count, get(cx.obj, datatype)?)?;
-        let p = start_recv(&mut cx, b, source, tag, &c)?;
-        out.write(p.wait(cx.world)?);
+        out.write(recv(cx.world, b, source, tag, &c)?);
         Ok(())
     })
+}
+
+/// A blocking receive into `out`, posted and waited for as one call
+/// (`World::recv_in`: no request to keep).
+fn recv(world: &mut World, out: Buf, source: c_int, tag: c_int, comm: &Comm) -> Result<MpiStatus, Fail> {
+    let tag = recv_tag(tag)?;
+    let got = match comm.source(source)? {
+        Peer::Null => return Ok(MpiStatus::PROC_NULL),
+        Peer::Any => world.recv_in(&comm.c, None, tag),
+        Peer::Rank(r) => world.recv_in(&comm.c, Some(r), tag),
+    };
+    let m = got.map_err(|e| Fail::from(e).on(comm.handle))?;
+    finish(Kind::Recv { out, comm: comm.c.clone() }, Some(Completed::Received(m))).map_err(|f| f.on(comm.handle))
 }
 
 /// `MPI_Irecv`.

@@ -85,7 +85,7 @@ impl Pending {
 
 /// The status of a request of `kind` that completed as `c` (`None`: nothing
 /// moved, `MPI_PROC_NULL`); copies a received message out.
-fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
+pub(crate) fn finish(kind: Kind, c: Option<Completed>) -> Result<MpiStatus, Fail> {
     match (kind, c) {
         (Kind::Recv { out, comm }, Some(Completed::Received(m))) => {
             let source = comm.source_rank(m.status.source).map_or(crate::consts::MPI_ANY_SOURCE, |r| r as c_int);

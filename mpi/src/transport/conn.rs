@@ -172,7 +172,7 @@ impl Conn {
             }
             let _ = head.split_to(n);
         }
-        if payload.len() <= Payload::INLINE {
+        if payload.len() <= crate::pod::INLINE {
             head.extend_from_slice(payload);
             self.push_frame(head.split().freeze(), Bytes::new());
         } else {
@@ -414,9 +414,10 @@ fn bad_frame(e: &WireError) -> Decoded {
 /// goes the usual way.
 const SMALL_FRAME: usize = 160;
 
-/// The next frame if it is small and its payload fits in place
-/// ([`Payload::INLINE`]), read where it lies and dropped from the buffer: its
-/// message and a copy of its payload, held in place (no allocation). Such a
+/// The next frame if it is small and its payload too (up to
+/// [`crate::pod::INLINE`] bytes), read where it lies and dropped from the
+/// buffer: its message and a copy of its payload (held in place, without an
+/// allocation, up to [`Payload::INLINE`] bytes). Such a
 /// frame is not split off the decoder's buffer: a split shares the buffer
 /// through an atomic reference count, taken and given back three times a
 /// message (the frame, the payload sliced from it, the frame dropped) besides
@@ -425,7 +426,7 @@ const SMALL_FRAME: usize = 160;
 fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Payload)>, WireError> {
     dec.take_small(SMALL_FRAME, |frame| {
         let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;
-        (payload.len() <= Payload::INLINE).then(|| (msg, Payload::copy_from_slice(payload)))
+        (payload.len() <= crate::pod::INLINE).then(|| (msg, crate::pod::payload_of(payload)))
     })
 }
 
@@ -519,7 +520,7 @@ mod tests {
         // Payloads about the inline limit and a large one; from frame 5 on,
         // the sender part of another address: that small frame is decoded
         // whole, and its sender part is the one read in place from then on.
-        let inline = Payload::INLINE;
+        let inline = crate::pod::INLINE;
         let sizes = [0, 8, inline, inline + 1, 1000, 8, inline, 0];
         let stream = frames(&sizes, |i| if i < 5 { at(9000) } else { at(9001) });
         let mut conn = Conn::new(tcp(), Some(1), false);
@@ -557,7 +558,7 @@ mod tests {
         let large = Bytes::from(vec![3u8; 1000]);
         let payloads = [
             Payload::copy_from_slice(&[1; 8]),
-            Payload::from(Bytes::from_static(&[2; Payload::INLINE])),
+            Payload::from(Bytes::from_static(&[2; crate::pod::INLINE])),
             Payload::new(),
             Payload::from(large.clone()),
         ];
@@ -577,7 +578,7 @@ mod tests {
 
     #[test]
     fn only_a_small_frame_of_the_known_sender_with_an_inline_payload_is_read_in_place() {
-        let inline = Payload::INLINE;
+        let inline = crate::pod::INLINE;
         for (size, port, taken) in [(0, 9000, true), (inline, 9000, true), (inline + 1, 9000, false), (8, 9001, false)]
         {
             let stream = frames(&[size], |_| at(port));
