@@ -108,15 +108,17 @@ pub(crate) fn payload_of(bytes: &[u8]) -> Payload {
     if bytes.len() <= Payload::INLINE { Payload::copy_from_slice(bytes) } else { shared_bytes(bytes).into() }
 }
 
-/// Messages of up to this many bytes are copied into one allocation that
-/// holds its own reference count.
-pub(crate) const INLINE: usize = 64;
-const _: () = assert!(INLINE <= u8::MAX as usize, "the length is kept in a u8");
+/// A small message's most bytes: [`shared_bytes`] copies up to this many
+/// into one allocation that holds its own reference count, and the transport
+/// reads a frame with a payload up to this size where it lies (and copies the
+/// payload after the frame's head when it queues the frame).
+pub(crate) const SMALL_PAYLOAD: usize = 64;
+const _: () = assert!(SMALL_PAYLOAD <= u8::MAX as usize, "the length is kept in a u8");
 
 /// A small message's bytes, held inline (see [`shared_bytes`]).
 struct Inline {
     len: u8,
-    buf: [u8; INLINE],
+    buf: [u8; SMALL_PAYLOAD],
 }
 
 impl AsRef<[u8]> for Inline {
@@ -126,17 +128,17 @@ impl AsRef<[u8]> for Inline {
 }
 
 /// `bytes` copied into a buffer that is cheap to share: the way to make the
-/// `Bytes` of a small message for [`crate::World::send_bytes`] and the other
-/// calls that take `Bytes`. The engine keeps a sent message until it is
-/// acknowledged and hands the transport a second reference: a `Bytes` made
-/// from a `Vec` allocates its shared count at that first clone (two
-/// allocations and two frees a message), a small one made here needs one of
-/// each.
+/// `Bytes` of a small message that is sent more than once (a collective's,
+/// to several ranks). A `Bytes` made from a `Vec` allocates its shared count
+/// at its first clone (two allocations and two frees), a small one made here
+/// needs one of each. A message sent once is cheaper as a [`Payload`]
+/// ([`Payload::copy_from_slice`]: up to [`Payload::INLINE`] bytes without an
+/// allocation).
 pub fn shared_bytes(bytes: &[u8]) -> Bytes {
-    if bytes.is_empty() || bytes.len() > INLINE {
+    if bytes.is_empty() || bytes.len() > SMALL_PAYLOAD {
         return Bytes::copy_from_slice(bytes);
     }
-    let mut small = Inline { len: bytes.len() as u8, buf: [0; INLINE] };
+    let mut small = Inline { len: bytes.len() as u8, buf: [0; SMALL_PAYLOAD] };
     small.buf[..bytes.len()].copy_from_slice(bytes);
     Bytes::from_owner(small)
 }
@@ -175,7 +177,7 @@ mod tests {
 
     #[test]
     fn shared_bytes_copies_any_length_and_clones_share_it() {
-        for len in [0, 1, INLINE - 1, INLINE, INLINE + 1, 4096] {
+        for len in [0, 1, SMALL_PAYLOAD - 1, SMALL_PAYLOAD, SMALL_PAYLOAD + 1, 4096] {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
             let b = shared_bytes(&src);
             assert_eq!(&b[..], &src[..], "{len} bytes");
@@ -183,6 +185,21 @@ mod tests {
             drop(b);
             assert_eq!((&c[..], &d[..]), (&src[..], &src[len / 2..]), "{len} bytes, shared");
             assert_eq!(c.as_ptr(), d.as_ptr().wrapping_sub(len / 2), "{len} bytes: a slice shares the buffer");
+        }
+    }
+
+    #[test]
+    fn a_payload_is_held_in_place_up_to_its_limit_and_shared_beyond() {
+        let inline = Payload::INLINE;
+        for len in [0, 8, inline, inline + 1, SMALL_PAYLOAD, SMALL_PAYLOAD + 1, 1000] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 5 + 1) as u8).collect();
+            let p = payload_of(&src);
+            assert_eq!(&p[..], &src[..], "{len} bytes");
+            // A shared payload hands out its own buffer; one held in place, a copy.
+            let (a, b) = (p.clone().into_bytes(), p.clone().into_bytes());
+            if len > 0 {
+                assert_eq!(len > inline, a.as_ptr() == b.as_ptr(), "{len} bytes: shared or in place");
+            }
         }
     }
 

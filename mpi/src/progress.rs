@@ -465,12 +465,14 @@ impl World {
         self.progress_until_since(from, None, done)
     }
 
-    /// [`World::progress_until`] for a wait that began at `began` if known
-    /// (a clock read just before: then the wait reads none to start).
+    /// [`World::progress_until`] for a wait that began at `began`, if known:
+    /// a clock read just before, and the count of bytes written then (then
+    /// the wait reads no clock to start, and what was written since counts as
+    /// progress, not as time idle).
     pub(crate) fn progress_until_since(
         &mut self,
         from: Option<u32>,
-        began: Option<Instant>,
+        began: Option<(Instant, u64)>,
         mut done: impl FnMut(&World) -> bool,
     ) -> Result<()> {
         if done(self) {
@@ -478,7 +480,7 @@ impl World {
         }
         self.waits.stats.waits += 1;
         // The last progress, and the count of bytes written then.
-        let (mut idle_from, mut written) = (began.unwrap_or_else(Instant::now), self.net.written());
+        let (mut idle_from, mut written) = began.unwrap_or_else(|| (Instant::now(), self.net.written()));
         // Each round starts by the clock read last (the first, and after a sleep).
         let mut start = idle_from;
         loop {

@@ -189,19 +189,19 @@ impl World {
     /// Combines every rank's `send` element-wise with `op`; the result on `root`
     /// (`None` elsewhere).
     pub fn reduce<T: Pod>(&mut self, send: &[T], op: Op, root: u32) -> Result<Option<Vec<T>>> {
-        let got = self.reduce_bytes(pod::to_bytes(send).to_vec(), root, &mut typed::<T>(op), true)?;
+        let got = self.reduce_bytes(bytemuck::cast_slice::<T, u8>(send).to_vec(), root, &mut typed::<T>(op), true)?;
         got.map(|v| pod::from_bytes(&v)).transpose()
     }
 
     /// Combines every rank's `send` element-wise with `op`; the result on every rank.
     pub fn allreduce<T: Pod>(&mut self, send: &[T], op: Op) -> Result<Vec<T>> {
-        let got = self.allreduce_bytes(pod::to_bytes(send).to_vec(), &mut typed::<T>(op), true)?;
+        let got = self.allreduce_bytes(bytemuck::cast_slice::<T, u8>(send).to_vec(), &mut typed::<T>(op), true)?;
         pod::from_bytes(&got)
     }
 
     /// The inclusive prefix reduction of `send` with `op`.
     pub fn scan<T: Pod>(&mut self, send: &[T], op: Op) -> Result<Vec<T>> {
-        let got = self.scan_bytes(pod::to_bytes(send).to_vec(), &mut typed::<T>(op))?;
+        let got = self.scan_bytes(bytemuck::cast_slice::<T, u8>(send).to_vec(), &mut typed::<T>(op))?;
         pod::from_bytes(&got)
     }
 }

@@ -37,10 +37,11 @@ pub struct Request(RequestId);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub status: Status,
-    /// The message bytes: held in place (up to [`Payload::INLINE`], copied
-    /// in), shared with the buffer they were read into (or with the sender's,
-    /// to this rank itself), or a copy of their own (put together from
-    /// chunks). [`Payload::into_bytes`] gives them as `Bytes`.
+    /// The message bytes: held in place (up to [`Payload::INLINE`] bytes,
+    /// copied in), a copy of their own (a small message up to 64 bytes, or
+    /// one put together from chunks), or shared with the buffer they were
+    /// read into (or with the sender's, to this rank itself).
+    /// [`Payload::into_bytes`] gives them as `Bytes`.
     pub data: Payload,
 }
 
@@ -331,11 +332,12 @@ impl World {
 
     /// A blocking receive on `comm`: posts it and waits, by one clock read
     /// for both (on a virtual machine a read costs tens of nanoseconds, a
-    /// good part of a small message's way).
+    /// good part of a small message's way). What posting it wrote (a frame
+    /// it let go, an acknowledgement) counts as the wait's progress.
     pub(crate) fn recv_on(&mut self, comm: u32, source: Option<u32>, tag: Option<i32>) -> Result<Message> {
-        let now = Instant::now();
-        let r = self.irecv_at(comm, source, tag, now)?;
-        received(self.wait_since(r, Some(now))?)
+        let began = (Instant::now(), self.net.written());
+        let r = self.irecv_at(comm, source, tag, began.0)?;
+        received(self.wait_since(r, Some(began))?)
     }
 
     /// Receives one message as a vector of `T`.
@@ -366,9 +368,9 @@ impl World {
         self.wait_since(req, None)
     }
 
-    /// [`World::wait`], for a wait that began at `began` if known (a clock
-    /// read just before, by the call that posted `req`).
-    fn wait_since(&mut self, req: Request, began: Option<Instant>) -> Result<Completed> {
+    /// [`World::wait`], for a wait that began at `began` if known (see
+    /// [`World::progress_until_since`]: the call that posted `req` just before).
+    fn wait_since(&mut self, req: Request, began: Option<(Instant, u64)>) -> Result<Completed> {
         let id = req.0;
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
         self.progress_until_since(from, began, |w| w.finished(id))?;

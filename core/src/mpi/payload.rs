@@ -177,6 +177,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_pointer_width = "64")]
     fn a_payload_takes_no_more_room_than_a_bytes() {
         // Moved with every frame and completion; the variant's tag lives in
         // a niche of `Bytes`.

@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 use super::secure::{Keys, starts_handshake};
 use super::shm::{ShmIo, ShmSetup};
 
+use crate::pod::SMALL_PAYLOAD;
 use crate::sock::{self, Wait};
 
 /// At most this many queued parts go into one vectored write.
@@ -154,8 +155,9 @@ impl Conn {
     /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
     /// does. Whether anything was queued (then the link needs a write).
     /// The payload is borrowed: written into a ring at once, it needs no
-    /// reference of its own. A frame queued (as every one on TCP) takes one,
-    /// or, with a payload held in place, carries a copy of it after the head.
+    /// reference of its own. A frame queued (as every one on TCP) carries a
+    /// copy of a small payload (up to [`SMALL_PAYLOAD`] bytes, however it is
+    /// held) after its head, and takes a reference to a larger one.
     pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Payload) -> bool {
         if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
             // A broken ring takes nothing: the queued frame meets the error
@@ -172,7 +174,7 @@ impl Conn {
             }
             let _ = head.split_to(n);
         }
-        if payload.len() <= crate::pod::INLINE {
+        if payload.len() <= SMALL_PAYLOAD {
             head.extend_from_slice(payload);
             self.push_frame(head.split().freeze(), Bytes::new());
         } else {
@@ -415,7 +417,7 @@ fn bad_frame(e: &WireError) -> Decoded {
 const SMALL_FRAME: usize = 160;
 
 /// The next frame if it is small and its payload too (up to
-/// [`crate::pod::INLINE`] bytes), read where it lies and dropped from the
+/// [`SMALL_PAYLOAD`] bytes), read where it lies and dropped from the
 /// buffer: its message and a copy of its payload (held in place, without an
 /// allocation, up to [`Payload::INLINE`] bytes). Such a
 /// frame is not split off the decoder's buffer: a split shares the buffer
@@ -426,7 +428,7 @@ const SMALL_FRAME: usize = 160;
 fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Payload)>, WireError> {
     dec.take_small(SMALL_FRAME, |frame| {
         let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;
-        (payload.len() <= crate::pod::INLINE).then(|| (msg, crate::pod::payload_of(payload)))
+        (payload.len() <= SMALL_PAYLOAD).then(|| (msg, crate::pod::payload_of(payload)))
     })
 }
 
@@ -520,7 +522,7 @@ mod tests {
         // Payloads about the inline limit and a large one; from frame 5 on,
         // the sender part of another address: that small frame is decoded
         // whole, and its sender part is the one read in place from then on.
-        let inline = crate::pod::INLINE;
+        let inline = SMALL_PAYLOAD;
         let sizes = [0, 8, inline, inline + 1, 1000, 8, inline, 0];
         let stream = frames(&sizes, |i| if i < 5 { at(9000) } else { at(9001) });
         let mut conn = Conn::new(tcp(), Some(1), false);
@@ -558,7 +560,7 @@ mod tests {
         let large = Bytes::from(vec![3u8; 1000]);
         let payloads = [
             Payload::copy_from_slice(&[1; 8]),
-            Payload::from(Bytes::from_static(&[2; crate::pod::INLINE])),
+            Payload::from(Bytes::from_static(&[2; SMALL_PAYLOAD])),
             Payload::new(),
             Payload::from(large.clone()),
         ];
@@ -578,7 +580,7 @@ mod tests {
 
     #[test]
     fn only_a_small_frame_of_the_known_sender_with_an_inline_payload_is_read_in_place() {
-        let inline = crate::pod::INLINE;
+        let inline = SMALL_PAYLOAD;
         for (size, port, taken) in [(0, 9000, true), (inline, 9000, true), (inline + 1, 9000, false), (8, 9001, false)]
         {
             let stream = frames(&[size], |_| at(port));
