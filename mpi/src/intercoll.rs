@@ -52,8 +52,8 @@ impl World {
     }
 
     fn inter_recv(&mut self, comm: &Comm, from: u32, tag: i32) -> Result<Bytes> {
-        let r = self.inter_irecv(comm, from, tag)?;
-        Ok(self.wait_msg(r)?.data.into_bytes())
+        let w = comm.peer(from)?;
+        Ok(self.recv_on(comm.id.coll(), Some(w), Some(tag))?.data.into_bytes())
     }
 
     fn inter_send(&mut self, comm: &Comm, data: Bytes, to: u32, tag: i32) -> Result<()> {

@@ -31,9 +31,10 @@
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
 //!   [`Pod`] element types (`u8`..`u64`, `i8`..`i64`, `f32`, `f64`) and raw
 //!   [`bytes::Bytes`] (a received message's bytes are a [`Payload`]: up to
-//!   [`Payload::INLINE`] held in place, without an allocation); byte-level collectives with any combining function,
-//!   commutative or not ([`Combine`]: `reduce_bytes`, `allreduce_bytes`,
-//!   `scan_bytes`, `reduce_scatter_bytes`) and with blocks of any length
+//!   [`Payload::INLINE`] held in place, without an allocation); byte-level
+//!   collectives with any combining function, commutative or not
+//!   ([`Combine`]: `reduce_bytes`, `allreduce_bytes`, `scan_bytes`,
+//!   `reduce_scatter_bytes`) and with blocks of any length
 //!   (`gatherv_bytes`, `scatterv_bytes`, `allgatherv_bytes`, `alltoallv_bytes`);
 //!   `cancel` (receives, and sends no receive took yet) and `forget`.
 //! - [`Group`] and [`Comm`]: MPI-1 groups and communicators; `comm_dup`,

@@ -17,7 +17,6 @@ use tracing::{debug, warn};
 
 use super::secure::{Keys, starts_handshake};
 use super::shm::{ShmIo, ShmSetup};
-
 use crate::pod::SMALL_PAYLOAD;
 use crate::sock::{self, Wait};
 
@@ -155,9 +154,8 @@ impl Conn {
     /// what does not fit is queued; elsewhere queued as [`Conn::push_frame`]
     /// does. Whether anything was queued (then the link needs a write).
     /// The payload is borrowed: written into a ring at once, it needs no
-    /// reference of its own. A frame queued (as every one on TCP) carries a
-    /// copy of a small payload (up to [`SMALL_PAYLOAD`] bytes, however it is
-    /// held) after its head, and takes a reference to a larger one.
+    /// reference of its own; a frame queued (as every one on TCP) is queued
+    /// as [`queued_parts`] gives it.
     pub(super) fn put_frame(&mut self, head: &mut BytesMut, payload: &Payload) -> bool {
         if let (Io::Shm(s), true, None) = (&mut self.io, self.tx.is_empty(), &self.secure) {
             // A broken ring takes nothing: the queued frame meets the error
@@ -174,12 +172,8 @@ impl Conn {
             }
             let _ = head.split_to(n);
         }
-        if payload.len() <= SMALL_PAYLOAD {
-            head.extend_from_slice(payload);
-            self.push_frame(head.split().freeze(), Bytes::new());
-        } else {
-            self.push_frame(head.split().freeze(), payload.clone().into_bytes());
-        }
+        let (head, payload) = queued_parts(head, payload);
+        self.push_frame(head, payload);
         true
     }
 
@@ -403,6 +397,18 @@ pub(super) fn decode_frames(
     }
 }
 
+/// The parts a frame is queued as (`head` is taken, leaving it empty): a
+/// small payload (up to [`SMALL_PAYLOAD`] bytes, however it is held) copied
+/// after the head, in one buffer; a larger one shared, not copied.
+pub(super) fn queued_parts(head: &mut BytesMut, payload: &Payload) -> (Bytes, Bytes) {
+    if payload.len() <= SMALL_PAYLOAD {
+        head.extend_from_slice(payload);
+        (head.split().freeze(), Bytes::new())
+    } else {
+        (head.split().freeze(), payload.clone().into_bytes())
+    }
+}
+
 /// A frame that cannot be read: the connection is dropped.
 fn bad_frame(e: &WireError) -> Decoded {
     warn!(%e, "bad frame; dropping the connection");
@@ -417,14 +423,14 @@ fn bad_frame(e: &WireError) -> Decoded {
 const SMALL_FRAME: usize = 160;
 
 /// The next frame if it is small and its payload too (up to
-/// [`SMALL_PAYLOAD`] bytes), read where it lies and dropped from the
-/// buffer: its message and a copy of its payload (held in place, without an
-/// allocation, up to [`Payload::INLINE`] bytes). Such a
-/// frame is not split off the decoder's buffer: a split shares the buffer
-/// through an atomic reference count, taken and given back three times a
-/// message (the frame, the payload sliced from it, the frame dropped) besides
-/// the receiver's drop of the payload; a copy of a few bytes is cheaper.
-/// `None`: no whole frame, or one to decode the usual way.
+/// [`SMALL_PAYLOAD`] bytes), read where it lies and dropped from the buffer:
+/// its message and a copy of its payload (held in place, without an
+/// allocation, up to [`Payload::INLINE`] bytes). Such a frame is not split
+/// off the decoder's buffer: a split shares the buffer through an atomic
+/// reference count, taken and given back three times a message (the frame,
+/// the payload sliced from it, the frame dropped) besides the receiver's drop
+/// of the payload; a copy of a few bytes is cheaper. `None`: no whole frame,
+/// or one to decode the usual way.
 fn read_small(dec: &mut FrameDecoder, prefix: &HeaderPrefix) -> Result<Option<(MpiMsg, Payload)>, WireError> {
     dec.take_small(SMALL_FRAME, |frame| {
         let (_, msg, payload) = MpiMsg::read_after_prefix(frame, prefix)?;

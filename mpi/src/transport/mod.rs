@@ -346,7 +346,7 @@ impl Transport {
             (Route::Send, Some(slot)) => slot,
             // Held until the first connection is up (or dropped if it fails).
             (Route::Hold, _) => {
-                self.held[t.to as usize].push_back((head.split().freeze(), t.payload.clone().into_bytes()));
+                self.held[t.to as usize].push_back(conn::queued_parts(head, t.payload));
                 return;
             }
             // The link broke just now (a fault): the engine resends.
