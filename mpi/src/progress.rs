@@ -10,7 +10,9 @@
 //! - **Yield** between checks (`sched_yield`) when this job's ranks on this
 //!   host outnumber its cores: the rank that holds the answer needs the core.
 //!   The ranks of this host are counted by their shared-memory sockets
-//!   (`Transport::local_ranks`), not by a load average. A wait on a
+//!   (`Transport::local_ranks`), not by a load average. Such ranks also
+//!   spread over the cores evenly, each moving to the core of its place
+//!   among them (see `progress/spread.rs`). A wait on a
 //!   shared-memory peer that may need this rank's core yields too: once
 //!   after waking that peer (the kernel often queues a task woken on the
 //!   waker's core, even with another core idle), and until the wait sleeps
@@ -56,6 +58,7 @@ use crate::world::World;
 
 mod cores;
 mod runnable;
+mod spread;
 
 use runnable::Runnable;
 
@@ -195,6 +198,9 @@ pub struct WaitStats {
     /// Times this rank moved to another core because the rank it awaited
     /// was last seen on this rank's.
     pub stepped_off: u64,
+    /// Times this rank moved to its home core while this host's ranks of
+    /// the job outnumbered its cores (see `progress/spread.rs`).
+    pub moved_home: u64,
     /// Connections to peers open now (TCP or shared memory, set up and not):
     /// one per peer in touch once both ranks of a pair that opened one at
     /// once have moved to the lower rank's.
@@ -245,8 +251,10 @@ pub(crate) struct Waits {
     crowded: bool,
     /// When this rank last moved off a core it shared with a peer.
     stepped_off_at: Option<Instant>,
-    /// Moves this rank off a core.
+    /// Moves this rank off a core, or home.
     mover: cores::Mover,
+    /// Whether and when this rank looks whether it runs on its home core.
+    spread: spread::Spread,
     pub(crate) stats: WaitStats,
 }
 
@@ -264,6 +272,7 @@ impl Waits {
             crowded: false,
             stepped_off_at: None,
             mover: cores::Mover::new(),
+            spread: spread::Spread::from_env(),
             stats: WaitStats::default(),
         }
     }
@@ -492,6 +501,7 @@ impl World {
             let local = self.net.local_ranks(start);
             if local > self.waits.cores {
                 self.waits.stats.oversubscribed += 1;
+                self.keep_home(start);
             }
             self.waits.look_at_runnable(start);
             let ring = from.is_some_and(|f| self.net.is_ring(f));

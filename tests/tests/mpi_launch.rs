@@ -93,6 +93,37 @@ fn small_groups_collectives_wait_once_per_call() {
     assert_eq!(seen, 3 * 8, "{}", r.stdout);
 }
 
+/// Ranks that outnumber the cores spread over them evenly, each on the core
+/// of its place round them (see `progress/spread.rs`), even when they all
+/// start on one core. Two more ranks than twice the cores: the kernel alone
+/// (`P2PMP_SPREAD=0`) balances them too, given time, but puts ranks that
+/// are a multiple of the cores apart on one core by chance only (on 2 cores,
+/// 2 splits in 20).
+#[test]
+fn ranks_that_outnumber_the_cores_run_each_on_the_core_of_its_place() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores > 8 {
+        eprintln!("skipped: {cores} cores would take {} ranks; this test is for small machines", 2 * cores + 2);
+        return;
+    }
+    let n = 2 * cores + 2;
+    let r = launch(n as u32, "mpi_spread", &["1", "crowd"], Duration::from_secs(60));
+    assert!(r.ok, "mpi_spread:\n{}\n{}", r.stdout, r.stderr);
+    let line = r.stdout.lines().find_map(|l| l.strip_prefix("[0] spread ")).expect("rank 0's line");
+    if let Some(why) = line.strip_prefix("skipped: ") {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (on, moved) = line.split_once(" moved ").expect("cores and moves");
+    let on: Vec<u64> = on.split_whitespace().map(|c| c.parse().expect("a core")).collect();
+    assert_eq!(on.len(), n, "{line}");
+    let first: std::collections::BTreeSet<u64> = on[..cores].iter().copied().collect();
+    assert_eq!(first.len(), cores, "the first {cores} ranks on as many cores: {line}");
+    assert!((0..n).all(|r| on[r] == on[r % cores]), "rank r on rank (r mod {cores})'s core: {line}");
+    // The kernel may have moved some ranks home before they looked: any count.
+    assert!(moved.parse::<u64>().is_ok(), "{line}");
+}
+
 #[test]
 fn any_source_stress() {
     expect_ok(4, "mpi_stress", &["3000"], "[0] stress ok 9000");

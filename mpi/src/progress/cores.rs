@@ -32,28 +32,58 @@ impl Mover {
     /// happens for a pinned thread, or one whose cores changed since it
     /// started.
     pub(super) fn step_off(&mut self, core: u32) -> Option<u32> {
-        if !self.free {
-            return None;
-        }
-        let now = affinity()?;
-        let core = core as usize;
-        // SAFETY: CPU_ISSET only reads the set, at an index below its size
-        // (checked first).
-        if !may_move(count(&now), self.online)
-            || core >= libc::CPU_SETSIZE as usize
-            || !unsafe { libc::CPU_ISSET(core, &now) }
-        {
+        let now = self.unpinned()?;
+        if !holds(&now, core) {
             return None;
         }
         let mut others = now;
-        // SAFETY: `core` is below the set's size (checked above).
-        unsafe { libc::CPU_CLR(core, &mut others) };
-        // The kernel moves the calling thread before it returns.
-        let moved = set_affinity(&others).then(current_core).flatten();
+        // SAFETY: `core` is below the set's size (`holds`).
+        unsafe { libc::CPU_CLR(core as usize, &mut others) };
+        self.narrow_for_an_instant(&others, &now)
+    }
+
+    /// The core at `place` counted round the cores this thread may run on
+    /// (in order, from the first), if it may move.
+    pub(super) fn core_at(&self, place: u32) -> Option<u32> {
+        let now = self.unpinned()?;
+        let n = place as usize % count(&now);
+        (0..libc::CPU_SETSIZE as u32).filter(|&c| holds(&now, c)).nth(n)
+    }
+
+    /// Moves the calling thread to `core`, then lets it run on every core
+    /// again: whether it runs on `core` now. Nothing happens for a pinned
+    /// thread, or one whose cores changed since it started.
+    pub(super) fn move_to(&mut self, core: u32) -> bool {
+        let Some(now) = self.unpinned() else { return false };
+        if !holds(&now, core) {
+            return false;
+        }
+        // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its
+        // size (`holds`).
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(core as usize, &mut one) };
+        self.narrow_for_an_instant(&one, &now) == Some(core)
+    }
+
+    /// The calling thread's cores, if it may move: every online core, as
+    /// when it started.
+    fn unpinned(&self) -> Option<libc::cpu_set_t> {
+        if !self.free {
+            return None;
+        }
+        affinity().filter(|now| may_move(count(now), self.online))
+    }
+
+    /// Lets the calling thread run on `narrow` only (the kernel moves it
+    /// before the call returns), then on every core again: the core it runs
+    /// on then. Should the second step fail, it keeps the cores it had
+    /// (`now`) and moves no more.
+    fn narrow_for_an_instant(&mut self, narrow: &libc::cpu_set_t, now: &libc::cpu_set_t) -> Option<u32> {
+        let moved = set_affinity(narrow).then(current_core).flatten();
         if !set_affinity(&every_core()) {
-            // At least the cores it had: else it never ran on `core` again.
-            let back = set_affinity(&now);
-            warn!(back, "cannot let this rank run on every core again: it moves off shared cores no more");
+            // At least the cores it had: else it never ran on the others again.
+            let back = set_affinity(now);
+            warn!(back, "cannot let this rank run on every core again: it moves no more");
             self.free = false;
         }
         moved
@@ -85,6 +115,14 @@ fn set_affinity(set: &libc::cpu_set_t) -> bool {
 fn every_core() -> libc::cpu_set_t {
     // SAFETY: an all-ones cpu_set_t is a valid set (of every index).
     unsafe { std::mem::transmute([u8::MAX; std::mem::size_of::<libc::cpu_set_t>()]) }
+}
+
+/// Whether `set` holds `core`.
+fn holds(set: &libc::cpu_set_t, core: u32) -> bool {
+    let core = core as usize;
+    // SAFETY: CPU_ISSET only reads the set, at an index below its size
+    // (checked first).
+    core < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(core, set) }
 }
 
 /// The cores in `set`.
@@ -179,6 +217,29 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_moves_to_the_core_at_its_place_and_may_run_on_every_core_again() {
+        on_own_thread(|| {
+            let before = affinity().unwrap();
+            let mut m = Mover::new();
+            if !m.free {
+                eprintln!("skipped: this thread may not run on every online core ({:?})", cores(&before));
+                return;
+            }
+            let mine = cores(&before);
+            let n = mine.len() as u32;
+            assert_eq!(m.core_at(0), Some(mine[0] as u32));
+            assert_eq!(m.core_at(n + 1), Some(mine[1] as u32), "counted round the cores");
+            for place in [1, 0] {
+                let to = m.core_at(place).unwrap();
+                assert!(m.move_to(to), "moved to {to}");
+                assert_eq!(current_core(), Some(to));
+                assert_eq!(cores(&affinity().unwrap()), mine, "every core, again");
+            }
+            assert!(!m.move_to(libc::CPU_SETSIZE as u32), "no such core");
+        });
+    }
+
+    #[test]
     fn a_pinned_rank_stays_where_it_is() {
         on_own_thread(|| {
             let core = current_core().unwrap();
@@ -186,7 +247,9 @@ mod tests {
             let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
             unsafe { libc::CPU_SET(core as usize, &mut one) };
             assert!(set_affinity(&one));
-            assert_eq!(Mover::new().step_off(core), None);
+            let mut m = Mover::new();
+            assert_eq!(m.step_off(core), None);
+            assert_eq!((m.core_at(1), m.move_to(core)), (None, false), "no home for a pinned rank");
             assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "still pinned");
             assert_eq!(current_core(), Some(core));
         });

@@ -25,6 +25,8 @@ const COMPLETE: Duration = Duration::from_millis(2000);
 pub(super) struct Census {
     /// Ranks found here, this one included.
     pub(super) here: u32,
+    /// Of them, those below this rank, if the count looked at them all.
+    pub(super) below: Option<u32>,
     counted: Option<Instant>,
     /// The wait before the next count while ranks are missing.
     every: Duration,
@@ -32,7 +34,7 @@ pub(super) struct Census {
 
 impl Census {
     pub(super) fn new() -> Self {
-        Census { here: 1, counted: None, every: FIRST }
+        Census { here: 1, below: None, counted: None, every: FIRST }
     }
 
     /// Whether to count again at `now`, in a job of `size` ranks.
@@ -41,12 +43,13 @@ impl Census {
         self.counted.is_none_or(|t| now.duration_since(t) >= every)
     }
 
-    /// A count at `now` found `here` ranks.
-    pub(super) fn counted(&mut self, now: Instant, here: u32) {
+    /// A count at `now` found `here` ranks, `below` of them below this one
+    /// (if it looked at them all).
+    pub(super) fn counted(&mut self, now: Instant, here: u32, below: Option<u32>) {
         if self.counted.is_some() {
             self.every = (self.every * 2).min(RECOUNT);
         }
-        self.here = here;
+        (self.here, self.below) = (here, below);
         self.counted = Some(now);
     }
 
@@ -65,14 +68,14 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Census::new();
         assert!(c.due(t0, 8), "the first wait counts");
-        c.counted(t0, 3);
+        c.counted(t0, 3, Some(1));
         let mut t = t0;
         for want_ms in [1, 2, 4, 8, 16, 32, 64, 128, 200, 200] {
             let d = Duration::from_millis(want_ms);
             assert!(!c.due(t + d - Duration::from_micros(1), 8), "not before {want_ms} ms");
             assert!(c.due(t + d, 8), "after {want_ms} ms");
             t += d;
-            c.counted(t, 3);
+            c.counted(t, 3, Some(1));
         }
     }
 
@@ -80,7 +83,7 @@ mod tests {
     fn a_complete_count_holds_long_and_links_raise_it() {
         let t0 = Instant::now();
         let mut c = Census::new();
-        c.counted(t0, 2);
+        c.counted(t0, 2, None);
         c.at_least(8);
         assert_eq!(c.here, 8);
         assert!(!c.due(t0 + RECOUNT, 8), "all ranks known: no recount soon");

@@ -615,18 +615,30 @@ impl Transport {
         let Some(l) = self.local.as_mut() else { return 1 };
         if l.census.due(now, size) {
             let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
-            let mut here = 1;
+            let (mut here, mut below) = (1, Some(0));
             for r in (0..size).filter(|&r| r != self.rank) {
                 if size > 64 && here >= enough {
+                    below = below.filter(|_| r > self.rank);
                     break;
                 }
                 if shm::present(process_key(&self.job, r)) {
                     here += 1;
+                    below = below.map(|b| b + u32::from(r < self.rank));
                 }
             }
-            l.census.counted(now, here);
+            l.census.counted(now, here, below);
         }
         l.census.here
+    }
+
+    /// This rank's place among this host's ranks of the job: those found
+    /// below it at the last count, plus a turn of the job's own (so that two
+    /// jobs on one host do not both start at the first core). `None` until
+    /// a count looked at every rank below this one.
+    pub(crate) fn place_here(&self) -> Option<u32> {
+        let below = self.local.as_ref()?.census.below?;
+        let turn = Id::hash(&self.job).as_bytes()[..2].iter().fold(0, |t, &b| t << 8 | u32::from(b));
+        Some(below + turn)
     }
 
     /// Connections to peers open now (not counting one whose hello has not
