@@ -3,7 +3,8 @@
 //! of the second half. Rank 0 prints `spread <core of rank 0> <of rank 1> ..
 //! moved <moves home in all>`, each rank's core the one it was seen on most;
 //! or `spread skipped: <why>` when the ranks may not run on every
-//! online core (pinned: they stay where they are put). With `crowd`, every
+//! online core (pinned: they stay where they are put) or stopped spreading
+//! because other work ran on the machine. With `crowd`, every
 //! rank starts on the first core it may run on, as the kernel may start
 //! them (then may run on every core again). Usage: mpi_spread [secs] [crowd]
 
@@ -79,13 +80,16 @@ fn main() -> Result<(), p2pmp_mpi::Error> {
     }
     let most = seen.iter().max_by_key(|&(_, n)| *n).map_or(u64::MAX, |(&c, _)| c);
     let cores = w.gather(&[most], 0)?.unwrap_or_default();
-    let moved = w.reduce(&[w.wait_stats().moved_home], Op::Sum, 0)?;
+    let stats = w.wait_stats();
+    let moved = w.reduce(&[stats.moved_home, stats.spread_stopped], Op::Sum, 0)?.unwrap_or_default();
     if w.rank() == 0 {
         if pinned {
             println!("spread skipped: the ranks may not run on every online core");
+        } else if moved[1] > 0 {
+            println!("spread skipped: other work ran on the machine ({} ranks stopped spreading)", moved[1]);
         } else {
             let cores: Vec<String> = cores.iter().map(u64::to_string).collect();
-            println!("spread {} moved {}", cores.join(" "), moved.map_or(0, |m| m[0]));
+            println!("spread {} moved {}", cores.join(" "), moved[0]);
         }
     }
     w.finalize()

@@ -53,9 +53,10 @@
 //!   the calling thread, resolving and connecting without waiting, and between
 //!   ranks of one host through shared memory; a blocking call polls while a
 //!   core is free and the answer is likely near, yields when this host's ranks
-//!   outnumber its cores (then each also keeps to a core of its own place
-//!   among them, so that they spread evenly; `P2PMP_SPREAD=0` leaves that to
-//!   the kernel) or when the shared-memory peer it waits for may
+//!   outnumber its cores (then, until other work is seen on the machine,
+//!   each also keeps to a core of its own place among them, so that they
+//!   spread evenly; `P2PMP_SPREAD=0` leaves that to the kernel) or when the
+//!   shared-memory peer it waits for may
 //!   need its core (then the higher rank of the two also moves to another
 //!   core, unless it was pinned), and sleeps when the wait is long (in `recv`
 //!   on the one TCP peer it waits for, else in `epoll`, woken by a doorbell

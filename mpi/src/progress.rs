@@ -11,8 +11,8 @@
 //!   host outnumber its cores: the rank that holds the answer needs the core.
 //!   The ranks of this host are counted by their shared-memory sockets
 //!   (`Transport::local_ranks`), not by a load average. Such ranks also
-//!   spread over the cores evenly, each moving to the core of its place
-//!   among them (see `progress/spread.rs`). A wait on a
+//!   spread over the cores evenly while no other work is seen, each moving
+//!   to the core of its place among them (see `progress/spread.rs`). A wait on a
 //!   shared-memory peer that may need this rank's core yields too: once
 //!   after waking that peer (the kernel often queues a task woken on the
 //!   waker's core, even with another core idle), and until the wait sleeps
@@ -201,6 +201,9 @@ pub struct WaitStats {
     /// Times this rank moved to its home core while this host's ranks of
     /// the job outnumbered its cores (see `progress/spread.rs`).
     pub moved_home: u64,
+    /// 1 once this rank stopped spreading over the cores because other work
+    /// ran on the machine.
+    pub spread_stopped: u64,
     /// Connections to peers open now (TCP or shared memory, set up and not):
     /// one per peer in touch once both ranks of a pair that opened one at
     /// once have moved to the lower rank's.
@@ -341,14 +344,16 @@ impl Waits {
     /// Looks at the machine's runnable tasks if due: more than CPUs at two
     /// looks in a row (a task that stays ready, not a kernel thread's blip)
     /// means other work competes for the cores, as a preemption does.
-    fn look_at_runnable(&mut self, now: Instant) {
-        let Some(n) = self.runnable.sample(now) else { return };
+    /// The count, if one was taken.
+    fn look_at_runnable(&mut self, now: Instant) -> Option<u32> {
+        let n = self.runnable.sample(now)?;
         let crowded = self.runnable.crowded(n);
         let before = std::mem::replace(&mut self.crowded, crowded);
         if crowded && before {
             self.stats.crowded += 1;
             self.contended(now);
         }
+        Some(n)
     }
 
     /// What a wait does at `now` about the rank it awaits, which may need
@@ -499,11 +504,11 @@ impl World {
             // stalls until a read times out).
             let from = from.filter(|&f| !self.engine.rendezvous_with_others(f));
             let local = self.net.local_ranks(start);
+            let runnable = self.waits.look_at_runnable(start);
             if local > self.waits.cores {
                 self.waits.stats.oversubscribed += 1;
-                self.keep_home(start);
+                self.keep_home(start, local, runnable);
             }
-            self.waits.look_at_runnable(start);
             let ring = from.is_some_and(|f| self.net.is_ring(f));
             let mut plan = self.waits.plan(start, from, local, ring);
             let (mut last, mut rounds, mut fresh) = (start, 0u32, false);

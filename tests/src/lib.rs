@@ -60,6 +60,16 @@ pub fn cargo_build(features: &[&str]) -> PathBuf {
     dir
 }
 
+/// Runs `prog args` on `n` ranks with `p2pmp-launch` from `dir` (a
+/// [`cargo_build`]), `env` added, waiting at most `limit` (the launcher's own
+/// limit; a backstop kills it 10 s later).
+pub fn launch_ranks(dir: &Path, n: u32, prog: &Path, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Finished {
+    let secs = limit.as_secs_f64().to_string();
+    let mut cmd = Command::new(dir.join("p2pmp-launch"));
+    cmd.args(["-n", &n.to_string(), "--timeout", &secs, "--"]).arg(prog).args(args).envs(env.iter().copied());
+    run_to_end(cmd, limit + Duration::from_secs(10))
+}
+
 /// How a program run by [`run_to_end`] ended.
 #[derive(Debug)]
 pub struct Finished {

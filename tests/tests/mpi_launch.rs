@@ -9,7 +9,6 @@
 //! and its processes are killed if the test gives up.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -29,14 +28,8 @@ fn launch(n: u32, prog: &str, args: &[&str], limit: Duration) -> Finished {
 
 fn launch_env(n: u32, prog: &str, args: &[&str], limit: Duration, env: &[(&str, &str)]) -> Finished {
     let dir = built();
-    let secs = limit.as_secs_f64().to_string();
-    let mut cmd = Command::new(dir.join("p2pmp-launch"));
-    cmd.args(["-n", &n.to_string(), "--timeout", &secs, "--"])
-        .arg(if prog.starts_with('/') { PathBuf::from(prog) } else { dir.join("examples").join(prog) })
-        .args(args)
-        .envs(env.iter().copied());
-    // The launcher enforces the limit itself; this is the backstop.
-    p2pmp_tests::run_to_end(cmd, limit + Duration::from_secs(10))
+    let prog = if prog.starts_with('/') { PathBuf::from(prog) } else { dir.join("examples").join(prog) };
+    p2pmp_tests::launch_ranks(dir, n, &prog, args, limit, env)
 }
 
 fn expect_ok(n: u32, prog: &str, args: &[&str], want: &str) {
@@ -91,37 +84,6 @@ fn small_groups_collectives_wait_once_per_call() {
         seen += 1;
     }
     assert_eq!(seen, 3 * 8, "{}", r.stdout);
-}
-
-/// Ranks that outnumber the cores spread over them evenly, each on the core
-/// of its place round them (see `progress/spread.rs`), even when they all
-/// start on one core. Two more ranks than twice the cores: the kernel alone
-/// (`P2PMP_SPREAD=0`) balances them too, given time, but puts ranks that
-/// are a multiple of the cores apart on one core by chance only (on 2 cores,
-/// 2 splits in 20).
-#[test]
-fn ranks_that_outnumber_the_cores_run_each_on_the_core_of_its_place() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores > 8 {
-        eprintln!("skipped: {cores} cores would take {} ranks; this test is for small machines", 2 * cores + 2);
-        return;
-    }
-    let n = 2 * cores + 2;
-    let r = launch(n as u32, "mpi_spread", &["1", "crowd"], Duration::from_secs(60));
-    assert!(r.ok, "mpi_spread:\n{}\n{}", r.stdout, r.stderr);
-    let line = r.stdout.lines().find_map(|l| l.strip_prefix("[0] spread ")).expect("rank 0's line");
-    if let Some(why) = line.strip_prefix("skipped: ") {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let (on, moved) = line.split_once(" moved ").expect("cores and moves");
-    let on: Vec<u64> = on.split_whitespace().map(|c| c.parse().expect("a core")).collect();
-    assert_eq!(on.len(), n, "{line}");
-    let first: std::collections::BTreeSet<u64> = on[..cores].iter().copied().collect();
-    assert_eq!(first.len(), cores, "the first {cores} ranks on as many cores: {line}");
-    assert!((0..n).all(|r| on[r] == on[r % cores]), "rank r on rank (r mod {cores})'s core: {line}");
-    // The kernel may have moved some ranks home before they looked: any count.
-    assert!(moved.parse::<u64>().is_ok(), "{line}");
 }
 
 #[test]

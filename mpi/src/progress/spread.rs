@@ -10,20 +10,31 @@
 //! and a job whose every round waits for all its ranks went at the pace of
 //! the core with 5.
 //!
-//! Spread against `P2PMP_SPREAD=0`, 8 ranks on the 2 cores, 20 runs each
-//! taking turns (medians; the bench's quick semiprime): factoring K=500
-//! 0.165 s against 0.203, K=10,000 0.0575 against 0.0698 (its quartiles
-//! 0.0569-0.0598 against 0.0593-0.0731), ring 8 x 2,000 0.0468 against
-//! 0.0553. Pinned by hand 4 and 4 (`taskset`), the same.
+//! Spread against `P2PMP_SPREAD=0`, 8 ranks on the 2 cores, 15 runs each
+//! taking turns (medians, quartiles; the bench's quick semiprime; load
+//! 2.4-4): factoring K=500 0.189 s (0.184-0.197) against 0.222
+//! (0.211-0.237), K=10,000 0.0614 (0.0593-0.0622) against 0.0743
+//! (0.0675-0.0892), ring 8 x 2,000 0.0592 against 0.0701; Barrier 13.0 us
+//! against 16.2 (10 runs). Pinned by hand 4 and 4 (`taskset`), the same.
 //!
 //! While this host's ranks of the job outnumber its cores, each rank has a
 //! home: the core at its place among them (`Transport::place_here`), counted
 //! round the cores it may run on. A wait looks where the rank runs at most
 //! every [`LOOK_EVERY`], and a rank found elsewhere moves home: its cores
-//! narrowed to that one for an instant, then every core again, so the kernel
-//! may still move it (beside other work, say) until the next look. A rank
-//! pinned by the user or a launcher stays where it is (see `cores.rs`), and
-//! `P2PMP_SPREAD=0` turns spreading off.
+//! narrowed to that one for an instant, then every core again (the kernel
+//! moves ranks now and then, a rank woken from a sleep say, and they move
+//! back). A rank pinned by the user or a launcher stays where it is (see
+//! `cores.rs`), and `P2PMP_SPREAD=0` turns spreading off.
+//!
+//! Only while the job has the machine to itself: more tasks ready to run
+//! than this host's ranks of the job (the scheduler's count, see
+//! `progress/runnable.rs`), twice in a row, is other work, and from then on
+//! where the ranks run is the kernel's to balance. Spreading beside a CPU
+//! hog kept to one core put 4 ranks behind the hog, each waiting out its
+//! slices: the ring of 8 x 2,000 took 15.3 s against 0.84 (8 runs each),
+//! factoring K=10,000 0.83 s against 0.155. Only a count taken while the
+//! ranks are ready to run sees the hog (ranks asleep are not counted), so
+//! one such sight stops spreading for good.
 
 use std::time::{Duration, Instant};
 
@@ -34,21 +45,41 @@ use crate::world::World;
 /// is one `sched_getcpu`, a move two `sched_setaffinity` calls, and a rank
 /// the kernel keeps moving away moves back at most this often.
 const LOOK_EVERY: Duration = Duration::from_millis(10);
+/// Counts of the machine's tasks ready to run, in a row, above this host's
+/// ranks of the job that stop spreading for good: other work (one such count
+/// may be a kernel thread's blip).
+const OTHER_WORK_SEEN: u32 = 2;
 
 /// Whether and when this rank looks where it runs.
 #[derive(Debug)]
 pub(super) struct Spread {
-    /// Spreading is on (`P2PMP_SPREAD=0`: off).
+    /// Spreading is on (`P2PMP_SPREAD=0`: off; off for good once other
+    /// work was seen).
     on: bool,
     /// When the next look is due.
     next: Option<Instant>,
+    /// Counts in a row that saw other work.
+    others: u32,
 }
 
 impl Spread {
     /// On unless `P2PMP_SPREAD` is `0`.
     pub(super) fn from_env() -> Self {
         let on = std::env::var("P2PMP_SPREAD").map_or(true, |v| v.trim() != "0");
-        Spread { on, next: None }
+        Spread { on, next: None, others: 0 }
+    }
+
+    /// A count of the machine's tasks ready to run, taken while this host's
+    /// `local` ranks of the job outnumber its cores: more of them than the
+    /// ranks, [`OTHER_WORK_SEEN`] times in a row, turns spreading off.
+    /// Whether it did so now.
+    fn counted(&mut self, runnable: u32, local: u32) -> bool {
+        self.others = if runnable > local { self.others + 1 } else { 0 };
+        let stop = self.on && self.others >= OTHER_WORK_SEEN;
+        if stop {
+            self.on = false;
+        }
+        stop
     }
 
     /// Whether a look is due at `now` (then the next is [`LOOK_EVERY`] later).
@@ -62,9 +93,16 @@ impl Spread {
 }
 
 impl World {
-    /// At a wait at `now` while this host's ranks outnumber its cores: moves
-    /// this rank home if a look is due and finds it elsewhere.
-    pub(super) fn keep_home(&mut self, now: Instant) {
+    /// At a wait at `now` while this host's `local` ranks outnumber its
+    /// cores (`runnable`: the machine's count of tasks ready to run, if one
+    /// was taken just now): moves this rank home if a look is due and finds
+    /// it elsewhere.
+    pub(super) fn keep_home(&mut self, now: Instant, local: u32, runnable: Option<u32>) {
+        if let Some(n) = runnable {
+            if self.waits.spread.counted(n, local) {
+                self.waits.stats.spread_stopped = 1;
+            }
+        }
         if !self.waits.spread.due(now) {
             return;
         }
@@ -83,11 +121,23 @@ mod tests {
     #[test]
     fn a_look_is_due_every_so_often_and_never_when_off() {
         let t0 = Instant::now();
-        let mut s = Spread { on: true, next: None };
+        let mut s = Spread { on: true, next: None, others: 0 };
         assert!(s.due(t0), "the first wait looks");
         assert!(!s.due(t0 + LOOK_EVERY / 2));
         assert!(s.due(t0 + LOOK_EVERY));
-        let mut off = Spread { on: false, next: None };
+        let mut off = Spread { on: false, next: None, others: 0 };
         assert!(!off.due(t0));
+    }
+
+    #[test]
+    fn other_work_seen_twice_in_a_row_stops_spreading_for_good() {
+        let t0 = Instant::now();
+        let mut s = Spread { on: true, next: None, others: 0 };
+        assert!(!s.counted(9, 8) && !s.counted(8, 8) && !s.counted(9, 8));
+        assert!(s.due(t0), "a blip at a time is not other work");
+        assert!(s.counted(10, 8), "two in a row are");
+        assert!(!s.due(t0 + LOOK_EVERY));
+        assert!(!s.counted(3, 8) && !s.counted(10, 8), "stopped once");
+        assert!(!s.due(t0 + 2 * LOOK_EVERY), "for good");
     }
 }
