@@ -1,17 +1,16 @@
 //! Where ranks that outnumber the cores run: barriers for `secs` seconds (by
 //! rank 0's clock), each rank noting the core it runs on after each barrier
-//! of the second half. Rank 0 prints `spread <core of rank 0> <of rank 1> ..
-//! moved <moves home in all>`, each rank's core the one it was seen on most;
-//! or `spread skipped: <why>` when the ranks may not run on every
-//! online core (pinned: they stay where they are put) or stopped spreading
-//! because other work ran on the machine. With `crowd`, every
-//! rank starts on the first core it may run on, as the kernel may start
-//! them (then may run on every core again). Usage: mpi_spread [secs] [crowd]
+//! of the second half. Rank 0 prints `spread over <cores>: <core of rank 0>
+//! <of rank 1> .. moved <moves home in all>`, each rank's core the one it
+//! was seen on most, `<cores>` the cores they spread over; or `spread
+//! skipped: <why>` when some rank did not spread (pinned, `P2PMP_SPREAD=0`,
+//! the ranks fit the cores) or stopped because other work ran on the
+//! machine. With `crowd`, every rank starts on the first core it may run
+//! on, as the kernel may start them (then may run on every core again).
+//! Usage: mpi_spread [secs] [crowd]
 
 use std::collections::BTreeMap;
 use std::time::Instant;
-
-use p2pmp_mpi::Op;
 
 /// Barriers between two looks at rank 0's clock.
 const ROUND: u32 = 50;
@@ -19,17 +18,6 @@ const ROUND: u32 = 50;
 fn core_now() -> u64 {
     // SAFETY: sched_getcpu(3) takes no arguments; -1 on failure.
     u64::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(u64::MAX)
-}
-
-/// Whether this process may run on every online core.
-fn unpinned() -> bool {
-    // SAFETY: an all-zero cpu_set_t is an empty set; sched_getaffinity(2)
-    // writes at most its size; CPU_COUNT and sysconf(3) only read.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) == 0
-            && i64::from(libc::CPU_COUNT(&set)) >= libc::sysconf(libc::_SC_NPROCESSORS_ONLN)
-    }
 }
 
 /// Moves this process to the first core it may run on, then lets it run on
@@ -59,7 +47,6 @@ fn main() -> Result<(), p2pmp_mpi::Error> {
         crowd();
     }
     let mut w = p2pmp_mpi::init()?;
-    let pinned = w.allreduce(&[u64::from(!unpinned())], Op::Max)?[0] == 1;
     let start = Instant::now();
     let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
     let mut half = false;
@@ -79,17 +66,19 @@ fn main() -> Result<(), p2pmp_mpi::Error> {
         half = t >= secs / 2.0;
     }
     let most = seen.iter().max_by_key(|&(_, n)| *n).map_or(u64::MAX, |(&c, _)| c);
-    let cores = w.gather(&[most], 0)?.unwrap_or_default();
     let stats = w.wait_stats();
-    let moved = w.reduce(&[stats.moved_home, stats.spread_stopped], Op::Sum, 0)?.unwrap_or_default();
-    if w.rank() == 0 {
-        if pinned {
-            println!("spread skipped: the ranks may not run on every online core");
-        } else if moved[1] > 0 {
-            println!("spread skipped: other work ran on the machine ({} ranks stopped spreading)", moved[1]);
+    let mine = [most, stats.moved_home, stats.spread_stopped, stats.spread_over];
+    if let Some(all) = w.gather(&mine, 0)? {
+        let column = |i: usize| all.chunks(mine.len()).map(move |r| r[i]);
+        let stopped: u64 = column(2).sum();
+        let over = column(3).min().unwrap_or(0);
+        if stopped > 0 {
+            println!("spread skipped: other work ran on the machine ({stopped} ranks stopped spreading)");
+        } else if over == 0 || column(3).any(|c| c != over) {
+            println!("spread skipped: some ranks did not spread (pinned, P2PMP_SPREAD=0, or fitting the cores)");
         } else {
-            let cores: Vec<String> = cores.iter().map(u64::to_string).collect();
-            println!("spread {} moved {}", cores.join(" "), moved[0]);
+            let cores: Vec<String> = column(0).map(|c| c.to_string()).collect();
+            println!("spread over {over}: {} moved {}", cores.join(" "), column(1).sum::<u64>());
         }
     }
     w.finalize()

@@ -56,11 +56,11 @@
 //!   outnumber its cores (then, until other work is seen on the machine,
 //!   each also keeps to a core of its own place among them, so that they
 //!   spread evenly; `P2PMP_SPREAD=0` leaves that to the kernel) or when the
-//!   shared-memory peer it waits for may
-//!   need its core (then the higher rank of the two also moves to another
-//!   core, unless it was pinned), and sleeps when the wait is long (in `recv`
-//!   on the one TCP peer it waits for, else in `epoll`, woken by a doorbell
-//!   for shared memory); [`SpinPolicy`] fixes the policy instead.
+//!   shared-memory peer it waits for may need its core (then the higher
+//!   rank of the two also moves to another core, unless it was pinned),
+//!   and sleeps when the wait is long (in `recv` on the one TCP peer it
+//!   waits for, else in `epoll`, woken by a doorbell for shared memory);
+//!   [`SpinPolicy`] fixes the policy instead.
 //!
 //! A message's way crosses this crate, `p2pmp-core` and `bytes`, and their
 //! functions that are neither generic nor `#[inline]` are inlined across

@@ -12,8 +12,8 @@
 //!   The ranks of this host are counted by their shared-memory sockets
 //!   (`Transport::local_ranks`), not by a load average. Such ranks also
 //!   spread over the cores evenly while no other work is seen, each moving
-//!   to the core of its place among them (see `progress/spread.rs`). A wait on a
-//!   shared-memory peer that may need this rank's core yields too: once
+//!   to the core of its place among them (see `progress/spread.rs`). A wait
+//!   on a shared-memory peer that may need this rank's core yields too: once
 //!   after waking that peer (the kernel often queues a task woken on the
 //!   waker's core, even with another core idle), and until the wait sleeps
 //!   while the peer says it runs on this core (each rank says so in its
@@ -204,6 +204,9 @@ pub struct WaitStats {
     /// 1 once this rank stopped spreading over the cores because other work
     /// ran on the machine.
     pub spread_stopped: u64,
+    /// The cores this rank spread over at its last look home (0 if it never
+    /// looked: the ranks fit the cores, it may not move, or spreading is off).
+    pub spread_over: u64,
     /// Connections to peers open now (TCP or shared memory, set up and not):
     /// one per peer in touch once both ranks of a pair that opened one at
     /// once have moved to the lower rank's.
@@ -264,6 +267,7 @@ pub(crate) struct Waits {
 impl Waits {
     pub(crate) fn new(size: u32) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let mover = cores::Mover::new();
         Waits {
             fixed: SpinPolicy::from_env(),
             cores,
@@ -274,8 +278,8 @@ impl Waits {
             runnable: Runnable::open(),
             crowded: false,
             stepped_off_at: None,
-            mover: cores::Mover::new(),
-            spread: spread::Spread::from_env(),
+            spread: spread::Spread::from_env(mover.may_move()),
+            mover,
             stats: WaitStats::default(),
         }
     }

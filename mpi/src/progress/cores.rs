@@ -58,11 +58,18 @@ impl Mover {
         if !holds(&now, core) {
             return false;
         }
-        // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its
-        // size (`holds`).
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        unsafe { libc::CPU_SET(core as usize, &mut one) };
-        self.narrow_for_an_instant(&one, &now) == Some(core)
+        self.narrow_for_an_instant(&only(core), &now) == Some(core)
+    }
+
+    /// Whether this rank may move: it could run on every online core when
+    /// the world started, and still can.
+    pub(super) fn may_move(&self) -> bool {
+        self.unpinned().is_some()
+    }
+
+    /// The cores this rank moves among, if it may move.
+    pub(super) fn cores(&self) -> Option<u32> {
+        self.unpinned().map(|set| count(&set) as u32)
     }
 
     /// The calling thread's cores, if it may move: every online core, as
@@ -109,6 +116,17 @@ fn affinity() -> Option<libc::cpu_set_t> {
 fn set_affinity(set: &libc::cpu_set_t) -> bool {
     // SAFETY: sched_setaffinity(2) reads the given size of `set`.
     unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) == 0 }
+}
+
+/// A set of `core` alone (none if `core` is past the largest set).
+fn only(core: u32) -> libc::cpu_set_t {
+    // SAFETY: an all-zero cpu_set_t is an empty set.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if (core as usize) < libc::CPU_SETSIZE as usize {
+        // SAFETY: `core` is below the set's size (checked).
+        unsafe { libc::CPU_SET(core as usize, &mut one) };
+    }
+    one
 }
 
 /// A set of every core there may be.
@@ -229,10 +247,11 @@ mod tests {
             let n = mine.len() as u32;
             assert_eq!(m.core_at(0), Some(mine[0] as u32));
             assert_eq!(m.core_at(n + 1), Some(mine[1] as u32), "counted round the cores");
+            assert_eq!(m.cores(), Some(n));
             for place in [1, 0] {
                 let to = m.core_at(place).unwrap();
+                // Where it runs once it may run on every core again is the kernel's.
                 assert!(m.move_to(to), "moved to {to}");
-                assert_eq!(current_core(), Some(to));
                 assert_eq!(cores(&affinity().unwrap()), mine, "every core, again");
             }
             assert!(!m.move_to(libc::CPU_SETSIZE as u32), "no such core");
@@ -243,11 +262,9 @@ mod tests {
     fn a_pinned_rank_stays_where_it_is() {
         on_own_thread(|| {
             let core = current_core().unwrap();
-            // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its size.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(core as usize, &mut one) };
-            assert!(set_affinity(&one));
+            assert!(set_affinity(&only(core)));
             let mut m = Mover::new();
+            assert!(!m.may_move() && m.cores().is_none());
             assert_eq!(m.step_off(core), None);
             assert_eq!((m.core_at(1), m.move_to(core)), (None, false), "no home for a pinned rank");
             assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "still pinned");
@@ -264,11 +281,9 @@ mod tests {
                 return;
             }
             let core = current_core().unwrap();
-            // SAFETY: an all-zero cpu_set_t is an empty set; `core` is below its size.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(core as usize, &mut one) };
             // Pinned (by a launcher, say) once the world had started.
-            assert!(set_affinity(&one));
+            assert!(set_affinity(&only(core)));
+            assert!(!m.may_move());
             assert_eq!(m.step_off(core), None);
             assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "its pinning kept");
         });

@@ -24,7 +24,8 @@
 //! narrowed to that one for an instant, then every core again (the kernel
 //! moves ranks now and then, a rank woken from a sleep say, and they move
 //! back). A rank pinned by the user or a launcher stays where it is (see
-//! `cores.rs`), and `P2PMP_SPREAD=0` turns spreading off.
+//! `cores.rs`), and `P2PMP_SPREAD=0` turns spreading off. So does a job too
+//! large for its ranks here to be counted (see `transport/census.rs`).
 //!
 //! Only while the job has the machine to itself: more tasks ready to run
 //! than this host's ranks of the job (the scheduler's count, see
@@ -34,7 +35,9 @@
 //! slices: the ring of 8 x 2,000 took 15.3 s against 0.84 (8 runs each),
 //! factoring K=10,000 0.83 s against 0.155. Only a count taken while the
 //! ranks are ready to run sees the hog (ranks asleep are not counted), so
-//! one such sight stops spreading for good.
+//! one such sight stops spreading for good. Counts are judged only once
+//! the count of this host's ranks has settled: while ranks are starting,
+//! those not yet counted (and their launcher) are ready to run too.
 
 use std::time::{Duration, Instant};
 
@@ -59,23 +62,28 @@ pub(super) struct Spread {
     /// When the next look is due.
     next: Option<Instant>,
     /// Counts in a row that saw other work.
-    others: u32,
+    other_work_streak: u32,
 }
 
 impl Spread {
-    /// On unless `P2PMP_SPREAD` is `0`.
-    pub(super) fn from_env() -> Self {
-        let on = std::env::var("P2PMP_SPREAD").map_or(true, |v| v.trim() != "0");
-        Spread { on, next: None, others: 0 }
+    /// On for a rank that `may_move` (see `cores.rs`), unless
+    /// `P2PMP_SPREAD` is `0`.
+    pub(super) fn from_env(may_move: bool) -> Self {
+        let on = may_move && std::env::var("P2PMP_SPREAD").map_or(true, |v| v.trim() != "0");
+        Spread::new(on)
+    }
+
+    fn new(on: bool) -> Self {
+        Spread { on, next: None, other_work_streak: 0 }
     }
 
     /// A count of the machine's tasks ready to run, taken while this host's
     /// `local` ranks of the job outnumber its cores: more of them than the
     /// ranks, [`OTHER_WORK_SEEN`] times in a row, turns spreading off.
     /// Whether it did so now.
-    fn counted(&mut self, runnable: u32, local: u32) -> bool {
-        self.others = if runnable > local { self.others + 1 } else { 0 };
-        let stop = self.on && self.others >= OTHER_WORK_SEEN;
+    fn note_runnable(&mut self, runnable: u32, local: u32) -> bool {
+        self.other_work_streak = if runnable > local { self.other_work_streak + 1 } else { 0 };
+        let stop = self.on && self.other_work_streak >= OTHER_WORK_SEEN;
         if stop {
             self.on = false;
         }
@@ -98,8 +106,8 @@ impl World {
     /// was taken just now): moves this rank home if a look is due and finds
     /// it elsewhere.
     pub(super) fn keep_home(&mut self, now: Instant, local: u32, runnable: Option<u32>) {
-        if let Some(n) = runnable {
-            if self.waits.spread.counted(n, local) {
+        if let Some(n) = runnable.filter(|_| self.net.census_settled()) {
+            if self.waits.spread.note_runnable(n, local) {
                 self.waits.stats.spread_stopped = 1;
             }
         }
@@ -107,6 +115,7 @@ impl World {
             return;
         }
         let Some(home) = self.net.place_here().and_then(|p| self.waits.mover.core_at(p)) else { return };
+        self.waits.stats.spread_over = self.waits.mover.cores().map_or(0, u64::from);
         if cores::current_core() != Some(home) && self.waits.mover.move_to(home) {
             self.waits.stats.moved_home += 1;
             self.net.say_core(Some(home));
@@ -121,23 +130,23 @@ mod tests {
     #[test]
     fn a_look_is_due_every_so_often_and_never_when_off() {
         let t0 = Instant::now();
-        let mut s = Spread { on: true, next: None, others: 0 };
+        let mut s = Spread::new(true);
         assert!(s.due(t0), "the first wait looks");
         assert!(!s.due(t0 + LOOK_EVERY / 2));
         assert!(s.due(t0 + LOOK_EVERY));
-        let mut off = Spread { on: false, next: None, others: 0 };
+        let mut off = Spread::new(false);
         assert!(!off.due(t0));
     }
 
     #[test]
     fn other_work_seen_twice_in_a_row_stops_spreading_for_good() {
         let t0 = Instant::now();
-        let mut s = Spread { on: true, next: None, others: 0 };
-        assert!(!s.counted(9, 8) && !s.counted(8, 8) && !s.counted(9, 8));
+        let mut s = Spread::new(true);
+        assert!(!s.note_runnable(9, 8) && !s.note_runnable(8, 8) && !s.note_runnable(9, 8));
         assert!(s.due(t0), "a blip at a time is not other work");
-        assert!(s.counted(10, 8), "two in a row are");
+        assert!(s.note_runnable(10, 8), "two in a row are");
         assert!(!s.due(t0 + LOOK_EVERY));
-        assert!(!s.counted(3, 8) && !s.counted(10, 8), "stopped once");
+        assert!(!s.note_runnable(3, 8) && !s.note_runnable(10, 8), "stopped once");
         assert!(!s.due(t0 + 2 * LOOK_EVERY), "for good");
     }
 }

@@ -1,4 +1,4 @@
-//! When this host's ranks of the job are counted again.
+//! Counting this job's ranks on this host, and when to count them again.
 //!
 //! A rank counts the job's ranks on its host by their shared-memory sockets
 //! (`Transport::local_ranks`), and waits by that count: poll while they fit
@@ -10,8 +10,14 @@
 //! the job, a third of a short run. A count that found fewer than all ranks
 //! is redone after 1 ms, then twice as late each time up to [`RECOUNT`];
 //! one that found them all, every ten times that (ranks may leave).
+//!
+//! A large job's count stops at one more rank than the cores (enough to
+//! know they are outnumbered); such a count gives no rank a place among
+//! them (see [`count_here`]).
 
 use std::time::{Duration, Instant};
+
+use p2pmp_core::id::Id;
 
 /// The first recount after one that found some ranks missing.
 const FIRST: Duration = Duration::from_millis(1);
@@ -53,10 +59,51 @@ impl Census {
         self.counted = Some(now);
     }
 
+    /// Whether the count has stopped changing much, in a job of `size`
+    /// ranks: it found them all, or it has been taken again and again for a
+    /// while (ranks of a job over many hosts). Until then, ranks still
+    /// starting are missing from it.
+    pub(super) fn settled(&self, size: u32) -> bool {
+        self.here >= size || self.every >= RECOUNT
+    }
+
     /// `linked` ranks are known to be here (linked over shared memory) without a count.
     pub(super) fn at_least(&mut self, linked: u32) {
         self.here = self.here.max(linked);
     }
+}
+
+/// A job's turn round the cores, from its id: where its first rank on a
+/// host has its home, so that two jobs on one host do not both start at the
+/// first core.
+pub(super) fn job_turn(job: &[u8]) -> u32 {
+    let h = Id::hash(job);
+    u32::from(u16::from_be_bytes([h.as_bytes()[0], h.as_bytes()[1]]))
+}
+
+/// Counts this job's ranks on this host, this one (`rank`, of `size`)
+/// included, by whether each other rank is `present`: the count, and how
+/// many of them are below this rank. A job of more than 64 ranks stops
+/// counting at `enough`, and then gives no place (`None`): its ranks here
+/// are left to the kernel to spread, since the count cannot tell them from
+/// other work.
+pub(super) fn count_here(
+    size: u32,
+    rank: u32,
+    enough: u32,
+    mut present: impl FnMut(u32) -> bool,
+) -> (u32, Option<u32>) {
+    let (mut here, mut below) = (1, 0);
+    for r in (0..size).filter(|&r| r != rank) {
+        if size > 64 && here >= enough {
+            return (here, None);
+        }
+        if present(r) {
+            here += 1;
+            below += u32::from(r < rank);
+        }
+    }
+    (here, Some(below))
 }
 
 #[cfg(test)]
@@ -90,5 +137,34 @@ mod tests {
         assert!(c.due(t0 + COMPLETE, 8));
         c.at_least(5);
         assert_eq!(c.here, 8, "never lowered by a link count");
+    }
+
+    #[test]
+    fn a_count_is_settled_once_complete_or_after_a_while() {
+        let t0 = Instant::now();
+        let mut c = Census::new();
+        c.counted(t0, 8, Some(3));
+        assert!(c.settled(8), "every rank found");
+        let mut c = Census::new();
+        let mut t = t0;
+        for _ in 0..9 {
+            assert!(!c.settled(8), "ranks may still be starting");
+            c.counted(t, 4, Some(1));
+            t += RECOUNT;
+        }
+        assert!(c.settled(8), "four of eight here, counted again and again");
+    }
+
+    #[test]
+    fn ranks_here_and_below_are_counted() {
+        let even = |r: u32| r % 2 == 0;
+        assert_eq!(count_here(8, 4, 3, even), (4, Some(2)), "0, 2 below; 4 itself, 6");
+        assert_eq!(count_here(8, 5, 3, even), (5, Some(3)));
+        assert_eq!(count_here(1, 0, 3, even), (1, Some(0)));
+        // A large job stops at `enough`, and then gives no place.
+        assert_eq!(count_here(100, 1, 3, |_| true), (3, None));
+        assert_eq!(count_here(100, 50, 3, |r| r >= 49), (3, None), "49 and 51 found: stopped at 52");
+        assert_eq!(count_here(100, 50, 3, |r| r == 0 || r == 99), (3, Some(1)), "0 and 99: the end reached");
+        assert_eq!(count_here(64, 50, 3, |_| true), (64, Some(50)), "64 ranks: all counted");
     }
 }

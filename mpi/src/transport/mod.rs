@@ -208,6 +208,9 @@ pub(crate) struct Transport {
     failure_timeout: Duration,
     /// Shared memory: where peers of this host reach us, and our doorbell.
     local: Option<Local>,
+    /// The job's turn round the cores (from its id): where its first rank on
+    /// a host has its home (see `place_here`).
+    turn: u32,
     /// Slots of the established shared-memory links.
     shm_slots: Vec<usize>,
     /// When the kernel was last asked about sockets.
@@ -256,6 +259,7 @@ impl Transport {
         let same_host = local.as_ref().filter(|l| l.open_links).map(|_| host);
         let config = LinkConfig { same_host, ..LinkConfig::default() };
         let prefix = HeaderPrefix::new(&key, &addr).map_err(|e| Error::Invalid(format!("own header: {e}")))?;
+        let turn = census::job_turn(&job);
         Ok(Transport {
             poll,
             events: Events::with_capacity(256),
@@ -282,6 +286,7 @@ impl Transport {
             move_wanted: 0,
             gave_up: None,
             failure_timeout,
+            turn,
             local,
             shm_slots: Vec::new(),
             last_poll: now,
@@ -615,30 +620,27 @@ impl Transport {
         let Some(l) = self.local.as_mut() else { return 1 };
         if l.census.due(now, size) {
             let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
-            let (mut here, mut below) = (1, Some(0));
-            for r in (0..size).filter(|&r| r != self.rank) {
-                if size > 64 && here >= enough {
-                    below = below.filter(|_| r > self.rank);
-                    break;
-                }
-                if shm::present(process_key(&self.job, r)) {
-                    here += 1;
-                    below = below.map(|b| b + u32::from(r < self.rank));
-                }
-            }
+            let job = &self.job;
+            let (here, below) = census::count_here(size, self.rank, enough, |r| shm::present(process_key(job, r)));
             l.census.counted(now, here, below);
         }
         l.census.here
     }
 
     /// This rank's place among this host's ranks of the job: those found
-    /// below it at the last count, plus a turn of the job's own (so that two
-    /// jobs on one host do not both start at the first core). `None` until
-    /// a count looked at every rank below this one.
+    /// below it at the last count, plus the job's turn (so that two jobs on
+    /// one host do not both start at the first core). `None` before the
+    /// first count, and in a job too large to count them all (see
+    /// `census::count_here`).
     pub(crate) fn place_here(&self) -> Option<u32> {
-        let below = self.local.as_ref()?.census.below?;
-        let turn = Id::hash(&self.job).as_bytes()[..2].iter().fold(0, |t, &b| t << 8 | u32::from(b));
-        Some(below + turn)
+        Some(self.local.as_ref()?.census.below? + self.turn)
+    }
+
+    /// Whether the count of this host's ranks of the job has settled (see
+    /// `Census::settled`): until then, ranks still starting are missing.
+    pub(crate) fn census_settled(&self) -> bool {
+        let size = self.heard_on.len() as u32;
+        self.local.as_ref().is_some_and(|l| l.census.settled(size))
     }
 
     /// Connections to peers open now (not counting one whose hello has not
