@@ -1,12 +1,13 @@
 //! Where ranks that outnumber the cores run: barriers for `secs` seconds (by
 //! rank 0's clock), each rank noting the core it runs on after each barrier
 //! of the second half. Rank 0 prints `spread over <cores>: <core of rank 0>
-//! <of rank 1> .. moved <moves home in all>`, each rank's core the one it
-//! was seen on most, `<cores>` the cores they spread over; or `spread
-//! skipped: <why>` when some rank did not spread (pinned, `P2PMP_SPREAD=0`,
-//! the ranks fit the cores) or stopped because other work ran on the
-//! machine. With `crowd`, every rank starts on the first core it may run
-//! on, as the kernel may start them (then may run on every core again).
+//! <of rank 1> .. moved <moves home> stopped <ranks that stopped>`: each
+//! rank's core the one it was seen on most; `<cores>` the fewest cores a
+//! rank spread over (`WaitStats::spread_cores`: 0 if some rank did not
+//! spread: pinned, `P2PMP_SPREAD=0`, the ranks fit the cores); the ranks
+//! that stopped spreading because other work ran on the machine. With
+//! `crowd`, every rank starts on the first core it may run on, as the
+//! kernel may start them (then may run on every core again).
 //! Usage: mpi_spread [secs] [crowd]
 
 use std::collections::BTreeMap;
@@ -67,19 +68,13 @@ fn main() -> Result<(), p2pmp_mpi::Error> {
     }
     let most = seen.iter().max_by_key(|&(_, n)| *n).map_or(u64::MAX, |(&c, _)| c);
     let stats = w.wait_stats();
-    let mine = [most, stats.moved_home, stats.spread_stopped, stats.spread_over];
+    let mine = [most, stats.moved_home, stats.spread_stopped, stats.spread_cores];
     if let Some(all) = w.gather(&mine, 0)? {
         let column = |i: usize| all.chunks(mine.len()).map(move |r| r[i]);
-        let stopped: u64 = column(2).sum();
+        let cores: Vec<String> = column(0).map(|c| c.to_string()).collect();
         let over = column(3).min().unwrap_or(0);
-        if stopped > 0 {
-            println!("spread skipped: other work ran on the machine ({stopped} ranks stopped spreading)");
-        } else if over == 0 || column(3).any(|c| c != over) {
-            println!("spread skipped: some ranks did not spread (pinned, P2PMP_SPREAD=0, or fitting the cores)");
-        } else {
-            let cores: Vec<String> = column(0).map(|c| c.to_string()).collect();
-            println!("spread over {over}: {} moved {}", cores.join(" "), column(1).sum::<u64>());
-        }
+        let (moved, stopped) = (column(1).sum::<u64>(), column(2).sum::<u64>());
+        println!("spread over {over}: {} moved {moved} stopped {stopped}", cores.join(" "));
     }
     w.finalize()
 }

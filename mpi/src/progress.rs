@@ -204,9 +204,11 @@ pub struct WaitStats {
     /// 1 once this rank stopped spreading over the cores because other work
     /// ran on the machine.
     pub spread_stopped: u64,
-    /// The cores this rank spread over at its last look home (0 if it never
-    /// looked: the ranks fit the cores, it may not move, or spreading is off).
-    pub spread_over: u64,
+    /// The cores this rank spread over, as of its last look home (kept once
+    /// it stopped); 0 if it never looked: the ranks fit the cores, it may
+    /// not move, spreading is off, or the job is too large for a place
+    /// among this host's ranks.
+    pub spread_cores: u64,
     /// Connections to peers open now (TCP or shared memory, set up and not):
     /// one per peer in touch once both ranks of a pair that opened one at
     /// once have moved to the lower rank's.

@@ -29,10 +29,15 @@ const COMPLETE: Duration = Duration::from_millis(2000);
 /// The last count of this job's ranks on this host and when the next is due.
 #[derive(Debug)]
 pub(super) struct Census {
-    /// Ranks found here, this one included.
+    /// Ranks known here, this one included: found by the last count, or
+    /// more if more are linked over shared memory since.
     pub(super) here: u32,
-    /// Of them, those below this rank, if the count looked at them all.
+    /// Of those the last count found, those below this rank, if it looked
+    /// at them all.
     pub(super) below: Option<u32>,
+    /// Ranks the last count found, and the one before.
+    found: u32,
+    found_before: u32,
     counted: Option<Instant>,
     /// The wait before the next count while ranks are missing.
     every: Duration,
@@ -40,12 +45,14 @@ pub(super) struct Census {
 
 impl Census {
     pub(super) fn new() -> Self {
-        Census { here: 1, below: None, counted: None, every: FIRST }
+        Census { here: 1, below: None, found: 0, found_before: 0, counted: None, every: FIRST }
     }
 
-    /// Whether to count again at `now`, in a job of `size` ranks.
+    /// Whether to count again at `now`, in a job of `size` ranks: rarely
+    /// once a count found them all (ranks known by their links alone are
+    /// counted soon, to learn this rank's place among them).
     pub(super) fn due(&self, now: Instant, size: u32) -> bool {
-        let every = if self.here >= size { COMPLETE } else { self.every };
+        let every = if self.found >= size { COMPLETE } else { self.every };
         self.counted.is_none_or(|t| now.duration_since(t) >= every)
     }
 
@@ -56,15 +63,16 @@ impl Census {
             self.every = (self.every * 2).min(RECOUNT);
         }
         (self.here, self.below) = (here, below);
+        (self.found_before, self.found) = (self.found, here);
         self.counted = Some(now);
     }
 
-    /// Whether the count has stopped changing much, in a job of `size`
-    /// ranks: it found them all, or it has been taken again and again for a
-    /// while (ranks of a job over many hosts). Until then, ranks still
-    /// starting are missing from it.
+    /// Whether the count has settled, in a job of `size` ranks: every rank
+    /// is known here, or the count has been taken again and again (for some
+    /// 250 ms) and the last two found as many (a job over many hosts).
+    /// Until then, ranks still starting may be missing from it.
     pub(super) fn settled(&self, size: u32) -> bool {
-        self.here >= size || self.every >= RECOUNT
+        self.here >= size || (self.every >= RECOUNT && self.found == self.found_before)
     }
 
     /// `linked` ranks are known to be here (linked over shared memory) without a count.
@@ -133,10 +141,14 @@ mod tests {
         c.counted(t0, 2, None);
         c.at_least(8);
         assert_eq!(c.here, 8);
-        assert!(!c.due(t0 + RECOUNT, 8), "all ranks known: no recount soon");
-        assert!(c.due(t0 + COMPLETE, 8));
         c.at_least(5);
         assert_eq!(c.here, 8, "never lowered by a link count");
+        assert!(c.settled(8), "all ranks known");
+        assert!(c.due(t0 + FIRST, 8), "known by links alone: counted soon, for the places");
+        let t1 = t0 + FIRST;
+        c.counted(t1, 8, Some(3));
+        assert!(!c.due(t1 + RECOUNT, 8), "all ranks found: no recount soon");
+        assert!(c.due(t1 + COMPLETE, 8));
     }
 
     #[test]
@@ -153,6 +165,10 @@ mod tests {
             t += RECOUNT;
         }
         assert!(c.settled(8), "four of eight here, counted again and again");
+        c.counted(t, 5, Some(1));
+        assert!(!c.settled(8), "one more started: not settled ...");
+        c.counted(t + RECOUNT, 5, Some(1));
+        assert!(c.settled(8), "... until a count finds as many again");
     }
 
     #[test]

@@ -117,6 +117,8 @@ struct Local {
     open_links: bool,
     /// This job's ranks found on this host, and when to count them again.
     census: Census,
+    /// How far a count of a large job goes: one more rank than the cores.
+    enough: u32,
 }
 
 impl Local {
@@ -129,7 +131,8 @@ impl Local {
             poll.registry().register(&mut listener, SHM_LISTENER, Interest::READABLE)?;
             poll.registry().register(&mut mio::unix::SourceFd(&bell.as_raw_fd()), DOORBELL, Interest::READABLE)?;
             let open_links = !std::env::var("P2PMP_SHM").is_ok_and(|v| v.trim() == "0");
-            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, census: Census::new() })
+            let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
+            Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, census: Census::new(), enough })
         })();
         made.map_err(|e| warn!(%e, "no shared memory: everything goes over TCP")).ok()
     }
@@ -601,7 +604,7 @@ impl Transport {
     /// as far as matters in a large job: one more than the cores). 1 without
     /// shared memory.
     pub(crate) fn local_ranks(&mut self, now: Instant) -> u32 {
-        let size = self.heard_on.len() as u32;
+        let size = self.size();
         let Some(l) = self.local.as_ref() else { return 1 };
         if l.census.here < size {
             // Every peer linked over shared memory is here: known at once,
@@ -619,9 +622,8 @@ impl Transport {
         }
         let Some(l) = self.local.as_mut() else { return 1 };
         if l.census.due(now, size) {
-            let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
             let job = &self.job;
-            let (here, below) = census::count_here(size, self.rank, enough, |r| shm::present(process_key(job, r)));
+            let (here, below) = census::count_here(size, self.rank, l.enough, |r| shm::present(process_key(job, r)));
             l.census.counted(now, here, below);
         }
         l.census.here
@@ -639,8 +641,12 @@ impl Transport {
     /// Whether the count of this host's ranks of the job has settled (see
     /// `Census::settled`): until then, ranks still starting are missing.
     pub(crate) fn census_settled(&self) -> bool {
-        let size = self.heard_on.len() as u32;
-        self.local.as_ref().is_some_and(|l| l.census.settled(size))
+        self.local.as_ref().is_some_and(|l| l.census.settled(self.size()))
+    }
+
+    /// The job's ranks.
+    fn size(&self) -> u32 {
+        self.heard_on.len() as u32
     }
 
     /// Connections to peers open now (not counting one whose hello has not
