@@ -7,12 +7,23 @@ use std::time::Duration;
 
 /// Whether the calling thread (and so the ranks it starts) may run on every
 /// online core: only such ranks spread (a pinned rank stays where it is).
+/// As the library judges it: the thread's cores (of those online) at least
+/// as many as the cores online.
 fn on_every_core() -> bool {
-    let allowed = std::fs::read_to_string("/proc/thread-self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string())));
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok();
-    allowed.is_some() && allowed.as_deref() == online.as_deref().map(str::trim)
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    // A kernel CPU list: `0-3,8,10-11`.
+    let online = list.trim().split(',').try_fold(0usize, |n, part| {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        Some(n + hi.parse::<usize>().ok()?.checked_sub(lo.parse().ok()?)? + 1)
+    });
+    // SAFETY: an all-zero cpu_set_t is an empty set; sched_getaffinity(2)
+    // writes at most its size into it; CPU_COUNT only reads it.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let ok = libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) == 0;
+        ok.then(|| libc::CPU_COUNT(&set) as usize)
+    };
+    matches!((allowed, online), (Some(a), Some(o)) if a >= o)
 }
 
 /// What rank 0 of `mpi_spread` says.

@@ -49,10 +49,12 @@ impl Census {
     }
 
     /// Whether to count again at `now`, in a job of `size` ranks: rarely
-    /// once a count found them all (ranks known by their links alone are
-    /// counted soon, to learn this rank's place among them).
+    /// once a count found them all, or as many as a count of a large job
+    /// looks for (ranks known by their links alone are counted soon, to
+    /// learn this rank's place among them).
     pub(super) fn due(&self, now: Instant, size: u32) -> bool {
-        let every = if self.found >= size { COMPLETE } else { self.every };
+        let stopped_short = self.counted.is_some() && self.below.is_none();
+        let every = if self.found >= size || stopped_short { COMPLETE } else { self.every };
         self.counted.is_none_or(|t| now.duration_since(t) >= every)
     }
 
@@ -138,7 +140,7 @@ mod tests {
     fn a_complete_count_holds_long_and_links_raise_it() {
         let t0 = Instant::now();
         let mut c = Census::new();
-        c.counted(t0, 2, None);
+        c.counted(t0, 2, Some(1));
         c.at_least(8);
         assert_eq!(c.here, 8);
         c.at_least(5);
@@ -169,6 +171,15 @@ mod tests {
         assert!(!c.settled(8), "one more started: not settled ...");
         c.counted(t + RECOUNT, 5, Some(1));
         assert!(c.settled(8), "... until a count finds as many again");
+    }
+
+    #[test]
+    fn a_count_of_a_large_job_that_stopped_short_holds_long() {
+        let t0 = Instant::now();
+        let mut c = Census::new();
+        c.counted(t0, 3, None);
+        assert!(!c.due(t0 + RECOUNT, 100), "as many as it looks for");
+        assert!(c.due(t0 + COMPLETE, 100));
     }
 
     #[test]
