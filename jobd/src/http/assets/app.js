@@ -106,7 +106,10 @@ function renderRing() {
     }
   }
   const labels = nodes.length <= 24;
-  for (const n of nodes) {
+  // The page's own node is drawn last, so a neighbour close by on the ring
+  // never covers it.
+  const order = [...nodes.filter((n) => n.addr !== ring.me), ...nodes.filter((n) => n.addr === ring.me)];
+  for (const n of order) {
     const [x, y] = at(n.pos, R);
     const f = free.get(n.addr);
     const fill = f === undefined ? "#999" : f >= 0.5 ? "#23884a" : f > 0 ? "#b7791f" : "#c23b30";
