@@ -57,6 +57,7 @@ use crate::transport::{DIRECT_MAX, LazyNow, NeedsCore};
 use crate::world::World;
 
 mod cores;
+pub(crate) use cores::usable as usable_cores;
 mod runnable;
 mod spread;
 
@@ -268,7 +269,7 @@ pub(crate) struct Waits {
 
 impl Waits {
     pub(crate) fn new(size: u32) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let cores = usable_cores();
         let mover = cores::Mover::new();
         Waits {
             fixed: SpinPolicy::from_env(),

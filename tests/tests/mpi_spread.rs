@@ -8,7 +8,9 @@ use std::time::Duration;
 /// Whether the calling thread (and so the ranks it starts) may run on every
 /// online core: only such ranks spread (a pinned rank stays where it is).
 /// As the library judges it: the thread's cores (of those online) at least
-/// as many as the cores online.
+/// as many as the cores online. Worked out here, not asked of the library:
+/// a library that wrongly thought itself pinned would otherwise skip this
+/// test rather than fail it.
 fn on_every_core() -> bool {
     let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     // A kernel CPU list: `0-3,8,10-11`.

@@ -8,13 +8,14 @@
 //! verdicts print it beside the factoring targets.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::median;
 use crate::ranks::{isqrt, trial_divide};
+use crate::segment::{self, Segment};
 
 /// Environment variable that makes this binary one rank of the raw factoring:
 /// `fd n k ranks rank` (the shared page's inherited fd).
@@ -27,27 +28,17 @@ const PAGE: usize = 4096;
 const MAX_RANKS: u32 = (PAGE / LINE) as u32 - 2;
 
 /// The shared page, mapped.
-struct Page {
-    base: *mut u8,
-}
+struct Page(Segment);
 
 impl Page {
     fn map(fd: i32) -> io::Result<Self> {
-        // SAFETY: a fresh shared mapping of one page of the caller's fd.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Page { base: p.cast() })
+        Segment::map(fd, PAGE).map(Page)
     }
 
     /// Word `w` (0 or 1) of line `line`.
     fn word(&self, line: usize, w: usize) -> &AtomicU64 {
-        assert!(line < PAGE / LINE && w < 2);
-        // SAFETY: inside the mapped page, 8-aligned (the page is page-aligned).
-        unsafe { &*self.base.add(line * LINE + w * 8).cast::<AtomicU64>() }
+        assert!(w < 2);
+        self.0.word(line * LINE + w * 8)
     }
 
     /// Yields until word 0 of `line` reaches `v`.
@@ -62,13 +53,6 @@ impl Page {
     fn post(&self, line: usize, round: u64, found: u64) {
         self.word(line, 1).store(found, Ordering::Relaxed);
         self.word(line, 0).store(round, Ordering::Release);
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`.
-        unsafe { libc::munmap(self.base.cast(), PAGE) };
     }
 }
 
@@ -120,18 +104,7 @@ fn once(n: u64, k: u64, ranks: u32, limit: Duration) -> io::Result<f64> {
     if !(1..=MAX_RANKS).contains(&ranks) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{ranks} ranks (1 to {MAX_RANKS})")));
     }
-    // SAFETY: memfd_create(2) reads the NUL-terminated name; no CLOEXEC, so
-    // the ranks inherit it.
-    let fd = unsafe { libc::memfd_create(c"raw-factor".as_ptr(), 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor, ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sets the size of our memfd (zero-filled).
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), PAGE as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = segment::memfd(c"raw-factor", PAGE)?;
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for rank in 0..ranks {

@@ -1,7 +1,9 @@
 //! `cargo bench -p p2pmp-mpi --bench mpi [-- --quick]`: p2pmp beside MPICH and
 //! Open MPI (over TCP and over their default intra-node transports) and a raw
 //! Rust TCP ping-pong, in one run on this machine:
-//! - ping-pong latency (half round trip) and bandwidth, 1 B to 4 MiB;
+//! - ping-pong latency (half round trip) and bandwidth, 1 B to 4 MiB, and a
+//!   window of 64 non-blocking 1 MiB sends, beside its floor (`raw_shm`: the
+//!   same bytes through a ring in shared memory, no MPI; see `window_floor.rs`);
 //! - a 10-byte token around 2, 4 and 8 ranks, 5,000 and 20,000 loops;
 //! - trial-division factoring of 4611686039902224373, flags exchanged with rank 0
 //!   every K = 10,000 and K = 500 candidates, on 1, 2, 4 and 8 ranks, beside
@@ -53,7 +55,9 @@ mod plot;
 mod ranks;
 mod raw;
 mod run;
+mod segment;
 mod verdicts;
+mod window_floor;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -354,6 +358,10 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     // Raw shared memory between two processes, busy-polling: the same caveat.
     let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
     put_pp(res, "raw_shm", shm.collect());
+    // The window through a raw ring (see window_floor.rs), as many windows
+    // as p2pmp's rank program sends.
+    let win = window_floor::window(if quick { 2 } else { 10 }).map_err(|e| e.to_string());
+    res.put("bw", "window 64 x 1 MiB", "raw_shm", "win_1mib_mbps", win);
     for (&system, (figs, wins)) in mpi_systems.iter().zip(&mpi).skip(1) {
         put_pp(res, system_name(system), median_rounds(figs));
         res.put("bw", "window 64 x 1 MiB", system_name(system), "win_1mib_mbps", median_or_why(wins));
@@ -562,6 +570,10 @@ fn main() {
     }
     if let Ok(spec) = std::env::var(raw::SHM_ECHO_VAR) {
         raw::shm_echo_main(&spec).expect("raw shared-memory echo failed");
+        return;
+    }
+    if let Ok(spec) = std::env::var(window_floor::VAR) {
+        window_floor::receiver_main(&spec).expect("raw window receiver failed");
         return;
     }
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {

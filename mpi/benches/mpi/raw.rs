@@ -7,8 +7,10 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use crate::segment::{self, Segment};
 use crate::{iters, median};
 
 fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
@@ -149,35 +151,26 @@ pub(crate) const SHM_ECHO_VAR: &str = "MPI_BENCH_RAW_SHM";
 /// Offset of the data buffers in the raw shared segment (a page of flags first).
 const SHM_DATA: usize = 4096;
 
+/// Bytes of the raw shared segment: a page of flags, then two 4 MiB buffers.
+const SHM_LEN: usize = SHM_DATA + 2 * (4 << 20);
+
 /// The two sequence flags and the two buffers of a raw shared-memory
 /// ping-pong, in one mapping.
-struct ShmPair {
-    base: *mut u8,
-    len: usize,
-}
+struct ShmPair(Segment);
 
 impl ShmPair {
-    /// Maps `fd` (the segment: a page of flags, then two 4 MiB buffers).
     fn map(fd: i32) -> io::Result<Self> {
-        let len = SHM_DATA + 2 * (4 << 20);
-        // SAFETY: a fresh shared mapping of `len` bytes of the caller's fd.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(ShmPair { base: p.cast(), len })
+        Segment::map(fd, SHM_LEN).map(ShmPair)
     }
 
     fn flag(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: flags 0 and 1 sit at 64-byte aligned offsets of the mapped page.
-        unsafe { &*self.base.add(i * 64).cast::<std::sync::atomic::AtomicU64>() }
+        assert!(i < 2);
+        self.0.word(i * 64)
     }
 
     fn buf(&self, i: usize) -> *mut u8 {
-        // SAFETY: buffer 0 and 1 lie inside the mapping.
-        unsafe { self.base.add(SHM_DATA + i * (4 << 20)) }
+        assert!(i < 2);
+        self.0.bytes(SHM_DATA + i * (4 << 20), 4 << 20)
     }
 
     /// Waits (spinning) until flag `i` reaches `v`.
@@ -185,13 +178,6 @@ impl ShmPair {
         while self.flag(i).load(std::sync::atomic::Ordering::Acquire) < v {
             std::hint::spin_loop();
         }
-    }
-}
-
-impl Drop for ShmPair {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 
@@ -223,19 +209,11 @@ pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
 /// copied in by its sender and out by its receiver, as TCP copies it in and
 /// out of the kernel): the physical limit of a one-host transport.
 pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
+    if size > 4 << 20 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{size} B: the buffers hold 4 MiB")));
+    }
     let n = iters(size, quick);
-    // SAFETY: memfd_create(2) reads the NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"raw-shm".as_ptr(), 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor, ours; ftruncate takes no memory.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: as above.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), (SHM_DATA + 2 * (4 << 20)) as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = segment::memfd(c"raw-shm", SHM_LEN)?;
     let m = ShmPair::map(fd.as_raw_fd())?;
     let spec = format!("{} {size} {}", fd.as_raw_fd(), 5 * n);
     let mut child = std::process::Command::new(std::env::current_exe()?).env(SHM_ECHO_VAR, spec).spawn()?;

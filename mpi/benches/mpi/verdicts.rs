@@ -133,6 +133,15 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
         };
         let _ = writeln!(out, "    8 ranks, K={k}: {line}");
     }
+    let _ = writeln!(
+        out,
+        "  the window's floor on this machine (raw shared memory: a 512 KiB ring into 64 buffers; no target):"
+    );
+    let line = match (fig.get("p2pmp_win_1mib_mbps"), fig.get("raw_shm_win_1mib_mbps")) {
+        (Some(&ours), Some(&raw)) => format!("{} / {} = {:.2}", figure(ours), figure(raw), ours / raw),
+        _ => "n/a".into(),
+    };
+    let _ = writeln!(out, "    1 MiB window of 64, one host: {line}");
     let _ = writeln!(out, "  beside a CPU hog on each core, and after a pause (reported, no target):");
     for key in ["hog_lat_8b_us", "hog_ring_2x2000_s", "pause_median_us", "pause_worst_us"] {
         let cells: Vec<String> = ["p2pmp", "mpich_default", "openmpi_default"]

@@ -10,6 +10,13 @@
 
 use tracing::warn;
 
+/// A rank's home core, and the cores homes are counted round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Home {
+    pub(super) core: u32,
+    pub(super) among: u32,
+}
+
 /// Whether this rank may move off a core, and what it takes.
 #[derive(Debug)]
 pub(super) struct Mover {
@@ -42,12 +49,14 @@ impl Mover {
         self.narrow_for_an_instant(&others, &now)
     }
 
-    /// The core at `place` counted round the cores this thread may run on
-    /// (in order, from the first), if it may move.
-    pub(super) fn core_at(&self, place: u32) -> Option<u32> {
+    /// The home of the rank at `place`, if it may move: the core at `place`
+    /// counted round the cores this thread may run on (in order, from the
+    /// first).
+    pub(super) fn home(&self, place: u32) -> Option<Home> {
         let now = self.unpinned()?;
-        let n = place as usize % count(&now);
-        (0..libc::CPU_SETSIZE as u32).filter(|&c| holds(&now, c)).nth(n)
+        let among = count(&now);
+        let core = (0..libc::CPU_SETSIZE as u32).filter(|&c| holds(&now, c)).nth(place as usize % among)?;
+        Some(Home { core, among: among as u32 })
     }
 
     /// Moves the calling thread to `core`, then lets it run on every core
@@ -65,11 +74,6 @@ impl Mover {
     /// the world started, and still can.
     pub(super) fn may_move(&self) -> bool {
         self.unpinned().is_some()
-    }
-
-    /// The cores this rank moves among, if it may move.
-    pub(super) fn cores(&self) -> Option<u32> {
-        self.unpinned().map(|set| count(&set) as u32)
     }
 
     /// The calling thread's cores, if it may move: every online core, as
@@ -95,6 +99,14 @@ impl Mover {
         }
         moved
     }
+}
+
+/// The cores this process may use, as `std::thread::available_parallelism`
+/// counts them (its affinity and its cgroup's quota) when first asked: the
+/// waits and the transport judge by the same count, read once.
+pub(crate) fn usable() -> u32 {
+    static USABLE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) as u32)
 }
 
 /// The core the calling thread runs on now.
@@ -245,11 +257,10 @@ mod tests {
             }
             let mine = cores(&before);
             let n = mine.len() as u32;
-            assert_eq!(m.core_at(0), Some(mine[0] as u32));
-            assert_eq!(m.core_at(n + 1), Some(mine[1] as u32), "counted round the cores");
-            assert_eq!(m.cores(), Some(n));
+            assert_eq!(m.home(0), Some(Home { core: mine[0] as u32, among: n }));
+            assert_eq!(m.home(n + 1), Some(Home { core: mine[1] as u32, among: n }), "counted round the cores");
             for place in [1, 0] {
-                let to = m.core_at(place).unwrap();
+                let to = m.home(place).unwrap().core;
                 // Where it runs once it may run on every core again is the kernel's.
                 assert!(m.move_to(to), "moved to {to}");
                 assert_eq!(cores(&affinity().unwrap()), mine, "every core, again");
@@ -264,9 +275,9 @@ mod tests {
             let core = current_core().unwrap();
             assert!(set_affinity(&only(core)));
             let mut m = Mover::new();
-            assert!(!m.may_move() && m.cores().is_none());
+            assert!(!m.may_move());
             assert_eq!(m.step_off(core), None);
-            assert_eq!((m.core_at(1), m.move_to(core)), (None, false), "no home for a pinned rank");
+            assert_eq!((m.home(1), m.move_to(core)), (None, false), "no home for a pinned rank");
             assert_eq!(cores(&affinity().unwrap()), vec![core as usize], "still pinned");
             assert_eq!(current_core(), Some(core));
         });

@@ -139,11 +139,11 @@ impl World {
         if !self.waits.spread.due(now) {
             return;
         }
-        let Some(home) = self.waits.mover.core_at(place) else { return };
-        self.waits.stats.spread_cores = self.waits.mover.cores().map_or(0, u64::from);
-        if cores::current_core() != Some(home) && self.waits.mover.move_to(home) {
+        let Some(home) = self.waits.mover.home(place) else { return };
+        self.waits.stats.spread_cores = u64::from(home.among);
+        if cores::current_core() != Some(home.core) && self.waits.mover.move_to(home.core) {
             self.waits.stats.moved_home += 1;
-            self.net.say_core(Some(home));
+            self.net.say_core(Some(home.core));
         }
     }
 }

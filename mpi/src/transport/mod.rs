@@ -131,7 +131,7 @@ impl Local {
             poll.registry().register(&mut listener, SHM_LISTENER, Interest::READABLE)?;
             poll.registry().register(&mut mio::unix::SourceFd(&bell.as_raw_fd()), DOORBELL, Interest::READABLE)?;
             let open_links = !std::env::var("P2PMP_SHM").is_ok_and(|v| v.trim() == "0");
-            let enough = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 + 1;
+            let enough = crate::progress::usable_cores() + 1;
             Ok(Local { listener, bell, cap: shm::ring_capacity(size), open_links, census: Census::new(), enough })
         })();
         made.map_err(|e| warn!(%e, "no shared memory: everything goes over TCP")).ok()

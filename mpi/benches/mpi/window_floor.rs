@@ -1,0 +1,142 @@
+//! The floor of the one-host window row: the window's 64 x 1 MiB from this
+//! process to a child through a ring in shared memory, no MPI. The sender
+//! copies each message from its one buffer into the ring (8 slots of 64 KiB,
+//! the size of p2pmp's rings); the receiver copies each slot out into its own
+//! buffer of 64 (as the MPI windows receive into 64 buffers), then answers
+//! the window. Both spin, as two ranks on 2 cores do. The ping-pong rows'
+//! raw figure moves one 1 MiB buffer that stays in cache; a window's 64 MiB
+//! of receive buffers do not fit this machine's caches, so this row says what
+//! a transport can reach with that pattern here. The verdicts print it beside
+//! the window target (no target of its own).
+//!
+//! The receive buffers start on a page, as the slots do. Where a copy's
+//! destination lay 1 to 31 bytes past its source's place in a page (as in a
+//! buffer straight from `malloc`, 16 bytes past a page), this row ran at
+//! 2,300-2,700 MB/s against 10,000-12,000 with the two 32 bytes or more apart
+//! or level (glibc's copy on this machine's AMD EPYC).
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::median;
+use crate::segment::{self, Segment};
+
+/// Environment variable that makes this binary the receiving process:
+/// `fd windows` (the segment's inherited fd).
+pub(crate) const VAR: &str = "MPI_BENCH_RAW_WINDOW";
+
+const MESSAGE: usize = 1 << 20;
+const WINDOW: usize = 64;
+const SLOT: usize = 64 << 10;
+const SLOTS: u64 = 8;
+const SLOTS_PER_MESSAGE: usize = MESSAGE / SLOT;
+/// Offsets of the words: slots filled (the sender's), slots emptied and
+/// windows answered (the receiver's), each on a cache line of its own.
+const FILLED: usize = 0;
+const EMPTIED: usize = 64;
+const ANSWERED: usize = 128;
+const PAGE: usize = 4096;
+/// Offset of the slots (a page of words first), and the segment's length.
+const RING: usize = PAGE;
+const LEN: usize = RING + SLOTS as usize * SLOT;
+
+fn slot(seg: &Segment, n: u64) -> *mut u8 {
+    seg.bytes(RING + (n % SLOTS) as usize * SLOT, SLOT)
+}
+
+/// Spins until `word` reaches `v` (`Err` past `deadline`: the other side died).
+fn spin_until(word: &AtomicU64, v: u64, deadline: Instant) -> io::Result<()> {
+    let mut looks = 0u32;
+    while word.load(Ordering::Acquire) < v {
+        std::hint::spin_loop();
+        looks = looks.wrapping_add(1);
+        if looks % 4096 == 0 && Instant::now() > deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the other side of the raw window stopped"));
+        }
+    }
+    Ok(())
+}
+
+/// The receiving process (`VAR` set): takes `windows` windows.
+pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
+    // Gone with the bench, never left spinning.
+    // SAFETY: prctl(2) with two integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{VAR}={spec}"));
+    let v: Vec<u64> = spec.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
+    let &[fd, windows] = &v[..] else { return Err(bad()) };
+    let seg = Segment::map(i32::try_from(fd).map_err(|_| bad())?, LEN)?;
+    // Touched before the first window, as a benchmark's buffers are; they
+    // start on a page, as the slots do (see the module docs).
+    let mut space = vec![1u8; WINDOW * MESSAGE + PAGE];
+    let start = space.as_ptr().align_offset(PAGE);
+    let buffers = &mut space[start..][..WINDOW * MESSAGE];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut emptied = 0u64;
+    for w in 1..=windows {
+        for m in 0..WINDOW {
+            for s in 0..SLOTS_PER_MESSAGE {
+                spin_until(seg.word(FILLED), emptied + 1, deadline)?;
+                let to = &mut buffers[m * MESSAGE + s * SLOT..][..SLOT];
+                // SAFETY: the sender filled this slot before raising FILLED
+                // past it, and refills it only once EMPTIED passes it.
+                unsafe { std::ptr::copy_nonoverlapping(slot(&seg, emptied), to.as_mut_ptr(), SLOT) };
+                emptied += 1;
+                seg.word(EMPTIED).store(emptied, Ordering::Release);
+            }
+        }
+        seg.word(ANSWERED).store(w, Ordering::Release);
+    }
+    std::hint::black_box(buffers);
+    Ok(())
+}
+
+/// The median bandwidth in MB/s of 5 repetitions of `rounds` windows.
+pub(crate) fn window(rounds: u64) -> io::Result<f64> {
+    let fd = segment::memfd(c"raw-window", LEN)?;
+    let seg = Segment::map(fd.as_raw_fd(), LEN)?;
+    let spec = format!("{} {}", fd.as_raw_fd(), 5 * rounds);
+    let mut child = Command::new(std::env::current_exe()?).env(VAR, spec).spawn()?;
+    let samples = send(&seg, rounds);
+    if samples.is_err() {
+        let _ = child.kill();
+    }
+    let ended = finish(&mut child);
+    let samples = samples?;
+    ended?;
+    Ok(median(samples))
+}
+
+/// The sending side: one figure per repetition.
+fn send(seg: &Segment, rounds: u64) -> io::Result<Vec<f64>> {
+    let data = vec![7u8; MESSAGE];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut filled, mut answered, mut samples) = (0u64, 0u64, Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..rounds {
+            for _ in 0..WINDOW {
+                for s in 0..SLOTS_PER_MESSAGE {
+                    spin_until(seg.word(EMPTIED), (filled + 1).saturating_sub(SLOTS), deadline)?;
+                    // SAFETY: the receiver emptied this slot (EMPTIED passed
+                    // it) and reads it only once FILLED passes it.
+                    unsafe { std::ptr::copy_nonoverlapping(data[s * SLOT..].as_ptr(), slot(seg, filled), SLOT) };
+                    filled += 1;
+                    seg.word(FILLED).store(filled, Ordering::Release);
+                }
+            }
+            answered += 1;
+            spin_until(seg.word(ANSWERED), answered, deadline)?;
+        }
+        samples.push((MESSAGE * WINDOW) as f64 * rounds as f64 / (t.elapsed().as_secs_f64() * 1e6));
+    }
+    Ok(samples)
+}
+
+fn finish(child: &mut Child) -> io::Result<()> {
+    let st = child.wait()?;
+    if st.success() { Ok(()) } else { Err(io::Error::other(format!("the raw window's receiver: {st}"))) }
+}
