@@ -45,6 +45,15 @@ impl FrameDecoder {
         &mut self.buf
     }
 
+    /// The frame whose length prefix is buffered: its length (prefix
+    /// excluded) and the bytes still to come (0 once it is whole); `None`
+    /// before a whole prefix is here.
+    pub fn pending(&self) -> Option<(usize, usize)> {
+        let prefix = self.buf.first_chunk::<LEN_PREFIX>()?;
+        let len = u32::from_be_bytes(*prefix) as usize;
+        Some((len, (LEN_PREFIX + len).saturating_sub(self.buf.len())))
+    }
+
     /// Bytes buffered but not yet returned as a frame.
     pub fn buffered(&self) -> usize {
         self.buf.len()

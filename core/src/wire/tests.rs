@@ -142,6 +142,22 @@ fn oversized_frames_are_refused_both_ways() {
 }
 
 #[test]
+fn the_pending_frame_says_its_length_and_what_is_missing() {
+    let mut dec = FrameDecoder::default();
+    assert_eq!(dec.pending(), None, "nothing buffered");
+    dec.push(&[0, 0, 4]);
+    assert_eq!(dec.pending(), None, "a prefix not whole yet");
+    dec.push(&[0, 1, 2]);
+    assert_eq!(dec.pending(), Some((1024, 1022)));
+    dec.push(&[0; 1022]);
+    assert_eq!(dec.pending(), Some((1024, 0)), "whole");
+    dec.push(&[0, 0, 0, 1]);
+    assert_eq!(dec.pending(), Some((1024, 0)), "bytes past the frame are the next one's");
+    assert_eq!(dec.decode().unwrap().map(|f| f.len()), Some(1024));
+    assert_eq!(dec.pending(), Some((1, 1)), "the next frame");
+}
+
+#[test]
 fn truncated_stream_is_reported_at_finish() {
     let mut buf = BytesMut::new();
     encode_frame(&env(Sample::Small(1)), &mut buf, DEFAULT_MAX_FRAME).unwrap();

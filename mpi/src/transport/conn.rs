@@ -25,6 +25,12 @@ const IOV: usize = 32;
 
 /// Bytes taken from a shared-memory ring per read.
 const RING_READ: usize = 256 << 10;
+/// Frames from this size on are read alone (see [`Conn::recv`]); smaller
+/// ones are read many at a time.
+const LARGE_FRAME: usize = 64 << 10;
+/// Bytes taken from a ring by a read at a frame's start (many small frames,
+/// or the start of a large one).
+const FIRST_READ: usize = 4 << 10;
 
 /// Plaintext of the first record sealed after the queue of an encrypted link
 /// ran dry; each next record is twice as big, up to the largest Noise allows.
@@ -240,7 +246,19 @@ impl Conn {
                 self.take_raw(keys).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 Ok(got)
             }
-            Io::Shm(s) => s.recv(self.dec.buffer_mut(), RING_READ),
+            Io::Shm(s) => {
+                // A large frame is read into the room the decoder makes for
+                // all of it once it has the prefix, and no further: else what
+                // a read took before, or past the frame's end, is copied again
+                // as the buffer grows. So a read at a frame's start takes a
+                // little, in case the frame is large.
+                let max = match self.dec.pending() {
+                    Some((len, rest)) if len >= LARGE_FRAME && rest > 0 => rest.min(RING_READ),
+                    None if self.dec.buffered() == 0 => FIRST_READ,
+                    _ => RING_READ,
+                };
+                s.recv(self.dec.buffer_mut(), max)
+            }
             Io::ShmSetup(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
