@@ -252,10 +252,13 @@ impl Conn {
                 // a read took before, or past the frame's end, is copied again
                 // as the buffer grows. So a read at a frame's start takes a
                 // little, in case the frame is large.
-                let max = match self.dec.pending() {
-                    Some((len, rest)) if len >= LARGE_FRAME && rest > 0 => rest.min(RING_READ),
-                    None if self.dec.buffered() == 0 => FIRST_READ,
-                    _ => RING_READ,
+                let max = if self.dec.buffered() == 0 {
+                    FIRST_READ
+                } else {
+                    match self.dec.pending() {
+                        Some((len, rest)) if len >= LARGE_FRAME && rest > 0 => rest.min(RING_READ),
+                        _ => RING_READ,
+                    }
                 };
                 s.recv(self.dec.buffer_mut(), max)
             }
