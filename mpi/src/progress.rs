@@ -57,9 +57,10 @@ use crate::transport::{DIRECT_MAX, LazyNow, NeedsCore};
 use crate::world::World;
 
 mod cores;
-pub(crate) use cores::usable as usable_cores;
 mod runnable;
 mod spread;
+
+pub(crate) use cores::usable as usable_cores;
 
 use runnable::Runnable;
 

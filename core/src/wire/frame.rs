@@ -48,10 +48,16 @@ impl FrameDecoder {
     /// The frame whose length prefix is buffered: its length (prefix
     /// excluded) and the bytes still to come (0 once it is whole); `None`
     /// before a whole prefix is here.
+    /// (A length over the limit is given as it is: [`FrameDecoder::decode`]
+    /// refuses it.)
     pub fn pending(&self) -> Option<(usize, usize)> {
-        let prefix = self.buf.first_chunk::<LEN_PREFIX>()?;
-        let len = u32::from_be_bytes(*prefix) as usize;
+        let len = self.prefix_len()?;
         Some((len, (LEN_PREFIX + len).saturating_sub(self.buf.len())))
+    }
+
+    /// The length the buffered prefix gives, once a whole prefix is here.
+    fn prefix_len(&self) -> Option<usize> {
+        self.buf.first_chunk::<LEN_PREFIX>().map(|p| u32::from_be_bytes(*p) as usize)
     }
 
     /// Bytes buffered but not yet returned as a frame.
@@ -78,8 +84,7 @@ impl FrameDecoder {
     /// The length the next frame's prefix gives, once the prefix is here; an
     /// error over the decoder's limit.
     fn next_len(&self) -> Result<Option<usize>, WireError> {
-        let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX>() else { return Ok(None) };
-        let len = u32::from_be_bytes(*prefix) as usize;
+        let Some(len) = self.prefix_len() else { return Ok(None) };
         if len > self.max_frame {
             return Err(WireError::FrameTooLarge { len: len as u64, max: self.max_frame });
         }

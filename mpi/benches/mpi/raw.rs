@@ -151,8 +151,10 @@ pub(crate) const SHM_ECHO_VAR: &str = "MPI_BENCH_RAW_SHM";
 /// Offset of the data buffers in the raw shared segment (a page of flags first).
 const SHM_DATA: usize = 4096;
 
-/// Bytes of the raw shared segment: a page of flags, then two 4 MiB buffers.
-const SHM_LEN: usize = SHM_DATA + 2 * (4 << 20);
+/// Bytes of each of the two buffers of the raw shared segment.
+const SHM_BUF: usize = 4 << 20;
+/// Bytes of the raw shared segment: a page of flags, then the two buffers.
+const SHM_LEN: usize = SHM_DATA + 2 * SHM_BUF;
 
 /// The two sequence flags and the two buffers of a raw shared-memory
 /// ping-pong, in one mapping.
@@ -168,9 +170,10 @@ impl ShmPair {
         self.0.word(i * 64)
     }
 
-    fn buf(&self, i: usize) -> *mut u8 {
-        assert!(i < 2);
-        self.0.bytes(SHM_DATA + i * (4 << 20), 4 << 20)
+    /// The first `size` bytes of buffer `i` (checked to lie in it).
+    fn buf(&self, i: usize, size: usize) -> *mut u8 {
+        assert!(i < 2 && size <= SHM_BUF);
+        self.0.bytes(SHM_DATA + i * SHM_BUF, size)
     }
 
     /// Waits (spinning) until flag `i` reaches `v`.
@@ -189,6 +192,9 @@ pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
     let fd: i32 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
     let size: usize = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
     let count: u64 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
+    if size > SHM_BUF {
+        return Err(bad());
+    }
     let m = ShmPair::map(fd)?;
     let mut own = vec![0u8; size];
     for i in 1..=count {
@@ -196,8 +202,8 @@ pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
         // SAFETY: the pinger wrote `size` bytes of buffer 0 before raising flag 0
         // to `i`, and touches neither buffer until flag 1 reaches `i`.
         unsafe {
-            std::ptr::copy_nonoverlapping(m.buf(0), own.as_mut_ptr(), size);
-            std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(1), size);
+            std::ptr::copy_nonoverlapping(m.buf(0, size), own.as_mut_ptr(), size);
+            std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(1, size), size);
         }
         m.flag(1).store(i, std::sync::atomic::Ordering::Release);
     }
@@ -209,8 +215,8 @@ pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
 /// copied in by its sender and out by its receiver, as TCP copies it in and
 /// out of the kernel): the physical limit of a one-host transport.
 pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
-    if size > 4 << 20 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{size} B: the buffers hold 4 MiB")));
+    if size > SHM_BUF {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{size} B: the buffers hold {SHM_BUF}")));
     }
     let n = iters(size, quick);
     let fd = segment::memfd(c"raw-shm", SHM_LEN)?;
@@ -224,12 +230,13 @@ pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
         let t = Instant::now();
         for _ in 0..n {
             i += 1;
-            // SAFETY: the echo touches buffer 0 only after flag 0 reaches `i`,
-            // and buffer 1 is complete once flag 1 reaches `i`.
-            unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(0), size) };
+            // SAFETY: the echo touches buffer 0 only after flag 0 reaches `i`.
+            unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(0, size), size) };
             m.flag(0).store(i, std::sync::atomic::Ordering::Release);
             m.wait(1, i);
-            unsafe { std::ptr::copy_nonoverlapping(m.buf(1), back.as_mut_ptr(), size) };
+            // SAFETY: buffer 1 is complete once flag 1 reaches `i`, and the
+            // echo writes it again only after flag 0 passes `i`.
+            unsafe { std::ptr::copy_nonoverlapping(m.buf(1, size), back.as_mut_ptr(), size) };
         }
         samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
     }

@@ -46,7 +46,11 @@ impl Segment {
 
     /// The word at byte `offset` (8-aligned, inside the mapping).
     pub(crate) fn word(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.len, "word at {offset} of {}", self.len);
+        assert!(
+            offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len),
+            "word at {offset} of {}",
+            self.len
+        );
         // SAFETY: inside the mapping and 8-aligned (the mapping is page-aligned).
         unsafe { &*self.base.add(offset).cast::<AtomicU64>() }
     }

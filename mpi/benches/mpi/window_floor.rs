@@ -1,13 +1,18 @@
 //! The floor of the one-host window row: the window's 64 x 1 MiB from this
 //! process to a child through a ring in shared memory, no MPI. The sender
-//! copies each message from its one buffer into the ring (8 slots of 64 KiB,
-//! the size of p2pmp's rings); the receiver copies each slot out into its own
-//! buffer of 64 (as the MPI windows receive into 64 buffers), then answers
-//! the window. Both spin, as two ranks on 2 cores do. The ping-pong rows'
-//! raw figure moves one 1 MiB buffer that stays in cache; a window's 64 MiB
-//! of receive buffers do not fit this machine's caches, so this row says what
-//! a transport can reach with that pattern here. The verdicts print it beside
-//! the window target (no target of its own).
+//! copies each message from its one buffer into the ring (8 slots of 64 KiB:
+//! 512 KiB, as p2pmp's ring between two ranks); the receiver copies each slot
+//! out into its own buffer of 64 (as the MPI windows receive into 64
+//! buffers), then answers the window. Both spin, as two ranks on 2 cores do.
+//! The sender's one buffer stays in cache, as p2pmp's does (its Rust window
+//! sends one `Bytes`); the C program run for MPICH and Open MPI sends from
+//! 64 buffers, so beside those rows this floor is a little optimistic.
+//!
+//! The ping-pong rows' raw figure moves one 1 MiB buffer that stays in
+//! cache; a window's 64 MiB of receive buffers do not fit this machine's
+//! caches, so this row says what a transport can reach with that pattern
+//! here. The verdicts print it beside the window target (no target of its
+//! own).
 //!
 //! The receive buffers start on a page, as the slots do. Where a copy's
 //! destination lay 1 to 31 bytes past its source's place in a page (as in a
@@ -33,11 +38,13 @@ const WINDOW: usize = 64;
 const SLOT: usize = 64 << 10;
 const SLOTS: u64 = 8;
 const SLOTS_PER_MESSAGE: usize = MESSAGE / SLOT;
-/// Offsets of the words: slots filled (the sender's), slots emptied and
-/// windows answered (the receiver's), each on a cache line of its own.
+/// Offsets of the words: slots filled (the sender's), slots emptied,
+/// windows answered and ready (the receiver's), each on a cache line of its
+/// own.
 const FILLED: usize = 0;
 const EMPTIED: usize = 64;
 const ANSWERED: usize = 128;
+const READY: usize = 192;
 const PAGE: usize = 4096;
 /// Offset of the slots (a page of words first), and the segment's length.
 const RING: usize = PAGE;
@@ -47,14 +54,24 @@ fn slot(seg: &Segment, n: u64) -> *mut u8 {
     seg.bytes(RING + (n % SLOTS) as usize * SLOT, SLOT)
 }
 
-/// Spins until `word` reaches `v` (`Err` past `deadline`: the other side died).
-fn spin_until(word: &AtomicU64, v: u64, deadline: Instant) -> io::Result<()> {
+/// Spins until `word` reaches `v`. Every so often (a million looks, about a
+/// millisecond) `alive` says whether the other side still runs, and the
+/// whole run's `deadline` (a cap on a hang) is checked.
+fn spin_until(
+    word: &AtomicU64,
+    v: u64,
+    deadline: Instant,
+    alive: &mut impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
     let mut looks = 0u32;
     while word.load(Ordering::Acquire) < v {
         std::hint::spin_loop();
         looks = looks.wrapping_add(1);
-        if looks % 4096 == 0 && Instant::now() > deadline {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "the other side of the raw window stopped"));
+        if looks % (1 << 20) == 0 {
+            alive()?;
+            if Instant::now() > deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "the raw window took over a minute"));
+            }
         }
     }
     Ok(())
@@ -62,24 +79,36 @@ fn spin_until(word: &AtomicU64, v: u64, deadline: Instant) -> io::Result<()> {
 
 /// The receiving process (`VAR` set): takes `windows` windows.
 pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
-    // Gone with the bench, never left spinning.
-    // SAFETY: prctl(2) with two integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{VAR}={spec}"));
     let v: Vec<u64> = spec.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
-    let &[fd, windows] = &v[..] else { return Err(bad()) };
+    let &[fd, windows, parent] = &v[..] else { return Err(bad()) };
+    // Gone with the bench, never left spinning: killed when it dies, and
+    // checked now in case it died before this was asked.
+    // SAFETY: prctl(2) with two integer arguments; getppid(2) takes none.
+    let orphaned =
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() as u64 != parent };
+    if orphaned {
+        return Err(io::Error::other("the bench is gone (or cannot be followed)"));
+    }
     let seg = Segment::map(i32::try_from(fd).map_err(|_| bad())?, LEN)?;
     // Touched before the first window, as a benchmark's buffers are; they
     // start on a page, as the slots do (see the module docs).
     let mut space = vec![1u8; WINDOW * MESSAGE + PAGE];
-    let start = space.as_ptr().align_offset(PAGE);
+    let start = space.as_ptr().align_offset(PAGE).min(PAGE);
     let buffers = &mut space[start..][..WINDOW * MESSAGE];
+    seg.word(READY).store(1, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(60);
+    // The bench is alive while it is our parent.
+    let mut alive = || {
+        // SAFETY: getppid(2) takes no arguments.
+        let parent_now = unsafe { libc::getppid() } as u64;
+        if parent_now == parent { Ok(()) } else { Err(io::Error::other("the bench is gone")) }
+    };
     let mut emptied = 0u64;
     for w in 1..=windows {
         for m in 0..WINDOW {
             for s in 0..SLOTS_PER_MESSAGE {
-                spin_until(seg.word(FILLED), emptied + 1, deadline)?;
+                spin_until(seg.word(FILLED), emptied + 1, deadline, &mut alive)?;
                 let to = &mut buffers[m * MESSAGE + s * SLOT..][..SLOT];
                 // SAFETY: the sender filled this slot before raising FILLED
                 // past it, and refills it only once EMPTIED passes it.
@@ -98,38 +127,45 @@ pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
 pub(crate) fn window(rounds: u64) -> io::Result<f64> {
     let fd = segment::memfd(c"raw-window", LEN)?;
     let seg = Segment::map(fd.as_raw_fd(), LEN)?;
-    let spec = format!("{} {}", fd.as_raw_fd(), 5 * rounds);
+    let spec = format!("{} {} {}", fd.as_raw_fd(), 5 * rounds, std::process::id());
     let mut child = Command::new(std::env::current_exe()?).env(VAR, spec).spawn()?;
-    let samples = send(&seg, rounds);
-    if samples.is_err() {
-        let _ = child.kill();
+    match send(&seg, rounds, &mut child) {
+        Ok(samples) => finish(&mut child).map(|()| median(samples)),
+        // (A receiver that failed first is named in the error.)
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
     }
-    let ended = finish(&mut child);
-    let samples = samples?;
-    ended?;
-    Ok(median(samples))
 }
 
-/// The sending side: one figure per repetition.
-fn send(seg: &Segment, rounds: u64) -> io::Result<Vec<f64>> {
+/// The sending side: one figure per repetition, once the receiver is ready.
+fn send(seg: &Segment, rounds: u64, receiver: &mut Child) -> io::Result<Vec<f64>> {
     let data = vec![7u8; MESSAGE];
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut alive = || match receiver.try_wait()? {
+        None => Ok(()),
+        Some(st) => Err(io::Error::other(format!("the raw window's receiver ended: {st}"))),
+    };
+    spin_until(seg.word(READY), 1, deadline, &mut alive)?;
     let (mut filled, mut answered, mut samples) = (0u64, 0u64, Vec::new());
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..rounds {
             for _ in 0..WINDOW {
                 for s in 0..SLOTS_PER_MESSAGE {
-                    spin_until(seg.word(EMPTIED), (filled + 1).saturating_sub(SLOTS), deadline)?;
+                    spin_until(seg.word(EMPTIED), (filled + 1).saturating_sub(SLOTS), deadline, &mut alive)?;
+                    let from = &data[s * SLOT..][..SLOT];
                     // SAFETY: the receiver emptied this slot (EMPTIED passed
                     // it) and reads it only once FILLED passes it.
-                    unsafe { std::ptr::copy_nonoverlapping(data[s * SLOT..].as_ptr(), slot(seg, filled), SLOT) };
+                    unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), slot(seg, filled), SLOT) };
                     filled += 1;
                     seg.word(FILLED).store(filled, Ordering::Release);
                 }
             }
             answered += 1;
-            spin_until(seg.word(ANSWERED), answered, deadline)?;
+            spin_until(seg.word(ANSWERED), answered, deadline, &mut alive)?;
         }
         samples.push((MESSAGE * WINDOW) as f64 * rounds as f64 / (t.elapsed().as_secs_f64() * 1e6));
     }

@@ -103,7 +103,9 @@ impl Mover {
 
 /// The cores this process may use, as `std::thread::available_parallelism`
 /// counts them (its affinity and its cgroup's quota) when first asked: the
-/// waits and the transport judge by the same count, read once.
+/// waits and the transport judge by the same count, read once. Process-wide:
+/// the first caller's affinity counts (the world's start, before any move;
+/// a test that pins its thread must not be the first caller in its binary).
 pub(crate) fn usable() -> u32 {
     static USABLE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *USABLE.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()) as u32)

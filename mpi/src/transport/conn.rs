@@ -23,7 +23,7 @@ use crate::sock::{self, Wait};
 /// At most this many queued parts go into one vectored write.
 const IOV: usize = 32;
 
-/// Bytes taken from a shared-memory ring per read.
+/// Most bytes taken from a shared-memory ring by one read (see [`Conn::recv`]).
 const RING_READ: usize = 256 << 10;
 /// Frames from this size on are read alone (see [`Conn::recv`]); smaller
 /// ones are read many at a time.
@@ -251,7 +251,8 @@ impl Conn {
                 // all of it once it has the prefix, and no further: else what
                 // a read took before, or past the frame's end, is copied again
                 // as the buffer grows. So a read at a frame's start takes a
-                // little, in case the frame is large.
+                // little, in case the frame is large. (A read while a small
+                // frame is pending may still run into a large one behind it.)
                 let max = if self.dec.buffered() == 0 {
                     FIRST_READ
                 } else {
