@@ -28,9 +28,11 @@ const RING_READ: usize = 256 << 10;
 /// Frames from this size on are read alone (see [`Conn::recv`]); smaller
 /// ones are read many at a time.
 const LARGE_FRAME: usize = 64 << 10;
-/// Bytes taken from a ring by a read at a frame's start (many small frames,
-/// or the start of a large one).
-const FIRST_READ: usize = 4 << 10;
+/// Bytes taken from a ring by a read at a frame's start: a frame under
+/// [`LARGE_FRAME`] whole (a second pass for its last bytes cost a 4 KiB
+/// ping-pong 19%), or many small ones, or the start of a large one (copied
+/// again once as the decoder makes room for the rest).
+const FIRST_READ: usize = LARGE_FRAME + 64;
 
 /// Plaintext of the first record sealed after the queue of an encrypted link
 /// ran dry; each next record is twice as big, up to the largest Noise allows.
