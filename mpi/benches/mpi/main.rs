@@ -26,14 +26,15 @@
 //!   copy of the same bytes (see `migrate.rs`).
 //!
 //! Each figure is a median of repetitions (but the worst after a pause); the
-//! two-rank ping-pongs of p2pmp, the references and the raw blocking rows
-//! take turns over three rounds, and so do the ring and factoring runs (until
-//! a system's runs took 20 s), also when quick, so load drifting on a shared
-//! machine hits them alike. The raw
-//! rows: blocking between two threads (`raw_tcp`, the target's baseline),
-//! busy-polling between two threads (`raw_tcp_spin`, once, with the quick
-//! counts: it collapses on a loaded machine), and blocking between two
-//! processes (`raw_tcp_proc`, the shape of two ranks). Rows whose MPI is not
+//! two-rank ping-pongs of p2pmp, the references and the raw rows take turns
+//! over three rounds, and so do the ring and factoring runs (until a
+//! system's runs took 20 s), also when quick, so load drifting on a shared
+//! machine hits them alike. The raw rows: blocking between two threads
+//! (`raw_tcp`, the target's baseline), busy-polling between two threads
+//! (`raw_tcp_spin`, with the quick counts: it collapses on a loaded
+//! machine), blocking between two processes (`raw_tcp_proc`, the shape of
+//! two ranks), and busy-polling shared memory between two processes
+//! (`raw_shm`, quick counts too, and the window's floor). Rows whose MPI is not
 //! installed are marked missing; runs past the time limit (MPICH and Open MPI:
 //! 60 s, ping-pong 120 s, quick 5 s and 10 s; p2pmp: 180 s, quick 30 s, so
 //! that its 8-rank K=500 factoring, about 537,000 flag rounds, finishes on 2
@@ -330,6 +331,8 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
     type Window = Result<f64, String>;
     let mut mpi: Vec<(Vec<PpFigures>, Vec<Window>)> = vec![Default::default(); mpi_systems.len()];
     let mut raw_rounds: Vec<Vec<PpFigures>> = vec![Vec::new(); raws.len()];
+    // The busy-polling raw rows, and the window's floor.
+    let (mut spin_rounds, mut shm_rounds, mut floor_wins) = (Vec::new(), Vec::new(), Vec::new());
     let gave_up = |w: &Window| w.as_ref().is_err_and(|e| run::timed_out(e));
     for _ in 0..PP_ROUNDS {
         for (&system, (figs, wins)) in mpi_systems.iter().zip(&mut mpi) {
@@ -346,22 +349,27 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
             let got = SIZES.iter().map(|&s| (s, raw::pingpong(s, quick, spin, peer).map_err(|e| e.to_string())));
             rounds.push(got.collect());
         }
+        // Busy-polling collapses on a loaded machine (hundreds of µs a
+        // message): with the quick counts, so it cannot hold the run up for
+        // minutes, and in every round, so that one collapse (seen: raw
+        // shared memory at 5,150 MB/s against 18,000) does not make the row.
+        let spin =
+            SIZES.iter().map(|&s| (s, raw::pingpong(s, true, true, raw::Echo::Thread).map_err(|e| e.to_string())));
+        spin_rounds.push(spin.collect());
+        // Raw shared memory between two processes, busy-polling.
+        let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
+        shm_rounds.push(shm.collect());
+        // The window through a raw ring (see window_floor.rs), as many
+        // windows as p2pmp's rank program sends.
+        floor_wins.push(window_floor::window(if quick { 2 } else { 10 }).map_err(|e| e.to_string()));
     }
     put_pp(res, "p2pmp", median_rounds(&mpi[0].0));
     for (&(system, ..), rounds) in raws.iter().zip(&raw_rounds) {
         put_pp(res, system, median_rounds(rounds));
     }
-    // Busy-polling collapses on a loaded machine (hundreds of µs a message):
-    // once, with the quick counts, so it cannot hold the run up for minutes.
-    let spin = SIZES.iter().map(|&s| (s, raw::pingpong(s, true, true, raw::Echo::Thread).map_err(|e| e.to_string())));
-    put_pp(res, "raw_tcp_spin", spin.collect());
-    // Raw shared memory between two processes, busy-polling: the same caveat.
-    let shm = SIZES.iter().map(|&s| (s, raw::shm_pingpong(s, true).map_err(|e| e.to_string())));
-    put_pp(res, "raw_shm", shm.collect());
-    // The window through a raw ring (see window_floor.rs), as many windows
-    // as p2pmp's rank program sends.
-    let win = window_floor::window(if quick { 2 } else { 10 }).map_err(|e| e.to_string());
-    res.put("bw", "window 64 x 1 MiB", "raw_shm", "win_1mib_mbps", win);
+    put_pp(res, "raw_tcp_spin", median_rounds(&spin_rounds));
+    put_pp(res, "raw_shm", median_rounds(&shm_rounds));
+    res.put("bw", "window 64 x 1 MiB", "raw_shm", "win_1mib_mbps", median_or_why(&floor_wins));
     for (&system, (figs, wins)) in mpi_systems.iter().zip(&mpi).skip(1) {
         put_pp(res, system_name(system), median_rounds(figs));
         res.put("bw", "window 64 x 1 MiB", system_name(system), "win_1mib_mbps", median_or_why(wins));
