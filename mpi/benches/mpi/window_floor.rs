@@ -30,7 +30,7 @@ use crate::median;
 use crate::segment::{self, Segment};
 
 /// Environment variable that makes this binary the receiving process:
-/// `fd windows` (the segment's inherited fd).
+/// `fd windows parent` (the segment's inherited fd, and the bench's pid).
 pub(crate) const VAR: &str = "MPI_BENCH_RAW_WINDOW";
 
 const MESSAGE: usize = 1 << 20;
@@ -46,6 +46,8 @@ const EMPTIED: usize = 64;
 const ANSWERED: usize = 128;
 const READY: usize = 192;
 const PAGE: usize = 4096;
+/// How often a spinning side looks whether the other still runs.
+const CHECK_EVERY: Duration = Duration::from_millis(1);
 /// Offset of the slots (a page of words first), and the segment's length.
 const RING: usize = PAGE;
 const LEN: usize = RING + SLOTS as usize * SLOT;
@@ -54,24 +56,36 @@ fn slot(seg: &Segment, n: u64) -> *mut u8 {
     seg.bytes(RING + (n % SLOTS) as usize * SLOT, SLOT)
 }
 
-/// Spins until `word` reaches `v`. Every so often (a million looks, about a
-/// millisecond) `alive` says whether the other side still runs, and the
-/// whole run's `deadline` (a cap on a hang) is checked.
+/// Spins until `word` reaches `v`. Every millisecond or so `alive` says
+/// whether the other side still runs (a side that ended after raising the
+/// word is no failure), and the whole run's `deadline` (a cap on a hang) is
+/// checked.
 fn spin_until(
     word: &AtomicU64,
     v: u64,
     deadline: Instant,
     alive: &mut impl FnMut() -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut looks = 0u32;
+    let (mut looks, mut next_check) = (0u32, Instant::now() + CHECK_EVERY);
     while word.load(Ordering::Acquire) < v {
         std::hint::spin_loop();
         looks = looks.wrapping_add(1);
-        if looks % (1 << 20) == 0 {
-            alive()?;
-            if Instant::now() > deadline {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "the raw window took over a minute"));
+        if looks % 4096 != 0 {
+            continue;
+        }
+        let now = Instant::now();
+        if now < next_check {
+            continue;
+        }
+        next_check = now + CHECK_EVERY;
+        if let Err(e) = alive() {
+            if word.load(Ordering::Acquire) >= v {
+                return Ok(());
             }
+            return Err(e);
+        }
+        if now > deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the raw window took over a minute"));
         }
     }
     Ok(())

@@ -25,14 +25,16 @@ const IOV: usize = 32;
 
 /// Most bytes taken from a shared-memory ring by one read (see [`Conn::recv`]).
 const RING_READ: usize = 256 << 10;
-/// Frames from this size on are read alone (see [`Conn::recv`]); smaller
-/// ones are read many at a time.
+/// Frames longer than a first read are read, after it, to their end and no
+/// further (see [`Conn::recv`]); smaller ones many at a time.
 const LARGE_FRAME: usize = 64 << 10;
-/// Bytes taken from a ring by a read at a frame's start: a frame under
-/// [`LARGE_FRAME`] whole (a second pass for its last bytes cost a 4 KiB
-/// ping-pong 19%), or many small ones, or the start of a large one (copied
-/// again once as the decoder makes room for the rest).
-const FIRST_READ: usize = LARGE_FRAME + 64;
+/// Bytes taken from a ring by a read at a frame's start: a message of up to
+/// 64 KiB whole, with its length prefix and header (under 100 bytes: the
+/// sender part with an IPv6 address is the largest), as a second pass for
+/// the last bytes cost a 4 KiB ping-pong 19%; or many small frames; or the
+/// start of a larger one (copied again once as the decoder makes room for
+/// the rest).
+const FIRST_READ: usize = LARGE_FRAME + 256;
 
 /// Plaintext of the first record sealed after the queue of an encrypted link
 /// ran dry; each next record is twice as big, up to the largest Noise allows.
@@ -252,15 +254,17 @@ impl Conn {
                 // A large frame is read into the room the decoder makes for
                 // all of it once it has the prefix, and no further: else what
                 // a read took before, or past the frame's end, is copied again
-                // as the buffer grows. So a read at a frame's start takes a
-                // little, in case the frame is large. (A read while a small
-                // frame is pending may still run into a large one behind it.)
+                // as the buffer grows. So a read at a frame's start (or with
+                // only part of a prefix) takes no more than FIRST_READ. (A
+                // read while a small frame is pending may still run into a
+                // large one behind it.)
                 let max = if self.dec.buffered() == 0 {
                     FIRST_READ
                 } else {
                     match self.dec.pending() {
                         Some((len, rest)) if len >= LARGE_FRAME && rest > 0 => rest.min(RING_READ),
-                        _ => RING_READ,
+                        Some(_) => RING_READ,
+                        None => FIRST_READ,
                     }
                 };
                 s.recv(self.dec.buffer_mut(), max)
