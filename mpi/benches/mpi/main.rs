@@ -361,7 +361,7 @@ fn pingpong_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, 
         shm_rounds.push(shm.collect());
         // The window through a raw ring (see window_floor.rs), as many
         // windows as p2pmp's rank program sends.
-        floor_wins.push(window_floor::window(if quick { 2 } else { 10 }).map_err(|e| e.to_string()));
+        floor_wins.push(window_floor::window(window_floor::rounds(quick)).map_err(|e| e.to_string()));
     }
     put_pp(res, "p2pmp", median_rounds(&mpi[0].0));
     for (&(system, ..), rounds) in raws.iter().zip(&raw_rounds) {

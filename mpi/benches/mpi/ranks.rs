@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::window_floor::{self, WINDOW};
 use crate::{SIZES, iters, median};
 
 /// `pp <size> <median half round trip µs>` per size, from rank 0. `plain`:
@@ -115,12 +116,12 @@ pub(crate) fn window_one(rounds: u64) -> Result<(), p2pmp_mpi::Error> {
 /// A window of 64 non-blocking 1 MiB sends from rank 0 to rank 1, answered
 /// by an empty message, 5 repetitions: `win <size> <median MB/s>` from rank 0.
 fn window(w: &mut p2pmp_mpi::World, quick: bool) -> Result<(), p2pmp_mpi::Error> {
-    window_rounds(w, if quick { 2 } else { 10 })
+    window_rounds(w, window_floor::rounds(quick) as usize)
 }
 
 /// [`window`] with `rounds` windows a repetition.
 fn window_rounds(w: &mut p2pmp_mpi::World, rounds: usize) -> Result<(), p2pmp_mpi::Error> {
-    let size = 1usize << 20;
+    let size = window_floor::MESSAGE;
     let data = Bytes::from(vec![7u8; size]);
     let mut samples = Vec::new();
     for _ in 0..5 {
@@ -128,16 +129,16 @@ fn window_rounds(w: &mut p2pmp_mpi::World, rounds: usize) -> Result<(), p2pmp_mp
         let t = Instant::now();
         for _ in 0..rounds {
             if w.rank() == 0 {
-                let reqs = (0..64).map(|_| w.isend_bytes(data.clone(), 1, 1)).collect::<Result<Vec<_>, _>>()?;
+                let reqs = (0..WINDOW).map(|_| w.isend_bytes(data.clone(), 1, 1)).collect::<Result<Vec<_>, _>>()?;
                 w.waitall(reqs)?;
                 w.recv_bytes(Some(1), Some(2))?;
             } else if w.rank() == 1 {
-                let reqs = (0..64).map(|_| w.irecv(Some(0), Some(1))).collect::<Result<Vec<_>, _>>()?;
+                let reqs = (0..WINDOW).map(|_| w.irecv(Some(0), Some(1))).collect::<Result<Vec<_>, _>>()?;
                 w.waitall(reqs)?;
                 w.send_bytes(Bytes::new(), 0, 2)?;
             }
         }
-        samples.push((size * 64 * rounds) as f64 / (t.elapsed().as_secs_f64() * 1e6));
+        samples.push((size * WINDOW * rounds) as f64 / (t.elapsed().as_secs_f64() * 1e6));
     }
     if w.rank() == 0 {
         println!("win {size} {}", median(samples));

@@ -33,8 +33,9 @@ use crate::segment::{self, Segment};
 /// `fd windows parent` (the segment's inherited fd, and the bench's pid).
 pub(crate) const VAR: &str = "MPI_BENCH_RAW_WINDOW";
 
-const MESSAGE: usize = 1 << 20;
-const WINDOW: usize = 64;
+/// The window's messages, and their bytes (the rank program's window too).
+pub(crate) const WINDOW: usize = 64;
+pub(crate) const MESSAGE: usize = 1 << 20;
 const SLOT: usize = 64 << 10;
 const SLOTS: u64 = 8;
 const SLOTS_PER_MESSAGE: usize = MESSAGE / SLOT;
@@ -135,6 +136,11 @@ pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
     }
     std::hint::black_box(buffers);
     Ok(())
+}
+
+/// Windows a repetition, here and in the rank program's window.
+pub(crate) fn rounds(quick: bool) -> u64 {
+    if quick { 2 } else { 10 }
 }
 
 /// The median bandwidth in MB/s of 5 repetitions of `rounds` windows.
