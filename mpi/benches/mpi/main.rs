@@ -21,6 +21,8 @@
 //!   encrypted as by default between hosts and again unencrypted, beside a raw
 //!   TCP ping-pong between processes on the same two hosts (blocking and
 //!   busy-polling) and MPICH over TCP.
+//! - `--raw-shm` (only this row): the raw shared-memory ping-pong, each size
+//!   three times, to look at the one-host baseline alone.
 //! - `--migrate` (only these rows): `p2pjob migrate` of a rank with 1.5 MB,
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
@@ -609,6 +611,15 @@ fn main() {
             other => panic!("unknown mode {other:?}"),
         };
         res.expect("rank failed");
+        return;
+    }
+    if args.iter().any(|a| a == "--raw-shm") {
+        for size in SIZES {
+            let runs: Vec<String> = (0..3)
+                .map(|_| raw::shm_pingpong(size, quick).map_or_else(|e| format!("failed: {e}"), figure))
+                .collect();
+            println!("raw_shm {size} B: {} µs", runs.join(" "));
+        }
         return;
     }
     let t0 = Instant::now();

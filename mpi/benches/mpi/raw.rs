@@ -8,9 +8,10 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::time::Instant;
+use std::process::Child;
+use std::time::{Duration, Instant};
 
-use crate::segment::{self, Segment};
+use crate::segment::{self, PageBuf, Segment};
 use crate::{iters, median};
 
 fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
@@ -145,7 +146,8 @@ pub(crate) fn timer_main(spec: &str) -> io::Result<()> {
 }
 
 /// Environment variable that makes this binary the echoing side of a raw
-/// shared-memory ping-pong: `fd size count` (the segment's inherited fd).
+/// shared-memory ping-pong: `fd size count parent` (the segment's inherited
+/// fd, and the bench's pid).
 pub(crate) const SHM_ECHO_VAR: &str = "MPI_BENCH_RAW_SHM";
 
 /// Offset of the data buffers in the raw shared segment (a page of flags first).
@@ -176,29 +178,29 @@ impl ShmPair {
         self.0.bytes(SHM_DATA + i * SHM_BUF, size)
     }
 
-    /// Waits (spinning) until flag `i` reaches `v`.
-    fn wait(&self, i: usize, v: u64) {
-        while self.flag(i).load(std::sync::atomic::Ordering::Acquire) < v {
-            std::hint::spin_loop();
-        }
+    /// Waits (spinning) until flag `i` reaches `v`, while `alive` says the
+    /// other side runs (see [`segment::spin_until`]).
+    fn wait(&self, i: usize, v: u64, alive: &mut impl FnMut() -> io::Result<()>) -> io::Result<()> {
+        segment::spin_until(self.flag(i), v, Instant::now() + SHM_DEADLINE, alive)
     }
 }
+
+/// A cap on one raw shared-memory wait (a hang, not a slow machine).
+const SHM_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The echoing process of a raw shared-memory ping-pong: for each message,
 /// copy it out of buffer 0 into private memory, then into buffer 1.
 pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{SHM_ECHO_VAR}={spec}"));
-    let mut it = spec.split_whitespace();
-    let fd: i32 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
-    let size: usize = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
-    let count: u64 = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
-    if size > SHM_BUF {
-        return Err(bad());
-    }
-    let m = ShmPair::map(fd)?;
-    let mut own = vec![0u8; size];
+    let v: Vec<u64> = spec.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
+    let &[fd, size, count, parent] = &v[..] else { return Err(bad()) };
+    let size = usize::try_from(size).ok().filter(|&s| s <= SHM_BUF).ok_or_else(bad)?;
+    // Gone with the bench, never left spinning.
+    let mut alive = segment::follow_parent(parent)?;
+    let m = ShmPair::map(i32::try_from(fd).map_err(|_| bad())?)?;
+    let mut own = PageBuf::new(size, 0);
     for i in 1..=count {
-        m.wait(0, i);
+        m.wait(0, i, &mut alive)?;
         // SAFETY: the pinger wrote `size` bytes of buffer 0 before raising flag 0
         // to `i`, and touches neither buffer until flag 1 reaches `i`.
         unsafe {
@@ -213,7 +215,8 @@ pub(crate) fn shm_echo_main(spec: &str) -> io::Result<()> {
 /// Median half round trip in µs of a raw shared-memory ping-pong of `size`
 /// bytes between this process and a child (both busy-polling; each message
 /// copied in by its sender and out by its receiver, as TCP copies it in and
-/// out of the kernel): the physical limit of a one-host transport.
+/// out of the kernel): the physical limit of a one-host transport. Every
+/// buffer starts on a page (see `segment.rs`).
 pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
     if size > SHM_BUF {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{size} B: the buffers hold {SHM_BUF}")));
@@ -221,10 +224,23 @@ pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
     let n = iters(size, quick);
     let fd = segment::memfd(c"raw-shm", SHM_LEN)?;
     let m = ShmPair::map(fd.as_raw_fd())?;
-    let spec = format!("{} {size} {}", fd.as_raw_fd(), 5 * n);
+    let spec = format!("{} {size} {} {}", fd.as_raw_fd(), 5 * n, std::process::id());
     let mut child = std::process::Command::new(std::env::current_exe()?).env(SHM_ECHO_VAR, spec).spawn()?;
-    let own = vec![7u8; size];
-    let mut back = vec![0u8; size];
+    let got = shm_ping(&m, size, n, &mut child);
+    if got.is_err() {
+        let _ = child.kill();
+    }
+    // (An echo that failed first is named in the error.)
+    let samples = got?;
+    segment::finish(&mut child, "the raw shared-memory echo")?;
+    Ok(median(samples))
+}
+
+/// The pinging side: 5 figures of `n` round trips each.
+fn shm_ping(m: &ShmPair, size: usize, n: usize, echo: &mut Child) -> io::Result<Vec<f64>> {
+    let own = PageBuf::new(size, 7);
+    let mut back = PageBuf::new(size, 0);
+    let mut alive = segment::child_alive(echo, "the raw shared-memory echo");
     let (mut samples, mut i) = (Vec::new(), 0u64);
     for _ in 0..5 {
         let t = Instant::now();
@@ -233,16 +249,12 @@ pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
             // SAFETY: the echo touches buffer 0 only after flag 0 reaches `i`.
             unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(0, size), size) };
             m.flag(0).store(i, std::sync::atomic::Ordering::Release);
-            m.wait(1, i);
+            m.wait(1, i, &mut alive)?;
             // SAFETY: buffer 1 is complete once flag 1 reaches `i`, and the
             // echo writes it again only after flag 0 passes `i`.
             unsafe { std::ptr::copy_nonoverlapping(m.buf(1, size), back.as_mut_ptr(), size) };
         }
         samples.push(t.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64);
     }
-    let st = child.wait()?;
-    if !st.success() {
-        return Err(io::Error::other(format!("echo process: {st}")));
-    }
-    Ok(median(samples))
+    Ok(samples)
 }

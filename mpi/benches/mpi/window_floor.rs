@@ -14,20 +14,18 @@
 //! here. The verdicts print it beside the window target (no target of its
 //! own).
 //!
-//! The receive buffers start on a page, as the slots do. Where a copy's
-//! destination lay 1 to 31 bytes past its source's place in a page (as in a
-//! buffer straight from `malloc`, 16 bytes past a page), this row ran at
-//! 2,300-2,700 MB/s against 10,000-12,000 with the two 32 bytes or more apart
-//! or level (glibc's copy on this machine's AMD EPYC).
+//! The buffers start on a page, as the slots do (see `segment.rs`: with the
+//! receive buffers straight from `malloc`, this row ran at 2,300-2,700 MB/s
+//! against 10,000-12,000).
 
 use std::io;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::median;
-use crate::segment::{self, Segment};
+use crate::segment::{self, PageBuf, Segment, spin_until};
 
 /// Environment variable that makes this binary the receiving process:
 /// `fd windows parent` (the segment's inherited fd, and the bench's pid).
@@ -47,8 +45,6 @@ const EMPTIED: usize = 64;
 const ANSWERED: usize = 128;
 const READY: usize = 192;
 const PAGE: usize = 4096;
-/// How often a spinning side looks whether the other still runs.
-const CHECK_EVERY: Duration = Duration::from_millis(1);
 /// Offset of the slots (a page of words first), and the segment's length.
 const RING: usize = PAGE;
 const LEN: usize = RING + SLOTS as usize * SLOT;
@@ -57,68 +53,17 @@ fn slot(seg: &Segment, n: u64) -> *mut u8 {
     seg.bytes(RING + (n % SLOTS) as usize * SLOT, SLOT)
 }
 
-/// Spins until `word` reaches `v`. Every millisecond or so `alive` says
-/// whether the other side still runs (a side that ended after raising the
-/// word is no failure), and the whole run's `deadline` (a cap on a hang) is
-/// checked.
-fn spin_until(
-    word: &AtomicU64,
-    v: u64,
-    deadline: Instant,
-    alive: &mut impl FnMut() -> io::Result<()>,
-) -> io::Result<()> {
-    let (mut looks, mut next_check) = (0u32, Instant::now() + CHECK_EVERY);
-    while word.load(Ordering::Acquire) < v {
-        std::hint::spin_loop();
-        looks = looks.wrapping_add(1);
-        if looks % 4096 != 0 {
-            continue;
-        }
-        let now = Instant::now();
-        if now < next_check {
-            continue;
-        }
-        next_check = now + CHECK_EVERY;
-        if let Err(e) = alive() {
-            if word.load(Ordering::Acquire) >= v {
-                return Ok(());
-            }
-            return Err(e);
-        }
-        if now > deadline {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "the raw window took over a minute"));
-        }
-    }
-    Ok(())
-}
-
 /// The receiving process (`VAR` set): takes `windows` windows.
 pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{VAR}={spec}"));
     let v: Vec<u64> = spec.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
     let &[fd, windows, parent] = &v[..] else { return Err(bad()) };
-    // Gone with the bench, never left spinning: killed when it dies, and
-    // checked now in case it died before this was asked.
-    // SAFETY: prctl(2) with two integer arguments; getppid(2) takes none.
-    let orphaned =
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() as u64 != parent };
-    if orphaned {
-        return Err(io::Error::other("the bench is gone (or cannot be followed)"));
-    }
+    // Gone with the bench, never left spinning.
+    let mut alive = segment::follow_parent(parent)?;
     let seg = Segment::map(i32::try_from(fd).map_err(|_| bad())?, LEN)?;
-    // Touched before the first window, as a benchmark's buffers are; they
-    // start on a page, as the slots do (see the module docs).
-    let mut space = vec![1u8; WINDOW * MESSAGE + PAGE];
-    let start = space.as_ptr().align_offset(PAGE).min(PAGE);
-    let buffers = &mut space[start..][..WINDOW * MESSAGE];
+    let mut buffers = PageBuf::new(WINDOW * MESSAGE, 1);
     seg.word(READY).store(1, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(60);
-    // The bench is alive while it is our parent.
-    let mut alive = || {
-        // SAFETY: getppid(2) takes no arguments.
-        let parent_now = unsafe { libc::getppid() } as u64;
-        if parent_now == parent { Ok(()) } else { Err(io::Error::other("the bench is gone")) }
-    };
     let mut emptied = 0u64;
     for w in 1..=windows {
         for m in 0..WINDOW {
@@ -134,7 +79,7 @@ pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
         }
         seg.word(ANSWERED).store(w, Ordering::Release);
     }
-    std::hint::black_box(buffers);
+    std::hint::black_box(&buffers);
     Ok(())
 }
 
@@ -150,7 +95,7 @@ pub(crate) fn window(rounds: u64) -> io::Result<f64> {
     let spec = format!("{} {} {}", fd.as_raw_fd(), 5 * rounds, std::process::id());
     let mut child = Command::new(std::env::current_exe()?).env(VAR, spec).spawn()?;
     match send(&seg, rounds, &mut child) {
-        Ok(samples) => finish(&mut child).map(|()| median(samples)),
+        Ok(samples) => segment::finish(&mut child, "the raw window's receiver").map(|()| median(samples)),
         // (A receiver that failed first is named in the error.)
         Err(e) => {
             let _ = child.kill();
@@ -162,12 +107,9 @@ pub(crate) fn window(rounds: u64) -> io::Result<f64> {
 
 /// The sending side: one figure per repetition, once the receiver is ready.
 fn send(seg: &Segment, rounds: u64, receiver: &mut Child) -> io::Result<Vec<f64>> {
-    let data = vec![7u8; MESSAGE];
+    let data = PageBuf::new(MESSAGE, 7);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut alive = || match receiver.try_wait()? {
-        None => Ok(()),
-        Some(st) => Err(io::Error::other(format!("the raw window's receiver ended: {st}"))),
-    };
+    let mut alive = segment::child_alive(receiver, "the raw window's receiver");
     spin_until(seg.word(READY), 1, deadline, &mut alive)?;
     let (mut filled, mut answered, mut samples) = (0u64, 0u64, Vec::new());
     for _ in 0..5 {
@@ -190,9 +132,4 @@ fn send(seg: &Segment, rounds: u64, receiver: &mut Child) -> io::Result<Vec<f64>
         samples.push((MESSAGE * WINDOW) as f64 * rounds as f64 / (t.elapsed().as_secs_f64() * 1e6));
     }
     Ok(samples)
-}
-
-fn finish(child: &mut Child) -> io::Result<()> {
-    let st = child.wait()?;
-    if st.success() { Ok(()) } else { Err(io::Error::other(format!("the raw window's receiver: {st}"))) }
 }
