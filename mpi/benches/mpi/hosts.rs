@@ -6,13 +6,15 @@
 //! between a process on each of the same two hosts, blocking (`raw_tcp`) and
 //! busy-polling (`raw_tcp_spin`), and MPICH over TCP between them (hydra started
 //! on host 0, its proxy on host 1 through a launcher that enters host 1's
-//! namespace instead of ssh).
+//! namespace instead of ssh). The raw rows also take the window between the
+//! same processes, plain and (`raw_tcp_aead`, `raw_tcp_spin_aead`) sealed as
+//! p2pmp's ranks seal it: the window's floor (see `tcp_window.rs`).
 
 use std::time::{Duration, Instant};
 
 use p2pmp_tests::cluster::{Cluster, unavailable};
 
-use crate::{SIZES, iters, raw, run, size_label};
+use crate::{SIZES, iters, raw, run, size_label, tcp_window, window_floor};
 
 /// One measured figure: (section, row, system, key, value).
 pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64, String>);
@@ -22,9 +24,13 @@ pub(crate) type Figure = (&'static str, String, &'static str, String, Result<f64
 pub(crate) fn pingpong(quick: bool, limit: Duration, mpich: Result<&std::path::Path, String>) -> Vec<Figure> {
     let got: Vec<(&'static str, Figures)> = match measure(quick, limit, mpich) {
         Ok(v) => v,
-        Err(why) => ["p2pmp", "p2pmp_plain", "raw_tcp", "raw_tcp_spin", "mpich_tcp"]
-            .map(|s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).chain([(WIN, Err(why.clone()))]).collect()))
-            .into(),
+        Err(why) => {
+            let all = |s| (s, SIZES.iter().map(|z| (*z, Err(why.clone()))).chain([(WIN, Err(why.clone()))]).collect());
+            let window_only = |s| (s, vec![(WIN, Err(why.clone()))]);
+            let mut v: Vec<_> = ["p2pmp", "p2pmp_plain", "raw_tcp", "raw_tcp_spin", "mpich_tcp"].map(all).into();
+            v.extend(["raw_tcp_aead", "raw_tcp_spin_aead"].map(window_only));
+            v
+        }
     };
     let mut out = Vec::new();
     for (system, figures) in got {
@@ -88,10 +94,13 @@ fn measure(
     let (encrypted, plain) = (p2pmp(false), p2pmp(true));
     // The busy-polling row with the quick counts, as on one host: it
     // collapses on a loaded machine.
+    let window = |spin: bool, aead: bool| (WIN, raw_window(&c, &me, (0, 1), window_floor::rounds(quick), spin, aead));
     let raw = |spin: bool| -> Figures {
-        SIZES.iter().map(|&z| (z, raw_hosts(&c, &me, (0, 1), z, iters(z, quick || spin), spin))).collect()
+        let pp = SIZES.iter().map(|&z| (z, raw_hosts(&c, &me, (0, 1), z, iters(z, quick || spin), spin)));
+        pp.chain([window(spin, false)]).collect()
     };
     let (raw, raw_spin) = (raw(false), raw(true));
+    let (aead, aead_spin) = (vec![window(false, true)], vec![window(true, true)]);
     let mpich = match mpich {
         Ok(dir) => mpich_between(&c, dir, quick, limit),
         Err(why) => figures_of(&[], &why),
@@ -101,6 +110,8 @@ fn measure(
         ("p2pmp_plain", plain),
         ("raw_tcp", raw),
         ("raw_tcp_spin", raw_spin),
+        ("raw_tcp_aead", aead),
+        ("raw_tcp_spin_aead", aead_spin),
         ("mpich_tcp", mpich),
     ])
 }
@@ -189,4 +200,38 @@ pub(crate) fn raw_hosts(
     let out = timer.wait_with_output().map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).ok_or_else(|| format!("failed: timer said {text:?}"))
+}
+
+/// The raw window of `tcp_window.rs`, `windows` windows a repetition, plain
+/// or sealed (`aead`), blocking or busy-polling (`spin`): the receiver on
+/// host `b`, the timing sender on host `a`; the median MB/s.
+pub(crate) fn raw_window(
+    c: &Cluster,
+    me: &std::path::Path,
+    (a, b): (usize, usize),
+    windows: u64,
+    spin: bool,
+    aead: bool,
+) -> Result<f64, String> {
+    let at = std::net::SocketAddr::from((c.hosts[b].ip, 7501));
+    let mut receiver = c.hosts[b]
+        .command(me)
+        .env(tcp_window::RECV_VAR, tcp_window::spec(at, 5 * windows, spin, aead))
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let sender = c.hosts[a].command(me).env(tcp_window::SEND_VAR, tcp_window::spec(at, windows, spin, aead)).output();
+    let text = match &sender {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        _ => {
+            // The receiver may wait in `accept` for a sender that never came.
+            let _ = receiver.kill();
+            let _ = receiver.wait();
+            return Err(format!("failed: sender {sender:?}"));
+        }
+    };
+    let st = receiver.wait().map_err(|e| e.to_string())?;
+    if !st.success() {
+        return Err(format!("failed: receiver {st}"));
+    }
+    text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("failed: sender said {text:?}"))
 }

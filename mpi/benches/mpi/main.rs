@@ -22,7 +22,7 @@
 //!   TCP ping-pong between processes on the same two hosts (blocking and
 //!   busy-polling) and MPICH over TCP.
 //! - `--raw-shm` (only this row): the raw shared-memory ping-pong, each size
-//!   three times, to look at the one-host baseline alone.
+//!   three times as the bench runs it, to look at the one-host baseline alone.
 //! - `--migrate` (only these rows): `p2pjob migrate` of a rank with 1.5 MB,
 //!   16 MB and 256 MB of protected state between namespace hosts, beside a raw
 //!   copy of the same bytes (see `migrate.rs`).
@@ -59,6 +59,7 @@ mod ranks;
 mod raw;
 mod run;
 mod segment;
+mod tcp_window;
 mod verdicts;
 mod window_floor;
 
@@ -582,6 +583,14 @@ fn main() {
         raw::shm_echo_main(&spec).expect("raw shared-memory echo failed");
         return;
     }
+    if let Ok(spec) = std::env::var(tcp_window::RECV_VAR) {
+        tcp_window::receiver_main(&spec).expect("raw TCP window receiver failed");
+        return;
+    }
+    if let Ok(spec) = std::env::var(tcp_window::SEND_VAR) {
+        tcp_window::sender_main(&spec).expect("raw TCP window sender failed");
+        return;
+    }
     if let Ok(spec) = std::env::var(window_floor::VAR) {
         window_floor::receiver_main(&spec).expect("raw window receiver failed");
         return;
@@ -615,10 +624,13 @@ fn main() {
     }
     if args.iter().any(|a| a == "--raw-shm") {
         for size in SIZES {
+            // With the quick counts, as the bench's row runs.
             let runs: Vec<String> = (0..3)
-                .map(|_| raw::shm_pingpong(size, quick).map_or_else(|e| format!("failed: {e}"), figure))
+                .map(|_| {
+                    raw::shm_pingpong(size, true).map_or_else(|e| format!("(failed: {e})"), |us| figure(us) + " µs")
+                })
                 .collect();
-            println!("raw_shm {size} B: {} µs", runs.join(" "));
+            println!("raw_shm {size} B, half round trip: {}", runs.join(", "));
         }
         return;
     }

@@ -8,13 +8,12 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::segment::{self, PageBuf, Segment};
 use crate::{iters, median};
 
-fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -27,7 +26,7 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn write_full(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
+pub(crate) fn write_full(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
     let mut put = 0;
     while put < buf.len() {
         match s.write(&buf[put..]) {
@@ -151,7 +150,7 @@ pub(crate) fn timer_main(spec: &str) -> io::Result<()> {
 pub(crate) const SHM_ECHO_VAR: &str = "MPI_BENCH_RAW_SHM";
 
 /// Offset of the data buffers in the raw shared segment (a page of flags first).
-const SHM_DATA: usize = 4096;
+const SHM_DATA: usize = segment::PAGE;
 
 /// Bytes of each of the two buffers of the raw shared segment.
 const SHM_BUF: usize = 4 << 20;
@@ -180,13 +179,13 @@ impl ShmPair {
 
     /// Waits (spinning) until flag `i` reaches `v`, while `alive` says the
     /// other side runs (see [`segment::spin_until`]).
-    fn wait(&self, i: usize, v: u64, alive: &mut impl FnMut() -> io::Result<()>) -> io::Result<()> {
-        segment::spin_until(self.flag(i), v, Instant::now() + SHM_DEADLINE, alive)
+    fn wait(&self, i: usize, v: u64, alive: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
+        segment::spin_until(self.flag(i), v, (SHM_CAP, "the raw shared-memory ping-pong"), alive)
     }
 }
 
 /// A cap on one raw shared-memory wait (a hang, not a slow machine).
-const SHM_DEADLINE: Duration = Duration::from_secs(60);
+const SHM_CAP: Duration = Duration::from_secs(60);
 
 /// The echoing process of a raw shared-memory ping-pong: for each message,
 /// copy it out of buffer 0 into private memory, then into buffer 1.
@@ -225,22 +224,14 @@ pub(crate) fn shm_pingpong(size: usize, quick: bool) -> io::Result<f64> {
     let fd = segment::memfd(c"raw-shm", SHM_LEN)?;
     let m = ShmPair::map(fd.as_raw_fd())?;
     let spec = format!("{} {size} {} {}", fd.as_raw_fd(), 5 * n, std::process::id());
-    let mut child = std::process::Command::new(std::env::current_exe()?).env(SHM_ECHO_VAR, spec).spawn()?;
-    let got = shm_ping(&m, size, n, &mut child);
-    if got.is_err() {
-        let _ = child.kill();
-    }
-    // (An echo that failed first is named in the error.)
-    let samples = got?;
-    segment::finish(&mut child, "the raw shared-memory echo")?;
-    Ok(median(samples))
+    let child = std::process::Command::new(std::env::current_exe()?).env(SHM_ECHO_VAR, spec).spawn()?;
+    segment::beside_child(child, "the raw shared-memory echo", |alive| shm_ping(&m, size, n, alive)).map(median)
 }
 
 /// The pinging side: 5 figures of `n` round trips each.
-fn shm_ping(m: &ShmPair, size: usize, n: usize, echo: &mut Child) -> io::Result<Vec<f64>> {
+fn shm_ping(m: &ShmPair, size: usize, n: usize, alive: &mut dyn FnMut() -> io::Result<()>) -> io::Result<Vec<f64>> {
     let own = PageBuf::new(size, 7);
     let mut back = PageBuf::new(size, 0);
-    let mut alive = segment::child_alive(echo, "the raw shared-memory echo");
     let (mut samples, mut i) = (Vec::new(), 0u64);
     for _ in 0..5 {
         let t = Instant::now();
@@ -249,7 +240,7 @@ fn shm_ping(m: &ShmPair, size: usize, n: usize, echo: &mut Child) -> io::Result<
             // SAFETY: the echo touches buffer 0 only after flag 0 reaches `i`.
             unsafe { std::ptr::copy_nonoverlapping(own.as_ptr(), m.buf(0, size), size) };
             m.flag(0).store(i, std::sync::atomic::Ordering::Release);
-            m.wait(1, i, &mut alive)?;
+            m.wait(1, i, alive)?;
             // SAFETY: buffer 1 is complete once flag 1 reaches `i`, and the
             // echo writes it again only after flag 0 passes `i`.
             unsafe { std::ptr::copy_nonoverlapping(m.buf(1, size), back.as_mut_ptr(), size) };

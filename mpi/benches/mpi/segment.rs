@@ -19,7 +19,8 @@ use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const PAGE: usize = 4096;
+/// A page: where private buffers start (see [`PageBuf`]).
+pub(crate) const PAGE: usize = 4096;
 /// How often a spinning side looks whether the other still runs.
 const CHECK_EVERY: Duration = Duration::from_millis(1);
 
@@ -118,14 +119,15 @@ impl DerefMut for PageBuf {
 
 /// Spins until `word` reaches `v`. Every millisecond or so `alive` says
 /// whether the other side still runs (a side that ended after raising the
-/// word is no failure), and `deadline` (a cap on a hang) is checked.
+/// word is no failure), and the wait fails once it took `cap` (a hang, not a
+/// slow machine: `what` names the row). A short wait reads no clock.
 pub(crate) fn spin_until(
     word: &AtomicU64,
     v: u64,
-    deadline: Instant,
-    alive: &mut impl FnMut() -> io::Result<()>,
+    (cap, what): (Duration, &str),
+    alive: &mut dyn FnMut() -> io::Result<()>,
 ) -> io::Result<()> {
-    let (mut looks, mut next_check) = (0u32, Instant::now() + CHECK_EVERY);
+    let (mut looks, mut checks) = (0u32, None::<(Instant, Instant)>);
     while word.load(Ordering::Acquire) < v {
         std::hint::spin_loop();
         looks = looks.wrapping_add(1);
@@ -133,26 +135,30 @@ pub(crate) fn spin_until(
             continue;
         }
         let now = Instant::now();
-        if now < next_check {
+        // (The next check, the deadline.)
+        let (next, deadline) = checks.get_or_insert((now + CHECK_EVERY, now + cap));
+        if now < *next {
             continue;
         }
-        next_check = now + CHECK_EVERY;
+        *next = now + CHECK_EVERY;
         if let Err(e) = alive() {
             if word.load(Ordering::Acquire) >= v {
                 return Ok(());
             }
             return Err(e);
         }
-        if now > deadline {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "a raw row's wait took over its deadline"));
+        if now > *deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("{what}: a wait took over {cap:?}")));
         }
     }
     Ok(())
 }
 
 /// For a child of the bench (`parent`: the bench's pid, passed to it):
-/// killed when the bench dies, and an error now if it already has. Then
-/// the check for [`spin_until`]: the bench is alive while it is our parent.
+/// killed when the bench dies (strictly, when the thread that spawned it
+/// ends: the bench spawns from its main thread and waits), and an error now
+/// if it already has. Then the check for [`spin_until`]: the bench is alive
+/// while it is our parent.
 pub(crate) fn follow_parent(parent: u64) -> io::Result<impl FnMut() -> io::Result<()>> {
     // SAFETY: prctl(2) with two integer arguments; getppid(2) takes none.
     let orphaned =
@@ -167,16 +173,29 @@ pub(crate) fn follow_parent(parent: u64) -> io::Result<impl FnMut() -> io::Resul
     })
 }
 
-/// The check for [`spin_until`] on the bench's side: `child` (`what`) still runs.
-pub(crate) fn child_alive<'a>(child: &'a mut Child, what: &'a str) -> impl FnMut() -> io::Result<()> + 'a {
-    move || match child.try_wait()? {
+/// Runs `side`, this process's part of a raw row, beside `child` (`what`),
+/// which `side` watches through the check it is given (for
+/// [`spin_until`]); then waits for the child, and fails unless both
+/// succeeded. When `side` fails (naming a child that failed first), the
+/// child is killed and reaped.
+pub(crate) fn beside_child<T>(
+    mut child: Child,
+    what: &str,
+    side: impl FnOnce(&mut dyn FnMut() -> io::Result<()>) -> io::Result<T>,
+) -> io::Result<T> {
+    let mut alive = || match child.try_wait()? {
         None => Ok(()),
         Some(st) => Err(io::Error::other(format!("{what} ended: {st}"))),
+    };
+    match side(&mut alive) {
+        Ok(v) => {
+            let st = child.wait()?;
+            if st.success() { Ok(v) } else { Err(io::Error::other(format!("{what}: {st}"))) }
+        }
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
     }
-}
-
-/// Waits for `child` (`what`) to end, and fails unless it succeeded.
-pub(crate) fn finish(child: &mut Child, what: &str) -> io::Result<()> {
-    let st = child.wait()?;
-    if st.success() { Ok(()) } else { Err(io::Error::other(format!("{what}: {st}"))) }
 }

@@ -142,6 +142,18 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
         _ => "n/a".into(),
     };
     let _ = writeln!(out, "    1 MiB window of 64, one host: {line}");
+    let _ = writeln!(out, "  the two-host window's floor (raw TCP, the best of blocking and busy-polling; no target):");
+    for (what, ours, raws) in [
+        ("unencrypted", "p2pmp_plain", ["raw_tcp", "raw_tcp_spin"]),
+        ("sealed as p2pmp seals it", "p2pmp", ["raw_tcp_aead", "raw_tcp_spin_aead"]),
+    ] {
+        let raw = raws.iter().filter_map(|r| fig.get(&format!("{r}_hosts_win_1mib_mbps")).copied()).reduce(f64::max);
+        let line = match (fig.get(&format!("{ours}_hosts_win_1mib_mbps")), raw) {
+            (Some(&ours), Some(raw)) => format!("{} / {} = {:.2}", figure(ours), figure(raw), ours / raw),
+            _ => "n/a".into(),
+        };
+        let _ = writeln!(out, "    {what}: {line}");
+    }
     let _ = writeln!(out, "  beside a CPU hog on each core, and after a pause (reported, no target):");
     for key in ["hog_lat_8b_us", "hog_ring_2x2000_s", "pause_median_us", "pause_worst_us"] {
         let cells: Vec<String> = ["p2pmp", "mpich_default", "openmpi_default"]

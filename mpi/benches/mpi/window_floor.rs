@@ -14,18 +14,23 @@
 //! here. The verdicts print it beside the window target (no target of its
 //! own).
 //!
-//! The buffers start on a page, as the slots do (see `segment.rs`: with the
-//! receive buffers straight from `malloc`, this row ran at 2,300-2,700 MB/s
-//! against 10,000-12,000).
+//! The receive buffers start on a page, as the slots do (see `segment.rs`:
+//! with them straight from `malloc`, this row ran at 2,300-2,700 MB/s against
+//! 10,000-12,000). The sender's buffer comes from `malloc`, 16 bytes past a
+//! page as p2pmp's is: a slot then lies 4,080 bytes past it in a page, which
+//! copies fast.
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::median;
 use crate::segment::{self, PageBuf, Segment, spin_until};
+
+/// A cap on one wait (a hang), and the row's name in the error.
+const CAP: (Duration, &str) = (Duration::from_secs(60), "the raw window");
 
 /// Environment variable that makes this binary the receiving process:
 /// `fd windows parent` (the segment's inherited fd, and the bench's pid).
@@ -44,9 +49,8 @@ const FILLED: usize = 0;
 const EMPTIED: usize = 64;
 const ANSWERED: usize = 128;
 const READY: usize = 192;
-const PAGE: usize = 4096;
 /// Offset of the slots (a page of words first), and the segment's length.
-const RING: usize = PAGE;
+const RING: usize = segment::PAGE;
 const LEN: usize = RING + SLOTS as usize * SLOT;
 
 fn slot(seg: &Segment, n: u64) -> *mut u8 {
@@ -63,12 +67,11 @@ pub(crate) fn receiver_main(spec: &str) -> io::Result<()> {
     let seg = Segment::map(i32::try_from(fd).map_err(|_| bad())?, LEN)?;
     let mut buffers = PageBuf::new(WINDOW * MESSAGE, 1);
     seg.word(READY).store(1, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut emptied = 0u64;
     for w in 1..=windows {
         for m in 0..WINDOW {
             for s in 0..SLOTS_PER_MESSAGE {
-                spin_until(seg.word(FILLED), emptied + 1, deadline, &mut alive)?;
+                spin_until(seg.word(FILLED), emptied + 1, CAP, &mut alive)?;
                 let to = &mut buffers[m * MESSAGE + s * SLOT..][..SLOT];
                 // SAFETY: the sender filled this slot before raising FILLED
                 // past it, and refills it only once EMPTIED passes it.
@@ -93,31 +96,21 @@ pub(crate) fn window(rounds: u64) -> io::Result<f64> {
     let fd = segment::memfd(c"raw-window", LEN)?;
     let seg = Segment::map(fd.as_raw_fd(), LEN)?;
     let spec = format!("{} {} {}", fd.as_raw_fd(), 5 * rounds, std::process::id());
-    let mut child = Command::new(std::env::current_exe()?).env(VAR, spec).spawn()?;
-    match send(&seg, rounds, &mut child) {
-        Ok(samples) => segment::finish(&mut child, "the raw window's receiver").map(|()| median(samples)),
-        // (A receiver that failed first is named in the error.)
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+    let child = Command::new(std::env::current_exe()?).env(VAR, spec).spawn()?;
+    segment::beside_child(child, "the raw window's receiver", |alive| send(&seg, rounds, alive)).map(median)
 }
 
 /// The sending side: one figure per repetition, once the receiver is ready.
-fn send(seg: &Segment, rounds: u64, receiver: &mut Child) -> io::Result<Vec<f64>> {
-    let data = PageBuf::new(MESSAGE, 7);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut alive = segment::child_alive(receiver, "the raw window's receiver");
-    spin_until(seg.word(READY), 1, deadline, &mut alive)?;
+fn send(seg: &Segment, rounds: u64, alive: &mut dyn FnMut() -> io::Result<()>) -> io::Result<Vec<f64>> {
+    let data = vec![7u8; MESSAGE];
+    spin_until(seg.word(READY), 1, CAP, alive)?;
     let (mut filled, mut answered, mut samples) = (0u64, 0u64, Vec::new());
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..rounds {
             for _ in 0..WINDOW {
                 for s in 0..SLOTS_PER_MESSAGE {
-                    spin_until(seg.word(EMPTIED), (filled + 1).saturating_sub(SLOTS), deadline, &mut alive)?;
+                    spin_until(seg.word(EMPTIED), (filled + 1).saturating_sub(SLOTS), CAP, alive)?;
                     let from = &data[s * SLOT..][..SLOT];
                     // SAFETY: the receiver emptied this slot (EMPTIED passed
                     // it) and reads it only once FILLED passes it.
@@ -127,7 +120,7 @@ fn send(seg: &Segment, rounds: u64, receiver: &mut Child) -> io::Result<Vec<f64>
                 }
             }
             answered += 1;
-            spin_until(seg.word(ANSWERED), answered, deadline, &mut alive)?;
+            spin_until(seg.word(ANSWERED), answered, CAP, alive)?;
         }
         samples.push((MESSAGE * WINDOW) as f64 * rounds as f64 / (t.elapsed().as_secs_f64() * 1e6));
     }
