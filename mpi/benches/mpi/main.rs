@@ -110,7 +110,7 @@ type PpFigures = Vec<(usize, Result<f64, String>)>;
 
 /// The median of the figures among `all`, else the first reason (or "no
 /// figure" when there is nothing at all).
-fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, String>>) -> Result<f64, String> {
+pub(crate) fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, String>>) -> Result<f64, String> {
     let (mut ok, mut why) = (Vec::new(), None);
     for r in all {
         match r {

@@ -145,7 +145,7 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
     let _ = writeln!(out, "  the two-host window's floor (raw TCP, the best of blocking and busy-polling; no target):");
     for (what, ours, raws) in [
         ("unencrypted", "p2pmp_plain", ["raw_tcp", "raw_tcp_spin"]),
-        ("sealed as p2pmp seals it", "p2pmp", ["raw_tcp_aead", "raw_tcp_spin_aead"]),
+        ("sealed as p2pmp seals it", "p2pmp", ["raw_aead", "raw_aead_spin"]),
     ] {
         let raw = raws.iter().filter_map(|r| fig.get(&format!("{r}_hosts_win_1mib_mbps")).copied()).reduce(f64::max);
         let line = match (fig.get(&format!("{ours}_hosts_win_1mib_mbps")), raw) {
