@@ -10,9 +10,9 @@
 //! sealing and 1.6 opening on a 2-core test VM without them (`cargo bench -p
 //! p2pmp-core --bench secure`), under what TCP between two of its namespaces
 //! carries; 5.1 and 4.6 GB/s on one with them (December 2026), where a
-//! window of 1 MiB messages between two namespaces, sealed and opened by
-//! ring in 64 KiB records, reached 2,200 MB/s against 1,900-2,750 unsealed
-//! (the MPI bench's two-host window floor, `tcp_window.rs`).
+//! raw window of 1 MiB messages over loopback TCP, sealed and opened by ring
+//! in records as these, moved 1,940-2,060 MB/s against 2,300-3,300 unsealed
+//! (the MPI bench's `tcp_window.rs`).
 
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 

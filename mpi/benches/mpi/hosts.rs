@@ -8,7 +8,7 @@
 //! on host 0, its proxy on host 1 through a launcher that enters host 1's
 //! namespace instead of ssh). The raw rows also take the window between the
 //! same processes, plain and (`raw_aead`, `raw_aead_spin`) sealed as
-//! p2pmp's ranks seal it: the window's floor (see `tcp_window.rs`). All but
+//! p2pmp's ranks seal it (see `tcp_window.rs`). All but
 //! MPICH take turns over three rounds and give their medians.
 
 use std::time::{Duration, Instant};
@@ -51,16 +51,15 @@ pub(crate) fn pingpong(quick: bool, limit: Duration, mpich: Result<&std::path::P
 
 type Figures = Vec<(usize, Result<f64, String>)>;
 
-/// Rounds of the two-host rows (MPICH's run once: it takes longest).
+/// Rounds of the two-host rows (MPICH's runs in the first only: it takes
+/// longest).
 const ROUNDS: usize = 3;
 
-/// Per size (and the window), the median of the rounds that gave a figure,
-/// else the first reason.
+/// Per size (and the window: the keys of the first round), the median of
+/// the rounds that gave a figure, else the first reason.
 fn median_of(rounds: &[Figures]) -> Figures {
     let keys: Vec<usize> = rounds.first().map(|r| r.iter().map(|f| f.0).collect()).unwrap_or_default();
-    let of =
-        |k: usize| crate::median_or_why(rounds.iter().flat_map(|r| r.iter().filter(move |f| f.0 == k).map(|f| &f.1)));
-    keys.into_iter().map(|k| (k, of(k))).collect()
+    crate::median_by_key(rounds, keys)
 }
 
 /// The size under which a window figure travels among the ping-pong ones.
@@ -113,27 +112,33 @@ fn measure(
         }
         figures
     };
-    // The busy-polling row with the quick counts, as on one host: it
+    let window =
+        |spin: bool, aead: bool| (WIN, raw_window(&c, &me, (0, 1), (window_floor::rounds(quick), spin, aead), limit));
+    // The busy-polling ping-pong with the quick counts, as on one host: it
     // collapses on a loaded machine.
-    let window = |spin: bool, aead: bool| (WIN, raw_window(&c, &me, (0, 1), window_floor::rounds(quick), spin, aead));
     let raw = |spin: bool| -> Figures {
-        let pp = SIZES.iter().map(|&z| (z, raw_hosts(&c, &me, (0, 1), z, iters(z, quick || spin), spin)));
+        let pp = SIZES.iter().map(|&z| (z, raw_hosts(&c, &me, (0, 1), z, iters(z, quick || spin), spin, limit)));
         pp.chain([window(spin, false)]).collect()
     };
     // Every system in turn, three rounds: on this machine the rows between
     // namespaces drift by 2x from one minute to the next.
+    // MPICH's in the first round only (it takes longest).
+    let mut mpich = Some(mpich);
     let mut rounds: Vec<[Figures; 6]> = Vec::new();
+    let mut mpich_figures = Vec::new();
     for _ in 0..ROUNDS {
         let (encrypted, plain) = (p2pmp(false), p2pmp(true));
         let (raw, raw_spin) = (raw(false), raw(true));
         rounds.push([encrypted, plain, raw, raw_spin, vec![window(false, true)], vec![window(true, true)]]);
+        mpich_figures = match mpich.take() {
+            Some(Ok(dir)) => mpich_between(&c, dir, quick, limit),
+            Some(Err(why)) => figures_of(&[], &why),
+            None => continue,
+        };
     }
     let [encrypted, plain, raw, raw_spin, aead, aead_spin] =
         std::array::from_fn(|i| median_of(&rounds.iter().map(|r| r[i].clone()).collect::<Vec<_>>()));
-    let mpich = match mpich {
-        Ok(dir) => mpich_between(&c, dir, quick, limit),
-        Err(why) => figures_of(&[], &why),
-    };
+    let mpich = mpich_figures;
     Ok(vec![
         ("p2pmp", encrypted),
         ("p2pmp_plain", plain),
@@ -209,26 +214,16 @@ pub(crate) fn raw_hosts(
     size: usize,
     n: usize,
     spin: bool,
+    limit: Duration,
 ) -> Result<f64, String> {
     let at = std::net::SocketAddr::from((c.hosts[a].ip, 7500));
     let how = if spin { "spin" } else { "block" };
-    let timer = c.hosts[a]
-        .command(me)
-        .env(raw::CLIENT_VAR, format!("{at} {size} {n} {how}"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let echo = c.hosts[b].command(me).env(raw::ECHO_VAR, format!("{at} {size} {} {how}", 5 * n)).status();
-    if !echo.as_ref().is_ok_and(std::process::ExitStatus::success) {
-        // The timer may wait in `accept` for an echo that never came.
-        let mut timer = timer;
-        let _ = timer.kill();
-        let _ = timer.wait();
-        return Err(format!("failed: echo {echo:?}"));
-    }
-    let out = timer.wait_with_output().map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).ok_or_else(|| format!("failed: timer said {text:?}"))
+    let mut timer = c.hosts[a].command(me);
+    timer.env(raw::CLIENT_VAR, format!("{at} {size} {n} {how}"));
+    let mut echo = c.hosts[b].command(me);
+    echo.env(raw::ECHO_VAR, format!("{at} {size} {} {how}", 5 * n));
+    let lines = raw_pair(timer, echo, limit)?;
+    run::values(&lines, "rawpp").first().and_then(|v| v.get(1).copied()).ok_or_else(|| "failed: no figure".into())
 }
 
 /// The raw window of `tcp_window.rs`, `windows` windows a repetition, plain
@@ -238,29 +233,36 @@ pub(crate) fn raw_window(
     c: &Cluster,
     me: &std::path::Path,
     (a, b): (usize, usize),
-    windows: u64,
-    spin: bool,
-    aead: bool,
+    (windows, spin, aead): (u64, bool, bool),
+    limit: Duration,
 ) -> Result<f64, String> {
     let at = std::net::SocketAddr::from((c.hosts[b].ip, 7501));
-    let mut receiver = c.hosts[b]
-        .command(me)
-        .env(tcp_window::RECV_VAR, tcp_window::spec(at, 5 * windows, spin, aead))
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let sender = c.hosts[a].command(me).env(tcp_window::SEND_VAR, tcp_window::spec(at, windows, spin, aead)).output();
-    let text = match &sender {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
-        _ => {
-            // The receiver may wait in `accept` for a sender that never came.
-            let _ = receiver.kill();
-            let _ = receiver.wait();
-            return Err(format!("failed: sender {sender:?}"));
+    let mut receiver = c.hosts[b].command(me);
+    receiver.env(tcp_window::RECV_VAR, tcp_window::spec(at, tcp_window::REPS * windows, spin, aead));
+    let mut sender = c.hosts[a].command(me);
+    sender.env(tcp_window::SEND_VAR, tcp_window::spec(at, windows, spin, aead));
+    let lines = raw_pair(receiver, sender, limit)?;
+    run::values(&lines, "rawwin").first().and_then(|v| v.first().copied()).ok_or_else(|| "failed: no figure".into())
+}
+
+/// Runs a raw row's two sides, each killed past `limit`: `listener`
+/// (started first) and `caller` (which tries to connect for a few seconds).
+/// The lines both printed, or both outcomes when either failed (a caller
+/// that failed leaves the listener in `accept` until its limit).
+fn raw_pair(
+    listener: std::process::Command,
+    caller: std::process::Command,
+    limit: Duration,
+) -> Result<Vec<String>, String> {
+    let listening = std::thread::spawn(move || run::run_limited(listener, limit));
+    let called = run::run_limited(caller, limit);
+    let listened =
+        listening.join().unwrap_or_else(|_| Err(run::Failed { why: "panicked".into(), partial: Vec::new() }));
+    match (listened, called) {
+        (Ok(l), Ok(c)) => Ok([l, c].concat()),
+        (l, c) => {
+            let outcome = |r: &run::RunResult| r.as_ref().err().map_or_else(|| "ok".to_string(), |f| f.why.clone());
+            Err(format!("failed: listener {}; caller {}", outcome(&l), outcome(&c)))
         }
-    };
-    let st = receiver.wait().map_err(|e| e.to_string())?;
-    if !st.success() {
-        return Err(format!("failed: receiver {st}"));
     }
-    text.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("failed: sender said {text:?}"))
 }

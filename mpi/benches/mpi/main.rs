@@ -110,7 +110,7 @@ type PpFigures = Vec<(usize, Result<f64, String>)>;
 
 /// The median of the figures among `all`, else the first reason (or "no
 /// figure" when there is nothing at all).
-pub(crate) fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, String>>) -> Result<f64, String> {
+fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, String>>) -> Result<f64, String> {
     let (mut ok, mut why) = (Vec::new(), None);
     for r in all {
         match r {
@@ -123,9 +123,14 @@ pub(crate) fn median_or_why<'a>(all: impl IntoIterator<Item = &'a Result<f64, St
 
 /// Per size, the median of the rounds that gave a figure, else the first reason.
 fn median_rounds(rounds: &[PpFigures]) -> PpFigures {
-    let of =
-        |size: usize| median_or_why(rounds.iter().flat_map(|r| r.iter().filter(move |p| p.0 == size).map(|p| &p.1)));
-    SIZES.iter().map(|&size| (size, of(size))).collect()
+    median_by_key(rounds, SIZES)
+}
+
+/// For each of `keys` (a size, or another figure's key), the median of the
+/// rounds that gave a figure for it, else the first reason.
+pub(crate) fn median_by_key(rounds: &[PpFigures], keys: impl IntoIterator<Item = usize>) -> PpFigures {
+    let of = |k: usize| median_or_why(rounds.iter().flat_map(|r| r.iter().filter(move |p| p.0 == k).map(|p| &p.1)));
+    keys.into_iter().map(|k| (k, of(k))).collect()
 }
 
 pub(crate) fn iters(size: usize, quick: bool) -> usize {

@@ -115,5 +115,5 @@ fn migrate_once(c: &Cluster, me: &std::path::Path, bytes: u64) -> Result<f64, St
 /// between two hosts.
 fn copy_once(c: &Cluster, me: &std::path::Path, bytes: u64) -> Result<f64, String> {
     let size = usize::try_from(bytes).map_err(|e| e.to_string())?;
-    Ok(crate::hosts::raw_hosts(c, me, (1, 2), size, 1, false)? / 1e6)
+    Ok(crate::hosts::raw_hosts(c, me, (1, 2), size, 1, false, std::time::Duration::from_secs(120))? / 1e6)
 }

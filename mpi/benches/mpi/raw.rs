@@ -54,22 +54,29 @@ pub(crate) const ECHO_VAR: &str = "MPI_BENCH_RAW_ECHO";
 /// Connects to `addr` (trying for up to 5 s: the other side may be a process
 /// still starting) and echoes `count` messages of `size` bytes.
 fn echo(addr: std::net::SocketAddr, size: usize, count: usize, spin: bool) -> io::Result<()> {
-    let deadline = Instant::now() + std::time::Duration::from_secs(5);
-    let mut s = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
-        }
-    };
-    s.set_nodelay(true)?;
-    s.set_nonblocking(spin)?;
+    let mut s = connect(addr, spin)?;
     let mut buf = vec![0u8; size];
     for _ in 0..count {
         read_full(&mut s, &mut buf)?;
         write_full(&mut s, &buf)?;
     }
     Ok(())
+}
+
+/// Connects to `addr`, trying for up to 5 s (the other side may be a
+/// process still starting): no Nagle delay, non-blocking when `spin`.
+pub(crate) fn connect(addr: std::net::SocketAddr, spin: bool) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    s.set_nodelay(true)?;
+    s.set_nonblocking(spin)?;
+    Ok(s)
 }
 
 /// The echoing process's main, from the [`ECHO_VAR`] arguments.

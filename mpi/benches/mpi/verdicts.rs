@@ -142,7 +142,10 @@ pub(crate) fn report(fig: &BTreeMap<String, f64>, quick: bool) -> String {
         _ => "n/a".into(),
     };
     let _ = writeln!(out, "    1 MiB window of 64, one host: {line}");
-    let _ = writeln!(out, "  the two-host window's floor (raw TCP, the best of blocking and busy-polling; no target):");
+    let _ = writeln!(
+        out,
+        "  the two-host window against a raw TCP window (the best of blocking and busy-polling; no target):"
+    );
     for (what, ours, raws) in [
         ("unencrypted", "p2pmp_plain", ["raw_tcp", "raw_tcp_spin"]),
         ("sealed as p2pmp seals it", "p2pmp", ["raw_aead", "raw_aead_spin"]),
