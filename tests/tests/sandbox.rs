@@ -187,17 +187,24 @@ fn limits_stop_a_fork_bomb_a_huge_file_an_allocation_loop_and_a_full_disk_while_
 
     // A fork bomb, left running when its job's first process ends: held at
     // 64 processes, and killed with everything else of its user after the job.
+    // The job lasts 3 s: its directory (whose owner is the job's user) goes
+    // with it, and a test thread starved by the bomb on a 2-core machine once
+    // missed a 1 s window (CI).
     n.write(
         "bomb.sh",
-        "#!/bin/sh\necho uid $(id -u)\nbomb() { bomb | bomb & }\n(bomb) >/dev/null 2>&1 </dev/null\nsleep 1\n",
+        "#!/bin/sh\necho uid $(id -u)\nbomb() { bomb | bomb & }\n(bomb) >/dev/null 2>&1 </dev/null\nsleep 3\n",
     );
     let bomb = n.submit(&job_file("bomb.sh", "", ""));
     let bomb_dir = n.job_dir(&bomb);
-    let mut uid = None;
-    wait_for("the bomb's job directory", Duration::from_secs(20), || {
+    let (mut uid, deadline) = (None, Instant::now() + Duration::from_secs(20));
+    while uid.is_none_or(|u| u < 1_900_000_000) {
+        if Instant::now() > deadline {
+            let how = n.p2pjob(&["wait", &bomb], Duration::from_secs(30));
+            panic!("the bomb's job directory never showed its user within 20 s (owner {uid:?}); the job: {how:?}");
+        }
         uid = std::fs::metadata(&bomb_dir).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-        uid.is_some_and(|u| u >= 1_900_000_000)
-    });
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let uid = uid.unwrap();
     let (mut most, started) = (0, Instant::now());
     while started.elapsed() < Duration::from_secs(30) {
