@@ -44,8 +44,11 @@
 //! is not run again, in later rounds or on more ranks (reported as skipped).
 //! Prints a table, writes JSON and a PNG plot under `target/<profile>/mpi-bench/`,
 //! and prints one flat JSON object as the last line (`<system>_<metric>`, null
-//! where missing). `--quick` runs a reduced set with a smaller semiprime in
-//! about three minutes, the two-host rows included.
+//! where missing). `--quick` runs a reduced set with a smaller semiprime, the
+//! two-host rows included: 400-505 s on the 2-core machine, of which the
+//! two-host section's build of the workspace's binaries can take minutes
+//! (its feature set differs from `cargo bench -p p2pmp-mpi`'s, so each
+//! rebuilds some crates the other built).
 //!
 //! The same binary is the p2pmp rank program: under `p2pmp-launch` (P2PMP_RANK
 //! set) it runs the mode named by its first argument.
