@@ -575,33 +575,23 @@ fn coll_section(res: &mut Results, quick: bool, refs: &[(String, &RefBuild, bool
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    if let Ok(spec) = std::env::var(raw::ECHO_VAR) {
-        raw::echo_main(&spec).expect("raw echo process failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(raw::CLIENT_VAR) {
-        raw::timer_main(&spec).expect("raw timing process failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(floor::VAR) {
-        floor::rank_main(&spec).expect("raw factoring rank failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(raw::SHM_ECHO_VAR) {
-        raw::shm_echo_main(&spec).expect("raw shared-memory echo failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(tcp_window::RECV_VAR) {
-        tcp_window::receiver_main(&spec).expect("raw TCP window receiver failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(tcp_window::SEND_VAR) {
-        tcp_window::sender_main(&spec).expect("raw TCP window sender failed");
-        return;
-    }
-    if let Ok(spec) = std::env::var(window_floor::VAR) {
-        window_floor::receiver_main(&spec).expect("raw window receiver failed");
-        return;
+    // The raw rows' other processes: this binary again, told by a variable
+    // which side it is and what to do.
+    type Side = fn(&str) -> std::io::Result<()>;
+    let sides: [(&str, Side, &str); 7] = [
+        (raw::ECHO_VAR, raw::echo_main, "raw echo process"),
+        (raw::CLIENT_VAR, raw::timer_main, "raw timing process"),
+        (floor::VAR, floor::rank_main, "raw factoring rank"),
+        (raw::SHM_ECHO_VAR, raw::shm_echo_main, "raw shared-memory echo"),
+        (tcp_window::RECV_VAR, tcp_window::receiver_main, "raw TCP window receiver"),
+        (tcp_window::SEND_VAR, tcp_window::sender_main, "raw TCP window sender"),
+        (window_floor::VAR, window_floor::receiver_main, "raw window receiver"),
+    ];
+    for (var, side, what) in sides {
+        if let Ok(spec) = std::env::var(var) {
+            side(&spec).unwrap_or_else(|e| panic!("{what} failed: {e:?}"));
+            return;
+        }
     }
     if std::env::var_os(p2pmp_mpi::RANK_VAR).is_some() {
         let arg = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(1000);
