@@ -356,6 +356,10 @@ impl World {
     /// Whether request `id` has finished: its completion is here, or a cancel
     /// of it was answered (taken back; else the send's completion is needed too).
     fn finished(&self, id: RequestId) -> bool {
+        // No cancel under way (almost always): no lookup for one.
+        if self.cancels.is_empty() {
+            return self.done.contains_key(&id);
+        }
         match self.cancels.get(&id) {
             Some(None) => false,
             Some(Some(true)) => true,
@@ -375,7 +379,7 @@ impl World {
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
         self.progress_until_since(from, began, |w| w.finished(id))?;
         self.engine.release(id);
-        if self.cancels.remove(&id) == Some(Some(true)) {
+        if !self.cancels.is_empty() && self.cancels.remove(&id) == Some(Some(true)) {
             self.done.remove(&id);
             return Ok(Completed::Cancelled);
         }

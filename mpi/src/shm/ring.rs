@@ -44,6 +44,11 @@ use bytes::BytesMut;
 /// two halves, each side idle while the other copied one).
 const STEP: usize = 32 << 10;
 
+/// Room a read asks of a buffer that lacks it, at least: a buffer consumed a
+/// frame at a time (advanced past each) is moved back to its start once in
+/// this many bytes, not at every small message.
+const MIN_ROOM: usize = 4 << 10;
+
 /// Bytes of ring header: four cache lines.
 pub(crate) const HEADER: usize = 256;
 const HEAD: usize = 0;
@@ -108,7 +113,11 @@ impl Mem {
         // `src.len() - first <= cap`; the caller owns those bytes; `src` is ours.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+            // Most copies do not wrap: no second call (a small message's
+            // copies are a good part of its cost).
+            if first < src.len() {
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+            }
         }
     }
 
@@ -123,7 +132,9 @@ impl Mem {
         // SAFETY: as in `put`, in the other direction; `dst` is ours.
         unsafe {
             std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr().cast(), first);
-            std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first).cast(), dst.len() - first);
+            if first < dst.len() {
+                std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first).cast(), dst.len() - first);
+            }
         }
     }
 }
@@ -334,7 +345,9 @@ impl Consumer {
         if n == 0 {
             return Ok(0);
         }
-        buf.reserve(n);
+        if buf.capacity() - buf.len() < n {
+            buf.reserve(n.max(MIN_ROOM));
+        }
         let mut done = 0;
         while done < n {
             let k = (n - done).min(STEP);
