@@ -75,6 +75,7 @@ mod collv;
 mod comm;
 mod create;
 pub mod datatype;
+mod done;
 mod env;
 mod error;
 mod flat;

@@ -11,6 +11,7 @@ use p2pmp_core::mpi::{Completion, MpiConfig, MpiEngine, RequestId};
 pub use p2pmp_core::mpi::{Payload, Status};
 
 use crate::ckpt::Checkpointer;
+use crate::done::Done;
 use crate::env::RankEnv;
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -116,7 +117,7 @@ pub struct World {
     pub(crate) net: Transport,
     rank: u32,
     size: u32,
-    pub(crate) done: ReqMap<Completion>,
+    pub(crate) done: Done,
     /// Requests nobody will wait for ([`World::forget`]): dropped on completion.
     pub(crate) forgotten: ReqSet,
     /// Sends being cancelled: the receiver's answer once it came.
@@ -199,7 +200,7 @@ impl World {
             net,
             rank: env.rank,
             size: env.size,
-            done: ReqMap::default(),
+            done: Done::default(),
             forgotten: ReqSet::default(),
             cancels: ReqMap::default(),
             waits: Waits::new(env.size),
