@@ -409,7 +409,10 @@ impl Transport {
     /// unreachable too long.
     fn apply_links(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) -> Result<()> {
         self.apply_links_now(engine, now);
-        self.gave_up.take().map_or(Ok(()), Err)
+        match self.gave_up.is_some() {
+            true => self.gave_up.take().map_or(Ok(()), Err),
+            false => Ok(()),
+        }
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
