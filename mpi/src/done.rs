@@ -1,11 +1,12 @@
 //! The finished requests nobody has waited for yet.
 //!
 //! A blocking call finishes one request and waits for it at once: the
-//! newest completion sits in a slot of its own, looked at before the map
-//! (an 8 B ping-pong put every message's completion through the map, an
-//! insert, a lookup and a removal, some 150 instructions of the 1,200 a
-//! receive took). Only a second completion before the first is waited for
-//! (a window of non-blocking sends, a collective) moves the first into the map.
+//! newest completion sits in a slot of its own, looked at before the map.
+//! (An 8 B ping-pong put every message's completion through the map: an
+//! insert, lookups and a removal, each a hash and a probe. With the slot,
+//! callgrind counted 348-351 instructions a message in `after_io` against
+//! 411-440.) Only a second completion before the first is waited for (a
+//! window of non-blocking sends, a collective) moves the first into the map.
 
 use p2pmp_core::mpi::{Completion, RequestId};
 
