@@ -174,7 +174,7 @@ impl MpiEngine {
             // To self: matched locally, never on the wire, no credit.
             let key = Key { comm, src: dest, tag };
             self.sent.insert(req, (dest, 0));
-            self.arrive_eager(None, key, data, 0, Origin::Local { send: req });
+            self.arrive_eager(key, data, 0, Origin::Local { send: req });
             self.completions.push_back(Completion::Send { req });
             return Ok(req);
         }
@@ -334,7 +334,7 @@ impl MpiEngine {
         peer.since_ack_msgs += 1;
         peer.since_ack_bytes += payload.len() as u64;
         match msg {
-            MpiMsg::Eager { hdr, comm, tag } => self.on_eager(now, from, comm, tag, payload, hdr.seq),
+            MpiMsg::Eager { hdr, comm, tag } => self.on_eager(from, comm, tag, payload, hdr.seq),
             MpiMsg::Rts { hdr, comm, tag, len } => self.on_rts(from, comm, tag, hdr.seq, len),
             MpiMsg::Cts { rts_seq, .. } => self.on_cts(from, rts_seq),
             MpiMsg::Data { rts_seq, offset, .. } => self.on_data(from, rts_seq, offset, payload),
@@ -474,7 +474,12 @@ impl MpiEngine {
         let p = &mut self.peers[to as usize];
         if p.in_ack_later {
             p.in_ack_later = false;
-            self.ack_later.retain(|&q| q != to);
+            // Most often the one peer owed a delayed acknowledgement.
+            if self.ack_later.as_slice() == [to] {
+                self.ack_later.clear();
+            } else {
+                self.ack_later.retain(|&q| q != to);
+            }
             if self.ack_later.is_empty() {
                 self.timers.clear(Timer::Ack);
             }
@@ -563,16 +568,19 @@ impl MpiEngine {
         }
     }
 
-    fn on_eager(&mut self, now: Instant, from: u32, comm: u32, tag: i32, data: Payload, seq: u64) {
+    fn on_eager(&mut self, from: u32, comm: u32, tag: i32, data: Payload, seq: u64) {
         let charge = self.config.charge(data.len());
-        self.arrive_eager(Some(now), Key { comm, src: from, tag }, data, charge, Origin::Peer { seq });
+        self.arrive_eager(Key { comm, src: from, tag }, data, charge, Origin::Peer { seq });
     }
 
     /// A message arrived (in stream order): the earliest-posted matching receive
     /// takes it, or it waits in the unexpected queue.
-    fn arrive_eager(&mut self, now: Option<Instant>, key: Key, data: Payload, charge: u64, origin: Origin) {
+    /// Credit a matching receive returns is announced by the `schedule_ack`
+    /// that `handle_frame` makes after every frame (none is owed for a
+    /// message to ourselves).
+    fn arrive_eager(&mut self, key: Key, data: Payload, charge: u64, origin: Origin) {
         if let Some(req) = self.posted.take_match(&key) {
-            self.return_credit(now, key.src, charge);
+            self.return_credit(None, key.src, charge);
             let status = Status { source: key.src, tag: key.tag, count: data.len() };
             self.completions.push_back(Completion::Recv { req, status, data });
             return;
