@@ -27,7 +27,8 @@ impl Done {
         match &mut self.last {
             Some((last, held)) if *last == id => *held = c,
             _ => {
-                // (Ids are not reused: this keeps a map's answers all the same.)
+                // Ids are not reused, so this finds none; it keeps the
+                // answers a map's all the same.
                 if !self.rest.is_empty() {
                     self.rest.remove(&id);
                 }

@@ -430,12 +430,12 @@ impl MpiEngine {
     /// in place nor a reference of its own to a shared one, whose count is
     /// atomic (an increment to take one, a decrement to drop it, for every
     /// message).
-    /// Inline, the look for none (a driver asks after every call and every
-    /// read, and most often finds none: the whole function's prologue cost
-    /// a small message some 60 instructions).
     #[must_use]
     #[inline]
     pub fn poll_transmit_ref(&mut self) -> Option<TransmitRef<'_>> {
+        // The look for none inline: a driver asks after every call and
+        // every read and most often finds none (the whole function's
+        // prologue cost a small message some 60 instructions).
         if self.out.is_empty() && self.ack_now.is_empty() {
             return None;
         }
@@ -558,6 +558,8 @@ impl MpiEngine {
     }
 
     /// Gives `charge` of eager credit back to `src` (not to ourselves).
+    /// `None` for `now`: the caller schedules the acknowledgement that
+    /// announces it (as `handle_frame` does after every frame).
     pub(super) fn return_credit(&mut self, now: Option<Instant>, src: u32, charge: u64) {
         if src == self.rank || charge == 0 {
             return;

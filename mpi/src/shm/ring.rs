@@ -45,8 +45,9 @@ use bytes::BytesMut;
 const STEP: usize = 32 << 10;
 
 /// Room a read asks of a buffer that lacks it, at least: a buffer consumed a
-/// frame at a time (advanced past each) is moved back to its start once in
-/// this many bytes, not at every small message.
+/// frame at a time (advanced past each) calls `reserve` (which widens it or
+/// moves it back to its start) once in this many bytes, not at every small
+/// message.
 const MIN_ROOM: usize = 4 << 10;
 
 /// Bytes of ring header: four cache lines.

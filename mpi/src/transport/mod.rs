@@ -409,10 +409,11 @@ impl Transport {
     /// unreachable too long.
     fn apply_links(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) -> Result<()> {
         self.apply_links_now(engine, now);
-        match self.gave_up.is_some() {
-            true => self.gave_up.take().map_or(Ok(()), Err),
-            false => Ok(()),
+        // Looked at before it is taken: taking moves the whole error out.
+        if self.gave_up.is_none() {
+            return Ok(());
         }
+        Err(self.gave_up.take().expect("checked just above"))
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
