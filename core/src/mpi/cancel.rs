@@ -43,11 +43,7 @@ impl MpiEngine {
     /// The application is done with request `req` (it was waited for or freed):
     /// it can no longer be cancelled.
     pub fn release(&mut self, req: RequestId) {
-        // Most requests waited for are receives, and most sends go without
-        // a request: no lookup in an empty map.
-        if !self.sent.is_empty() {
-            self.sent.remove(&req);
-        }
+        self.sent.remove(&req);
     }
 
     /// Sends not yet released (what [`MpiEngine::release`] keeps bounded).

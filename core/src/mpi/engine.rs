@@ -474,12 +474,7 @@ impl MpiEngine {
         let p = &mut self.peers[to as usize];
         if p.in_ack_later {
             p.in_ack_later = false;
-            // Most often the one peer owed a delayed acknowledgement.
-            if self.ack_later.as_slice() == [to] {
-                self.ack_later.clear();
-            } else {
-                self.ack_later.retain(|&q| q != to);
-            }
+            self.ack_later.retain(|&q| q != to);
             if self.ack_later.is_empty() {
                 self.timers.clear(Timer::Ack);
             }

@@ -409,11 +409,7 @@ impl Transport {
     /// unreachable too long.
     fn apply_links(&mut self, engine: &mut MpiEngine, now: &mut LazyNow) -> Result<()> {
         self.apply_links_now(engine, now);
-        // Looked at before it is taken: taking moves the whole error out.
-        if self.gave_up.is_none() {
-            return Ok(());
-        }
-        Err(self.gave_up.take().expect("checked just above"))
+        self.gave_up.take().map_or(Ok(()), Err)
     }
 
     /// [`Transport::apply_links`] where no error can be returned: a give-up is
