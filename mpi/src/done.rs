@@ -10,7 +10,7 @@
 
 use p2pmp_core::mpi::{Completion, RequestId};
 
-use crate::world::ReqMap;
+use crate::reqmap::ReqMap;
 
 /// Finished requests, by id. See the module docs.
 #[derive(Debug, Default)]
@@ -29,9 +29,7 @@ impl Done {
             _ => {
                 // Ids are not reused, so this finds none; it keeps the
                 // answers a map's all the same.
-                if !self.rest.is_empty() {
-                    self.rest.remove(&id);
-                }
+                self.rest.remove(&id);
                 if let Some((older, held)) = self.last.replace((id, c)) {
                     self.rest.insert(older, held);
                 }
@@ -48,7 +46,6 @@ impl Done {
     pub(crate) fn get(&self, id: &RequestId) -> Option<&Completion> {
         match &self.last {
             Some((last, c)) if last == id => Some(c),
-            _ if self.rest.is_empty() => None,
             _ => self.rest.get(id),
         }
     }
@@ -58,7 +55,7 @@ impl Done {
         if self.last.as_ref().is_some_and(|(last, _)| last == id) {
             return self.last.take().map(|(_, c)| c);
         }
-        if self.rest.is_empty() { None } else { self.rest.remove(id) }
+        self.rest.remove(id)
     }
 
     /// Whether no finished request waits to be taken.

@@ -85,6 +85,7 @@ mod node_client;
 mod pod;
 mod progress;
 mod reduce;
+mod reqmap;
 mod shm;
 mod sock;
 mod transport;

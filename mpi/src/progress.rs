@@ -422,7 +422,7 @@ impl World {
                         *a = Some(cancelled);
                     }
                 }
-                c if !self.forgotten.is_empty() && self.forgotten.remove(&c.req()) => {}
+                c if self.forgotten.remove(&c.req()) => {}
                 c => {
                     self.done.insert(c.req(), c);
                 }

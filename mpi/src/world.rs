@@ -1,8 +1,6 @@
 //! `World`: the communicator of all ranks, point-to-point calls and the progress
 //! loop that drives the engine and the sockets.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -17,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::pod::{self, Pod};
 use crate::progress::{SpinPolicy, WaitStats, Waits};
+use crate::reqmap::{ReqMap, ReqSet};
 use crate::transport::Transport;
 
 /// Communicator id of point-to-point traffic on the world communicator.
@@ -81,31 +80,6 @@ impl Completed {
         }
     }
 }
-
-/// Hashes request ids (consecutive numbers) with one multiplication: the
-/// maps of finished requests are looked at several times a message, and the
-/// default SipHash cost more than the rest of a lookup.
-#[derive(Debug, Default)]
-pub(crate) struct ReqHasher(u64);
-
-impl Hasher for ReqHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A map keyed by request id.
-pub(crate) type ReqMap<V> = HashMap<RequestId, V, BuildHasherDefault<ReqHasher>>;
-/// A set of request ids.
-pub(crate) type ReqSet = HashSet<RequestId, BuildHasherDefault<ReqHasher>>;
 
 /// The world communicator of one rank: every MPI call goes through it.
 ///
@@ -357,10 +331,6 @@ impl World {
     /// Whether request `id` has finished: its completion is here, or a cancel
     /// of it was answered (taken back; else the send's completion is needed too).
     fn finished(&self, id: RequestId) -> bool {
-        // No cancel under way (almost always): no lookup for one.
-        if self.cancels.is_empty() {
-            return self.done.contains_key(&id);
-        }
         match self.cancels.get(&id) {
             Some(None) => false,
             Some(Some(true)) => true,
@@ -380,7 +350,7 @@ impl World {
         let from = self.recv_hint.filter(|h| h.0 == id).map(|h| h.1);
         self.progress_until_since(from, began, |w| w.finished(id))?;
         self.engine.release(id);
-        if !self.cancels.is_empty() && self.cancels.remove(&id) == Some(Some(true)) {
+        if self.cancels.remove(&id) == Some(Some(true)) {
             self.done.remove(&id);
             return Ok(Completed::Cancelled);
         }

@@ -276,6 +276,11 @@ pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Resul
     }
 }
 
+/// [`wait_until`] for a condition with no state to report.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    wait_until(what, timeout, || if f() { Ok(()) } else { Err("not yet".into()) })
+}
+
 /// The owner of `key` among nodes with these addresses: the first id at or after
 /// the key on the ring.
 pub fn owner_of(key: Id, addrs: &[SocketAddr]) -> SocketAddr {

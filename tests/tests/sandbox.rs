@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use p2pmp_tests::{Finished, run_to_end};
+use p2pmp_tests::{Finished, run_to_end, wait_for, wait_until};
 
 /// The limits the test daemons run with: small, so each test is quick.
 const LIMITS: [&str; 5] = ["processes=64", "memory_mb=256", "file_size_mb=32", "disk_mb=48", "cpu_s=30"];
@@ -125,14 +125,6 @@ fn processes_of(uid: u32) -> usize {
         .count()
 }
 
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Job A keeps a secret in its directory while job B, given A's directory,
 /// tries to read it and to write beside and above its own directory.
 fn snoop(n: &Node) -> (Finished, PathBuf) {
@@ -196,16 +188,12 @@ fn limits_stop_a_fork_bomb_a_huge_file_an_allocation_loop_and_a_full_disk_while_
     );
     let bomb = n.submit(&job_file("bomb.sh", "", ""));
     let bomb_dir = n.job_dir(&bomb);
-    let (mut uid, deadline) = (None, Instant::now() + Duration::from_secs(20));
-    while uid.is_none_or(|u| u < 1_900_000_000) {
-        if Instant::now() > deadline {
-            let how = n.p2pjob(&["wait", &bomb], Duration::from_secs(30));
-            panic!("the bomb's job directory never showed its user within 20 s (owner {uid:?}); the job: {how:?}");
+    let uid = wait_until("the bomb's job directory to show its user", Duration::from_secs(20), || {
+        match std::fs::metadata(&bomb_dir).map(|m| std::os::unix::fs::MetadataExt::uid(&m)) {
+            Ok(uid) if uid >= 1_900_000_000 => Ok(uid),
+            other => Err(format!("owner {other:?}")),
         }
-        uid = std::fs::metadata(&bomb_dir).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let uid = uid.unwrap();
+    });
     let (mut most, started) = (0, Instant::now());
     while started.elapsed() < Duration::from_secs(30) {
         let now = processes_of(uid);
