@@ -261,16 +261,29 @@ pub fn parse_fields(line: &str) -> StateLine {
     out
 }
 
-/// Polls `f` every 50 ms until it returns `Some`, panicking with `what` and the
+/// Polls `f` every 50 ms until it returns `Ok`, panicking with `what` and the
 /// last state after `timeout`.
-pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+pub fn wait_until<T>(what: &str, timeout: Duration, f: impl FnMut() -> Result<T, String>) -> T {
+    wait_until_or(what, timeout, f, || None)
+}
+
+/// [`wait_until`], its panic also saying what `more` finds then, if
+/// anything (asked only on a timeout: the outcome of a job, say).
+pub fn wait_until_or<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+    more: impl FnOnce() -> Option<String>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         match f() {
             Ok(v) => return v,
-            Err(last) => {
-                assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}: {last}");
+            Err(last) if Instant::now() >= deadline => {
+                let more = more().map(|m| format!("; {m}")).unwrap_or_default();
+                panic!("timed out after {timeout:?} waiting for {what}: {last}{more}");
             }
+            Err(_) => {}
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -350,4 +363,25 @@ pub fn start_network(bin: &Path, runtimes: &[&str], n: usize) -> Vec<NodeProc> {
         nodes.push(NodeProc::spawn(bin, runtimes[i % runtimes.len()], &boot, FAST));
     }
     nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_returns_the_value_and_a_timeout_says_the_last_state_and_more() {
+        let mut polls = 0;
+        let got = wait_until("three polls", Duration::from_secs(5), || {
+            polls += 1;
+            if polls == 3 { Ok(polls) } else { Err(format!("poll {polls}")) }
+        });
+        assert_eq!(got, 3);
+        let failed = std::panic::catch_unwind(|| {
+            wait_until_or("never", Duration::ZERO, || Err::<(), _>("still no".into()), || Some("the job: lost".into()))
+        });
+        let why = failed.expect_err("a timeout panics");
+        let why = why.downcast_ref::<String>().expect("a formatted message");
+        assert!(why.contains("waiting for never: still no; the job: lost"), "{why}");
+    }
 }

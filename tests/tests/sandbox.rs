@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use p2pmp_tests::{Finished, run_to_end, wait_for, wait_until};
+use p2pmp_tests::{Finished, run_to_end, wait_for, wait_until_or};
 
 /// The limits the test daemons run with: small, so each test is quick.
 const LIMITS: [&str; 5] = ["processes=64", "memory_mb=256", "file_size_mb=32", "disk_mb=48", "cpu_s=30"];
@@ -188,12 +188,17 @@ fn limits_stop_a_fork_bomb_a_huge_file_an_allocation_loop_and_a_full_disk_while_
     );
     let bomb = n.submit(&job_file("bomb.sh", "", ""));
     let bomb_dir = n.job_dir(&bomb);
-    let uid = wait_until("the bomb's job directory to show its user", Duration::from_secs(20), || {
-        match std::fs::metadata(&bomb_dir).map(|m| std::os::unix::fs::MetadataExt::uid(&m)) {
+    // On a timeout, the job's outcome says why.
+    let outcome = || Some(format!("the job: {:?}", n.p2pjob(&["wait", &bomb], Duration::from_secs(30))));
+    let uid = wait_until_or(
+        "the bomb's job directory to show its user",
+        Duration::from_secs(20),
+        || match std::fs::metadata(&bomb_dir).map(|m| std::os::unix::fs::MetadataExt::uid(&m)) {
             Ok(uid) if uid >= 1_900_000_000 => Ok(uid),
             other => Err(format!("owner {other:?}")),
-        }
-    });
+        },
+        outcome,
+    );
     let (mut most, started) = (0, Instant::now());
     while started.elapsed() < Duration::from_secs(30) {
         let now = processes_of(uid);
