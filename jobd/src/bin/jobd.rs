@@ -12,7 +12,7 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 /// The p2pmp node daemon.
 ///
 /// Settings come from the TOML file given with --config (keys: listen, advertise, control,
-/// bootstrap, overlay, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
+/// bootstrap, overlay, dims, work_dir, slots, tags, log_level, stabilize_ms, heartbeat_ms,
 /// failure_timeout_ms, retention_s, http, allow, allow_file, allow_any, admin,
 /// per_job_user, a [limits] table for every job's processes and a [peers] table against
 /// hostile peers: max_conns, max_conns_per_ip, frames_per_s, frame_burst, mib_per_s,
@@ -41,13 +41,15 @@ struct Args {
     /// A node to join through (repeatable); none starts a new network.
     #[arg(long)]
     bootstrap: Vec<SocketAddr>,
-    /// Overlay: chord, or can.
+    /// Overlay: chord (the default), or can.
     #[arg(long)]
     overlay: Option<Overlay>,
     /// CAN's dimensions, 1 to 8 (default 2); every node of a network must agree.
     #[arg(long)]
     dims: Option<u8>,
-    /// Where job directories are made.
+    /// Where job directories are made (default $TMPDIR/p2pmp-jobd, /tmp/p2pmp-jobd
+    /// without TMPDIR): the daemon works in node-PORT there and keeps its key in
+    /// node-PORT.key.
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Process slots offered (default: cores).
@@ -56,10 +58,10 @@ struct Args {
     /// A tag to advertise (repeatable).
     #[arg(long = "tag")]
     tags: Vec<String>,
-    /// error, warn, info, debug or trace.
+    /// error, warn, info, debug or trace (default info).
     #[arg(long)]
     log_level: Option<String>,
-    /// Overlay maintenance period in milliseconds.
+    /// Overlay maintenance period in milliseconds (default 1000).
     #[arg(long)]
     stabilize_ms: Option<u64>,
     /// Heartbeat period towards a job's submitter and executors, in ms (default 1000).
