@@ -1,5 +1,6 @@
-//! `p2pjob` as a user meets it: `top`, shell completions, the man page, and
-//! what it says about a bad rank count and a finished job.
+//! `p2pjob` as a user meets it: `top`, shell completions, the man page,
+//! what it says about a bad rank count and a finished job, and a run
+//! interrupted as mpirun's are.
 
 mod web;
 
@@ -95,4 +96,42 @@ fn a_file_the_user_cannot_read_fails_the_submit_before_any_daemon_is_asked() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("missing.dat to sign the job") && err.contains("No such file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The `sleep` processes of this host with exactly this argument.
+fn sleeping(arg: &str) -> usize {
+    let is_ours = |cmdline: Vec<u8>| {
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        matches!(argv[..], [exe, a, b""] if exe.ends_with(b"sleep") && a == arg.as_bytes())
+    };
+    std::fs::read_dir("/proc")
+        .map(|d| d.flatten().filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(is_ours)).count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_interrupted_run_kills_its_job_as_mpirun_does_and_its_ranks_show_stopped() {
+    let net = web::network(2);
+    let node = net.control().to_string();
+    // A duration no other test sleeps: these processes are this job's.
+    let arg = "47.25";
+    let run = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+        .args(["--node", &node, "run", "-n", "2", "sleep", arg])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start p2pjob run");
+    web::until(Duration::from_secs(30), "both ranks to run", || (sleeping(arg) == 2).then_some(()));
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
+    let out = run.wait_with_output().expect("p2pjob run ends");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "exit 4, killed: {err}");
+    let job = err.split("interrupted: killing job ").nth(1).and_then(|s| s.split(' ').next()).expect("said").to_owned();
+    assert!(err.contains(&format!("job {job} killed")), "{err}");
+    web::until(Duration::from_secs(10), "the ranks' processes to go", || (sleeping(arg) == 0).then_some(()));
+    let status = p2pjob(&["--node", &node, "status", &job]);
+    let said = text(&status.stdout);
+    assert!(status.status.success() && said.contains("killed    2 rank(s): 0 running"), "{said}");
+    assert_eq!(said.matches(" stopped ").count() + said.matches(" killed by ").count(), 2, "{said}");
 }

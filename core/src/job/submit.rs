@@ -285,6 +285,9 @@ pub enum SubmitCmdError {
     /// No job with this id.
     #[error("no job {0}")]
     UnknownJob(JobId),
+    /// A kill of a job that has already ended.
+    #[error("job {0} has already ended: nothing to kill")]
+    AlreadyOver(JobId),
     /// The request id was used before for a different job description.
     #[error("request id {0} was already used for another job")]
     RequestIdReused(u64),
@@ -541,7 +544,7 @@ impl Machine for Submitter {
             SubmitterCommand::Status(id) => (id, SubmissionCommand::Status),
         };
         let s = self.jobs.get_mut(&id).ok_or(SubmitCmdError::UnknownJob(id))?;
-        s.handle_command(now, c).map_err(|_| SubmitCmdError::UnknownJob(id))
+        s.handle_command(now, c)
     }
 
     fn handle_timeout(&mut self, now: Instant) {

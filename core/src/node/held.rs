@@ -119,6 +119,10 @@ impl DaemonNode {
     /// with `follow` false it gets the logs so far and `OutputEnd`.
     pub(super) fn attach(&mut self, job: JobId, client: Client, follow: bool, rank: Option<u32>) {
         let Some(meta) = self.jobs.get(&job) else { return };
+        if let Some(r) = rank.filter(|&r| r >= meta.size) {
+            let message = format!("job {job} has {} rank(s), 0 to {}: no rank {r}", meta.size, meta.size - 1);
+            return self.send_reply(client, ToolReply::Error { message }, Bytes::new());
+        }
         let files: Vec<LogFile> = meta
             .logs
             .iter()

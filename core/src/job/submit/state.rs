@@ -559,6 +559,9 @@ impl Machine for Submission {
 
     fn handle_command(&mut self, _now: Instant, cmd: SubmissionCommand) -> Result<(), SubmitCmdError> {
         match cmd {
+            SubmissionCommand::Kill if self.phase == Phase::Finished => {
+                return Err(SubmitCmdError::AlreadyOver(self.job));
+            }
             SubmissionCommand::Kill => self.finish(Outcome::Killed),
             SubmissionCommand::Status => {
                 self.event(SubmitEvent::Status { job: self.job, phase: self.phase, ranks: self.ranks.clone() })

@@ -559,6 +559,7 @@ fn submitter_retry_with_the_same_request_id_starts_nothing_new() {
     sub.handle_query_done(now, job, query, &Err(OverlayError::Timeout));
     assert!(matches!(sub.poll_action(), Some(Action::Event(SubmitEvent::Query { .. }))), "a failed query is retried");
     assert_eq!(sub.handle_command(now, SubmitterCommand::Kill(a)), Ok(()));
+    assert_eq!(sub.handle_command(now, SubmitterCommand::Kill(a)), Err(SubmitCmdError::AlreadyOver(a)), "killed once");
     assert!(sub.handle_command(now, SubmitterCommand::Kill(JobId::derive(addr(5), 1, 1))).is_err());
 }
 

@@ -342,6 +342,16 @@ fn any_node_answers_for_a_job_held_by_another_and_replays_its_output() {
     assert!(
         matches!(shell.on(n[1], 5).last(), Some(ToolReply::Jobs { jobs }) if jobs.len() == 1 && jobs[0].job == job)
     );
+    // A rank the job does not have, and a kill of the job now over: both said so.
+    tool(&mut sim, n[2], 7, ToolRequest::Output { job, rank: Some(7) });
+    tool(&mut sim, n[2], 8, ToolRequest::Kill { job });
+    shell.run(&mut sim, Duration::from_secs(20), |s| s.ended(n[2], 7) && s.ended(n[2], 8));
+    let said = |conn| match shell.on(n[2], conn).last() {
+        Some(ToolReply::Error { message }) => message.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(said(7).contains("has 3 rank(s), 0 to 2: no rank 7"), "{}", said(7));
+    assert!(said(8).contains("has already ended: nothing to kill"), "{}", said(8));
     // A job nobody holds.
     let nope = crate::job::JobId(crate::id::Id::hash("nope"));
     tool(&mut sim, n[2], 6, ToolRequest::Kill { job: nope });

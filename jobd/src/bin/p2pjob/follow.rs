@@ -9,6 +9,7 @@ use p2pmp_core::node::control::{JobPhase, ToolReply};
 use p2pmp_jobd::Client;
 use serde_json::json;
 
+use crate::interrupt::Interrupts;
 use crate::progress::Progress;
 
 pub(crate) use p2pmp_jobd::json::phase_name;
@@ -69,17 +70,31 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
     }
 }
 
-/// Reads the replies to request `id` until the job is over. With a `limit`
-/// (`MPIEXEC_TIMEOUT` of `p2pjob run`), a job still running after it is killed.
+/// When [`follow`] kills the job it follows.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KillWhen {
+    /// Still running after this long (`MPIEXEC_TIMEOUT` of `p2pjob run`).
+    pub(crate) after: Option<Duration>,
+    /// On Ctrl-C or SIGTERM (`p2pjob run` against a daemon, as mpirun does);
+    /// a second one leaves at once.
+    pub(crate) interrupted: bool,
+}
+
+/// How often a follow that watches for interrupts looks at them.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// Reads the replies to request `id` until the job is over, killing it as
+/// `kill` says (once its id is known) and following it to its end.
 pub(crate) fn follow(
     client: &mut Client,
     id: u64,
     size: Option<u32>,
     show: Show,
-    limit: Option<Duration>,
+    kill: KillWhen,
 ) -> anyhow::Result<End> {
     let t0 = Instant::now();
-    let mut deadline = limit.map(|l| t0 + l);
+    let deadline = kill.after.map(|l| t0 + l);
+    let interrupts = kill.interrupted.then(Interrupts::count);
     let mut end = End {
         job: None,
         phase: JobPhase::Running,
@@ -101,21 +116,42 @@ pub(crate) fn follow(
             bar.above(|| eprintln!("{text}"));
         }
     };
+    // Whether the kill was asked for.
+    let mut killing = false;
     loop {
-        let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+        let interrupted = interrupts.as_ref().map_or(0, Interrupts::seen);
+        if interrupted > 1 {
+            bar.finish();
+            let job = end.job.map_or("the job".to_owned(), |j| format!("job {j}"));
+            let asked = if killing { ", which was asked to stop" } else { "" };
+            eprintln!("p2pjob: interrupted again; leaving {job}{asked}");
+            std::process::exit(130);
+        }
+        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if let (Some(job), false, true) = (end.job, killing, timed_out || interrupted > 0) {
+            killing = true;
+            let said = match timed_out {
+                true => format!(
+                    "job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
+                    kill.after.map_or(0, |l| l.as_secs())
+                ),
+                false => format!("interrupted: killing job {job} (interrupt again to stop waiting)"),
+            };
+            bar.above(|| eprintln!("p2pjob: {said}"));
+            client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
+        }
+        // Until the kill is asked for, wake in time to ask it.
+        let look = interrupts.as_ref().map(|_| LOOK_EVERY);
+        // (Past it with no job id yet, the next reply brings the id.)
+        let until = deadline.filter(|_| !killing && !timed_out).map(|d| d.saturating_duration_since(Instant::now()));
+        let wait = match (look, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|w| w.max(Duration::from_millis(1)));
         let (rid, reply, payload) = match client.next(wait) {
             Ok(r) => r,
-            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) && end.job.is_some() => {
-                // The job outlived its limit: kill it and follow it to its end.
-                deadline = None;
-                let job = end.job.expect("checked");
-                eprintln!(
-                    "p2pjob: job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
-                    limit.map_or(0, |l| l.as_secs())
-                );
-                client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
-                continue;
-            }
+            Err(e) if wait.is_some() && timed_out_reading(&e) => continue,
             Err(e) => return Err(e),
         };
         if rid != id {
@@ -219,6 +255,12 @@ pub(crate) fn follow(
             _ => {}
         }
     }
+}
+
+/// Whether reading failed only because its time ran out.
+fn timed_out_reading(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
 }
 
 /// The job a progress reply is about.

@@ -7,6 +7,7 @@
 mod checkpoint;
 mod demo;
 mod follow;
+mod interrupt;
 mod programs;
 mod progress;
 mod tables;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::{CommandFactory, Parser, Subcommand};
 use p2pmp_core::auth::SecretKey;
+use p2pmp_core::job::description::MAX_PROCESSES;
 use p2pmp_core::job::{JobDescription, JobId};
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::control::{ToolReply, ToolRequest};
@@ -29,7 +31,8 @@ use p2pmp_jobd::embedded::EmbeddedNet;
 use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
-use follow::{End, Show, exit_code, follow, phase_name};
+use follow::{End, KillWhen, Show, exit_code, follow, phase_name};
+use interrupt::cleanup_on_interrupt;
 
 /// Submit and control jobs on a p2pmp network.
 ///
@@ -79,8 +82,8 @@ enum Cmd {
         /// Follow the job to its end, showing output and progress.
         #[arg(long)]
         wait: bool,
-        /// Run on an embedded network of N local daemons (implies --wait).
-        #[arg(long, value_name = "N")]
+        /// Run on an embedded network of N local daemons, 1 to 64 (implies --wait).
+        #[arg(long, value_name = "N", value_parser = local_nodes)]
         local: Option<usize>,
         /// How long the job may wait for free slots before it fails (e.g. 90s,
         /// 10m; the job file's <queuetimeout> otherwise; unlimited by default).
@@ -161,7 +164,7 @@ enum Cmd {
         /// Job id (hex).
         job: String,
     },
-    /// Stop every rank of a job.
+    /// Stop every rank of a job (one already over is an error: exit code 3).
     Kill {
         /// Job id (hex).
         job: String,
@@ -194,13 +197,16 @@ enum Cmd {
     /// Run PROGRAM as N ranks (the mpirun of p2pmp); output prefixed by rank.
     ///
     /// As mpiexec does, a job still running after $MPIEXEC_TIMEOUT seconds is
-    /// killed (exit code 4).
+    /// killed (exit code 4), and so is one whose run is interrupted (Ctrl-C or
+    /// SIGTERM): p2pjob asks the kill and follows the job to its end; a second
+    /// interrupt leaves at once (exit code 130). With --local an interrupt
+    /// ends the embedded network, and the job with it.
     Run {
-        /// Number of ranks (at least 1).
+        /// Number of ranks, 1 to 4096.
         #[arg(short = 'n', long = "np", default_value_t = 1, value_parser = ranks)]
         n: u32,
-        /// Run on an embedded network of N local daemons.
-        #[arg(long, value_name = "N")]
+        /// Run on an embedded network of N local daemons, 1 to 64.
+        #[arg(long, value_name = "N", value_parser = local_nodes)]
         local: Option<usize>,
         /// How long the job may wait for free slots before it fails (unlimited by default).
         #[arg(long, value_name = "DURATION", value_parser = duration)]
@@ -242,8 +248,8 @@ enum Cmd {
     /// --bin p2pjob -- demo`). Everything started is stopped and every file
     /// removed at the end.
     Demo {
-        /// Nodes in the embedded network.
-        #[arg(long, default_value_t = 8)]
+        /// Nodes in the embedded network, 1 to 64.
+        #[arg(long, default_value_t = 8, value_parser = local_nodes)]
         nodes: usize,
         /// Ring loops.
         #[arg(long, default_value_t = 20000)]
@@ -291,13 +297,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// A number of ranks: at least 1.
+/// A number of ranks: 1 to [`MAX_PROCESSES`], as a job file allows.
 fn ranks(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
         Ok(0) => Err("a job needs at least 1 rank".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{s:?} is not a number of ranks (1 or more)")),
+        Ok(n) if n <= MAX_PROCESSES => Ok(n),
+        _ => Err(format!("{s:?} is not a number of ranks (1 to {MAX_PROCESSES})")),
     }
+}
+
+/// The most daemons an embedded network (`--local`) runs in this process.
+const MAX_LOCAL: usize = 64;
+
+/// A number of embedded daemons: 1 to [`MAX_LOCAL`].
+fn local_nodes(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_LOCAL).contains(n))
+        .ok_or_else(|| format!("{s:?} is not a number of local daemons (1 to {MAX_LOCAL})"))
 }
 
 /// A positive number of seconds.
@@ -358,20 +376,17 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 Some(t) => JobDescription { queue_timeout: Some(t), ..parsed.job }.to_xml(),
                 None => xml,
             };
-            let follow = if wait || local.is_some() { Follow::Yes { limit: None } } else { Follow::No };
+            let follow = if wait || local.is_some() { Follow::Yes(KillWhen::default()) } else { Follow::No };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, queue_timeout, program, args } => {
             let exe = find_program(&program).map_err(input)?;
             let xml = JobDescription { queue_timeout, ..JobDescription::run(exe.to_string_lossy(), args, n) }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
-            // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds is killed.
-            let limit = std::env::var("MPIEXEC_TIMEOUT")
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|&s| s > 0)
-                .map(Duration::from_secs);
-            submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes { limit }, json)
+            // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds
+            // is killed, and so is one whose run is interrupted.
+            let kill = KillWhen { after: mpiexec_timeout()?, interrupted: true };
+            submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes(kill), json)
         }
         Cmd::Keygen { out, force } => {
             let path = out.or(cli.key).unwrap_or_else(|| keys::chosen_path(None));
@@ -436,7 +451,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let job = parse_job(&job)?;
             let mut c = connect(cli.node)?;
             let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
-            let end = follow(&mut c, id, None, Show { json, output: true, progress: true }, None).map_err(daemon)?;
+            let show = Show { json, output: true, progress: true };
+            let end = follow(&mut c, id, None, show, KillWhen::default()).map_err(daemon)?;
             Ok(report(&end, json))
         }
         Cmd::Kill { job } => {
@@ -589,11 +605,23 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
 }
 
-/// Whether `submit` follows the job to its end, and for how long at most.
+/// Whether `submit` follows the job to its end, and when it kills it.
 #[derive(Debug, Clone, Copy)]
 enum Follow {
     No,
-    Yes { limit: Option<Duration> },
+    Yes(KillWhen),
+}
+
+/// `$MPIEXEC_TIMEOUT`, seconds (unset, empty or 0: no limit).
+fn mpiexec_timeout() -> Result<Option<Duration>, Fail> {
+    let Ok(v) = std::env::var("MPIEXEC_TIMEOUT") else { return Ok(None) };
+    match v.trim() {
+        "" => Ok(None),
+        t => match t.parse::<u64>() {
+            Ok(s) => Ok((s > 0).then(|| Duration::from_secs(s))),
+            Err(_) => Err(input(anyhow!("MPIEXEC_TIMEOUT={v:?} is not a whole number of seconds"))),
+        },
+    }
 }
 
 /// Slots per node so `procs` ranks fit on `nodes` nodes.
@@ -654,7 +682,7 @@ fn submit(
     let addr = net.as_ref().map_or(node, EmbeddedNet::control);
     let mut c = connect(addr)?;
     let id = c.send_as_is(req).map_err(daemon)?;
-    let Follow::Yes { limit } = follow_job else {
+    let Follow::Yes(kill) = follow_job else {
         let (_, reply, _) = c.next(Some(Duration::from_secs(10))).map_err(daemon)?;
         return match reply {
             ToolReply::Submitted { job, .. } => {
@@ -670,39 +698,13 @@ fn submit(
         };
     };
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, id, Some(procs), show, limit)
+    // With an embedded network, an interrupt ends it (and the job with it).
+    let kill = KillWhen { interrupted: kill.interrupted && net.is_none(), ..kill };
+    let end = follow(&mut c, id, Some(procs), show, kill)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);
     Ok(report(&end, json))
-}
-
-/// On Ctrl-C or SIGTERM, removes `dirs` and exits with 130. The embedded
-/// daemons' processes die with this process (they are spawned with
-/// `PR_SET_PDEATHSIG`), so nothing is left behind.
-pub(crate) fn cleanup_on_interrupt(dirs: Vec<PathBuf>) {
-    on_interrupt(dirs, "interrupted; the embedded network is gone", 130);
-}
-
-/// On Ctrl-C or SIGTERM, removes `dirs`, says `what` and exits with `code`.
-pub(crate) fn on_interrupt(dirs: Vec<PathBuf>, what: &'static str, code: i32) {
-    std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-        rt.block_on(async {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-                return;
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        });
-        for d in &dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        eprintln!("p2pjob: {what}");
-        std::process::exit(code);
-    });
 }
 
 /// Prints how a job ended; returns the exit code.

@@ -31,9 +31,11 @@ pub(crate) fn nodes(values: &[String]) -> String {
     out
 }
 
-/// Ranks running and exited.
+/// Ranks running and exited. None runs once the job is over: a rank stopped
+/// with its job (killed, or a peer failed) has no exit of its own.
 pub(crate) fn rank_counts(j: &JobStatus) -> (usize, usize) {
-    let running = j.ranks.iter().filter(|r| r.started && r.exit.is_none()).count();
+    let over = phase_is_over(j.phase);
+    let running = j.ranks.iter().filter(|r| !over && r.started && r.exit.is_none()).count();
     (running, j.ranks.iter().filter(|r| r.exit.is_some()).count())
 }
 
@@ -67,10 +69,12 @@ pub(crate) fn when(unix_ms: u64) -> String {
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms))
 }
 
-/// A rank's state in words.
-fn rank_state(r: &RankStatus) -> String {
+/// A rank's state in words (`over`: its job is).
+fn rank_state(r: &RankStatus, over: bool) -> String {
     match (r.exit, r.started, r.node) {
         (Some(code), _, _) => describe_exit(code),
+        (None, true, _) if over => "stopped".to_owned(),
+        (None, false, _) if over => "not started".to_owned(),
         (None, true, _) => "running".to_owned(),
         (None, false, Some(_)) => "placed".to_owned(),
         (None, false, None) => "waiting".to_owned(),
@@ -98,10 +102,11 @@ pub(crate) fn cut(c: &CutInfo) -> String {
 /// (or none), then a line per recovery.
 pub(crate) fn ranks(j: &JobStatus) -> String {
     let mut out = String::new();
+    let over = phase_is_over(j.phase);
     for r in &j.ranks {
         let node = r.node.map_or("-".to_owned(), |n| n.to_string());
         let last = r.checkpoints.last.as_ref().map_or("none".to_owned(), checkpoint);
-        let _ = writeln!(out, "  rank {:<4} on {node:<22} {:<10} checkpoint {last}", r.rank, rank_state(r));
+        let _ = writeln!(out, "  rank {:<4} on {node:<22} {:<10} checkpoint {last}", r.rank, rank_state(r, over));
         let forgotten = (r.checkpoints.recovered as usize).saturating_sub(r.checkpoints.recoveries.len());
         if forgotten > 0 {
             let _ = writeln!(out, "    ({forgotten} earlier recoveries not kept)");

@@ -207,15 +207,21 @@ function renderOverlay() {
 
 // ---- jobs -------------------------------------------------------------------
 
+// Whether a job is over: a rank stopped with it has no exit of its own.
+function isOver(j) {
+  return ["done", "failed", "killed"].includes(j.phase);
+}
+
 function elapsed(j) {
   const t = j.times || {};
   if (t.ended_ms) return "took " + duration(t.ended_ms - t.seen_ms);
-  if (["done", "failed", "killed"].includes(j.phase)) return "ended before this page saw it";
+  if (isOver(j)) return "ended before this page saw it";
   return duration(Date.now() - t.seen_ms);
 }
 
-function rankState(r) {
+function rankState(r, over) {
   if (r.exit !== null) return exitText(r.exit);
+  if (over) return r.started ? "stopped" : "not started";
   if (r.started) return "running";
   return r.node ? "placed" : "waiting";
 }
@@ -229,7 +235,8 @@ function checkpointText(r) {
 }
 
 function renderJob(j) {
-  const running = j.ranks.filter((r) => r.started && r.exit === null).length;
+  const over = isOver(j);
+  const running = over ? 0 : j.ranks.filter((r) => r.started && r.exit === null).length;
   const exited = j.ranks.filter((r) => r.exit !== null).length;
   const summary = el("summary", {},
     el("span", { class: "phase " + j.phase, text: j.phase }),
@@ -242,7 +249,7 @@ function renderJob(j) {
     j.waiting ? el("span", { class: "waiting", text: j.waiting }) : null);
   const ranks = el("table", {}, el("thead", {}, el("tr", {}, ["rank", "node", "state", "checkpoint"].map((h) => el("th", { text: h })))),
     el("tbody", {}, j.ranks.map((r) => el("tr", { "data-rank": r.rank },
-      el("td", { text: r.rank }), el("td", { class: "mono", text: r.node || "-" }), el("td", { text: rankState(r) }),
+      el("td", { text: r.rank }), el("td", { class: "mono", text: r.node || "-" }), el("td", { text: rankState(r, over) }),
       el("td", { class: "checkpoint", text: checkpointText(r) })))));
   const tr = j.transfers || { staging: [], fetching: [] };
   const moving = [...tr.staging.map((s) => ["files to " + s.node, s]), ...tr.fetching.map((f) => [f.name + " of rank " + f.rank, f])];

@@ -25,6 +25,7 @@ use clap::Parser;
 use p2pmp_adapters::local::DaemonCodec;
 use p2pmp_adapters::{DriverConfig, NodeHandle, spawn_daemon};
 use p2pmp_core::job::Resources;
+use p2pmp_core::job::description::MAX_PROCESSES;
 use p2pmp_core::machine::NodeAddr;
 use p2pmp_core::node::{DaemonConfig, DaemonNode, NodeEvent};
 use p2pmp_core::overlay::OverlayEvent;
@@ -34,8 +35,9 @@ use p2pmp_mpi::{JOB_VAR, NODE_VAR, RANK_VAR, SIZE_VAR, to_hex};
 #[derive(Debug, Parser)]
 #[command(name = "p2pmp-launch", about = "Start N ranks of an MPI program on this machine")]
 struct Args {
-    /// Number of ranks.
-    #[arg(short = 'n', long, default_value_t = 1)]
+    /// Number of ranks, 1 to 4096.
+    #[arg(short = 'n', long = "np", alias = "n", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PROCESSES)))]
     n: u32,
     /// Kill every rank and fail after this many seconds.
     #[arg(long)]
@@ -67,8 +69,14 @@ fn job_id() -> Vec<u8> {
     out
 }
 
-fn forward(rank: u32, src: impl std::io::Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+/// Copies a rank's stdout or stderr line by line, prefixed by its rank, on a
+/// thread of its own.
+fn forward(
+    rank: u32,
+    src: impl std::io::Read + Send + 'static,
+    to_stderr: bool,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("rank-{rank}-out")).spawn(move || {
         for line in BufReader::new(src).lines() {
             let Ok(line) = line else { break };
             if to_stderr {
@@ -78,6 +86,26 @@ fn forward(rank: u32, src: impl std::io::Read + Send + 'static, to_stderr: bool)
             }
         }
     })
+}
+
+/// Every rank's process, and when it started. Those still running when this
+/// is dropped (a rank that could not be started, a timeout) are killed and
+/// reaped: the launcher leaves none behind.
+struct Ranks(Vec<Option<(Child, SystemTime)>>);
+
+impl Ranks {
+    fn stop(&mut self) {
+        for (mut child, _) in self.0.iter_mut().filter_map(Option::take) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 /// Starts the daemon node: overlay on `listen`, local node protocol on a
@@ -137,19 +165,23 @@ fn moved_files(rank: u32, since: SystemTime) -> Option<(PathBuf, PathBuf)> {
     Some((dir.join(p2pmp_core::ckpt::file_name(rank, newest)), engine))
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let args = Args::parse();
-    if args.n == 0 {
-        anyhow::bail!("-n must be at least 1");
-    }
+    launch(&args).unwrap_or_else(|e| {
+        eprintln!("p2pmp-launch: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Starts the node and the ranks, and supervises them to their end.
+fn launch(args: &Args) -> anyhow::Result<ExitCode> {
     let (handle, node) = start_node(&args.overlay_listen, args.bootstrap.clone())?;
     let overlay_addr = handle.local_addr();
     let job = to_hex(&job_id());
     if args.verbose {
         eprintln!("p2pmp-launch: job {job}, node {node}, overlay {overlay_addr}, {} ranks", args.n);
     }
-    // Each rank's process, and when it started.
-    let mut children: Vec<Option<(Child, SystemTime)>> = Vec::new();
+    let mut ranks = Ranks(Vec::new());
     let mut pipes = Vec::new();
     let mut start = |rank: u32, resume: &[(&str, &Path)]| -> anyhow::Result<(Child, SystemTime)> {
         let since = SystemTime::now();
@@ -165,18 +197,26 @@ fn main() -> anyhow::Result<ExitCode> {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting rank {rank}: {}", args.cmd[0]))?;
-        pipes.push(forward(rank, child.stdout.take().expect("piped"), false));
-        pipes.push(forward(rank, child.stderr.take().expect("piped"), true));
+        let out = forward(rank, child.stdout.take().expect("piped"), false);
+        let err = forward(rank, child.stderr.take().expect("piped"), true);
+        match (out, err) {
+            (Ok(o), Ok(e)) => pipes.extend([o, e]),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e).with_context(|| format!("starting the output threads of rank {rank}"));
+            }
+        }
         Ok((child, since))
     };
     for rank in 0..args.n {
-        children.push(Some(start(rank, &[])?));
+        ranks.0.push(Some(start(rank, &[])?));
     }
     let deadline = args.timeout.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut failed = false;
     let mut kill_at: Option<Instant> = None;
-    while children.iter().any(Option::is_some) {
-        for (rank, slot) in children.iter_mut().enumerate() {
+    while ranks.0.iter().any(Option::is_some) {
+        for (rank, slot) in ranks.0.iter_mut().enumerate() {
             let Some((child, since)) = slot else { continue };
             if let Some(status) = child.try_wait()? {
                 let moved = (status.code() == Some(MOVED_EXIT)).then(|| moved_files(rank as u32, *since)).flatten();
@@ -201,10 +241,7 @@ fn main() -> anyhow::Result<ExitCode> {
             if timed_out {
                 eprintln!("p2pmp-launch: timeout; killing the ranks still running");
             }
-            for (child, _) in children.iter_mut().flatten() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            ranks.stop();
             failed = true;
             break;
         }
