@@ -79,6 +79,12 @@ impl Encrypt {
 }
 
 impl RankEnv {
+    /// Whether none of the four variables is set (`is_set` says of one): a
+    /// process started alone.
+    pub fn none_set(is_set: impl Fn(&str) -> bool) -> bool {
+        ![JOB_VAR, RANK_VAR, SIZE_VAR, NODE_VAR].iter().any(|k| is_set(k))
+    }
+
     /// Reads the four variables of the process environment.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok())
@@ -87,7 +93,7 @@ impl RankEnv {
     /// Reads the four variables through `get` (for tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &'static str| {
-            get(name).ok_or_else(|| Error::Env { var: name, problem: "not set (start ranks with p2pmp-launch)".into() })
+            get(name).ok_or_else(|| Error::Env { var: name, problem: "not set, while others of P2PMP_JOB, _RANK, _SIZE and _NODE are (start ranks with p2pmp-launch, or set none to run alone as one rank)".into() })
         };
         let bad = |var: &'static str, problem: String| Error::Env { var, problem };
         let job = parse_hex(&var(JOB_VAR)?).map_err(|p| bad(JOB_VAR, p))?;
@@ -130,6 +136,14 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_alone_only_with_none_of_the_four_variables() {
+        assert!(RankEnv::none_set(|k| k == HOST_VAR || k == ENCRYPT_VAR), "the optional ones do not count");
+        for k in [JOB_VAR, RANK_VAR, SIZE_VAR, NODE_VAR] {
+            assert!(!RankEnv::none_set(|v| v == k), "{k} alone is a launch gone wrong");
+        }
+    }
 
     #[test]
     fn reads_a_good_environment_and_refuses_bad_ones() {

@@ -25,7 +25,9 @@
 //!   node, with the public half of a fresh Noise key. TCP links between hosts
 //!   are encrypted and authenticated with those keys (`P2PMP_ENCRYPT`: `auto`,
 //!   the default, `always` or `never`; see `transport`); ranks of one host use
-//!   shared memory (`P2PMP_SHM=0` turns it off).
+//!   shared memory (`P2PMP_SHM=0` turns it off). A process started alone,
+//!   with none of the first four set, is a world of one rank with a node of
+//!   its own (MPI's singleton init; see [`local_node`]).
 //! - [`World`]: point-to-point (`send`, `recv`, `isend`, `irecv`, `wait`,
 //!   `waitall`, `test`, `probe`, `iprobe`) and collectives (`barrier`, `bcast`,
 //!   `reduce`, `allreduce`, `gather`, `scatter`, `allgather`, `alltoall`) over
@@ -81,6 +83,7 @@ mod error;
 mod flat;
 mod group;
 mod intercoll;
+pub mod local_node;
 mod node_client;
 mod pod;
 mod progress;

@@ -10,9 +10,10 @@ pub use p2pmp_core::mpi::{Payload, Status};
 
 use crate::ckpt::Checkpointer;
 use crate::done::Done;
-use crate::env::RankEnv;
+use crate::env::{JOB_VAR, NODE_VAR, RANK_VAR, RankEnv, SIZE_VAR, to_hex};
 use crate::error::{Error, Result};
 use crate::group::Group;
+use crate::local_node::{self, LocalNode};
 use crate::pod::{self, Pod};
 use crate::progress::{SpinPolicy, WaitStats, Waits};
 use crate::reqmap::{ReqMap, ReqSet};
@@ -109,6 +110,9 @@ pub struct World {
     pub(crate) next_ctx: u32,
     /// Protected regions, hooks and the snapshot schedule (see [`crate::ckpt`]).
     pub(crate) ckpt: Checkpointer,
+    /// The node of a process started alone (see [`init`]): last, so that it
+    /// stops after the rest has said goodbye to it.
+    own_node: Option<LocalNode>,
 }
 
 /// The communicator the collectives run on: its engine id for collective
@@ -122,7 +126,15 @@ pub(crate) struct CollCtx {
 
 /// Starts MPI for this process from the environment its node gave it
 /// (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`, `P2PMP_HOST`).
+///
+/// A process started alone, with none of the variables a node or
+/// `p2pmp-launch` sets (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`,
+/// `P2PMP_NODE`), is a world of one rank with a node of its own, as MPI's
+/// singleton `MPI_Init` is (see [`crate::local_node`]).
 pub fn init() -> Result<World> {
+    if RankEnv::none_set(|k| std::env::var_os(k).is_some()) {
+        return World::alone(MpiConfig::default());
+    }
     World::start(RankEnv::from_env()?, MpiConfig::default())
 }
 
@@ -183,7 +195,25 @@ impl World {
             coll: CollCtx { id: COMM_COLL, group: Group::first(env.size), me: env.rank },
             next_ctx,
             ckpt,
+            own_node: None,
         })
+    }
+
+    /// A world of one rank with a node of its own, for a process started
+    /// alone (see [`init`]); the optional variables (`P2PMP_HOST`, ...) count.
+    fn alone(config: MpiConfig) -> Result<World> {
+        let (node, control) = local_node::start("127.0.0.1:0", Vec::new())
+            .map_err(|e| Error::Node(format!("a process started alone runs a node of its own: {e:#}")))?;
+        let env = RankEnv::from_lookup(|k| match k {
+            JOB_VAR => Some(to_hex(&local_node::fresh_job_id())),
+            RANK_VAR => Some("0".into()),
+            SIZE_VAR => Some("1".into()),
+            NODE_VAR => Some(control.to_string()),
+            other => std::env::var(other).ok(),
+        })?;
+        let mut w = World::start(env, config)?;
+        w.own_node = Some(node);
+        Ok(w)
     }
 
     /// This process's rank.

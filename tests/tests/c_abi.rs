@@ -222,6 +222,33 @@ fn init_then_finalize_never_hangs() {
     }
 }
 
+/// Started alone, with no launcher and none of the P2PMP_ variables, a
+/// program is a world of one rank (a node of its own started and stopped
+/// with it), as MPI's singleton MPI_Init is; with some of the variables but
+/// not all, it fails saying which is missing.
+#[test]
+fn a_program_started_alone_runs_as_one_rank() {
+    let Some(dir) = built() else { return };
+    let alone = |set: &[(&str, &str)]| {
+        let mut cmd = Command::new(dir.join("c-tests/finalize"));
+        cmd.arg("print");
+        for v in ["P2PMP_JOB", "P2PMP_RANK", "P2PMP_SIZE", "P2PMP_NODE"] {
+            cmd.env_remove(v);
+        }
+        cmd.envs(set.iter().copied());
+        p2pmp_tests::run_to_end(cmd, Duration::from_secs(30))
+    };
+    for i in 0..3 {
+        let t = std::time::Instant::now();
+        let r = alone(&[]);
+        let out = r.stdout.clone() + &r.stderr;
+        assert!(r.ok && r.stdout == "finalize: rank 0 of 1\n", "run {i}:\n{out}");
+        assert!(t.elapsed() < Duration::from_secs(8), "run {i} took {:?}:\n{out}", t.elapsed());
+    }
+    let r = alone(&[("P2PMP_RANK", "0")]);
+    assert!(!r.ok && r.stderr.contains("P2PMP_JOB: not set, while others"), "{}", r.stderr);
+}
+
 #[test]
 fn the_launcher_kills_a_job_that_outlives_mpiexec_timeout() {
     let Some(dir) = built() else { return };

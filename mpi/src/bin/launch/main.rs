@@ -1,5 +1,5 @@
 //! `p2pmp-launch -n N [--timeout S] [--bootstrap ADDR] -- prog args...`: runs a
-//! daemon node (the same [`DaemonNode`] as `jobd`, alone or joined through
+//! daemon node (the same `DaemonNode` as `jobd`, alone or joined through
 //! `--bootstrap`, with its local node protocol served by the adapters on
 //! 127.0.0.1), starts N ranks of `prog` itself with the documented environment
 //! (a fresh random job id per run), forwards their output with a rank prefix,
@@ -12,24 +12,16 @@
 //! `p2pmp_mpi::ckpt`) is started again from that checkpoint and engine while
 //! the other ranks go on.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use clap::Parser;
-use p2pmp_adapters::local::DaemonCodec;
-use p2pmp_adapters::{DriverConfig, NodeHandle, spawn_daemon};
-use p2pmp_core::job::Resources;
 use p2pmp_core::job::description::MAX_PROCESSES;
-use p2pmp_core::machine::NodeAddr;
-use p2pmp_core::node::{DaemonConfig, DaemonNode, NodeEvent};
-use p2pmp_core::overlay::OverlayEvent;
 use p2pmp_mpi::ckpt::{DIR_VAR, MOVED_EXIT, RESTART_VAR, RESUME_ENGINE_VAR};
+use p2pmp_mpi::local_node;
 use p2pmp_mpi::{JOB_VAR, NODE_VAR, RANK_VAR, SIZE_VAR, to_hex};
 
 #[derive(Debug, Parser)]
@@ -54,19 +46,6 @@ struct Args {
     /// The program and its arguments.
     #[arg(required = true, last = true)]
     cmd: Vec<String>,
-}
-
-/// 16 random bytes: std's per-process random hash keys, the time and the pid.
-fn job_id() -> Vec<u8> {
-    let mut out = Vec::with_capacity(16);
-    for i in 0..2u64 {
-        let mut h = RandomState::new().build_hasher();
-        h.write_u64(i);
-        h.write_u32(std::process::id());
-        h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        out.extend_from_slice(&h.finish().to_be_bytes());
-    }
-    out
 }
 
 /// Copies a rank's stdout or stderr line by line, prefixed by its rank, on a
@@ -108,45 +87,6 @@ impl Drop for Ranks {
     }
 }
 
-/// Starts the daemon node: overlay on `listen`, local node protocol on a
-/// loopback port; returns once it is part of a network.
-fn start_node(listen: &str, bootstrap: Vec<NodeAddr>) -> anyhow::Result<(NodeHandle<DaemonNode>, NodeAddr)> {
-    let listener = TcpListener::bind(listen).with_context(|| format!("binding the overlay address {listen}"))?;
-    let control = TcpListener::bind("127.0.0.1:0").context("binding the control address")?;
-    let (addr, node) = (NodeAddr(listener.local_addr()?), NodeAddr(control.local_addr()?));
-    let seed = u64::from(addr.0.port()) ^ u64::from(std::process::id()) << 16;
-    // The launcher starts the ranks itself: the node runs no jobs (one slot, never offered).
-    let res = Resources {
-        os: std::env::consts::OS.into(),
-        arch: std::env::consts::ARCH.into(),
-        slots: 1,
-        ..Resources::default()
-    };
-    let mut cfg = DaemonConfig::new(res, node.to_string(), std::env::temp_dir().to_string_lossy(), seed);
-    cfg.bootstrap = bootstrap;
-    let (joined_tx, joined) = std::sync::mpsc::channel();
-    let handle = spawn_daemon(
-        listener,
-        control,
-        DaemonCodec::new(node),
-        DriverConfig::default(),
-        move |now| DaemonNode::new(cfg, addr, now),
-        move |events, _remote| async move {
-            while let Ok(ev) = events.recv().await {
-                if ev == NodeEvent::Overlay(OverlayEvent::Joined) {
-                    let _ = joined_tx.send(());
-                }
-            }
-        },
-    )
-    .context("starting the node")?;
-    let is_joined = handle.inspect(|d| d.machine().overlay_node().is_joined()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !is_joined {
-        joined.recv_timeout(Duration::from_secs(30)).context("the node did not join a network in time")?;
-    }
-    Ok((handle, node))
-}
-
 /// The checkpoint and engine file a rank that moved away left: the engine
 /// file its process (started at `since`) wrote, and its newest checkpoint
 /// (the engine names its cut: the process resuming checks they agree).
@@ -175,9 +115,9 @@ fn main() -> ExitCode {
 
 /// Starts the node and the ranks, and supervises them to their end.
 fn launch(args: &Args) -> anyhow::Result<ExitCode> {
-    let (handle, node) = start_node(&args.overlay_listen, args.bootstrap.clone())?;
+    let (handle, node) = local_node::start(&args.overlay_listen, args.bootstrap.clone())?;
     let overlay_addr = handle.local_addr();
-    let job = to_hex(&job_id());
+    let job = to_hex(&local_node::fresh_job_id());
     if args.verbose {
         eprintln!("p2pmp-launch: job {job}, node {node}, overlay {overlay_addr}, {} ranks", args.n);
     }
