@@ -104,9 +104,7 @@ fn sleeping(arg: &str) -> usize {
         let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         matches!(argv[..], [exe, a, b""] if exe.ends_with(b"sleep") && a == arg.as_bytes())
     };
-    std::fs::read_dir("/proc")
-        .map(|d| d.flatten().filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(is_ours)).count())
-        .unwrap_or(0)
+    p2pmp_tests::count_processes(|p| std::fs::read(p.join("cmdline")).is_ok_and(is_ours))
 }
 
 #[test]
@@ -115,7 +113,7 @@ fn an_interrupted_run_kills_its_job_as_mpirun_does_and_its_ranks_show_stopped() 
     let node = net.control().to_string();
     // A duration no other test sleeps: these processes are this job's.
     let arg = "47.25";
-    let run = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+    let mut run = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
         .args(["--node", &node, "run", "-n", "2", "sleep", arg])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -124,7 +122,9 @@ fn an_interrupted_run_kills_its_job_as_mpirun_does_and_its_ranks_show_stopped() 
     web::until(Duration::from_secs(30), "both ranks to run", || (sleeping(arg) == 2).then_some(()));
     // SAFETY: kill has no memory preconditions; the pid is our child's.
     assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
-    let out = run.wait_with_output().expect("p2pjob run ends");
+    // Bounded: a kill that never went out fails the test, not hangs it.
+    web::until(Duration::from_secs(30), "p2pjob run to end", || run.try_wait().ok().flatten());
+    let out = run.wait_with_output().expect("p2pjob run's output");
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "exit 4, killed: {err}");
     let job = err.split("interrupted: killing job ").nth(1).and_then(|s| s.split(' ').next()).expect("said").to_owned();

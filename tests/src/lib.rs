@@ -294,6 +294,16 @@ pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     wait_until(what, timeout, || if f() { Ok(()) } else { Err("not yet".into()) })
 }
 
+/// How many processes of this host (by their `/proc/PID` directory) `f`
+/// holds for.
+pub fn count_processes(mut f: impl FnMut(&std::path::Path) -> bool) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| f(&e.path()))
+        .count()
+}
+
 /// The owner of `key` among nodes with these addresses: the first id at or after
 /// the key on the ring.
 pub fn owner_of(key: Id, addrs: &[SocketAddr]) -> SocketAddr {

@@ -117,12 +117,7 @@ fn job_file(exe: &str, args: &str, extra: &str) -> String {
 
 /// Processes of `uid` still alive.
 fn processes_of(uid: u32) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-        .filter(|e| e.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid))
-        .count()
+    p2pmp_tests::count_processes(|p| p.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid))
 }
 
 /// Job A keeps a secret in its directory while job B, given A's directory,

@@ -120,7 +120,7 @@ impl DaemonNode {
     pub(super) fn attach(&mut self, job: JobId, client: Client, follow: bool, rank: Option<u32>) {
         let Some(meta) = self.jobs.get(&job) else { return };
         if let Some(r) = rank.filter(|&r| r >= meta.size) {
-            let message = format!("job {job} has {} rank(s), 0 to {}: no rank {r}", meta.size, meta.size - 1);
+            let message = format!("job {job} has {} rank(s): no rank {r}", meta.size);
             return self.send_reply(client, ToolReply::Error { message }, Bytes::new());
         }
         let files: Vec<LogFile> = meta

@@ -166,7 +166,9 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.allow_any |= a.allow_any;
     cfg.admin.extend(a.admin.iter().cloned());
     let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
-    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    // Colours only for a person watching, not in a log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).init();
     cfg.check()?;
     let daemon = Daemon::start(&cfg).map_err(port_hint)?;
     if a.print_addr {

@@ -42,11 +42,12 @@ pub(crate) fn ask(c: &mut Client, job: JobId, wait: bool, json: bool) -> anyhow:
         ToolReply::CheckpointAsked { ranks, .. } => {
             if json {
                 println!("{}", json!({"job": job.to_string(), "asked": ranks}));
-            } else {
+            } else if !ranks.is_empty() {
                 let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
                 println!("checkpoint of job {job} asked of {} rank(s): {}", ranks.len(), list.join(", "));
             }
-            Ok(!wait)
+            // A request that reached no rank fails next, saying why.
+            Ok(!wait && !ranks.is_empty())
         }
         ToolReply::CheckpointTaken { cut, .. } => {
             if json {

@@ -71,13 +71,14 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
 }
 
 /// When [`follow`] kills the job it follows.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct KillWhen {
     /// Still running after this long (`MPIEXEC_TIMEOUT` of `p2pjob run`).
     pub(crate) after: Option<Duration>,
-    /// On Ctrl-C or SIGTERM (`p2pjob run` against a daemon, as mpirun does);
-    /// a second one leaves at once.
-    pub(crate) interrupted: bool,
+    /// On Ctrl-C or SIGTERM, counted from before the job was submitted
+    /// (`p2pjob run` against a daemon, as mpirun does); a second one leaves
+    /// at once.
+    pub(crate) interrupts: Option<Interrupts>,
 }
 
 /// How often a follow that watches for interrupts looks at them.
@@ -94,7 +95,7 @@ pub(crate) fn follow(
 ) -> anyhow::Result<End> {
     let t0 = Instant::now();
     let deadline = kill.after.map(|l| t0 + l);
-    let interrupts = kill.interrupted.then(Interrupts::count);
+    let interrupts = kill.interrupts;
     let mut end = End {
         job: None,
         phase: JobPhase::Running,
@@ -120,14 +121,8 @@ pub(crate) fn follow(
     let mut killing = false;
     loop {
         let interrupted = interrupts.as_ref().map_or(0, Interrupts::seen);
-        if interrupted > 1 {
-            bar.finish();
-            let job = end.job.map_or("the job".to_owned(), |j| format!("job {j}"));
-            let asked = if killing { ", which was asked to stop" } else { "" };
-            eprintln!("p2pjob: interrupted again; leaving {job}{asked}");
-            std::process::exit(130);
-        }
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        // The kill first: two interrupts at once still stop the job.
         if let (Some(job), false, true) = (end.job, killing, timed_out || interrupted > 0) {
             killing = true;
             let said = match timed_out {
@@ -139,6 +134,13 @@ pub(crate) fn follow(
             };
             bar.above(|| eprintln!("p2pjob: {said}"));
             client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
+        }
+        if interrupted > 1 {
+            bar.finish();
+            let job = end.job.map_or("the job".to_owned(), |j| format!("job {j}"));
+            let asked = if killing { ", which was asked to stop" } else { "" };
+            eprintln!("p2pjob: interrupted again; leaving {job}{asked}");
+            std::process::exit(130);
         }
         // Until the kill is asked for, wake in time to ask it.
         let look = interrupts.as_ref().map(|_| LOOK_EVERY);

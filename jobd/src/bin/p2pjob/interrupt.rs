@@ -7,15 +7,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Runs `each` on a thread of its own at every Ctrl-C or SIGTERM from now on;
-/// the process no longer dies of them by itself.
+/// Runs `each` on a thread of its own at every Ctrl-C or SIGTERM from now on
+/// (once this returns, the handlers are in place); the process no longer
+/// dies of them by itself.
 fn on_each_signal(mut each: impl FnMut() + Send + 'static) {
+    let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
             let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
                 return;
             };
+            let _ = ready_tx.send(());
             loop {
                 tokio::select! {
                     _ = int.recv() => {}
@@ -25,6 +28,8 @@ fn on_each_signal(mut each: impl FnMut() + Send + 'static) {
             }
         });
     });
+    // Without handlers (the thread failed), the signals keep their default.
+    let _ = ready.recv_timeout(std::time::Duration::from_secs(5));
 }
 
 /// On Ctrl-C or SIGTERM, removes `dirs` and exits with 130. The embedded

@@ -32,7 +32,7 @@ use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
 use follow::{End, KillWhen, Show, exit_code, follow, phase_name};
-use interrupt::cleanup_on_interrupt;
+use interrupt::{Interrupts, cleanup_on_interrupt};
 
 /// Submit and control jobs on a p2pmp network.
 ///
@@ -384,8 +384,11 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let xml = JobDescription { queue_timeout, ..JobDescription::run(exe.to_string_lossy(), args, n) }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
             // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds
-            // is killed, and so is one whose run is interrupted.
-            let kill = KillWhen { after: mpiexec_timeout()?, interrupted: true };
+            // is killed, and so is one whose run is interrupted, the
+            // interrupts counted from before the job exists (with --local, an
+            // interrupt ends the embedded network and the job with it).
+            let after = mpiexec_timeout()?;
+            let kill = KillWhen { after, interrupts: local.is_none().then(Interrupts::count) };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes(kill), json)
         }
         Cmd::Keygen { out, force } => {
@@ -606,7 +609,7 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Whether `submit` follows the job to its end, and when it kills it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Follow {
     No,
     Yes(KillWhen),
@@ -698,8 +701,6 @@ fn submit(
         };
     };
     let show = Show { json, output: true, progress: true };
-    // With an embedded network, an interrupt ends it (and the job with it).
-    let kill = KillWhen { interrupted: kill.interrupted && net.is_none(), ..kill };
     let end = follow(&mut c, id, Some(procs), show, kill)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
@@ -719,7 +720,9 @@ fn report(end: &End, json: bool) -> i32 {
             "files": end.files.iter().map(|(r, p, ok)| json!({"rank": r, "path": p, "ok": ok})).collect::<Vec<_>>()})
         );
     } else {
-        let why = end.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+        // (A kill's error is the phase's own name: said once.)
+        let why =
+            end.error.as_deref().filter(|e| *e != phase_name(end.phase)).map(|e| format!(": {e}")).unwrap_or_default();
         eprintln!("job {job} {}{why} ({:.0} ms)", phase_name(end.phase), end.total.as_secs_f64() * 1000.0);
     }
     exit_code(end.phase)

@@ -117,3 +117,40 @@ pub(crate) fn ranks(j: &JobStatus) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use p2pmp_core::id::Id;
+    use p2pmp_core::job::JobId;
+    use p2pmp_core::machine::NodeAddr;
+    use p2pmp_core::node::control::JobPhase;
+
+    use super::*;
+
+    #[test]
+    fn a_rank_without_an_exit_runs_only_while_its_job_does() {
+        let a = NodeAddr("127.0.0.1:7400".parse().unwrap());
+        let rank =
+            |rank, node, started, exit| RankStatus { rank, node, started, exit, checkpoints: Default::default() };
+        let mut j = JobStatus {
+            job: JobId(Id::ZERO),
+            executable: "ring".into(),
+            phase: JobPhase::Running,
+            ranks: vec![rank(0, Some(a), true, None), rank(1, Some(a), true, Some(0)), rank(2, None, false, None)],
+            error: None,
+            holder: a,
+            waiting: None,
+            restarts: Vec::new(),
+            moves: Vec::new(),
+        };
+        let states = |j: &JobStatus| {
+            let over = phase_is_over(j.phase);
+            j.ranks.iter().map(|r| rank_state(r, over)).collect::<Vec<_>>()
+        };
+        assert_eq!(rank_counts(&j), (1, 1));
+        assert_eq!(states(&j), ["running", "exited with code 0", "waiting"]);
+        j.phase = JobPhase::Killed;
+        assert_eq!(rank_counts(&j), (0, 1), "none runs once the job is over");
+        assert_eq!(states(&j), ["stopped", "exited with code 0", "not started"]);
+    }
+}

@@ -272,7 +272,7 @@ function renderJobs() {
   } else {
     box.replaceChildren(...state.jobs.map(renderJob));
   }
-  const live = state.jobs.filter((j) => !["done", "failed", "killed"].includes(j.phase)).length;
+  const live = state.jobs.filter((j) => !isOver(j)).length;
   document.getElementById("job-count").textContent = state.jobs.length + " known, " + live + " not over";
 }
 
