@@ -4,8 +4,9 @@
 //!
 //! With no allow-list, a daemon bound to loopback allows only the key of the
 //! user who started it (made if none exists); one bound to any other address
-//! refuses to start unless `--allow-any` is given. The daemon user's own key is
-//! always an admin (its status page watches jobs with it).
+//! refuses to start (`Config::check`) unless an allow-list or `--allow-any` is
+//! given. The daemon user's own key is always an admin (its status page
+//! watches jobs with it).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -71,16 +72,10 @@ pub fn policy(cfg: &Config) -> anyhow::Result<Policy> {
         Allow::AnyKey
     } else if listed {
         Allow::Keys(keys)
-    } else if cfg.listen.ip().is_loopback() {
+    } else {
+        // `Config::check` refuses a node off loopback with no allow-list.
         info!(key = %own, "no allow-list: this loopback node runs jobs of its own user's key only");
         Allow::Keys([own].into())
-    } else {
-        bail!(
-            "refusing to start: listening on {} (not loopback) with no allow-list; name the keys whose jobs run \
-             here with --allow KEY, --allow-file PATH or `allow = [...]` in the config, or accept every key \
-             with --allow-any",
-            cfg.listen
-        );
     };
     Ok(Policy { allow, admins })
 }

@@ -238,6 +238,15 @@ impl Config {
         }
         self.advertised(self.listen)?;
         self.http_addr()?;
+        let listed = !self.allow.is_empty() || self.allow_file.is_some();
+        if !(listed || self.allow_any || self.listen.ip().is_loopback()) {
+            bail!(
+                "refusing to start: listening on {} (not loopback) with no allow-list; name the keys whose jobs run \
+                 here with --allow KEY, --allow-file PATH or `allow = [...]` in the config, or accept every key \
+                 with --allow-any",
+                self.listen
+            );
+        }
         for (key, ms) in [
             ("stabilize_ms", self.stabilize_ms),
             ("heartbeat_ms", self.heartbeat_ms),
@@ -434,8 +443,14 @@ mod tests {
         assert_eq!(ip.advertised(bound).unwrap(), "198.18.0.5:7401".parse().unwrap());
         let full = Config { advertise: Some("198.18.0.5:9000".into()), ..any.clone() };
         assert_eq!(full.advertised(bound).unwrap(), "198.18.0.5:9000".parse().unwrap());
-        let bad = Config { advertise: Some("nowhere".into()), ..any };
+        let bad = Config { advertise: Some("nowhere".into()), ..any.clone() };
         assert!(bad.check().is_err());
+        let open = Config { advertise: Some("198.18.0.5".into()), ..any };
+        assert!(open.check().unwrap_err().to_string().contains("no allow-list"), "off loopback, someone must be named");
+        let listed = Config { allow: vec!["ed25519:00".into()], ..open.clone() };
+        let (filed, anyone) =
+            (Config { allow_file: Some("keys".into()), ..open.clone() }, Config { allow_any: true, ..open });
+        assert!(listed.check().is_ok() && filed.check().is_ok() && anyone.check().is_ok());
         let page = |h: &str| Config { http: Some(h.into()), ..Config::default() }.http_addr();
         assert_eq!(page("7480").unwrap(), Some("127.0.0.1:7480".parse().unwrap()), "a port alone is loopback");
         assert_eq!(page("0.0.0.0:80").unwrap(), Some("0.0.0.0:80".parse().unwrap()));

@@ -51,6 +51,8 @@ impl Daemon {
     /// Binds both sockets, joins the overlay and starts serving.
     pub fn start(cfg: &Config) -> anyhow::Result<Daemon> {
         cfg.check()?;
+        let auth = crate::allow::policy(cfg)?;
+        let fixed_keys = crate::allow::parse_keys(&cfg.allow, "allowed key")?;
         let listener = TcpListener::bind(cfg.listen).with_context(|| format!("binding {}", cfg.listen))?;
         let overlay = cfg.advertised(listener.local_addr()?)?;
         let control_l = TcpListener::bind(cfg.control).with_context(|| format!("binding {}", cfg.control))?;
@@ -67,8 +69,7 @@ impl Daemon {
         let sandbox = Sandbox::new(cfg.limits.clone(), cfg.per_job_user, &work_dir, overlay.port());
         let mut dc = cfg.daemon_config(overlay, control, &work_dir);
         dc.resources.tags.extend(sandbox.tags());
-        dc.auth = crate::allow::policy(cfg)?;
-        let fixed_keys = crate::allow::parse_keys(&cfg.allow, "allowed key")?;
+        dc.auth = auth;
         let resources = dc.resources.clone();
         let addr = NodeAddr(overlay);
         let guard = crate::limits::fit_descriptors(cfg.peers.guard());

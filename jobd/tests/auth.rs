@@ -286,15 +286,27 @@ fn someone_elses_job_is_neither_killed_nor_read_but_its_owner_and_an_admin_may()
 }
 
 #[test]
-fn a_daemon_on_a_non_loopback_address_needs_an_allow_list() {
+fn a_daemon_on_a_non_loopback_address_needs_an_allow_list_and_bad_settings_exit_2_writing_nothing() {
     let jobd = PathBuf::from(env!("CARGO_BIN_EXE_jobd"));
-    let out = Command::new(&jobd)
-        .args(["--listen", "0.0.0.0:0", "--advertise", "127.0.0.1", "--control", "127.0.0.1:0", "--log-level", "error"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("refusing to start") && err.contains("--allow-any"), "{err}");
+    let work = std::env::temp_dir().join(format!("p2pmp-auth-refused-{}", std::process::id()));
+    let open = ["--listen", "0.0.0.0:0", "--advertise", "127.0.0.1"];
+    for (args, says) in [
+        (&open[..], "refusing to start"),
+        (&["--limit", "cpu=1"], "cpu"),
+        (&["--overlay", "can", "--dims", "0"], "dims must be 1 to 8"),
+        (&["--log-level", "loud"], "log level"),
+    ] {
+        let out = Command::new(&jobd)
+            .args(args)
+            .args(["--control", "127.0.0.1:0", "--work-dir"])
+            .arg(&work)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!work.exists(), "{args:?}: nothing is written before the configuration passes");
+    }
 }
 
 #[test]

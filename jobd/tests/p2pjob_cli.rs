@@ -113,20 +113,8 @@ fn an_interrupted_run_kills_its_job_as_mpirun_does_and_its_ranks_show_stopped() 
     let node = net.control().to_string();
     // A duration no other test sleeps: these processes are this job's.
     let arg = "47.25";
-    let mut run = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
-        .args(["--node", &node, "run", "-n", "2", "sleep", arg])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start p2pjob run");
-    web::until(Duration::from_secs(30), "both ranks to run", || (sleeping(arg) == 2).then_some(()));
-    // SAFETY: kill has no memory preconditions; the pid is our child's.
-    assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
-    // Bounded: a kill that never went out fails the test, not hangs it.
-    web::until(Duration::from_secs(30), "p2pjob run to end", || run.try_wait().ok().flatten());
-    let out = run.wait_with_output().expect("p2pjob run's output");
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "exit 4, killed: {err}");
+    let (code, err) = interrupted(&node, &["run", "-n", "2", "sleep", arg], || sleeping(arg) == 2);
+    assert_eq!(code, Some(4), "exit 4, killed: {err}");
     let job = err.split("interrupted: killing job ").nth(1).and_then(|s| s.split(' ').next()).expect("said").to_owned();
     assert!(err.contains(&format!("job {job} killed")), "{err}");
     web::until(Duration::from_secs(10), "the ranks' processes to go", || (sleeping(arg) == 0).then_some(()));
@@ -134,4 +122,56 @@ fn an_interrupted_run_kills_its_job_as_mpirun_does_and_its_ranks_show_stopped() 
     let said = text(&status.stdout);
     assert!(status.status.success() && said.contains("killed    2 rank(s): 0 running"), "{said}");
     assert_eq!(said.matches(" stopped ").count() + said.matches(" killed by ").count(), 2, "{said}");
+}
+
+/// Starts `p2pjob --node NODE ARGS`, interrupts it (SIGINT) once `ready`
+/// and it catches the signal, and returns its exit code and stderr.
+fn interrupted(node: &str, args: &[&str], ready: impl Fn() -> bool) -> (Option<i32>, String) {
+    let mut p2pjob = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+        .args(["--node", node])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start p2pjob");
+    web::until(Duration::from_secs(30), "the ranks to run", || ready().then_some(()));
+    web::until(Duration::from_secs(30), "p2pjob to catch SIGINT", || catches_sigint(p2pjob.id()).then_some(()));
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    assert_eq!(unsafe { libc::kill(p2pjob.id() as i32, libc::SIGINT) }, 0);
+    // Bounded: a p2pjob that never ends fails the test, not hangs it.
+    web::until(Duration::from_secs(30), "p2pjob to end", || p2pjob.try_wait().ok().flatten());
+    let out = p2pjob.wait_with_output().expect("p2pjob's output");
+    (out.status.code(), text(&out.stderr))
+}
+
+/// Whether process `pid` has a handler of its own for SIGINT (`SigCgt` in
+/// its status).
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim);
+    caught.and_then(|hex| u64::from_str_radix(hex, 16).ok()).is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+}
+
+#[test]
+fn an_interrupted_wait_leaves_its_job_running_and_says_how_to_find_it() {
+    let net = web::network(1);
+    let node = net.control().to_string();
+    let arg = "48.25";
+    let dir = std::env::temp_dir().join(format!("p2pjob-leave-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sleep.xml");
+    std::fs::write(&file, JobDescription::run("/bin/sleep", vec![arg.into()], 1).to_xml()).unwrap();
+    let leave = |args: &[&str]| {
+        let (code, err) = interrupted(&node, args, || sleeping(arg) == 1);
+        assert_eq!(code, Some(130), "{args:?}: {err}");
+        let job = err.split("interrupted; job ").nth(1).and_then(|s| s.split(' ').next()).expect("named").to_owned();
+        assert!(err.contains(&format!("`p2pjob kill {job}` stops it")), "{err}");
+        assert_eq!(sleeping(arg), 1, "{args:?}: the job keeps running");
+        job
+    };
+    let job = leave(&["submit", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(leave(&["wait", &job]), job);
+    assert!(p2pjob(&["--node", &node, "kill", &job]).status.success());
+    web::until(Duration::from_secs(10), "the rank's process to go", || (sleeping(arg) == 0).then_some(()));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

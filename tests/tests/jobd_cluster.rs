@@ -541,7 +541,13 @@ fn a_checkpoint_asked_of_a_running_ring_is_taken_once_by_every_rank_and_shown_in
     assert_eq!(unknown.code, 3, "{}", unknown.stderr);
     assert!(unknown.stderr.contains(&format!("no job {nobody} in the network")), "{}", unknown.stderr);
     assert_eq!(c.p2pjob(0, &["kill", &id], Duration::from_secs(10)).code, 0);
-    assert_eq!(c.p2pjob(0, &["wait", &id], Duration::from_secs(30)).code, 4, "killed");
+    let waited = c.p2pjob(0, &["wait", &id], Duration::from_secs(30));
+    assert_eq!(waited.code, 4, "killed: {}", waited.stderr);
+    assert_eq!(waited.stderr.matches("killed").count(), 1, "said once: {}", waited.stderr);
+    // A kill is the phase, not an error.
+    let json = c.p2pjob(1, &["--json", "status", &id], Duration::from_secs(10)).stdout;
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("status --json");
+    assert_eq!((&v["jobs"][0]["phase"], &v["jobs"][0]["error"]), (&"killed".into(), &serde_json::Value::Null), "{v}");
     let over = c.p2pjob(1, &["checkpoint", &id], Duration::from_secs(20));
     assert_eq!(over.code, 3, "{}", over.stderr);
     assert!(

@@ -393,7 +393,7 @@ impl DaemonNode {
                 (JobPhase::Failed, codes, Some(bad.join(", ")))
             }
             JobEnd::Failed { error } => (JobPhase::Failed, Vec::new(), Some(error)),
-            JobEnd::Killed => (JobPhase::Killed, Vec::new(), Some("killed".to_owned())),
+            JobEnd::Killed => (JobPhase::Killed, Vec::new(), None),
         };
         // The shell writes output files in the background: the end waits until
         // they are whole on disk, so nobody reads a file still being written.

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
@@ -21,6 +22,10 @@ use p2pmp_jobd::{Config, Daemon, Overlay};
 /// user of its own (a uid from 1900000000 on, no account), under rlimits and, where
 /// cgroups v2 offers memory and pids, a cgroup per job. SIGTERM or Ctrl-C
 /// leaves the overlay gracefully and stops every process.
+///
+/// Exit status: 0 after such a stop, 1 when the daemon cannot start or run
+/// (a port taken, a work directory not writable), 2 for bad flags or
+/// configuration (nothing is bound or written then).
 #[derive(Debug, Parser)]
 #[command(name = "jobd", version)]
 struct Args {
@@ -110,14 +115,21 @@ struct Args {
     print_addr: bool,
 }
 
-fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("jobd: {e:#}");
-            std::process::ExitCode::from(1)
-        }
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let (cfg, level) = match configure(&args) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, 2),
+    };
+    match serve(&args, &cfg, level) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, 1),
     }
+}
+
+fn fail(e: &anyhow::Error, code: u8) -> ExitCode {
+    eprintln!("jobd: {e:#}");
+    ExitCode::from(code)
 }
 
 /// An address already taken gets a word on what to do.
@@ -135,7 +147,9 @@ fn port_hint(e: anyhow::Error) -> anyhow::Error {
     }
 }
 
-fn run(a: Args) -> anyhow::Result<()> {
+/// The configuration the file and the flags give, checked: nothing is bound
+/// or written before it passes.
+fn configure(a: &Args) -> anyhow::Result<(Config, tracing::Level)> {
     let mut cfg = match &a.config {
         Some(p) => Config::from_file(p)?,
         None => Config::default(),
@@ -165,12 +179,16 @@ fn run(a: Args) -> anyhow::Result<()> {
     cfg.allow_file = a.allow_file.clone().or(cfg.allow_file);
     cfg.allow_any |= a.allow_any;
     cfg.admin.extend(a.admin.iter().cloned());
-    let level: tracing::Level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
+    let level = cfg.log_level.parse().with_context(|| format!("log level {:?}", cfg.log_level))?;
+    cfg.check()?;
+    Ok((cfg, level))
+}
+
+fn serve(a: &Args, cfg: &Config, level: tracing::Level) -> anyhow::Result<()> {
     // Colours only for a person watching, not in a log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).init();
-    cfg.check()?;
-    let daemon = Daemon::start(&cfg).map_err(port_hint)?;
+    let daemon = Daemon::start(cfg).map_err(port_hint)?;
     if a.print_addr {
         println!("control {} overlay {}", daemon.control_addr(), daemon.overlay_addr());
     }

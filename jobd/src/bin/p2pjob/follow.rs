@@ -75,29 +75,47 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
 pub(crate) struct KillWhen {
     /// Still running after this long (`MPIEXEC_TIMEOUT` of `p2pjob run`).
     pub(crate) after: Option<Duration>,
-    /// On Ctrl-C or SIGTERM, counted from before the job was submitted
-    /// (`p2pjob run` against a daemon, as mpirun does); a second one leaves
-    /// at once.
-    pub(crate) interrupts: Option<Interrupts>,
+    /// Ctrl-C and SIGTERM, counted from before the job was submitted, and
+    /// what they do.
+    pub(crate) interrupts: Option<(Interrupts, OnInterrupt)>,
+}
+
+impl KillWhen {
+    /// Never killed: an interrupt from now on leaves the job running.
+    pub(crate) fn leave_on_interrupt() -> KillWhen {
+        KillWhen { after: None, interrupts: Some((Interrupts::count(), OnInterrupt::Leave)) }
+    }
+}
+
+/// What an interrupt of [`follow`] does to the job it follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnInterrupt {
+    /// Kill it (`p2pjob run` against a daemon, as mpirun does); a second
+    /// interrupt leaves at once.
+    Kill,
+    /// Leave it running, saying how to find it again (`submit --wait`,
+    /// `wait`: the job was submitted to run on its own).
+    Leave,
 }
 
 /// How often a follow that watches for interrupts looks at them.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// Reads the replies to request `id` until the job is over, killing it as
-/// `kill` says (once its id is known) and following it to its end.
+/// `kill` says (once its id is known: `job`, or from the first reply) and
+/// following it to its end.
 pub(crate) fn follow(
     client: &mut Client,
-    id: u64,
+    (id, job): (u64, Option<JobId>),
     size: Option<u32>,
     show: Show,
     kill: KillWhen,
 ) -> anyhow::Result<End> {
     let t0 = Instant::now();
     let deadline = kill.after.map(|l| t0 + l);
-    let interrupts = kill.interrupts;
+    let (interrupts, on_interrupt) = kill.interrupts.unzip();
     let mut end = End {
-        job: None,
+        job,
         phase: JobPhase::Running,
         codes: Vec::new(),
         error: None,
@@ -111,6 +129,9 @@ pub(crate) fn follow(
     let mut started = 0u32;
     let mut exited = 0u32;
     let mut bar = Progress::new(show.progress && !show.json);
+    if let Some(j) = job {
+        bar.job(j);
+    }
     // A line for people, above the live line.
     let note = |bar: &Progress, text: String| {
         if show.progress && !show.json {
@@ -122,8 +143,17 @@ pub(crate) fn follow(
     loop {
         let interrupted = interrupts.as_ref().map_or(0, Interrupts::seen);
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if let (Some(job), Some(OnInterrupt::Leave), true) = (end.job, on_interrupt, interrupted > 0) {
+            bar.finish();
+            eprintln!(
+                "p2pjob: interrupted; job {job} keeps running (`p2pjob wait {job}` follows it again, `p2pjob kill \
+                 {job}` stops it)"
+            );
+            std::process::exit(130);
+        }
+        let kill_asked = timed_out || (on_interrupt == Some(OnInterrupt::Kill) && interrupted > 0);
         // The kill first: two interrupts at once still stop the job.
-        if let (Some(job), false, true) = (end.job, killing, timed_out || interrupted > 0) {
+        if let (Some(job), false, true) = (end.job, killing, kill_asked) {
             killing = true;
             let said = match timed_out {
                 true => format!(

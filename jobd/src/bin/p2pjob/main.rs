@@ -31,7 +31,7 @@ use p2pmp_jobd::embedded::EmbeddedNet;
 use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
-use follow::{End, KillWhen, Show, exit_code, follow, phase_name};
+use follow::{End, KillWhen, OnInterrupt, Show, exit_code, follow, phase_name};
 use interrupt::{Interrupts, cleanup_on_interrupt};
 
 /// Submit and control jobs on a p2pmp network.
@@ -79,7 +79,8 @@ enum Cmd {
     Submit {
         /// The job file.
         job: PathBuf,
-        /// Follow the job to its end, showing output and progress.
+        /// Follow the job to its end, showing output and progress (Ctrl-C
+        /// stops following and leaves the job running).
         #[arg(long)]
         wait: bool,
         /// Run on an embedded network of N local daemons, 1 to 64 (implies --wait).
@@ -159,7 +160,8 @@ enum Cmd {
         #[arg(long)]
         rank: Option<u32>,
     },
-    /// Follow a job to its end, showing output and progress.
+    /// Follow a job to its end, showing output and progress (Ctrl-C stops
+    /// following and leaves the job running).
     Wait {
         /// Job id (hex).
         job: String,
@@ -376,7 +378,13 @@ fn run(cli: Cli) -> Result<i32, Fail> {
                 Some(t) => JobDescription { queue_timeout: Some(t), ..parsed.job }.to_xml(),
                 None => xml,
             };
-            let follow = if wait || local.is_some() { Follow::Yes(KillWhen::default()) } else { Follow::No };
+            // Waiting on a daemon's job, an interrupt leaves it running and
+            // says so (with --local, it ends the embedded network and the job).
+            let follow = match (wait, local) {
+                (_, Some(_)) => Follow::Yes(KillWhen::default()),
+                (true, None) => Follow::Yes(KillWhen::leave_on_interrupt()),
+                (false, None) => Follow::No,
+            };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, queue_timeout, program, args } => {
@@ -388,7 +396,8 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             // interrupts counted from before the job exists (with --local, an
             // interrupt ends the embedded network and the job with it).
             let after = mpiexec_timeout()?;
-            let kill = KillWhen { after, interrupts: local.is_none().then(Interrupts::count) };
+            let kill =
+                KillWhen { after, interrupts: local.is_none().then(|| (Interrupts::count(), OnInterrupt::Kill)) };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes(kill), json)
         }
         Cmd::Keygen { out, force } => {
@@ -455,7 +464,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let mut c = connect(cli.node)?;
             let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
             let show = Show { json, output: true, progress: true };
-            let end = follow(&mut c, id, None, show, KillWhen::default()).map_err(daemon)?;
+            let end = follow(&mut c, (id, Some(job)), None, show, KillWhen::leave_on_interrupt()).map_err(daemon)?;
             Ok(report(&end, json))
         }
         Cmd::Kill { job } => {
@@ -701,7 +710,7 @@ fn submit(
         };
     };
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, id, Some(procs), show, kill)
+    let end = follow(&mut c, (id, None), Some(procs), show, kill)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);
@@ -720,9 +729,7 @@ fn report(end: &End, json: bool) -> i32 {
             "files": end.files.iter().map(|(r, p, ok)| json!({"rank": r, "path": p, "ok": ok})).collect::<Vec<_>>()})
         );
     } else {
-        // (A kill's error is the phase's own name: said once.)
-        let why =
-            end.error.as_deref().filter(|e| *e != phase_name(end.phase)).map(|e| format!(": {e}")).unwrap_or_default();
+        let why = end.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
         eprintln!("job {job} {}{why} ({:.0} ms)", phase_name(end.phase), end.total.as_secs_f64() * 1000.0);
     }
     exit_code(end.phase)
