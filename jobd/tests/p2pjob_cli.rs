@@ -1,6 +1,6 @@
 //! `p2pjob` as a user meets it: `top`, shell completions, the man page,
 //! what it says about a bad rank count and a finished job, and a run
-//! interrupted as mpirun's are.
+//! interrupted or timed out as mpirun's are, and a wait interrupted.
 
 mod web;
 
@@ -174,4 +174,20 @@ fn an_interrupted_wait_leaves_its_job_running_and_says_how_to_find_it() {
     assert!(p2pjob(&["--node", &node, "kill", &job]).status.success());
     web::until(Duration::from_secs(10), "the rank's process to go", || (sleeping(arg) == 0).then_some(()));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_run_past_mpiexec_timeout_kills_its_job() {
+    let net = web::network(1);
+    let node = net.control().to_string();
+    let arg = "49.25";
+    let out = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+        .args(["--node", &node, "run", "-n", "1", "sleep", arg])
+        .env("MPIEXEC_TIMEOUT", "1")
+        .output()
+        .expect("run p2pjob");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "exit 4, killed: {err}");
+    assert!(err.contains("timed out after 1 s (MPIEXEC_TIMEOUT); killing it"), "{err}");
+    web::until(Duration::from_secs(10), "the rank's process to go", || (sleeping(arg) == 0).then_some(()));
 }

@@ -101,6 +101,75 @@ pub(crate) enum OnInterrupt {
 /// How often a follow that watches for interrupts looks at them.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
+/// What [`follow`] does, between replies, about interrupts and its deadline.
+struct Watch {
+    kill: KillWhen,
+    deadline: Option<Instant>,
+    /// Whether the kill was asked for.
+    killing: bool,
+}
+
+impl Watch {
+    fn new(t0: Instant, kill: KillWhen) -> Watch {
+        Watch { deadline: kill.after.map(|l| t0 + l), kill, killing: false }
+    }
+
+    /// Acts on the interrupts and the deadline so far, for `job` once its id
+    /// is known (asks its kill, or leaves the process); how long the next
+    /// read may wait for a reply before this should look again.
+    fn look(
+        &mut self,
+        job: Option<JobId>,
+        bar: &mut Progress,
+        client: &mut Client,
+    ) -> anyhow::Result<Option<Duration>> {
+        let (interrupts, on_interrupt) = match &self.kill.interrupts {
+            Some((i, on)) => (i.seen(), Some(*on)),
+            None => (0, None),
+        };
+        let timed_out = self.deadline.is_some_and(|d| Instant::now() >= d);
+        if let (Some(job), Some(OnInterrupt::Leave), true) = (job, on_interrupt, interrupts > 0) {
+            bar.finish();
+            eprintln!(
+                "p2pjob: interrupted; job {job} keeps running (`p2pjob wait {job}` follows it again, `p2pjob kill \
+                 {job}` stops it)"
+            );
+            std::process::exit(130);
+        }
+        let kill_asked = timed_out || (on_interrupt == Some(OnInterrupt::Kill) && interrupts > 0);
+        // The kill first: two interrupts at once still stop the job.
+        if let (Some(job), false, true) = (job, self.killing, kill_asked) {
+            self.killing = true;
+            let said = match timed_out {
+                true => format!(
+                    "job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
+                    self.kill.after.map_or(0, |l| l.as_secs())
+                ),
+                false => format!("interrupted: killing job {job} (interrupt again to stop waiting)"),
+            };
+            bar.above(|| eprintln!("p2pjob: {said}"));
+            client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
+        }
+        if interrupts > 1 {
+            bar.finish();
+            let job = job.map_or("the job".to_owned(), |j| format!("job {j}"));
+            let asked = if self.killing { ", which was asked to stop" } else { "" };
+            eprintln!("p2pjob: interrupted again; leaving {job}{asked}");
+            std::process::exit(130);
+        }
+        // Until the kill is asked for, wake in time to ask it.
+        let look = on_interrupt.map(|_| LOOK_EVERY);
+        // (Past it with no job id yet, the next reply brings the id.)
+        let until =
+            self.deadline.filter(|_| !self.killing && !timed_out).map(|d| d.saturating_duration_since(Instant::now()));
+        let wait = match (look, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(wait.map(|w| w.max(Duration::from_millis(1))))
+    }
+}
+
 /// Reads the replies to request `id` until the job is over, killing it as
 /// `kill` says (once its id is known: `job`, or from the first reply) and
 /// following it to its end.
@@ -112,8 +181,6 @@ pub(crate) fn follow(
     kill: KillWhen,
 ) -> anyhow::Result<End> {
     let t0 = Instant::now();
-    let deadline = kill.after.map(|l| t0 + l);
-    let (interrupts, on_interrupt) = kill.interrupts.unzip();
     let mut end = End {
         job,
         phase: JobPhase::Running,
@@ -138,49 +205,9 @@ pub(crate) fn follow(
             bar.above(|| eprintln!("{text}"));
         }
     };
-    // Whether the kill was asked for.
-    let mut killing = false;
+    let mut watch = Watch::new(t0, kill);
     loop {
-        let interrupted = interrupts.as_ref().map_or(0, Interrupts::seen);
-        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
-        if let (Some(job), Some(OnInterrupt::Leave), true) = (end.job, on_interrupt, interrupted > 0) {
-            bar.finish();
-            eprintln!(
-                "p2pjob: interrupted; job {job} keeps running (`p2pjob wait {job}` follows it again, `p2pjob kill \
-                 {job}` stops it)"
-            );
-            std::process::exit(130);
-        }
-        let kill_asked = timed_out || (on_interrupt == Some(OnInterrupt::Kill) && interrupted > 0);
-        // The kill first: two interrupts at once still stop the job.
-        if let (Some(job), false, true) = (end.job, killing, kill_asked) {
-            killing = true;
-            let said = match timed_out {
-                true => format!(
-                    "job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
-                    kill.after.map_or(0, |l| l.as_secs())
-                ),
-                false => format!("interrupted: killing job {job} (interrupt again to stop waiting)"),
-            };
-            bar.above(|| eprintln!("p2pjob: {said}"));
-            client.send(p2pmp_core::node::control::ToolRequest::Kill { job })?;
-        }
-        if interrupted > 1 {
-            bar.finish();
-            let job = end.job.map_or("the job".to_owned(), |j| format!("job {j}"));
-            let asked = if killing { ", which was asked to stop" } else { "" };
-            eprintln!("p2pjob: interrupted again; leaving {job}{asked}");
-            std::process::exit(130);
-        }
-        // Until the kill is asked for, wake in time to ask it.
-        let look = interrupts.as_ref().map(|_| LOOK_EVERY);
-        // (Past it with no job id yet, the next reply brings the id.)
-        let until = deadline.filter(|_| !killing && !timed_out).map(|d| d.saturating_duration_since(Instant::now()));
-        let wait = match (look, until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .map(|w| w.max(Duration::from_millis(1)));
+        let wait = watch.look(end.job, &mut bar, client)?;
         let (rid, reply, payload) = match client.next(wait) {
             Ok(r) => r,
             Err(e) if wait.is_some() && timed_out_reading(&e) => continue,
