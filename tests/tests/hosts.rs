@@ -57,16 +57,11 @@ fn cluster_with_slots(test: &str, slots: &[u32], extra: &[&str]) -> Option<Clust
 
 /// Waits until `p2pjob nodes` on host `from` lists `n` nodes.
 fn wait_for_nodes(c: &Cluster, from: usize, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    p2pmp_tests::wait_until(&format!("the overlay to list {n} nodes"), Duration::from_secs(30), || {
         let out = c.p2pjob(from, &["nodes"], Duration::from_secs(20));
         let listed = out.stdout.lines().filter(|l| l.starts_with("198.18.")).count();
-        if listed == n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the overlay lists {listed} of {n} nodes: {} {}", out.stdout, out.stderr);
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if listed == n { Ok(()) } else { Err(format!("{listed} listed: {} {}", out.stdout, out.stderr)) }
+    })
 }
 
 /// Distinct nodes named in "placed rank(s) [..] on ADDR" lines.
@@ -154,20 +149,10 @@ fn submit(c: &Cluster, i: usize, job: &str) -> String {
 
 /// Polls `p2pjob status JOB` on host `i` until its line contains `want`.
 fn wait_status(c: &Cluster, i: usize, job: &str, want: &str, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
+    p2pmp_tests::wait_until(&format!("status of {job} on host {i} to show {want:?}"), limit, || {
         let s = c.p2pjob(i, &["status", job], Duration::from_secs(20));
-        if s.stdout.contains(want) {
-            return s.stdout;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "status of {job} on host {i} never showed {want:?}: {} {}",
-            s.stdout,
-            s.stderr
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if s.stdout.contains(want) { Ok(s.stdout) } else { Err(format!("{} {}", s.stdout, s.stderr)) }
+    })
 }
 
 #[test]

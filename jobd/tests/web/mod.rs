@@ -141,16 +141,10 @@ fn read_some(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Vec<u8>>> {
     Ok((n > 0).then_some(buf))
 }
 
-/// Polls `f` every 100 ms until it returns `Some`, for at most `limit`.
+/// Polls `f` until it returns `Some`, for at most `limit`
+/// ([`p2pmp_tests::wait_until`]).
 pub fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    p2pmp_tests::wait_until(what, limit, || f().ok_or_else(|| "not yet".to_owned()))
 }
 
 /// `n` local daemons, the first serving the status page on a free loopback
