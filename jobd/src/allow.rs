@@ -48,7 +48,7 @@ pub fn parse_allow_file(text: &str) -> anyhow::Result<Vec<PublicKey>> {
     Ok(keys)
 }
 
-fn read_allow_file(path: &Path) -> anyhow::Result<Vec<PublicKey>> {
+pub(crate) fn read_allow_file(path: &Path) -> anyhow::Result<Vec<PublicKey>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading allow-file {}", path.display()))?;
     parse_allow_file(&text).with_context(|| format!("in allow-file {}", path.display()))
 }

@@ -26,6 +26,8 @@ pub struct Client {
     stream: TcpStream,
     calls: Calls<ToolRequest, ToolReply>,
     key: Option<SecretKey>,
+    /// Whether any reply came yet (a close before one may be a wrong port).
+    answered: bool,
 }
 
 /// `req` as it goes out: signed with `key` (loaded first if `None`) when it is
@@ -88,7 +90,7 @@ impl Client {
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(Client { stream, calls: Calls::new(me.id(), me), key: None })
+        Ok(Client { stream, calls: Calls::new(me.id(), me), key: None, answered: false })
     }
 
     /// Signs with `key` instead of the user's key file.
@@ -117,6 +119,7 @@ impl Client {
         let mut chunk = [0u8; 64 * 1024];
         loop {
             if let Some(reply) = self.calls.next_reply()? {
+                self.answered = true;
                 return Ok(reply);
             }
             let n = match self.stream.read(&mut chunk) {
@@ -124,6 +127,13 @@ impl Client {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 other => other.context("reading from jobd")?,
             };
+            if n == 0 && !self.answered {
+                let at = self.stream.peer_addr().map_or_else(|_| "it".to_owned(), |a| a.to_string());
+                bail!(
+                    "closed before any answer: is {at} a jobd's control address (--control, 127.0.0.1:7420 by \
+                     default), not its overlay one?"
+                );
+            }
             if n == 0 {
                 bail!("jobd closed the connection");
             }

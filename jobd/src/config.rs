@@ -238,6 +238,11 @@ impl Config {
         }
         self.advertised(self.listen)?;
         self.http_addr()?;
+        crate::allow::parse_keys(&self.allow, "allowed key")?;
+        crate::allow::parse_keys(&self.admin, "admin key")?;
+        if let Some(f) = &self.allow_file {
+            crate::allow::read_allow_file(f)?;
+        }
         let listed = !self.allow.is_empty() || self.allow_file.is_some();
         if !(listed || self.allow_any || self.listen.ip().is_loopback()) {
             bail!(
@@ -447,10 +452,20 @@ mod tests {
         assert!(bad.check().is_err());
         let open = Config { advertise: Some("198.18.0.5".into()), ..any };
         assert!(open.check().unwrap_err().to_string().contains("no allow-list"), "off loopback, someone must be named");
-        let listed = Config { allow: vec!["ed25519:00".into()], ..open.clone() };
-        let (filed, anyone) =
-            (Config { allow_file: Some("keys".into()), ..open.clone() }, Config { allow_any: true, ..open });
+        let key = p2pmp_core::auth::SecretKey::from_seed([7; 32]).public().to_string();
+        let file = std::env::temp_dir().join(format!("p2pmp-config-keys-{}", std::process::id()));
+        std::fs::write(&file, format!("{key}\n")).unwrap();
+        let listed = Config { allow: vec![key.clone()], ..open.clone() };
+        let filed = Config { allow_file: Some(file.clone()), ..open.clone() };
+        let anyone = Config { allow_any: true, ..open.clone() };
         assert!(listed.check().is_ok() && filed.check().is_ok() && anyone.check().is_ok());
+        // Bad keys and a missing allow-file are refused here, before the daemon starts.
+        let bad = Config { allow: vec!["ed25519:00".into()], ..open };
+        assert!(format!("{:#}", bad.check().unwrap_err()).contains("allowed key"));
+        let bad_admin = Config { admin: vec![key.to_uppercase()], ..Config::default() };
+        assert!(format!("{:#}", bad_admin.check().unwrap_err()).contains("admin key"));
+        std::fs::remove_file(&file).unwrap();
+        assert!(format!("{:#}", filed.check().unwrap_err()).contains("allow-file"), "a missing allow-file");
         let page = |h: &str| Config { http: Some(h.into()), ..Config::default() }.http_addr();
         assert_eq!(page("7480").unwrap(), Some("127.0.0.1:7480".parse().unwrap()), "a port alone is loopback");
         assert_eq!(page("0.0.0.0:80").unwrap(), Some("0.0.0.0:80".parse().unwrap()));

@@ -207,6 +207,11 @@ impl Shell {
                     self.stopping = Stopping::Leaving(Instant::now() + crate::daemon::stop_waits().0);
                 }
             }
+            NodeEvent::Overlay(OverlayEvent::Disconnected) => warn!(
+                "no overlay node answers: none of the bootstrap nodes (--bootstrap) could be reached or joined \
+                 (not running, a wrong address, a firewall, or an --advertise address they cannot reach); \
+                 retrying, each attempt logged at --log-level debug"
+            ),
             NodeEvent::Overlay(e) => info!(event = ?e, "overlay"),
             NodeEvent::ReadFile { job, file, path } => self.work(Work::ReadFile { job, file, path }),
             NodeEvent::WriteFile { path, offset, data } => self.work(Work::WriteFile { path, offset, data }),

@@ -295,6 +295,7 @@ fn a_daemon_on_a_non_loopback_address_needs_an_allow_list_and_bad_settings_exit_
         (&["--limit", "cpu=1"], "cpu"),
         (&["--overlay", "can", "--dims", "0"], "dims must be 1 to 8"),
         (&["--log-level", "loud"], "log level"),
+        (&["--allow", "ed25519:xyz"], "allowed key"),
     ] {
         let out = Command::new(&jobd)
             .args(args)

@@ -1,4 +1,5 @@
 //! `p2pjob` as a user meets it: `top`, shell completions, the man page,
+//! output into a pipe closed early,
 //! what it says about a bad rank count and a finished job, and a run
 //! interrupted or timed out as mpirun's are, and a wait interrupted.
 
@@ -41,6 +42,27 @@ fn completions_and_the_man_page_come_from_the_command_line_definitions() {
         assert!(roff.contains(".TH"), "{page}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn output_nobody_reads_any_more_ends_p2pjob_quietly_as_sigpipe_would() {
+    for args in [&["completions", "bash"][..], &["man"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_p2pjob")).args(args).stdout(writer).output().expect("run p2pjob");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stderr), "", "{args:?}: no panic, no backtrace");
+    }
+}
+
+#[test]
+fn a_daemon_asked_at_its_overlay_port_gets_a_hint_at_the_control_one() {
+    let net = web::network(1);
+    let overlay = net.overlay_addrs()[0].to_string();
+    let out = p2pjob(&["--node", &overlay, "status"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("is {overlay} a jobd's control address")), "{err}");
 }
 
 #[test]

@@ -34,17 +34,17 @@ struct Args {
     config: Option<PathBuf>,
     /// Overlay address to listen on (default 127.0.0.1:7400; 0.0.0.0:PORT for
     /// every interface, with --advertise).
-    #[arg(long)]
+    #[arg(long, value_name = "IP:PORT", value_parser = ip_port)]
     listen: Option<SocketAddr>,
     /// The address other hosts reach this node at (IP or IP:PORT; the port
     /// defaults to the listening one). Ranks of jobs listen on its IP.
     #[arg(long, value_name = "ADDR")]
     advertise: Option<String>,
     /// Loopback control address for ranks and p2pjob (default 127.0.0.1:7420).
-    #[arg(long)]
+    #[arg(long, value_name = "IP:PORT", value_parser = ip_port)]
     control: Option<SocketAddr>,
     /// A node to join through (repeatable); none starts a new network.
-    #[arg(long)]
+    #[arg(long, value_name = "IP:PORT", value_parser = ip_port)]
     bootstrap: Vec<SocketAddr>,
     /// Overlay: chord (the default), or can.
     #[arg(long)]
@@ -125,6 +125,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, 1),
     }
+}
+
+/// An address as IP:PORT, saying so when it is not one.
+fn ip_port(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| format!("{s:?} is not IP:PORT (e.g. 10.0.0.2:7400; host names are not looked up)"))
 }
 
 fn fail(e: &anyhow::Error, code: u8) -> ExitCode {

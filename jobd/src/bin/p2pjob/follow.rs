@@ -225,6 +225,9 @@ pub(crate) fn follow(
         if let (None, Some(job)) = (end.job, about(&reply)) {
             end.job = Some(job);
             bar.job(job);
+            // Its id from the start: to follow, checkpoint or kill it meanwhile.
+            note(&bar, format!("job {job} submitted"));
+            event(json!({"event": "submitted", "job": job.to_string(), "ms": ms}));
         }
         match reply {
             ToolReply::Error { message } => {

@@ -2,7 +2,8 @@
 //! mpirun, `demo` a tour on an embedded network.
 //!
 //! Exit codes: 0 success, 1 the job failed, 2 bad input (command line, job
-//! file), 3 no daemon reachable or a daemon error, 4 the job was killed.
+//! file), 3 no daemon reachable or a daemon error, 4 the job was killed, 130
+//! interrupted, 141 its output closed.
 
 mod checkpoint;
 mod demo;
@@ -49,7 +50,8 @@ use interrupt::{Interrupts, cleanup_on_interrupt};
 /// it, checkpoint it or see its output.
 ///
 /// Exit codes: 0 success, 1 the job failed, 2 bad input, 3 no daemon reachable or
-/// a daemon error, 4 the job was killed.
+/// a daemon error, 4 the job was killed, 130 interrupted (leaving or having
+/// killed the job, as the command says), 141 its output closed (`| head`).
 #[derive(Debug, Parser)]
 #[command(name = "p2pjob", version)]
 struct Cli {
@@ -279,6 +281,7 @@ fn daemon(e: anyhow::Error) -> Fail {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_output();
     let cli = Cli::parse();
     // P2PJOB_LOG=info (or error, warn, debug, trace): the embedded daemons' log on stderr.
     if let Ok(level) = std::env::var("P2PJOB_LOG") {
@@ -288,6 +291,7 @@ fn main() -> ExitCode {
     let json = cli.json;
     match run(cli) {
         Ok(code) => ExitCode::from(code as u8),
+        Err(Fail(_, e)) if broken_pipe(&e) && stdout_closed() => ExitCode::from(141),
         Err(Fail(code, e)) => {
             if json {
                 println!("{}", json!({"error": format!("{e:#}"), "exit": code}));
@@ -297,6 +301,33 @@ fn main() -> ExitCode {
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// Output read by a program that stopped reading (`p2pjob status | head -1`)
+/// ends p2pjob quietly with 141, as SIGPIPE ends other tools and the shell
+/// reports it; a failed print (Rust's print macros panic, with a backtrace)
+/// said nothing useful. SIGPIPE itself stays ignored: the embedded daemons
+/// write to pipes of their own, and a rank gone must not end p2pjob.
+fn quiet_on_closed_output() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if stdout_closed() {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// Whether standard output is a pipe nobody reads any more.
+fn stdout_closed() -> bool {
+    let mut out = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
+    // SAFETY: one valid pollfd, a timeout of 0; poll writes only `revents`.
+    let ready = unsafe { libc::poll(&mut out, 1, 0) };
+    ready == 1 && out.revents & libc::POLLERR != 0
 }
 
 /// A number of ranks: 1 to [`MAX_PROCESSES`], as a job file allows.
