@@ -74,7 +74,7 @@ pub fn parse_nodes(values: &[String]) -> Vec<(String, Resources)> {
 pub fn node(addr: &str, r: &Resources) -> Value {
     json!({"addr": addr, "os": r.os, "arch": r.arch, "cores": r.cores, "mem_mb": r.mem_mb,
         "slots": r.slots, "slots_total": r.slots_total, "load": r.load(), "mem_free_mb": r.mem_free_mb,
-        "tags": r.tags.iter().collect::<Vec<_>>()})
+        "tags": r.tags.iter().collect::<Vec<_>>(), "attributes": r.extra})
 }
 
 /// Every node of the `res:any` lines: `{"nodes": [...]}`.

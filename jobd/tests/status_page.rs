@@ -46,9 +46,10 @@ fn the_api_matches_p2pjob_and_follows_a_job_live() {
     for (a, b) in nodes["nodes"].as_array().unwrap().iter().zip(listed["nodes"].as_array().unwrap()) {
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         assert_eq!(keys(a), keys(b));
-        for k in ["addr", "os", "arch", "cores", "mem_mb", "slots_total", "tags"] {
+        for k in ["addr", "os", "arch", "cores", "mem_mb", "slots_total", "tags", "attributes"] {
             assert_eq!(a[k], b[k], "node field {k}");
         }
+        assert!(a["attributes"]["criu"].is_string(), "every node says whether it has criu: {a}");
     }
     // The ring: three nodes in id order; the page's own daemon tells its neighbours.
     let ring = web::until(Duration::from_secs(10), "the ring", || {

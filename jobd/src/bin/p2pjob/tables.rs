@@ -10,11 +10,12 @@ use p2pmp_jobd::json::{parse_nodes, phase_is_over, phase_name};
 /// Every node of the `res:any` lines, one a row.
 pub(crate) fn nodes(values: &[String]) -> String {
     let mut out = format!(
-        "{:<22} {:<7} {:<8} {:>5} {:>8} {:>9} {:>5} {:>6}  tags\n",
+        "{:<22} {:<7} {:<8} {:>5} {:>8} {:>9} {:>5} {:>6}  tags and attributes\n",
         "node", "os", "arch", "cores", "mem_mb", "mem_free", "slots", "load"
     );
     for (a, r) in &parse_nodes(values) {
-        let tags: Vec<&str> = r.tags.iter().map(String::as_str).collect();
+        let attributes = r.extra.iter().map(|(k, v)| format!("{k}={v}"));
+        let tags: Vec<String> = r.tags.iter().cloned().chain(attributes).collect();
         let slots = if r.slots_total > 0 { format!("{}/{}", r.slots, r.slots_total) } else { r.slots.to_string() };
         let free = r.mem_free_mb.map_or("-".to_owned(), |m| m.to_string());
         let load = r.load().map_or("-".to_owned(), |l| format!("{l:.2}"));
@@ -126,6 +127,14 @@ mod tests {
     use p2pmp_core::node::control::JobPhase;
 
     use super::*;
+
+    #[test]
+    fn a_node_row_shows_its_tags_and_attributes() {
+        let line = "127.0.0.1:7400 os=linux arch=x86_64 cores=2 mem_mb=1024 slots=2 criu=no tags=gpu".to_owned();
+        let table = nodes(&[line]);
+        let row = table.lines().nth(1).expect("a row");
+        assert!(row.starts_with("127.0.0.1:7400") && row.ends_with("gpu,criu=no"), "{table}");
+    }
 
     #[test]
     fn a_rank_without_an_exit_runs_only_while_its_job_does() {
