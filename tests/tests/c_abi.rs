@@ -222,6 +222,25 @@ fn init_then_finalize_never_hangs() {
     }
 }
 
+/// A rank that ends without MPI_Finalize (returning from main, or exit(0)
+/// while a peer waits for it) fails the job at once, saying so, as MPICH's
+/// does: its peers waited for it until their 60 s unreachable deadline.
+#[test]
+fn a_rank_that_ends_without_finalize_fails_the_job() {
+    let Some(dir) = built() else { return };
+    for how in ["skip", "exit"] {
+        let mut cmd = Command::new(dir.join("p2pjob"));
+        cmd.args(["run", "--local", "2", "-n", "2"]).arg(dir.join("c-tests/finalize")).arg(how);
+        let t = std::time::Instant::now();
+        let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+        let out = r.stdout + &r.stderr;
+        assert!(!r.ok, "{how}: the job should fail:\n{out}");
+        assert!(out.contains("[1] p2pmpi: rank 1: the program ended without calling MPI_Finalize"), "{how}: {out}");
+        assert!(out.contains("rank 1 exited with code 1"), "{how}: {out}");
+        assert!(t.elapsed() < Duration::from_secs(20), "{how}: took {:?}:\n{out}", t.elapsed());
+    }
+}
+
 /// Started alone, with no launcher and none of the P2PMP_ variables, a
 /// program is a world of one rank (a node of its own started and stopped
 /// with it), as MPI's singleton MPI_Init is; with some of the variables but

@@ -1,7 +1,8 @@
 //! The MPI library over real processes on loopback, started by `p2pmp-launch`:
 //! ring, every collective against a sequential computation, how often a
 //! collective makes a rank wait, an ANY_SOURCE
-//! stress, messages from 0 B to 64 MiB, the launcher's failure reporting, and
+//! stress, messages from 0 B to 64 MiB, the launcher's failure reporting (and
+//! its ranks dying with it), and
 //! faults: connections dropped every few frames, a rank moved to a new port.
 //!
 //! The programs are examples of `p2pmp-mpi`; the first test to run builds them
@@ -102,6 +103,31 @@ fn launcher_reports_failed_ranks() {
     let r = launch(2, "/bin/false", &[], Duration::from_secs(20));
     assert!(!r.ok, "a failed rank must fail the launch");
     assert!(r.stderr.contains("rank 0 failed") || r.stderr.contains("rank 1 failed"), "{}", r.stderr);
+    // Its status is the launcher's, as mpirun's is; the others are stopped at once.
+    let t = std::time::Instant::now();
+    let r = launch(2, "/bin/sh", &["-c", "[ $P2PMP_RANK = 1 ] && exit 7; exec sleep 52.25"], Duration::from_secs(20));
+    assert_eq!(r.code, Some(7), "{}", r.stderr);
+    assert!(t.elapsed() < Duration::from_secs(5), "rank 0 was stopped only after {:?}", t.elapsed());
+    let r = launch(1, "/bin/sh", &["-c", "kill -SEGV $$"], Duration::from_secs(20));
+    assert_eq!(r.code, Some(128 + 11), "a rank killed by SIGSEGV: {}", r.stderr);
+}
+
+/// The ranks die with the launcher, even when it is killed (SIGKILL leaves
+/// it no time to stop them).
+#[test]
+fn ranks_die_with_a_killed_launcher() {
+    let arg = "53.25";
+    // The sleeps, not the launcher whose arguments name them too.
+    let is_rank = |c: Vec<u8>| matches!(c.split(|b| *b == 0).collect::<Vec<_>>()[..], [b"/bin/sleep", a, b""] if a == arg.as_bytes());
+    let sleeping = || p2pmp_tests::count_processes(|p| std::fs::read(p.join("cmdline")).is_ok_and(is_rank));
+    let mut launcher = std::process::Command::new(built().join("p2pmp-launch"))
+        .args(["-n", "2", "--", "/bin/sleep", arg])
+        .spawn()
+        .expect("start p2pmp-launch");
+    p2pmp_tests::wait_for("both ranks to run", Duration::from_secs(20), || sleeping() == 2);
+    launcher.kill().expect("SIGKILL the launcher");
+    let _ = launcher.wait();
+    p2pmp_tests::wait_for("the ranks to die with it", Duration::from_secs(10), || sleeping() == 0);
 }
 
 /// Connections dropped (with unwritten frames) every few frames: the sender

@@ -29,6 +29,7 @@ fn init(func: &'static str) -> c_int {
         epoch();
         match p2pmp_mpi::init() {
             Ok(world) => {
+                watch_the_exit();
                 mpi.comms.init(&world);
                 mpi.phase =
                     Phase::Running(Box::new(Live { world, reqs: Requests::default(), bsend: Default::default() }));
@@ -40,6 +41,31 @@ fn init(func: &'static str) -> c_int {
             }
         }
     })
+}
+
+/// From `MPI_Init` on, a process that ends with MPI still running (it
+/// returned from `main` or called `exit` without `MPI_Finalize`) exits with
+/// 1, saying why, so that its job fails and its peers are stopped: they would
+/// wait for it until their unreachable deadline (MPICH and Open MPI abort such
+/// a job too). `MPI_Abort` and the fatal error handler exit as they say.
+fn watch_the_exit() {
+    extern "C" fn on_exit() {
+        if state::global() == Global::Running && !crate::error::aborting() {
+            let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "0".into());
+            eprintln!("p2pmpi: rank {rank}: the program ended without calling MPI_Finalize: exit status 1");
+            // SAFETY: fflush(NULL) flushes every C stream; _exit ends the
+            // process at once with the status (exit's other handlers are
+            // skipped, as the process no longer ends normally).
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::_exit(1);
+            }
+        }
+    }
+    // SAFETY: registers a handler that lives as long as the library (static code).
+    if unsafe { libc::atexit(on_exit) } != 0 {
+        eprintln!("p2pmpi: cannot watch for an exit without MPI_Finalize (atexit failed)");
+    }
 }
 
 /// `MPI_Init`. The arguments are not needed (the node passes everything in

@@ -7,6 +7,11 @@
 //! their ranks with it: no job protocol, no staging, just the ranks and the
 //! node they register with.
 //!
+//! The ranks die with the launcher (`PR_SET_PDEATHSIG`, also when it is
+//! killed), and the first rank to fail stops the others at once; the
+//! launcher then exits with that rank's status (128 + the signal of one
+//! killed by a signal), as mpirun does.
+//!
 //! A rank that moved away (exit status [`MOVED_EXIT`], its engine saved
 //! beside its checkpoint in `P2PMP_CHECKPOINT_DIR`, see
 //! `p2pmp_mpi::ckpt`) is started again from that checkpoint and engine while
@@ -125,7 +130,9 @@ fn launch(args: &Args) -> anyhow::Result<ExitCode> {
     let mut pipes = Vec::new();
     let mut start = |rank: u32, resume: &[(&str, &Path)]| -> anyhow::Result<(Child, SystemTime)> {
         let since = SystemTime::now();
-        let mut child = Command::new(&args.cmd[0])
+        let mut cmd = Command::new(&args.cmd[0]);
+        die_with_the_launcher(&mut cmd);
+        let mut child = cmd
             .args(&args.cmd[1..])
             .env(JOB_VAR, &job)
             .env(RANK_VAR, rank.to_string())
@@ -153,8 +160,8 @@ fn launch(args: &Args) -> anyhow::Result<ExitCode> {
         ranks.0.push(Some(start(rank, &[])?));
     }
     let deadline = args.timeout.map(|s| Instant::now() + Duration::from_secs_f64(s));
-    let mut failed = false;
-    let mut kill_at: Option<Instant> = None;
+    // The status of the first rank that failed (or 1, for a timeout).
+    let mut failed: Option<u8> = None;
     while ranks.0.iter().any(Option::is_some) {
         for (rank, slot) in ranks.0.iter_mut().enumerate() {
             let Some((child, since)) = slot else { continue };
@@ -166,23 +173,21 @@ fn launch(args: &Args) -> anyhow::Result<ExitCode> {
                     *slot = Some(start(rank as u32, &resume)?);
                     continue;
                 }
-                if !status.success() {
-                    eprintln!("p2pmp-launch: rank {rank} failed: {status}");
-                    failed = true;
-                    // The others would wait for it forever: stop them soon.
-                    kill_at.get_or_insert(Instant::now() + Duration::from_secs(2));
+                if !status.success() && failed.is_none() {
+                    eprintln!("p2pmp-launch: rank {rank} failed: {status}; stopping the others");
+                    failed = Some(exit_status(status));
                 }
                 *slot = None;
             }
         }
-        let now = Instant::now();
-        let timed_out = deadline.is_some_and(|d| now >= d);
-        if timed_out || kill_at.is_some_and(|k| now >= k) {
-            if timed_out {
-                eprintln!("p2pmp-launch: timeout; killing the ranks still running");
-            }
+        let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
+        if timed_out {
+            eprintln!("p2pmp-launch: timeout; killing the ranks still running");
+            failed.get_or_insert(1);
+        }
+        if failed.is_some() {
+            // The others would wait for the failed rank until their deadline.
             ranks.stop();
-            failed = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -190,5 +195,37 @@ fn launch(args: &Args) -> anyhow::Result<ExitCode> {
     for p in pipes {
         let _ = p.join();
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(failed.map_or(ExitCode::SUCCESS, ExitCode::from))
+}
+
+/// A failed rank's status as the launcher's own: its exit code, or 128 plus
+/// the signal that killed it (as a shell reports it).
+fn exit_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) if c & 0xff != 0 => (c & 0xff) as u8,
+        (_, Some(sig)) => (128 + sig).clamp(129, 255) as u8,
+        _ => 1,
+    }
+}
+
+/// Makes the process `cmd` starts die (SIGKILL) when the launcher's thread
+/// that starts it ends, also when the launcher is killed: no rank is left
+/// waiting for peers that are gone.
+fn die_with_the_launcher(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let launcher = std::process::id();
+    // SAFETY: only async-signal-safe calls in the child, on values copied before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher died before the death signal was set: stop now.
+            if libc::getppid() as u32 != launcher {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
