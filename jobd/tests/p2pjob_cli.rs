@@ -72,6 +72,13 @@ fn a_bad_rank_count_is_refused_saying_what_is_wanted() {
     let err = text(&out.stderr);
     assert!(err.contains("a job needs at least 1 rank"), "{err}");
     assert!(!err.contains("line "), "no job file line numbers for a flag: {err}");
+    // A program that cannot be run is refused before any job is placed.
+    let file = std::env::temp_dir().join(format!("p2pjob-noexec-{}", std::process::id()));
+    std::fs::write(&file, "not a program\n").unwrap();
+    let out = p2pjob(&["run", "--local", "1", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not an executable file"), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -212,4 +219,24 @@ fn a_run_past_mpiexec_timeout_kills_its_job() {
     assert_eq!(out.status.code(), Some(4), "exit 4, killed: {err}");
     assert!(err.contains("timed out after 1 s (MPIEXEC_TIMEOUT); killing it"), "{err}");
     web::until(Duration::from_secs(10), "the rank's process to go", || (sleeping(arg) == 0).then_some(()));
+}
+
+#[test]
+fn run_passes_the_variables_it_names_and_no_others() {
+    let script = "echo \"[$GREETING] [$OMP_NUM_THREADS] [${NOT_PASSED-unset}]\"";
+    let out = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+        .args(["run", "--local", "1", "-n", "2", "-x", "GREETING", "-x", "OMP_NUM_THREADS=3"])
+        .args(["/bin/sh", "-c", script])
+        .env("GREETING", "hello there")
+        .env("NOT_PASSED", "x")
+        .output()
+        .expect("run p2pjob");
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for rank in 0..2 {
+        assert!(said.contains(&format!("[{rank}] [hello there] [3] [unset]")), "{said}");
+    }
+    let refused = p2pjob(&["run", "-x", "P2PMP_RANK=3", "/bin/true"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("the node's to set"), "{}", text(&refused.stderr));
 }

@@ -22,7 +22,8 @@
 //! `checkpoint`: see [`RestartPolicy`]), `timeout` (for the whole job),
 //! `queuetimeout` (how long it may wait for free slots before it fails) and
 //! `limit` (repeatable, `KEY=VALUE` with a key of [`JOB_LIMITS`]: the job asks to
-//! run under less than the node allows). Durations are a number with an optional
+//! run under less than the node allows), `env` (repeatable, `NAME=VALUE`: a
+//! variable every rank gets; see [`check_env_name`]). Durations are a number with an optional
 //! unit `ms`, `s` (default), `m` or `h`. Unknown elements are skipped with a
 //! [`JobFileWarning`].
 //!
@@ -61,6 +62,27 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The limits a job may ask for with `<limit>KEY=VALUE</limit>` (the node's
 /// own maxima still hold: a job only gets below them).
 pub const JOB_LIMITS: [&str; 6] = ["cpu_s", "memory_mb", "open_files", "processes", "file_size_mb", "disk_mb"];
+/// Most `<env>` variables one job may set.
+pub const MAX_ENV: usize = 256;
+/// Longest name of an `<env>` variable.
+pub const MAX_ENV_NAME: usize = 128;
+
+/// Whether `name` may be set by `<env>`: a shell variable's name (a letter
+/// or `_`, then letters, digits and `_`, at most [`MAX_ENV_NAME`]), and not
+/// one of the node's own `P2PMP_` variables (a rank's identity).
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    let b = name.as_bytes();
+    let word = b.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if !word || b.len() > MAX_ENV_NAME {
+        return Err(format!("{name:?} is not a variable name (letters, digits and _, at most {MAX_ENV_NAME})"));
+    }
+    if name.starts_with("P2PMP_") {
+        return Err(format!("{name} is the node's to set (P2PMP_ variables say who a rank is)"));
+    }
+    Ok(())
+}
+
 /// The checkpoint interval `<checkpoint/>` (or `yes`, `true`) asks for.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -115,6 +137,9 @@ pub struct JobDescription {
     pub queue_timeout: Option<Duration>,
     /// Limits the job asks for, each a key of [`JOB_LIMITS`] once, above 0.
     pub limits: Vec<(String, u64)>,
+    /// Variables every rank gets (`NAME`, `VALUE`), each name once, at most
+    /// [`MAX_ENV`] (see [`check_env_name`]).
+    pub env: Vec<(String, String)>,
 }
 
 /// A description and the warnings parsing it produced.
@@ -220,10 +245,11 @@ enum Field {
     Timeout,
     QueueTimeout,
     Limit,
+    Env,
 }
 
 impl Field {
-    const ALL: [(&'static str, Field); 12] = [
+    const ALL: [(&'static str, Field); 13] = [
         ("executable", Field::Executable),
         ("arguments", Field::Arguments),
         ("argument", Field::Argument),
@@ -236,6 +262,7 @@ impl Field {
         ("timeout", Field::Timeout),
         ("queuetimeout", Field::QueueTimeout),
         ("limit", Field::Limit),
+        ("env", Field::Env),
     ];
 
     fn from_name(name: &[u8]) -> Option<Field> {
@@ -299,6 +326,7 @@ struct Builder {
     timeout: Option<Duration>,
     queue_timeout: Option<Duration>,
     limits: Vec<(String, u64)>,
+    env: Vec<(String, String)>,
 }
 
 /// The name a staged file gets in the job directory: its last path component.
@@ -411,6 +439,17 @@ impl Builder {
                     return Err(invalid("a limit must be above 0"));
                 }
                 self.limits.push((key.to_owned(), value));
+            }
+            Field::Env => {
+                let (name, value) = t.split_once('=').ok_or_else(|| invalid("expected NAME=VALUE"))?;
+                check_env_name(name).map_err(|r| invalid(&r))?;
+                if self.env.iter().any(|(n, _)| n == name) {
+                    return Err(invalid(&format!("{name} given more than once")));
+                }
+                if self.env.len() >= MAX_ENV {
+                    return Err(JobFileErrorKind::TooMany("env variables"));
+                }
+                self.env.push((name.to_owned(), value.to_owned()));
             }
             Field::Timeout | Field::QueueTimeout => {
                 let slot = if field == Field::Timeout { &mut self.timeout } else { &mut self.queue_timeout };
@@ -577,6 +616,7 @@ impl JobDescription {
             timeout: b.timeout,
             queue_timeout: b.queue_timeout,
             limits: b.limits,
+            env: b.env,
         };
         Ok(ParsedJob { job, warnings })
     }
@@ -595,6 +635,7 @@ impl JobDescription {
             timeout: None,
             queue_timeout: None,
             limits: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -637,6 +678,7 @@ impl JobDescription {
             elem("queuetimeout", &format_duration(t));
         }
         self.limits.iter().for_each(|(k, v)| elem("limit", &format!("{k}={v}")));
+        self.env.iter().for_each(|(k, v)| elem("env", &format!("{k}={v}")));
         out.push_str("</p2pjob>\n");
         out
     }

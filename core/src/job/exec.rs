@@ -17,8 +17,8 @@
 //!   re-requested with [`JobMsg::Resend`] at [`JobMsg::StageEnd`], and the job is not
 //!   [`JobMsg::Staged`] (so never started) until every file matches. File 0, the job
 //!   file, must also match the offer's digest; it is kept to read the arguments.
-//! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the documented
-//!   environment (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
+//! - **Start.** One [`ExecEvent::SpawnProcess`] per rank with the job file's
+//!   `<env>` variables and the documented ones (`P2PMP_JOB`, `P2PMP_RANK`, `P2PMP_SIZE`, `P2PMP_NODE`,
 //!   `P2PMP_HOST`: the node's advertised IP, where ranks listen, and
 //!   `P2PMP_FAILURE_TIMEOUT_MS`: how long a silent peer rank is waited for;
 //!   `P2PMP_CHECKPOINT_MS`: the job file's checkpoint interval, when it has one;
@@ -442,7 +442,9 @@ impl Execution {
                     j.ranks.insert(*rank, RankRun::Running { stdout: 0, stderr: 0 });
                 }
                 for rank in waiting {
-                    let mut env = vec![
+                    // The job file's variables, then the node's (which they may not name).
+                    let mut env = desc.env.clone();
+                    env.extend([
                         ("P2PMP_JOB".to_owned(), job.to_string()),
                         ("P2PMP_RANK".to_owned(), rank.to_string()),
                         ("P2PMP_SIZE".to_owned(), size.to_string()),
@@ -452,7 +454,7 @@ impl Execution {
                         // Checkpoint files go to the job directory itself,
                         // where this node reads them to ship them.
                         ("P2PMP_CHECKPOINT_DIR".to_owned(), ".".to_owned()),
-                    ];
+                    ]);
                     if let Some(every) = desc.checkpoint {
                         env.push(("P2PMP_CHECKPOINT_MS".to_owned(), every.as_millis().to_string()));
                     }

@@ -210,6 +210,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     timeout,
                     queue_timeout,
                     limits: Vec::new(),
+                    env: Vec::new(),
                 }
             },
         )
@@ -333,4 +334,30 @@ fn a_job_asks_for_limits_below_the_nodes() {
     ] {
         assert!(err(&job(bad)).to_string().contains(says), "{bad}: {}", err(&job(bad)));
     }
+}
+
+#[test]
+fn a_job_sets_variables_of_its_ranks_but_not_the_nodes() {
+    let job = |body: &str| {
+        format!(
+            "<p2pjob><executable>p</executable><processes>1</processes><requirement>linux</requirement>{body}</p2pjob>"
+        )
+    };
+    let body = "<env>OMP_NUM_THREADS=4</env><env> GREETING=a b=c &amp; d </env><env>EMPTY=</env>";
+    let p = JobDescription::parse(job(body).as_bytes()).unwrap();
+    let want = [("OMP_NUM_THREADS", "4"), ("GREETING", "a b=c & d"), ("EMPTY", "")];
+    assert_eq!(p.job.env, want.map(|(n, v)| (n.to_owned(), v.to_owned())));
+    assert_eq!(JobDescription::parse(p.job.to_xml().as_bytes()).unwrap().job, p.job, "written back as read");
+    for (bad, says) in [
+        ("<env>NOVALUE</env>", "NAME=VALUE"),
+        ("<env>1X=1</env>", "not a variable name"),
+        ("<env>A-B=1</env>", "not a variable name"),
+        ("<env>=1</env>", "not a variable name"),
+        ("<env>P2PMP_RANK=3</env>", "the node's to set"),
+        ("<env>A=1</env><env>A=2</env>", "more than once"),
+    ] {
+        assert!(err(&job(bad)).to_string().contains(says), "{bad}: {}", err(&job(bad)));
+    }
+    let many: String = (0..=MAX_ENV).map(|i| format!("<env>V{i}=1</env>")).collect();
+    assert!(err(&job(&many)).to_string().contains("env variables"), "at most {MAX_ENV}");
 }

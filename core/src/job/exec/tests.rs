@@ -50,7 +50,8 @@ pub(super) fn ckpt(epoch: u64) -> crate::ckpt::CheckpointInfo {
 }
 
 const XML: &str = "<p2pjob><executable>prog</executable><arguments>a b</arguments>\
-    <outputfile>out.txt</outputfile><processes>2</processes><requirement>linux</requirement></p2pjob>";
+    <outputfile>out.txt</outputfile><processes>2</processes><requirement>linux</requirement>\
+    <env>OMP_NUM_THREADS=4</env></p2pjob>";
 
 /// Offers `ranks` of a two-rank job and stages the job file and a program.
 pub(super) fn staged(e: &mut Execution, now: Instant, job: JobId, ranks: Vec<u32>, corrupt: bool) -> Vec<JobMsg> {
@@ -140,6 +141,7 @@ fn a_corrupt_transfer_is_re_requested_and_never_run() {
         ("1", "2", "127.0.0.1:9000")
     );
     assert!(!vars.contains_key("P2PMP_CHECKPOINT_MS"), "no interval asked for");
+    assert_eq!(vars["OMP_NUM_THREADS"], "4", "the job file's variables");
     // Start again: nothing starts twice.
     e.handle_message(now, env(JobMsg::Start { job: j }, Bytes::new()));
     assert!(!drain(&mut e).1.iter().any(|e| matches!(e, ExecEvent::SpawnProcess { .. })));

@@ -215,7 +215,11 @@ enum Cmd {
         /// How long the job may wait for free slots before it fails (unlimited by default).
         #[arg(long, value_name = "DURATION", value_parser = duration)]
         queue_timeout: Option<std::time::Duration>,
-        /// The program (a path, or a name found on $PATH).
+        /// A variable every rank gets (repeatable): NAME=VALUE, or NAME for its
+        /// value here, as mpirun -x. Ranks get no other variable of this shell.
+        #[arg(short = 'x', long = "env", value_name = "NAME[=VALUE]", value_parser = env_var)]
+        env: Vec<(String, String)>,
+        /// The program (a path, a file in this directory, or a name found on $PATH).
         program: PathBuf,
         /// Its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -330,6 +334,16 @@ fn stdout_closed() -> bool {
     ready == 1 && out.revents & libc::POLLERR != 0
 }
 
+/// A variable for the ranks: `NAME=VALUE`, or `NAME` with its value here.
+fn env_var(s: &str) -> Result<(String, String), String> {
+    let (name, value) = match s.split_once('=') {
+        Some((n, v)) => (n, v.to_owned()),
+        None => (s, std::env::var(s).map_err(|_| format!("{s} is not set here (give NAME=VALUE)"))?),
+    };
+    p2pmp_core::job::description::check_env_name(name)?;
+    Ok((name.to_owned(), value))
+}
+
 /// A number of ranks: 1 to [`MAX_PROCESSES`], as a job file allows.
 fn ranks(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
@@ -418,9 +432,10 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, procs, follow, json)
         }
-        Cmd::Run { n, local, queue_timeout, program, args } => {
+        Cmd::Run { n, local, queue_timeout, env, program, args } => {
             let exe = find_program(&program).map_err(input)?;
-            let xml = JobDescription { queue_timeout, ..JobDescription::run(exe.to_string_lossy(), args, n) }.to_xml();
+            let run = JobDescription::run(exe.to_string_lossy(), args, n);
+            let xml = JobDescription { queue_timeout, env, ..run }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
             // As mpiexec does: a job still running after MPIEXEC_TIMEOUT seconds
             // is killed, and so is one whose run is interrupted, the
@@ -636,15 +651,21 @@ pub(crate) fn print_nodes(values: &[String], json: bool) {
     }
 }
 
-/// A program path: as given when it names a file, else found on $PATH.
+/// A program path: as given when it names a file, else found on $PATH (an
+/// executable file there, as a shell finds it). One that cannot be run is
+/// refused here, before a job is placed.
 fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |c: &Path| c.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     if p.components().count() > 1 || p.is_file() {
-        return p.canonicalize().with_context(|| format!("no program {}", p.display()));
+        let found = p.canonicalize().with_context(|| format!("no program {}", p.display()))?;
+        anyhow::ensure!(executable(&found), "{} is not an executable file (chmod +x it?)", p.display());
+        return Ok(found);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|d| d.join(p))
-        .find(|c| c.is_file())
+        .find(|c| executable(c))
         .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
 }
 
