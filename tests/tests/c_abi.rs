@@ -186,6 +186,7 @@ fn mpi_abort_on_one_rank_stops_the_ranks_waiting_for_it() {
     let out = r.stdout + &r.stderr;
     assert!(!r.ok, "the job should fail:\n{out}");
     assert!(out.contains("[2] rank 2 aborts"), "{out}");
+    assert!(out.contains("[2] p2pmpi: rank 2: MPI_Abort(MPI_COMM_WORLD, error code 7)"), "{out}");
     assert!(out.contains("rank 2 exited with code 7"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
 }

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use crate::buf::{write_c_string, write_out};
 use crate::consts::{
-    Handle, MPI_COMM_WORLD, MPI_ERR_ARG, MPI_ERR_OTHER, MPI_MAX_PROCESSOR_NAME, MPI_SUBVERSION, MPI_THREAD_FUNNELED,
-    MPI_THREAD_MULTIPLE, MPI_THREAD_SINGLE, MPI_VERSION,
+    Handle, MPI_COMM_SELF, MPI_COMM_WORLD, MPI_ERR_ARG, MPI_ERR_OTHER, MPI_MAX_PROCESSOR_NAME, MPI_SUBVERSION,
+    MPI_THREAD_FUNNELED, MPI_THREAD_MULTIPLE, MPI_THREAD_SINGLE, MPI_VERSION,
 };
 use crate::error::{Fail, abort_process};
 use crate::request::Requests;
@@ -161,7 +161,12 @@ pub extern "C" fn MPI_Finalize() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn MPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
     let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "?".into());
-    abort_process(&format!("p2pmpi: rank {rank}: MPI_Abort(comm {comm}, error code {errorcode})"), errorcode)
+    let comm = match comm {
+        MPI_COMM_WORLD => "MPI_COMM_WORLD".to_owned(),
+        MPI_COMM_SELF => "MPI_COMM_SELF".to_owned(),
+        other => format!("communicator {other}"),
+    };
+    abort_process(&format!("p2pmpi: rank {rank}: MPI_Abort({comm}, error code {errorcode})"), errorcode)
 }
 
 /// `MPI_Get_processor_name`: the host name.
