@@ -28,6 +28,8 @@ pub struct Client {
     key: Option<SecretKey>,
     /// Whether any reply came yet (a close before one may be a wrong port).
     answered: bool,
+    /// The daemon's control address, as asked for.
+    addr: SocketAddr,
 }
 
 /// `req` as it goes out: signed with `key` (loaded first if `None`) when it is
@@ -90,7 +92,7 @@ impl Client {
         stream.set_nodelay(true)?;
         (&stream).write_all(TOOL_PREFACE)?;
         let me = NodeAddr(stream.local_addr()?);
-        Ok(Client { stream, calls: Calls::new(me.id(), me), key: None, answered: false })
+        Ok(Client { stream, calls: Calls::new(me.id(), me), key: None, answered: false, addr })
     }
 
     /// Signs with `key` instead of the user's key file.
@@ -128,10 +130,10 @@ impl Client {
                 other => other.context("reading from jobd")?,
             };
             if n == 0 && !self.answered {
-                let at = self.stream.peer_addr().map_or_else(|_| "it".to_owned(), |a| a.to_string());
                 bail!(
-                    "closed before any answer: is {at} a jobd's control address (--control, 127.0.0.1:7420 by \
-                     default), not its overlay one?"
+                    "closed before any answer: is {} a jobd's control address (--control, 127.0.0.1:7420 by \
+                     default), not its overlay one?",
+                    self.addr
                 );
             }
             if n == 0 {

@@ -41,4 +41,5 @@ mod worker;
 pub use client::Client;
 pub use config::{Config, Overlay};
 pub use daemon::Daemon;
+pub use procs::interpreter;
 pub use sandbox::Limits;

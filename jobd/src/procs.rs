@@ -152,20 +152,26 @@ fn setpriv() -> Option<&'static Path> {
 fn runnable(mut program: &std::fs::File) -> Result<(), String> {
     let mut head = [0u8; 256];
     let n = std::io::Read::read(&mut program, &mut head).map_err(|e| e.to_string())?;
-    let head = &head[..n];
+    match interpreter(&head[..n])? {
+        Some(interp) if interp.is_empty() || !Path::new(&interp).is_file() => {
+            Err(format!("its interpreter {interp:?} (the #! line) does not exist on this node"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `head`, the first bytes of a file, starts a program: a `#!`
+/// script (`Some` of its interpreter) or an ELF executable (`None`).
+pub fn interpreter(head: &[u8]) -> Result<Option<String>, String> {
     if let Some(line) = head.strip_prefix(b"#!") {
         let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
         let text = String::from_utf8_lossy(line);
-        let interp = text.split_whitespace().next().unwrap_or_default();
-        if interp.is_empty() || !Path::new(interp).is_file() {
-            return Err(format!("its interpreter {interp:?} (the #! line) does not exist on this node"));
-        }
-        return Ok(());
+        return Ok(Some(text.split_whitespace().next().unwrap_or_default().to_owned()));
     }
     if !head.starts_with(b"\x7fELF") {
         return Err("not an executable: neither a #! script nor an ELF program".into());
     }
-    Ok(())
+    Ok(None)
 }
 
 impl Procs {
@@ -291,16 +297,13 @@ impl Procs {
 /// and nothing runs. The program's stdin is then at its end, like /dev/null.
 const GATE: &str = "read -r _ && exec \"$@\"";
 
-/// Starts the process of `s` in `jail` (on the file worker's thread, inside
-/// the event loop's runtime, after every file staged before it was written).
-pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::Child> {
-    // Opened without following a link: a job's process may have swapped the
-    // program for a link to a file of the daemon's before another rank starts.
-    let program = files::open_regular(&s.program).map_err(|e| std::io::Error::other(format!("{}: {e}", s.program)))?;
-    runnable(&program).map_err(std::io::Error::other)?;
-    program.set_permissions(std::fs::Permissions::from_mode(0o755))?;
-    drop(program);
-    let setpriv = setpriv();
+/// The command that starts `s` in `jail`: through the gate and `setpriv`
+/// when there is one (see [`GATE`]), else the program itself, confined in
+/// the child before its exec.
+fn command(s: &Spawn, jail: &Jail, setpriv: Option<&Path>) -> std::io::Result<tokio::process::Command> {
+    // The node's variables (P2PMP_..., the only names a job may not set) and
+    // the job file's.
+    let (node_env, job_env): (Vec<_>, Vec<_>) = s.env.iter().partition(|(k, _)| k.starts_with("P2PMP_"));
     let mut cmd = match setpriv {
         Some(setpriv) => {
             let mut cmd = tokio::process::Command::new("/bin/sh");
@@ -308,7 +311,20 @@ pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::C
             if let Some(uid) = jail.uid {
                 cmd.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups");
             }
-            cmd.arg("--").arg(&s.program);
+            cmd.arg("--");
+            // The gate and setpriv run as the daemon's user: the job's own
+            // variables (LD_PRELOAD, say) only reach what runs as the job's,
+            // through env(1) after the drop.
+            if !job_env.is_empty() {
+                if s.program.contains('=') {
+                    return Err(std::io::Error::other(format!(
+                        "{}: a program whose path has '=' cannot be given <env> variables",
+                        s.program
+                    )));
+                }
+                cmd.args(["env", "--"]).args(job_env.iter().map(|(k, v)| format!("{k}={v}")));
+            }
+            cmd.arg(&s.program);
             cmd
         }
         None => {
@@ -325,11 +341,29 @@ pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::C
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
         .env("HOME", &s.dir)
-        .envs(s.env.iter().map(|(k, v)| (k, v)))
+        .envs(node_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if setpriv.is_none() {
+        // Without the gate, exec comes after the drop in `InChild::enter`.
+        cmd.envs(job_env.iter().map(|(k, v)| (k, v)));
+    }
+    Ok(cmd)
+}
+
+/// Starts the process of `s` in `jail` (on the file worker's thread, inside
+/// the event loop's runtime, after every file staged before it was written).
+pub(crate) fn start(s: &Spawn, jail: &Jail) -> std::io::Result<tokio::process::Child> {
+    // Opened without following a link: a job's process may have swapped the
+    // program for a link to a file of the daemon's before another rank starts.
+    let program = files::open_regular(&s.program).map_err(|e| std::io::Error::other(format!("{}: {e}", s.program)))?;
+    runnable(&program).map_err(std::io::Error::other)?;
+    program.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    drop(program);
+    let setpriv = setpriv();
+    let mut cmd = command(s, jail, setpriv)?;
     // No file is open for writing while the new process is made (see
     // `files::no_writers`). A fork elsewhere in the process (not ours) may
     // still lend a descriptor for a moment: ETXTBSY is tried again. Through
@@ -476,6 +510,42 @@ pub(crate) fn kill_user(uid: u32, tries: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_variables_reach_only_what_runs_as_its_user() {
+        let env = [("P2PMP_RANK", "0"), ("LD_PRELOAD", "x.so"), ("GREETING", "a b=c")];
+        let s = Spawn {
+            job: JobId(p2pmp_core::id::Id::ZERO),
+            rank: 0,
+            dir: "/tmp".into(),
+            program: "/tmp/prog".into(),
+            args: vec!["arg".into()],
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        let jail = Jail { uid: Some(1_900_000_001), rlimits: Vec::new(), cgroup: None };
+        let set = |c: &tokio::process::Command| -> Vec<String> {
+            c.as_std().get_envs().filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v?.to_str()?))).collect()
+        };
+        // Through the gate: the shell and setpriv, as the daemon's user, see the node's variables only.
+        let gated = command(&s, &jail, Some(Path::new("/usr/bin/setpriv"))).unwrap();
+        let args: Vec<_> = gated.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(set(&gated).contains(&"P2PMP_RANK=0".to_owned()), "{:?}", set(&gated));
+        assert!(!set(&gated).iter().any(|v| v.starts_with("LD_PRELOAD") || v.starts_with("GREETING")));
+        let after = args.iter().position(|a| a == "--reuid=1900000001").expect("the drop");
+        let tail = ["env", "--", "LD_PRELOAD=x.so", "GREETING=a b=c", "/tmp/prog", "arg"].map(String::from);
+        assert_eq!(args[args.len() - tail.len()..], tail, "env(1) after the drop: {args:?}");
+        assert!(after < args.len() - tail.len());
+        // Without it, the program's exec comes after the drop: its variables go to that exec.
+        let direct = command(&s, &jail, None).unwrap();
+        assert!(
+            ["P2PMP_RANK=0", "LD_PRELOAD=x.so", "GREETING=a b=c"].iter().all(|v| set(&direct).contains(&v.to_string()))
+        );
+        let odd = Spawn { program: "/tmp/a=b".into(), ..s };
+        assert!(
+            command(&odd, &jail, Some(Path::new("/usr/bin/setpriv"))).is_err(),
+            "env(1) would read it as a variable"
+        );
+    }
 
     #[test]
     fn what_cannot_run_is_said_before_it_is_started() {

@@ -208,7 +208,7 @@ impl Shell {
                 }
             }
             NodeEvent::Overlay(OverlayEvent::Disconnected) => warn!(
-                "no overlay node answers: none of the bootstrap nodes (--bootstrap) could be reached or joined \
+                "cut off from the overlay: no bootstrap node (--bootstrap) and no peer known before answers \
                  (not running, a wrong address, a firewall, or an --advertise address they cannot reach); \
                  retrying, each attempt logged at --log-level debug"
             ),

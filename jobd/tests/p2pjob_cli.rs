@@ -53,6 +53,22 @@ fn output_nobody_reads_any_more_ends_p2pjob_quietly_as_sigpipe_would() {
         assert_eq!(out.status.code(), Some(141), "{args:?}: {}", text(&out.stderr));
         assert_eq!(text(&out.stderr), "", "{args:?}: no panic, no backtrace");
     }
+    // Following a job on an embedded network: its files go all the same.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let run = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
+        .args(["run", "--local", "1", "/bin/echo", "nobody reads this"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start p2pjob");
+    let pid = run.id();
+    let out = run.wait_with_output().expect("p2pjob's end");
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    let prefix = format!("p2pmp-local-{pid}-");
+    let left = std::fs::read_dir(std::env::temp_dir()).unwrap().flatten();
+    let left: Vec<_> = left.filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).collect();
+    assert!(left.is_empty(), "the embedded network's files stayed: {left:?}");
 }
 
 #[test]
@@ -78,7 +94,7 @@ fn a_bad_rank_count_is_refused_saying_what_is_wanted() {
     let out = p2pjob(&["run", "--local", "1", file.to_str().unwrap()]);
     std::fs::remove_file(&file).unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("is not an executable file"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("neither a #! script nor an ELF program"), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -223,9 +239,22 @@ fn a_run_past_mpiexec_timeout_kills_its_job() {
 
 #[test]
 fn run_passes_the_variables_it_names_and_no_others() {
+    // (A later -x of a name wins, as with mpirun.)
     let script = "echo \"[$GREETING] [$OMP_NUM_THREADS] [${NOT_PASSED-unset}]\"";
     let out = Command::new(env!("CARGO_BIN_EXE_p2pjob"))
-        .args(["run", "--local", "1", "-n", "2", "-x", "GREETING", "-x", "OMP_NUM_THREADS=3"])
+        .args([
+            "run",
+            "--local",
+            "1",
+            "-n",
+            "2",
+            "-x",
+            "OMP_NUM_THREADS=1",
+            "-x",
+            "GREETING",
+            "-x",
+            "OMP_NUM_THREADS=3",
+        ])
         .args(["/bin/sh", "-c", script])
         .env("GREETING", "hello there")
         .env("NOT_PASSED", "x")
@@ -236,7 +265,9 @@ fn run_passes_the_variables_it_names_and_no_others() {
     for rank in 0..2 {
         assert!(said.contains(&format!("[{rank}] [hello there] [3] [unset]")), "{said}");
     }
-    let refused = p2pjob(&["run", "-x", "P2PMP_RANK=3", "/bin/true"]);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(text(&refused.stderr).contains("the node's to set"), "{}", text(&refused.stderr));
+    for (bad, says) in [("P2PMP_RANK=3", "the node's to set"), ("A=b ", "ends in whitespace")] {
+        let refused = p2pjob(&["run", "-x", bad, "/bin/true"]);
+        assert_eq!(refused.status.code(), Some(2));
+        assert!(text(&refused.stderr).contains(says), "{bad}: {}", text(&refused.stderr));
+    }
 }

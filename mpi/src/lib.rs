@@ -80,6 +80,7 @@ pub mod datatype;
 mod done;
 mod env;
 mod error;
+mod exit;
 mod flat;
 mod group;
 mod intercoll;
@@ -101,6 +102,7 @@ pub use env::{
     SIZE_VAR, parse_hex, to_hex,
 };
 pub use error::{Error, Result};
+pub use exit::{ending_on_purpose, exit_on_purpose};
 pub use group::{Group, Similarity};
 pub use intercoll::InterRoot;
 pub use pod::{Op, Pod, shared_bytes};

@@ -4,7 +4,8 @@
  * then). With "sleep", every rank sleeps a minute first (the launcher's
  * MPIEXEC_TIMEOUT test). With "skip", rank 1 returns from main without
  * MPI_Finalize; with "exit", it calls exit(0) while rank 0 waits for its
- * message: either must fail the job, not leave rank 0 waiting. */
+ * message, and with "exit3", exit(3): each must fail the job (the last with
+ * its own status), not leave rank 0 waiting. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,12 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("finalize: rank 0 of %d\n", size);
     }
     if (argc > 1 && strcmp(argv[1], "sleep") == 0) sleep(60);
-    if (argc > 1 && (strcmp(argv[1], "skip") == 0 || strcmp(argv[1], "exit") == 0)) {
+    if (argc > 1 && (strcmp(argv[1], "skip") == 0 || strncmp(argv[1], "exit", 4) == 0)) {
         int token = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         if (rank == 1 && strcmp(argv[1], "skip") == 0) return 0;
-        if (rank == 1) exit(0);
-        if (rank == 0 && strcmp(argv[1], "exit") == 0)
+        if (rank == 1) exit(strcmp(argv[1], "exit3") == 0 ? 3 : 0);
+        if (rank == 0 && strcmp(argv[1], "skip") != 0)
             MPI_Recv(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
     MPI_Finalize();

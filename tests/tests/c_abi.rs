@@ -225,19 +225,21 @@ fn init_then_finalize_never_hangs() {
 
 /// A rank that ends without MPI_Finalize (returning from main, or exit(0)
 /// while a peer waits for it) fails the job at once, saying so, as MPICH's
-/// does: its peers waited for it until their 60 s unreachable deadline.
+/// does: its peers waited for it until their 60 s unreachable deadline. One
+/// that exits with a status of its own keeps it.
 #[test]
 fn a_rank_that_ends_without_finalize_fails_the_job() {
     let Some(dir) = built() else { return };
-    for how in ["skip", "exit"] {
+    for (how, code) in [("skip", 1), ("exit", 1), ("exit3", 3)] {
         let mut cmd = Command::new(dir.join("p2pjob"));
         cmd.args(["run", "--local", "2", "-n", "2"]).arg(dir.join("c-tests/finalize")).arg(how);
         let t = std::time::Instant::now();
         let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
         let out = r.stdout + &r.stderr;
         assert!(!r.ok, "{how}: the job should fail:\n{out}");
-        assert!(out.contains("[1] p2pmpi: rank 1: the program ended without calling MPI_Finalize"), "{how}: {out}");
-        assert!(out.contains("rank 1 exited with code 1"), "{how}: {out}");
+        let said = format!("[1] p2pmpi: rank 1: the program ended without calling MPI_Finalize: exit status {code}");
+        assert!(out.contains(&said), "{how}: {out}");
+        assert!(out.contains(&format!("rank 1 exited with code {code}")), "{how}: {out}");
         assert!(t.elapsed() < Duration::from_secs(20), "{how}: took {:?}:\n{out}", t.elapsed());
     }
 }

@@ -302,3 +302,23 @@ fn a_job_file_asks_for_lower_limits_but_never_higher() {
     let out = n.p2pjob(&["submit", "more.xml", "--wait"], Duration::from_secs(30));
     assert!(out.stdout.contains("dd 153") && out.stdout.contains("size 33554432"), "{out:?}");
 }
+
+/// A job file's variables reach the job's process, running as the job's own
+/// user; the daemon's steps before the drop (the gate, setpriv) never see
+/// them (the procs unit test pins the command), so an LD_PRELOAD of the job's
+/// runs nothing as root.
+#[test]
+fn a_job_files_variables_reach_its_process_as_its_own_user() {
+    if !root() {
+        return;
+    }
+    let n = Node::start("env", &[]);
+    n.write("env.sh", "#!/bin/sh\necho \"greeting [$GREETING] uid $(id -u)\"\n");
+    let extra = "  <env>GREETING=hi there</env>\n  <env>LD_PRELOAD=/nonexistent-p2pmp-preload.so</env>\n";
+    std::fs::write(n.dir.join("env.xml"), job_file("env.sh", "", extra)).unwrap();
+    let out = n.p2pjob(&["submit", "env.xml", "--wait"], Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let uid: u32 =
+        out.stdout.split("greeting [hi there] uid ").nth(1).and_then(|s| s.trim().parse().ok()).expect("said");
+    assert!(uid >= 1_900_000_000, "the job's own user, not the daemon's: {out:?}");
+}

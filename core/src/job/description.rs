@@ -67,18 +67,29 @@ pub const MAX_ENV: usize = 256;
 /// Longest name of an `<env>` variable.
 pub const MAX_ENV_NAME: usize = 128;
 
+/// Why a name may not be set by `<env>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvNameError {
+    /// Not a shell variable's name.
+    #[error("{0:?} is not a variable name (letters, digits and _, at most {MAX_ENV_NAME})")]
+    NotAName(String),
+    /// One of the node's own.
+    #[error("{0} is the node's to set (P2PMP_ variables say who a rank is)")]
+    Reserved(String),
+}
+
 /// Whether `name` may be set by `<env>`: a shell variable's name (a letter
 /// or `_`, then letters, digits and `_`, at most [`MAX_ENV_NAME`]), and not
 /// one of the node's own `P2PMP_` variables (a rank's identity).
-pub fn check_env_name(name: &str) -> Result<(), String> {
+pub fn check_env_name(name: &str) -> Result<(), EnvNameError> {
     let b = name.as_bytes();
     let word = b.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
     if !word || b.len() > MAX_ENV_NAME {
-        return Err(format!("{name:?} is not a variable name (letters, digits and _, at most {MAX_ENV_NAME})"));
+        return Err(EnvNameError::NotAName(name.chars().take(MAX_ENV_NAME).collect()));
     }
     if name.starts_with("P2PMP_") {
-        return Err(format!("{name} is the node's to set (P2PMP_ variables say who a rank is)"));
+        return Err(EnvNameError::Reserved(name.to_owned()));
     }
     Ok(())
 }
@@ -442,7 +453,7 @@ impl Builder {
             }
             Field::Env => {
                 let (name, value) = t.split_once('=').ok_or_else(|| invalid("expected NAME=VALUE"))?;
-                check_env_name(name).map_err(|r| invalid(&r))?;
+                check_env_name(name).map_err(|e| invalid(&e.to_string()))?;
                 if self.env.iter().any(|(n, _)| n == name) {
                     return Err(invalid(&format!("{name} given more than once")));
                 }

@@ -4,7 +4,6 @@
 
 use std::ffi::{c_char, c_int};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use p2pmp_core::mpi::MpiError;
 
@@ -82,22 +81,12 @@ pub(crate) fn raise(func: &str, handler: Handler, comm: Handle, fail: Fail) -> c
     }
 }
 
-/// Whether the process is ending through [`abort_process`].
-static ABORTING: AtomicBool = AtomicBool::new(false);
-
-/// Whether the process is ending through [`abort_process`] (its exit status
-/// stands).
-pub(crate) fn aborting() -> bool {
-    ABORTING.load(Ordering::Acquire)
-}
-
 /// Prints `message` on stderr, flushes, and exits with `code` (1 when `code` would
 /// read as success).
 pub(crate) fn abort_process(message: &str, code: c_int) -> ! {
-    ABORTING.store(true, Ordering::Release);
     let _ = writeln!(std::io::stderr(), "{message}");
-    // std::process::exit runs C's exit(), which flushes the program's stdio buffers.
-    std::process::exit(if code & 0xff == 0 { 1 } else { code })
+    // C's exit(), which flushes the program's stdio buffers; meant, so it keeps its status.
+    p2pmp_mpi::exit_on_purpose(if code & 0xff == 0 { 1 } else { code })
 }
 
 /// `MPI_Error_string`: the text of an error code (predefined codes are their

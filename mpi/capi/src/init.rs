@@ -44,27 +44,50 @@ fn init(func: &'static str) -> c_int {
 }
 
 /// From `MPI_Init` on, a process that ends with MPI still running (it
-/// returned from `main` or called `exit` without `MPI_Finalize`) exits with
-/// 1, saying why, so that its job fails and its peers are stopped: they would
-/// wait for it until their unreachable deadline (MPICH and Open MPI abort such
-/// a job too). `MPI_Abort` and the fatal error handler exit as they say.
+/// returned from `main` or called `exit` without `MPI_Finalize`) says so,
+/// and one that would end with status 0 exits with 1 instead, so that its
+/// job fails and its peers are stopped: they would wait for it until their
+/// unreachable deadline (MPICH and Open MPI abort such a job too). A rank
+/// moving away, `MPI_Abort` and the fatal error handler end on purpose
+/// (`p2pmp_mpi::exit_on_purpose`) and keep their status.
 fn watch_the_exit() {
-    extern "C" fn on_exit() {
-        if state::global() == Global::Running && !crate::error::aborting() {
-            let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "0".into());
-            eprintln!("p2pmpi: rank {rank}: the program ended without calling MPI_Finalize: exit status 1");
-            // SAFETY: fflush(NULL) flushes every C stream; _exit ends the
-            // process at once with the status (exit's other handlers are
-            // skipped, as the process no longer ends normally).
-            unsafe {
-                libc::fflush(std::ptr::null_mut());
-                libc::_exit(1);
-            }
+    fn ended(status: c_int) {
+        if state::global() != Global::Running || p2pmp_mpi::ending_on_purpose() {
+            return;
+        }
+        let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "0".into());
+        let status = if status == 0 { 1 } else { status };
+        eprintln!("p2pmpi: rank {rank}: the program ended without calling MPI_Finalize: exit status {status}");
+        // SAFETY: fflush(NULL) flushes every C stream; _exit ends the process
+        // at once with the status (exit's other handlers are skipped).
+        unsafe {
+            libc::fflush(std::ptr::null_mut());
+            libc::_exit(status);
         }
     }
-    // SAFETY: registers a handler that lives as long as the library (static code).
-    if unsafe { libc::atexit(on_exit) } != 0 {
-        eprintln!("p2pmpi: cannot watch for an exit without MPI_Finalize (atexit failed)");
+    // glibc's on_exit(3) tells the status exit was called with; elsewhere
+    // atexit(3) does not, and any end counts as 0.
+    #[cfg(target_env = "gnu")]
+    let registered = {
+        unsafe extern "C" {
+            fn on_exit(f: extern "C" fn(c_int, *mut std::ffi::c_void), arg: *mut std::ffi::c_void) -> c_int;
+        }
+        extern "C" fn handler(status: c_int, _: *mut std::ffi::c_void) {
+            ended(status);
+        }
+        // SAFETY: registers a handler of static code, with no argument.
+        unsafe { on_exit(handler, std::ptr::null_mut()) }
+    };
+    #[cfg(not(target_env = "gnu"))]
+    let registered = {
+        extern "C" fn handler() {
+            ended(0);
+        }
+        // SAFETY: registers a handler of static code.
+        unsafe { libc::atexit(handler) }
+    };
+    if registered != 0 {
+        eprintln!("p2pmpi: cannot watch for an end without MPI_Finalize (on_exit failed)");
     }
 }
 

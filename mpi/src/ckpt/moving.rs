@@ -141,7 +141,7 @@ impl World {
             self.rank(),
             path.display()
         );
-        std::process::exit(MOVED_EXIT)
+        crate::exit::exit_on_purpose(MOVED_EXIT)
     }
 }
 

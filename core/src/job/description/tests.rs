@@ -172,6 +172,9 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
         (
             proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
             proptest::option::of((1u64..1_000_000).prop_map(Duration::from_millis)),
+            // Variables: distinct names; a value keeps all but trailing
+            // whitespace (an element's text is trimmed).
+            proptest::collection::btree_map("[A-Za-z_][A-Za-z0-9_]{0,8}", "([ a-z=&<\t]{0,6}[a-z=&<])?", 0..4),
         ),
     )
         // Staged files have distinct base names (the parser refuses others).
@@ -196,7 +199,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                 requirements,
                 checkpoint,
                 r,
-                (timeout, queue_timeout),
+                (timeout, queue_timeout, env),
             )| {
                 JobDescription {
                     executable,
@@ -210,7 +213,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     timeout,
                     queue_timeout,
                     limits: Vec::new(),
-                    env: Vec::new(),
+                    env: env.into_iter().filter(|(k, _)| !k.starts_with("P2PMP_")).collect(),
                 }
             },
         )

@@ -10,7 +10,7 @@ use p2pmp_core::node::control::{JobPhase, ToolReply, ToolRequest};
 use p2pmp_jobd::Client;
 use serde_json::json;
 
-use crate::follow::{End, KillWhen, Show, follow, phase_name};
+use crate::follow::{End, Show, StopRules, follow, phase_name};
 
 const FACTOR_N: u64 = 4_611_686_039_902_224_373;
 /// Candidates per rank between two agreements in the C factor (its default of
@@ -28,7 +28,7 @@ fn run_job(control: std::net::SocketAddr, xml: String, base: &Path, ranks: u32, 
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let base_dir = base.to_string_lossy().into_owned();
     let id = c.send(ToolRequest::Submit { nonce, xml, base_dir, watch: true })?;
-    follow(&mut c, (id, None), Some(ranks), Show { json, output: !json, progress: !json }, KillWhen::default())
+    follow(&mut c, id, None, Some(ranks), Show { json, output: !json, progress: !json }, StopRules::default())
 }
 
 /// What `p2pjob demo` was asked for.

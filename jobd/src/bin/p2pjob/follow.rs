@@ -70,9 +70,9 @@ pub(crate) fn flush_lines(buf: &mut Vec<u8>, rank: u32, stream: Stream, all: boo
     }
 }
 
-/// When [`follow`] kills the job it follows.
+/// When [`follow`] kills the job it follows, or leaves it.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KillWhen {
+pub(crate) struct StopRules {
     /// Still running after this long (`MPIEXEC_TIMEOUT` of `p2pjob run`).
     pub(crate) after: Option<Duration>,
     /// Ctrl-C and SIGTERM, counted from before the job was submitted, and
@@ -80,10 +80,10 @@ pub(crate) struct KillWhen {
     pub(crate) interrupts: Option<(Interrupts, OnInterrupt)>,
 }
 
-impl KillWhen {
+impl StopRules {
     /// Never killed: an interrupt from now on leaves the job running.
-    pub(crate) fn leave_on_interrupt() -> KillWhen {
-        KillWhen { after: None, interrupts: Some((Interrupts::count(), OnInterrupt::Leave)) }
+    pub(crate) fn leave_on_interrupt() -> StopRules {
+        StopRules { after: None, interrupts: Some((Interrupts::count(), OnInterrupt::Leave)) }
     }
 }
 
@@ -101,17 +101,18 @@ pub(crate) enum OnInterrupt {
 /// How often a follow that watches for interrupts looks at them.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
-/// What [`follow`] does, between replies, about interrupts and its deadline.
-struct Watch {
-    kill: KillWhen,
+/// What [`follow`] does, between replies, about interrupts and its deadline
+/// (by its [`StopRules`]).
+struct Stopper {
+    rules: StopRules,
     deadline: Option<Instant>,
     /// Whether the kill was asked for.
     killing: bool,
 }
 
-impl Watch {
-    fn new(t0: Instant, kill: KillWhen) -> Watch {
-        Watch { deadline: kill.after.map(|l| t0 + l), kill, killing: false }
+impl Stopper {
+    fn new(t0: Instant, rules: StopRules) -> Stopper {
+        Stopper { deadline: rules.after.map(|l| t0 + l), rules, killing: false }
     }
 
     /// Acts on the interrupts and the deadline so far, for `job` once its id
@@ -123,7 +124,7 @@ impl Watch {
         bar: &mut Progress,
         client: &mut Client,
     ) -> anyhow::Result<Option<Duration>> {
-        let (interrupts, on_interrupt) = match &self.kill.interrupts {
+        let (interrupts, on_interrupt) = match &self.rules.interrupts {
             Some((i, on)) => (i.seen(), Some(*on)),
             None => (0, None),
         };
@@ -143,7 +144,7 @@ impl Watch {
             let said = match timed_out {
                 true => format!(
                     "job {job} timed out after {} s (MPIEXEC_TIMEOUT); killing it",
-                    self.kill.after.map_or(0, |l| l.as_secs())
+                    self.rules.after.map_or(0, |l| l.as_secs())
                 ),
                 false => format!("interrupted: killing job {job} (interrupt again to stop waiting)"),
             };
@@ -171,14 +172,15 @@ impl Watch {
 }
 
 /// Reads the replies to request `id` until the job is over, killing it as
-/// `kill` says (once its id is known: `job`, or from the first reply) and
+/// `rules` say (once its id is known: `job`, or from the first reply) and
 /// following it to its end.
 pub(crate) fn follow(
     client: &mut Client,
-    (id, job): (u64, Option<JobId>),
+    id: u64,
+    job: Option<JobId>,
     size: Option<u32>,
     show: Show,
-    kill: KillWhen,
+    rules: StopRules,
 ) -> anyhow::Result<End> {
     let t0 = Instant::now();
     let mut end = End {
@@ -205,9 +207,9 @@ pub(crate) fn follow(
             bar.above(|| eprintln!("{text}"));
         }
     };
-    let mut watch = Watch::new(t0, kill);
+    let mut stopper = Stopper::new(t0, rules);
     loop {
-        let wait = watch.look(end.job, &mut bar, client)?;
+        let wait = stopper.look(end.job, &mut bar, client)?;
         let (rid, reply, payload) = match client.next(wait) {
             Ok(r) => r,
             Err(e) if wait.is_some() && timed_out_reading(&e) => continue,

@@ -32,7 +32,7 @@ use p2pmp_jobd::embedded::EmbeddedNet;
 use p2pmp_jobd::{Client, keys};
 use serde_json::json;
 
-use follow::{End, KillWhen, OnInterrupt, Show, exit_code, follow, phase_name};
+use follow::{End, OnInterrupt, Show, StopRules, exit_code, follow, phase_name};
 use interrupt::{Interrupts, cleanup_on_interrupt};
 
 /// Submit and control jobs on a p2pmp network.
@@ -293,7 +293,12 @@ fn main() -> ExitCode {
         tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     }
     let json = cli.json;
-    match run(cli) {
+    let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(ran) => ran,
+        Err(_) if stdout_closed() => return ExitCode::from(141),
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    match ran {
         Ok(code) => ExitCode::from(code as u8),
         Err(Fail(_, e)) if broken_pipe(&e) && stdout_closed() => ExitCode::from(141),
         Err(Fail(code, e)) => {
@@ -312,13 +317,14 @@ fn main() -> ExitCode {
 /// reports it; a failed print (Rust's print macros panic, with a backtrace)
 /// said nothing useful. SIGPIPE itself stays ignored: the embedded daemons
 /// write to pipes of their own, and a rank gone must not end p2pjob.
+/// The failed print's panic unwinds (an embedded network's files go with
+/// its drop) and `main` turns it into 141; this hook only keeps it quiet.
 fn quiet_on_closed_output() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if stdout_closed() {
-            std::process::exit(141);
+        if !(std::thread::current().name() == Some("main") && stdout_closed()) {
+            default(info);
         }
-        default(info);
     }));
 }
 
@@ -335,13 +341,29 @@ fn stdout_closed() -> bool {
 }
 
 /// A variable for the ranks: `NAME=VALUE`, or `NAME` with its value here.
+/// A value may not end in whitespace: a job file's element text is trimmed.
 fn env_var(s: &str) -> Result<(String, String), String> {
     let (name, value) = match s.split_once('=') {
         Some((n, v)) => (n, v.to_owned()),
         None => (s, std::env::var(s).map_err(|_| format!("{s} is not set here (give NAME=VALUE)"))?),
     };
-    p2pmp_core::job::description::check_env_name(name)?;
+    p2pmp_core::job::description::check_env_name(name).map_err(|e| e.to_string())?;
+    if value.ends_with(char::is_whitespace) {
+        return Err(format!("the value of {name} ends in whitespace, which a job file cannot carry"));
+    }
     Ok((name.to_owned(), value))
+}
+
+/// The variables of `-x`, each name once: a later one wins, as with mpirun.
+fn one_each(env: Vec<(String, String)>) -> anyhow::Result<Vec<(String, String)>> {
+    let mut kept: Vec<(String, String)> = Vec::new();
+    for (name, value) in env {
+        kept.retain(|(n, _)| *n != name);
+        kept.push((name, value));
+    }
+    let most = p2pmp_core::job::description::MAX_ENV;
+    anyhow::ensure!(kept.len() <= most, "at most {most} variables, not {}", kept.len());
+    Ok(kept)
 }
 
 /// A number of ranks: 1 to [`MAX_PROCESSES`], as a job file allows.
@@ -426,14 +448,15 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             // Waiting on a daemon's job, an interrupt leaves it running and
             // says so (with --local, it ends the embedded network and the job).
             let follow = match (wait, local) {
-                (_, Some(_)) => Follow::Yes(KillWhen::default()),
-                (true, None) => Follow::Yes(KillWhen::leave_on_interrupt()),
+                (_, Some(_)) => Follow::Yes(StopRules::default()),
+                (true, None) => Follow::Yes(StopRules::leave_on_interrupt()),
                 (false, None) => Follow::No,
             };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, procs, follow, json)
         }
         Cmd::Run { n, local, queue_timeout, env, program, args } => {
             let exe = find_program(&program).map_err(input)?;
+            let env = one_each(env).map_err(input)?;
             let run = JobDescription::run(exe.to_string_lossy(), args, n);
             let xml = JobDescription { queue_timeout, env, ..run }.to_xml();
             let base = std::env::current_dir().map_err(|e| input(e.into()))?;
@@ -443,7 +466,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             // interrupt ends the embedded network and the job with it).
             let after = mpiexec_timeout()?;
             let kill =
-                KillWhen { after, interrupts: local.is_none().then(|| (Interrupts::count(), OnInterrupt::Kill)) };
+                StopRules { after, interrupts: local.is_none().then(|| (Interrupts::count(), OnInterrupt::Kill)) };
             submit(cli.node, local.map(|n| (n, shape)), xml, base, n, Follow::Yes(kill), json)
         }
         Cmd::Keygen { out, force } => {
@@ -510,7 +533,7 @@ fn run(cli: Cli) -> Result<i32, Fail> {
             let mut c = connect(cli.node)?;
             let id = c.send(ToolRequest::Watch { job }).map_err(daemon)?;
             let show = Show { json, output: true, progress: true };
-            let end = follow(&mut c, (id, Some(job)), None, show, KillWhen::leave_on_interrupt()).map_err(daemon)?;
+            let end = follow(&mut c, id, Some(job), None, show, StopRules::leave_on_interrupt()).map_err(daemon)?;
             Ok(report(&end, json))
         }
         Cmd::Kill { job } => {
@@ -651,21 +674,27 @@ pub(crate) fn print_nodes(values: &[String], json: bool) {
     }
 }
 
-/// A program path: as given when it names a file, else found on $PATH (an
-/// executable file there, as a shell finds it). One that cannot be run is
-/// refused here, before a job is placed.
+/// A program path: as given when it names a file, else found on $PATH. It
+/// must be a program (an ELF executable or a `#!` script, as the node
+/// checks; the node makes it executable): one that is not is refused here,
+/// before a job is placed. A bare name that is no program here is looked
+/// up on $PATH.
 fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |c: &Path| c.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if p.components().count() > 1 || p.is_file() {
+    let program = |c: &Path| -> Result<(), String> {
+        let mut head = [0u8; 256];
+        let n = std::fs::File::open(c).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
+        p2pmp_jobd::interpreter(&head[..n.map_err(|e| e.to_string())?]).map(drop)
+    };
+    let bare = p.components().count() == 1;
+    if !bare || (p.is_file() && program(p).is_ok()) {
         let found = p.canonicalize().with_context(|| format!("no program {}", p.display()))?;
-        anyhow::ensure!(executable(&found), "{} is not an executable file (chmod +x it?)", p.display());
+        program(&found).map_err(|why| anyhow!("{}: {why}", p.display()))?;
         return Ok(found);
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|d| d.join(p))
-        .find(|c| executable(c))
+        .find(|c| c.is_file() && program(c).is_ok())
         .ok_or_else(|| anyhow!("no program {} here or on $PATH", p.display()))
 }
 
@@ -673,7 +702,7 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
 #[derive(Debug, Clone)]
 enum Follow {
     No,
-    Yes(KillWhen),
+    Yes(StopRules),
 }
 
 /// `$MPIEXEC_TIMEOUT`, seconds (unset, empty or 0: no limit).
@@ -762,7 +791,7 @@ fn submit(
         };
     };
     let show = Show { json, output: true, progress: true };
-    let end = follow(&mut c, (id, None), Some(procs), show, kill)
+    let end = follow(&mut c, id, None, Some(procs), show, kill)
         .map_err(|e| if e.to_string().starts_with("bad job file") { input(e) } else { daemon(e) })?;
     drop(c);
     drop(net);

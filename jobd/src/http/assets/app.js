@@ -69,7 +69,7 @@ function renderNodes() {
       el("td", {}, bar(n.slots, total, freeRatio(n) < 0.5), el("span", { class: "slots", text: n.slots + " / " + total })),
       el("td", { class: "num", text: n.load === null ? "-" : n.load.toFixed(2) }),
       el("td", { class: "num", text: n.mem_free_mb === null ? "-" : bytes(n.mem_free_mb * 1048576) }),
-      el("td", { text: n.tags.concat(Object.entries(n.attributes).map(([k, v]) => k + "=" + v)).join(", ") }));
+      el("td", { text: n.tags.concat(Object.entries(n.attributes || {}).map(([k, v]) => k + "=" + v)).join(", ") }));
   }));
   document.getElementById("node-count").textContent = state.nodes.length + " in the overlay";
 }
