@@ -5,11 +5,13 @@
  * MPIEXEC_TIMEOUT test). With "skip", rank 1 returns from main without
  * MPI_Finalize; with "exit", it calls exit(0) while rank 0 waits for its
  * message, and with "exit3", exit(3): each must fail the job (the last with
- * its own status), not leave rank 0 waiting. */
+ * its own status), not leave rank 0 waiting. With "fork", every rank forks a
+ * child that exits 0 at once: it is no rank, and its status stays 0. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int main(int argc, char **argv) {
@@ -21,6 +23,14 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("finalize: rank 0 of %d\n", size);
     }
     if (argc > 1 && strcmp(argv[1], "sleep") == 0) sleep(60);
+    if (argc > 1 && strcmp(argv[1], "fork") == 0) {
+        int status = -1;
+        pid_t child = fork();
+        if (child == 0) exit(0);
+        waitpid(child, &status, 0);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        printf("fork: rank %d's child exited %d\n", rank, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
     if (argc > 1 && (strcmp(argv[1], "skip") == 0 || strncmp(argv[1], "exit", 4) == 0)) {
         int token = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);

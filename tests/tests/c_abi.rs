@@ -242,6 +242,13 @@ fn a_rank_that_ends_without_finalize_fails_the_job() {
         assert!(out.contains(&format!("rank 1 exited with code {code}")), "{how}: {out}");
         assert!(t.elapsed() < Duration::from_secs(20), "{how}: took {:?}:\n{out}", t.elapsed());
     }
+    // A child the program forks is no rank: its exit keeps its status.
+    let mut cmd = Command::new(dir.join("p2pjob"));
+    cmd.args(["run", "--local", "2", "-n", "2"]).arg(dir.join("c-tests/finalize")).arg("fork");
+    let r = p2pmp_tests::run_to_end(cmd, Duration::from_secs(30));
+    let out = r.stdout + &r.stderr;
+    assert!(r.ok && !out.contains("without calling MPI_Finalize"), "{out}");
+    assert!((0..2).all(|rank| out.contains(&format!("[{rank}] fork: rank {rank}'s child exited 0"))), "{out}");
 }
 
 /// Started alone, with no launcher and none of the P2PMP_ variables, a

@@ -4,6 +4,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use crate::buf::{write_c_string, write_out};
@@ -51,8 +52,13 @@ fn init(func: &'static str) -> c_int {
 /// moving away, `MPI_Abort` and the fatal error handler end on purpose
 /// (`p2pmp_mpi::exit_on_purpose`) and keep their status.
 fn watch_the_exit() {
+    // A child the program forks inherits the handler; only the rank's own
+    // process is the rank.
+    static RANK_PID: AtomicU32 = AtomicU32::new(0);
+    RANK_PID.store(std::process::id(), Ordering::Relaxed);
     fn ended(status: c_int) {
-        if state::global() != Global::Running || p2pmp_mpi::ending_on_purpose() {
+        let me = std::process::id() == RANK_PID.load(Ordering::Relaxed);
+        if !me || state::global() != Global::Running || p2pmp_mpi::ending_on_purpose() {
             return;
         }
         let rank = std::env::var(p2pmp_mpi::RANK_VAR).unwrap_or_else(|_| "0".into());
