@@ -26,6 +26,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use p2pmp_adapters::Remote;
+use p2pmp_core::job::description::NODE_ENV_PREFIX;
 use p2pmp_core::job::{JobId, STREAM_WINDOW, Stream};
 use p2pmp_core::node::{DaemonNode, NodeCommand};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -301,9 +302,8 @@ const GATE: &str = "read -r _ && exec \"$@\"";
 /// when there is one (see [`GATE`]), else the program itself, confined in
 /// the child before its exec.
 fn command(s: &Spawn, jail: &Jail, setpriv: Option<&Path>) -> std::io::Result<tokio::process::Command> {
-    // The node's variables (P2PMP_..., the only names a job may not set) and
-    // the job file's.
-    let (node_env, job_env): (Vec<_>, Vec<_>) = s.env.iter().partition(|(k, _)| k.starts_with("P2PMP_"));
+    // The node's variables (the only names a job may not set) and the job file's.
+    let (node_env, job_env): (Vec<_>, Vec<_>) = s.env.iter().partition(|(k, _)| k.starts_with(NODE_ENV_PREFIX));
     let mut cmd = match setpriv {
         Some(setpriv) => {
             let mut cmd = tokio::process::Command::new("/bin/sh");

@@ -66,6 +66,9 @@ pub const JOB_LIMITS: [&str; 6] = ["cpu_s", "memory_mb", "open_files", "processe
 pub const MAX_ENV: usize = 256;
 /// Longest name of an `<env>` variable.
 pub const MAX_ENV_NAME: usize = 128;
+/// The prefix of the variables a node sets for a rank (who it is): no
+/// `<env>` name has it, so a variable with it is the node's.
+pub const NODE_ENV_PREFIX: &str = "P2PMP_";
 
 /// Why a name may not be set by `<env>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,7 +91,7 @@ pub fn check_env_name(name: &str) -> Result<(), EnvNameError> {
     if !word || b.len() > MAX_ENV_NAME {
         return Err(EnvNameError::NotAName(name.chars().take(MAX_ENV_NAME).collect()));
     }
-    if name.starts_with("P2PMP_") {
+    if name.starts_with(NODE_ENV_PREFIX) {
         return Err(EnvNameError::Reserved(name.to_owned()));
     }
     Ok(())

@@ -213,7 +213,7 @@ fn arb_job() -> impl Strategy<Value = JobDescription> {
                     timeout,
                     queue_timeout,
                     limits: Vec::new(),
-                    env: env.into_iter().filter(|(k, _)| !k.starts_with("P2PMP_")).collect(),
+                    env: env.into_iter().filter(|(k, _)| !k.starts_with(NODE_ENV_PREFIX)).collect(),
                 }
             },
         )

@@ -686,10 +686,13 @@ fn find_program(p: &Path) -> anyhow::Result<PathBuf> {
         p2pmp_jobd::interpreter(&head[..n.map_err(|e| e.to_string())?]).map(drop)
     };
     let bare = p.components().count() == 1;
-    if !bare || (p.is_file() && program(p).is_ok()) {
+    if !bare {
         let found = p.canonicalize().with_context(|| format!("no program {}", p.display()))?;
         program(&found).map_err(|why| anyhow!("{}: {why}", p.display()))?;
         return Ok(found);
+    }
+    if p.is_file() && program(p).is_ok() {
+        return p.canonicalize().with_context(|| format!("no program {}", p.display()));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

@@ -15,7 +15,7 @@ pub(crate) fn nodes(values: &[String]) -> String {
     );
     for (a, r) in &parse_nodes(values) {
         let attributes = r.extra.iter().map(|(k, v)| format!("{k}={v}"));
-        let tags: Vec<String> = r.tags.iter().cloned().chain(attributes).collect();
+        let labels: Vec<String> = r.tags.iter().cloned().chain(attributes).collect();
         let slots = if r.slots_total > 0 { format!("{}/{}", r.slots, r.slots_total) } else { r.slots.to_string() };
         let free = r.mem_free_mb.map_or("-".to_owned(), |m| m.to_string());
         let load = r.load().map_or("-".to_owned(), |l| format!("{l:.2}"));
@@ -26,7 +26,7 @@ pub(crate) fn nodes(values: &[String]) -> String {
             r.arch,
             r.cores,
             r.mem_mb,
-            tags.join(",")
+            labels.join(",")
         );
     }
     out
